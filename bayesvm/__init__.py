@@ -1,0 +1,21 @@
+"""bayesvm: Bayesian support vector machines with an R-style formula interface."""
+
+from . import datasets, priors
+from .errors import BayesvmError, ConvergenceWarning, DataError, DesignError, FormulaError
+from .fitting import bsvm
+from .results.fit import BSVMFit
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "bsvm",
+    "BSVMFit",
+    "datasets",
+    "priors",
+    "BayesvmError",
+    "FormulaError",
+    "DesignError",
+    "DataError",
+    "ConvergenceWarning",
+    "__version__",
+]

@@ -1,0 +1,1 @@
+"""Inference engines. They take plain arrays and records and return plain outputs."""

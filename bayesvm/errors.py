@@ -1,0 +1,27 @@
+"""Exception and warning types raised by bayesvm.
+
+Every complaint about user input is a subclass of :class:`ValueError`, so callers who
+already guard with ``except ValueError`` keep working; the subclasses let them be precise.
+"""
+
+from __future__ import annotations
+
+
+class BayesvmError(ValueError):
+    """Base class for errors caused by the user's input."""
+
+
+class FormulaError(BayesvmError):
+    """The formula cannot be parsed or refers to something that does not exist."""
+
+
+class DesignError(BayesvmError):
+    """The formula parsed, but the model matrices cannot be built from the data."""
+
+
+class DataError(BayesvmError):
+    """The data are unusable as given (missing values, wrong response, empty frame)."""
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative fit stopped before meeting its convergence criterion."""

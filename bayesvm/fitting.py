@@ -1,0 +1,96 @@
+"""``bsvm()``: formula -> design -> model -> engine -> fit (DESIGN section 2)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+
+from .engines.vb import fit_vb
+from .errors import BayesvmError, ConvergenceWarning
+from .formula.bars import parse_formula
+from .formula.design import build_design
+from .model import build_model
+from .priors import PriorSet
+from .results.fit import BSVMFit
+
+METHODS = ("vb",)
+PLANNED_METHODS = ("gibbs", "em", "svi")
+
+
+def bsvm(
+    formula: str,
+    data: pd.DataFrame,
+    *,
+    method: str = "vb",
+    penalty: float | str | None = "learn",
+    positive: object | None = None,
+    missing: str = "error",
+    standardize: bool = True,
+    priors: PriorSet | None = None,
+    tol: float = 1e-8,
+    max_iter: int = 500,
+) -> BSVMFit:
+    """Fit a linear Bayesian support vector machine with an lme4-style formula.
+
+    Parameters
+    ----------
+    formula
+        ``"y ~ fixed terms + (expr | group)"``; the fixed part is formulaic syntax
+        (``*``, ``:``, ``C()``, ``np.log()``), random-effect bars follow lme4.
+    data
+        The data; never modified.
+    method
+        ``"vb"``: mean-field variational Bayes (Luts & Ormerod 2014, Alg. 1-2).
+    penalty
+        ``"learn"`` (slopes share ``sigma_u^2 ~ IG(A_u, B_u)``, Example 1), a float ``alpha > 0``
+        (slopes ``~ N(0, 1/(4 alpha))``: the SVM objective ``sum hinge + alpha ||beta||^2``,
+        Alg. 1), or ``None`` (vague ``N(0, sigma_beta^2)`` on every fixed effect). The
+        intercept is never penalised.
+    positive
+        The response value coded +1; default: the second class in categorical or sorted order.
+    missing
+        ``"error"`` (default) or ``"drop"`` (complete cases on the variables the formula uses).
+    standardize
+        Centre and scale the numeric fixed-effect columns internally; results are reported
+        on the original scale. With ``False`` the model is the paper's on the columns as given.
+    priors
+        Hyperparameters (:class:`bayesvm.priors.PriorSet`); paper defaults.
+    tol, max_iter
+        Stop when the relative increase of the lower bound is below ``tol``, or after
+        ``max_iter`` sweeps (then a :class:`ConvergenceWarning`).
+    """
+    if method in PLANNED_METHODS:
+        raise BayesvmError(f"method={method!r} is not available in this version; available: {METHODS}")
+    if method not in METHODS:
+        raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
+    if not (isinstance(max_iter, int) and max_iter >= 1):
+        raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not (tol > 0):
+        raise BayesvmError(f"tol must be positive, got {tol!r}")
+    priors = PriorSet() if priors is None else priors
+    parsed = parse_formula(formula)
+    design = build_design(parsed, data, positive=positive, missing=missing)
+    model = build_model(design, penalty, priors, standardize)
+    problem = model.problem()
+    result = fit_vb(problem, tol=tol, max_iter=max_iter)
+    fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
+    if not result.converged:
+        warnings.warn(
+            f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}; increase max_iter",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    if result.decreases:
+        warnings.warn(
+            f"the lower bound decreased at sweep(s) {result.decreases[:10]}: numerical trouble, check the data scaling",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return fit
+
+
+def _data_name(data: object) -> str:
+    rows = len(data) if hasattr(data, "__len__") else "?"
+    name = getattr(data, "attrs", {}).get("name") if hasattr(data, "attrs") else None
+    return f"{name} ({rows} rows)" if name else f"{rows} rows"

@@ -1,0 +1,178 @@
+"""Split lme4-style random-effect bars off a model formula.
+
+formulaic reads ``|`` as a multipart-formula separator, so the random-effect terms
+``(expr | group)`` and ``(expr || group)`` are removed here, at parenthesis depth one,
+before the fixed part is handed to formulaic unchanged.
+
+Supported, following lme4 / reformulas:
+
+* ``(1 | g)`` random intercept; ``(x | g)`` means ``(1 + x | g)``;
+* ``(1 + x | g)`` correlated intercept and slope; ``(0 + x | g)`` slope only;
+* ``(1 + x || g)`` independent terms, expanded later into one bar per column;
+* ``(1 | a/b)`` nested, expanded to ``(1 | a) + (1 | a:b)``;
+* ``(1 | a:b)`` interaction of factors as the grouping factor; crossed ``(1|a) + (1|b)``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import FormulaError
+
+_NAME = r"(?:[A-Za-z_.][A-Za-z0-9_.]*|`[^`]+`)"
+_GROUP_RE = re.compile(rf"^{_NAME}(?:\s*[:/]\s*{_NAME})*$")
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One random-effect term ``(expr | group)``.
+
+    Attributes
+    ----------
+    expr
+        The left-hand side as written (a formulaic formula, e.g. ``"1 + x"``).
+    group
+        The grouping factors, e.g. ``("a", "b")`` for ``a:b``.
+    correlated
+        False for ``||`` (independent columns).
+    """
+
+    expr: str
+    group: tuple[str, ...]
+    correlated: bool = True
+
+    @property
+    def group_name(self) -> str:
+        return ":".join(self.group)
+
+    def __str__(self) -> str:
+        bar = "|" if self.correlated else "||"
+        return f"({self.expr} {bar} {self.group_name})"
+
+
+@dataclass(frozen=True)
+class ParsedFormula:
+    """A formula split into response, fixed part and random-effect bars."""
+
+    formula: str
+    response: str
+    fixed: str
+    bars: tuple[Bar, ...]
+
+
+def _strip_backticks(name: str) -> str:
+    name = name.strip()
+    return name[1:-1] if name.startswith("`") and name.endswith("`") else name
+
+
+def _check_parentheses(text: str, formula: str) -> None:
+    depth = 0
+    for pos, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                raise FormulaError(f"unbalanced parentheses in formula {formula!r}: unexpected ')' at position {pos}")
+    if depth != 0:
+        raise FormulaError(f"unbalanced parentheses in formula {formula!r}: {depth} '(' not closed")
+
+
+def _top_level_groups(rhs: str) -> list[tuple[int, int]]:
+    """Spans ``(start, end)`` of every top-level parenthesised group in ``rhs``."""
+    spans, depth, start = [], 0, 0
+    for pos, char in enumerate(rhs):
+        if char == "(":
+            if depth == 0:
+                start = pos
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                spans.append((start, pos + 1))
+    return spans
+
+
+def _parse_bar(inner: str, formula: str) -> list[Bar]:
+    """Parse the text inside one ``( ... | ... )`` group."""
+    correlated = "||" not in inner
+    lhs, _, group = inner.partition("||" if not correlated else "|")
+    lhs, group = lhs.strip(), group.strip()
+    if "|" in group:
+        raise FormulaError(f"random-effect term ({inner}) in {formula!r} has more than one bar")
+    if not lhs:
+        raise FormulaError(f"random-effect term ({inner}) in {formula!r} has no terms before the bar; write (1 | {group or 'g'})")
+    if not group:
+        raise FormulaError(f"random-effect term ({inner}) in {formula!r} has no grouping factor after the bar")
+    if not _GROUP_RE.match(group):
+        raise FormulaError(
+            f"grouping factor {group!r} in {formula!r} must be column names joined by ':' (interaction) or '/' (nesting)"
+        )
+    if "/" in group and ":" in group:
+        raise FormulaError(f"grouping factor {group!r} in {formula!r} mixes '/' and ':'; write nested terms explicitly")
+    if "/" in group:
+        parts = [_strip_backticks(p) for p in group.split("/")]
+        return [Bar(lhs, tuple(parts[: i + 1]), correlated) for i in range(len(parts))]
+    return [Bar(lhs, tuple(_strip_backticks(p) for p in group.split(":")), correlated)]
+
+
+def parse_formula(formula: str) -> ParsedFormula:
+    """Split ``"y ~ fixed + (expr | g)"`` into response, fixed part and bars.
+
+    Raises
+    ------
+    FormulaError
+        For a missing ``~``, a missing response, unbalanced parentheses, an empty side of a bar,
+        or a bar that is not a top-level ``+`` term.
+    """
+    if not isinstance(formula, str):
+        raise FormulaError(f"formula must be a string such as 'y ~ x + (1 | g)', got {type(formula).__name__}")
+    _check_parentheses(formula, formula)
+    if formula.count("~") != 1:
+        raise FormulaError(f"formula {formula!r} must contain exactly one '~' separating response and predictors")
+    lhs, rhs = (side.strip() for side in formula.split("~"))
+    if not lhs:
+        raise FormulaError(f"formula {formula!r} has no response on the left of '~'")
+    if not re.fullmatch(_NAME, lhs):
+        raise FormulaError(f"response {lhs!r} in {formula!r} must be a single column name")
+    if not rhs:
+        raise FormulaError(f"formula {formula!r} has nothing on the right of '~'; use '~ 1' for an intercept-only model")
+
+    bars: list[Bar] = []
+    pieces, last = [], 0
+    for start, end in _top_level_groups(rhs):
+        inner = rhs[start + 1 : end - 1]
+        if "|" not in _depth_zero_text(inner):
+            continue
+        before = rhs[last:start].rstrip()
+        if before and not before.endswith("+"):
+            raise FormulaError(f"random-effect term {rhs[start:end]!r} in {formula!r} must be added with '+'")
+        after = rhs[end:].lstrip()
+        if after and not after.startswith(("+", "-")):
+            raise FormulaError(f"random-effect term {rhs[start:end]!r} in {formula!r} must be followed by '+' or end the formula")
+        bars.extend(_parse_bar(inner, formula))
+        pieces.append(rhs[last:start])
+        last = end
+    pieces.append(rhs[last:])
+    fixed = "".join(pieces)
+    fixed = re.sub(r"\+\s*(\+\s*)+", "+ ", fixed)
+    fixed = re.sub(r"^\s*\+\s*|\s*\+\s*$", "", fixed).strip()
+    if "|" in fixed:
+        raise FormulaError(f"'|' in {formula!r} is only allowed inside a parenthesised random-effect term such as (1 | g)")
+    if not fixed:
+        fixed = "1"
+    return ParsedFormula(formula=formula, response=_strip_backticks(lhs), fixed=fixed, bars=tuple(bars))
+
+
+def _depth_zero_text(inner: str) -> str:
+    """Characters of ``inner`` outside any nested parentheses."""
+    out, depth = [], 0
+    for char in inner:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif depth == 0:
+            out.append(char)
+    return "".join(out)

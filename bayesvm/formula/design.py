@@ -1,0 +1,385 @@
+"""Model matrices: the fixed-effect design X (formulaic) and the random-effect design Z.
+
+The random-effect structure is a plain record in the spirit of lme4's ``mkReTrms``: one
+:class:`ReTerm` per bar (after ``||`` and ``/`` expansion) holding the bar's own formulaic
+``ModelSpec``, the sorted group levels, each row's level code and its ``k`` term values.
+``Z`` for a term is the sparse ``n x (J k)`` matrix with row ``i`` equal to
+``e_{level(i)} (x) z_i`` (columns level-major: all terms of level 1, then level 2, ...).
+Nothing here knows about engines or results (DESIGN section 2).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import warnings
+from dataclasses import dataclass
+
+import formulaic
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from formulaic.errors import FormulaicError
+
+from ..errors import DataError, DesignError, FormulaError
+from .bars import Bar, ParsedFormula
+from .response import ResponseCoding, code_response
+
+MISSING_CHOICES = ("error", "drop")
+
+
+@dataclass(frozen=True, eq=False)
+class ReTerm:
+    """One random-effect term after expansion (a record, no maths).
+
+    Attributes
+    ----------
+    bar
+        The bar it came from.
+    spec
+        formulaic ``ModelSpec`` of the bar's left-hand side.
+    columns
+        Which columns of that model matrix this term uses (all for ``|``, one for ``||``).
+    term_names
+        Names of those columns, ``"(Intercept)"`` for the intercept.
+    levels
+        Sorted group levels seen in the training data (strings).
+    codes
+        Level index of every training row, shape ``(n,)``.
+    values
+        Term values of every training row, shape ``(n, k)``.
+    """
+
+    bar: Bar
+    spec: formulaic.model_spec.ModelSpec
+    columns: tuple[int, ...]
+    term_names: tuple[str, ...]
+    levels: pd.Index
+    codes: np.ndarray
+    values: np.ndarray
+
+    @property
+    def group(self) -> str:
+        return self.bar.group_name
+
+    @property
+    def k(self) -> int:
+        return len(self.term_names)
+
+    @property
+    def n_levels(self) -> int:
+        return len(self.levels)
+
+    @property
+    def correlated(self) -> bool:
+        return self.k > 1
+
+    @property
+    def label(self) -> str:
+        """Human-readable name, e.g. ``"(1 + x | g)"`` or ``"x || g"``."""
+        if self.bar.correlated:
+            return str(self.bar)
+        return f"({self.term_names[0]} || {self.group})"
+
+    @property
+    def column_names(self) -> list[str]:
+        return [f"{name}|{self.group}[{level}]" for level in self.levels for name in self.term_names]
+
+    def z_matrix(self, codes: np.ndarray | None = None, values: np.ndarray | None = None) -> sp.csr_matrix:
+        """Sparse ``n x (J k)`` design; rows with code -1 (unseen level) are all zero."""
+        codes = self.codes if codes is None else codes
+        values = self.values if values is None else values
+        n, k = values.shape
+        seen = codes >= 0
+        rows = np.repeat(np.arange(n)[seen], k)
+        cols = (codes[seen, None] * k + np.arange(k)[None, :]).ravel()
+        return sp.csr_matrix((values[seen].ravel(), (rows, cols)), shape=(n, self.n_levels * k))
+
+
+@dataclass(frozen=True, eq=False)
+class Design:
+    """Everything an engine needs, plus what ``predict`` needs to rebuild it.
+
+    Attributes
+    ----------
+    parsed
+        The split formula.
+    response
+        Coding of the response classes.
+    y
+        Response as -1.0 / +1.0, shape ``(n,)``.
+    X
+        Fixed-effect design, shape ``(n, p)``.
+    x_names
+        Column names of X (``"(Intercept)"`` for the intercept).
+    spec
+        formulaic ``ModelSpec`` of the fixed part (reused at predict time).
+    re_terms
+        Random-effect terms.
+    row_index
+        Index labels of the rows used (after ``missing="drop"``).
+    n_dropped
+        Rows dropped for missing values, by column.
+    """
+
+    parsed: ParsedFormula
+    response: ResponseCoding
+    y: np.ndarray
+    X: np.ndarray
+    x_names: tuple[str, ...]
+    spec: formulaic.model_spec.ModelSpec
+    re_terms: tuple[ReTerm, ...]
+    row_index: pd.Index
+    n_dropped: dict[str, int]
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def p(self) -> int:
+        return self.X.shape[1]
+
+    @property
+    def has_intercept(self) -> bool:
+        return "(Intercept)" in self.x_names
+
+    @property
+    def groups(self) -> dict[str, int]:
+        """Number of levels of each grouping factor."""
+        return {term.group: term.n_levels for term in self.re_terms}
+
+    def Z(self) -> sp.csr_matrix:
+        """Random-effect design of all terms side by side (empty if none)."""
+        if not self.re_terms:
+            return sp.csr_matrix((self.n, 0))
+        return sp.hstack([term.z_matrix() for term in self.re_terms], format="csr")
+
+    @property
+    def z_names(self) -> list[str]:
+        return [name for term in self.re_terms for name in term.column_names]
+
+    def rematerialize(self, newdata: pd.DataFrame, include_random: bool = True) -> "NewDesign":
+        """Rebuild X and the random-effect codes and values for new rows.
+
+        Raises
+        ------
+        DesignError
+            If a column is missing or a fixed-effect factor has a level not seen in training.
+        DataError
+            If a needed value is missing.
+        """
+        newdata = _as_frame(newdata, "newdata")
+        needed = set(_required_variables(self.parsed.fixed, newdata, "newdata"))
+        if include_random:
+            for term in self.re_terms:
+                needed |= set(term.spec.required_variables) | set(term.bar.group)
+        _check_columns(newdata, needed, "newdata")
+        _check_missing(newdata, sorted(needed), missing="error", what="newdata")
+        _check_unseen_levels(self.spec, newdata)
+        X = _materialize(self.spec, newdata, "fixed effects")
+        codes, values = [], []
+        for term in self.re_terms:
+            if not include_random:
+                codes.append(np.full(len(newdata), -1))
+                values.append(np.zeros((len(newdata), term.k)))
+                continue
+            labels = _group_labels(newdata, term.bar.group)
+            codes.append(term.levels.get_indexer(labels))
+            values.append(_materialize(term.spec, newdata, str(term.bar))[:, list(term.columns)])
+        return NewDesign(X=X, codes=tuple(codes), values=tuple(values))
+
+
+@dataclass(frozen=True)
+class NewDesign:
+    """Design for new rows: X plus, per random-effect term, level codes (-1 = unseen) and values."""
+
+    X: np.ndarray
+    codes: tuple[np.ndarray, ...]
+    values: tuple[np.ndarray, ...]
+
+
+def _as_frame(data: object, what: str) -> pd.DataFrame:
+    if isinstance(data, pd.DataFrame):
+        frame = data
+    elif isinstance(data, dict):
+        frame = pd.DataFrame(data)
+    else:
+        raise DataError(f"{what} must be a pandas DataFrame (or a dict of columns), got {type(data).__name__}")
+    if len(frame) == 0:
+        raise DataError(f"{what} has no rows")
+    return frame
+
+
+def _required_variables(formula: str, data: pd.DataFrame, what: str) -> list[str]:
+    try:
+        variables = formulaic.Formula(formula).required_variables
+    except FormulaicError as exc:
+        raise FormulaError(f"cannot parse formula part {formula!r}: {exc}") from None
+    return sorted(str(v) for v in variables)
+
+
+def _check_columns(data: pd.DataFrame, needed: set[str], what: str) -> None:
+    for name in sorted(needed):
+        if name not in data.columns:
+            close = difflib.get_close_matches(name, [str(c) for c in data.columns], n=3)
+            hint = f"; did you mean {close}?" if close else ""
+            raise FormulaError(f"column {name!r} used in the formula is not in {what}{hint}")
+
+
+def _bad_mask(column: pd.Series) -> np.ndarray:
+    """Missing values, and infinities in numeric columns."""
+    mask = column.isna().to_numpy().copy()
+    if pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
+        values = column.to_numpy(dtype=float, na_value=np.nan)
+        mask |= ~np.isfinite(values)
+    return mask
+
+
+def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: str) -> np.ndarray:
+    """Rows to keep; raise for missing / non-finite values unless ``missing="drop"``."""
+    bad = {name: _bad_mask(data[name]) for name in columns}
+    counts = {name: int(mask.sum()) for name, mask in bad.items() if mask.any()}
+    keep = np.ones(len(data), dtype=bool)
+    if not counts:
+        return keep
+    if missing == "error":
+        detail = ", ".join(f"{name!r}: {count}" for name, count in counts.items())
+        first = {name: data.index[bad[name]][:3].tolist() for name in counts}
+        rows = "; ".join(f"{name!r} rows {idx}" for name, idx in first.items())
+        hint = " (use missing='drop' to fit on complete cases)" if what == "data" else ""
+        raise DataError(f"{what} has missing or non-finite values in {detail} (first {rows}){hint}")
+    for mask in bad.values():
+        keep &= ~mask
+    if not keep.any():
+        raise DataError(f"no complete rows are left in {what} after dropping missing values in {sorted(counts)}")
+    return keep
+
+
+def _materialize(spec_or_formula, data: pd.DataFrame, what: str) -> np.ndarray:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            if isinstance(spec_or_formula, str):
+                matrix = formulaic.model_matrix(spec_or_formula, data, na_action="raise")
+            else:
+                matrix = spec_or_formula.get_model_matrix(data, na_action="raise")
+    except UserWarning as exc:
+        raise DesignError(f"cannot build the {what} design: {exc}") from None
+    except FormulaicError as exc:
+        raise DesignError(f"cannot build the {what} design: {exc}") from None
+    if isinstance(spec_or_formula, str):
+        return matrix
+    return np.asarray(matrix, dtype=float)
+
+
+def _clean_name(name: str) -> str:
+    return "(Intercept)" if name == "Intercept" else name
+
+
+def _group_labels(data: pd.DataFrame, factors: tuple[str, ...]) -> pd.Index:
+    parts = [data[name].astype(str).to_numpy(dtype=object) for name in factors]
+    labels = parts[0]
+    for part in parts[1:]:
+        labels = labels + ":" + part
+    return pd.Index(labels.astype(str))
+
+
+_C_CALL = re.compile(r"^C\(\s*([A-Za-z_.][A-Za-z0-9_.]*)")
+
+
+def _check_unseen_levels(spec, newdata: pd.DataFrame) -> None:
+    """Error for a fixed-effect factor level that training never saw (formulaic only warns)."""
+    for key, (kind, state) in spec.encoder_state.items():
+        categories = state.get("categories") if isinstance(state, dict) else None
+        if categories is None:
+            continue
+        match = _C_CALL.match(key)
+        column = key if key in newdata.columns else (match.group(1) if match else None)
+        if column is None or column not in newdata.columns:
+            continue
+        values = newdata[column]
+        known = set(categories) | {str(c) for c in categories}
+        unseen = [v for v in pd.unique(values) if v not in known and str(v) not in known]
+        if unseen:
+            count = int(values.isin(unseen).sum())
+            raise DesignError(
+                f"column {column!r} has level(s) {unseen[:5]} in {count} row(s) of newdata that the fit never saw; "
+                f"known levels: {list(categories)}"
+            )
+
+
+def build_design(
+    parsed: ParsedFormula, data: pd.DataFrame, positive: object | None = None, missing: str = "error"
+) -> Design:
+    """Build the design for a fit; never modifies ``data``.
+
+    Raises
+    ------
+    FormulaError, DesignError, DataError
+        With the column, term or rows at fault named.
+    """
+    data = _as_frame(data, "data")
+    if missing not in MISSING_CHOICES:
+        raise DataError(f"missing must be one of {MISSING_CHOICES}, got {missing!r}")
+    fixed_vars = _required_variables(parsed.fixed, data, "data")
+    bar_vars = [v for bar in parsed.bars for v in _required_variables(bar.expr, data, "data")]
+    group_vars = [v for bar in parsed.bars for v in bar.group]
+    used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars]))
+    _check_columns(data, set(used), "data")
+    if data[parsed.response].isna().any():
+        code_response(data[parsed.response], parsed.response)  # raises, naming the rows
+    keep = _check_missing(data, used, missing, "data")
+    n_dropped = {name: int(_bad_mask(data[name]).sum()) for name in used} if not keep.all() else {}
+    n_dropped = {name: count for name, count in n_dropped.items() if count}
+    frame = data.loc[keep, used].copy() if not keep.all() else data[used].copy()
+
+    response = code_response(frame[parsed.response], parsed.response, positive)
+    matrix = _materialize(parsed.fixed, frame, "fixed effects")
+    X = np.asarray(matrix, dtype=float)
+    x_names = tuple(_clean_name(str(c)) for c in matrix.columns)
+    _check_finite(X, x_names)
+
+    re_terms: list[ReTerm] = []
+    for bar in parsed.bars:
+        lhs = _materialize(bar.expr, frame, str(bar))
+        values = np.asarray(lhs, dtype=float)
+        names = [_clean_name(str(c)) for c in lhs.columns]
+        if values.shape[1] == 0:
+            raise FormulaError(f"random-effect term {bar} has no columns")
+        _check_finite(values, names)
+        labels = _group_labels(frame, bar.group)
+        levels = pd.Index(sorted(set(labels)))
+        codes = levels.get_indexer(labels)
+        blocks = [tuple(range(values.shape[1]))] if bar.correlated else [(j,) for j in range(values.shape[1])]
+        for cols in blocks:
+            re_terms.append(
+                ReTerm(
+                    bar=bar,
+                    spec=lhs.model_spec,
+                    columns=cols,
+                    term_names=tuple(names[j] for j in cols),
+                    levels=levels,
+                    codes=codes,
+                    values=values[:, list(cols)],
+                )
+            )
+    return Design(
+        parsed=parsed,
+        response=response,
+        y=response.encode(frame[parsed.response]),
+        X=X,
+        x_names=x_names,
+        spec=matrix.model_spec,
+        re_terms=tuple(re_terms),
+        row_index=frame.index,
+        n_dropped=n_dropped,
+    )
+
+
+def _check_finite(matrix: np.ndarray, names: list[str] | tuple[str, ...]) -> None:
+    bad = ~np.isfinite(matrix)
+    if bad.any():
+        cols = np.flatnonzero(bad.any(axis=0))
+        detail = ", ".join(f"{names[j]!r}: {int(bad[:, j].sum())}" for j in cols)
+        raise DesignError(f"non-finite values in design column(s) {detail} (e.g. log of zero or a negative number)")

@@ -1,0 +1,82 @@
+"""Coding of a two-class response as y in {-1, +1}."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import DataError
+
+
+@dataclass(frozen=True)
+class ResponseCoding:
+    """How the user's response values map to ``-1`` / ``+1``.
+
+    ``negative`` and ``positive`` are the original values (e.g. ``"none or mild"``,
+    ``"moderate or severe"``; ``0``, ``1``; ``False``, ``True``).
+    """
+
+    name: str
+    negative: object
+    positive: object
+
+    def encode(self, values: pd.Series) -> np.ndarray:
+        """Map the original values to a float array of -1.0 / +1.0."""
+        return np.where(values.to_numpy() == self.positive, 1.0, -1.0)
+
+    def decode(self, signs: np.ndarray) -> np.ndarray:
+        """Map +1 / -1 (or booleans "is positive") back to the original values."""
+        positive = np.asarray(signs) > 0
+        labels = np.array([self.negative, self.positive], dtype=object)
+        out = labels[positive.astype(int)]
+        try:
+            return out.astype(np.asarray([self.negative, self.positive]).dtype)
+        except (TypeError, ValueError):
+            return out
+
+
+def _sorted_levels(values: pd.Series) -> list:
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        present = set(values.dropna().unique())
+        return [level for level in values.cat.categories if level in present]
+    uniques = pd.unique(values.dropna())
+    try:
+        return sorted(uniques.tolist())
+    except TypeError:
+        return sorted(uniques.tolist(), key=str)
+
+
+def code_response(values: pd.Series, name: str, positive: object | None = None) -> ResponseCoding:
+    """Decide which of the two classes is +1.
+
+    The positive class is ``positive=`` when given, else the second level in categorical or
+    sorted order (so 1 for 0/1, True for bool, +1 for -1/+1).
+
+    Raises
+    ------
+    DataError
+        If the response has missing values, or not exactly two distinct values, or
+        ``positive`` is not one of them.
+    """
+    n_missing = int(values.isna().sum())
+    if n_missing:
+        rows = values.index[values.isna()].tolist()[:5]
+        raise DataError(f"response {name!r} has {n_missing} missing value(s) (rows {rows}{'...' if n_missing > 5 else ''})")
+    levels = _sorted_levels(values)
+    if len(levels) != 2:
+        shown = levels[:6]
+        raise DataError(
+            f"response {name!r} must have exactly two classes for a binary SVM, found {len(levels)}: {shown}"
+            f"{'...' if len(levels) > 6 else ''}"
+        )
+    if positive is None:
+        negative, positive = levels
+    else:
+        matches = [level for level in levels if level == positive or str(level) == str(positive)]
+        if not matches:
+            raise DataError(f"positive={positive!r} is not a class of response {name!r}; classes are {levels}")
+        positive = matches[0]
+        negative = levels[0] if levels[1] == positive else levels[1]
+    return ResponseCoding(name=name, negative=negative, positive=positive)

@@ -1,0 +1,216 @@
+"""From a design and the user's choices to the engine's inputs, and back to named results.
+
+Owns: penalty handling, prior hyperparameters, internal standardisation and the layout of
+``theta``.  Layout: ``theta_d = [fixed effects, random effects of the smaller grouping
+factors]``; ``theta_b`` = the random effects of the grouping factor with the most
+coefficients, eliminated by the Schur complement (see ``engines/linalg.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .engines.linalg import BlockedFactor
+from .engines.vb import VarianceComponent, VBProblem
+from .errors import BayesvmError
+from .formula.design import Design, NewDesign
+from .priors import PriorSet
+
+#: Largest number of dense columns (fixed effects plus random effects outside the largest
+#: grouping factor) the dense Schur complement accepts.
+MAX_DENSE_COLUMNS = 4000
+
+
+def validate_penalty(penalty: object) -> float | str | None:
+    """``"learn"``, ``None`` or a positive finite float."""
+    if penalty is None or (isinstance(penalty, str) and penalty == "learn"):
+        return penalty
+    if isinstance(penalty, str):
+        raise BayesvmError(f"penalty must be 'learn', None or a positive number, got {penalty!r}")
+    if isinstance(penalty, bool):
+        raise BayesvmError(f"penalty must be 'learn', None or a positive number, got {penalty!r}")
+    try:
+        value = float(penalty)
+    except (TypeError, ValueError):
+        raise BayesvmError(f"penalty must be 'learn', None or a positive number, got {penalty!r}") from None
+    if not (np.isfinite(value) and value > 0):
+        raise BayesvmError(f"penalty (alpha) must be a positive finite number, got {penalty!r}")
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class LinearModel:
+    """A linear Bayesian SVM ready for an engine.
+
+    Attributes
+    ----------
+    design
+        The design it was built from.
+    penalty
+        ``"learn"``, ``None`` or ``alpha``.
+    priors
+        Hyperparameters.
+    center, scale
+        Internal standardisation of X: ``X_std = (X - center) / scale``.
+    dense_terms, blocked_terms
+        Indices of ``design.re_terms`` placed in ``theta_d`` and in ``theta_b``.
+    """
+
+    design: Design
+    penalty: float | str | None
+    priors: PriorSet
+    center: np.ndarray
+    scale: np.ndarray
+    dense_terms: tuple[int, ...]
+    blocked_terms: tuple[int, ...]
+
+    # ----- layout -------------------------------------------------------------------
+    @property
+    def penalized(self) -> np.ndarray:
+        """Boolean mask of penalised fixed effects: every column but the intercept."""
+        return np.array([name != "(Intercept)" for name in self.design.x_names])
+
+    def dense_offsets(self) -> dict[int, int]:
+        """Start of each dense random-effect term in ``theta_d``."""
+        offsets, pos = {}, self.design.p
+        for t in self.dense_terms:
+            offsets[t] = pos
+            pos += self.design.re_terms[t].n_levels * self.design.re_terms[t].k
+        return offsets
+
+    def blocked_offsets(self) -> dict[int, int]:
+        """Start of each blocked term within a level's block of ``theta_b``."""
+        offsets, pos = {}, 0
+        for t in self.blocked_terms:
+            offsets[t] = pos
+            pos += self.design.re_terms[t].k
+        return offsets
+
+    # ----- engine inputs ------------------------------------------------------------
+    def standardized_X(self, X: np.ndarray) -> np.ndarray:
+        return (X - self.center) / self.scale
+
+    def dense_matrix(self, X: np.ndarray, codes: tuple[np.ndarray, ...], values: tuple[np.ndarray, ...]) -> np.ndarray:
+        """``[X_std, Z of the dense terms]`` for given rows."""
+        parts = [self.standardized_X(X)]
+        for t in self.dense_terms:
+            term = self.design.re_terms[t]
+            parts.append(term.z_matrix(codes[t], values[t]).toarray())
+        return np.hstack(parts)
+
+    def blocked_factor(self, codes: tuple[np.ndarray, ...], values: tuple[np.ndarray, ...]) -> BlockedFactor | None:
+        if not self.blocked_terms:
+            return None
+        first = self.design.re_terms[self.blocked_terms[0]]
+        return BlockedFactor(
+            codes=codes[self.blocked_terms[0]],
+            values=np.hstack([values[t] for t in self.blocked_terms]),
+            n_levels=first.n_levels,
+        )
+
+    def problem(self) -> VBProblem:
+        """The VB engine's inputs."""
+        d = self.design
+        codes = tuple(term.codes for term in d.re_terms)
+        values = tuple(term.values for term in d.re_terms)
+        D = self.dense_matrix(d.X, codes, values)
+        precision = np.zeros(D.shape[1])
+        components: list[VarianceComponent] = []
+        vague = 1.0 / self.priors.fixed_variance
+        precision[: d.p] = vague
+        if isinstance(self.penalty, float):
+            precision[: d.p][self.penalized] = 4.0 * self.penalty  # Alg. 1: beta ~ N(0, 1/(4 alpha))
+        elif self.penalty == "learn" and self.penalized.any():
+            slopes = np.flatnonzero(self.penalized)
+            precision[slopes] = 0.0
+            components.append(
+                VarianceComponent(
+                    name="penalty",
+                    index=slopes[:, None],
+                    blocked=False,
+                    n_levels=slopes.size,
+                    prior_a=self.priors.penalty.a,
+                    prior_b=self.priors.penalty.b,
+                )
+            )
+        dense_offsets, blocked_offsets = self.dense_offsets(), self.blocked_offsets()
+        for t, term in enumerate(d.re_terms):
+            if t in dense_offsets:
+                index = dense_offsets[t] + np.arange(term.n_levels * term.k).reshape(term.n_levels, term.k)
+            else:
+                index = (blocked_offsets[t] + np.arange(term.k))[None, :]
+            components.append(self._component(t, index, t in blocked_offsets, term.n_levels, term.k))
+        return VBProblem(
+            y=d.y,
+            D=D,
+            fixed_precision=precision,
+            components=tuple(components),
+            blocked=self.blocked_factor(codes, values),
+        )
+
+    def _component(self, t: int, index: np.ndarray, blocked: bool, n_levels: int, k: int) -> VarianceComponent:
+        name = self.design.re_terms[t].label
+        if k == 1:
+            prior = self.priors.random
+            return VarianceComponent(name, index, blocked, n_levels, prior_a=prior.a, prior_b=prior.b, source=t)
+        df, scale = self.priors.correlated.resolve(k)
+        return VarianceComponent(name, index, blocked, n_levels, prior_df=df, prior_scale=scale, source=t)
+
+    def new_inputs(self, new: NewDesign) -> tuple[np.ndarray, BlockedFactor | None]:
+        """Dense matrix and blocked factor for new rows (unseen levels have code -1)."""
+        return self.dense_matrix(new.X, new.codes, new.values), self.blocked_factor(new.codes, new.values)
+
+    def fixed_transform(self) -> np.ndarray:
+        """``T`` with ``beta_original = T beta_standardized``."""
+        p = self.design.p
+        T = np.diag(1.0 / self.scale)
+        names = self.design.x_names
+        if "(Intercept)" in names:
+            i0 = names.index("(Intercept)")
+            T[i0, :] -= self.center / self.scale
+            T[i0, i0] = 1.0
+        return T.reshape(p, p)
+
+
+def build_model(design: Design, penalty: object, priors: PriorSet, standardize: bool) -> LinearModel:
+    """Decide the standardisation and the dense / blocked split.
+
+    Standardisation (``standardize=True``): every non-constant column of X other than the
+    intercept is scaled by its SD (``ddof=1``, as R's ``scale()``) and, when the model has an
+    intercept, centred on its mean.
+    """
+    penalty = validate_penalty(penalty)
+    p = design.p
+    center, scale = np.zeros(p), np.ones(p)
+    if standardize and design.n > 1:
+        sd = design.X.std(axis=0, ddof=1)
+        movable = (sd > 0) & np.array([n != "(Intercept)" for n in design.x_names])
+        scale[movable] = sd[movable]
+        if design.has_intercept:
+            center[movable] = design.X[:, movable].mean(axis=0)
+    by_group: dict[str, list[int]] = {}
+    for t, term in enumerate(design.re_terms):
+        by_group.setdefault(term.group, []).append(t)
+    blocked: tuple[int, ...] = ()
+    if by_group:
+        size = {g: design.re_terms[ts[0]].n_levels * sum(design.re_terms[t].k for t in ts) for g, ts in by_group.items()}
+        biggest = max(size, key=size.get)
+        blocked = tuple(by_group[biggest])
+    dense = tuple(t for t in range(len(design.re_terms)) if t not in blocked)
+    n_dense = p + sum(design.re_terms[t].n_levels * design.re_terms[t].k for t in dense)
+    if n_dense > MAX_DENSE_COLUMNS:
+        raise BayesvmError(
+            f"the model has {n_dense} coefficients outside its largest grouping factor; the dense solver "
+            f"handles at most {MAX_DENSE_COLUMNS}. Reduce the number of levels of the smaller grouping factors."
+        )
+    return LinearModel(
+        design=design,
+        penalty=penalty,
+        priors=priors,
+        center=center,
+        scale=scale,
+        dense_terms=dense,
+        blocked_terms=blocked,
+    )

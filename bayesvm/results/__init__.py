@@ -1,0 +1,1 @@
+"""Fit results: one type for every engine, summaries, ArviZ conversion, diagnostics."""

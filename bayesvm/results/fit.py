@@ -1,0 +1,227 @@
+"""The one result type returned by every engine."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..engines.vb import VBProblem, VBResult
+from ..errors import BayesvmError
+from ..model import LinearModel
+from .prediction import gaussian_average_probability
+
+PREDICT_KINDS = ("class", "prob", "link")
+
+
+@dataclass(frozen=True)
+class VarianceEstimate:
+    """Posterior summary of one variance component."""
+
+    group: str
+    terms: tuple[str, ...]
+    mean: np.ndarray  # E[sigma^2] (1x1) or E[Sigma]
+    label: str
+
+
+@dataclass(eq=False)
+class BSVMFit:
+    """A fitted Bayesian SVM.
+
+    Attributes
+    ----------
+    model
+        The model (design, penalty, priors, standardisation).
+    problem
+        The engine's inputs (training rows).
+    method
+        Engine name, e.g. ``"vb"``.
+    result
+        The engine's raw output.
+    data_name
+        How the data were referred to (for ``summary()``).
+    """
+
+    model: LinearModel
+    problem: VBProblem
+    method: str
+    result: VBResult
+    data_name: str = "data"
+    tol: float = 1e-8
+
+    # ----- convergence ---------------------------------------------------------------
+    @property
+    def lower_bound(self) -> np.ndarray:
+        """Lower bound ``log p(y; q)`` after every sweep."""
+        return self.result.lower_bound
+
+    @property
+    def converged(self) -> bool:
+        return self.result.converged
+
+    @property
+    def n_iter(self) -> int:
+        return self.result.n_iter
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds spent in the engine."""
+        return self.result.elapsed
+
+    @property
+    def formula(self) -> str:
+        return self.model.design.parsed.formula
+
+    # ----- coefficients --------------------------------------------------------------
+    @property
+    def fixef(self) -> pd.Series:
+        """Posterior means of the fixed effects, on the original scale of the predictors."""
+        p = self.model.design.p
+        mean = self.model.fixed_transform() @ self.result.theta.mean_d[:p]
+        return pd.Series(mean, index=list(self.model.design.x_names), name="mean")
+
+    @property
+    def fixef_cov(self) -> pd.DataFrame:
+        """Posterior covariance of the fixed effects, original scale."""
+        p = self.model.design.p
+        T = self.model.fixed_transform()
+        cov = T @ self.result.theta.cov_d[:p, :p] @ T.T
+        names = list(self.model.design.x_names)
+        return pd.DataFrame(cov, index=names, columns=names)
+
+    def _term_moments(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(J, k)`` means and ``(J, k)`` marginal SDs of random-effect term ``t``."""
+        theta = self.result.theta
+        term = self.model.design.re_terms[t]
+        if t in self.model.blocked_terms:
+            pos = self.model.blocked_offsets()[t] + np.arange(term.k)
+            mean = theta.mean_b[:, pos]
+            var = np.diagonal(theta.cov_b, axis1=1, axis2=2)[:, pos]
+        else:
+            idx = self.model.dense_offsets()[t] + np.arange(term.n_levels * term.k)
+            mean = theta.mean_d[idx].reshape(term.n_levels, term.k)
+            var = np.diag(theta.cov_d)[idx].reshape(term.n_levels, term.k)
+        return mean, np.sqrt(var)
+
+    def _ranef_frames(self, which: int) -> dict[str, pd.DataFrame]:
+        frames: dict[str, pd.DataFrame] = {}
+        for t, term in enumerate(self.model.design.re_terms):
+            values = self._term_moments(t)[which]
+            frame = pd.DataFrame(values, index=pd.Index(term.levels, name=term.group), columns=list(term.term_names))
+            if term.group in frames:
+                frame = pd.concat([frames[term.group], frame], axis=1)
+            frames[term.group] = frame
+        return frames
+
+    @property
+    def ranef(self) -> dict[str, pd.DataFrame]:
+        """Posterior means of the random effects: one DataFrame (levels x terms) per grouping factor."""
+        return self._ranef_frames(0)
+
+    @property
+    def ranef_sd(self) -> dict[str, pd.DataFrame]:
+        """Posterior SDs of the random effects, laid out as :attr:`ranef`."""
+        return self._ranef_frames(1)
+
+    @property
+    def variance_components(self) -> list[VarianceEstimate]:
+        """Posterior means of the variance components (penalty variance first, if learned)."""
+        out = []
+        for comp, post in zip(self.problem.components, self.result.components):
+            if comp.source < 0:
+                out.append(VarianceEstimate("penalty", ("slopes",), post.expected_covariance(), comp.name))
+                continue
+            term = self.model.design.re_terms[comp.source]
+            out.append(VarianceEstimate(term.group, term.term_names, post.expected_covariance(), comp.name))
+        return out
+
+    @property
+    def penalty_estimate(self) -> float | None:
+        """Posterior mean of ``alpha = 1 / (4 sigma_u^2)`` when the penalty is learned (``E[1/sigma_u^2]/4``)."""
+        for comp, post in zip(self.problem.components, self.result.components):
+            if comp.source < 0:
+                return float(post.expected_precision()[0, 0] / 4.0)
+        return None
+
+    # ----- prediction ----------------------------------------------------------------
+    def _linear_predictor(self, newdata: pd.DataFrame | None, include_random: bool) -> tuple[np.ndarray, np.ndarray]:
+        model = self.model
+        if newdata is None:
+            D, blocked = self.problem.D, self.problem.blocked
+            if not include_random:
+                D = D.copy()
+                D[:, model.design.p :] = 0.0
+                blocked = None
+        else:
+            new = model.design.rematerialize(newdata, include_random=include_random)
+            unseen = np.zeros(len(new.X), dtype=bool)
+            if include_random:
+                for codes in new.codes:
+                    unseen |= codes < 0
+                if unseen.any():
+                    warnings.warn(
+                        f"{int(unseen.sum())} row(s) of newdata have a group level the fit never saw; "
+                        "their random effects for those levels are set to 0 (population level)",
+                        UserWarning,
+                        stacklevel=3,
+                    )
+            D, blocked = model.new_inputs(new)
+        codes = None if blocked is None else blocked.codes
+        values = None if blocked is None else blocked.values
+        return self.result.theta.predictor(D, codes, values)
+
+    def predict(
+        self, newdata: pd.DataFrame | None = None, kind: str = "class", include_random: bool = True
+    ) -> np.ndarray:
+        """Predict new (or the training) rows.
+
+        Parameters
+        ----------
+        newdata
+            Rows to predict; ``None`` for the training rows.
+        kind
+            ``"class"``: the response's own class labels; ``"prob"``: posterior predictive
+            ``P(y = positive)``, the normalised pseudo-likelihood averaged over ``q(f)``
+            (see :mod:`bayesvm.results.prediction`); ``"link"``: posterior mean of ``f``.
+            Always ``class == (prob > 0.5)``.
+        include_random
+            False predicts at population level (all random effects 0).
+        """
+        if kind not in PREDICT_KINDS:
+            raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
+        mean, var = self._linear_predictor(newdata, include_random)
+        if kind == "link":
+            return mean
+        prob = gaussian_average_probability(mean, var)
+        if kind == "prob":
+            return prob
+        return self.model.design.response.decode(np.where(prob > 0.5, 1.0, -1.0))
+
+    def predict_interval(
+        self, newdata: pd.DataFrame | None = None, level: float = 0.95, include_random: bool = True
+    ) -> pd.DataFrame:
+        """Posterior mean, SD and central credible interval of the linear predictor ``f``."""
+        from scipy.stats import norm
+
+        mean, var = self._linear_predictor(newdata, include_random)
+        sd = np.sqrt(var)
+        z = norm.ppf(0.5 + level / 2.0)
+        return pd.DataFrame({"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd})
+
+    # ----- reporting -----------------------------------------------------------------
+    def summary(self, level: float = 0.95):
+        """lme4-style summary; ``str()`` of the returned object prints it."""
+        from .summary import build_summary
+
+        return build_summary(self, level)
+
+    def __repr__(self) -> str:
+        return f"<BSVMFit {self.method}: {self.formula!r}, n={self.model.design.n}, lower bound {self.lower_bound[-1]:.4f}>"
+
+    def to_inference_data(self, draws: int = 1000, seed: int | None = 0):
+        """ArviZ object with draws from q: ``posterior``, ``observed_data`` and ``lower_bound`` groups."""
+        from .arviz import fit_to_inference_data
+
+        return fit_to_inference_data(self, draws=draws, seed=seed)

@@ -1,0 +1,153 @@
+"""``summary(fit)``: compute first (DataFrames), render second (small section helpers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+METHOD_TITLES = {
+    "vb": "mean-field variational Bayes (Luts & Ormerod 2014, Alg. {alg})",
+}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Data of a summary; ``str()`` renders it like lme4's ``summary.merMod``.
+
+    Attributes
+    ----------
+    fixed
+        Per fixed effect: ``mean``, ``sd``, lower and upper credible bounds.
+    random
+        Per random-effect term: ``group``, ``term``, ``variance``, ``sd`` (posterior means
+        ``E[sigma^2]`` and ``sqrt(E[sigma^2])``) and, for correlated terms, ``corr`` with the
+        term's first column.
+    info
+        Everything else shown: method, formula, classes, counts, convergence.
+    """
+
+    fixed: pd.DataFrame
+    random: pd.DataFrame
+    info: dict
+
+    def __str__(self) -> str:
+        return "\n".join(
+            part for part in (_header(self.info), _random_section(self), _fixed_section(self), _footer(self.info)) if part
+        )
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{self}</pre>"
+
+
+def build_summary(fit, level: float = 0.95) -> Summary:
+    design = fit.model.design
+    mean = fit.fixef
+    sd = np.sqrt(np.diag(fit.fixef_cov.to_numpy()))
+    z = norm.ppf(0.5 + level / 2.0)
+    lo, hi = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
+    fixed = pd.DataFrame({"mean": mean.to_numpy(), "sd": sd, lo: mean - z * sd, hi: mean + z * sd}, index=mean.index)
+    rows = []
+    for est in fit.variance_components:
+        if est.group == "penalty":
+            continue
+        cov = est.mean
+        sds = np.sqrt(np.diag(cov))
+        for j, term in enumerate(est.terms):
+            corr = cov[j, 0] / (sds[j] * sds[0]) if j > 0 else np.nan
+            rows.append({"group": est.group, "term": term, "variance": cov[j, j], "sd": sds[j], "corr": corr})
+    random = pd.DataFrame(rows, columns=["group", "term", "variance", "sd", "corr"])
+    response = design.response
+    n_pos = int((design.y > 0).sum())
+    penalty = fit.model.penalty
+    if penalty is None:
+        penalty_text = f"none: vague N(0, {fit.model.priors.fixed_variance:g}) on every fixed effect"
+    elif penalty == "learn":
+        alpha = fit.penalty_estimate
+        penalty_text = "learned: slopes ~ N(0, sigma_u^2), sigma_u^2 ~ IG(A, B)"
+        if alpha is not None:
+            penalty_text += f"; E[alpha] = E[1/(4 sigma_u^2)] = {alpha:.4g}"
+    else:
+        penalty_text = f"fixed alpha = {penalty:g} (slopes ~ N(0, 1/(4 alpha)))"
+    alg = "1" if not fit.problem.components else "2"
+    info = {
+        "method": fit.method,
+        "title": METHOD_TITLES.get(fit.method, fit.method).format(alg=alg),
+        "formula": fit.formula,
+        "data": fit.data_name,
+        "response": response.name,
+        "positive": response.positive,
+        "negative": response.negative,
+        "n_positive": n_pos,
+        "n_obs": design.n,
+        "n_dropped": dict(design.n_dropped),
+        "groups": design.groups,
+        "penalty": penalty_text,
+        "standardized": bool(np.any(fit.model.scale != 1.0) or np.any(fit.model.center != 0.0)),
+        "n_iter": fit.n_iter,
+        "converged": fit.converged,
+        "lower_bound": float(fit.lower_bound[-1]),
+        "tol": fit.tol,
+        "elapsed": fit.elapsed,
+        "decreases": list(fit.result.decreases),
+    }
+    return Summary(fixed=fixed, random=random, info=info)
+
+
+def _header(info: dict) -> str:
+    lines = [
+        f"Bayesian SVM fit by {info['title']}",
+        f" Formula: {info['formula']}",
+        f"    Data: {info['data']}",
+        f"Positive class (+1): {info['response']} = {info['positive']!r} ({info['n_positive']} of {info['n_obs']});"
+        f" -1: {info['negative']!r}",
+        f" Penalty: {info['penalty']}",
+    ]
+    if info["n_dropped"]:
+        dropped = ", ".join(f"{k}: {v}" for k, v in info["n_dropped"].items())
+        lines.append(f" Dropped rows with missing values ({dropped})")
+    return "\n".join(lines) + "\n"
+
+
+def _random_section(summary: Summary) -> str:
+    info = summary.info
+    if summary.random.empty:
+        return f"Number of obs: {info['n_obs']}\n"
+    table = summary.random.rename(columns={"group": "Groups", "term": "Name", "variance": "Variance", "sd": "Std.Dev.", "corr": "Corr"})
+    table = table.copy()
+    table["Groups"] = table["Groups"].where(~table["Groups"].duplicated(), "")
+    if table["Corr"].isna().all():
+        table = table.drop(columns="Corr")
+    else:
+        table["Corr"] = table["Corr"].map(lambda v: "" if np.isnan(v) else f"{v:.2f}")
+    body = table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    groups = ", ".join(f"{g}, {n}" for g, n in info["groups"].items())
+    return (
+        "Random effects (posterior means of the variance components):\n"
+        + _indent(body)
+        + f"\nNumber of obs: {info['n_obs']}, groups:  {groups}\n"
+    )
+
+
+def _fixed_section(summary: Summary) -> str:
+    table = summary.fixed.rename(columns={"mean": "Estimate", "sd": "Std.Dev."})
+    body = table.to_string(float_format=lambda v: f"{v:.4f}")
+    note = " (on the original scale of the predictors)" if summary.info["standardized"] else ""
+    return f"Fixed effects (posterior mean, sd and credible interval){note}:\n{body}\n"
+
+
+def _footer(info: dict) -> str:
+    status = "converged" if info["converged"] else "NOT converged"
+    text = (
+        f"Convergence: {status} after {info['n_iter']} iterations (tol {info['tol']:g}); "
+        f"lower bound {info['lower_bound']:.4f}; {1000 * info['elapsed']:.1f} ms"
+    )
+    if info["decreases"]:
+        text += f"\nWarning: the lower bound decreased at iteration(s) {info['decreases'][:10]}"
+    return text
+
+
+def _indent(text: str, by: str = " ") -> str:
+    return "\n".join(by + line for line in text.splitlines())
