@@ -195,7 +195,9 @@ def build_model(design: Design, penalty: object, priors: PriorSet, standardize: 
         by_group.setdefault(term.group, []).append(t)
     blocked: tuple[int, ...] = ()
     if by_group:
-        size = {g: design.re_terms[ts[0]].n_levels * sum(design.re_terms[t].k for t in ts) for g, ts in by_group.items()}
+        size = {
+            g: design.re_terms[ts[0]].n_levels * sum(design.re_terms[t].k for t in ts) for g, ts in by_group.items()
+        }
         biggest = max(size, key=size.get)
         blocked = tuple(by_group[biggest])
     dense = tuple(t for t in range(len(design.re_terms)) if t not in blocked)

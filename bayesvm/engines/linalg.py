@@ -87,7 +87,9 @@ class GaussianPosterior:
     def dim(self) -> int:
         return self.mean_d.size + self.mean_b.size
 
-    def predictor(self, D: np.ndarray, codes: np.ndarray | None, values: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def predictor(
+        self, D: np.ndarray, codes: np.ndarray | None, values: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of ``f_i = d_i' theta_d + z_i' theta_{l(i)}`` under q, row by row.
 
         Rows with ``codes == -1`` get no blocked random effect.

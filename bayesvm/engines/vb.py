@@ -148,7 +148,9 @@ def _update_component(comp: VarianceComponent, second: np.ndarray) -> ComponentP
     """Alg. 2 step 4 (IG) and its inverse-Wishart analogue."""
     if comp.is_wishart:
         return ComponentPosterior(shape=comp.prior_df + comp.n_levels, scale=comp.prior_scale + second)
-    return ComponentPosterior(shape=comp.prior_a + comp.n_levels / 2.0, scale=np.array([[comp.prior_b + 0.5 * second[0, 0]]]))
+    return ComponentPosterior(
+        shape=comp.prior_a + comp.n_levels / 2.0, scale=np.array([[comp.prior_b + 0.5 * second[0, 0]]])
+    )
 
 
 def _prior_precisions(problem: VBProblem, precisions: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:

@@ -102,7 +102,9 @@ def _parse_bar(inner: str, formula: str) -> list[Bar]:
     if "|" in group:
         raise FormulaError(f"random-effect term ({inner}) in {formula!r} has more than one bar")
     if not lhs:
-        raise FormulaError(f"random-effect term ({inner}) in {formula!r} has no terms before the bar; write (1 | {group or 'g'})")
+        raise FormulaError(
+            f"random-effect term ({inner}) in {formula!r} has no terms before the bar; write (1 | {group or 'g'})"
+        )
     if not group:
         raise FormulaError(f"random-effect term ({inner}) in {formula!r} has no grouping factor after the bar")
     if not _GROUP_RE.match(group):
@@ -137,7 +139,9 @@ def parse_formula(formula: str) -> ParsedFormula:
     if not re.fullmatch(_NAME, lhs):
         raise FormulaError(f"response {lhs!r} in {formula!r} must be a single column name")
     if not rhs:
-        raise FormulaError(f"formula {formula!r} has nothing on the right of '~'; use '~ 1' for an intercept-only model")
+        raise FormulaError(
+            f"formula {formula!r} has nothing on the right of '~'; use '~ 1' for an intercept-only model"
+        )
 
     bars: list[Bar] = []
     pieces, last = [], 0
@@ -150,7 +154,9 @@ def parse_formula(formula: str) -> ParsedFormula:
             raise FormulaError(f"random-effect term {rhs[start:end]!r} in {formula!r} must be added with '+'")
         after = rhs[end:].lstrip()
         if after and not after.startswith(("+", "-")):
-            raise FormulaError(f"random-effect term {rhs[start:end]!r} in {formula!r} must be followed by '+' or end the formula")
+            raise FormulaError(
+                f"random-effect term {rhs[start:end]!r} in {formula!r} must be followed by '+' or end the formula"
+            )
         bars.extend(_parse_bar(inner, formula))
         pieces.append(rhs[last:start])
         last = end
@@ -159,7 +165,9 @@ def parse_formula(formula: str) -> ParsedFormula:
     fixed = re.sub(r"\+\s*(\+\s*)+", "+ ", fixed)
     fixed = re.sub(r"^\s*\+\s*|\s*\+\s*$", "", fixed).strip()
     if "|" in fixed:
-        raise FormulaError(f"'|' in {formula!r} is only allowed inside a parenthesised random-effect term such as (1 | g)")
+        raise FormulaError(
+            f"'|' in {formula!r} is only allowed inside a parenthesised random-effect term such as (1 | g)"
+        )
     if not fixed:
         fixed = "1"
     return ParsedFormula(formula=formula, response=_strip_backticks(lhs), fixed=fixed, bars=tuple(bars))

@@ -159,7 +159,7 @@ class Design:
     def z_names(self) -> list[str]:
         return [name for term in self.re_terms for name in term.column_names]
 
-    def rematerialize(self, newdata: pd.DataFrame, include_random: bool = True) -> "NewDesign":
+    def rematerialize(self, newdata: pd.DataFrame, include_random: bool = True) -> NewDesign:
         """Rebuild X and the random-effect codes and values for new rows.
 
         Raises
@@ -258,7 +258,7 @@ def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: s
 
 def _materialize(spec_or_formula, data: pd.DataFrame, what: str) -> np.ndarray:
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
             warnings.simplefilter("error", UserWarning)
             if isinstance(spec_or_formula, str):
                 matrix = formulaic.model_matrix(spec_or_formula, data, na_action="raise")
@@ -266,8 +266,9 @@ def _materialize(spec_or_formula, data: pd.DataFrame, what: str) -> np.ndarray:
                 matrix = spec_or_formula.get_model_matrix(data, na_action="raise")
     except UserWarning as exc:
         raise DesignError(f"cannot build the {what} design: {exc}") from None
-    except FormulaicError as exc:
-        raise DesignError(f"cannot build the {what} design: {exc}") from None
+    except (FormulaicError, ValueError, TypeError) as exc:
+        message = str(exc).split("\n")[0]
+        raise DesignError(f"cannot build the {what} design: {message}") from None
     if isinstance(spec_or_formula, str):
         return matrix
     return np.asarray(matrix, dtype=float)
@@ -285,12 +286,21 @@ def _group_labels(data: pd.DataFrame, factors: tuple[str, ...]) -> pd.Index:
     return pd.Index(labels.astype(str))
 
 
+def _sorted_levels(labels: pd.Index) -> pd.Index:
+    """Unique labels, in numeric order when every label is a number (``"2"`` before ``"10"``)."""
+    unique = pd.Index(labels.unique())
+    numeric = pd.to_numeric(pd.Series(unique), errors="coerce")
+    if numeric.notna().all():
+        return unique[np.argsort(numeric.to_numpy(), kind="stable")]
+    return unique.sort_values()
+
+
 _C_CALL = re.compile(r"^C\(\s*([A-Za-z_.][A-Za-z0-9_.]*)")
 
 
 def _check_unseen_levels(spec, newdata: pd.DataFrame) -> None:
     """Error for a fixed-effect factor level that training never saw (formulaic only warns)."""
-    for key, (kind, state) in spec.encoder_state.items():
+    for key, (_kind, state) in spec.encoder_state.items():
         categories = state.get("categories") if isinstance(state, dict) else None
         if categories is None:
             continue
@@ -349,7 +359,7 @@ def build_design(
             raise FormulaError(f"random-effect term {bar} has no columns")
         _check_finite(values, names)
         labels = _group_labels(frame, bar.group)
-        levels = pd.Index(sorted(set(labels)))
+        levels = _sorted_levels(labels)
         codes = levels.get_indexer(labels)
         blocks = [tuple(range(values.shape[1]))] if bar.correlated else [(j,) for j in range(values.shape[1])]
         for cols in blocks:

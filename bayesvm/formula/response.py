@@ -63,7 +63,9 @@ def code_response(values: pd.Series, name: str, positive: object | None = None) 
     n_missing = int(values.isna().sum())
     if n_missing:
         rows = values.index[values.isna()].tolist()[:5]
-        raise DataError(f"response {name!r} has {n_missing} missing value(s) (rows {rows}{'...' if n_missing > 5 else ''})")
+        raise DataError(
+            f"response {name!r} has {n_missing} missing value(s) (rows {rows}{'...' if n_missing > 5 else ''})"
+        )
     levels = _sorted_levels(values)
     if len(levels) != 2:
         shown = levels[:6]

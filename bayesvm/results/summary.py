@@ -35,7 +35,9 @@ class Summary:
 
     def __str__(self) -> str:
         return "\n".join(
-            part for part in (_header(self.info), _random_section(self), _fixed_section(self), _footer(self.info)) if part
+            part
+            for part in (_header(self.info), _random_section(self), _fixed_section(self), _footer(self.info))
+            if part
         )
 
     def _repr_html_(self) -> str:
@@ -115,7 +117,9 @@ def _random_section(summary: Summary) -> str:
     info = summary.info
     if summary.random.empty:
         return f"Number of obs: {info['n_obs']}\n"
-    table = summary.random.rename(columns={"group": "Groups", "term": "Name", "variance": "Variance", "sd": "Std.Dev.", "corr": "Corr"})
+    table = summary.random.rename(
+        columns={"group": "Groups", "term": "Name", "variance": "Variance", "sd": "Std.Dev.", "corr": "Corr"}
+    )
     table = table.copy()
     table["Groups"] = table["Groups"].where(~table["Groups"].duplicated(), "")
     if table["Corr"].isna().all():

@@ -1,0 +1,44 @@
+"""Shared fixtures and the ``slow`` marker (skipped unless ``--runslow``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--runslow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --runslow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def toenail() -> pd.DataFrame:
+    return bayesvm.datasets.load_toenail()
+
+
+def simulate_grouped(n_groups=12, per_group=8, p=2, seed=0, slope_sd=0.0) -> pd.DataFrame:
+    """Logistic data with a random intercept (and optional random slope) per group."""
+    rng = np.random.default_rng(seed)
+    n = n_groups * per_group
+    g = np.repeat(np.arange(n_groups), per_group)
+    X = rng.standard_normal((n, p))
+    u = rng.normal(0, 1.0, n_groups)[g]
+    s = rng.normal(0, slope_sd, n_groups)[g] if slope_sd else 0.0
+    eta = 0.3 + X @ np.linspace(1.0, -0.5, p) + u + s * X[:, 0]
+    y = rng.random(n) < 1 / (1 + np.exp(-eta))
+    frame = pd.DataFrame(X, columns=[f"x{j + 1}" for j in range(p)])
+    frame["g"] = [f"g{k}" for k in g]
+    frame["h"] = [f"h{k}" for k in rng.integers(0, 5, n)]
+    frame["y"] = y.astype(int)
+    return frame

@@ -1,0 +1,143 @@
+"""The VB engine proves its own algebra: monotone bound, closed form = Monte Carlo."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.engines.vb import fit_vb
+from bayesvm.formula import build_design, parse_formula
+from bayesvm.model import build_model
+from bayesvm.priors import InverseWishart, PriorSet
+from tests.conftest import simulate_grouped
+from tests.engines.mc_bound import mc_lower_bound
+
+
+def _problem(formula, data, penalty="learn", standardize=True, priors=None):
+    design = build_design(parse_formula(formula), data)
+    model = build_model(design, penalty, priors or PriorSet(), standardize)
+    return model.problem()
+
+
+def assert_monotone(bound):
+    assert np.all(np.isfinite(bound))
+    assert np.diff(bound).min() >= -1e-8 * abs(bound[-1])
+
+
+def test_lower_bound_never_decreases_on_toenail(toenail):
+    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None)
+    assert fit.converged and fit.n_iter > 5
+    assert_monotone(fit.lower_bound)
+
+
+def test_lower_bound_never_decreases_with_learned_penalty():
+    data = simulate_grouped(n_groups=40, per_group=10, p=6, seed=3)
+    fit = bayesvm.bsvm("y ~ x1 + x2 + x3 + x4 + x5 + x6", data, penalty="learn")
+    assert fit.converged
+    assert_monotone(fit.lower_bound)
+    assert fit.penalty_estimate > 0
+
+
+def test_correlated_term_bound_monotone(toenail):
+    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 + visit | patientID)", toenail)
+    assert_monotone(fit.lower_bound)
+
+
+@pytest.mark.parametrize("penalty", ["learn", 0.5])
+def test_separable_data_converge_to_finite_values(penalty):
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(1, 3, 30), rng.uniform(-3, -1, 30)])
+    data = pd.DataFrame({"x": x, "z": rng.standard_normal(60), "y": np.where(x > 0, "a", "b")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = bayesvm.bsvm("y ~ x + z", data, penalty=penalty, max_iter=2000)
+    assert np.all(np.isfinite(fit.fixef)) and np.all(np.isfinite(fit.fixef_cov.to_numpy()))
+    assert_monotone(fit.lower_bound)
+    assert np.all(fit.predict() == data["y"].to_numpy())
+
+
+CASES = {
+    "alg1_fixed_penalty": ("y ~ x1 + x2 + x3", 0.7, {}),
+    "alg2_learned_penalty": ("y ~ x1 + x2 + x3", "learn", {}),
+    "alg2_one_factor": ("y ~ x1 + x2 + (1 | g)", None, {}),
+    "alg2_two_factors": ("y ~ x1 + (1 | g) + (1 | h)", "learn", {}),
+    "inverse_wishart": ("y ~ x1 + (1 + x1 | g)", None, {"correlated": InverseWishart(df=3.0, scale=0.5)}),
+    "inverse_wishart_dense": ("y ~ x1 + (1 + x1 | h) + (1 | g)", None, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_closed_form_bound_matches_monte_carlo(case):
+    formula, penalty, prior_kw = CASES[case]
+    data = simulate_grouped(n_groups=6, per_group=6, p=3, seed=11, slope_sd=0.5)
+    problem = _problem(formula, data, penalty=penalty, priors=PriorSet(**prior_kw))
+    # stop early: the closed form must hold for any q, not only at convergence
+    result = fit_vb(problem, max_iter=3)
+    estimate, se = mc_lower_bound(problem, result, draws=4000, seed=5)
+    closed = result.lower_bound[-1]
+    assert abs(estimate - closed) < 3 * se + 1e-9, (closed, estimate, se)
+
+
+def test_monte_carlo_check_can_fail():
+    """The same check rejects a bound that is off by one nat."""
+    data = simulate_grouped(n_groups=6, per_group=6, p=3, seed=11)
+    problem = _problem("y ~ x1 + x2 + (1 | g)", data, penalty=None)
+    result = fit_vb(problem, max_iter=3)
+    estimate, se = mc_lower_bound(problem, result, draws=4000, seed=5)
+    assert se < 0.3
+    assert abs(estimate - (result.lower_bound[-1] + 1.0)) > 3 * se
+
+
+def test_standardize_does_not_change_predictions_without_penalty():
+    data = simulate_grouped(n_groups=10, per_group=10, p=2, seed=2)
+    data["x1"] = 50 + 10 * data["x1"]
+    kw = dict(penalty=None, tol=1e-15, max_iter=20000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bayesvm.ConvergenceWarning)
+        a = bayesvm.bsvm("y ~ x1 * x2 + (1 | g)", data, standardize=True, **kw)
+        b = bayesvm.bsvm("y ~ x1 * x2 + (1 | g)", data, standardize=False, **kw)
+    np.testing.assert_allclose(a.predict(kind="link"), b.predict(kind="link"), atol=1e-6)
+    np.testing.assert_allclose(a.predict(kind="prob"), b.predict(kind="prob"), atol=1e-6)
+
+
+def test_schur_complement_matches_dense_solve():
+    """Structured posterior equals the dense inverse of the full precision."""
+    data = simulate_grouped(n_groups=7, per_group=5, p=2, seed=4, slope_sd=0.3)
+    problem = _problem("y ~ x1 + x2 + (1 + x1 | g) + (1 | h)", data, penalty=None)
+    result = fit_vb(problem, max_iter=4)
+    theta = result.theta
+    # rebuild the precision densely from the engine's inputs
+    Zb = problem.blocked
+    J, K = theta.mean_b.shape
+    B = np.zeros((problem.n, J * K))
+    for i, (c, z) in enumerate(zip(Zb.codes, Zb.values)):
+        B[i, c * K : (c + 1) * K] = z
+    C = np.hstack([problem.D, B])
+    # sweep 5 updates q(theta) from sweep 4's q(a) and components
+    result2 = fit_vb(problem, max_iter=5)
+    chi_prev = result.chi
+    weights = 1 / np.sqrt(chi_prev)
+    from bayesvm.engines.vb import _prior_precisions
+
+    prior_dd, prior_b = _prior_precisions(problem, [c.expected_precision() for c in result.components])
+    prior = np.zeros((C.shape[1], C.shape[1]))
+    q = problem.D.shape[1]
+    prior[:q, :q] = prior_dd
+    for j in range(J):
+        prior[q + j * K : q + (j + 1) * K, q + j * K : q + (j + 1) * K] = prior_b
+    precision = C.T @ (weights[:, None] * C) + prior
+    np.testing.assert_allclose(np.linalg.inv(precision), _full_cov(result2.theta), rtol=1e-7, atol=1e-10)
+    dense_mean = np.linalg.solve(precision, C.T @ (problem.y * (1 + weights)))
+    np.testing.assert_allclose(
+        dense_mean, np.concatenate([result2.theta.mean_d, result2.theta.mean_b.ravel()]), rtol=1e-7, atol=1e-10
+    )
+
+
+def _full_cov(theta):
+    from tests.engines.mc_bound import dense_covariance
+
+    return dense_covariance(theta)[1]

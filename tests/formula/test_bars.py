@@ -1,0 +1,60 @@
+import pytest
+
+from bayesvm.errors import FormulaError
+from bayesvm.formula.bars import Bar, parse_formula
+
+
+@pytest.mark.parametrize(
+    "formula, fixed, bars",
+    [
+        ("y ~ visit*treat + (1|patient)", "visit*treat", [Bar("1", ("patient",))]),
+        ("y ~ x + (1 + x | g)", "x", [Bar("1 + x", ("g",))]),
+        ("y ~ x + (x | g)", "x", [Bar("x", ("g",))]),
+        ("y ~ x + (1 + x || g)", "x", [Bar("1 + x", ("g",), correlated=False)]),
+        ("y ~ (0 + x | g) + x", "x", [Bar("0 + x", ("g",))]),
+        ("y ~ x + (1 | a/b)", "x", [Bar("1", ("a",)), Bar("1", ("a", "b"))]),
+        ("y ~ x + (1 | a) + (1 | b)", "x", [Bar("1", ("a",)), Bar("1", ("b",))]),
+        ("y ~ x + (1 | a:b)", "x", [Bar("1", ("a", "b"))]),
+        ("y ~ (1 | g)", "1", [Bar("1", ("g",))]),
+        ("y ~ np.log(x) + C(f) + (1|g)", "np.log(x) + C(f)", [Bar("1", ("g",))]),
+        ("y ~ x - 1 + (1|g)", "x - 1", [Bar("1", ("g",))]),
+        ("y ~ x", "x", []),
+    ],
+)
+def test_bar_syntax(formula, fixed, bars):
+    parsed = parse_formula(formula)
+    assert parsed.response == "y"
+    assert parsed.fixed == fixed
+    assert list(parsed.bars) == bars
+
+
+def test_nested_three_levels():
+    bars = parse_formula("y ~ 1 + (1 | a/b/c)").bars
+    assert [b.group for b in bars] == [("a",), ("a", "b"), ("a", "b", "c")]
+    assert bars[2].group_name == "a:b:c"
+
+
+@pytest.mark.parametrize(
+    "formula, fragment",
+    [
+        ("y ~ (1|)", "no grouping factor"),
+        ("y ~ (|g)", "no terms before the bar"),
+        ("y ~ (1|g", "unbalanced"),
+        ("y ~ x)", "unbalanced"),
+        ("y t", "'~'"),
+        ("~ x", "no response"),
+        ("y ~ ", "nothing on the right"),
+        ("y ~ x | g", "only allowed inside"),
+        ("y ~ (1 | g + h)", "grouping factor"),
+        ("y ~ x + (1|g) z", "followed by"),
+        ("y ~ x ~ z", "exactly one"),
+    ],
+)
+def test_syntax_errors_are_formula_errors(formula, fragment):
+    with pytest.raises(FormulaError, match=fragment.replace("(", r"\(").replace("|", r"\|")):
+        parse_formula(formula)
+
+
+def test_formula_error_is_value_error():
+    with pytest.raises(ValueError):
+        parse_formula("y t")

@@ -1,0 +1,133 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesvm.errors import DataError, DesignError, FormulaError
+from bayesvm.formula import build_design, parse_formula
+
+
+@pytest.fixture
+def frame():
+    return pd.DataFrame(
+        {
+            "y": ["no", "yes", "no", "yes", "no", "yes"],
+            "x": [0.5, 1.0, -1.0, 2.0, 0.0, 1.5],
+            "f": ["a", "b", "a", "b", "c", "c"],
+            "g": ["2", "10", "2", "1", "10", "1"],
+            "h": ["u", "u", "v", "v", "u", "v"],
+        }
+    )
+
+
+def design(formula, data, **kw):
+    return build_design(parse_formula(formula), data, **kw)
+
+
+def test_random_intercept_z(frame):
+    d = design("y ~ x + (1 | g)", frame)
+    (term,) = d.re_terms
+    assert list(term.levels) == ["1", "2", "10"]  # numeric order
+    Z = d.Z().toarray()
+    expected = np.array([[0, 1, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0], [0, 0, 1], [1, 0, 0]], dtype=float)
+    np.testing.assert_array_equal(Z, expected)
+    assert d.z_names == ["(Intercept)|g[1]", "(Intercept)|g[2]", "(Intercept)|g[10]"]
+
+
+def test_correlated_slope_is_level_major(frame):
+    d = design("y ~ x + (1 + x | g)", frame)
+    (term,) = d.re_terms
+    assert term.k == 2 and term.correlated
+    Z = d.Z().toarray()
+    assert Z.shape == (6, 6)
+    # row 0 has g = "2" (level index 1): columns 2 (intercept) and 3 (x)
+    np.testing.assert_array_equal(Z[0], [0, 0, 1, 0.5, 0, 0])
+    assert d.z_names[:2] == ["(Intercept)|g[1]", "x|g[1]"]
+
+
+def test_independent_terms_split(frame):
+    d = design("y ~ x + (1 + x || g)", frame)
+    assert [t.term_names for t in d.re_terms] == [("(Intercept)",), ("x",)]
+    assert not any(t.correlated for t in d.re_terms)
+    assert d.Z().shape == (6, 6)
+
+
+def test_slope_only(frame):
+    d = design("y ~ x + (0 + x | g)", frame)
+    (term,) = d.re_terms
+    assert term.term_names == ("x",)
+    np.testing.assert_allclose(d.Z().toarray().sum(axis=1), frame["x"].to_numpy())
+
+
+def test_nested_and_interaction_groups(frame):
+    d = design("y ~ 1 + (1 | h/g)", frame)
+    assert [t.group for t in d.re_terms] == ["h", "h:g"]
+    assert list(d.re_terms[1].levels) == sorted({f"{h}:{g}" for h, g in zip(frame.h, frame.g)})
+    d2 = design("y ~ 1 + (1 | h:g)", frame)
+    assert d2.re_terms[0].group == "h:g"
+    assert d2.Z().shape == (6, d2.re_terms[0].n_levels)
+
+
+def test_crossed(frame):
+    d = design("y ~ x + (1 | g) + (1 | h)", frame)
+    assert d.groups == {"g": 3, "h": 2}
+    assert d.Z().shape == (6, 5)
+    np.testing.assert_array_equal(d.Z().toarray().sum(axis=1), 2)
+
+
+def test_response_codings(frame):
+    assert design("y ~ x", frame).response.positive == "yes"
+    assert design("y ~ x", frame, positive="no").response.positive == "no"
+    for values, pos in [([0, 1, 0, 1, 0, 1], 1), ([-1, 1, -1, 1, -1, 1], 1), ([False, True] * 3, True)]:
+        d = design("y ~ x", frame.assign(y=values))
+        assert d.response.positive == pos
+        np.testing.assert_array_equal(d.y, np.where(np.array(values) == pos, 1.0, -1.0))
+    cat = pd.Categorical(frame.y, categories=["yes", "no"])
+    assert design("y ~ x", frame.assign(y=cat)).response.positive == "no"
+
+
+def test_newdata_rebuild_and_unseen_levels(frame):
+    d = design("y ~ x + f + (1 | g)", frame)
+    new = d.rematerialize(frame.iloc[[0, 3]].assign(g=["10", "99"]))
+    np.testing.assert_array_equal(new.X, d.X[[0, 3]])
+    np.testing.assert_array_equal(new.codes[0], [2, -1])
+    with pytest.raises(DesignError, match=r"column 'f'.*\['zz'\]"):
+        d.rematerialize(frame.assign(f=["a", "zz", "a", "b", "c", "c"]))
+    with pytest.raises(FormulaError, match="'x'"):
+        d.rematerialize(frame.drop(columns="x"))
+    pop = d.rematerialize(frame.drop(columns="g"), include_random=False)
+    assert (pop.codes[0] == -1).all()
+
+
+@pytest.mark.parametrize(
+    "formula, mutate, error, fragment",
+    [
+        ("y ~ w", None, FormulaError, "'w'"),
+        ("y ~ x + (1 | gg)", None, FormulaError, "'gg'"),
+        ("y ~ x", lambda f: f.assign(y="no"), DataError, "two classes"),
+        ("y ~ x", lambda f: f.assign(y=["a", "b", "c", "a", "b", "c"]), DataError, "found 3"),
+        (
+            "y ~ x",
+            lambda f: f.assign(y=["no", None, "no", "yes", "no", "yes"]),
+            DataError,
+            "response 'y' has 1 missing",
+        ),
+        ("y ~ x", lambda f: f.assign(x=[0.5, np.nan, np.inf, 1, 2, 3]), DataError, "'x': 2"),
+        ("y ~ x + (1|g)", lambda f: f.assign(g=["1", None, "2", "2", "1", "1"]), DataError, "'g': 1"),
+        ("y ~ x", lambda f: f.iloc[:0], DataError, "no rows"),
+        ("y ~ np.log(x)", None, DesignError, "np.log\\(x\\)"),
+    ],
+)
+def test_bad_input_names_the_culprit_and_leaves_data_alone(frame, formula, mutate, error, fragment):
+    data = mutate(frame) if mutate else frame
+    before = data.copy()
+    with pytest.raises(error, match=fragment):
+        design(formula, data)
+    pd.testing.assert_frame_equal(data, before)
+
+
+def test_missing_drop_reports(frame):
+    data = frame.assign(x=[0.5, np.nan, -1, 2, 0, 1.5])
+    before = data.copy()
+    d = design("y ~ x", data, missing="drop")
+    assert d.n == 5 and d.n_dropped == {"x": 1}
+    pd.testing.assert_frame_equal(data, before)

@@ -1,0 +1,155 @@
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.errors import BayesvmError, DesignError
+from tests.conftest import simulate_grouped
+
+
+@pytest.fixture(scope="module")
+def grouped():
+    return simulate_grouped(n_groups=15, per_group=8, p=2, seed=1)
+
+
+@pytest.fixture(scope="module")
+def fit(grouped):
+    return bayesvm.bsvm("y ~ x1 + x2 + (1 | g)", grouped)
+
+
+def test_class_is_prob_above_half(fit, grouped):
+    prob = fit.predict(grouped, kind="prob")
+    cls = fit.predict(grouped, kind="class")
+    assert ((prob > 0.5) == (cls == 1)).all()
+    link = fit.predict(grouped, kind="link")
+    assert ((link > 0) == (prob > 0.5)).all()
+    assert np.all((prob > 0) & (prob < 1))
+
+
+@pytest.mark.parametrize(
+    "values, positive",
+    [
+        (["healthy", "sick"], "sick"),
+        ([0, 1], 1),
+        ([-1, 1], 1),
+        ([False, True], True),
+        (pd.Categorical(["control", "case"], categories=["control", "case"]), "case"),
+    ],
+)
+def test_predicted_classes_use_the_response_coding(grouped, values, positive):
+    values = np.asarray(values, dtype=object) if not isinstance(values, pd.Categorical) else values
+    y = np.where(grouped["y"] == 1, values[1], values[0])
+    data = grouped.assign(y=pd.Categorical(y, categories=list(values)) if isinstance(values, pd.Categorical) else y)
+    fit = bayesvm.bsvm("y ~ x1 + x2", data)
+    assert fit.model.design.response.positive == positive
+    predicted = fit.predict(data)
+    assert set(predicted) <= set(np.asarray(values).tolist())
+    assert np.mean(predicted == np.asarray(data["y"])) > 0.6
+    assert str(positive) in str(fit.summary())
+
+
+def test_positive_argument_flips_the_sign(grouped):
+    a = bayesvm.bsvm("y ~ x1 + x2", grouped, positive=1)
+    b = bayesvm.bsvm("y ~ x1 + x2", grouped, positive=0)
+    np.testing.assert_allclose(a.fixef, -b.fixef, rtol=1e-6, atol=1e-8)
+    np.testing.assert_array_equal(a.predict(grouped), b.predict(grouped))
+
+
+def test_unseen_group_level_warns_once_and_uses_population_level(fit, grouped):
+    new = grouped.head(4).assign(g=["g0", "new1", "new2", "g1"])
+    with pytest.warns(UserWarning, match="2 row"):
+        link = fit.predict(new, kind="link")
+    population = fit.predict(new, kind="link", include_random=False)
+    np.testing.assert_allclose(link[[1, 2]], population[[1, 2]])
+    expected = fit.fixef["(Intercept)"] + new[["x1", "x2"]].to_numpy() @ fit.fixef[["x1", "x2"]].to_numpy()
+    np.testing.assert_allclose(population, expected)
+    assert abs(link[0] - population[0]) > 1e-6
+
+
+def test_training_prediction_equals_newdata_prediction(fit, grouped):
+    np.testing.assert_allclose(fit.predict(kind="prob"), fit.predict(grouped, kind="prob"))
+    np.testing.assert_allclose(
+        fit.predict(kind="link", include_random=False), fit.predict(grouped, kind="link", include_random=False)
+    )
+
+
+def test_ranef_layout(toenail):
+    fit = bayesvm.bsvm("outcome ~ visit + (1 + visit | patientID)", toenail)
+    ranef = fit.ranef["patientID"]
+    assert list(ranef.columns) == ["(Intercept)", "visit"]
+    assert len(ranef) == 294 and ranef.index.name == "patientID"
+    assert fit.ranef_sd["patientID"].to_numpy().min() > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"penalty": 0}, "positive"),
+        ({"penalty": -1.0}, "positive"),
+        ({"penalty": "auto"}, "'auto'"),
+        ({"method": "magic"}, "unknown method 'magic'"),
+        ({"missing": "impute-please"}, "missing must be"),
+        ({"max_iter": 0}, "max_iter"),
+    ],
+)
+def test_bad_arguments(grouped, kwargs, fragment):
+    with pytest.raises(BayesvmError, match=fragment):
+        bayesvm.bsvm("y ~ x1 + x2", grouped, **kwargs)
+
+
+def test_bad_newdata(fit, grouped):
+    with pytest.raises(ValueError, match="'x2'"):
+        fit.predict(grouped.drop(columns="x2"))
+    with pytest.raises(ValueError, match="kind"):
+        fit.predict(grouped, kind="probability")
+
+
+def test_unseen_fixed_level_is_an_error(toenail):
+    fit = bayesvm.bsvm("outcome ~ visit * treatment", toenail)
+    new = toenail.head(3).astype({"treatment": object}).assign(treatment=["itraconazole", "placebo", "placebo"])
+    with pytest.raises(DesignError, match=r"'treatment'.*placebo.*2 row"):
+        fit.predict(new)
+
+
+def test_missing_drop_fits_and_reports(grouped):
+    data = grouped.copy()
+    data.loc[[3, 7], "x1"] = np.nan
+    before = data.copy()
+    with pytest.raises(ValueError, match=r"'x1': 2"):
+        bayesvm.bsvm("y ~ x1 + x2", data)
+    fit = bayesvm.bsvm("y ~ x1 + x2", data, missing="drop")
+    assert fit.model.design.n == len(data) - 2
+    assert "Dropped rows" in str(fit.summary())
+    pd.testing.assert_frame_equal(data, before)
+
+
+def test_non_convergence_warns(grouped):
+    with pytest.warns(bayesvm.ConvergenceWarning):
+        fit = bayesvm.bsvm("y ~ x1 + x2 + (1|g)", grouped, max_iter=2)
+    assert not fit.converged and fit.n_iter == 2
+    assert "NOT converged" in str(fit.summary())
+
+
+def test_summary_sections(toenail):
+    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None)
+    text = str(fit.summary())
+    for piece in [
+        "Formula:",
+        "Positive class (+1): outcome = 'moderate or severe'",
+        "Random effects",
+        "patientID, 294",
+        "Fixed effects",
+        "visit:treatment[T.terbinafine]",
+        "lower bound",
+        "converged",
+        "Number of obs: 1908",
+    ]:
+        assert piece in text
+    summary = fit.summary()
+    assert list(summary.fixed.columns) == ["mean", "sd", "2.5%", "97.5%"]
+    assert summary.random.loc[0, "group"] == "patientID"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary._repr_html_()
