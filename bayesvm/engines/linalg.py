@@ -22,13 +22,13 @@ Identities used (``G_l = P_l^{-1} P_{l,d}``, ``h_i = G_{l(i)}' z_i``):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
-import scipy.linalg as sla
-import scipy.sparse as sp
+from scipy.linalg import lapack
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BlockedFactor:
     """The grouping factor eliminated by the Schur complement.
 
@@ -44,42 +44,56 @@ class BlockedFactor:
     def K(self) -> int:
         return self.values.shape[1]
 
-    def aggregator(self) -> sp.csr_matrix:
-        """Sparse ``J x n`` matrix summing rows into their levels."""
-        n = len(self.codes)
-        seen = self.codes >= 0
-        return sp.csr_matrix(
-            (np.ones(int(seen.sum())), (self.codes[seen], np.flatnonzero(seen))), shape=(self.n_levels, n)
-        )
+    @cached_property
+    def _segments(self) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """Rows sorted by level (``None`` when already sorted), the levels present and where their rows start."""
+        seen = np.flatnonzero(self.codes >= 0)
+        order = seen[np.argsort(self.codes[seen], kind="stable")]
+        present, starts = np.unique(self.codes[order], return_index=True)
+        if order.size == self.codes.size and np.all(order[1:] > order[:-1]):
+            order = None
+        return order, present, starts
+
+    def sorted_order(self) -> np.ndarray:
+        """A row permutation that makes every level's rows contiguous."""
+        return np.argsort(self.codes, kind="stable")
+
+    def take(self, rows: np.ndarray) -> BlockedFactor:
+        """The factor restricted to / reordered by ``rows``."""
+        return BlockedFactor(codes=self.codes[rows], values=self.values[rows], n_levels=self.n_levels)
+
+    def aggregate(self, rows: np.ndarray) -> np.ndarray:
+        """Sum ``rows`` (``n x r``) within each level, giving ``J x r`` (one ``np.add.reduceat``)."""
+        order, present, starts = self._segments
+        out = np.zeros((self.n_levels,) + rows.shape[1:])
+        if present.size:
+            out[present] = np.add.reduceat(rows if order is None else rows[order], starts, axis=0)
+        return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GaussianPosterior:
     """``q(theta) = N(mu, P^{-1})`` in structured form.
 
     Attributes
     ----------
     mean_d, cov_d
-        Mean and covariance of ``theta_d``.
-    chol_schur
-        Lower Cholesky factor of the Schur complement ``S`` (``cov_d = S^{-1}``).
+        Mean and covariance of ``theta_d`` (``cov_d = S^{-1}``).
     mean_b, cov_b
         ``(J, K)`` means and ``(J, K, K)`` marginal covariances of the blocked effects.
     gain
         ``G = P_bb^{-1} P_bd`` as ``(J, K, q)``.
-    chol_blocks
-        Lower Cholesky factors of the ``P_l``, ``(J, K, K)``.
+    block_inv
+        ``P_l^{-1}``, ``(J, K, K)``.
     logdet_precision
         ``log |P|``.
     """
 
     mean_d: np.ndarray
     cov_d: np.ndarray
-    chol_schur: np.ndarray
     mean_b: np.ndarray
     cov_b: np.ndarray
     gain: np.ndarray
-    chol_blocks: np.ndarray
     block_inv: np.ndarray
     logdet_precision: float
 
@@ -95,31 +109,33 @@ class GaussianPosterior:
         Rows with ``codes == -1`` get no blocked random effect.
         """
         mean = D @ self.mean_d
-        if codes is None or self.mean_b.size == 0:
-            resid = D
-            var_b = np.zeros(D.shape[0])
-        else:
+        resid = D
+        var = 0.0
+        if codes is not None and self.mean_b.size:
             seen = codes >= 0
             z = np.where(seen[:, None], values, 0.0)
             idx = np.where(seen, codes, 0)
-            mean = mean + np.einsum("nk,nk->n", z, self.mean_b[idx])
-            resid = D - np.einsum("nk,nkq->nq", z, self.gain[idx])
-            var_b = np.einsum("nk,nkl,nl->n", z, self.block_inv[idx], z)
-        half = sla.solve_triangular(self.chol_schur, resid.T, lower=True, check_finite=False)
-        return mean, np.einsum("qn,qn->n", half, half) + var_b
+            gain, mean_b = np.take(self.gain, idx, axis=0), np.take(self.mean_b, idx, axis=0)
+            block_inv = np.take(self.block_inv, idx, axis=0)
+            resid = D.copy()
+            for k in range(z.shape[1]):  # K is the handful of terms per level
+                mean = mean + z[:, k] * mean_b[:, k]
+                resid -= z[:, k, None] * gain[:, k, :]
+                for l in range(z.shape[1]):
+                    var = var + z[:, k] * z[:, l] * block_inv[:, k, l]
+        var = var + ((resid @ self.cov_d) * resid) @ np.ones(resid.shape[1])
+        return mean, var
 
     def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Joint draws: ``theta_d`` of shape ``(size, q)`` and ``theta_b`` of shape ``(size, J, K)``."""
         q = self.mean_d.size
-        eps_d = rng.standard_normal((size, q))
-        dev_d = sla.solve_triangular(self.chol_schur.T, eps_d.T, lower=False, check_finite=False).T
+        dev_d = rng.standard_normal((size, q)) @ np.linalg.cholesky(self.cov_d).T
         theta_d = self.mean_d + dev_d
         if self.mean_b.size == 0:
             return theta_d, np.zeros((size,) + self.mean_b.shape)
         eps_b = rng.standard_normal((size,) + self.mean_b.shape)
-        # theta_l | theta_d ~ N(mu_l - G_l (theta_d - mu_d), P_l^{-1}); L_l' x = eps gives Cov P_l^{-1}
-        lt = np.swapaxes(self.chol_blocks, -1, -2)
-        dev_b = np.linalg.solve(lt[None], eps_b[..., None])[..., 0]
+        # theta_l | theta_d ~ N(mu_l - G_l (theta_d - mu_d), P_l^{-1})
+        dev_b = np.einsum("jkl,sjl->sjk", np.linalg.cholesky(self.block_inv), eps_b)
         theta_b = self.mean_b - np.einsum("jkq,sq->sjk", self.gain, dev_d) + dev_b
         return theta_d, theta_b
 
@@ -130,7 +146,6 @@ def gaussian_posterior(
     rhs_weights: np.ndarray,
     prior_dd: np.ndarray,
     blocked: BlockedFactor | None,
-    aggregator: sp.csr_matrix | None,
     prior_b: np.ndarray | None,
 ) -> GaussianPosterior:
     """Solve for ``q(theta) = N(P^{-1} C' r, P^{-1})`` with ``P = C' diag(w) C + prior``.
@@ -145,60 +160,62 @@ def gaussian_posterior(
         ``y_i (1 + E[1/a_i])`` so that the linear term is ``C' rhs_weights``.
     prior_dd
         Prior precision of ``theta_d`` (``q x q``).
-    blocked, aggregator, prior_b
-        The blocked factor, its ``J x n`` aggregator and its per-level prior precision ``(K, K)``.
+    blocked, prior_b
+        The blocked factor and its per-level prior precision ``(K, K)``.
     """
-    q = D.shape[1]
+    n, q = D.shape
     WD = D * w[:, None]
     schur = D.T @ WD + prior_dd
     rhs = D.T @ rhs_weights
     if blocked is None:
-        J, K = 0, 0
         gain = np.zeros((0, 0, q))
-        chol_blocks = block_inv = np.zeros((0, 0, 0))
-        mean_b_part = np.zeros((0, 0))
+        block_inv = cov_b = np.zeros((0, 0, 0))
+        mean_b = np.zeros((0, 0))
         logdet_b = 0.0
     else:
-        J, K = blocked.n_levels, blocked.K
+        K, J = blocked.K, blocked.n_levels
         z = blocked.values
-        outer = (z * w[:, None])[:, :, None] * z[:, None, :]
-        blocks = np.asarray(aggregator @ outer.reshape(len(w), K * K)).reshape(J, K, K) + prior_b
-        cross = np.stack([np.asarray(aggregator @ (WD * z[:, [a]])) for a in range(K)], axis=1)  # (J, K, q)
-        rhs_b = np.asarray(aggregator @ (z * rhs_weights[:, None]))  # (J, K)
-        chol_blocks = np.linalg.cholesky(blocks)
-        eye_k = np.broadcast_to(np.eye(K), blocks.shape)
-        block_inv = _batched_cho_solve(chol_blocks, eye_k)
+        # per-level sums in one pass: sum w z z', sum w z d', sum z r
+        stacked = np.concatenate(
+            [
+                ((z * w[:, None])[:, :, None] * z[:, None, :]).reshape(n, K * K),
+                (z[:, :, None] * WD[:, None, :]).reshape(n, K * q),
+                z * rhs_weights[:, None],
+            ],
+            axis=1,
+        )
+        sums = blocked.aggregate(stacked)
+        blocks = sums[:, : K * K].reshape(J, K, K) + prior_b
+        cross = sums[:, K * K : K * K + K * q].reshape(J, K, q)
+        rhs_b = sums[:, K * K + K * q :]
+        if K == 1:
+            block_inv = 1.0 / blocks
+            logdet_b = float(np.sum(np.log(blocks)))
+        else:
+            block_inv = np.linalg.inv(blocks)
+            logdet_b = float(np.sum(np.linalg.slogdet(blocks)[1]))
         gain = block_inv @ cross
         mean_b_part = np.einsum("jkl,jl->jk", block_inv, rhs_b)
         schur = schur - np.einsum("jkq,jkr->qr", cross, gain)
         rhs = rhs - np.einsum("jkq,jk->q", gain, rhs_b)
-        logdet_b = 2.0 * float(np.sum(np.log(np.diagonal(chol_blocks, axis1=1, axis2=2))))
-    chol = sla.cholesky(schur, lower=True, check_finite=False)
-    mean_d = sla.cho_solve((chol, True), rhs, check_finite=False)
-    chol_inv = sla.solve_triangular(chol, np.eye(q), lower=True, check_finite=False)
-    cov_d = chol_inv.T @ chol_inv
-    if J:
+    chol, info = lapack.dpotrf(schur, lower=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("the posterior precision is not positive definite")
+    mean_d = lapack.dpotrs(chol, rhs, lower=1)[0]
+    cov_d = lapack.dpotri(chol, lower=1)[0]
+    cov_d = cov_d + np.tril(cov_d, -1).T  # dpotri fills the lower triangle only
+    if blocked is not None:
         mean_b = mean_b_part - gain @ mean_d
-        half = gain @ chol_inv.T  # (J, K, q)
-        cov_b = block_inv + half @ np.swapaxes(half, -1, -2)
-    else:
-        mean_b = mean_b_part
-        cov_b = np.zeros((0, 0, 0))
+        # diagonal blocks of G S^{-1} G' without a (JK)-square matrix
+        spread = (gain.reshape(-1, q) @ cov_d).reshape(gain.shape)
+        cov_b = block_inv + (spread[:, :, None, :] * gain[:, None, :, :]) @ np.ones(q)
     logdet = 2.0 * float(np.sum(np.log(np.diag(chol)))) + logdet_b
     return GaussianPosterior(
         mean_d=mean_d,
         cov_d=cov_d,
-        chol_schur=chol,
         mean_b=mean_b,
         cov_b=cov_b,
         gain=gain,
-        chol_blocks=chol_blocks,
         block_inv=block_inv,
         logdet_precision=logdet,
     )
-
-
-def _batched_cho_solve(chol: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Solve ``L L' x = rhs`` for a stack of small lower-triangular ``L``."""
-    half = np.linalg.solve(chol, rhs)
-    return np.linalg.solve(np.swapaxes(chol, -1, -2), half)

@@ -28,10 +28,23 @@ def assert_monotone(bound):
     assert np.diff(bound).min() >= -1e-8 * abs(bound[-1])
 
 
-def test_lower_bound_never_decreases_on_toenail(toenail):
-    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None)
-    assert fit.converged and fit.n_iter > 5
-    assert_monotone(fit.lower_bound)
+@pytest.mark.parametrize("accelerate", [True, False])
+def test_lower_bound_never_decreases_on_toenail(toenail, accelerate):
+    design = build_design(parse_formula("outcome ~ visit * treatment + (1 | patientID)"), toenail)
+    problem = build_model(design, None, PriorSet(), True).problem()
+    result = fit_vb(problem, accelerate=accelerate)
+    assert result.converged and result.n_iter > 5
+    assert_monotone(result.lower_bound)
+
+
+def test_acceleration_reaches_the_same_optimum(toenail):
+    design = build_design(parse_formula("outcome ~ visit * treatment + (1 | patientID)"), toenail)
+    problem = build_model(design, None, PriorSet(), True).problem()
+    fast = fit_vb(problem, tol=1e-12, max_iter=5000)
+    plain = fit_vb(problem, tol=1e-12, max_iter=5000, accelerate=False)
+    assert fast.n_iter < plain.n_iter / 2
+    np.testing.assert_allclose(fast.lower_bound[-1], plain.lower_bound[-1], rtol=1e-9)
+    np.testing.assert_allclose(fast.theta.mean_d, plain.theta.mean_d, rtol=1e-4, atol=1e-5)
 
 
 def test_lower_bound_never_decreases_with_learned_penalty():
