@@ -212,11 +212,21 @@ def _as_frame(data: object, what: str) -> pd.DataFrame:
 
 
 def _required_variables(formula: str, data: pd.DataFrame, what: str) -> list[str]:
+    """Data columns a formula part uses.
+
+    formulaic's ``required_variables`` reads a quoted name such as ```cad.dur``` inside a
+    function call as the attribute ``dur`` of ``cad``; quoted names are taken whole here.
+    """
     try:
-        variables = formulaic.Formula(formula).required_variables
+        variables = {str(v) for v in formulaic.Formula(formula).required_variables}
     except FormulaicError as exc:
         raise FormulaError(f"cannot parse formula part {formula!r}: {exc}") from None
-    return sorted(str(v) for v in variables)
+    for quoted in re.findall(r"`([^`]+)`", formula):
+        variables.add(quoted)
+        head = quoted.split(".")[0]
+        if "." in quoted and head not in data.columns:
+            variables.discard(head)
+    return sorted(variables)
 
 
 def _check_columns(data: pd.DataFrame, needed: set[str], what: str) -> None:
@@ -224,6 +234,8 @@ def _check_columns(data: pd.DataFrame, needed: set[str], what: str) -> None:
         if name not in data.columns:
             close = difflib.get_close_matches(name, [str(c) for c in data.columns], n=3)
             hint = f"; did you mean {close}?" if close else ""
+            if any("." in c and c.startswith(name + ".") for c in close):
+                hint += " (names containing '.' must be quoted in backticks, e.g. `cad.dur`)"
             raise FormulaError(f"column {name!r} used in the formula is not in {what}{hint}")
 
 

@@ -138,8 +138,8 @@ def _random_section(summary: Summary) -> str:
 def _fixed_section(summary: Summary) -> str:
     table = summary.fixed.rename(columns={"mean": "Estimate", "sd": "Std.Dev."})
     body = table.to_string(float_format=lambda v: f"{v:.4f}")
-    note = " (on the original scale of the predictors)" if summary.info["standardized"] else ""
-    return f"Fixed effects (posterior mean, sd and credible interval){note}:\n{body}\n"
+    note = ", original scale of the predictors" if summary.info["standardized"] else ""
+    return f"Fixed effects (posterior mean, sd and credible interval{note}):\n{body}\n"
 
 
 def _footer(info: dict) -> str:

@@ -1,0 +1,78 @@
+"""Command line: ``python -m bayesvm example toenail`` and ``python -m bayesvm fit FORMULA data.csv``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from . import datasets
+from .errors import BayesvmError
+from .fitting import METHODS, bsvm
+
+EXAMPLES = {
+    "toenail": (
+        "Luts & Ormerod (2014), section 4.3: random-intercept Bayesian SVM for the toenail trial",
+        datasets.load_toenail,
+        "outcome ~ visit * treatment + (1 | patientID)",
+        {"penalty": None},
+    ),
+}
+
+
+def _penalty(text: str) -> float | str | None:
+    if text == "learn":
+        return "learn"
+    if text.lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"penalty must be 'learn', 'none' or a number, got {text!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bayesvm", description="Bayesian support vector machines.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    example = sub.add_parser("example", help="run a worked example from the papers")
+    example.add_argument("name", choices=sorted(EXAMPLES))
+    fit = sub.add_parser("fit", help="fit a formula to a CSV file and print the summary")
+    fit.add_argument("formula", help='e.g. "y ~ x1 * x2 + (1 | group)"')
+    fit.add_argument("csv", help="path to a CSV file with a header row")
+    fit.add_argument("--method", default="vb", choices=METHODS)
+    fit.add_argument("--penalty", default="learn", type=_penalty, help="'learn' (default), 'none' or alpha > 0")
+    fit.add_argument("--positive", default=None, help="response value to code as +1")
+    fit.add_argument("--missing", default="error", choices=["error", "drop"])
+    fit.add_argument("--no-standardize", action="store_true", help="fit on the columns as given")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "example":
+            title, loader, formula, kwargs = EXAMPLES[args.name]
+            print(title, end="\n\n")
+            fit = bsvm(formula, loader(), **kwargs)
+        else:
+            data = pd.read_csv(args.csv)
+            data.attrs["name"] = args.csv
+            fit = bsvm(
+                args.formula,
+                data,
+                method=args.method,
+                penalty=args.penalty,
+                positive=args.positive,
+                missing=args.missing,
+                standardize=not args.no_standardize,
+            )
+    except (BayesvmError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(fit.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
