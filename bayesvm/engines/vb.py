@@ -285,6 +285,9 @@ class _Sweeper:
     def encode(self, chi: np.ndarray, components: list[ComponentPosterior]) -> np.ndarray:
         parts = [np.log(chi)]
         for post in components:
+            if post.scale.shape == (1, 1):
+                parts.append(0.5 * np.log(post.scale[0]))
+                continue
             chol = np.linalg.cholesky(post.scale)
             parts.append(np.log(np.diag(chol)))
             parts.append(chol[np.tril_indices_from(chol, -1)])
@@ -328,6 +331,7 @@ def fit_vb(problem: VBProblem, tol: float = 1e-8, max_iter: int = 500, accelerat
     n_sweeps = 0
     converged = False
     current: _Sweep | None = None
+    before_encoded: np.ndarray | None = None  # encoding of `state`, when known
 
     def record(result: _Sweep) -> bool:
         """Append the bound; True when converged."""
@@ -340,7 +344,7 @@ def fit_vb(problem: VBProblem, tol: float = 1e-8, max_iter: int = 500, accelerat
         return abs(change) < tol * abs(bounds[-1])
 
     while n_sweeps < max_iter and not converged:
-        before = state
+        before, x0, before_encoded = state, before_encoded, None
         first = sweeper.sweep(*state)
         n_sweeps += 1
         current, state = first, (first.chi, first.components)
@@ -353,11 +357,12 @@ def fit_vb(problem: VBProblem, tol: float = 1e-8, max_iter: int = 500, accelerat
         converged = record(second)
         if converged:
             continue
-        x0 = sweeper.encode(*before)
+        x0 = sweeper.encode(*before) if x0 is None else x0
         x1, x2 = sweeper.encode(first.chi, first.components), sweeper.encode(*state)
         r, v = x1 - x0, x2 - 2.0 * x1 + x0
         norm_v = np.linalg.norm(v)
         if norm_v == 0.0:
+            before_encoded = x2
             continue
         step = min(-1.0, -np.linalg.norm(r) / norm_v)
         x_new = x0 - 2.0 * step * r + step**2 * v
@@ -369,6 +374,8 @@ def fit_vb(problem: VBProblem, tol: float = 1e-8, max_iter: int = 500, accelerat
         if trial is not None and np.isfinite(trial.bound) and trial.bound >= second.bound:
             current, state = trial, (trial.chi, trial.components)
             converged = record(trial)
+        else:
+            before_encoded = x2  # the next cycle starts from the second sweep's state
     chi = current.chi
     if sweeper.order is not None:
         chi = chi[np.argsort(sweeper.order)]

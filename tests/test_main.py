@@ -1,0 +1,29 @@
+import subprocess
+import sys
+
+import pandas as pd
+
+from bayesvm.__main__ import main
+
+
+def test_example_toenail_prints_summary_with_lower_bound():
+    out = subprocess.run(
+        [sys.executable, "-m", "bayesvm", "example", "toenail"], capture_output=True, text=True, check=True
+    )
+    assert "Random effects" in out.stdout and "patientID" in out.stdout
+    assert "lower bound -12" in out.stdout
+
+
+def test_fit_any_csv(tmp_path, capsys):
+    path = tmp_path / "d.csv"
+    pd.DataFrame({"y": [0, 1, 0, 1, 1, 0, 1, 0], "x": [1.0, 2, 0.5, 3, 2.5, 0.1, 1.9, 0.7]}).to_csv(path, index=False)
+    assert main(["fit", "y ~ x", str(path), "--penalty", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "fixed alpha = 0.5" in out and "Fixed effects" in out
+
+
+def test_fit_reports_errors_without_traceback(tmp_path, capsys):
+    path = tmp_path / "d.csv"
+    pd.DataFrame({"y": [0, 1], "x": [1.0, 2]}).to_csv(path, index=False)
+    assert main(["fit", "y ~ z", str(path)]) == 2
+    assert "column 'z'" in capsys.readouterr().err
