@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from .engines.linalg import BlockedFactor
 from .engines.vb import VarianceComponent, VBProblem
@@ -19,8 +20,8 @@ from .formula.design import Design, NewDesign
 from .priors import PriorSet
 
 #: Largest number of dense columns (fixed effects plus random effects outside the largest
-#: grouping factor) the dense Schur complement accepts.
-MAX_DENSE_COLUMNS = 4000
+#: grouping factor) for the dense Schur complement; beyond it the sparse Cholesky path is used.
+MAX_DENSE_COLUMNS = 2000
 
 
 def validate_penalty(penalty: object) -> float | str | None:
@@ -56,6 +57,8 @@ class LinearModel:
         Internal standardisation of X: ``X_std = (X - center) / scale``.
     dense_terms, blocked_terms
         Indices of ``design.re_terms`` placed in ``theta_d`` and in ``theta_b``.
+    sparse
+        Whether ``theta_d`` is solved by the sparse Cholesky path (``engines/sparse.py``).
     """
 
     design: Design
@@ -65,6 +68,7 @@ class LinearModel:
     scale: np.ndarray
     dense_terms: tuple[int, ...]
     blocked_terms: tuple[int, ...]
+    sparse: bool = False
 
     # ----- layout -------------------------------------------------------------------
     @property
@@ -92,13 +96,12 @@ class LinearModel:
     def standardized_X(self, X: np.ndarray) -> np.ndarray:
         return (X - self.center) / self.scale
 
-    def dense_matrix(self, X: np.ndarray, codes: tuple[np.ndarray, ...], values: tuple[np.ndarray, ...]) -> np.ndarray:
-        """``[X_std, Z of the dense terms]`` for given rows."""
-        parts = [self.standardized_X(X)]
-        for t in self.dense_terms:
-            term = self.design.re_terms[t]
-            parts.append(term.z_matrix(codes[t], values[t]).toarray())
-        return np.hstack(parts)
+    def dense_matrix(self, X: np.ndarray, codes: tuple[np.ndarray, ...], values: tuple[np.ndarray, ...]):
+        """``[X_std, Z of the dense terms]`` for given rows (a CSR matrix on the sparse path)."""
+        blocks = [self.design.re_terms[t].z_matrix(codes[t], values[t]) for t in self.dense_terms]
+        if self.sparse:
+            return sp.hstack([sp.csr_matrix(self.standardized_X(X)), *blocks], format="csr")
+        return np.hstack([self.standardized_X(X), *(block.toarray() for block in blocks)])
 
     def blocked_factor(self, codes: tuple[np.ndarray, ...], values: tuple[np.ndarray, ...]) -> BlockedFactor | None:
         if not self.blocked_terms:
@@ -174,12 +177,22 @@ class LinearModel:
         return T.reshape(p, p)
 
 
-def build_model(design: Design, penalty: object, priors: PriorSet, standardize: bool) -> LinearModel:
+def build_model(
+    design: Design,
+    penalty: object,
+    priors: PriorSet,
+    standardize: bool,
+    max_dense_columns: int = MAX_DENSE_COLUMNS,
+) -> LinearModel:
     """Decide the standardisation and the dense / blocked split.
 
     Standardisation (``standardize=True``): every non-constant column of X other than the
     intercept is scaled by its SD (``ddof=1``, as R's ``scale()``) and, when the model has an
     intercept, centred on its mean.
+
+    Layout: one grouping factor, or several whose smaller factors have at most
+    ``max_dense_columns`` coefficients (with the fixed effects), use the Schur complement over
+    the largest factor; otherwise every coefficient goes to the sparse Cholesky path.
     """
     penalty = validate_penalty(penalty)
     p = design.p
@@ -202,11 +215,9 @@ def build_model(design: Design, penalty: object, priors: PriorSet, standardize: 
         blocked = tuple(by_group[biggest])
     dense = tuple(t for t in range(len(design.re_terms)) if t not in blocked)
     n_dense = p + sum(design.re_terms[t].n_levels * design.re_terms[t].k for t in dense)
-    if n_dense > MAX_DENSE_COLUMNS:
-        raise BayesvmError(
-            f"the model has {n_dense} coefficients outside its largest grouping factor; the dense solver "
-            f"handles at most {MAX_DENSE_COLUMNS}. Reduce the number of levels of the smaller grouping factors."
-        )
+    sparse = bool(design.re_terms) and n_dense > max_dense_columns
+    if sparse:
+        dense, blocked = tuple(range(len(design.re_terms))), ()
     return LinearModel(
         design=design,
         penalty=penalty,
@@ -215,4 +226,5 @@ def build_model(design: Design, penalty: object, priors: PriorSet, standardize: 
         scale=scale,
         dense_terms=dense,
         blocked_terms=blocked,
+        sparse=sparse,
     )

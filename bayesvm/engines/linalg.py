@@ -101,6 +101,14 @@ class GaussianPosterior:
     def dim(self) -> int:
         return self.mean_d.size + self.mean_b.size
 
+    def cov_entries(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``Cov(theta_d)[rows, cols]`` (broadcast)."""
+        return self.cov_d[rows, cols]
+
+    def variance(self) -> np.ndarray:
+        """Variances of ``theta_d``."""
+        return np.diag(self.cov_d)
+
     def predictor(
         self, D: np.ndarray, codes: np.ndarray | None, values: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:

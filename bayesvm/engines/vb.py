@@ -29,10 +29,12 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import digamma, gammaln, multigammaln
 
 from .augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
 from .linalg import BlockedFactor, GaussianPosterior, gaussian_posterior
+from .sparse import SparseGaussianPosterior, sparse_gaussian_posterior
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -83,7 +85,9 @@ class VarianceComponent:
 class VBProblem:
     """Immutable inputs of the VB engine (DESIGN rule 4).
 
-    ``fixed_precision[j]`` is the prior precision of ``theta_d[j]`` when it is not in a
+    ``D`` is a dense array (with ``blocked`` the Schur-eliminated factor, or None) or a
+    ``scipy.sparse`` matrix holding the whole design ``C`` (sparse Cholesky path, no
+    ``blocked``).  ``fixed_precision[j]`` is the prior precision of ``theta_d[j]`` when it is not in a
     variance component (0 for component-governed columns).
     """
 
@@ -96,6 +100,10 @@ class VBProblem:
     @property
     def n(self) -> int:
         return self.y.size
+
+    @property
+    def is_sparse(self) -> bool:
+        return sp.issparse(self.D)
 
 
 @dataclass
@@ -122,7 +130,7 @@ class ComponentPosterior:
 class VBResult:
     """Plain outputs of :func:`fit_vb`."""
 
-    theta: GaussianPosterior
+    theta: GaussianPosterior | SparseGaussianPosterior
     components: list[ComponentPosterior]
     chi: np.ndarray
     lower_bound: np.ndarray
@@ -140,7 +148,7 @@ def _second_moments(comp: VarianceComponent, theta: GaussianPosterior) -> np.nda
         cov = theta.cov_b[:, pos[:, None], pos[None, :]]
     else:
         mean = theta.mean_d[comp.index]
-        cov = theta.cov_d[comp.index[:, :, None], comp.index[:, None, :]]
+        cov = theta.cov_entries(comp.index[:, :, None], comp.index[:, None, :])
     return mean.T @ mean + cov.sum(axis=0)
 
 
@@ -165,6 +173,18 @@ def _prior_precisions(problem: VBProblem, precisions: list[np.ndarray]) -> tuple
             idx = comp.index
             prior_dd[idx[:, :, None], idx[:, None, :]] += prec[None, :, :]
     return prior_dd, prior_b
+
+
+def _sparse_prior(problem: VBProblem, precisions: list[np.ndarray]) -> sp.csr_matrix:
+    """Prior precision of ``theta`` as a sparse block-diagonal matrix (sparse path)."""
+    size = problem.D.shape[1]
+    rows, cols, vals = [np.arange(size)], [np.arange(size)], [np.asarray(problem.fixed_precision, dtype=float)]
+    for comp, prec in zip(problem.components, precisions):
+        idx = comp.index
+        rows.append(np.broadcast_to(idx[:, :, None], idx.shape + (comp.k,)).ravel())
+        cols.append(np.broadcast_to(idx[:, None, :], (idx.shape[0], comp.k, comp.k)).ravel())
+        vals.append(np.broadcast_to(prec[None], (idx.shape[0], comp.k, comp.k)).ravel())
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
 
 
 def _component_bound(comp: VarianceComponent, post: ComponentPosterior, second: np.ndarray) -> float:
@@ -218,7 +238,7 @@ def lower_bound(
     # E[log p(theta_j)] for fixed-precision columns: N(0, 1 / lambda_j)
     lam = problem.fixed_precision
     fixed = lam > 0
-    second_fixed = theta.mean_d[fixed] ** 2 + np.diag(theta.cov_d)[fixed]
+    second_fixed = theta.mean_d[fixed] ** 2 + theta.variance()[fixed]
     total += float(np.sum(0.5 * np.log(lam[fixed]) - 0.5 * LOG_2PI - 0.5 * lam[fixed] * second_fixed))
     # -E[log q(theta)]: Gaussian entropy
     total += 0.5 * theta.dim * (1.0 + LOG_2PI) - 0.5 * theta.logdet_precision
@@ -232,7 +252,7 @@ def lower_bound(
 class _Sweep:
     """One coordinate-ascent sweep's output: a complete q and its lower bound."""
 
-    theta: GaussianPosterior
+    theta: GaussianPosterior | SparseGaussianPosterior
     chi: np.ndarray
     components: list[ComponentPosterior]
     bound: float
@@ -265,13 +285,17 @@ class _Sweeper:
     def sweep(self, chi: np.ndarray, components: list[ComponentPosterior]) -> _Sweep:
         problem, y, D, blocked = self.problem, self.y, self.D, self.blocked
         w = inverse_a_mean(chi)
-        # (1) q(theta): Alg. 2 steps 2-3
-        prior_dd, prior_b = _prior_precisions(problem, [c.expected_precision() for c in components])
-        theta = gaussian_posterior(D, w, y * (1.0 + w), prior_dd, blocked, prior_b)
-        # (2) q(a): chi_i = (1 - y_i mu_f)^2 + Var(f_i), Alg. 2 step 3
-        codes = None if blocked is None else blocked.codes
-        values = None if blocked is None else blocked.values
-        mean_f, var_f = theta.predictor(D, codes, values)
+        precisions = [c.expected_precision() for c in components]
+        # (1) q(theta): Alg. 2 steps 2-3; (2) q(a): chi_i = (1 - y_i mu_f)^2 + Var(f_i), step 3
+        if problem.is_sparse:
+            theta = sparse_gaussian_posterior(D, w, y * (1.0 + w), _sparse_prior(problem, precisions))
+            mean_f, var_f = theta.predictor(D, training=True)
+        else:
+            prior_dd, prior_b = _prior_precisions(problem, precisions)
+            theta = gaussian_posterior(D, w, y * (1.0 + w), prior_dd, blocked, prior_b)
+            codes = None if blocked is None else blocked.codes
+            values = None if blocked is None else blocked.values
+            mean_f, var_f = theta.predictor(D, codes, values)
         expected_sq = (1.0 - y * mean_f) ** 2 + var_f
         chi = update_chi(expected_sq)
         # (3) variance components: Alg. 2 step 4

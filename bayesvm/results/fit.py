@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
 from ..engines.vb import VBProblem, VBResult
 from ..errors import BayesvmError
@@ -87,7 +88,8 @@ class BSVMFit:
         """Posterior covariance of the fixed effects, original scale."""
         p = self.model.design.p
         T = self.model.fixed_transform()
-        cov = T @ self.result.theta.cov_d[:p, :p] @ T.T
+        grid = np.arange(p)
+        cov = T @ self.result.theta.cov_entries(grid[:, None], grid[None, :]) @ T.T
         names = list(self.model.design.x_names)
         return pd.DataFrame(cov, index=names, columns=names)
 
@@ -102,7 +104,7 @@ class BSVMFit:
         else:
             idx = self.model.dense_offsets()[t] + np.arange(term.n_levels * term.k)
             mean = theta.mean_d[idx].reshape(term.n_levels, term.k)
-            var = np.diag(theta.cov_d)[idx].reshape(term.n_levels, term.k)
+            var = theta.variance()[idx].reshape(term.n_levels, term.k)
         return mean, np.sqrt(var)
 
     def _ranef_frames(self, which: int) -> dict[str, pd.DataFrame]:
@@ -151,8 +153,9 @@ class BSVMFit:
         if newdata is None:
             D, blocked = self.problem.D, self.problem.blocked
             if not include_random:
-                D = D.copy()
-                D[:, model.design.p :] = 0.0
+                keep = np.zeros(D.shape[1])
+                keep[: model.design.p] = 1.0
+                D = D @ sp.diags(keep) if sp.issparse(D) else D * keep
                 blocked = None
         else:
             new = model.design.rematerialize(newdata, include_random=include_random)

@@ -14,6 +14,8 @@ from bayesvm.engines.vb import VBProblem, VBResult
 def dense_covariance(theta) -> tuple[np.ndarray, np.ndarray]:
     """Full mean and covariance of (theta_d, vec theta_b) from the structured posterior."""
     q = theta.mean_d.size
+    if hasattr(theta, "factor"):  # sparse path: invert by solves
+        return theta.mean_d, theta.factor.solve(np.eye(q))
     if theta.mean_b.size == 0:
         return theta.mean_d, theta.cov_d
     J, K = theta.mean_b.shape
@@ -38,7 +40,7 @@ def mc_lower_bound(problem: VBProblem, result: VBResult, draws: int, seed: int =
     td = draws_theta[:, :q]
     tb = draws_theta[:, q:].reshape((draws,) + theta.mean_b.shape)
     # linear predictor
-    f = td @ problem.D.T
+    f = (problem.D @ td.T).T
     if problem.blocked is not None:
         codes, z = problem.blocked.codes, problem.blocked.values
         f = f + np.einsum("nk,snk->sn", z, tb[:, codes, :])

@@ -17,9 +17,9 @@ from tests.conftest import simulate_grouped
 from tests.engines.mc_bound import mc_lower_bound
 
 
-def _problem(formula, data, penalty="learn", standardize=True, priors=None):
+def _problem(formula, data, penalty="learn", standardize=True, priors=None, max_dense_columns=2000):
     design = build_design(parse_formula(formula), data)
-    model = build_model(design, penalty, priors or PriorSet(), standardize)
+    model = build_model(design, penalty, priors or PriorSet(), standardize, max_dense_columns=max_dense_columns)
     return model.problem()
 
 
@@ -83,11 +83,20 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_closed_form_bound_matches_monte_carlo(case):
+MC_RUNS = [(case, "schur") for case in sorted(CASES)] + [
+    (case, "sparse")
+    for case in sorted(CASES)
+    if "|" in CASES[case][0]  # the sparse path needs random effects
+]
+
+
+@pytest.mark.parametrize("case, solver", MC_RUNS)
+def test_closed_form_bound_matches_monte_carlo(case, solver):
     formula, penalty, prior_kw = CASES[case]
     data = simulate_grouped(n_groups=6, per_group=6, p=3, seed=11, slope_sd=0.5)
-    problem = _problem(formula, data, penalty=penalty, priors=PriorSet(**prior_kw))
+    limit = 0 if solver == "sparse" else 2000
+    problem = _problem(formula, data, penalty=penalty, priors=PriorSet(**prior_kw), max_dense_columns=limit)
+    assert problem.is_sparse == (solver == "sparse")
     # stop early: the closed form must hold for any q, not only at convergence
     result = fit_vb(problem, max_iter=3)
     estimate, se = mc_lower_bound(problem, result, draws=4000, seed=5)
@@ -154,3 +163,32 @@ def _full_cov(theta):
     from tests.engines.mc_bound import dense_covariance
 
     return dense_covariance(theta)[1]
+
+
+def test_sparse_path_equals_schur_path():
+    data = simulate_grouped(n_groups=30, per_group=6, p=2, seed=8, slope_sd=0.4)
+    formula = "y ~ x1 + x2 + (1 + x1 | g) + (1 | h)"
+    schur = _problem(formula, data, penalty=None)
+    sparse = _problem(formula, data, penalty=None, max_dense_columns=0)
+    assert sparse.is_sparse and not schur.is_sparse
+    a, b = fit_vb(schur, max_iter=6, accelerate=False), fit_vb(sparse, max_iter=6, accelerate=False)
+    np.testing.assert_allclose(a.lower_bound, b.lower_bound, rtol=1e-10)
+    np.testing.assert_allclose(a.chi, b.chi, rtol=1e-8)
+    assert_monotone(fit_vb(sparse).lower_bound)
+
+
+def test_sparse_path_predictions_for_new_level_combinations():
+    data = simulate_grouped(n_groups=20, per_group=5, p=1, seed=9)
+    design = build_design(parse_formula("y ~ x1 + (1 | g) + (1 | h)"), data)
+    fits = {}
+    for limit in (0, 2000):
+        model = build_model(design, None, PriorSet(), True, max_dense_columns=limit)
+        problem = model.problem()
+        result = fit_vb(problem, tol=1e-12, max_iter=3000)
+        fits[limit] = bayesvm.BSVMFit(model=model, problem=problem, method="vb", result=result)
+    # pair levels of g and h that never occur together in training
+    new = data.head(6).assign(h=["h0", "h1", "h2", "h3", "h4", "h0"][::-1])
+    for kind in ("link", "prob"):
+        np.testing.assert_allclose(fits[0].predict(new, kind=kind), fits[2000].predict(new, kind=kind), rtol=1e-6)
+    ours = fits[0].predict_interval(new)["sd"].to_numpy()
+    np.testing.assert_allclose(ours, fits[2000].predict_interval(new)["sd"].to_numpy(), rtol=1e-6)
