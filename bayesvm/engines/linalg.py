@@ -204,8 +204,8 @@ def gaussian_posterior(
             logdet_b = float(np.sum(np.linalg.slogdet(blocks)[1]))
         gain = block_inv @ cross
         mean_b_part = np.einsum("jkl,jl->jk", block_inv, rhs_b)
-        schur = schur - np.einsum("jkq,jkr->qr", cross, gain)
-        rhs = rhs - np.einsum("jkq,jk->q", gain, rhs_b)
+        schur = schur - cross.reshape(J * K, q).T @ gain.reshape(J * K, q)
+        rhs = rhs - gain.reshape(J * K, q).T @ rhs_b.ravel()
     chol, info = lapack.dpotrf(schur, lower=1, clean=1)
     if info != 0:
         raise np.linalg.LinAlgError("the posterior precision is not positive definite")

@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+
+from bayesvm.errors import BayesvmError
+from bayesvm.formula import build_design, parse_formula
+from bayesvm.model import build_model, validate_penalty
+from bayesvm.priors import PriorSet
+from tests.conftest import simulate_grouped
+
+
+def test_fixed_transform_maps_standardized_coefficients_to_original_scale():
+    data = simulate_grouped(p=3, seed=5)
+    data["x2"] = 100 + 20 * data["x2"]
+    design = build_design(parse_formula("y ~ x1 * x2 + x3"), data)
+    model = build_model(design, None, PriorSet(), True)
+    beta_std = np.random.default_rng(0).standard_normal(design.p)
+    np.testing.assert_allclose(
+        model.standardized_X(design.X) @ beta_std, design.X @ (model.fixed_transform() @ beta_std)
+    )
+    assert model.center[design.x_names.index("(Intercept)")] == 0
+
+
+def test_no_centering_without_intercept():
+    data = simulate_grouped(p=2, seed=5)
+    design = build_design(parse_formula("y ~ 0 + x1 + x2"), data)
+    model = build_model(design, "learn", PriorSet(), True)
+    assert np.all(model.center == 0) and np.all(model.scale != 1)
+    beta_std = np.array([0.3, -1.2])
+    np.testing.assert_allclose(
+        model.standardized_X(design.X) @ beta_std, design.X @ (model.fixed_transform() @ beta_std)
+    )
+
+
+def test_layout_blocks_the_largest_factor():
+    data = simulate_grouped(n_groups=20, seed=1)
+    design = build_design(parse_formula("y ~ x1 + (1 + x1 | g) + (1 | h)"), data)
+    model = build_model(design, None, PriorSet(), True)
+    assert [design.re_terms[t].group for t in model.blocked_terms] == ["g"]
+    problem = model.problem()
+    assert problem.D.shape[1] == design.p + 5 and problem.blocked.K == 2
+    names = [c.name for c in problem.components]
+    assert names == ["(1 + x1 | g)", "(1 | h)"]
+    assert build_model(design, None, PriorSet(), True, max_dense_columns=0).problem().is_sparse
+
+
+def test_penalty_priors():
+    data = simulate_grouped(seed=1)
+    design = build_design(parse_formula("y ~ x1 + x2"), data)
+    fixed = build_model(design, 0.25, PriorSet(), True).problem()
+    np.testing.assert_allclose(fixed.fixed_precision, [1e-8, 1.0, 1.0])  # 4 alpha on slopes
+    learned = build_model(design, "learn", PriorSet(), True).problem()
+    assert learned.components[0].name == "penalty" and learned.fixed_precision[1:].sum() == 0
+
+
+@pytest.mark.parametrize("bad", [0, -2.0, np.inf, np.nan, "auto", True, [1.0]])
+def test_bad_penalty(bad):
+    with pytest.raises(BayesvmError):
+        validate_penalty(bad)
