@@ -17,8 +17,8 @@ entry of ``C' W C``).  These come from the Takahashi recursion (Takahashi, Fagan
     Z[s, j] = -Z[s, s] L[s, j],       Z[j, j] = 1 / d_j - L[s, j]' Z[s, j],
 
 where every ``Z[s, s]`` entry is again in the pattern (the rows of one column of a
-Cholesky factor form a clique of the filled graph).  The loop runs over the ``N``
-coefficients, each step vectorised over its column.
+Cholesky factor form a clique of the filled graph).  Columns are processed by fundamental
+supernodes (consecutive columns with one shared pattern), each a few dense operations.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
@@ -67,32 +68,66 @@ class SelectedInverse:
         return self.diag[self.perm]
 
 
+def _supernodes(L: sp.csc_matrix) -> np.ndarray:
+    """Start of each fundamental supernode: column j+1 continues j's supernode when
+    ``struct(j) = {j+1} + struct(j+1)`` (same pattern below the diagonal block)."""
+    N = L.shape[0]
+    counts = np.diff(L.indptr)
+    first_row = np.full(N, -1)
+    has = counts > 0
+    first_row[has] = L.indices[L.indptr[:-1][has]]
+    joins = np.zeros(N, dtype=bool)
+    joins[1:] = (first_row[:-1] == np.arange(1, N)) & (counts[:-1] == counts[1:] + 1)
+    return np.flatnonzero(~joins)
+
+
 def _selected_inverse(L: sp.csc_matrix, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Takahashi recursion on a unit lower factor ``L`` (strictly lower part, CSC, sorted)."""
+    """Supernodal Takahashi recursion on a unit lower factor ``L`` (strictly lower part, CSC, sorted).
+
+    For a supernode ``J`` (consecutive columns sharing the pattern ``S`` below them) with
+    ``B = L D L'`` and ``Z = B^{-1}``, the rows ``J`` of ``L' Z = D^{-1} L^{-1}`` give
+    ``Z[J, S] = -A Z[S, S]`` and ``Z[J, J] = L_JJ^{-T} D_J^{-1} L_JJ^{-1} + A Z[S, S] A'`` with
+    ``A = L_JJ^{-T} L_SJ'``: one dense step per supernode, supernodes from last to first.
+    """
     N = d.size
     indptr, indices, data = L.indptr, L.indices, L.data
     keys = np.repeat(np.arange(N, dtype=np.int64), np.diff(indptr)) * N + indices
     lower = np.zeros(indices.size)
     diag = np.zeros(N)
-    for j in range(N - 1, -1, -1):
-        start, end = indptr[j], indptr[j + 1]
-        if start == end:
-            diag[j] = 1.0 / d[j]
-            continue
-        s, l = indices[start:end], data[start:end]
-        # Z[s, s] from already computed columns (all > j)
-        hi = np.maximum(s[:, None], s[None, :])
-        lo = np.minimum(s[:, None], s[None, :])
-        sub = np.empty(hi.shape)
-        eq = hi == lo
-        sub[eq] = diag[hi[eq]]
-        pos = np.searchsorted(keys, lo[~eq] * N + hi[~eq])
-        if np.any(keys[np.minimum(pos, keys.size - 1)] != lo[~eq] * N + hi[~eq]):
-            raise SparseFactorError("the factor's pattern is not closed under elimination")
-        sub[~eq] = lower[pos]
-        column = -sub @ l
-        lower[start:end] = column
-        diag[j] = 1.0 / d[j] - l @ column
+    starts = _supernodes(L)
+    ends = np.append(starts[1:], N)
+    for j0, j1 in zip(starts[::-1], ends[::-1]):
+        t = j1 - j0
+        below = indices[indptr[j1 - 1] : indptr[j1]]  # S: pattern below the supernode
+        # dense blocks L_JJ (unit lower) and L_SJ from the stored columns
+        L_JJ = np.eye(t)
+        L_SJ = np.empty((below.size, t))
+        for c in range(t):
+            col = data[indptr[j0 + c] : indptr[j0 + c + 1]]
+            L_JJ[c + 1 :, c] = col[: t - c - 1]
+            L_SJ[:, c] = col[t - c - 1 :]
+        inv_JJ = sla.solve_triangular(L_JJ, np.eye(t), lower=True, unit_diagonal=True)
+        Z_JJ = inv_JJ.T @ (inv_JJ / d[j0:j1, None])
+        if below.size:
+            hi = np.maximum(below[:, None], below[None, :])
+            lo = np.minimum(below[:, None], below[None, :])
+            Z_SS = np.empty(hi.shape)
+            eq = hi == lo
+            Z_SS[eq] = diag[hi[eq]]
+            wanted = lo[~eq] * N + hi[~eq]
+            pos = np.searchsorted(keys, wanted)
+            if np.any(keys[np.minimum(pos, keys.size - 1)] != wanted):
+                raise SparseFactorError("the factor's pattern is not closed under elimination")
+            Z_SS[~eq] = lower[pos]
+            A = sla.solve_triangular(L_JJ.T, L_SJ.T, lower=False, unit_diagonal=True)
+            Z_JS = -A @ Z_SS
+            Z_JJ = Z_JJ - Z_JS @ A.T
+        diag[j0:j1] = np.diag(Z_JJ)
+        for c in range(t):
+            lo_, hi_ = indptr[j0 + c], indptr[j0 + c + 1]
+            lower[lo_ : lo_ + t - c - 1] = Z_JJ[c + 1 :, c]
+            if below.size:
+                lower[lo_ + t - c - 1 : hi_] = Z_JS[c]
     return keys, lower, diag
 
 
