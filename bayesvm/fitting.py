@@ -6,6 +6,7 @@ import warnings
 
 import pandas as pd
 
+from .engines.gibbs import sample_gibbs
 from .engines.vb import fit_vb
 from .errors import BayesvmError, ConvergenceWarning
 from .formula.bars import parse_formula
@@ -14,8 +15,8 @@ from .model import build_model
 from .priors import PriorSet
 from .results.fit import BSVMFit
 
-METHODS = ("vb",)
-PLANNED_METHODS = ("gibbs", "em", "svi")
+METHODS = ("vb", "gibbs")
+PLANNED_METHODS = ("em", "svi")
 
 
 def bsvm(
@@ -30,6 +31,13 @@ def bsvm(
     priors: PriorSet | None = None,
     tol: float = 1e-8,
     max_iter: int = 500,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 4,
+    thin: int = 1,
+    seed: int | None = None,
+    cores: int = 1,
+    progress: bool = True,
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
 
@@ -41,7 +49,8 @@ def bsvm(
     data
         The data; never modified.
     method
-        ``"vb"``: mean-field variational Bayes (Luts & Ormerod 2014, Alg. 1-2).
+        ``"vb"``: mean-field variational Bayes (Luts & Ormerod 2014, Alg. 1-2);
+        ``"gibbs"``: Gibbs sampling (Appendix A; Polson & Scott 2011, section 4).
     penalty
         ``"learn"`` (slopes share ``sigma_u^2 ~ IG(A_u, B_u)``, Example 1), a float ``alpha > 0``
         (slopes ``~ N(0, 1/(4 alpha))``: the SVM objective ``sum hinge + alpha ||beta||^2``,
@@ -57,8 +66,12 @@ def bsvm(
     priors
         Hyperparameters (:class:`bayesvm.priors.PriorSet`); paper defaults.
     tol, max_iter
-        Stop when the relative increase of the lower bound is below ``tol``, or after
+        VB: stop when the relative increase of the lower bound is below ``tol``, or after
         ``max_iter`` sweeps (then a :class:`ConvergenceWarning`).
+    draws, tune, chains, thin, seed, cores, progress
+        Gibbs: kept draws per chain, tuning (burn-in) iterations, number of chains, thinning,
+        seed of the chains' ``SeedSequence``, processes to run chains in, and a progress bar
+        (tqdm, shown only on a terminal).
     """
     if method in PLANNED_METHODS:
         raise BayesvmError(f"method={method!r} is not available in this version; available: {METHODS}")
@@ -73,6 +86,22 @@ def bsvm(
     design = build_design(parsed, data, positive=positive, missing=missing)
     model = build_model(design, penalty, priors, standardize)
     problem = model.problem()
+    if method == "gibbs":
+        for name, value, low in (
+            ("draws", draws, 1),
+            ("tune", tune, 0),
+            ("chains", chains, 1),
+            ("thin", thin, 1),
+            ("cores", cores, 1),
+        ):
+            if not (isinstance(value, int) and value >= low):
+                raise BayesvmError(f"{name} must be an integer >= {low}, got {value!r}")
+        result = sample_gibbs(
+            problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress
+        )
+        fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data))
+        _warn_mcmc(fit)
+        return fit
     result = fit_vb(problem, tol=tol, max_iter=max_iter)
     fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
     if not result.converged:
@@ -88,6 +117,14 @@ def bsvm(
             stacklevel=2,
         )
     return fit
+
+
+def _warn_mcmc(fit: BSVMFit) -> None:
+    from .results.diagnostics import mcmc_diagnostics, mcmc_problems
+
+    message = mcmc_problems(mcmc_diagnostics(fit), fit.result.chains)
+    if message:
+        warnings.warn(message, ConvergenceWarning, stacklevel=3)
 
 
 def _data_name(data: object) -> str:

@@ -148,37 +148,34 @@ class GaussianPosterior:
         return theta_d, theta_b
 
 
-def gaussian_posterior(
+@dataclass(frozen=True, eq=False)
+class _Eliminated:
+    """The precision after eliminating ``theta_b``: Cholesky of ``S`` and what recovers ``theta_b``."""
+
+    chol: np.ndarray  # lower Cholesky factor of the Schur complement S
+    rhs: np.ndarray  # r_d - G' r_b
+    block_inv: np.ndarray  # P_l^{-1}, (J, K, K)
+    gain: np.ndarray  # G = P_bb^{-1} P_bd, (J, K, q)
+    mean_b_part: np.ndarray  # P_l^{-1} r_l, (J, K)
+    logdet_b: float
+
+
+def _eliminate(
     D: np.ndarray,
     w: np.ndarray,
     rhs_weights: np.ndarray,
     prior_dd: np.ndarray,
     blocked: BlockedFactor | None,
     prior_b: np.ndarray | None,
-) -> GaussianPosterior:
-    """Solve for ``q(theta) = N(P^{-1} C' r, P^{-1})`` with ``P = C' diag(w) C + prior``.
-
-    Parameters
-    ----------
-    D
-        Dense columns, ``(n, q)``.
-    w
-        Observation weights ``E[1/a_i]``.
-    rhs_weights
-        ``y_i (1 + E[1/a_i])`` so that the linear term is ``C' rhs_weights``.
-    prior_dd
-        Prior precision of ``theta_d`` (``q x q``).
-    blocked, prior_b
-        The blocked factor and its per-level prior precision ``(K, K)``.
-    """
+) -> _Eliminated:
     n, q = D.shape
     WD = D * w[:, None]
     schur = D.T @ WD + prior_dd
     rhs = D.T @ rhs_weights
     if blocked is None:
         gain = np.zeros((0, 0, q))
-        block_inv = cov_b = np.zeros((0, 0, 0))
-        mean_b = np.zeros((0, 0))
+        block_inv = np.zeros((0, 0, 0))
+        mean_b_part = np.zeros((0, 0))
         logdet_b = 0.0
     else:
         K, J = blocked.K, blocked.n_levels
@@ -209,21 +206,78 @@ def gaussian_posterior(
     chol, info = lapack.dpotrf(schur, lower=1, clean=1)
     if info != 0:
         raise np.linalg.LinAlgError("the posterior precision is not positive definite")
-    mean_d = lapack.dpotrs(chol, rhs, lower=1)[0]
-    cov_d = lapack.dpotri(chol, lower=1)[0]
+    return _Eliminated(chol, rhs, block_inv, gain, mean_b_part, logdet_b)
+
+
+def gaussian_posterior(
+    D: np.ndarray,
+    w: np.ndarray,
+    rhs_weights: np.ndarray,
+    prior_dd: np.ndarray,
+    blocked: BlockedFactor | None,
+    prior_b: np.ndarray | None,
+) -> GaussianPosterior:
+    """Solve for ``q(theta) = N(P^{-1} C' r, P^{-1})`` with ``P = C' diag(w) C + prior``.
+
+    Parameters
+    ----------
+    D
+        Dense columns, ``(n, q)``.
+    w
+        Observation weights ``E[1/a_i]``.
+    rhs_weights
+        ``y_i (1 + E[1/a_i])`` so that the linear term is ``C' rhs_weights``.
+    prior_dd
+        Prior precision of ``theta_d`` (``q x q``).
+    blocked, prior_b
+        The blocked factor and its per-level prior precision ``(K, K)``.
+    """
+    q = D.shape[1]
+    e = _eliminate(D, w, rhs_weights, prior_dd, blocked, prior_b)
+    mean_d = lapack.dpotrs(e.chol, e.rhs, lower=1)[0]
+    cov_d = lapack.dpotri(e.chol, lower=1)[0]
     cov_d = cov_d + np.tril(cov_d, -1).T  # dpotri fills the lower triangle only
+    mean_b, cov_b = np.zeros((0, 0)), np.zeros((0, 0, 0))
     if blocked is not None:
-        mean_b = mean_b_part - gain @ mean_d
+        mean_b = e.mean_b_part - e.gain @ mean_d
         # diagonal blocks of G S^{-1} G' without a (JK)-square matrix
-        spread = (gain.reshape(-1, q) @ cov_d).reshape(gain.shape)
-        cov_b = block_inv + (spread[:, :, None, :] * gain[:, None, :, :]) @ np.ones(q)
-    logdet = 2.0 * float(np.sum(np.log(np.diag(chol)))) + logdet_b
+        spread = (e.gain.reshape(-1, q) @ cov_d).reshape(e.gain.shape)
+        cov_b = e.block_inv + (spread[:, :, None, :] * e.gain[:, None, :, :]) @ np.ones(q)
+    logdet = 2.0 * float(np.sum(np.log(np.diag(e.chol)))) + e.logdet_b
     return GaussianPosterior(
         mean_d=mean_d,
         cov_d=cov_d,
         mean_b=mean_b,
         cov_b=cov_b,
-        gain=gain,
-        block_inv=block_inv,
+        gain=e.gain,
+        block_inv=e.block_inv,
         logdet_precision=logdet,
     )
+
+
+def gaussian_draw(
+    D: np.ndarray,
+    w: np.ndarray,
+    rhs_weights: np.ndarray,
+    prior_dd: np.ndarray,
+    blocked: BlockedFactor | None,
+    prior_b: np.ndarray | None,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One draw from ``N(P^{-1} C' r, P^{-1})`` through the same elimination (Gibbs block step).
+
+    ``theta_d = S^{-1} rhs + L^{-T} eps`` (``S = L L'``), then
+    ``theta_l | theta_d ~ N(P_l^{-1} (r_l - P_ld theta_d), P_l^{-1})``.
+    """
+    e = _eliminate(D, w, rhs_weights, prior_dd, blocked, prior_b)
+    mean_d = lapack.dpotrs(e.chol, e.rhs, lower=1)[0]
+    eps = rng.standard_normal(mean_d.size)
+    theta_d = mean_d + lapack.dtrtrs(e.chol, eps, lower=1, trans=1)[0]
+    if blocked is None:
+        return theta_d, np.zeros((0, 0))
+    noise = rng.standard_normal(e.mean_b_part.shape)
+    if blocked.K == 1:
+        noise = noise * np.sqrt(e.block_inv[:, :, 0])
+    else:
+        noise = np.einsum("jkl,jl->jk", np.linalg.cholesky(e.block_inv), noise)
+    return theta_d, e.mean_b_part - e.gain @ theta_d + noise

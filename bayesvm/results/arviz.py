@@ -4,8 +4,10 @@ ArviZ 0.x (Python 3.11) stores groups in an ``InferenceData``; ArviZ 1.x (Python
 uses ``xarray.DataTree``.  Both are built here from the same ``xarray.Dataset`` per group,
 so only :func:`make_container` knows the difference.
 
-Groups: ``posterior`` (draws from q, or MCMC draws), ``observed_data`` (y as -1/+1) and
-``lower_bound`` (the VB lower bound per sweep).
+Groups: ``posterior`` (draws from q, or MCMC draws), ``observed_data`` (y as -1/+1),
+``log_likelihood`` (each observation's normalised pseudo-likelihood, for ``az.loo`` /
+``az.waic``), ``sample_stats`` (MCMC: ``lp``, the log pseudo-posterior per draw) and
+``lower_bound`` (VB: the lower bound per sweep).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import warnings
 
 import numpy as np
 import xarray as xr
-from scipy import stats
 
 
 def _import_arviz():
@@ -47,50 +48,75 @@ def make_container(groups: dict[str, xr.Dataset]):
 def _posterior_dataset(fit, draws: int, seed: int | None) -> xr.Dataset:
     rng = np.random.default_rng(seed)
     model, design = fit.model, fit.model.design
-    theta_d, theta_b = fit.result.theta.sample(rng, draws)
+    theta_d, theta_b, comps = fit.posterior.draws(rng, draws)
+    chains, n_draws = theta_d.shape[:2]
+    dims = ("chain", "draw")
     p = design.p
-    beta = theta_d[:, :p] @ model.fixed_transform().T
-    data_vars = {"beta": (("chain", "draw", "coef"), beta[None])}
-    coords: dict[str, object] = {"chain": [0], "draw": np.arange(draws), "coef": list(design.x_names)}
+    beta = theta_d[..., :p] @ model.fixed_transform().T
+    data_vars = {"beta": (dims + ("coef",), beta)}
+    coords: dict[str, object] = {"chain": np.arange(chains), "draw": np.arange(n_draws), "coef": list(design.x_names)}
     dense_offsets, blocked_offsets = model.dense_offsets(), model.blocked_offsets()
     by_group: dict[str, list[tuple[object, np.ndarray]]] = {}
     for t, term in enumerate(design.re_terms):
         if t in blocked_offsets:
-            values = theta_b[:, :, blocked_offsets[t] + np.arange(term.k)]
+            values = theta_b[..., blocked_offsets[t] + np.arange(term.k)]
         else:
             idx = dense_offsets[t] + np.arange(term.n_levels * term.k)
-            values = theta_d[:, idx].reshape(draws, term.n_levels, term.k)
+            values = theta_d[..., idx].reshape(chains, n_draws, term.n_levels, term.k)
         by_group.setdefault(term.group, []).append((term, values))
     for group, parts in by_group.items():
-        terms = [name for term, _ in parts for name in term.term_names]
         coords[group] = list(parts[0][0].levels)
-        coords[f"{group}_term"] = terms
-        values = np.concatenate([v for _, v in parts], axis=2)
-        data_vars[f"u_{group}"] = (("chain", "draw", group, f"{group}_term"), values[None])
-    for comp, post in zip(fit.problem.components, fit.result.components):
+        coords[f"{group}_term"] = [name for term, _ in parts for name in term.term_names]
+        values = np.concatenate([v for _, v in parts], axis=-1)
+        data_vars[f"u_{group}"] = (dims + (group, f"{group}_term"), values)
+    for comp, cov in zip(fit.problem.components, comps):
         if comp.source < 0:
-            var = stats.invgamma(a=post.shape, scale=post.scale[0, 0]).rvs(size=draws, random_state=rng)
-            data_vars["sigma_penalty"] = (("chain", "draw"), np.sqrt(var)[None])
+            data_vars["sigma_penalty"] = (dims, np.sqrt(cov[..., 0, 0]))
             continue
         term = design.re_terms[comp.source]
+        sds = np.sqrt(np.diagonal(cov, axis1=-2, axis2=-1))
+        for j, name in enumerate(term.term_names):
+            data_vars[f"sd_{term.group}__{name}"] = (dims, sds[..., j])
         if comp.is_wishart:
-            sigma = stats.invwishart(df=post.shape, scale=post.scale).rvs(size=draws, random_state=rng)
-            sds = np.sqrt(np.diagonal(sigma, axis1=1, axis2=2))
-            cor = sigma / (sds[:, :, None] * sds[:, None, :])
-            for j, name in enumerate(term.term_names):
-                data_vars[f"sd_{term.group}__{name}"] = (("chain", "draw"), sds[None, :, j])
+            cor = cov / (sds[..., :, None] * sds[..., None, :])
             dim = f"{term.group}_cor_term"
             coords[dim] = list(term.term_names)
             coords[dim + "_"] = list(term.term_names)
-            data_vars[f"cor_{term.group}"] = (("chain", "draw", dim, dim + "_"), cor[None])
-        else:
-            var = stats.invgamma(a=post.shape, scale=post.scale[0, 0]).rvs(size=draws, random_state=rng)
-            data_vars[f"sd_{term.group}__{term.term_names[0]}"] = (("chain", "draw"), np.sqrt(var)[None])
+            data_vars[f"cor_{term.group}"] = (dims + (dim, dim + "_"), cor)
     return xr.Dataset(data_vars, coords=coords, attrs={"inference_library": "bayesvm", "method": fit.method})
 
 
-def fit_to_datasets(fit, draws: int = 1000, seed: int | None = 0) -> dict[str, xr.Dataset]:
-    """The groups as plain ``xarray.Dataset`` objects."""
+def _log_likelihood_dataset(fit, posterior: xr.Dataset) -> xr.Dataset:
+    """Each observation's log normalised pseudo-likelihood ``log p(y_i | f_i)`` per draw.
+
+    A pseudo-likelihood: ``p(+1 | f) = e^{-2(1-f)_+} / (e^{-2(1-f)_+} + e^{-2(1+f)_+})`` normalises the hinge
+    loss over the two classes, but the model was fitted with the unnormalised ``e^{-2(1 - y f)_+}``, so
+    LOO / WAIC computed from it compare models on this scale only, not as true predictive densities.
+    """
+    from scipy.special import log_expit
+
+    design = fit.model.design
+    beta = posterior["beta"].values
+    chains, draws = beta.shape[:2]
+    f = np.tensordot(beta, design.X, axes=([2], [1]))  # (chain, draw, n), original scale
+    for term in design.re_terms:
+        u = posterior[f"u_{term.group}"].sel({f"{term.group}_term": list(term.term_names)}).values
+        f = f + np.einsum("nk,cdnk->cdn", term.values, u[:, :, term.codes, :])
+    log_odds = 2.0 * np.maximum(1.0 + f, 0.0) - 2.0 * np.maximum(1.0 - f, 0.0)
+    loglik = log_expit(design.y * log_odds)
+    name = design.response.name
+    return xr.Dataset(
+        {name: (("chain", "draw", "obs"), loglik)},
+        coords={"chain": np.arange(chains), "draw": np.arange(draws), "obs": np.asarray(design.row_index)},
+        attrs={"note": "normalised hinge pseudo-likelihood, not a true likelihood"},
+    )
+
+
+def fit_to_datasets(fit, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True) -> dict[str, xr.Dataset]:
+    """The groups as plain ``xarray.Dataset`` objects.
+
+    VB fits get ``draws`` draws from q; Gibbs fits use their stored draws (``draws`` ignored).
+    """
     if draws < 1:
         raise ValueError(f"draws must be a positive integer, got {draws}")
     design = fit.model.design
@@ -99,12 +125,24 @@ def fit_to_datasets(fit, draws: int = 1000, seed: int | None = 0) -> dict[str, x
         coords={"obs": np.asarray(design.row_index)},
         attrs={"positive_class": str(design.response.positive), "negative_class": str(design.response.negative)},
     )
-    bound = xr.Dataset(
-        {"lower_bound": (("iteration",), fit.lower_bound)}, coords={"iteration": np.arange(1, fit.lower_bound.size + 1)}
-    )
-    return {"posterior": _posterior_dataset(fit, draws, seed), "observed_data": observed, "lower_bound": bound}
+    posterior = _posterior_dataset(fit, draws, seed)
+    groups = {"posterior": posterior, "observed_data": observed}
+    if log_likelihood:
+        groups["log_likelihood"] = _log_likelihood_dataset(fit, posterior)
+    log_post = getattr(fit.result, "log_posterior", None)
+    if log_post is not None:
+        groups["sample_stats"] = xr.Dataset(
+            {"lp": (("chain", "draw"), log_post)},
+            coords={"chain": posterior["chain"].values, "draw": posterior["draw"].values},
+        )
+    if fit.lower_bound.size:
+        groups["lower_bound"] = xr.Dataset(
+            {"lower_bound": (("iteration",), fit.lower_bound)},
+            coords={"iteration": np.arange(1, fit.lower_bound.size + 1)},
+        )
+    return groups
 
 
-def fit_to_inference_data(fit, draws: int = 1000, seed: int | None = 0):
+def fit_to_inference_data(fit, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True):
     """ArviZ object for ``fit`` (see module docstring)."""
-    return make_container(fit_to_datasets(fit, draws=draws, seed=seed))
+    return make_container(fit_to_datasets(fit, draws=draws, seed=seed, log_likelihood=log_likelihood))

@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from ..engines.gibbs import GibbsResult
 from ..engines.vb import VBProblem, VBResult
 from ..errors import BayesvmError
 from ..model import LinearModel
-from .prediction import gaussian_average_probability
+from .posterior import posterior_view
 
 PREDICT_KINDS = ("class", "prob", "link")
 
@@ -48,22 +49,33 @@ class BSVMFit:
     model: LinearModel
     problem: VBProblem
     method: str
-    result: VBResult
+    result: VBResult | GibbsResult
     data_name: str = "data"
     tol: float = 1e-8
+
+    def __post_init__(self) -> None:
+        self.posterior = posterior_view(self.result)
 
     # ----- convergence ---------------------------------------------------------------
     @property
     def lower_bound(self) -> np.ndarray:
-        """Lower bound ``log p(y; q)`` after every sweep."""
-        return self.result.lower_bound
+        """Lower bound ``log p(y; q)`` after every sweep (VB; empty for other engines)."""
+        return getattr(self.result, "lower_bound", np.zeros(0))
 
     @property
     def converged(self) -> bool:
+        """VB: the bound met ``tol``; Gibbs: every R-hat <= 1.01 (see :meth:`diagnostics`)."""
+        if isinstance(self.result, GibbsResult):
+            from .diagnostics import mcmc_diagnostics
+
+            return bool(mcmc_diagnostics(self)["r_hat"].max() <= 1.01)
         return self.result.converged
 
     @property
     def n_iter(self) -> int:
+        """VB sweeps; Gibbs iterations per chain (tuning included)."""
+        if isinstance(self.result, GibbsResult):
+            return self.result.tune + self.result.draws * self.result.thin
         return self.result.n_iter
 
     @property
@@ -80,7 +92,7 @@ class BSVMFit:
     def fixef(self) -> pd.Series:
         """Posterior means of the fixed effects, on the original scale of the predictors."""
         p = self.model.design.p
-        mean = self.model.fixed_transform() @ self.result.theta.mean_d[:p]
+        mean = self.model.fixed_transform() @ self.posterior.means()[0][:p]
         return pd.Series(mean, index=list(self.model.design.x_names), name="mean")
 
     @property
@@ -88,23 +100,21 @@ class BSVMFit:
         """Posterior covariance of the fixed effects, original scale."""
         p = self.model.design.p
         T = self.model.fixed_transform()
-        grid = np.arange(p)
-        cov = T @ self.result.theta.cov_entries(grid[:, None], grid[None, :]) @ T.T
+        cov = T @ self.posterior.fixed_cov(p) @ T.T
         names = list(self.model.design.x_names)
         return pd.DataFrame(cov, index=names, columns=names)
 
     def _term_moments(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """``(J, k)`` means and ``(J, k)`` marginal SDs of random-effect term ``t``."""
-        theta = self.result.theta
         term = self.model.design.re_terms[t]
+        (mean_d, mean_b), (var_d, var_b) = self.posterior.means(), self.posterior.variances()
         if t in self.model.blocked_terms:
             pos = self.model.blocked_offsets()[t] + np.arange(term.k)
-            mean = theta.mean_b[:, pos]
-            var = np.diagonal(theta.cov_b, axis1=1, axis2=2)[:, pos]
+            mean, var = mean_b[:, pos], var_b[:, pos]
         else:
             idx = self.model.dense_offsets()[t] + np.arange(term.n_levels * term.k)
-            mean = theta.mean_d[idx].reshape(term.n_levels, term.k)
-            var = theta.variance()[idx].reshape(term.n_levels, term.k)
+            mean = mean_d[idx].reshape(term.n_levels, term.k)
+            var = var_d[idx].reshape(term.n_levels, term.k)
         return mean, np.sqrt(var)
 
     def _ranef_frames(self, which: int) -> dict[str, pd.DataFrame]:
@@ -131,24 +141,27 @@ class BSVMFit:
     def variance_components(self) -> list[VarianceEstimate]:
         """Posterior means of the variance components (penalty variance first, if learned)."""
         out = []
-        for comp, post in zip(self.problem.components, self.result.components):
+        for comp, mean in zip(self.problem.components, self.posterior.component_means()):
             if comp.source < 0:
-                out.append(VarianceEstimate("penalty", ("slopes",), post.expected_covariance(), comp.name))
+                out.append(VarianceEstimate("penalty", ("slopes",), mean, comp.name))
                 continue
             term = self.model.design.re_terms[comp.source]
-            out.append(VarianceEstimate(term.group, term.term_names, post.expected_covariance(), comp.name))
+            out.append(VarianceEstimate(term.group, term.term_names, mean, comp.name))
         return out
 
     @property
     def penalty_estimate(self) -> float | None:
         """Posterior mean of ``alpha = 1 / (4 sigma_u^2)`` when the penalty is learned (``E[1/sigma_u^2]/4``)."""
-        for comp, post in zip(self.problem.components, self.result.components):
-            if comp.source < 0:
-                return float(post.expected_precision()[0, 0] / 4.0)
+        for c, comp in enumerate(self.problem.components):
+            if comp.source >= 0:
+                continue
+            if isinstance(self.result, GibbsResult):
+                return float(np.mean(1.0 / self.result.components[c][..., 0, 0]) / 4.0)
+            return float(self.result.components[c].expected_precision()[0, 0] / 4.0)
         return None
 
     # ----- prediction ----------------------------------------------------------------
-    def _linear_predictor(self, newdata: pd.DataFrame | None, include_random: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _rows(self, newdata: pd.DataFrame | None, include_random: bool) -> tuple:
         model = self.model
         if newdata is None:
             D, blocked = self.problem.D, self.problem.blocked
@@ -173,7 +186,7 @@ class BSVMFit:
             D, blocked = model.new_inputs(new)
         codes = None if blocked is None else blocked.codes
         values = None if blocked is None else blocked.values
-        return self.result.theta.predictor(D, codes, values)
+        return D, codes, values
 
     def predict(
         self, newdata: pd.DataFrame | None = None, kind: str = "class", include_random: bool = True
@@ -186,18 +199,19 @@ class BSVMFit:
             Rows to predict; ``None`` for the training rows.
         kind
             ``"class"``: the response's own class labels; ``"prob"``: posterior predictive
-            ``P(y = positive)``, the normalised pseudo-likelihood averaged over ``q(f)``
-            (see :mod:`bayesvm.results.prediction`); ``"link"``: posterior mean of ``f``.
+            ``P(y = positive)``, the normalised pseudo-likelihood averaged over the posterior
+            of ``f`` (VB: Gaussian quadrature over ``q(f)``; Gibbs: mean over the draws; see
+            :mod:`bayesvm.results.prediction`); ``"link"``: posterior mean of ``f``.
             Always ``class == (prob > 0.5)``.
         include_random
             False predicts at population level (all random effects 0).
         """
         if kind not in PREDICT_KINDS:
             raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
-        mean, var = self._linear_predictor(newdata, include_random)
+        rows = self._rows(newdata, include_random)
         if kind == "link":
-            return mean
-        prob = gaussian_average_probability(mean, var)
+            return self.posterior.link(*rows)[0]
+        prob = self.posterior.probability(*rows)
         if kind == "prob":
             return prob
         return self.model.design.response.decode(np.where(prob > 0.5, 1.0, -1.0))
@@ -208,7 +222,7 @@ class BSVMFit:
         """Posterior mean, SD and central credible interval of the linear predictor ``f``."""
         from scipy.stats import norm
 
-        mean, var = self._linear_predictor(newdata, include_random)
+        mean, var = self.posterior.link(*self._rows(newdata, include_random))
         sd = np.sqrt(var)
         z = norm.ppf(0.5 + level / 2.0)
         return pd.DataFrame({"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd})
@@ -223,8 +237,9 @@ class BSVMFit:
     def __repr__(self) -> str:
         return f"<BSVMFit {self.method}: {self.formula!r}, n={self.model.design.n}, lower bound {self.lower_bound[-1]:.4f}>"
 
-    def to_inference_data(self, draws: int = 1000, seed: int | None = 0):
-        """ArviZ object with draws from q: ``posterior``, ``observed_data`` and ``lower_bound`` groups."""
+    def to_inference_data(self, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True):
+        """ArviZ object: ``posterior`` (VB: ``draws`` draws from q; Gibbs: the chains), ``observed_data``,
+        ``log_likelihood`` (normalised pseudo-likelihood), ``sample_stats`` (Gibbs) and ``lower_bound`` (VB)."""
         from .arviz import fit_to_inference_data
 
-        return fit_to_inference_data(self, draws=draws, seed=seed)
+        return fit_to_inference_data(self, draws=draws, seed=seed, log_likelihood=log_likelihood)

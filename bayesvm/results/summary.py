@@ -10,7 +10,14 @@ from scipy.stats import norm
 
 METHOD_TITLES = {
     "vb": "mean-field variational Bayes (Luts & Ormerod 2014, Alg. {alg})",
+    "gibbs": "Gibbs sampling (Luts & Ormerod 2014, Appendix A; Polson & Scott 2011)",
 }
+
+VB_CAVEAT = (
+    "Approximation: mean-field VB with q(beta, u) q(a) q(variance components); it understates posterior\n"
+    "SDs (about half of Gibbs's without random effects) and shrinks variance components: compare with\n"
+    "method='gibbs' before relying on the intervals."
+)
 
 
 @dataclass(frozen=True)
@@ -48,9 +55,22 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     design = fit.model.design
     mean = fit.fixef
     sd = np.sqrt(np.diag(fit.fixef_cov.to_numpy()))
-    z = norm.ppf(0.5 + level / 2.0)
     lo, hi = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
-    fixed = pd.DataFrame({"mean": mean.to_numpy(), "sd": sd, lo: mean - z * sd, hi: mean + z * sd}, index=mean.index)
+    sampled = fit.posterior.kind == "sampled"
+    if sampled:  # quantiles of the draws
+        p = design.p
+        beta = fit.result.theta_d[..., :p].reshape(-1, p) @ fit.model.fixed_transform().T
+        lower, upper = np.quantile(beta, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    else:  # the Gaussian q
+        z = norm.ppf(0.5 + level / 2.0)
+        lower, upper = mean.to_numpy() - z * sd, mean.to_numpy() + z * sd
+    fixed = pd.DataFrame({"mean": mean.to_numpy(), "sd": sd, lo: lower, hi: upper}, index=mean.index)
+    diagnostics = None
+    if sampled:
+        from .diagnostics import mcmc_diagnostics
+
+        diagnostics = mcmc_diagnostics(fit)
+        fixed = fixed.join(diagnostics[["ess_bulk", "ess_tail", "r_hat"]])
     rows = []
     for est in fit.variance_components:
         if est.group == "penalty":
@@ -90,11 +110,24 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         "standardized": bool(np.any(fit.model.scale != 1.0) or np.any(fit.model.center != 0.0)),
         "n_iter": fit.n_iter,
         "converged": fit.converged,
-        "lower_bound": float(fit.lower_bound[-1]),
-        "tol": fit.tol,
         "elapsed": fit.elapsed,
-        "decreases": list(fit.result.decreases),
     }
+    if sampled:
+        from .diagnostics import mcmc_problems
+
+        r = fit.result
+        info.update(
+            chains=r.chains,
+            draws=r.draws,
+            tune=r.tune,
+            thin=r.thin,
+            seed=r.seed,
+            max_rhat=float(diagnostics["r_hat"].max()),
+            min_ess=float(diagnostics["ess_bulk"].min()),
+            problems=mcmc_problems(diagnostics, r.chains),
+        )
+    else:
+        info.update(lower_bound=float(fit.lower_bound[-1]), tol=fit.tol, decreases=list(fit.result.decreases))
     return Summary(fixed=fixed, random=random, info=info)
 
 
@@ -137,12 +170,25 @@ def _random_section(summary: Summary) -> str:
 
 def _fixed_section(summary: Summary) -> str:
     table = summary.fixed.rename(columns={"mean": "Estimate", "sd": "Std.Dev."})
-    body = table.to_string(float_format=lambda v: f"{v:.4f}")
+    formats = {c: (lambda v: f"{v:.0f}") for c in ("ess_bulk", "ess_tail")}
+    formats["r_hat"] = lambda v: f"{v:.3f}"
+    body = table.to_string(
+        float_format=lambda v: f"{v:.4f}", formatters={c: f for c, f in formats.items() if c in table}
+    )
     note = ", original scale of the predictors" if summary.info["standardized"] else ""
     return f"Fixed effects (posterior mean, sd and credible interval{note}):\n{body}\n"
 
 
 def _footer(info: dict) -> str:
+    if info["method"] == "gibbs":
+        text = (
+            f"Sampling: {info['chains']} chains x {info['draws']} draws (thin {info['thin']}) after {info['tune']} "
+            f"tuning iterations, seed {info['seed']}; max R-hat {info['max_rhat']:.3f}, min bulk ESS "
+            f"{info['min_ess']:.0f}; {info['elapsed']:.2f} s"
+        )
+        if info["problems"]:
+            text += f"\nWarning: {info['problems']}"
+        return text
     status = "converged" if info["converged"] else "NOT converged"
     text = (
         f"Convergence: {status} after {info['n_iter']} iterations (tol {info['tol']:g}); "
@@ -150,7 +196,7 @@ def _footer(info: dict) -> str:
     )
     if info["decreases"]:
         text += f"\nWarning: the lower bound decreased at iteration(s) {info['decreases'][:10]}"
-    return text
+    return text + "\n" + VB_CAVEAT
 
 
 def _indent(text: str, by: str = " ") -> str:

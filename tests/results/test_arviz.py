@@ -15,7 +15,7 @@ def fit(toenail):
 
 def test_inference_data_groups_and_coordinates(fit):
     idata = fit.to_inference_data(draws=400, seed=3)
-    assert set(idata.groups()) == {"posterior", "observed_data", "lower_bound"}
+    assert set(idata.groups()) == {"posterior", "observed_data", "log_likelihood", "lower_bound"}
     post = idata.posterior
     assert list(post["coef"].values) == list(fit.fixef.index)
     assert post["u_patientID"].shape == (1, 400, 294, 2)

@@ -1,0 +1,51 @@
+"""Convergence diagnostics: R-hat and effective sample sizes for MCMC fits (via ArviZ)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: Thresholds (Vehtari et al. 2021): R-hat above 1.01, or fewer than 100 effective draws per chain.
+RHAT_LIMIT = 1.01
+ESS_PER_CHAIN = 100
+
+
+def mcmc_diagnostics(fit) -> pd.DataFrame:
+    """``r_hat``, ``ess_bulk`` and ``ess_tail`` of the fixed effects and variance-component SDs.
+
+    Indexed like ``summary().fixed`` for the fixed effects, then ``sd_<group>__<term>``.
+    """
+    from .arviz import _import_arviz, _posterior_dataset
+
+    az = _import_arviz()
+    posterior = _posterior_dataset(fit, draws=1, seed=0)
+    names = ["beta"] + [v for v in posterior.data_vars if v.startswith(("sd_", "sigma_"))]
+    rows = {}
+    for stat, func in (
+        ("r_hat", lambda d: az.rhat(d)),
+        ("ess_bulk", lambda d: az.ess(d, method="bulk")),
+        ("ess_tail", lambda d: az.ess(d, method="tail")),
+    ):
+        values = func(posterior[names])
+        column = {}
+        for coef, value in zip(posterior["coef"].values, np.atleast_1d(values["beta"].values)):
+            column[str(coef)] = float(value)
+        for name in names[1:]:
+            column[name] = float(values[name].values)
+        rows[stat] = column
+    return pd.DataFrame(rows)
+
+
+def mcmc_problems(table: pd.DataFrame, chains: int) -> str | None:
+    """A warning text when some R-hat exceeds 1.01 or some ESS is below 100 per chain, else None."""
+    bad_rhat = table.index[table["r_hat"] > RHAT_LIMIT].tolist()
+    low = ESS_PER_CHAIN * chains
+    bad_ess = table.index[(table["ess_bulk"] < low) | (table["ess_tail"] < low)].tolist()
+    parts = []
+    if bad_rhat:
+        parts.append(f"R-hat > {RHAT_LIMIT} for {bad_rhat}")
+    if bad_ess:
+        parts.append(f"effective sample size below {low} for {bad_ess}")
+    if not parts:
+        return None
+    return "; ".join(parts) + ": run longer chains (more tune and draws) before trusting these numbers"

@@ -1,0 +1,138 @@
+"""One view of the posterior for every engine, so that results code never asks which engine ran.
+
+* :class:`VariationalPosterior`: the Gaussian ``q(theta)`` and the ``q`` of the components.
+* :class:`SampledPosterior`: Gibbs draws.
+
+Each gives means, marginal variances, the covariance of the (standardised) fixed effects,
+the components' posterior means, predictive probabilities for new design rows and joint
+draws for ArviZ, all in the model's ``(theta_d, theta_b)`` layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy import stats
+
+from ..engines.gibbs import GibbsResult
+from ..engines.vb import VBResult
+from .prediction import gaussian_average_probability, pseudo_probability
+
+
+def _f_rows(theta_d: np.ndarray, theta_b: np.ndarray, D, codes, values) -> np.ndarray:
+    """Linear predictor for every draw: ``(draws, n)`` from ``theta_d (draws, q)``, ``theta_b (draws, J, K)``."""
+    f = (D @ theta_d.T).T if sp.issparse(D) else theta_d @ D.T
+    if codes is not None and theta_b.size:
+        seen = codes >= 0
+        z = np.where(seen[:, None], values, 0.0)
+        idx = np.where(seen, codes, 0)
+        f = f + np.einsum("nk,snk->sn", z, theta_b[:, idx, :])
+    return f
+
+
+class VariationalPosterior:
+    """Posterior summaries from a VB fit."""
+
+    kind = "variational"
+
+    def __init__(self, result: VBResult):
+        self.result = result
+        self.theta = result.theta
+
+    def means(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.theta.mean_d, self.theta.mean_b
+
+    def variances(self) -> tuple[np.ndarray, np.ndarray]:
+        var_b = np.diagonal(self.theta.cov_b, axis1=1, axis2=2) if self.theta.mean_b.size else np.zeros((0, 0))
+        return self.theta.variance(), var_b
+
+    def fixed_cov(self, p: int) -> np.ndarray:
+        grid = np.arange(p)
+        return self.theta.cov_entries(grid[:, None], grid[None, :])
+
+    def component_means(self) -> list[np.ndarray]:
+        return [post.expected_covariance() for post in self.result.components]
+
+    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and variance of ``f``."""
+        return self.theta.predictor(D, codes, values)
+
+    def probability(self, D, codes, values) -> np.ndarray:
+        mean, var = self.link(D, codes, values)
+        return gaussian_average_probability(mean, var)
+
+    def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """``(1, size, ...)`` draws of ``theta_d``, ``theta_b`` and each component from q."""
+        theta_d, theta_b = self.theta.sample(rng, size)
+        comps = []
+        for post in self.result.components:
+            if post.scale.shape == (1, 1):
+                var = stats.invgamma(a=post.shape, scale=post.scale[0, 0]).rvs(size=size, random_state=rng)
+                comps.append(var.reshape(size, 1, 1))
+            else:
+                sigma = stats.invwishart(df=post.shape, scale=post.scale).rvs(size=size, random_state=rng)
+                comps.append(sigma.reshape(size, *post.scale.shape))
+        return theta_d[None], theta_b[None], [c[None] for c in comps]
+
+
+class SampledPosterior:
+    """Posterior summaries from MCMC draws (chains x draws)."""
+
+    kind = "sampled"
+
+    def __init__(self, result: GibbsResult):
+        self.result = result
+
+    def _flat(self) -> tuple[np.ndarray, np.ndarray]:
+        r = self.result
+        total = r.chains * r.draws
+        return r.theta_d.reshape(total, r.theta_d.shape[-1]), r.theta_b.reshape((total,) + r.theta_b.shape[2:])
+
+    def means(self) -> tuple[np.ndarray, np.ndarray]:
+        theta_d, theta_b = self._flat()
+        return theta_d.mean(axis=0), theta_b.mean(axis=0)
+
+    def variances(self) -> tuple[np.ndarray, np.ndarray]:
+        theta_d, theta_b = self._flat()
+        return theta_d.var(axis=0, ddof=1), theta_b.var(axis=0, ddof=1)
+
+    def fixed_cov(self, p: int) -> np.ndarray:
+        theta_d, _ = self._flat()
+        return np.atleast_2d(np.cov(theta_d[:, :p], rowvar=False))
+
+    def component_means(self) -> list[np.ndarray]:
+        return [c.mean(axis=(0, 1)) for c in self.result.components]
+
+    def _per_row(self, D, codes, values, reduce) -> list[np.ndarray]:
+        """Apply ``reduce`` to ``f`` draws in row chunks (at most ~4 million values at a time)."""
+        theta_d, theta_b = self._flat()
+        n = D.shape[0]
+        step = max(1, 4_000_000 // max(1, theta_d.shape[0]))
+        parts = []
+        for start in range(0, n, step):
+            rows = slice(start, min(n, start + step))
+            sub_codes = None if codes is None else codes[rows]
+            sub_values = None if values is None else values[rows]
+            parts.append(reduce(_f_rows(theta_d, theta_b, D[rows], sub_codes, sub_values)))
+        return parts
+
+    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+        parts = self._per_row(D, codes, values, lambda f: np.stack([f.mean(axis=0), f.var(axis=0, ddof=1)]))
+        both = np.concatenate(parts, axis=1)
+        return both[0], both[1]
+
+    def probability(self, D, codes, values) -> np.ndarray:
+        """Posterior mean of ``p(+1 | f)`` over the draws (exact Monte Carlo average)."""
+        return np.concatenate(self._per_row(D, codes, values, lambda f: pseudo_probability(f).mean(axis=0)))
+
+    def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        r = self.result
+        return r.theta_d, r.theta_b, list(r.components)
+
+
+def posterior_view(result) -> VariationalPosterior | SampledPosterior:
+    if isinstance(result, VBResult):
+        return VariationalPosterior(result)
+    if isinstance(result, GibbsResult):
+        return SampledPosterior(result)
+    raise TypeError(f"no posterior view for {type(result).__name__}")
