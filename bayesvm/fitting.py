@@ -6,6 +6,7 @@ import warnings
 
 import pandas as pd
 
+from .engines.em import fit_em
 from .engines.gibbs import sample_gibbs
 from .engines.vb import fit_vb
 from .errors import BayesvmError, ConvergenceWarning
@@ -15,8 +16,8 @@ from .model import build_model
 from .priors import PriorSet
 from .results.fit import BSVMFit
 
-METHODS = ("vb", "gibbs")
-PLANNED_METHODS = ("em", "svi")
+METHODS = ("vb", "gibbs", "em")
+PLANNED_METHODS = ("svi",)
 
 
 def bsvm(
@@ -50,7 +51,10 @@ def bsvm(
         The data; never modified.
     method
         ``"vb"``: mean-field variational Bayes (Luts & Ormerod 2014, Alg. 1-2);
-        ``"gibbs"``: Gibbs sampling (Appendix A; Polson & Scott 2011, section 4).
+        ``"gibbs"``: Gibbs sampling (Appendix A; Polson & Scott 2011, section 4);
+        ``"em"``: the posterior mode by EM (fixed penalty) or ECME (learned penalty or random-effect
+        variances; Polson & Scott 2011, section 3); with ``penalty=alpha``, no random effects and
+        ``standardize=False`` it is the classical linear SVM with ``C = 1 / (2 alpha)``.
     penalty
         ``"learn"`` (slopes share ``sigma_u^2 ~ IG(A_u, B_u)``, Example 1), a float ``alpha > 0``
         (slopes ``~ N(0, 1/(4 alpha))``: the SVM objective ``sum hinge + alpha ||beta||^2``,
@@ -101,6 +105,14 @@ def bsvm(
         )
         fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data))
         _warn_mcmc(fit)
+        return fit
+    if method == "em":
+        result = fit_em(problem, tol=min(tol, 1e-10), max_iter=max(max_iter, 20000))
+        fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
+        if not result.converged:
+            warnings.warn(
+                f"EM stopped after {result.n_iter} iterations without converging", ConvergenceWarning, stacklevel=2
+            )
         return fit
     result = fit_vb(problem, tol=tol, max_iter=max_iter)
     fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from scipy import stats
-from scipy.special import gammaln
 
+from .joint import component_values, log_prior, log_pseudo_likelihood
 from .linalg import gaussian_draw
 from .sparse import SparseCholesky
-from .vb import LOG_2PI, VarianceComponent, VBProblem, _prior_precisions, _sparse_prior
+from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior
 
 #: Smallest |1 - y f| used for the inverse-Gaussian mean (a draw exactly on the margin has probability 0).
 MARGIN_FLOOR = 1e-12
@@ -65,28 +65,6 @@ class GibbsResult:
     @property
     def draws(self) -> int:
         return self.theta_d.shape[1]
-
-
-def _log_prior(problem: VBProblem, theta_d: np.ndarray, theta_b: np.ndarray, covs: list[np.ndarray]) -> float:
-    """``log p(theta, components)`` with all constants."""
-    lam = problem.fixed_precision
-    fixed = lam > 0
-    total = float(np.sum(0.5 * np.log(lam[fixed]) - 0.5 * LOG_2PI - 0.5 * lam[fixed] * theta_d[fixed] ** 2))
-    for comp, cov in zip(problem.components, covs):
-        u = _component_values(comp, theta_d, theta_b)  # (J, k)
-        if comp.is_wishart:
-            total += float(np.sum(stats.multivariate_normal(np.zeros(comp.k), cov).logpdf(u)))
-            total += float(stats.invwishart(df=comp.prior_df, scale=comp.prior_scale).logpdf(cov))
-        else:
-            s2 = cov[0, 0]
-            total += -0.5 * u.size * (LOG_2PI + np.log(s2)) - 0.5 * float(np.sum(u**2)) / s2
-            a, b = comp.prior_a, comp.prior_b
-            total += a * np.log(b) - gammaln(a) - (a + 1.0) * np.log(s2) - b / s2
-    return total
-
-
-def _component_values(comp: VarianceComponent, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
-    return theta_b[:, comp.index[0]] if comp.blocked else theta_d[comp.index]
 
 
 def _draw_component(comp: VarianceComponent, u: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -136,7 +114,7 @@ def _run_chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.ra
                 f = f + np.sum(blocked.values * theta_b[blocked.codes], axis=1)
         margin = np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR)
         omega = rng.wald(1.0 / margin, 1.0)
-        covs = [_draw_component(c, _component_values(c, theta_d, theta_b), rng) for c in problem.components]
+        covs = [_draw_component(c, component_values(c, theta_d, theta_b), rng) for c in problem.components]
         kept = step - tune
         if kept >= 0 and kept % thin == 0:
             i = kept // thin
@@ -146,8 +124,7 @@ def _run_chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.ra
             out_b[i] = theta_b
             for store, cov in zip(out_c, covs):
                 store[i] = cov
-            hinge = np.maximum(0.0, 1.0 - y * f)
-            out_lp[i] = -2.0 * float(np.sum(hinge)) + _log_prior(problem, theta_d, theta_b, covs)
+            out_lp[i] = log_pseudo_likelihood(y, f) + log_prior(problem, theta_d, theta_b, covs)
     return {"theta_d": out_d, "theta_b": out_b, "components": out_c, "log_posterior": out_lp}
 
 

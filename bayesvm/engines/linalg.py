@@ -281,3 +281,19 @@ def gaussian_draw(
     else:
         noise = np.einsum("jkl,jl->jk", np.linalg.cholesky(e.block_inv), noise)
     return theta_d, e.mean_b_part - e.gain @ theta_d + noise
+
+
+def gaussian_mean(
+    D: np.ndarray,
+    w: np.ndarray,
+    rhs_weights: np.ndarray,
+    prior_dd: np.ndarray,
+    blocked: BlockedFactor | None,
+    prior_b: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``P^{-1} C' r`` only (the M-step of EM): ``(theta_d, theta_b)`` without any covariance."""
+    e = _eliminate(D, w, rhs_weights, prior_dd, blocked, prior_b)
+    mean_d = lapack.dpotrs(e.chol, e.rhs, lower=1)[0]
+    if blocked is None:
+        return mean_d, np.zeros((0, 0))
+    return mean_d, e.mean_b_part - e.gain @ mean_d

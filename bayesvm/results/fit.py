@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from ..engines.em import EMResult
 from ..engines.gibbs import GibbsResult
 from ..engines.vb import VBProblem, VBResult
 from ..errors import BayesvmError
@@ -49,7 +50,7 @@ class BSVMFit:
     model: LinearModel
     problem: VBProblem
     method: str
-    result: VBResult | GibbsResult
+    result: VBResult | GibbsResult | EMResult
     data_name: str = "data"
     tol: float = 1e-8
 
@@ -64,7 +65,7 @@ class BSVMFit:
 
     @property
     def converged(self) -> bool:
-        """VB: the bound met ``tol``; Gibbs: every R-hat <= 1.01 (see :meth:`diagnostics`)."""
+        """VB and EM: the stopping rule was met; Gibbs: every R-hat <= 1.01."""
         if isinstance(self.result, GibbsResult):
             from .diagnostics import mcmc_diagnostics
 
@@ -82,6 +83,19 @@ class BSVMFit:
     def elapsed(self) -> float:
         """Seconds spent in the engine."""
         return self.result.elapsed
+
+    @property
+    def objective(self) -> np.ndarray:
+        """EM / ECME: ``log p(theta, components | y)`` up to a constant, per iteration (empty otherwise)."""
+        return getattr(self.result, "objective", np.zeros(0))
+
+    @property
+    def support(self) -> pd.Index | None:
+        """EM / ECME: labels of the training rows that are support vectors (``y f <= 1``, on or inside
+        the margin); ``None`` for the Bayesian engines, where every row has a posterior weight."""
+        if not isinstance(self.result, EMResult):
+            return None
+        return self.model.design.row_index[self.result.support]
 
     @property
     def formula(self) -> str:
@@ -157,6 +171,8 @@ class BSVMFit:
                 continue
             if isinstance(self.result, GibbsResult):
                 return float(np.mean(1.0 / self.result.components[c][..., 0, 0]) / 4.0)
+            if isinstance(self.result, EMResult):  # the mode of sigma_u^2, mapped to alpha
+                return float(1.0 / (4.0 * self.result.components[c][0, 0]))
             return float(self.result.components[c].expected_precision()[0, 0] / 4.0)
         return None
 

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy import stats
 
+from ..engines.em import EMResult
 from ..engines.gibbs import GibbsResult
 from ..engines.vb import VBResult
 from .prediction import gaussian_average_probability, pseudo_probability
@@ -130,7 +131,43 @@ class SampledPosterior:
         return r.theta_d, r.theta_b, list(r.components)
 
 
-def posterior_view(result) -> VariationalPosterior | SampledPosterior:
+class ModePosterior:
+    """A posterior mode (EM / ECME): point values, no spread."""
+
+    kind = "mode"
+
+    def __init__(self, result: EMResult):
+        self.result = result
+
+    def means(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.result.theta_d, self.result.theta_b
+
+    def variances(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.full(self.result.theta_d.shape, np.nan), np.full(self.result.theta_b.shape, np.nan)
+
+    def fixed_cov(self, p: int) -> np.ndarray:
+        return np.full((p, p), np.nan)
+
+    def component_means(self) -> list[np.ndarray]:
+        return list(self.result.components)
+
+    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+        f = _f_rows(self.result.theta_d[None], self.result.theta_b[None], D, codes, values)[0]
+        return f, np.zeros_like(f)
+
+    def probability(self, D, codes, values) -> np.ndarray:
+        """Plug-in ``p(+1 | f)`` at the mode."""
+        return pseudo_probability(self.link(D, codes, values)[0])
+
+    def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """The mode as a single draw of a single chain."""
+        r = self.result
+        return r.theta_d[None, None], r.theta_b[None, None], [c[None, None] for c in r.components]
+
+
+def posterior_view(result) -> VariationalPosterior | SampledPosterior | ModePosterior:
+    if isinstance(result, EMResult):
+        return ModePosterior(result)
     if isinstance(result, VBResult):
         return VariationalPosterior(result)
     if isinstance(result, GibbsResult):

@@ -11,6 +11,7 @@ from scipy.stats import norm
 METHOD_TITLES = {
     "vb": "mean-field variational Bayes (Luts & Ormerod 2014, Alg. {alg})",
     "gibbs": "Gibbs sampling (Luts & Ormerod 2014, Appendix A; Polson & Scott 2011)",
+    "em": "posterior mode by {em} (Polson & Scott 2011, section 3)",
 }
 
 VB_CAVEAT = (
@@ -65,6 +66,8 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         z = norm.ppf(0.5 + level / 2.0)
         lower, upper = mean.to_numpy() - z * sd, mean.to_numpy() + z * sd
     fixed = pd.DataFrame({"mean": mean.to_numpy(), "sd": sd, lo: lower, hi: upper}, index=mean.index)
+    if fit.method == "em":
+        fixed = fixed[["mean"]]
     diagnostics = None
     if sampled:
         from .diagnostics import mcmc_diagnostics
@@ -96,7 +99,9 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     alg = "1" if not fit.problem.components else "2"
     info = {
         "method": fit.method,
-        "title": METHOD_TITLES.get(fit.method, fit.method).format(alg=alg),
+        "title": METHOD_TITLES.get(fit.method, fit.method).format(
+            alg=alg, em="ECME" if fit.problem.components else "EM"
+        ),
         "formula": fit.formula,
         "data": fit.data_name,
         "response": response.name,
@@ -112,7 +117,9 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         "converged": fit.converged,
         "elapsed": fit.elapsed,
     }
-    if sampled:
+    if fit.method == "em":
+        info.update(objective=float(fit.objective[-1]), n_support=int(fit.result.support.sum()))
+    elif sampled:
         from .diagnostics import mcmc_problems
 
         r = fit.result
@@ -162,7 +169,7 @@ def _random_section(summary: Summary) -> str:
     body = table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
     groups = ", ".join(f"{g}, {n}" for g, n in info["groups"].items())
     return (
-        "Random effects (posterior means of the variance components):\n"
+        f"Random effects ({'modes' if info['method'] == 'em' else 'posterior means'} of the variance components):\n"
         + _indent(body)
         + f"\nNumber of obs: {info['n_obs']}, groups:  {groups}\n"
     )
@@ -176,10 +183,19 @@ def _fixed_section(summary: Summary) -> str:
         float_format=lambda v: f"{v:.4f}", formatters={c: f for c, f in formats.items() if c in table}
     )
     note = ", original scale of the predictors" if summary.info["standardized"] else ""
-    return f"Fixed effects (posterior mean, sd and credible interval{note}):\n{body}\n"
+    what = "posterior mode" if summary.info["method"] == "em" else "posterior mean, sd and credible interval"
+    return f"Fixed effects ({what}{note}):\n{body}\n"
 
 
 def _footer(info: dict) -> str:
+    if info["method"] == "em":
+        status = "converged" if info["converged"] else "NOT converged"
+        return (
+            f"Support vectors: {info['n_support']} of {info['n_obs']} rows (fit.support)\n"
+            f"Convergence: {status} after {info['n_iter']} iterations; log posterior (up to a constant) "
+            f"{info['objective']:.4f}; {1000 * info['elapsed']:.1f} ms\n"
+            "A posterior mode: no posterior SDs or intervals (use method='gibbs' or 'vb')."
+        )
     if info["method"] == "gibbs":
         text = (
             f"Sampling: {info['chains']} chains x {info['draws']} draws (thin {info['thin']}) after {info['tune']} "
