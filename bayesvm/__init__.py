@@ -4,11 +4,13 @@ from . import datasets, priors
 from .errors import BayesvmError, ConvergenceWarning, DataError, DesignError, FormulaError
 from .fitting import bsvm
 from .results.fit import BSVMFit
+from .results.storage import load_fit as load
 
 __version__ = "0.1.0"
 
 __all__ = [
     "bsvm",
+    "load",
     "BSVMFit",
     "datasets",
     "priors",

@@ -31,7 +31,7 @@ def bsvm(
     standardize: bool = True,
     priors: PriorSet | None = None,
     tol: float = 1e-8,
-    max_iter: int = 500,
+    max_iter: int | None = None,
     draws: int = 1000,
     tune: int = 1000,
     chains: int = 4,
@@ -71,7 +71,8 @@ def bsvm(
         Hyperparameters (:class:`bayesvm.priors.PriorSet`); paper defaults.
     tol, max_iter
         VB: stop when the relative increase of the lower bound is below ``tol``, or after
-        ``max_iter`` sweeps (then a :class:`ConvergenceWarning`).
+        ``max_iter`` sweeps (default 500; then a :class:`ConvergenceWarning`).  EM: ``max_iter``
+        iterations at most over all continuation stages (default 20000).
     draws, tune, chains, thin, seed, cores, progress
         Gibbs: kept draws per chain, tuning (burn-in) iterations, number of chains, thinning,
         seed of the chains' ``SeedSequence``, processes to run chains in, and a progress bar
@@ -81,6 +82,8 @@ def bsvm(
         raise BayesvmError(f"method={method!r} is not available in this version; available: {METHODS}")
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
+    if max_iter is None:
+        max_iter = 20000 if method == "em" else 500
     if not (isinstance(max_iter, int) and max_iter >= 1):
         raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
     if not (tol > 0):
@@ -107,7 +110,7 @@ def bsvm(
         _warn_mcmc(fit)
         return fit
     if method == "em":
-        result = fit_em(problem, tol=min(tol, 1e-10), max_iter=max(max_iter, 20000))
+        result = fit_em(problem, tol=min(tol, 1e-10), max_iter=max_iter)
         fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
         if not result.converged:
             warnings.warn(

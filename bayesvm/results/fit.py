@@ -253,6 +253,12 @@ class BSVMFit:
     def __repr__(self) -> str:
         return f"<BSVMFit {self.method}: {self.formula!r}, n={self.model.design.n}, lower bound {self.lower_bound[-1]:.4f}>"
 
+    def save(self, path):
+        """Write the whole fit to ``path`` (pickle; see :mod:`bayesvm.results.storage`); ``bayesvm.load`` reads it."""
+        from .storage import save_fit
+
+        return save_fit(self, path)
+
     def to_inference_data(self, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True):
         """ArviZ object: ``posterior`` (VB: ``draws`` draws from q; Gibbs: the chains), ``observed_data``,
         ``log_likelihood`` (normalised pseudo-likelihood), ``sample_stats`` (Gibbs) and ``lower_bound`` (VB)."""

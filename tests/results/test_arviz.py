@@ -1,6 +1,7 @@
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 
@@ -50,3 +51,89 @@ def test_both_containers_hold_the_same_groups(fit):
     assert isinstance(tree, xr.DataTree)
     assert set(tree.children) == set(idata.groups())
     xr.testing.assert_identical(tree["posterior"].to_dataset(), idata.posterior)
+
+
+@pytest.fixture(scope="module")
+def gibbs_fit(toenail):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bayesvm.ConvergenceWarning)
+        return bayesvm.bsvm(
+            "outcome ~ visit * treatment + (1 | patientID)",
+            toenail,
+            penalty=None,
+            method="gibbs",
+            draws=300,
+            tune=200,
+            chains=2,
+            seed=3,
+            progress=False,
+        )
+
+
+def _az():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import arviz as az
+    return az
+
+
+def test_gibbs_inference_data_has_sample_stats_and_log_likelihood(gibbs_fit):
+    idata = gibbs_fit.to_inference_data()
+    assert {"posterior", "sample_stats", "log_likelihood", "observed_data"} <= set(idata.groups())
+    assert idata.posterior["beta"].shape == (2, 300, 4)
+    np.testing.assert_array_equal(idata.sample_stats["lp"].values, gibbs_fit.result.log_posterior)
+    # log_likelihood = log of the normalised pseudo-likelihood at each draw
+    from bayesvm.results.prediction import pseudo_probability
+
+    beta = idata.posterior["beta"].values[0, 5]
+    u = idata.posterior["u_patientID"].values[0, 5, :, 0]
+    design = gibbs_fit.model.design
+    f = design.X @ beta + u[design.re_terms[0].codes]
+    expected = np.log(np.where(design.y > 0, pseudo_probability(f), 1 - pseudo_probability(f)))
+    np.testing.assert_allclose(idata.log_likelihood["outcome"].values[0, 5], expected, rtol=1e-10, atol=1e-12)
+    az = _az()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loo, waic = az.loo(idata), az.waic(idata)
+    assert np.isfinite(loo.elpd_loo) and np.isfinite(waic.elpd_waic)
+
+
+def test_netcdf_round_trip_gives_the_same_summary(gibbs_fit, tmp_path):
+    az = _az()
+    idata = gibbs_fit.to_inference_data()
+    path = tmp_path / "fit.nc"
+    idata.to_netcdf(str(path))
+    loaded = az.from_netcdf(str(path))
+    pd.testing.assert_frame_equal(az.summary(idata, var_names=["beta"]), az.summary(loaded, var_names=["beta"]))
+
+
+def test_plots_run(gibbs_fit):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    az = _az()
+    idata = gibbs_fit.to_inference_data(log_likelihood=False)
+    assert az.plot_trace(idata, var_names=["beta", "sd_patientID__(Intercept)"]).size > 0
+    assert len(az.plot_forest(idata, var_names=["beta"])) == 1
+
+
+@pytest.mark.parametrize("method", ["vb", "gibbs", "em"])
+def test_save_and_load_round_trip(toenail, gibbs_fit, method, tmp_path):
+    if method == "gibbs":
+        fit = gibbs_fit
+    elif method == "em":
+        fit = bayesvm.bsvm("outcome ~ visit * treatment", toenail, method=method, penalty=0.5)
+    else:
+        fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None)
+    path = fit.save(tmp_path / "fit.bsvm")
+    loaded = bayesvm.load(path)
+    new = toenail.sample(20, random_state=1)
+    np.testing.assert_array_equal(loaded.predict(new, kind="prob"), fit.predict(new, kind="prob"))
+    assert str(loaded.summary()) == str(fit.summary())
+
+
+def test_load_rejects_other_files(tmp_path):
+    path = tmp_path / "x.bin"
+    path.write_bytes(b"not a fit")
+    with pytest.raises(ValueError, match="not a saved bayesvm fit"):
+        bayesvm.load(path)
