@@ -33,6 +33,8 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys):
     assert (tmp_path / "toenail_ber.png").stat().st_size > 1000
     # the VB-versus-Gibbs findings the text states
     comparison = namespace["comparison"]
-    assert comparison.loc["sigma^2 patientID", ("Gibbs", "mean")] > 2 * comparison.loc["sigma^2 patientID", ("VB", "mean")]
+    assert (
+        comparison.loc["sigma^2 patientID", ("Gibbs", "mean")] > 2 * comparison.loc["sigma^2 patientID", ("VB", "mean")]
+    )
     ratios = comparison[("VB / Gibbs", "sd ratio")].dropna()
     assert (ratios < 0.6).all(), ratios
