@@ -185,3 +185,22 @@ def test_toenail_chains_converge_and_seeds_agree():
     va, vb_ = a.variance_components[0].mean[0, 0], b.variance_components[0].mean[0, 0]
     assert abs(va - vb_) / va < 0.1
     assert stats.describe(a.result.log_posterior.ravel()).variance > 0
+
+
+def test_sparse_path_sampler_agrees_with_schur_path():
+    data = _small_data(n=60, seed=6).assign(h=lambda d: [f"h{k}" for k in np.arange(len(d)) % 4])
+    design = build_design(parse_formula("y ~ x + (1 | g) + (1 | h)"), data)
+    runs = {}
+    for limit in (0, 2000):
+        problem = build_model(design, 0.5, PriorSet(), False, max_dense_columns=limit).problem()
+        assert problem.is_sparse == (limit == 0)
+        runs[limit] = sample_gibbs(problem, draws=3000, tune=300, chains=2, seed=limit + 1, progress=False)
+    # same layout either way: theta_d = [beta, u_g, u_h] on the sparse path; [beta, u_h] + blocked u_g otherwise
+    sparse, schur = runs[0], runs[2000]
+    for j in range(2):  # the fixed effects
+        a, b = sparse.theta_d[..., j], schur.theta_d[..., j]
+        se = np.sqrt(a.var() / _ess(a) + b.var() / _ess(b))
+        assert abs(a.mean() - b.mean()) < 4 * se, (j, a.mean(), b.mean(), se)
+    for c in range(2):  # sigma^2 of (1 | g) and (1 | h): few groups, heavy tails: compare medians
+        a, b = sparse.components[c].ravel(), schur.components[c].ravel()
+        assert abs(np.log(np.median(a)) - np.log(np.median(b))) < 0.5, (c, np.median(a), np.median(b))
