@@ -40,6 +40,13 @@ def as_inference_data(groups: dict[str, xr.Dataset]):
     return _import_arviz().InferenceData(warn_on_custom_groups=False, **groups)
 
 
+def group_names(container) -> set[str]:
+    """Names of the groups of an ``InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1.x)."""
+    if isinstance(container, xr.DataTree):
+        return set(container.children)
+    return set(container.groups())
+
+
 def make_container(groups: dict[str, xr.Dataset]):
     """``InferenceData`` under ArviZ 0.x, ``DataTree`` under 1.x."""
     return as_datatree(groups) if arviz_major_version() >= 1 else as_inference_data(groups)
