@@ -1,0 +1,72 @@
+"""Plots of a fit (matplotlib; ``pip install "bayesvm[plot]"``).  Each returns the Axes it drew on."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import BayesvmError
+
+
+def _axes(ax):
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - exercised only without the extra
+        raise ImportError('bayesvm.plots needs matplotlib: pip install "bayesvm[plot]"') from None
+    if ax is None:
+        _, ax = plt.subplots()
+    return ax
+
+
+def plot_lower_bound(fit, ax=None):
+    """The VB lower bound ``log p(y; q)`` after every sweep."""
+    if fit.lower_bound.size == 0:
+        raise BayesvmError(f"a {fit.method!r} fit has no lower bound; plot_lower_bound needs method='vb'")
+    ax = _axes(ax)
+    sweeps = np.arange(1, fit.lower_bound.size + 1)
+    ax.plot(sweeps, fit.lower_bound, marker=".")
+    ax.set_xlabel("sweep")
+    ax.set_ylabel("lower bound log p(y; q)")
+    ax.set_title(f"converged after {fit.n_iter} sweeps" if fit.converged else "NOT converged")
+    return ax
+
+
+def plot_coefficients(fit, level: float = 0.95, intercept: bool = False, ax=None):
+    """Forest plot: posterior mean and central credible interval of each fixed effect."""
+    table = fit.summary(level=level).fixed
+    if not intercept:
+        table = table.drop(index="(Intercept)", errors="ignore")
+    if table.empty:
+        raise BayesvmError("the model has no fixed effects besides the intercept to plot")
+    ax = _axes(ax)
+    rows = np.arange(len(table))[::-1]
+    lower, upper = table.columns[2:4] if table.shape[1] >= 4 else (None, None)
+    if lower is not None:
+        ax.hlines(rows, table[lower], table[upper], color="C0", lw=2)
+    ax.plot(table["mean"], rows, "o", color="C0")
+    ax.axvline(0.0, color="grey", lw=0.8, ls="--")
+    ax.set_yticks(rows, table.index)
+    ax.set_xlabel(f"coefficient ({int(100 * level)}% interval)" if lower is not None else "coefficient (mode)")
+    return ax
+
+
+def plot_ranef(fit, group: str, term: str = "(Intercept)", level: float = 0.95, ax=None):
+    """Caterpillar plot of one random-effect term: levels sorted by posterior mean, with intervals."""
+    if group not in fit.ranef:
+        raise BayesvmError(f"no grouping factor {group!r}; the fit has {sorted(fit.ranef)}")
+    means, sds = fit.ranef[group], fit.ranef_sd[group]
+    if term not in means.columns:
+        raise BayesvmError(f"grouping factor {group!r} has no term {term!r}; terms: {list(means.columns)}")
+    from scipy.stats import norm
+
+    order = np.argsort(means[term].to_numpy())
+    mean = means[term].to_numpy()[order]
+    half = norm.ppf(0.5 + level / 2.0) * sds[term].to_numpy()[order]
+    ax = _axes(ax)
+    x = np.arange(mean.size)
+    if np.all(np.isfinite(half)):
+        ax.vlines(x, mean - half, mean + half, color="C0", lw=0.8)
+    ax.plot(x, mean, ".", color="C1")
+    ax.axhline(0.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel(f"{group} (sorted)")
+    ax.set_ylabel(f"{term} random effect")
+    return ax

@@ -1,0 +1,152 @@
+"""scikit-learn interface: :class:`BayesianSVC`, a drop-in for ``sklearn.svm.SVC(kernel="linear")``.
+
+Needs scikit-learn (``pip install "bayesvm[sklearn]"``).  The penalty is learned by default
+(``penalty="learn"``), so there is no ``C`` to search; everything else behaves like a
+scikit-learn classifier: arrays or frames in, ``classes_`` in sorted order, ``predict``,
+``predict_proba``, ``decision_function``, ``score``, ``Pipeline``, ``GridSearchCV``,
+``cross_val_score``.
+
+Multiclass problems are fitted one-vs-rest: one binary Bayesian SVM per class, class ``k``
+against the rest.  ``predict_proba`` normalises the per-class posterior predictive
+probabilities ``P(y = k | x)`` of the binary fits to sum to one, and ``predict`` takes their
+argmax, so the two always agree.  ``decision_function`` returns the binary fits' posterior
+mean linear predictors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .errors import BayesvmError
+from .fitting import bsvm
+
+
+class BayesianSVC(ClassifierMixin, BaseEstimator):
+    """Linear Bayesian support vector classifier (Polson & Scott 2011; Luts & Ormerod 2014).
+
+    Parameters
+    ----------
+    method : {"vb", "gibbs", "em"}
+        Inference engine (see :func:`bayesvm.bsvm`).
+    penalty : "learn", float or None
+        ``"learn"`` learns the penalty (slopes share ``sigma^2 ~ IG``); a float ``alpha`` is the
+        SVM objective ``sum hinge + alpha ||beta||^2``, i.e. ``SVC(C=1/(2 alpha))``.
+    prior : None
+        Shrinkage / selection prior of the slopes (reserved: the variable-selection priors are
+        not available in this version; any value other than None is an error).
+    kernel : None
+        Reserved for the kernel engines (not available in this version).
+    missing : {"error", "drop"}
+        ``"drop"`` fits on the rows without missing values.
+    max_iter, tol : int, float
+        Passed to :func:`bayesvm.bsvm`.
+    standardize : bool
+        Scale the columns internally (results on the original scale).
+    random_state : int or None
+        Seed of the Gibbs chains.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        Class labels, sorted.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean (VB, Gibbs) or mode (EM) of the slopes, original scale.
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+    result_ : BSVMFit or list of BSVMFit
+        The full fit (binary) or the one-vs-rest fits (multiclass, in ``classes_`` order).
+    n_iter_ : ndarray
+        Sweeps (VB), iterations (EM) or iterations per chain (Gibbs) of each binary fit.
+    n_features_in_ : int
+    feature_names_in_ : ndarray, only when fitted on a frame with string column names.
+    """
+
+    def __init__(
+        self,
+        method: str = "vb",
+        penalty: float | str | None = "learn",
+        prior: object = None,
+        kernel: object = None,
+        missing: str = "error",
+        max_iter: int | None = None,
+        tol: float = 1e-8,
+        standardize: bool = True,
+        random_state: int | None = None,
+    ):
+        self.method = method
+        self.penalty = penalty
+        self.prior = prior
+        self.kernel = kernel
+        self.missing = missing
+        self.max_iter = max_iter
+        self.tol = tol
+        self.standardize = standardize
+        self.random_state = random_state
+
+    def _frame(self, X: np.ndarray) -> pd.DataFrame:
+        return pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
+
+    def _fit_binary(self, frame: pd.DataFrame, target: np.ndarray):
+        data = frame.assign(y_=target.astype(int))
+        formula = "y_ ~ " + " + ".join(frame.columns)
+        kwargs = {"method": self.method, "penalty": self.penalty, "missing": self.missing, "tol": self.tol,
+                  "max_iter": self.max_iter, "standardize": self.standardize, "positive": 1}
+        if self.method == "gibbs":
+            kwargs.update(seed=self.random_state, progress=False)
+        return bsvm(formula, data, **kwargs)
+
+    def fit(self, X, y) -> BayesianSVC:
+        """Fit one binary Bayesian SVM (two classes) or one per class (one-vs-rest)."""
+        if self.kernel is not None:
+            raise BayesvmError("kernel methods are not available in this version of bayesvm; use kernel=None")
+        if self.prior is not None:
+            raise BayesvmError("shrinkage priors are not available in this version of bayesvm; use prior=None")
+        allow_nan = "allow-nan" if self.missing == "drop" else True
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=allow_nan)
+        check_classification_targets(y)
+        self.classes_ = np.unique(y)
+        if self.classes_.size < 2:
+            raise BayesvmError(f"y has 1 class ({self.classes_.tolist()}); a classifier needs at least two")
+        frame = self._frame(X)
+        if self.classes_.size == 2:
+            fits = [self._fit_binary(frame, y == self.classes_[1])]
+        else:
+            fits = [self._fit_binary(frame, y == label) for label in self.classes_]
+        self.result_ = fits[0] if len(fits) == 1 else fits
+        coefs = np.array([fit.fixef.to_numpy() for fit in fits])
+        self.intercept_ = coefs[:, 0]
+        self.coef_ = coefs[:, 1:]
+        self.n_iter_ = np.array([fit.n_iter for fit in fits])
+        return self
+
+    def _fits(self) -> list:
+        return self.result_ if isinstance(self.result_, list) else [self.result_]
+
+    def _check(self, X) -> pd.DataFrame:
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return self._frame(X)
+
+    def decision_function(self, X) -> np.ndarray:
+        """Posterior mean of the linear predictor: shape (n,) for two classes, (n, n_classes) otherwise."""
+        frame = self._check(X)
+        scores = np.column_stack([fit.predict(frame, kind="link") for fit in self._fits()])
+        return scores[:, 0] if scores.shape[1] == 1 else scores
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Posterior predictive class probabilities, columns in ``classes_`` order."""
+        frame = self._check(X)
+        positive = np.column_stack([fit.predict(frame, kind="prob") for fit in self._fits()])
+        if positive.shape[1] == 1:
+            return np.column_stack([1.0 - positive[:, 0], positive[:, 0]])
+        return positive / positive.sum(axis=1, keepdims=True)
+
+    def predict(self, X) -> np.ndarray:
+        """The class with the largest ``predict_proba`` (for two classes: ``P(classes_[1]) > 0.5``)."""
+        proba = self.predict_proba(X)
+        if proba.shape[1] == 2:
+            return self.classes_[(proba[:, 1] > 0.5).astype(int)]
+        return self.classes_[np.argmax(proba, axis=1)]

@@ -1,0 +1,50 @@
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.model_selection import GridSearchCV, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from bayesvm.sklearn import BayesianSVC
+
+
+@parametrize_with_checks([BayesianSVC(), BayesianSVC(method="em", penalty=0.5)])
+def test_sklearn_compatible(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(estimator)
+
+
+def _blobs(n=150, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0, 3, (k, 2))
+    y = rng.integers(0, k, n)
+    return centers[y] + rng.standard_normal((n, 2)), y
+
+
+def test_multiclass_one_vs_rest_probabilities_agree_with_predict():
+    X, y = _blobs()
+    clf = BayesianSVC().fit(X, np.array(["a", "b", "c"])[y])
+    proba = clf.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(clf.classes_[proba.argmax(axis=1)], clf.predict(X))
+    assert clf.score(X, np.array(["a", "b", "c"])[y]) > 0.8
+    assert clf.coef_.shape == (3, 2) and len(clf.result_) == 3
+
+
+def test_pipeline_grid_search_and_cross_validation():
+    X, y = _blobs(k=2, seed=1)
+    pipe = make_pipeline(StandardScaler(), BayesianSVC())
+    assert cross_val_score(pipe, X, y, cv=3).mean() > 0.8
+    grid = GridSearchCV(BayesianSVC(method="em"), {"penalty": [0.1, 1.0]}, cv=3).fit(X, y)
+    assert grid.best_params_["penalty"] in (0.1, 1.0)
+
+
+def test_reserved_arguments_are_clear_errors():
+    X, y = _blobs(k=2)
+    with pytest.raises(ValueError, match="kernel"):
+        BayesianSVC(kernel="rbf").fit(X, y)
+    with pytest.raises(ValueError, match="prior"):
+        BayesianSVC(prior="laplace").fit(X, y)
