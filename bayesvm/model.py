@@ -16,6 +16,7 @@ import scipy.sparse as sp
 from .engines.linalg import BlockedFactor
 from .engines.vb import VarianceComponent, VBProblem
 from .errors import BayesvmError
+from .memory import check_memory
 from .formula.design import Design, NewDesign
 from .priors import PriorSet
 
@@ -216,6 +217,13 @@ def build_model(
     dense = tuple(t for t in range(len(design.re_terms)) if t not in blocked)
     n_dense = p + sum(design.re_terms[t].n_levels * design.re_terms[t].k for t in dense)
     sparse = bool(design.re_terms) and n_dense > max_dense_columns
+    if not sparse:
+        # the dense columns D, their weighted copy, the predictor's residuals and a row-sorted copy
+        check_memory(
+            8.0 * design.n * n_dense * 4 + 8.0 * n_dense**2 * 4,
+            f"the dense design ({design.n} rows x {n_dense} columns)",
+            "use fewer fixed-effect columns or move many-level factors into random-effect terms",
+        )
     if sparse:
         dense, blocked = tuple(range(len(design.re_terms))), ()
     return LinearModel(

@@ -56,3 +56,16 @@ def test_penalty_priors():
 def test_bad_penalty(bad):
     with pytest.raises(BayesvmError):
         validate_penalty(bad)
+
+
+def test_fits_that_would_not_fit_in_memory_are_refused_up_front(monkeypatch):
+    import bayesvm
+    import bayesvm.memory
+
+    data = simulate_grouped(n_groups=10, seed=1)
+    monkeypatch.setattr(bayesvm.memory, "available_memory", lambda: 1000)
+    with pytest.raises(BayesvmError, match=r"GiB.*fewer fixed-effect columns"):
+        bayesvm.bsvm("y ~ x1 + x2", data)
+    monkeypatch.setattr(bayesvm.memory, "available_memory", lambda: 10**7)
+    with pytest.raises(BayesvmError, match=r"draws.*thin"):
+        bayesvm.bsvm("y ~ x1 + x2", data, method="gibbs", draws=10**6, chains=4)

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy import stats
 
+from ..memory import check_memory
 from .joint import component_values, log_prior, log_pseudo_likelihood
 from .linalg import gaussian_draw
 from .sparse import SparseCholesky
@@ -140,6 +141,13 @@ def sample_gibbs(
 ) -> GibbsResult:
     """Run ``chains`` Gibbs chains; in parallel processes when ``cores > 1``."""
     start = time.perf_counter()
+    size = problem.D.shape[1] + (0 if problem.blocked is None else problem.blocked.n_levels * problem.blocked.K)
+    size += sum(c.k * c.k for c in problem.components)
+    check_memory(
+        8.0 * chains * draws * size * 2,
+        f"storing {chains} x {draws} draws of {size} parameters",
+        "use fewer draws, thin=k, or method='vb'",
+    )
     seeds = np.random.SeedSequence(seed).spawn(chains)
     show = progress and sys.stderr.isatty()
     if cores > 1 and chains > 1:
