@@ -16,8 +16,8 @@ import scipy.sparse as sp
 from .engines.linalg import BlockedFactor
 from .engines.vb import VarianceComponent, VBProblem
 from .errors import BayesvmError
-from .memory import check_memory
 from .formula.design import Design, NewDesign
+from .memory import check_memory
 from .priors import PriorSet
 
 #: Largest number of dense columns (fixed effects plus random effects outside the largest

@@ -92,8 +92,15 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
     def _fit_binary(self, frame: pd.DataFrame, target: np.ndarray):
         data = frame.assign(y_=target.astype(int))
         formula = "y_ ~ " + " + ".join(frame.columns)
-        kwargs = {"method": self.method, "penalty": self.penalty, "missing": self.missing, "tol": self.tol,
-                  "max_iter": self.max_iter, "standardize": self.standardize, "positive": 1}
+        kwargs = {
+            "method": self.method,
+            "penalty": self.penalty,
+            "missing": self.missing,
+            "tol": self.tol,
+            "max_iter": self.max_iter,
+            "standardize": self.standardize,
+            "positive": 1,
+        }
         if self.method == "gibbs":
             kwargs.update(seed=self.random_state, progress=False)
         return bsvm(formula, data, **kwargs)

@@ -56,8 +56,12 @@ def data_sets(draw):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=data_sets(), fixed=st.sampled_from(FIXED), random=st.sampled_from(RANDOM),
-       penalty=st.sampled_from(["learn", None, 0.5]))
+@given(
+    data=data_sets(),
+    fixed=st.sampled_from(FIXED),
+    random=st.sampled_from(RANDOM),
+    penalty=st.sampled_from(["learn", None, 0.5]),
+)
 def test_fit_is_an_error_or_finite_and_monotone(data, fixed, random, penalty):
     formula = "y ~ " + fixed + (" + " + random if random else "")
     before = data.copy()

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .joint import component_values, log_prior
-from .linalg import gaussian_mean
+from .linalg import blas_threads, gaussian_mean
 from .sparse import SparseCholesky
 from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior
 
@@ -70,6 +70,12 @@ def _smoothed_log_likelihood(margin: np.ndarray, eps: float) -> float:
 
 
 def fit_em(problem: VBProblem, tol: float = 1e-10, max_iter: int = 20000) -> EMResult:
+    """See :func:`_fit_em`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
+    with blas_threads(problem.D.shape[1]):
+        return _fit_em(problem, tol, max_iter)
+
+
+def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
     """EM (fixed penalty, no components) or ECME (learned components) for the posterior mode.
 
     A stage stops when the largest change of a coefficient is below ``tol`` times

@@ -25,7 +25,7 @@ from scipy import stats
 
 from ..memory import check_memory
 from .joint import component_values, log_prior, log_pseudo_likelihood
-from .linalg import gaussian_draw
+from .linalg import blas_threads, gaussian_draw
 from .sparse import SparseCholesky
 from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior
 
@@ -79,6 +79,11 @@ def _draw_component(comp: VarianceComponent, u: np.ndarray, rng: np.random.Gener
 
 
 def _run_chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random.SeedSequence, show: bool) -> dict:
+    with blas_threads(problem.D.shape[1]):
+        return _chain(problem, draws, tune, thin, seed, show)
+
+
+def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random.SeedSequence, show: bool) -> dict:
     rng = np.random.default_rng(seed)
     y, D, blocked = problem.y, problem.D, problem.blocked
     if blocked is not None:

@@ -33,7 +33,7 @@ import scipy.sparse as sp
 from scipy.special import digamma, gammaln, multigammaln
 
 from .augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
-from .linalg import BlockedFactor, GaussianPosterior, gaussian_posterior
+from .linalg import BlockedFactor, GaussianPosterior, blas_threads, gaussian_posterior
 from .sparse import SparseGaussianPosterior, sparse_gaussian_posterior
 
 LOG_2PI = float(np.log(2.0 * np.pi))
@@ -333,6 +333,12 @@ class _Sweeper:
 
 
 def fit_vb(problem: VBProblem, tol: float = 1e-8, max_iter: int = 500, accelerate: bool = True) -> VBResult:
+    """See :func:`_fit_vb`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
+    with blas_threads(problem.D.shape[1]):
+        return _fit_vb(problem, tol, max_iter, accelerate)
+
+
+def _fit_vb(problem: VBProblem, tol: float, max_iter: int, accelerate: bool) -> VBResult:
     """Coordinate ascent (Alg. 1 when there are no components, Alg. 2 otherwise).
 
     Each sweep: (1) ``q(theta)`` given ``E[1/a]`` and the components' expected precisions;

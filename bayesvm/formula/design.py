@@ -215,12 +215,18 @@ def _required_variables(formula: str, data: pd.DataFrame, what: str) -> list[str
     """Data columns a formula part uses.
 
     formulaic's ``required_variables`` reads a quoted name such as ```cad.dur``` inside a
-    function call as the attribute ``dur`` of ``cad``; quoted names are taken whole here.
+    function call as the attribute ``dur`` of ``cad``, and leaves out a column that shares the
+    name of one of its transforms (``cs``, ``poly``); both are repaired here.
     """
     try:
         variables = {str(v) for v in formulaic.Formula(formula).required_variables}
     except FormulaicError as exc:
         raise FormulaError(f"cannot parse formula part {formula!r}: {exc}") from None
+    # formulaic leaves out names that are also its transforms (a column called `cs` or `poly`):
+    # any bare name of the formula that is a column of the data is used as that column
+    for name in re.findall(r"(?<![`\w.])([A-Za-z_][A-Za-z0-9_]*)(?![\w.(`])", formula):
+        if name in data.columns:
+            variables.add(name)
     for quoted in re.findall(r"`([^`]+)`", formula):
         variables.add(quoted)
         head = quoted.split(".")[0]

@@ -131,3 +131,10 @@ def test_missing_drop_reports(frame):
     d = design("y ~ x", data, missing="drop")
     assert d.n == 5 and d.n_dropped == {"x": 1}
     pd.testing.assert_frame_equal(data, before)
+
+
+def test_columns_named_like_formulaic_transforms(frame):
+    data = frame.assign(cs=[1.0, 2.0, 0.5, 3.0, 1.5, 0.0], poly=[0.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    d = design("y ~ cs + poly + x", data)
+    np.testing.assert_array_equal(d.X[:, d.x_names.index("cs")], data["cs"])
+    np.testing.assert_array_equal(d.X[:, d.x_names.index("poly")], data["poly"])
