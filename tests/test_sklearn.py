@@ -48,3 +48,26 @@ def test_reserved_arguments_are_clear_errors():
         BayesianSVC(kernel="rbf").fit(X, y)
     with pytest.raises(ValueError, match="prior"):
         BayesianSVC(prior="laplace").fit(X, y)
+
+
+def test_missing_drop_fits_on_complete_rows_and_refuses_nan_at_predict():
+    X, y = _blobs(k=2, seed=2)
+    X = X.copy()
+    X[[0, 5], 0] = np.nan
+    with pytest.raises(ValueError):
+        BayesianSVC().fit(X, y)
+    clf = BayesianSVC(missing="drop").fit(X, y)
+    assert clf.result_.model.design.n == len(y) - 2
+    with pytest.raises(ValueError):
+        clf.predict(X)
+    assert clf.predict(X[1:5]).shape == (4,)
+
+
+def test_frames_keep_feature_names():
+    import pandas as pd
+
+    X, y = _blobs(k=2, seed=3)
+    frame = pd.DataFrame(X, columns=["age", "dose"])
+    clf = BayesianSVC().fit(frame, y)
+    assert list(clf.feature_names_in_) == ["age", "dose"]
+    np.testing.assert_array_equal(clf.predict(frame), clf.predict(X))
