@@ -41,9 +41,13 @@ def main() -> None:
     peer_time = time.perf_counter() - start
 
     print(f"spam, n = {len(y)}, 57 predictors, 5 folds")
-    print(f"  BayesianSVC (penalty learned), cross_val_score: accuracy {ours.mean():.4f} (sd {ours.std():.4f}), {ours_time:.1f} s")
-    print(f"  SVC + GridSearchCV over 10 C values:           accuracy {grid.best_score_:.4f} "
-          f"(best C = {grid.best_params_['svc__C']:.3g}), {peer_time:.1f} s")
+    print(
+        f"  BayesianSVC (penalty learned), cross_val_score: accuracy {ours.mean():.4f} (sd {ours.std():.4f}), {ours_time:.1f} s"
+    )
+    print(
+        f"  SVC + GridSearchCV over 10 C values:           accuracy {grid.best_score_:.4f} "
+        f"(best C = {grid.best_params_['svc__C']:.3g}), {peer_time:.1f} s"
+    )
     print(f"  time ratio ours / peer: {ours_time / peer_time:.3f} (1/{peer_time / ours_time:.0f})")
 
 

@@ -148,6 +148,21 @@ class GaussianPosterior:
         var = var + ((resid @ self.cov_d) * resid) @ np.ones(resid.shape[1])
         return mean, var
 
+    def log_density(self, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
+        """``log q(theta)`` for draws ``theta_d (S, q)``, ``theta_b (S, J, K)``:
+        ``log N(theta_d; mu_d, S^{-1}) + sum_l log N(theta_l; mu_l - G_l (theta_d - mu_d), P_l^{-1})``."""
+        dev_d = theta_d - self.mean_d
+        chol = np.linalg.cholesky(self.cov_d)
+        half = np.linalg.solve(chol, dev_d.T)  # (q, S)
+        out = -0.5 * np.sum(half**2, axis=0) - np.sum(np.log(np.diag(chol))) - 0.5 * dev_d.shape[1] * np.log(2 * np.pi)
+        if self.mean_b.size:
+            cond = theta_b - (self.mean_b - np.einsum("jkq,sq->sjk", self.gain, dev_d))
+            chol_b = np.linalg.cholesky(self.block_inv)  # (J, K, K)
+            z = np.linalg.solve(chol_b[None], cond[..., None])[..., 0]  # (S, J, K)
+            logdet = np.sum(np.log(np.diagonal(chol_b, axis1=1, axis2=2)))
+            out = out - 0.5 * np.sum(z**2, axis=(1, 2)) - logdet - 0.5 * self.mean_b.size * np.log(2 * np.pi)
+        return out
+
     def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Joint draws: ``theta_d`` of shape ``(size, q)`` and ``theta_b`` of shape ``(size, J, K)``."""
         q = self.mean_d.size

@@ -234,6 +234,16 @@ class SparseGaussianPosterior:
     def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
         return self.mean_d + self.factor.sample_deviation(rng, size), np.zeros((size, 0, 0))
 
+    def log_density(self, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
+        """``log q(theta)`` for draws ``theta_d (S, N)``: with ``B = L D L'`` in factor order,
+        ``(theta - mu)' P (theta - mu) = sum_i d_i ((L' v)_i)^2``, ``v[perm] = theta - mu``."""
+        f = self.factor
+        v = np.empty_like(theta_d.T)
+        v[f.perm] = (theta_d - self.mean_d).T
+        lv = f.L_strict.T @ v + v
+        quad = np.sum(f.d[:, None] * lv**2, axis=0)
+        return -0.5 * quad + 0.5 * f.logdet - 0.5 * self.dim * np.log(2 * np.pi)
+
 
 def sparse_gaussian_posterior(
     C: sp.csr_matrix, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix

@@ -56,6 +56,28 @@ class BSVMFit:
 
     def __post_init__(self) -> None:
         self.posterior = posterior_view(self.result)
+        self._vb_check = None
+
+    def check_vb(self, draws: int = 1000, seed: int | None = 0):
+        """PSIS check of a VB fit against the exact pseudo-posterior (see :mod:`bayesvm.results.vb_check`).
+
+        Returns a ``VBCheck`` with ``khat``, a ``verdict`` and, when ``khat <= 0.7``, importance-weighted
+        fixed effects; warns when the approximation is unreliable.  The result is kept and shown by
+        ``summary()``.
+        """
+        if not isinstance(self.result, VBResult):
+            raise BayesvmError(f"check_vb() checks variational fits; this fit used method={self.method!r}")
+        from .vb_check import KHAT_LIMIT, check_vb
+
+        self._vb_check = check_vb(self, draws=draws, seed=seed)
+        if self._vb_check.khat > KHAT_LIMIT:
+            warnings.warn(
+                f"PSIS k-hat = {self._vb_check.khat:.2f} > {KHAT_LIMIT}: the VB approximation is unreliable "
+                "for this model and data; use method='gibbs' for inference",
+                UserWarning,
+                stacklevel=2,
+            )
+        return self._vb_check
 
     # ----- convergence ---------------------------------------------------------------
     @property

@@ -135,6 +135,8 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         )
     else:
         info.update(lower_bound=float(fit.lower_bound[-1]), tol=fit.tol, decreases=list(fit.result.decreases))
+        check = getattr(fit, "_vb_check", None)
+        info["psis"] = None if check is None else (check.khat, check.verdict, check.draws)
     return Summary(fixed=fixed, random=random, info=info)
 
 
@@ -212,7 +214,10 @@ def _footer(info: dict) -> str:
     )
     if info["decreases"]:
         text += f"\nWarning: the lower bound decreased at iteration(s) {info['decreases'][:10]}"
-    return text + "\n" + VB_CAVEAT
+    if info.get("psis") is None:
+        return text + "\n" + VB_CAVEAT + "\nRun fit.check_vb() for a PSIS diagnostic of this fit."
+    khat, verdict, draws = info["psis"]
+    return text + "\n" + VB_CAVEAT + f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"
 
 
 def _indent(text: str, by: str = " ") -> str:

@@ -1,0 +1,114 @@
+"""Did the VB fit work?  Pareto-smoothed importance sampling from q (Yao, Vehtari, Simpson & Gelman 2018).
+
+The augmentation variables integrate out, so the marginal pseudo-posterior of the
+coefficients and variance components is known up to a constant:
+
+    log p(y, theta, components) = -2 sum_i (1 - y_i f_i)_+ + log p(theta | components) + log p(components).
+
+With draws ``(theta_s, components_s) ~ q`` the log ratios ``log p - log q`` are smoothed by
+PSIS; the Pareto shape ``k-hat`` of their upper tail says how far q is from the target:
+``k-hat < 0.5`` good, ``0.5-0.7`` usable (importance-weighted estimates are reliable),
+``> 0.7`` the approximation is unreliable and no reweighting can rescue it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ..engines.joint import log_prior, log_pseudo_likelihood
+
+KHAT_GOOD = 0.5
+KHAT_LIMIT = 0.7
+
+
+def psis(log_ratios: np.ndarray) -> tuple[np.ndarray, float]:
+    """Normalised PSIS log weights and k-hat, through ArviZ (0.x ``psislw``; 1.x arviz-stats)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import arviz as az
+
+        if hasattr(az, "psislw"):
+            log_weights, khat = az.psislw(log_ratios)
+        else:  # ArviZ 1.x
+            from arviz_stats.base import array_stats
+
+            # arviz-stats smooths the ratios of a LOO log likelihood, i.e. takes minus the log ratios
+            log_weights, khat = array_stats.psislw(-np.asarray(log_ratios), 1.0, axis=-1)
+    return np.asarray(log_weights), float(khat)
+
+
+@dataclass(frozen=True)
+class VBCheck:
+    """Result of the PSIS check of a VB fit.
+
+    Attributes
+    ----------
+    khat
+        Pareto shape of the importance ratios.
+    draws
+        Number of draws from q used.
+    fixef
+        Importance-weighted (PSIS-corrected) posterior mean and SD of the fixed effects, original
+        scale; ``None`` when ``khat > 0.7``.
+    """
+
+    khat: float
+    draws: int
+    fixef: pd.DataFrame | None
+
+    @property
+    def verdict(self) -> str:
+        if self.khat > KHAT_LIMIT:
+            return "unreliable: q is far from the posterior (k-hat > 0.7); use method='gibbs'"
+        if self.khat > KHAT_GOOD:
+            return "usable: prefer the importance-weighted estimates (0.5 < k-hat <= 0.7)"
+        return "good (k-hat <= 0.5)"
+
+
+def _log_q_components(fit, covs: list[np.ndarray]) -> np.ndarray:
+    out = np.zeros(covs[0].shape[0] if covs else 0)
+    for post, cov in zip(fit.result.components, covs):
+        if post.scale.shape == (1, 1):
+            out = out + stats.invgamma(a=post.shape, scale=post.scale[0, 0]).logpdf(cov[:, 0, 0])
+        else:
+            out = out + stats.invwishart(df=post.shape, scale=post.scale).logpdf(np.moveaxis(cov, 0, -1))
+    return out
+
+
+def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
+    """PSIS diagnostic (and corrected fixed effects) for a VB fit."""
+    rng = np.random.default_rng(seed)
+    problem = fit.problem
+    theta = fit.result.theta
+    theta_d, theta_b = theta.sample(rng, draws)
+    _, _, comps = fit.posterior.draws(rng, draws)  # components drawn from q; the theta part is not reused
+    covs = [c[0] for c in comps]
+    log_q = theta.log_density(theta_d, theta_b)
+    if covs:
+        log_q = log_q + _log_q_components(fit, covs)
+    D, blocked = problem.D, problem.blocked
+    f = (D @ theta_d.T).T if not hasattr(D, "tocsr") else (D @ theta_d.T).T
+    if blocked is not None:
+        f = f + np.einsum("nk,snk->sn", blocked.values, theta_b[:, blocked.codes, :])
+    log_p = np.array(
+        [
+            log_pseudo_likelihood(problem.y, f[s]) + log_prior(problem, theta_d[s], theta_b[s], [c[s] for c in covs])
+            for s in range(draws)
+        ]
+    )
+    log_weights, khat = psis(log_p - log_q)
+    corrected = None
+    if khat <= KHAT_LIMIT:
+        p = fit.model.design.p
+        beta = theta_d[:, :p] @ fit.model.fixed_transform().T
+        weights = np.exp(log_weights - log_weights.max())
+        weights /= weights.sum()
+        mean = weights @ beta
+        sd = np.sqrt(weights @ (beta - mean) ** 2)
+        corrected = pd.DataFrame({"mean": mean, "sd": sd}, index=list(fit.model.design.x_names))
+    return VBCheck(khat=khat, draws=draws, fixef=corrected)

@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+from scipy import stats
+
+import bayesvm
+import bayesvm.engines.vb
+from bayesvm.formula import build_design, parse_formula
+from bayesvm.model import build_model
+from bayesvm.priors import PriorSet
+from tests.conftest import simulate_grouped
+from tests.engines.mc_bound import dense_covariance
+
+
+def test_mean_field_vb_on_toenail_is_flagged(toenail):
+    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None)
+    with pytest.warns(UserWarning, match="k-hat"):
+        check = fit.check_vb()
+    assert check.khat > 0.7 and check.fixef is None
+    assert "k-hat" in str(fit.summary()) and "unreliable" in str(fit.summary())
+
+
+def test_importance_weights_move_the_sd_towards_the_exact_posterior():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(40)
+    y = np.where(rng.random(40) < 1 / (1 + np.exp(-(0.4 + 1.2 * x))), 1, -1)
+    import pandas as pd
+
+    fit = bayesvm.bsvm("y ~ 0 + x", pd.DataFrame({"x": x, "y": y}), penalty=0.5, standardize=False)
+    check = fit.check_vb(draws=4000)
+    assert check.khat <= 0.7
+    grid = np.linspace(-3, 6, 20001)
+    logp = -2 * np.maximum(0, 1 - y[None] * (grid[:, None] * x[None])).sum(1) - grid**2
+    w = np.exp(logp - logp.max())
+    w /= w.sum()
+    exact_mean = (w * grid).sum()
+    exact_sd = np.sqrt((w * (grid - exact_mean) ** 2).sum())
+    vb_sd = np.sqrt(fit.fixef_cov.iloc[0, 0])
+    assert abs(check.fixef["sd"].iloc[0] - exact_sd) < abs(vb_sd - exact_sd)
+
+
+@pytest.mark.parametrize("limit", [0, 2000])
+def test_log_density_of_q_matches_scipy(limit):
+    data = simulate_grouped(n_groups=6, per_group=5, p=2, seed=3)
+    design = build_design(parse_formula("y ~ x1 + (1 + x1 | g) + (1 | h)"), data)
+    problem = build_model(design, None, PriorSet(), True, max_dense_columns=limit).problem()
+    theta = bayesvm.engines.vb.fit_vb(problem, max_iter=5).theta
+    theta_d, theta_b = theta.sample(np.random.default_rng(1), 7)
+    mean, cov = dense_covariance(theta)
+    joint = np.concatenate([theta_d, theta_b.reshape(7, -1)], axis=1)
+    np.testing.assert_allclose(
+        theta.log_density(theta_d, theta_b), stats.multivariate_normal(mean, cov).logpdf(joint), rtol=1e-8
+    )
+
+
+def test_check_vb_refuses_other_engines(toenail):
+    fit = bayesvm.bsvm("outcome ~ visit", toenail, method="em", penalty=0.5)
+    with pytest.raises(ValueError, match="variational"):
+        fit.check_vb()
+
+
+def test_psis_weights_follow_the_log_ratios():
+    from bayesvm.results.vb_check import psis
+
+    ratios = np.random.default_rng(0).standard_normal(2000) * 1.5
+    log_weights, khat = psis(ratios)
+    assert np.corrcoef(log_weights, ratios)[0, 1] > 0.99
+    np.testing.assert_allclose(np.exp(log_weights).sum(), 1.0)
+    assert 0.2 < khat < 0.5  # a normal-ratio tail, as ArviZ 0.x gives 0.34 here
