@@ -7,6 +7,7 @@ import warnings
 import pandas as pd
 
 from .engines.em import fit_em
+from .engines.ep import fit_accurate
 from .engines.gibbs import sample_gibbs
 from .engines.vb import fit_vb
 from .errors import BayesvmError, ConvergenceWarning
@@ -39,6 +40,7 @@ def bsvm(
     seed: int | None = None,
     cores: int = 1,
     progress: bool = True,
+    vb: str = "meanfield",
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
 
@@ -73,6 +75,11 @@ def bsvm(
         VB: stop when the relative increase of the lower bound is below ``tol``, or after
         ``max_iter`` sweeps (default 500; then a :class:`ConvergenceWarning`).  EM: ``max_iter``
         iterations at most over all continuation stages (default 20000).
+    vb
+        ``"meanfield"``: the paper's factorisation (fast; SDs too narrow, variance components
+        shrunk); ``"accurate"``: EP for ``(beta, u)`` given the variance component, integrated
+        over a grid of ``log sigma^2`` (``bayesvm.engines.ep``); for models with at most one
+        single-column variance component.
     draws, tune, chains, thin, seed, cores, progress
         Gibbs: kept draws per chain, tuning (burn-in) iterations, number of chains, thinning,
         seed of the chains' ``SeedSequence``, processes to run chains in, and a progress bar
@@ -117,6 +124,11 @@ def bsvm(
                 f"EM stopped after {result.n_iter} iterations without converging", ConvergenceWarning, stacklevel=2
             )
         return fit
+    if vb not in ("meanfield", "accurate"):
+        raise BayesvmError(f"vb must be 'meanfield' or 'accurate', got {vb!r}")
+    if vb == "accurate":
+        result = fit_accurate(problem)
+        return BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
     result = fit_vb(problem, tol=tol, max_iter=max_iter)
     fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
     if not result.converged:

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 from scipy import stats
 
 from ..engines.em import EMResult
+from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
 from ..engines.vb import VBResult
 from .prediction import gaussian_average_probability, pseudo_probability
@@ -165,7 +166,74 @@ class ModePosterior:
         return r.theta_d[None, None], r.theta_b[None, None], [c[None, None] for c in r.components]
 
 
-def posterior_view(result) -> VariationalPosterior | SampledPosterior | ModePosterior:
+class MixturePosterior:
+    """A weighted mixture of Gaussians over grid nodes of ``log sigma^2`` (``vb="accurate"``)."""
+
+    kind = "mixture"
+
+    def __init__(self, result: IntegratedResult):
+        self.result = result
+
+    def _pairs(self):
+        return zip(self.result.weights, self.result.thetas)
+
+    def means(self) -> tuple[np.ndarray, np.ndarray]:
+        mean_d = sum(w * th.mean_d for w, th in self._pairs())
+        mean_b = sum(w * th.mean_b for w, th in self._pairs())
+        return mean_d, mean_b
+
+    def variances(self) -> tuple[np.ndarray, np.ndarray]:
+        mean_d, mean_b = self.means()
+        second_d = sum(w * (th.variance() + th.mean_d**2) for w, th in self._pairs())
+        if mean_b.size:
+            second_b = sum(w * (np.diagonal(th.cov_b, axis1=1, axis2=2) + th.mean_b**2) for w, th in self._pairs())
+        else:
+            second_b = np.zeros_like(mean_b)
+        return second_d - mean_d**2, second_b - mean_b**2
+
+    def fixed_cov(self, p: int) -> np.ndarray:
+        grid = np.arange(p)
+        mean = self.means()[0][:p]
+        second = sum(
+            w * (th.cov_entries(grid[:, None], grid[None, :]) + np.outer(th.mean_d[:p], th.mean_d[:p]))
+            for w, th in self._pairs()
+        )
+        return second - np.outer(mean, mean)
+
+    def component_means(self) -> list[np.ndarray]:
+        if not self.result.has_component:
+            return []
+        return [np.array([[float(self.result.weights @ self.result.variances)]])]
+
+    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+        parts = [(w, *th.predictor(D, codes, values)) for w, th in self._pairs()]
+        mean = sum(w * m for w, m, _ in parts)
+        second = sum(w * (v + m**2) for w, m, v in parts)
+        return mean, second - mean**2
+
+    def probability(self, D, codes, values) -> np.ndarray:
+        return sum(w * gaussian_average_probability(*th.predictor(D, codes, values)) for w, th in self._pairs())
+
+    def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Draws from the mixture: a node by its weight, then theta from that node's Gaussian."""
+        counts = rng.multinomial(size, self.result.weights)
+        thetas_d, thetas_b, variances = [], [], []
+        for count, th, variance in zip(counts, self.result.thetas, self.result.variances):
+            if count:
+                d, b = th.sample(rng, int(count))
+                thetas_d.append(d)
+                thetas_b.append(b)
+                variances.append(np.full(int(count), variance))
+        order = rng.permutation(size)
+        theta_d = np.concatenate(thetas_d)[order]
+        theta_b = np.concatenate(thetas_b)[order]
+        comps = [np.concatenate(variances)[order].reshape(size, 1, 1)[None]] if self.result.has_component else []
+        return theta_d[None], theta_b[None], comps
+
+
+def posterior_view(result) -> VariationalPosterior | SampledPosterior | ModePosterior | MixturePosterior:
+    if isinstance(result, IntegratedResult):
+        return MixturePosterior(result)
     if isinstance(result, EMResult):
         return ModePosterior(result)
     if isinstance(result, VBResult):

@@ -117,7 +117,14 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         "converged": fit.converged,
         "elapsed": fit.elapsed,
     }
-    if fit.method == "em":
+    if fit.posterior.kind == "mixture":
+        r = fit.result
+        info.update(
+            title="accurate VB: EP for (beta, u) given the variance, integrated over log sigma^2",
+            n_nodes=int(r.weights.size),
+            method="vb-accurate",
+        )
+    elif fit.method == "em":
         info.update(objective=float(fit.objective[-1]), n_support=int(fit.result.support.sum()))
     elif sampled:
         from .diagnostics import mcmc_problems
@@ -190,6 +197,12 @@ def _fixed_section(summary: Summary) -> str:
 
 
 def _footer(info: dict) -> str:
+    if info["method"] == "vb-accurate":
+        nodes = f" over {info['n_nodes']} grid nodes of log sigma^2" if info["n_nodes"] > 1 else ""
+        return (
+            f"Fit: expectation propagation{nodes}, {info['n_iter']} EP sweeps in all; {1000 * info['elapsed']:.1f} ms\n"
+            "Approximation: EP is close to the exact posterior for this log-concave model (see vignettes/toenail.md)."
+        )
     if info["method"] == "em":
         status = "converged" if info["converged"] else "NOT converged"
         return (
