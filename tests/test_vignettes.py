@@ -38,3 +38,6 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys):
     )
     ratios = comparison[("VB / Gibbs", "sd ratio")].dropna()
     assert (ratios < 0.6).all(), ratios
+    improved = namespace["improved"]
+    assert (improved[("accurate - Gibbs", "in Gibbs sds")].dropna().abs() < 0.5).all()
+    assert (improved[("accurate / Gibbs", "sd ratio")].dropna().sub(1).abs() < 0.25).all()
