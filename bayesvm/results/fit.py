@@ -65,7 +65,7 @@ class BSVMFit:
         fixed effects; warns when the approximation is unreliable.  The result is kept and shown by
         ``summary()``.
         """
-        if not isinstance(self.result, VBResult):
+        if self.posterior.kind not in ("variational", "mixture"):
             raise BayesvmError(f"check_vb() checks variational fits; this fit used method={self.method!r}")
         from .vb_check import KHAT_LIMIT, check_vb
 

@@ -202,6 +202,7 @@ def _footer(info: dict) -> str:
         return (
             f"Fit: expectation propagation{nodes}, {info['n_iter']} EP sweeps in all; {1000 * info['elapsed']:.1f} ms\n"
             "Approximation: EP is close to the exact posterior for this log-concave model (see vignettes/toenail.md)."
+            + _psis_line(info)
         )
     if info["method"] == "em":
         status = "converged" if info["converged"] else "NOT converged"
@@ -227,10 +228,14 @@ def _footer(info: dict) -> str:
     )
     if info["decreases"]:
         text += f"\nWarning: the lower bound decreased at iteration(s) {info['decreases'][:10]}"
+    return text + "\n" + VB_CAVEAT + _psis_line(info)
+
+
+def _psis_line(info: dict) -> str:
     if info.get("psis") is None:
-        return text + "\n" + VB_CAVEAT + "\nRun fit.check_vb() for a PSIS diagnostic of this fit."
+        return "\nRun fit.check_vb() for a PSIS diagnostic of this fit."
     khat, verdict, draws = info["psis"]
-    return text + "\n" + VB_CAVEAT + f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"
+    return f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"
 
 
 def _indent(text: str, by: str = " ") -> str:

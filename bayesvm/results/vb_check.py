@@ -80,21 +80,55 @@ def _log_q_components(fit, covs: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
-    """PSIS diagnostic (and corrected fixed effects) for a VB fit."""
-    rng = np.random.default_rng(seed)
-    problem = fit.problem
+def _mean_field_proposal(fit, rng, draws):
+    """Draws from the mean-field q and their ``log q``."""
     theta = fit.result.theta
     theta_d, theta_b = theta.sample(rng, draws)
-    _, _, comps = fit.posterior.draws(rng, draws)  # components drawn from q; the theta part is not reused
+    _, _, comps = fit.posterior.draws(rng, draws)  # the components' draws from q; theta part not reused
     covs = [c[0] for c in comps]
     log_q = theta.log_density(theta_d, theta_b)
     if covs:
         log_q = log_q + _log_q_components(fit, covs)
-    D, blocked = problem.D, problem.blocked
-    f = (D @ theta_d.T).T if not hasattr(D, "tocsr") else (D @ theta_d.T).T
-    if blocked is not None:
-        f = f + np.einsum("nk,snk->sn", blocked.values, theta_b[:, blocked.codes, :])
+    return theta_d, theta_b, covs, log_q
+
+
+def _mixture_proposal(fit, rng, draws):
+    """Draws from the accurate fit's mixture, as a density: ``log sigma^2`` uniform within the
+    grid cell of node k (probability ``w_k``), ``theta`` from node k's Gaussian."""
+    r = fit.result
+    nodes = rng.choice(r.weights.size, size=draws, p=r.weights)
+    thetas_d, thetas_b, log_q = [], [], np.empty(draws)
+    for k, theta in enumerate(r.thetas):
+        chosen = np.flatnonzero(nodes == k)
+        if chosen.size:
+            d, b = theta.sample(rng, chosen.size)
+            thetas_d.append((chosen, d))
+            thetas_b.append((chosen, b))
+            log_q[chosen] = theta.log_density(d, b) + np.log(r.weights[k])
+    theta_d = np.empty((draws, r.thetas[0].mean_d.size))
+    theta_b = np.empty((draws,) + r.thetas[0].mean_b.shape)
+    for chosen, d in thetas_d:
+        theta_d[chosen] = d
+    for chosen, b in thetas_b:
+        theta_b[chosen] = b
+    covs = []
+    if r.has_component:
+        step = float(np.diff(r.log_variances).min()) if r.log_variances.size > 1 else 1.0
+        t = r.log_variances[nodes] + step * (rng.random(draws) - 0.5)
+        log_q = log_q - np.log(step) - t  # density of sigma^2 = e^t: q(t) / sigma^2
+        covs = [np.exp(t).reshape(draws, 1, 1)]
+    return theta_d, theta_b, covs, log_q
+
+
+def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
+    """PSIS diagnostic (and corrected fixed effects) for a variational fit (mean-field or accurate)."""
+    rng = np.random.default_rng(seed)
+    problem = fit.problem
+    proposal = _mixture_proposal if fit.posterior.kind == "mixture" else _mean_field_proposal
+    theta_d, theta_b, covs, log_q = proposal(fit, rng, draws)
+    f = (problem.D @ theta_d.T).T
+    if problem.blocked is not None:
+        f = f + np.einsum("nk,snk->sn", problem.blocked.values, theta_b[:, problem.blocked.codes, :])
     log_p = np.array(
         [
             log_pseudo_likelihood(problem.y, f[s]) + log_prior(problem, theta_d[s], theta_b[s], [c[s] for c in covs])

@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -66,3 +68,20 @@ def test_psis_weights_follow_the_log_ratios():
     assert np.corrcoef(log_weights, ratios)[0, 1] > 0.99
     np.testing.assert_allclose(np.exp(log_weights).sum(), 1.0)
     assert 0.2 < khat < 0.5  # a normal-ratio tail, as ArviZ 0.x gives 0.34 here
+
+
+def test_accurate_fit_is_not_flagged_without_random_effects_but_mean_field_is_worse():
+    import pandas as pd
+
+    rng = np.random.default_rng(4)
+    n, p = 200, 10
+    X = rng.standard_normal((n, p))
+    y = rng.random(n) < 1 / (1 + np.exp(-(X @ np.linspace(1, -1, p))))
+    data = pd.DataFrame(X, columns=[f"x{j}" for j in range(p)]).assign(y=y.astype(int))
+    formula = "y ~ " + " + ".join(f"x{j}" for j in range(p))
+    accurate = bayesvm.bsvm(formula, data, vb="accurate").check_vb(draws=2000)
+    assert accurate.khat < 0.5 and accurate.fixef is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mean_field = bayesvm.bsvm(formula, data).check_vb(draws=2000)
+    assert mean_field.khat > accurate.khat + 0.2
