@@ -42,3 +42,12 @@ def simulate_grouped(n_groups=12, per_group=8, p=2, seed=0, slope_sd=0.0) -> pd.
     frame["h"] = [f"h{k}" for k in rng.integers(0, 5, n)]
     frame["y"] = y.astype(int)
     return frame
+
+
+def simulate_logistic(n: int, p: int, seed: int = 4) -> tuple[pd.DataFrame, str]:
+    """Logistic data without groups (slopes from 1 to -1) and the formula ``y ~ x0 + ... + x{p-1}``."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    y = rng.random(n) < 1 / (1 + np.exp(-(X @ np.linspace(1, -1, p))))
+    data = pd.DataFrame(X, columns=[f"x{j}" for j in range(p)]).assign(y=y.astype(int))
+    return data, "y ~ " + " + ".join(f"x{j}" for j in range(p))

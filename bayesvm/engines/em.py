@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from .joint import component_values, log_prior
 from .linalg import blas_threads, gaussian_mean
 from .sparse import SparseCholesky
-from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior
+from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior, sorted_by_level
 
 #: Continuation schedule of the floor on |1 - y f| (the last one is the final accuracy).
 MARGIN_FLOORS = tuple(10.0**-k for k in range(2, 11))
@@ -82,11 +82,8 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
     ``1 + max |theta|``; ``max_iter`` bounds the iterations of all stages together.
     """
     start = time.perf_counter()
+    order, problem = sorted_by_level(problem)
     y, D, blocked = problem.y, problem.D, problem.blocked
-    order = None
-    if blocked is not None:
-        order = blocked.sorted_order()
-        y, D, blocked = y[order], D[order], blocked.take(order)
     omega = np.ones(y.size)
     covs = [np.eye(c.k) for c in problem.components]
     objective: list[float] = []

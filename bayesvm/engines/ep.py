@@ -39,7 +39,7 @@ from scipy.special import log_ndtr
 
 from ..errors import BayesvmError
 from .linalg import GaussianPosterior, blas_threads, gaussian_posterior
-from .vb import VBProblem, _prior_precisions, fit_vb
+from .vb import VBProblem, _prior_precisions, fit_vb, sorted_by_level
 
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -166,18 +166,7 @@ def fit_accurate(problem: VBProblem, n_nodes: int = 21, span: float = 4.0) -> In
 
 def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedResult:
     start = time.perf_counter()
-    blocked = problem.blocked
-    if blocked is not None:  # rows sorted by level, as in the VB engine
-        order = blocked.sorted_order()
-        problem = VBProblem(
-            y=problem.y[order],
-            D=problem.D[order],
-            fixed_precision=problem.fixed_precision,
-            components=problem.components,
-            blocked=blocked.take(order),
-        )
-    else:
-        order = None
+    order, problem = sorted_by_level(problem)
     warm = fit_vb(problem)  # mean-field VB: the starting sites and the scale of sigma^2
     w = 1.0 / np.sqrt(warm.chi)
     tau0, nu0 = w, problem.y * (1.0 + w)

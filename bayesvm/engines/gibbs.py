@@ -27,7 +27,7 @@ from ..memory import check_memory
 from .joint import component_values, log_prior, log_pseudo_likelihood
 from .linalg import blas_threads, gaussian_draw
 from .sparse import SparseCholesky
-from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior
+from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior, sorted_by_level
 
 #: Smallest |1 - y f| used for the inverse-Gaussian mean (a draw exactly on the margin has probability 0).
 MARGIN_FLOOR = 1e-12
@@ -85,10 +85,8 @@ def _run_chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.ra
 
 def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random.SeedSequence, show: bool) -> dict:
     rng = np.random.default_rng(seed)
+    _, problem = sorted_by_level(problem)
     y, D, blocked = problem.y, problem.D, problem.blocked
-    if blocked is not None:
-        order = blocked.sorted_order()
-        y, D, blocked = y[order], D[order], blocked.take(order)
     sparse = sp.issparse(D)
     # over-dispersed start: omega and the components' precisions jittered around 1
     omega = np.exp(rng.normal(0.0, 0.5, y.size))

@@ -140,6 +140,21 @@ class VBResult:
     decreases: list[int] = field(default_factory=list)
 
 
+def sorted_by_level(problem: VBProblem) -> tuple[np.ndarray | None, VBProblem]:
+    """The problem with each level's rows of the blocked factor contiguous, so per-level sums
+    need no gather, and the row order used (``None`` when nothing is blocked)."""
+    if problem.blocked is None:
+        return None, problem
+    order = problem.blocked.sorted_order()
+    return order, VBProblem(
+        y=problem.y[order],
+        D=problem.D[order],
+        fixed_precision=problem.fixed_precision,
+        components=problem.components,
+        blocked=problem.blocked.take(order),
+    )
+
+
 def _second_moments(comp: VarianceComponent, theta: GaussianPosterior) -> np.ndarray:
     """``sum_j E[u_j u_j']`` over the component's ``J`` vectors, ``(k, k)``."""
     if comp.blocked:
@@ -263,13 +278,8 @@ class _Sweeper:
 
     def __init__(self, problem: VBProblem):
         self.problem = problem
-        self.order = None
-        y, D, blocked = problem.y, problem.D, problem.blocked
-        if blocked is not None:
-            # work with each level's rows contiguous so per-level sums need no gather
-            self.order = blocked.sorted_order()
-            y, D, blocked = y[self.order], D[self.order], blocked.take(self.order)
-        self.y, self.D, self.blocked = y, D, blocked
+        self.order, sorted_problem = sorted_by_level(problem)
+        self.y, self.D, self.blocked = sorted_problem.y, sorted_problem.D, sorted_problem.blocked
 
     def initial_state(self) -> tuple[np.ndarray, list[ComponentPosterior]]:
         """``E[1/a] = 1`` and every expected precision ``I``."""

@@ -14,6 +14,7 @@ from bayesvm.engines.ep import run_ep, tilted_moments
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import InverseWishart, PriorSet
+from tests.conftest import simulate_logistic
 
 
 def test_tilted_moments_match_quadrature():
@@ -75,12 +76,7 @@ def _compare(accurate, gibbs, mean_sd, sd_rel, var_rel=None):
 
 
 def test_without_random_effects_matches_gibbs():
-    rng = np.random.default_rng(4)
-    n, p = 200, 10
-    X = rng.standard_normal((n, p))
-    y = rng.random(n) < 1 / (1 + np.exp(-(X @ np.linspace(1, -1, p))))
-    data = pd.DataFrame(X, columns=[f"x{j}" for j in range(p)]).assign(y=y.astype(int))
-    formula = "y ~ " + " + ".join(f"x{j}" for j in range(p))
+    data, formula = simulate_logistic(200, 10)
     accurate = bayesvm.bsvm(formula, data, vb="accurate")
     _compare(accurate, _gibbs(formula, data, draws=6000, tune=1000), 0.25, 0.15)
 

@@ -15,6 +15,7 @@ from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
 from bayesvm.results.diagnostics import mcmc_diagnostics
+from tests.conftest import simulate_logistic
 
 
 def _small_data(n=40, seed=0):
@@ -150,12 +151,7 @@ def test_parallel_chains_equal_serial_chains():
 
 
 def test_vb_means_close_to_gibbs_without_random_effects(capsys):
-    rng = np.random.default_rng(4)
-    n, p = 400, 5
-    X = rng.standard_normal((n, p))
-    y = rng.random(n) < 1 / (1 + np.exp(-(X @ np.linspace(1, -1, p))))
-    data = pd.DataFrame(X, columns=[f"x{j}" for j in range(p)]).assign(y=y.astype(int))
-    formula = "y ~ " + " + ".join(f"x{j}" for j in range(p))
+    data, formula = simulate_logistic(400, 5)
     vb = bayesvm.bsvm(formula, data, penalty="learn")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bayesvm.ConvergenceWarning)

@@ -9,7 +9,7 @@ import bayesvm.engines.vb
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
-from tests.conftest import simulate_grouped
+from tests.conftest import simulate_grouped, simulate_logistic
 from tests.engines.mc_bound import dense_covariance
 
 
@@ -71,14 +71,7 @@ def test_psis_weights_follow_the_log_ratios():
 
 
 def test_accurate_fit_is_not_flagged_without_random_effects_but_mean_field_is_worse():
-    import pandas as pd
-
-    rng = np.random.default_rng(4)
-    n, p = 200, 10
-    X = rng.standard_normal((n, p))
-    y = rng.random(n) < 1 / (1 + np.exp(-(X @ np.linspace(1, -1, p))))
-    data = pd.DataFrame(X, columns=[f"x{j}" for j in range(p)]).assign(y=y.astype(int))
-    formula = "y ~ " + " + ".join(f"x{j}" for j in range(p))
+    data, formula = simulate_logistic(200, 10)
     accurate = bayesvm.bsvm(formula, data, vb="accurate").check_vb(draws=2000)
     assert accurate.khat < 0.5 and accurate.fixef is not None
     with warnings.catch_warnings():
