@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--positive", default=None, help="response value to code as +1")
     fit.add_argument("--missing", default="error", choices=["error", "drop"])
     fit.add_argument("--no-standardize", action="store_true", help="fit on the columns as given")
+    fit.add_argument("--vb", default="meanfield", choices=["meanfield", "accurate"], help="variational fit (method vb)")
+    fit.add_argument("--draws", type=int, default=1000, help="Gibbs draws per chain")
+    fit.add_argument("--tune", type=int, default=1000, help="Gibbs tuning iterations")
+    fit.add_argument("--chains", type=int, default=4, help="Gibbs chains")
+    fit.add_argument("--seed", type=int, default=None, help="Gibbs seed")
     return parser
 
 
@@ -66,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
                 positive=args.positive,
                 missing=args.missing,
                 standardize=not args.no_standardize,
+                vb=args.vb,
+                draws=args.draws,
+                tune=args.tune,
+                chains=args.chains,
+                seed=args.seed,
             )
     except (BayesvmError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -27,3 +27,33 @@ def test_fit_reports_errors_without_traceback(tmp_path, capsys):
     pd.DataFrame({"y": [0, 1], "x": [1.0, 2]}).to_csv(path, index=False)
     assert main(["fit", "y ~ z", str(path)]) == 2
     assert "column 'z'" in capsys.readouterr().err
+
+
+def test_fit_with_gibbs_and_accurate_vb(tmp_path, capsys):
+    path = tmp_path / "d.csv"
+    pd.DataFrame({"y": [0, 1, 0, 1, 1, 0, 1, 0] * 3, "x": [1.0, 2, 0.5, 3, 2.5, 0.1, 1.9, 0.7] * 3}).to_csv(
+        path, index=False
+    )
+    assert (
+        main(
+            [
+                "fit",
+                "y ~ x",
+                str(path),
+                "--method",
+                "gibbs",
+                "--draws",
+                "50",
+                "--tune",
+                "20",
+                "--chains",
+                "2",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert "r_hat" in capsys.readouterr().out
+    assert main(["fit", "y ~ x", str(path), "--vb", "accurate"]) == 0
+    assert "expectation propagation" in capsys.readouterr().out

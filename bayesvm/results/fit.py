@@ -273,7 +273,8 @@ class BSVMFit:
         return build_summary(self, level)
 
     def __repr__(self) -> str:
-        return f"<BSVMFit {self.method}: {self.formula!r}, n={self.model.design.n}, lower bound {self.lower_bound[-1]:.4f}>"
+        detail = f", lower bound {self.lower_bound[-1]:.4f}" if self.lower_bound.size else ""
+        return f"<BSVMFit {self.method} ({self.posterior.kind}): {self.formula!r}, n={self.model.design.n}{detail}>"
 
     def save(self, path):
         """Write the whole fit to ``path`` (pickle; see :mod:`bayesvm.results.storage`); ``bayesvm.load`` reads it."""

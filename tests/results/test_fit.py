@@ -153,3 +153,10 @@ def test_summary_sections(toenail):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         summary._repr_html_()
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"method": "em", "penalty": 0.5}, {"vb": "accurate"}])
+def test_repr_for_every_engine(grouped, kwargs):
+    fit = bayesvm.bsvm("y ~ x1 + x2", grouped, **kwargs)
+    text = repr(fit)
+    assert text.startswith("<BSVMFit") and "y ~ x1 + x2" in text
