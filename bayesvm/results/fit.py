@@ -10,6 +10,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ..engines.em import EMResult
+from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
 from ..engines.vb import VBProblem, VBResult
 from ..errors import BayesvmError
@@ -195,6 +196,8 @@ class BSVMFit:
                 return float(np.mean(1.0 / self.result.components[c][..., 0, 0]) / 4.0)
             if isinstance(self.result, EMResult):  # the mode of sigma_u^2, mapped to alpha
                 return float(1.0 / (4.0 * self.result.components[c][0, 0]))
+            if isinstance(self.result, IntegratedResult):  # E[1/sigma_u^2] over the grid of log sigma_u^2
+                return float(self.result.weights @ (1.0 / self.result.variances) / 4.0)
             return float(self.result.components[c].expected_precision()[0, 0] / 4.0)
         return None
 
