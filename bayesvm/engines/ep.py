@@ -25,8 +25,11 @@ times too small).  Here, instead:
    ``log sigma^2`` around its mode (INLA-style, Rue, Martino & Chopin 2009); the posterior of
    ``theta`` is the weighted mixture of the per-node EP Gaussians.
 
-Scope: models with at most one variance component that is a single-column term (a random
-intercept, one independent random slope, or the learned penalty); others raise an error.
+With several variance components (the learned penalty and random intercepts, crossed
+intercepts, independent slopes) the log-variances are integrated on a lattice in the
+eigen-directions of the Hessian at the mode (7 points a side for two components, 5 for three).
+Scope: single-column (inverse-gamma) components only, at most three, dense or Schur path;
+correlated (inverse-Wishart) terms and the sparse path raise an error.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_ndtr
 
 from ..errors import BayesvmError
@@ -76,7 +80,7 @@ class EPState:
 
 def run_ep(
     problem: VBProblem,
-    precision: np.ndarray,
+    precisions: list[np.ndarray],
     tau: np.ndarray,
     nu: np.ndarray,
     max_iter: int = 200,
@@ -87,7 +91,7 @@ def run_ep(
     y, D, blocked = problem.y, problem.D, problem.blocked
     codes = None if blocked is None else blocked.codes
     values = None if blocked is None else blocked.values
-    prior_dd, prior_b = _prior_precisions(problem, [precision] if problem.components else [])
+    prior_dd, prior_b = _prior_precisions(problem, precisions)
     tau, nu = tau.copy(), nu.copy()
     previous = None
     sweeps = 0
@@ -116,7 +120,7 @@ def run_ep(
     # log |Lambda|: fixed precisions and the component's precision on its coefficients
     lam = problem.fixed_precision
     logdet_prior = float(np.sum(np.log(lam[lam > 0])))
-    for comp in problem.components:
+    for comp, precision in zip(problem.components, precisions):
         logdet_prior += comp.n_levels * comp.k * float(np.log(precision[0, 0]))
     nu_c_mu = float(nu @ mean_f)
     log_evidence = (
@@ -130,9 +134,13 @@ def run_ep(
 
 @dataclass
 class IntegratedResult:
-    """Mixture over grid nodes of ``log sigma^2``: ``weights[k]``, ``variances[k]``, ``thetas[k]``."""
+    """Mixture over grid nodes of the log-variances: ``weights[k]``, ``variances[k, c]``, ``thetas[k]``.
 
-    log_variances: np.ndarray
+    The grid is ``t = center + axes @ z`` with ``z`` on a lattice of spacing ``step``; each node
+    stands for its cell (used by the PSIS check to turn the mixture into a density).
+    """
+
+    log_variances: np.ndarray  # (nodes, components)
     weights: np.ndarray
     thetas: list[GaussianPosterior]
     node_log_posterior: np.ndarray
@@ -141,19 +149,25 @@ class IntegratedResult:
     converged: bool
     n_iter: int
     elapsed: float
+    axes: np.ndarray = None  # (components, components)
+    step: float = 1.0
 
     @property
     def variances(self) -> np.ndarray:
         return np.exp(self.log_variances)
 
 
+MAX_COMPONENTS = 3
+
+
 def _check_scope(problem: VBProblem) -> None:
     if problem.is_sparse:
         raise BayesvmError("vb='accurate' is not available on the sparse path (several large grouping factors) yet")
-    if len(problem.components) > 1 or any(c.is_wishart for c in problem.components):
+    if len(problem.components) > MAX_COMPONENTS or any(c.is_wishart for c in problem.components):
         raise BayesvmError(
-            "vb='accurate' handles at most one single-column variance component (a random intercept, or the "
-            "learned penalty without random effects) in this version; use vb='meanfield' or method='gibbs'"
+            f"vb='accurate' handles up to {MAX_COMPONENTS} single-column variance components (the learned penalty, "
+            "random intercepts, independent slopes) in this version, not correlated (1 + x | g) terms; use "
+            "vb='meanfield', method='gibbs', or write the term as (1 + x || g)"
         )
 
 
@@ -172,10 +186,10 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     tau0, nu0 = w, problem.y * (1.0 + w)
     n_iter = 0
     if not problem.components:
-        state = run_ep(problem, np.zeros((0, 0)), tau0, nu0)
+        state = run_ep(problem, [], tau0, nu0)
         chi = _chi(problem, state)
         return IntegratedResult(
-            np.zeros(1),
+            np.zeros((1, 0)),
             np.ones(1),
             [state.theta],
             np.zeros(1),
@@ -185,42 +199,63 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
             state.n_iter,
             time.perf_counter() - start,
         )
-    comp = problem.components[0]
-    a, b = comp.prior_a, comp.prior_b
-    cache: dict[float, EPState] = {}
+    comps = problem.components
+    d = len(comps)
+    prior_a = np.array([c.prior_a for c in comps])
+    prior_b = np.array([c.prior_b for c in comps])
+    cache: dict[tuple, EPState] = {}
 
-    def log_post(t: float) -> float:
+    def log_post(t) -> float:
         nonlocal n_iter, tau0, nu0
-        state = run_ep(problem, np.array([[np.exp(-t)]]), tau0, nu0)
-        tau0, nu0 = state.tau, state.nu  # warm start the next node
-        n_iter += state.n_iter
-        cache[t] = state
-        # log p(sigma^2 = e^t | y) + log Jacobian, up to a constant
-        return state.log_evidence + (-a - 1.0) * t - b * np.exp(-t) + t
+        t = np.atleast_1d(np.asarray(t, dtype=float))
+        key = tuple(np.round(t, 12))
+        if key not in cache:
+            state = run_ep(problem, [np.array([[np.exp(-tj)]]) for tj in t], tau0, nu0)
+            tau0, nu0 = state.tau, state.nu  # warm start the next evaluation
+            n_iter += state.n_iter
+            cache[key] = state
+        # log p(sigma^2 = e^t | y) + log Jacobian, up to a constant (IG priors)
+        return cache[key].log_evidence + float(np.sum(-prior_a * t - prior_b * np.exp(-t)))
 
-    # mode of log sigma^2: coarse scan from the mean-field value upwards (VB shrinks it), then refine
-    t_vb = float(np.log(warm.components[0].expected_covariance()[0, 0]))
-    if not np.isfinite(t_vb):
-        t_vb = float(np.log(warm.components[0].scale[0, 0] / warm.components[0].shape))
-    scan = t_vb + np.linspace(-1.0, 3.0, 9)
-    values = np.array([log_post(t) for t in scan])
-    best = int(np.argmax(values))
-    lo, hi = scan[max(best - 1, 0)], scan[min(best + 1, len(scan) - 1)]
-    from scipy.optimize import minimize_scalar
-
-    opt = minimize_scalar(
-        lambda t: -log_post(t), bounds=(lo - 0.5, hi + 0.5), method="bounded", options={"xatol": 1e-3}
-    )
-    t_star, g_star = float(opt.x), -float(opt.fun)
-    h = 0.05
-    curvature = (log_post(t_star + h) - 2.0 * g_star + log_post(t_star - h)) / h**2
-    sd = 1.0 / np.sqrt(max(-curvature, 1e-6))
-    nodes = t_star + sd * np.linspace(-span, span, n_nodes)
+    # the mean-field values start the search (VB shrinks variances, so the mode lies above)
+    t_vb = []
+    for post in warm.components:
+        mean = post.expected_covariance()[0, 0]
+        t_vb.append(np.log(mean) if np.isfinite(mean) and mean > 0 else np.log(post.scale[0, 0] / post.shape))
+    t_vb = np.array(t_vb)
+    if d == 1:
+        scan = t_vb[0] + np.linspace(-1.0, 3.0, 9)
+        values = np.array([log_post(t) for t in scan])
+        best = int(np.argmax(values))
+        lo, hi = scan[max(best - 1, 0)], scan[min(best + 1, len(scan) - 1)]
+        opt = minimize_scalar(
+            lambda t: -log_post(t), bounds=(lo - 0.5, hi + 0.5), method="bounded", options={"xatol": 1e-3}
+        )
+        t_star = np.array([float(opt.x)])
+    else:
+        opt = minimize(
+            lambda t: -log_post(t),
+            t_vb + 0.5,
+            method="Nelder-Mead",
+            options={"xatol": 1e-3, "fatol": 1e-4, "maxiter": 400},
+        )
+        t_star = np.asarray(opt.x, dtype=float)
+    hessian = _hessian(log_post, t_star, 0.05)
+    eigval, eigvec = np.linalg.eigh(-hessian)
+    axes = eigvec / np.sqrt(np.maximum(eigval, 1e-6))  # t = t_star + axes @ z, z ~ N(0, I) near the mode
+    if d == 1:
+        lattice = np.linspace(-span, span, n_nodes)[:, None]
+    else:
+        per_axis = 7 if d == 2 else 5
+        line = np.linspace(-3.0, 3.0, per_axis)
+        lattice = np.stack(np.meshgrid(*([line] * d), indexing="ij"), axis=-1).reshape(-1, d)
+    step = float(lattice[1, -1] - lattice[0, -1])
+    nodes = t_star + lattice @ axes.T
     logp = np.array([log_post(t) for t in nodes])
     weights = np.exp(logp - logp.max())
     weights /= weights.sum()
-    states = [cache[t] for t in nodes]
     keep = weights > 1e-10
+    states = [cache[tuple(np.round(t, 12))] for t in nodes]
     chi = sum(wk * _chi(problem, st) for wk, st in zip(weights, states))
     return IntegratedResult(
         log_variances=nodes[keep],
@@ -232,7 +267,25 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
         converged=True,
         n_iter=n_iter,
         elapsed=time.perf_counter() - start,
+        axes=axes,
+        step=step,
     )
+
+
+def _hessian(func, x: np.ndarray, h: float) -> np.ndarray:
+    """Central finite-difference Hessian of a scalar function."""
+    d = x.size
+    out = np.empty((d, d))
+    f0 = func(x)
+    for i in range(d):
+        e_i = np.eye(d)[i] * h
+        out[i, i] = (func(x + e_i) - 2.0 * f0 + func(x - e_i)) / h**2
+        for j in range(i):
+            e_j = np.eye(d)[j] * h
+            out[i, j] = out[j, i] = (
+                func(x + e_i + e_j) - func(x + e_i - e_j) - func(x - e_i + e_j) + func(x - e_i - e_j)
+            ) / (4.0 * h * h)
+    return out
 
 
 def _chi(problem: VBProblem, state: EPState) -> np.ndarray:

@@ -197,7 +197,7 @@ class BSVMFit:
             if isinstance(self.result, EMResult):  # the mode of sigma_u^2, mapped to alpha
                 return float(1.0 / (4.0 * self.result.components[c][0, 0]))
             if isinstance(self.result, IntegratedResult):  # E[1/sigma_u^2] over the grid of log sigma_u^2
-                return float(self.result.weights @ (1.0 / self.result.variances) / 4.0)
+                return float(self.result.weights @ (1.0 / self.result.variances[:, c]) / 4.0)
             return float(self.result.components[c].expected_precision()[0, 0] / 4.0)
         return None
 

@@ -203,7 +203,8 @@ class MixturePosterior:
     def component_means(self) -> list[np.ndarray]:
         if not self.result.has_component:
             return []
-        return [np.array([[float(self.result.weights @ self.result.variances)]])]
+        means = self.result.weights @ self.result.variances
+        return [np.array([[float(m)]]) for m in means]
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
         parts = [(w, *th.predictor(D, codes, values)) for w, th in self._pairs()]
@@ -223,11 +224,12 @@ class MixturePosterior:
                 d, b = th.sample(rng, int(count))
                 thetas_d.append(d)
                 thetas_b.append(b)
-                variances.append(np.full(int(count), variance))
+                variances.append(np.repeat(variance[None, :], int(count), axis=0))
         order = rng.permutation(size)
         theta_d = np.concatenate(thetas_d)[order]
         theta_b = np.concatenate(thetas_b)[order]
-        comps = [np.concatenate(variances)[order].reshape(size, 1, 1)[None]] if self.result.has_component else []
+        all_variances = np.concatenate(variances)[order]  # (size, components)
+        comps = [all_variances[:, c].reshape(1, size, 1, 1) for c in range(all_variances.shape[1])]
         return theta_d[None], theta_b[None], comps
 
 

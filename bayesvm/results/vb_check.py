@@ -113,10 +113,12 @@ def _mixture_proposal(fit, rng, draws):
         theta_b[chosen] = b
     covs = []
     if r.has_component:
-        step = float(np.diff(r.log_variances).min()) if r.log_variances.size > 1 else 1.0
-        t = r.log_variances[nodes] + step * (rng.random(draws) - 0.5)
-        log_q = log_q - np.log(step) - t  # density of sigma^2 = e^t: q(t) / sigma^2
-        covs = [np.exp(t).reshape(draws, 1, 1)]
+        # t uniform within node k's cell: t = t_k + axes @ (step * (u - 1/2)), volume |det axes| step^d
+        d = r.log_variances.shape[1]
+        t = r.log_variances[nodes] + (r.step * (rng.random((draws, d)) - 0.5)) @ r.axes.T
+        log_volume = np.log(abs(np.linalg.det(r.axes))) + d * np.log(r.step)
+        log_q = log_q - log_volume - t.sum(axis=1)  # density of sigma^2 = e^t: q(t) / prod sigma^2
+        covs = [np.exp(t[:, c]).reshape(draws, 1, 1) for c in range(d)]
     return theta_d, theta_b, covs, log_q
 
 

@@ -44,7 +44,7 @@ def test_ep_evidence_matches_quadrature_in_one_dimension():
     y = np.where(rng.random(30) < 1 / (1 + np.exp(-1.5 * x)), 1.0, -1.0)
     data = pd.DataFrame({"x": x, "y": y})
     problem = build_model(build_design(parse_formula("y ~ 0 + x"), data), 0.5, PriorSet(), False).problem()
-    state = run_ep(problem, np.zeros((0, 0)), np.ones(30), y * 2.0)
+    state = run_ep(problem, [], np.ones(30), y * 2.0)
     grid = np.linspace(-6, 8, 200001)
     log_joint = (
         -2 * np.maximum(0, 1 - y[None] * grid[:, None] * x[None]).sum(1)
@@ -105,8 +105,21 @@ def test_toenail_meets_the_bar_against_gibbs(toenail):
     _compare(accurate, _gibbs(formula, toenail, penalty=None, draws=8000, tune=2000), 0.5, 0.25, 0.25)
 
 
+def test_two_components_learned_penalty_and_random_intercept(toenail):
+    formula = "outcome ~ visit * treatment + (1 | patientID)"
+    accurate = bayesvm.bsvm(formula, toenail, vb="accurate")  # penalty="learn": two variance components
+    assert accurate.result.log_variances.shape[1] == 2
+    gibbs = _gibbs(formula, toenail, draws=6000, tune=2000)
+    gibbs_sd = np.sqrt(np.diag(gibbs.fixef_cov))
+    assert np.all(np.abs(accurate.fixef - gibbs.fixef) < 0.5 * gibbs_sd)
+    assert np.all(np.abs(np.sqrt(np.diag(accurate.fixef_cov)) / gibbs_sd - 1) < 0.25)
+    patient = [v.mean[0, 0] for v in accurate.variance_components if v.group == "patientID"][0]
+    reference = [v.mean[0, 0] for v in gibbs.variance_components if v.group == "patientID"][0]
+    assert abs(patient / reference - 1) < 0.25
+
+
 def test_outside_its_scope_it_says_so(toenail):
-    with pytest.raises(ValueError, match="at most one single-column variance component"):
+    with pytest.raises(ValueError, match="single-column variance components"):
         bayesvm.bsvm(
             "outcome ~ visit + (1 + visit | patientID)",
             toenail,
