@@ -78,8 +78,8 @@ def bsvm(
     vb
         ``"meanfield"``: the paper's factorisation (fast; SDs too narrow, variance components
         shrunk); ``"accurate"``: EP for ``(beta, u)`` given the variance component, integrated
-        over a grid of ``log sigma^2`` (``bayesvm.engines.ep``); for models with at most one
-        single-column variance component.
+        over a grid of the log-variances (``bayesvm.engines.ep``); for models with up to three
+        single-column variance components (not correlated ``(1 + x | g)`` terms).
     draws, tune, chains, thin, seed, cores, progress
         Gibbs: kept draws per chain, tuning (burn-in) iterations, number of chains, thinning,
         seed of the chains' ``SeedSequence``, processes to run chains in, and a progress bar
