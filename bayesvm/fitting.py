@@ -31,7 +31,7 @@ def bsvm(
     missing: str = "error",
     standardize: bool = True,
     priors: PriorSet | None = None,
-    tol: float = 1e-8,
+    tol: float | None = None,
     max_iter: int | None = None,
     draws: int = 1000,
     tune: int = 1000,
@@ -72,9 +72,10 @@ def bsvm(
     priors
         Hyperparameters (:class:`bayesvm.priors.PriorSet`); paper defaults.
     tol, max_iter
-        VB: stop when the relative increase of the lower bound is below ``tol``, or after
-        ``max_iter`` sweeps (default 500; then a :class:`ConvergenceWarning`).  EM: ``max_iter``
-        iterations at most over all continuation stages (default 20000).
+        VB: stop when the relative increase of the lower bound is below ``tol`` (default 1e-8),
+        or after ``max_iter`` sweeps (default 500; then a :class:`ConvergenceWarning`).  EM: a
+        stage stops when no coefficient moves by more than ``tol`` (default 1e-10) relative to
+        the largest; at most ``max_iter`` iterations over all continuation stages (default 20000).
     vb
         ``"meanfield"``: the paper's factorisation (fast; SDs too narrow, variance components
         shrunk); ``"accurate"``: EP for ``(beta, u)`` given the variance component, integrated
@@ -89,8 +90,12 @@ def bsvm(
         raise BayesvmError(f"method={method!r} is not available in this version; available: {METHODS}")
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
+    if vb not in ("meanfield", "accurate"):
+        raise BayesvmError(f"vb must be 'meanfield' or 'accurate', got {vb!r}")
     if max_iter is None:
         max_iter = 20000 if method == "em" else 500
+    if tol is None:
+        tol = 1e-10 if method == "em" else 1e-8
     if not (isinstance(max_iter, int) and max_iter >= 1):
         raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
     if not (tol > 0):
@@ -117,15 +122,13 @@ def bsvm(
         _warn_mcmc(fit)
         return fit
     if method == "em":
-        result = fit_em(problem, tol=min(tol, 1e-10), max_iter=max_iter)
+        result = fit_em(problem, tol=tol, max_iter=max_iter)
         fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
         if not result.converged:
             warnings.warn(
                 f"EM stopped after {result.n_iter} iterations without converging", ConvergenceWarning, stacklevel=2
             )
         return fit
-    if vb not in ("meanfield", "accurate"):
-        raise BayesvmError(f"vb must be 'meanfield' or 'accurate', got {vb!r}")
     if vb == "accurate":
         result = fit_accurate(problem)
         return BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)

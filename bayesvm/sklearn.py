@@ -42,8 +42,8 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         Reserved for the kernel engines (not available in this version).
     missing : {"error", "drop"}
         ``"drop"`` fits on the rows without missing values.
-    max_iter, tol : int, float
-        Passed to :func:`bayesvm.bsvm`.
+    max_iter, tol : int or None, float or None
+        Passed to :func:`bayesvm.bsvm` (None: the engine's default).
     standardize : bool
         Scale the columns internally (results on the original scale).
     random_state : int or None
@@ -72,7 +72,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         kernel: object = None,
         missing: str = "error",
         max_iter: int | None = None,
-        tol: float = 1e-8,
+        tol: float | None = None,
         standardize: bool = True,
         random_state: int | None = None,
     ):
