@@ -1,0 +1,113 @@
+"""Speed at scale (issue 10, first measurements): ``python -m benchmarks.scale [--small]``.
+
+Cases, each timed in this process next to its floor or peer:
+
+1. dense linear VB, learned penalty (n x d): time per sweep against the BLAS floor
+   ``X.T @ (w[:, None] * X)`` plus ``X @ v`` measured here;
+2. one grouping factor (n rows, m levels, p = 10): VB to convergence, and Gibbs per iteration;
+3. crossed random intercepts ``(1|a) + (1|b)``: VB on the sparse path, per sweep.
+
+``--small`` runs a reduced version (used as a smoke test by the test suite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from bayesvm.engines.gibbs import sample_gibbs
+from bayesvm.engines.linalg import BlockedFactor
+from bayesvm.engines.vb import VarianceComponent, VBProblem, fit_vb
+
+
+def _labels(rng, X, extra=0.0):
+    eta = X @ rng.normal(0, 0.5, X.shape[1]) + extra
+    return np.where(rng.random(X.shape[0]) < 1 / (1 + np.exp(-eta)), 1.0, -1.0)
+
+
+def dense_case(n: int, d: int, rng) -> dict:
+    X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1))])
+    y = _labels(rng, X)
+    slopes = np.arange(1, d)[:, None]
+    comp = VarianceComponent("penalty", slopes, False, d - 1, prior_a=0.01, prior_b=0.01)
+    precision = np.zeros(d)
+    precision[0] = 1e-8
+    problem = VBProblem(y=y, D=X, fixed_precision=precision, components=(comp,))
+    w, v = rng.random(n) + 0.5, rng.standard_normal(d)
+    start = time.perf_counter()
+    for _ in range(3):
+        X.T @ (w[:, None] * X)
+        X @ v
+    floor = (time.perf_counter() - start) / 3
+    start = time.perf_counter()
+    result = fit_vb(problem, max_iter=20, accelerate=False)
+    per_sweep = (time.perf_counter() - start) / result.n_iter
+    return {"case": f"dense VB n={n} d={d}", "ours_s": per_sweep, "peer": "BLAS floor / sweep", "peer_s": floor}
+
+
+def grouped_problem(n: int, m: int, p: int, rng) -> VBProblem:
+    X = np.column_stack([np.ones(n), rng.standard_normal((n, p - 1))])
+    g = rng.integers(0, m, n)
+    y = _labels(rng, X, rng.normal(0, 1, m)[g])
+    blocked = BlockedFactor(codes=g, values=np.ones((n, 1)), n_levels=m)
+    comp = VarianceComponent("u", np.zeros((1, 1), dtype=int), True, m, prior_a=0.01, prior_b=0.01)
+    return VBProblem(y=y, D=X, fixed_precision=np.full(p, 1e-8), components=(comp,), blocked=blocked)
+
+
+def grouped_cases(n: int, m: int, rng) -> list[dict]:
+    problem = grouped_problem(n, m, 10, rng)
+    start = time.perf_counter()
+    result = fit_vb(problem)
+    vb = time.perf_counter() - start
+    start = time.perf_counter()
+    sample_gibbs(problem, draws=20, tune=0, chains=1, seed=1, progress=False)
+    gibbs = (time.perf_counter() - start) / 20
+    return [
+        {"case": f"one factor VB n={n} m={m} ({result.n_iter} sweeps)", "ours_s": vb, "peer": "goal", "peer_s": 30.0},
+        {"case": f"one factor Gibbs n={n} m={m}, 1000 draws", "ours_s": 1000 * gibbs, "peer": "goal", "peer_s": 60.0},
+    ]
+
+
+def crossed_case(n: int, m: int, rng) -> dict:
+    import scipy.sparse as sp
+
+    X = np.column_stack([np.ones(n), rng.standard_normal(n)])
+    a, b = rng.integers(0, m, n), rng.integers(0, m, n)
+    y = _labels(rng, X, rng.normal(0, 1, m)[a] + rng.normal(0, 1, m)[b])
+    Z = [sp.csr_matrix((np.ones(n), (np.arange(n), codes)), shape=(n, m)) for codes in (a, b)]
+    C = sp.hstack([sp.csr_matrix(X), *Z], format="csr")
+    comps = tuple(
+        VarianceComponent(name, (2 + k * m + np.arange(m))[:, None], False, m, prior_a=0.01, prior_b=0.01)
+        for k, name in enumerate(("a", "b"))
+    )
+    problem = VBProblem(y=y, D=C, fixed_precision=np.r_[1e-8, 1e-8, np.zeros(2 * m)], components=comps)
+    start = time.perf_counter()
+    result = fit_vb(problem, max_iter=3, accelerate=False)
+    per_sweep = (time.perf_counter() - start) / result.n_iter
+    return {"case": f"crossed VB n={n} m={m}x{m}, per sweep", "ours_s": per_sweep, "peer": "-", "peer_s": float("nan")}
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale")
+    parser.add_argument("--small", action="store_true", help="reduced sizes (smoke test)")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(2014)
+    if args.small:
+        rows = [dense_case(20_000, 20, rng), *grouped_cases(20_000, 2_000, rng), crossed_case(5_000, 200, rng)]
+    else:
+        rows = [
+            dense_case(1_000_000, 50, rng),
+            *grouped_cases(1_000_000, 100_000, rng),
+            crossed_case(200_000, 2_000, rng),
+        ]
+    print(f"{'case':55s} {'ours (s)':>10s} {'peer':>20s} {'peer (s)':>10s} {'ratio':>8s}")
+    for row in rows:
+        ratio = row["ours_s"] / row["peer_s"] if np.isfinite(row["peer_s"]) else float("nan")
+        print(f"{row['case']:55s} {row['ours_s']:10.3f} {row['peer']:>20s} {row['peer_s']:10.3f} {ratio:8.2f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""Smoke test: the scale benchmark runs at reduced size and reports finite times."""
+
+import numpy as np
+
+from benchmarks.scale import main
+
+
+def test_scale_benchmark_small(capsys):
+    rows = main(["--small"])
+    assert len(rows) == 4
+    assert all(np.isfinite(row["ours_s"]) and row["ours_s"] > 0 for row in rows)
+    assert "dense VB" in capsys.readouterr().out
