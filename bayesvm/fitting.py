@@ -9,16 +9,21 @@ import pandas as pd
 from .engines.em import fit_em
 from .engines.ep import fit_accurate
 from .engines.gibbs import sample_gibbs
+from .engines.lasso_em import fit_lasso_em
+from .engines.selection import fit_laplace_zero_vb
+from .engines.selection_gibbs import sample_selection
 from .engines.vb import fit_vb
 from .errors import BayesvmError, ConvergenceWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
 from .model import build_model
-from .priors import PriorSet
+from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .results.fit import BSVMFit
 
 METHODS = ("vb", "gibbs", "em")
 PLANNED_METHODS = ("svi",)
+#: Engines available for each selection prior.
+PRIOR_METHODS = {LaplaceZero: ("vb", "gibbs"), SpikeSlab: ("gibbs",), Lasso: ("em", "gibbs")}
 
 
 def bsvm(
@@ -41,6 +46,8 @@ def bsvm(
     cores: int = 1,
     progress: bool = True,
     vb: str = "meanfield",
+    prior: LaplaceZero | SpikeSlab | Lasso | None = None,
+    unpenalized: list[str] | None = None,
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
 
@@ -81,6 +88,15 @@ def bsvm(
         shrunk); ``"accurate"``: EP for ``(beta, u)`` given the variance component, integrated
         over a grid of the log-variances (``bayesvm.engines.ep``); for models with up to three
         single-column variance components (not correlated ``(1 + x | g)`` terms).
+    prior
+        A selection / shrinkage prior for the penalised slopes instead of ``penalty``:
+        :class:`bayesvm.priors.LaplaceZero` (``method="vb"``: Alg. 3; ``"gibbs"``: Appendix B),
+        :class:`~bayesvm.priors.SpikeSlab` (``"gibbs"``) or :class:`~bayesvm.priors.Lasso`
+        (``"em"``: EM/ECME; ``"gibbs"``).  ``fit.inclusion`` then gives posterior inclusion
+        probabilities; coefficients and predictions are model averages.  Fixed-effect models only.
+    unpenalized
+        Formula terms (as formulaic names them, e.g. ``["age", "sex"]``) kept out of the penalty or
+        prior: they get the vague ``N(0, sigma_beta^2)`` like the intercept.
     draws, tune, chains, thin, seed, cores, progress
         Gibbs: kept draws per chain, tuning (burn-in) iterations, number of chains, thinning,
         seed of the chains' ``SeedSequence``, processes to run chains in, and a progress bar
@@ -101,20 +117,17 @@ def bsvm(
     if not (tol > 0):
         raise BayesvmError(f"tol must be positive, got {tol!r}")
     priors = PriorSet() if priors is None else priors
+    if prior is not None:
+        _check_prior_method(prior, method, penalty, vb)
     parsed = parse_formula(formula)
     design = build_design(parsed, data, positive=positive, missing=missing)
-    model = build_model(design, penalty, priors, standardize)
+    model = build_model(design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized)
+    if method == "gibbs":
+        _check_sampling(draws, tune, chains, thin, cores)
+    if prior is not None:
+        return _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress)
     problem = model.problem()
     if method == "gibbs":
-        for name, value, low in (
-            ("draws", draws, 1),
-            ("tune", tune, 0),
-            ("chains", chains, 1),
-            ("thin", thin, 1),
-            ("cores", cores, 1),
-        ):
-            if not (isinstance(value, int) and value >= low):
-                raise BayesvmError(f"{name} must be an integer >= {low}, got {value!r}")
         result = sample_gibbs(
             problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress
         )
@@ -146,6 +159,61 @@ def bsvm(
             RuntimeWarning,
             stacklevel=2,
         )
+    return fit
+
+
+def _check_sampling(draws, tune, chains, thin, cores) -> None:
+    for name, value, low in (
+        ("draws", draws, 1),
+        ("tune", tune, 0),
+        ("chains", chains, 1),
+        ("thin", thin, 1),
+        ("cores", cores, 1),
+    ):
+        if not (isinstance(value, int) and value >= low):
+            raise BayesvmError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _check_prior_method(prior: object, method: str, penalty: object, vb: str) -> None:
+    allowed = PRIOR_METHODS.get(type(prior))
+    if allowed is None:
+        raise BayesvmError(
+            f"prior must be bayesvm.priors.LaplaceZero, SpikeSlab or Lasso (or None), got {type(prior).__name__}"
+        )
+    if method not in allowed:
+        raise BayesvmError(f"{type(prior).__name__} is fitted by method in {allowed}, not method={method!r}")
+    if penalty != "learn":
+        raise BayesvmError(
+            f"prior={type(prior).__name__}(...) replaces the penalty: leave penalty at its default, got {penalty!r}"
+        )
+    if vb != "meanfield":
+        raise BayesvmError("vb='accurate' is not available with a selection prior; use method='gibbs'")
+
+
+def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress) -> BSVMFit:
+    """Dispatch a selection prior to its engine (Alg. 3, Appendix B, Polson & Scott sections 3-4)."""
+    if not model.penalized.any():
+        raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
+    problem = model.selection_problem()
+    name = _data_name(data)
+    if method == "gibbs":
+        result = sample_selection(
+            problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress
+        )
+        fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name)
+        _warn_mcmc(fit)
+        return fit
+    if method == "em":
+        result = fit_lasso_em(problem, tol=tol, max_iter=max_iter)
+        what = "EM"
+    else:
+        result = fit_laplace_zero_vb(problem, tol=tol, max_iter=max_iter)
+        what = "VB"
+    fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name, tol=tol)
+    if not result.converged:
+        warnings.warn(f"{what} stopped after {result.n_iter} iterations without converging", ConvergenceWarning, 2)
+    if getattr(result, "decreases", None):
+        warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=2)
     return fit
 
 

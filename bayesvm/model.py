@@ -14,11 +14,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from .engines.linalg import BlockedFactor
+from .engines.selection import SelectionProblem
 from .engines.vb import VarianceComponent, VBProblem
-from .errors import BayesvmError
+from .errors import BayesvmError, FormulaError
 from .formula.design import Design, NewDesign
 from .memory import check_memory
-from .priors import PriorSet
+from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 
 #: Largest number of dense columns (fixed effects plus random effects outside the largest
 #: grouping factor) for the dense Schur complement; beyond it the sparse Cholesky path is used.
@@ -60,6 +61,10 @@ class LinearModel:
         Indices of ``design.re_terms`` placed in ``theta_d`` and in ``theta_b``.
     sparse
         Whether ``theta_d`` is solved by the sparse Cholesky path (``engines/sparse.py``).
+    prior
+        Selection / shrinkage prior of the penalised slopes (``None``: the ``penalty`` decides).
+    unpenalized
+        Formula terms whose columns keep the vague ``N(0, sigma_beta^2)`` prior.
     """
 
     design: Design
@@ -70,12 +75,37 @@ class LinearModel:
     dense_terms: tuple[int, ...]
     blocked_terms: tuple[int, ...]
     sparse: bool = False
+    prior: LaplaceZero | SpikeSlab | Lasso | None = None
+    unpenalized: tuple[str, ...] = ()
 
     # ----- layout -------------------------------------------------------------------
     @property
     def penalized(self) -> np.ndarray:
-        """Boolean mask of penalised fixed effects: every column but the intercept."""
-        return np.array([name != "(Intercept)" for name in self.design.x_names])
+        """Boolean mask of penalised fixed effects: every column but the intercept and ``unpenalized`` terms."""
+        mask = np.array([name != "(Intercept)" for name in self.design.x_names], dtype=bool)
+        slices = {str(term): sl for term, sl in self.design.spec.term_slices.items()}
+        for term in self.unpenalized:
+            mask[slices[term]] = False
+        return mask
+
+    def selection_problem(self) -> SelectionProblem:
+        """Inputs of the selection engines (``prior`` set; no random effects)."""
+        d = self.design
+        X = self.standardized_X(d.X)
+        selected = np.flatnonzero(self.penalized)
+        if isinstance(self.prior, LaplaceZero):
+            prior_scale = np.ones(selected.size)
+        else:  # Polson & Scott: scale by each predictor's SD (1 after standardisation)
+            sd = X[:, selected].std(axis=0, ddof=1) if d.n > 1 else np.ones(selected.size)
+            prior_scale = np.where(sd > 0, sd, 1.0)
+        return SelectionProblem(
+            y=d.y,
+            X=X,
+            selected=selected,
+            fixed_precision=np.full(d.p, 1.0 / self.priors.fixed_variance),
+            prior=self.prior,
+            prior_scale=prior_scale,
+        )
 
     def dense_offsets(self) -> dict[int, int]:
         """Start of each dense random-effect term in ``theta_d``."""
@@ -126,7 +156,7 @@ class LinearModel:
         precision[: d.p] = vague
         if isinstance(self.penalty, float):
             precision[: d.p][self.penalized] = 4.0 * self.penalty  # Alg. 1: beta ~ N(0, 1/(4 alpha))
-        elif self.penalty == "learn" and self.penalized.any():
+        elif self.penalty == "learn" and self.penalized.any() and self.prior is None:
             slopes = np.flatnonzero(self.penalized)
             precision[slopes] = 0.0
             components.append(
@@ -178,12 +208,38 @@ class LinearModel:
         return T.reshape(p, p)
 
 
+def validate_selection(design: Design, prior: object, unpenalized: object) -> tuple[object, tuple[str, ...]]:
+    """Check the selection prior and the ``unpenalized`` term names against the design."""
+    if prior is not None and not isinstance(prior, (LaplaceZero, SpikeSlab, Lasso)):
+        raise BayesvmError(
+            f"prior must be bayesvm.priors.LaplaceZero, SpikeSlab or Lasso (or None), got {type(prior).__name__}"
+        )
+    if unpenalized is None:
+        names: tuple[str, ...] = ()
+    elif isinstance(unpenalized, str):
+        names = (unpenalized,)
+    else:
+        names = tuple(unpenalized)
+    terms = [str(term) for term in design.spec.term_slices if str(term) != "1"]
+    for name in names:
+        if not isinstance(name, str) or name not in terms:
+            raise FormulaError(f"unpenalized term {name!r} is not a fixed-effect term of the formula; terms: {terms}")
+    if prior is not None and design.re_terms:
+        raise BayesvmError(
+            "selection priors apply to fixed-effect slopes of models without random effects in this version; "
+            f"drop the random-effect terms {[t.label for t in design.re_terms]} or the prior"
+        )
+    return prior, names
+
+
 def build_model(
     design: Design,
     penalty: object,
     priors: PriorSet,
     standardize: bool,
     max_dense_columns: int = MAX_DENSE_COLUMNS,
+    prior: object = None,
+    unpenalized: object = None,
 ) -> LinearModel:
     """Decide the standardisation and the dense / blocked split.
 
@@ -196,6 +252,9 @@ def build_model(
     the largest factor; otherwise every coefficient goes to the sparse Cholesky path.
     """
     penalty = validate_penalty(penalty)
+    prior, unpenalized = validate_selection(design, prior, unpenalized)
+    if prior is not None and not any(n != "(Intercept)" for n in design.x_names):
+        raise BayesvmError("a selection prior needs at least one slope in the fixed part of the formula")
     p = design.p
     center, scale = np.zeros(p), np.ones(p)
     if standardize and design.n > 1:
@@ -235,4 +294,6 @@ def build_model(
         dense_terms=dense,
         blocked_terms=blocked,
         sparse=sparse,
+        prior=prior,
+        unpenalized=unpenalized,
     )

@@ -70,3 +70,29 @@ def plot_ranef(fit, group: str, term: str = "(Intercept)", level: float = 0.95, 
     ax.set_xlabel(f"{group} (sorted)")
     ax.set_ylabel(f"{term} random effect")
     return ax
+
+
+def plot_inclusion(fit, ax=None, labels: bool = True):
+    """Posterior inclusion probabilities as bars shaded by ``P(slope > 0 | y)``, as Luts & Ormerod's Fig. 3.
+
+    Darker bars mean a likely positive association with the +1 class, lighter ones a likely negative one.
+    """
+    table = fit.inclusion
+    if table is None:
+        raise BayesvmError("plot_inclusion needs a fit with a selection prior (prior=LaplaceZero(), SpikeSlab(), ...)")
+    if table["p_include"].isna().all():
+        raise BayesvmError("this fit has no inclusion probabilities (the lasso prior has no mass at zero)")
+    ax = _axes(ax)
+    from matplotlib import cm
+
+    shade = np.where(table["p_include"] > 0, table["p_positive"] / np.maximum(table["p_include"], 1e-300), 0.5)
+    colors = cm.Greys(0.05 + 0.9 * np.clip(shade, 0.0, 1.0))
+    positions = np.arange(len(table))
+    ax.bar(positions, table["p_include"], color=colors, edgecolor="black", linewidth=0.5)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("posterior inclusion probability")
+    if labels:
+        ax.set_xticks(positions)
+        ax.set_xticklabels(table.index, rotation=90, fontsize=7)
+    ax.set_title(f"{type(fit.model.prior).__name__} ({fit.method}): shading = P(slope > 0 | included)")
+    return ax

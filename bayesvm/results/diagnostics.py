@@ -15,10 +15,19 @@ def mcmc_diagnostics(fit) -> pd.DataFrame:
 
     Indexed like ``summary().fixed`` for the fixed effects, then ``sd_<group>__<term>``.
     """
+    import warnings
+
     from .arviz import _import_arviz, _posterior_dataset
 
     az = _import_arviz()
     posterior = _posterior_dataset(fit, draws=1, seed=0)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        # a slope a selection prior kept at exactly 0 in every draw has no R-hat or ESS (NaN, not flagged)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _diagnostics_table(az, posterior)
+
+
+def _diagnostics_table(az, posterior) -> pd.DataFrame:
     names = ["beta"] + [v for v in posterior.data_vars if v.startswith(("sd_", "sigma_"))]
     rows = {}
     for stat, func in (

@@ -12,9 +12,13 @@ import scipy.sparse as sp
 from ..engines.em import EMResult
 from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
+from ..engines.lasso_em import LassoEMResult
+from ..engines.selection import SelectionVBResult
+from ..engines.selection_gibbs import SelectionGibbsResult
 from ..engines.vb import VBProblem, VBResult
 from ..errors import BayesvmError
 from ..model import LinearModel
+from ..priors import Lasso
 from .posterior import posterior_view
 
 PREDICT_KINDS = ("class", "prob", "link")
@@ -66,6 +70,10 @@ class BSVMFit:
         fixed effects; warns when the approximation is unreliable.  The result is kept and shown by
         ``summary()``.
         """
+        if isinstance(self.result, SelectionVBResult):
+            raise BayesvmError(
+                "check_vb() checks Gaussian and grid-mixture q's; compare a Laplace-zero VB fit with method='gibbs'"
+            )
         if self.posterior.kind not in ("variational", "mixture"):
             raise BayesvmError(f"check_vb() checks variational fits; this fit used method={self.method!r}")
         from .vb_check import KHAT_LIMIT, check_vb
@@ -116,9 +124,71 @@ class BSVMFit:
     def support(self) -> pd.Index | None:
         """EM / ECME: labels of the training rows that are support vectors (``y f <= 1``, on or inside
         the margin); ``None`` for the Bayesian engines, where every row has a posterior weight."""
-        if not isinstance(self.result, EMResult):
+        if not isinstance(self.result, (EMResult, LassoEMResult)):
             return None
         return self.model.design.row_index[self.result.support]
+
+    # ----- variable selection -------------------------------------------------------
+    @property
+    def inclusion(self) -> pd.DataFrame | None:
+        """Per penalised coefficient (fits with a selection ``prior``; else ``None``), original scale:
+
+        ``p_include``: posterior probability that the slope is in the model (Laplace-zero, spike-and-slab;
+        for a lasso mode, 1 where the mode is non-zero and 0 where it is exactly 0; NaN for lasso Gibbs,
+        whose prior has no mass at zero); ``p_positive``: ``P(slope > 0 | y)``; ``mean_if_included``: the
+        slope's posterior mean given that it is included.
+        """
+        result, model = self.result, self.model
+        if model.prior is None:
+            return None
+        sel = np.flatnonzero(model.penalized)
+        to_original = 1.0 / model.scale[sel]
+        if isinstance(result, SelectionVBResult):
+            from scipy.stats import norm
+
+            p_include = result.p_include
+            mean_v = result.mean[sel]
+            sd_v = np.sqrt(np.diag(result.cov)[sel])
+            p_positive = p_include * norm.cdf(mean_v / sd_v)
+            mean_if = mean_v * to_original
+        elif isinstance(result, SelectionGibbsResult):
+            coef = result.theta_d[..., sel].reshape(-1, sel.size)
+            gamma = result.include.reshape(-1, sel.size).astype(bool)
+            p_positive = (coef > 0).mean(axis=0)
+            if isinstance(model.prior, Lasso):
+                p_include = np.full(sel.size, np.nan)
+                mean_if = coef.mean(axis=0) * to_original
+            else:
+                p_include = gamma.mean(axis=0)
+                with np.errstate(invalid="ignore"):
+                    mean_if = np.where(gamma.any(axis=0), (coef * gamma).sum(axis=0) / gamma.sum(axis=0), np.nan)
+                mean_if = mean_if * to_original
+        else:  # lasso mode
+            coef = result.coef[sel]
+            p_include = (coef != 0).astype(float)
+            p_positive = (coef > 0).astype(float)
+            mean_if = np.where(coef != 0, coef * to_original, np.nan)
+        names = [self.model.design.x_names[j] for j in sel]
+        return pd.DataFrame(
+            {"p_include": p_include, "p_positive": p_positive, "mean_if_included": mean_if},
+            index=pd.Index(names, name="coefficient"),
+        )
+
+    @property
+    def selected(self) -> list[str]:
+        """Coefficients with ``p_include > 0.5`` (the median probability model; Barbieri & Berger 2004)."""
+        table = self.inclusion
+        if table is None:
+            raise BayesvmError(
+                "selected needs a fit with a selection prior (prior=LaplaceZero(), SpikeSlab(), Lasso())"
+            )
+        return table.index[table["p_include"] > 0.5].tolist()
+
+    def plot_inclusion(self, ax=None, **kwargs):
+        """Bar chart of inclusion probabilities shaded by ``P(slope > 0)`` (see :func:`bayesvm.plots.plot_inclusion`)."""
+        from ..plots import plot_inclusion
+
+        return plot_inclusion(self, ax=ax, **kwargs)
 
     @property
     def formula(self) -> str:

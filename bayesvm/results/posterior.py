@@ -17,6 +17,8 @@ from scipy import stats
 from ..engines.em import EMResult
 from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
+from ..engines.lasso_em import LassoEMResult
+from ..engines.selection import SelectionVBResult
 from ..engines.vb import VBResult
 from .prediction import gaussian_average_probability, pseudo_probability
 
@@ -233,7 +235,57 @@ class MixturePosterior:
         return theta_d[None], theta_b[None], comps
 
 
+class SelectionPosterior:
+    """Laplace-zero VB (Alg. 3): effective coefficients ``c = g o theta`` with ``q(theta) q(gamma)``.
+
+    Means and covariances are the model averages ``E_q[c] = g o mu`` and
+    ``E_q[c c'] = Omega_g o E_q[theta theta']``; the predictive probability treats ``f`` as Gaussian with
+    those two moments (``f`` is a mixture over ``gamma``; its first two moments are exact).
+    """
+
+    kind = "variational"
+
+    def __init__(self, result: SelectionVBResult):
+        self.result = result
+
+    def means(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.result.coef_mean, np.zeros((0, 0))
+
+    def variances(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.diag(self.fixed_cov(self.result.mean.size)).copy(), np.zeros((0, 0))
+
+    def fixed_cov(self, p: int) -> np.ndarray:
+        mean = self.result.coef_mean
+        return (self.result.second_moment - np.outer(mean, mean))[:p, :p]
+
+    def component_means(self) -> list[np.ndarray]:
+        return []
+
+    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+        D = D.toarray() if sp.issparse(D) else D
+        mean_c = self.result.coef_mean
+        q = mean_c.size
+        mean = D[:, :q] @ mean_c
+        second = np.einsum("ij,ij->i", D[:, :q] @ self.result.second_moment, D[:, :q])
+        return mean, np.maximum(second - mean**2, 0.0)
+
+    def probability(self, D, codes, values) -> np.ndarray:
+        return gaussian_average_probability(*self.link(D, codes, values))
+
+    def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """``gamma ~ Bernoulli(mu_gamma)`` and ``theta ~ q(theta)``, independently; effective coefficients."""
+        r = self.result
+        theta = rng.multivariate_normal(r.mean, r.cov, size=size, method="cholesky")
+        keep = np.ones((size, r.mean.size))
+        keep[:, r.selected] = rng.random((size, r.selected.size)) < r.p_include
+        return (keep * theta)[None], np.zeros((1, size, 0, 0)), []
+
+
 def posterior_view(result) -> VariationalPosterior | SampledPosterior | ModePosterior | MixturePosterior:
+    if isinstance(result, SelectionVBResult):
+        return SelectionPosterior(result)
+    if isinstance(result, LassoEMResult):
+        return ModePosterior(result)
     if isinstance(result, IntegratedResult):
         return MixturePosterior(result)
     if isinstance(result, EMResult):

@@ -14,6 +14,10 @@ METHOD_TITLES = {
     "em": "posterior mode by {em} (Polson & Scott 2011, section 3)",
 }
 
+SELECTION_VB_CAVEAT = (
+    "Approximation: mean-field VB with q(beta, v) q(sigma_u^2) q(a) q(b) q(gamma); it understates posterior\n"
+    "SDs and its inclusion probabilities are more extreme (nearer 0 or 1) than Gibbs's: compare with method='gibbs'."
+)
 VB_CAVEAT = (
     "Approximation: mean-field VB with q(beta, u) q(a) q(variance components); it understates posterior\n"
     "SDs (about half of Gibbs's without random effects) and shrinks variance components: compare with\n"
@@ -74,6 +78,9 @@ def build_summary(fit, level: float = 0.95) -> Summary:
 
         diagnostics = mcmc_diagnostics(fit)
         fixed = fixed.join(diagnostics[["ess_bulk", "ess_tail", "r_hat"]])
+    inclusion = fit.inclusion
+    if inclusion is not None and not inclusion["p_include"].isna().all():
+        fixed = fixed.join(inclusion[["p_include"]])
     rows = []
     for est in fit.variance_components:
         if est.group == "penalty":
@@ -96,12 +103,17 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             penalty_text += f"; E[alpha] = E[1/(4 sigma_u^2)] = {alpha:.4g}"
     else:
         penalty_text = f"fixed alpha = {penalty:g} (slopes ~ N(0, 1/(4 alpha)))"
-    alg = "1" if not fit.problem.components else "2"
+    prior = fit.model.prior
+    if prior is not None:
+        penalty_text = _prior_text(fit)
+    alg = "3" if prior is not None else ("1" if not fit.problem.components else "2")
+    learned = bool(fit.problem.components) or (prior is not None and getattr(prior, "nu", 0) is None)
+    title = METHOD_TITLES.get(fit.method, fit.method).format(alg=alg, em="ECME" if learned else "EM")
+    if prior is not None and fit.method == "gibbs":
+        title = SELECTION_GIBBS_TITLES[type(prior).__name__]
     info = {
         "method": fit.method,
-        "title": METHOD_TITLES.get(fit.method, fit.method).format(
-            alg=alg, em="ECME" if fit.problem.components else "EM"
-        ),
+        "title": title,
         "formula": fit.formula,
         "data": fit.data_name,
         "response": response.name,
@@ -117,6 +129,8 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         "converged": fit.converged,
         "elapsed": fit.elapsed,
     }
+    if inclusion is not None and not inclusion["p_include"].isna().all():
+        info.update(selected=fit.selected, n_penalized=len(inclusion))
     if fit.posterior.kind == "mixture":
         r = fit.result
         info.update(
@@ -147,6 +161,37 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     return Summary(fixed=fixed, random=random, info=info)
 
 
+SELECTION_GIBBS_TITLES = {
+    "LaplaceZero": "Gibbs sampling (Luts & Ormerod 2014, Appendix B)",
+    "SpikeSlab": "Gibbs sampling (Polson & Scott 2011, section 4.2)",
+    "Lasso": "Gibbs sampling (Polson & Scott 2011, section 4.1)",
+}
+
+
+def _prior_text(fit) -> str:
+    """The selection prior in words, with its learned scale."""
+    prior, result = fit.model.prior, fit.result
+    unpen = f"; unpenalized: {', '.join(fit.model.unpenalized)}" if fit.model.unpenalized else ""
+    name = type(prior).__name__
+    if name == "LaplaceZero":
+        text = f"Laplace-zero, rho = {prior.rho:g}: slope = gamma v, gamma ~ Bernoulli(rho), v ~ Laplace(0, sigma_u)"
+        if hasattr(result, "sigma2_shape"):
+            text += f"; E[sigma_u^2] = {result.sigma2_scale / (result.sigma2_shape - 1.0):.4g}"
+        elif hasattr(result, "scale"):
+            text += f"; E[sigma_u] = {float(np.mean(result.scale)):.4g}"
+    elif name == "SpikeSlab":
+        text = f"spike-and-slab, pi = {prior.pi:g}: included slopes ~ N(0, nu^2 s_j^2), nu = {prior.nu:g}"
+    else:
+        text = "lasso: slopes ~ Laplace(0, nu s_j)"
+        if prior.nu is not None:
+            text += f", nu = {prior.nu:g}"
+        elif hasattr(result, "nu"):
+            text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g})), mode {result.nu:.4g}"
+        else:
+            text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g})), E[nu] = {float(np.mean(result.scale)):.4g}"
+    return text + unpen
+
+
 def _header(info: dict) -> str:
     lines = [
         f"Bayesian SVM fit by {info['title']}",
@@ -156,6 +201,9 @@ def _header(info: dict) -> str:
         f" -1: {info['negative']!r}",
         f" Penalty: {info['penalty']}",
     ]
+    if info.get("selected") is not None:
+        chosen = ", ".join(info["selected"]) or "none"
+        lines.append(f"Selected (p_include > 0.5): {len(info['selected'])} of {info['n_penalized']}: {chosen}")
     if info["n_dropped"]:
         dropped = ", ".join(f"{k}: {v}" for k, v in info["n_dropped"].items())
         lines.append(f" Dropped rows with missing values ({dropped})")
@@ -228,6 +276,8 @@ def _footer(info: dict) -> str:
     )
     if info["decreases"]:
         text += f"\nWarning: the lower bound decreased at iteration(s) {info['decreases'][:10]}"
+    if info.get("selected") is not None:
+        return text + "\n" + SELECTION_VB_CAVEAT
     return text + "\n" + VB_CAVEAT + _psis_line(info)
 
 
