@@ -35,9 +35,10 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
     penalty : "learn", float or None
         ``"learn"`` learns the penalty (slopes share ``sigma^2 ~ IG``); a float ``alpha`` is the
         SVM objective ``sum hinge + alpha ||beta||^2``, i.e. ``SVC(C=1/(2 alpha))``.
-    prior : None
-        Shrinkage / selection prior of the slopes (reserved: the variable-selection priors are
-        not available in this version; any value other than None is an error).
+    prior : None or a :mod:`bayesvm.priors` selection prior
+        ``LaplaceZero()`` (``method="vb"`` or ``"gibbs"``), ``SpikeSlab()`` (``"gibbs"``) or ``Lasso()``
+        (``"em"`` or ``"gibbs"``) instead of ``penalty``; ``coef_`` are then model averages and
+        ``result_.inclusion`` holds the inclusion probabilities.
     kernel : None
         Reserved for the kernel engines (not available in this version).
     missing : {"error", "drop"}
@@ -100,6 +101,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
             "max_iter": self.max_iter,
             "standardize": self.standardize,
             "positive": 1,
+            "prior": self.prior,
         }
         if self.method == "gibbs":
             kwargs.update(seed=self.random_state, progress=False)
@@ -109,8 +111,6 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         """Fit one binary Bayesian SVM (two classes) or one per class (one-vs-rest)."""
         if self.kernel is not None:
             raise BayesvmError("kernel methods are not available in this version of bayesvm; use kernel=None")
-        if self.prior is not None:
-            raise BayesvmError("shrinkage priors are not available in this version of bayesvm; use prior=None")
         allow_nan = "allow-nan" if self.missing == "drop" else True
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=allow_nan)
         check_classification_targets(y)

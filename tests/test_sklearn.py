@@ -50,6 +50,17 @@ def test_reserved_arguments_are_clear_errors():
         BayesianSVC(prior="laplace").fit(X, y)
 
 
+def test_selection_prior_zeroes_irrelevant_columns():
+    from bayesvm.priors import LaplaceZero
+
+    X, y = _blobs(k=2, seed=3)
+    noise = np.random.default_rng(0).standard_normal((X.shape[0], 6))
+    model = BayesianSVC(prior=LaplaceZero(0.05)).fit(np.hstack([X, noise]), y)
+    inclusion = model.result_.inclusion["p_include"].to_numpy()
+    assert inclusion[: X.shape[1]].min() > 0.9 and inclusion[X.shape[1] :].max() < 0.5
+    assert np.all(np.abs(model.coef_[0, X.shape[1] :]) < 0.05)
+
+
 def test_missing_drop_fits_on_complete_rows_and_refuses_nan_at_predict():
     X, y = _blobs(k=2, seed=2)
     X = X.copy()

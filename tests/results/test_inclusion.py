@@ -1,0 +1,169 @@
+"""Selection priors through ``bsvm``: inclusion table, summary, predictions, plots, exports and errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.errors import BayesvmError, ConvergenceWarning, FormulaError
+from bayesvm.priors import LaplaceZero, Lasso, SpikeSlab
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[pd.DataFrame, str]:
+    rng = np.random.default_rng(0)
+    n, p = 300, 10
+    X = rng.standard_normal((n, p)) * np.linspace(0.5, 3.0, p)  # unequal scales: original-scale reporting
+    beta = np.zeros(p)
+    beta[:3] = np.array([1.5, -1.0, 1.0]) / np.linspace(0.5, 3.0, p)[:3]
+    y = rng.random(n) < 1 / (1 + np.exp(-(X @ beta)))
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(p)]).assign(y=np.where(y, "yes", "no"))
+    return frame, "y ~ " + " + ".join(f"x{j}" for j in range(p))
+
+
+def _fit(data, **kwargs):
+    frame, formula = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return bayesvm.bsvm(formula, frame, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def vb_fit(data):
+    return _fit(data, prior=LaplaceZero(0.05))
+
+
+@pytest.fixture(scope="module")
+def gibbs_fit(data):
+    return _fit(data, prior=SpikeSlab(0.1), method="gibbs", draws=500, tune=300, chains=2, seed=2)
+
+
+@pytest.mark.parametrize("which", ["vb_fit", "gibbs_fit"])
+def test_inclusion_table(which, request):
+    fit = request.getfixturevalue(which)
+    table = fit.inclusion
+    assert list(table.columns) == ["p_include", "p_positive", "mean_if_included"]
+    assert list(table.index) == [f"x{j}" for j in range(10)]
+    assert table["p_include"].between(0, 1).all()
+    assert (table["p_positive"] <= table["p_include"] + 1e-12).all()
+    assert table.loc[["x0", "x1", "x2"], "p_include"].min() > 0.9
+    assert table.loc["x0", "p_positive"] > 0.9 and table.loc["x1", "p_positive"] < 0.1
+    assert set(fit.selected) >= {"x0", "x1", "x2"}
+    # model averaging: fixef = p_include x mean_if_included on the original scale
+    np.testing.assert_allclose(
+        fit.fixef[table.index], (table["p_include"] * table["mean_if_included"].fillna(0.0)), atol=1e-10
+    )
+
+
+def test_summary_shows_inclusion_and_selection(vb_fit, gibbs_fit):
+    for fit in (vb_fit, gibbs_fit):
+        summary = fit.summary()
+        assert "p_include" in summary.fixed.columns
+        assert np.isnan(summary.fixed.loc["(Intercept)", "p_include"])
+        text = str(summary)
+        assert "Selected (p_include > 0.5)" in text
+        assert "x0" in text.split("Selected")[1].splitlines()[0]
+    assert "Alg. 3" in str(vb_fit.summary()) and "Laplace-zero, rho = 0.05" in str(vb_fit.summary())
+    assert "section 4.2" in str(gibbs_fit.summary())
+
+
+def test_predictions_are_model_averages(vb_fit, data):
+    frame, _ = data
+    link = vb_fit.predict(frame, kind="link")
+    np.testing.assert_allclose(
+        link, vb_fit.fixef.iloc[0] + frame[vb_fit.fixef.index[1:]].to_numpy() @ vb_fit.fixef.iloc[1:].to_numpy()
+    )
+    prob = vb_fit.predict(frame, kind="prob")
+    assert np.array_equal(vb_fit.predict(frame), np.where(prob > 0.5, "yes", "no"))
+    assert (vb_fit.predict(frame) == frame["y"]).mean() > 0.75
+
+
+def test_lasso_mode_inclusion_marks_exact_zeros(data):
+    fit = _fit(data, prior=Lasso(nu=0.02), method="em")
+    table = fit.inclusion
+    zero = fit.fixef[table.index] == 0
+    assert zero.any() and (~zero).any()
+    assert np.array_equal(table["p_include"].to_numpy() == 0, zero.to_numpy())
+    assert fit.support is not None
+
+
+def test_lasso_gibbs_has_no_inclusion_probabilities(data):
+    fit = _fit(data, prior=Lasso(), method="gibbs", draws=200, tune=100, chains=2, seed=1)
+    assert fit.inclusion["p_include"].isna().all()
+    assert "p_include" not in fit.summary().fixed.columns
+    with pytest.raises(BayesvmError, match="no inclusion probabilities"):
+        fit.plot_inclusion()
+
+
+def test_unpenalized_terms_keep_the_vague_prior(data):
+    fit = _fit(data, prior=LaplaceZero(0.05), unpenalized=["x9"])
+    assert "x9" not in fit.inclusion.index
+    assert abs(fit.fixef["x9"]) > 0  # never switched off
+    assert "unpenalized: x9" in str(fit.summary())
+
+
+def test_plot_inclusion_draws_one_bar_per_slope(vb_fit, tmp_path):
+    ax = vb_fit.plot_inclusion()
+    assert len(ax.patches) == 10
+    heights = [patch.get_height() for patch in ax.patches]
+    np.testing.assert_allclose(heights, vb_fit.inclusion["p_include"])
+    ax.figure.savefig(tmp_path / "inclusion.png")
+
+
+def test_arviz_export_and_save_load(gibbs_fit, tmp_path):
+    idata = gibbs_fit.to_inference_data()
+    beta = idata.posterior["beta"] if hasattr(idata, "posterior") else idata["posterior"]["beta"]
+    assert beta.shape[:2] == (2, 500)
+    path = tmp_path / "fit.pkl"
+    gibbs_fit.save(path)
+    again = bayesvm.load(path)
+    pd.testing.assert_frame_equal(again.inclusion, gibbs_fit.inclusion)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"prior": SpikeSlab(), "method": "vb"}, "SpikeSlab is fitted by method in"),
+        ({"prior": Lasso(), "method": "vb"}, "Lasso is fitted by method in"),
+        ({"prior": LaplaceZero(), "method": "em"}, "LaplaceZero is fitted by method in"),
+        ({"prior": LaplaceZero(), "penalty": 0.5}, "replaces the penalty"),
+        ({"prior": LaplaceZero(), "vb": "accurate"}, "accurate"),
+        ({"prior": "lasso"}, "prior must be"),
+    ],
+)
+def test_bad_prior_combinations_are_refused(data, kwargs, match):
+    with pytest.raises(BayesvmError, match=match):
+        _fit(data, **kwargs)
+
+
+def test_unknown_unpenalized_term_is_named(data):
+    with pytest.raises(FormulaError, match="'age'"):
+        _fit(data, prior=LaplaceZero(), unpenalized=["age"])
+
+
+def test_random_effects_with_a_selection_prior_are_refused():
+    frame = pd.DataFrame({"y": [0, 1] * 10, "x": np.arange(20.0), "g": ["a", "b", "c", "d"] * 5})
+    with pytest.raises(BayesvmError, match=r"random-effect terms \['\(1 \| g\)'\]"):
+        bayesvm.bsvm("y ~ x + (1|g)", frame, prior=LaplaceZero())
+
+
+def test_prior_without_slopes_is_refused():
+    frame = pd.DataFrame({"y": [0, 1] * 10, "x": np.arange(20.0)})
+    with pytest.raises(BayesvmError, match="no slope"):
+        bayesvm.bsvm("y ~ x", frame, prior=LaplaceZero(), unpenalized=["x"])
+
+
+def test_priors_validate_their_hyperparameters():
+    with pytest.raises(BayesvmError, match="rho"):
+        LaplaceZero(rho=0.0)
+    with pytest.raises(BayesvmError, match="pi"):
+        SpikeSlab(pi=1.0)
+    with pytest.raises(BayesvmError, match="nu"):
+        Lasso(nu=-1.0)
