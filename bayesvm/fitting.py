@@ -80,7 +80,8 @@ def bsvm(
         Hyperparameters (:class:`bayesvm.priors.PriorSet`); paper defaults.
     tol, max_iter
         VB: stop when the relative increase of the lower bound is below ``tol`` (default 1e-8),
-        or after ``max_iter`` sweeps (default 500; then a :class:`ConvergenceWarning`).  EM: a
+        or after ``max_iter`` sweeps (default 500, 2000 with a Laplace-zero prior; then a
+        :class:`ConvergenceWarning`).  EM: a
         stage stops when no coefficient moves by more than ``tol`` (default 1e-10) relative to
         the largest; at most ``max_iter`` iterations over all continuation stages (default 20000).
     vb
@@ -108,8 +109,8 @@ def bsvm(
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
     if vb not in ("meanfield", "accurate"):
         raise BayesvmError(f"vb must be 'meanfield' or 'accurate', got {vb!r}")
-    if max_iter is None:
-        max_iter = 20000 if method == "em" else 500
+    if max_iter is None:  # Alg. 3's indicators can creep for a while: more sweeps by default
+        max_iter = 20000 if method == "em" else (2000 if isinstance(prior, LaplaceZero) else 500)
     if tol is None:
         tol = 1e-10 if method == "em" else 1e-8
     if not (isinstance(max_iter, int) and max_iter >= 1):

@@ -41,3 +41,23 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys):
     improved = namespace["improved"]
     assert (improved[("accurate - Gibbs", "in Gibbs sds")].dropna().abs() < 0.5).all()
     assert (improved[("accurate / Gibbs", "sd ratio")].dropna().sub(1).abs() < 0.25).all()
+
+
+def test_spam_vignette_runs(tmp_path, monkeypatch, capsys):
+    blocks = _blocks(VIGNETTES / "spam.md")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__vignette__"}
+    for block in blocks:
+        exec(compile(block, "spam.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "Selected (p_include > 0.5)" in out
+    vb, gibbs = namespace["vb"], namespace["gibbs"]
+    # the findings the text states: about half of the predictors, VB and Gibbs mostly agree,
+    # and the sparse Bayesian SVM classifies at least as well as the tuned linear SVMs
+    assert 20 <= len(vb.selected) <= 40 and 20 <= len(gibbs.selected) <= 40
+    assert namespace["agree"] >= 0.75
+    assert "cs" in gibbs.selected and "cs" not in vb.selected
+    table = namespace["summary"]
+    assert table.loc["VB Laplace-zero", "mean BER"] <= table.loc["LinearSVC L2", "mean BER"] + 0.005
+    assert table.loc["VB Laplace-zero", "variables used"] < 40
+    assert (tmp_path / "spam_inclusion.png").stat().st_size > 1000
