@@ -10,3 +10,12 @@ def test_scale_benchmark_small(capsys):
     assert len(rows) == 4
     assert all(np.isfinite(row["ours_s"]) and row["ours_s"] > 0 for row in rows)
     assert "dense VB" in capsys.readouterr().out
+
+
+def test_spam_benchmark_short_run():
+    from benchmarks.spam import run
+
+    out = run(draws=150, tune=150, chains=1)
+    assert out["vb_time"] > 0 and out["gibbs_time"] > 0
+    assert out["agree"] >= 0.7
+    assert 20 <= len(out["vb"].selected) <= 40

@@ -90,7 +90,25 @@ def _posterior_dataset(fit, draws: int, seed: int | None) -> xr.Dataset:
             coords[dim] = list(term.term_names)
             coords[dim + "_"] = list(term.term_names)
             data_vars[f"cor_{term.group}"] = (dims + (dim, dim + "_"), cor)
+    _selection_variables(fit, data_vars, coords)
     return xr.Dataset(data_vars, coords=coords, attrs={"inference_library": "bayesvm", "method": fit.method})
+
+
+def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
+    """Gibbs under a selection prior: the indicators ``include`` (per slope) and the prior's scale."""
+    result, prior = fit.result, fit.model.prior
+    if prior is None or not hasattr(result, "include"):
+        return
+    dims = ("chain", "draw")
+    names = [fit.model.design.x_names[j] for j in result.selected]
+    coords["slope"] = names
+    kind = type(prior).__name__
+    if kind != "Lasso":
+        data_vars["include"] = (dims + ("slope",), result.include.astype(np.int8))
+    if kind == "LaplaceZero":
+        data_vars["sigma_u"] = (dims, result.scale)
+    elif kind == "Lasso" and prior.nu is None:
+        data_vars["nu"] = (dims, result.scale)
 
 
 def _log_likelihood_dataset(fit, posterior: xr.Dataset) -> xr.Dataset:

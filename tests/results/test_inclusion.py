@@ -121,6 +121,8 @@ def test_arviz_export_and_save_load(gibbs_fit, tmp_path):
     idata = gibbs_fit.to_inference_data()
     beta = idata.posterior["beta"] if hasattr(idata, "posterior") else idata["posterior"]["beta"]
     assert beta.shape[:2] == (2, 500)
+    posterior = idata.posterior if hasattr(idata, "posterior") else idata["posterior"]
+    np.testing.assert_allclose(posterior["include"].mean(("chain", "draw")), gibbs_fit.inclusion["p_include"])
     path = tmp_path / "fit.pkl"
     gibbs_fit.save(path)
     again = bayesvm.load(path)
