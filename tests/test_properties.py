@@ -89,3 +89,42 @@ def test_fit_is_an_error_or_finite_and_monotone(data, fixed, random, penalty):
     assert set(np.asarray(predicted).tolist()) <= set(data["y"].tolist())
     assert np.all((prob > 0.5) == (predicted == fit.model.design.response.positive))
     pd.testing.assert_frame_equal(data, before)
+
+
+SELECTION = [
+    ("vb", bayesvm.priors.LaplaceZero(0.1)),
+    ("gibbs", bayesvm.priors.SpikeSlab(0.2, 10.0)),
+    ("em", bayesvm.priors.Lasso()),
+    ("em", bayesvm.priors.Lasso(nu=0.1)),
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=data_sets(), fixed=st.sampled_from(FIXED), engine=st.sampled_from(SELECTION))
+def test_selection_fit_is_an_error_or_finite(data, fixed, engine):
+    method, prior = engine
+    before = data.copy()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = bayesvm.bsvm(
+                "y ~ " + fixed, data, method=method, prior=prior, max_iter=300, draws=20, tune=20, chains=1, seed=0
+            )
+    except bayesvm.BayesvmError as exc:
+        event(f"refused: {type(exc).__name__}")
+        assert str(exc)
+        pd.testing.assert_frame_equal(data, before)
+        return
+    event("fitted")
+    pd.testing.assert_frame_equal(data, before)
+    assert np.all(np.isfinite(fit.fixef))
+    if method == "vb":
+        assert np.diff(fit.lower_bound).min(initial=0.0) >= -1e-8 * abs(fit.lower_bound[-1])
+    table = fit.inclusion
+    assert table["p_include"].between(0, 1).all() and table["p_positive"].between(0, 1).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        predicted = fit.predict(data)
+        prob = fit.predict(data, kind="prob")
+    assert len(predicted) == len(data) and np.all((prob >= 0) & (prob <= 1))
+    assert np.all((prob > 0.5) == (predicted == fit.model.design.response.positive))

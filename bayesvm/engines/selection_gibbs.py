@@ -250,7 +250,7 @@ class _SpikeSlabStep:
         active = list(np.flatnonzero(mask))
         matrix = gram.copy()
         matrix[np.diag_indices(p.q)] += self.lam
-        inverse = _spd_inverse(matrix[np.ix_(active, active)])
+        inverse = _spd_inverse(matrix[np.ix_(active, active)]) if active else np.zeros((0, 0))
         h = inverse @ r[active]
         for j in rng.permutation(p.m):  # gamma_j | gamma_{-j}, omega (eq. 17)
             k = sel[j]
@@ -276,9 +276,10 @@ class _SpikeSlabStep:
                     h = np.append(h - u * delta / d, delta / d)
                     active.append(k)
                     self.gamma[j] = 1
-        active_idx = np.array(active)
+        active_idx = np.array(active, dtype=int)
         coef = np.zeros(p.q)  # beta_g | gamma, omega
-        coef[active_idx] = _draw_gaussian(matrix[np.ix_(active_idx, active_idx)], r[active_idx], rng)
+        if active_idx.size:
+            coef[active_idx] = _draw_gaussian(matrix[np.ix_(active_idx, active_idx)], r[active_idx], rng)
         return coef
 
     def log_prior(self, coef: np.ndarray) -> float:
