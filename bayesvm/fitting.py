@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pandas as pd
 
 from .engines.em import fit_em
 from .engines.ep import fit_accurate
 from .engines.gibbs import sample_gibbs
+from .engines.impute import fit_impute_vb, sample_impute_gibbs
 from .engines.lasso_em import fit_lasso_em
 from .engines.selection import fit_laplace_zero_vb
 from .engines.selection_gibbs import sample_selection
@@ -16,7 +18,7 @@ from .engines.vb import fit_vb
 from .errors import BayesvmError, ConvergenceWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
-from .model import build_model
+from .model import MAX_DENSE_COLUMNS, build_model
 from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .results.fit import BSVMFit
 
@@ -72,7 +74,10 @@ def bsvm(
     positive
         The response value coded +1; default: the second class in categorical or sorted order.
     missing
-        ``"error"`` (default) or ``"drop"`` (complete cases on the variables the formula uses).
+        ``"error"`` (default), ``"drop"`` (complete cases on the variables the formula uses) or
+        ``"impute"``: numeric main-effect predictors with missing values are imputed inside the model
+        (Luts & Ormerod 2014, section 3.3: VB Alg. 4, Gibbs Appendix C) under a joint normal model with
+        the other numeric main effects, assuming the values are missing completely at random (MCAR).
     standardize
         Centre and scale the numeric fixed-effect columns internally; results are reported
         on the original scale. With ``False`` the model is the paper's on the columns as given.
@@ -125,6 +130,9 @@ def bsvm(
     model = build_model(design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized)
     if method == "gibbs":
         _check_sampling(draws, tune, chains, thin, cores)
+    if design.imputation is not None:
+        _check_imputation(model, method, vb)
+        return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress)
     if prior is not None:
         return _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress)
     problem = model.problem()
@@ -214,6 +222,46 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
     if not result.converged:
         warnings.warn(f"{what} stopped after {result.n_iter} iterations without converging", ConvergenceWarning, 2)
     if getattr(result, "decreases", None):
+        warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=2)
+    return fit
+
+
+def _check_imputation(model, method: str, vb: str) -> None:
+    if method not in ("vb", "gibbs"):
+        raise BayesvmError(
+            f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}"
+        )
+    if vb != "meanfield":
+        raise BayesvmError("vb='accurate' is not available with missing='impute'")
+    if model.prior is not None:
+        raise BayesvmError("missing='impute' cannot be combined with a selection prior in this version")
+    if model.sparse:
+        raise BayesvmError(
+            "missing='impute' needs the dense random-effect layout; this model's random effects are too many "
+            f"for it (more than {MAX_DENSE_COLUMNS} columns outside the largest grouping factor)"
+        )
+
+
+def _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress) -> BSVMFit:
+    """Alg. 4 / Appendix C (``bayesvm.engines.impute``); the fit's problem holds the rows at the imputed means."""
+    problem = model.imputation_problem()
+    name = _data_name(data)
+    if method == "gibbs":
+        result = sample_impute_gibbs(
+            problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress
+        )
+        imputed = problem.design(result.imputation.z_mean)
+        fit = BSVMFit(
+            model=model, problem=replace(problem.base, D=imputed), method=method, result=result, data_name=name
+        )
+        _warn_mcmc(fit)
+        return fit
+    result = fit_impute_vb(problem, tol=tol, max_iter=max_iter)
+    fit = BSVMFit(model=model, problem=replace(problem.base, D=result.design), method=method, result=result,
+                  data_name=name, tol=tol)  # fmt: skip
+    if not result.converged:
+        warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}", ConvergenceWarning, 2)
+    if result.decreases:
         warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=2)
     return fit
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .engines.impute import ImputationProblem
 from .engines.linalg import BlockedFactor
 from .engines.selection import SelectionProblem
 from .engines.vb import VarianceComponent, VBProblem
@@ -87,6 +88,35 @@ class LinearModel:
         for term in self.unpenalized:
             mask[slices[term]] = False
         return mask
+
+    # ----- imputation (missing="impute") --------------------------------------------
+    def imputation_scaling(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(m, s, alpha, gamma)``: ``z = (d - m) / s`` is the imputation scale and the design column
+        on the engine's scale is ``alpha + gamma z``."""
+        layout = self.design.imputation
+        m, s = layout.observed_mean, layout.observed_sd
+        cols = np.asarray(layout.x_columns)
+        alpha = (m - self.center[cols]) / self.scale[cols]
+        gamma = s / self.scale[cols]
+        return m, s, alpha, gamma
+
+    def imputation_problem(self) -> ImputationProblem:
+        """Inputs of :mod:`bayesvm.engines.impute`."""
+        layout = self.design.imputation
+        m, s, alpha, gamma = self.imputation_scaling()
+        z = np.nan_to_num((layout.values - m) / s, nan=0.0)
+        df, scale = self.priors.imputation.resolve(len(layout.variables))
+        return ImputationProblem(
+            base=self.problem(),
+            columns=np.asarray(layout.x_columns),
+            alpha=alpha,
+            gamma=gamma,
+            z=z,
+            missing=layout.missing,
+            mean_variance=self.priors.imputation.mean_variance,
+            df=df,
+            scale=scale,
+        )
 
     def selection_problem(self) -> SelectionProblem:
         """Inputs of the selection engines (``prior`` set; no random effects)."""
@@ -263,6 +293,12 @@ def build_model(
         scale[movable] = sd[movable]
         if design.has_intercept:
             center[movable] = design.X[:, movable].mean(axis=0)
+    if design.imputation is not None:  # imputed columns: observed values only (X holds placeholders)
+        layout = design.imputation
+        for j, col in enumerate(layout.x_columns):
+            if scale[col] != 1.0 or center[col] != 0.0:  # a standardised column
+                scale[col] = layout.observed_sd[j]
+                center[col] = layout.observed_mean[j] if design.has_intercept else 0.0
     by_group: dict[str, list[int]] = {}
     for t, term in enumerate(design.re_terms):
         by_group.setdefault(term.group, []).append(t)

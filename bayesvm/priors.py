@@ -62,6 +62,29 @@ class InverseWishart:
 
 
 @dataclass(frozen=True)
+class ImputationPrior:
+    """Prior of the imputation model ``d_i ~ N(mu, Sigma)`` (Luts & Ormerod 2014, section 3.3).
+
+    The model is set on the standardised predictors (each centred and scaled by its observed mean
+    and SD).  ``mu ~ N(0, mean_variance I)`` (paper: 1e8); ``Sigma ~ IW(df, scale I)`` with
+    ``scale = 0.01`` (paper) and ``df = None`` meaning ``d + 1`` for ``d`` predictors: the paper's
+    ``df = 3`` is improper once ``d >= 4`` (an inverse Wishart needs ``df > d - 1``).
+    """
+
+    mean_variance: float = 1e8
+    df: float | None = None
+    scale: float = 0.01
+
+    def resolve(self, d: int) -> tuple[float, np.ndarray]:
+        df = float(d + 1) if self.df is None else float(self.df)
+        if not df > d - 1:
+            raise BayesvmError(f"ImputationPrior df must exceed d - 1 = {d - 1} for {d} predictors, got {df}")
+        if not (np.isfinite(self.scale) and self.scale > 0):
+            raise BayesvmError(f"ImputationPrior scale must be positive, got {self.scale}")
+        return df, self.scale * np.eye(d)
+
+
+@dataclass(frozen=True)
 class PriorSet:
     """All hyperparameters of the linear Bayesian SVM.
 
@@ -76,12 +99,15 @@ class PriorSet:
         ``IG(A, B)`` for the variance of each single-column random-effect term.
     correlated
         Inverse-Wishart prior for each correlated multi-column term.
+    imputation
+        Prior of the imputation model (``missing="impute"``).
     """
 
     fixed_variance: float = 1e8
     penalty: InverseGamma = field(default_factory=InverseGamma)
     random: InverseGamma = field(default_factory=InverseGamma)
     correlated: InverseWishart = field(default_factory=InverseWishart)
+    imputation: ImputationPrior = field(default_factory=ImputationPrior)
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.fixed_variance) and self.fixed_variance > 0):

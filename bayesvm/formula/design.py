@@ -23,9 +23,10 @@ from formulaic.errors import FormulaicError
 
 from ..errors import DataError, DesignError, FormulaError
 from .bars import Bar, ParsedFormula
+from .imputation import ImputationLayout, check_imputable, imputation_layout
 from .response import ResponseCoding, code_response
 
-MISSING_CHOICES = ("error", "drop")
+MISSING_CHOICES = ("error", "drop", "impute")
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,6 +132,7 @@ class Design:
     re_terms: tuple[ReTerm, ...]
     row_index: pd.Index
     n_dropped: dict[str, int]
+    imputation: ImputationLayout | None = None
 
     @property
     def n(self) -> int:
@@ -175,8 +177,23 @@ class Design:
             for term in self.re_terms:
                 needed |= set(term.spec.required_variables) | set(term.bar.group)
         _check_columns(newdata, needed, "newdata")
-        _check_missing(newdata, sorted(needed), missing="error", what="newdata")
+        imputable = set(self.imputation.variables) if self.imputation is not None else set()
+        _check_missing(newdata, sorted(needed - imputable), missing="error", what="newdata")
         _check_unseen_levels(self.spec, newdata)
+        raw_values = None
+        if imputable:  # missing values of imputation variables are integrated out by the fit
+            names = list(self.imputation.variables)
+            raw_values = np.column_stack([newdata[v].to_numpy(dtype=float, na_value=np.nan) for v in names])
+            if np.isinf(raw_values).any():
+                raise DataError(
+                    f"newdata has infinite values in {[n for n, c in zip(names, np.isinf(raw_values).any(0)) if c]}"
+                )
+            if np.isnan(raw_values).any():
+                newdata = newdata.copy()
+                for j, name in enumerate(names):
+                    newdata[name] = np.where(
+                        np.isnan(raw_values[:, j]), self.imputation.observed_mean[j], raw_values[:, j]
+                    )
         X = _materialize(self.spec, newdata, "fixed effects")
         codes, values = [], []
         for term in self.re_terms:
@@ -187,7 +204,7 @@ class Design:
             labels = _group_labels(newdata, term.bar.group)
             codes.append(term.levels.get_indexer(labels))
             values.append(_materialize(term.spec, newdata, str(term.bar))[:, list(term.columns)])
-        return NewDesign(X=X, codes=tuple(codes), values=tuple(values))
+        return NewDesign(X=X, codes=tuple(codes), values=tuple(values), imputation_values=raw_values)
 
 
 @dataclass(frozen=True)
@@ -197,6 +214,7 @@ class NewDesign:
     X: np.ndarray
     codes: tuple[np.ndarray, ...]
     values: tuple[np.ndarray, ...]
+    imputation_values: np.ndarray | None = None  # raw values of the imputation variables, NaN where missing
 
 
 def _as_frame(data: object, what: str) -> pd.DataFrame:
@@ -357,16 +375,30 @@ def build_design(
     _check_columns(data, set(used), "data")
     if data[parsed.response].isna().any():
         code_response(data[parsed.response], parsed.response)  # raises, naming the rows
-    keep = _check_missing(data, used, missing, "data")
+    impute: list[str] = []
+    if missing == "impute":
+        bad = {name: _bad_mask(data[name]) for name in used}
+        impute = check_imputable(data, bad, parsed.response, group_vars, bar_vars)
+        keep = np.ones(len(data), dtype=bool)
+    else:
+        keep = _check_missing(data, used, missing, "data")
     n_dropped = {name: int(_bad_mask(data[name]).sum()) for name in used} if not keep.all() else {}
     n_dropped = {name: count for name, count in n_dropped.items() if count}
     frame = data.loc[keep, used].copy() if not keep.all() else data[used].copy()
+    raw = frame
+    if impute:  # placeholders (observed means) so that formulaic can build X; the engines replace them
+        frame = frame.copy()
+        for name in impute:
+            frame[name] = frame[name].fillna(frame[name].mean())
 
     response = code_response(frame[parsed.response], parsed.response, positive)
     matrix = _materialize(parsed.fixed, frame, "fixed effects")
     X = np.asarray(matrix, dtype=float)
     x_names = tuple(_clean_name(str(c)) for c in matrix.columns)
     _check_finite(X, x_names)
+    layout = None
+    if impute:
+        layout = imputation_layout(matrix.model_spec, raw, impute, lambda expr: _required_variables(expr, raw, "data"))
 
     re_terms: list[ReTerm] = []
     for bar in parsed.bars:
@@ -402,6 +434,7 @@ def build_design(
         re_terms=tuple(re_terms),
         row_index=frame.index,
         n_dropped=n_dropped,
+        imputation=layout,
     )
 
 

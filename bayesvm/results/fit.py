@@ -128,6 +128,23 @@ class BSVMFit:
             return None
         return self.model.design.row_index[self.result.support]
 
+    # ----- imputation ---------------------------------------------------------------
+    def imputation_report(self):
+        """What ``missing="impute"`` imputed (see :class:`bayesvm.results.imputation.ImputationReport`)."""
+        if self.model.design.imputation is None:
+            raise BayesvmError("imputation_report() needs a fit with missing='impute' and missing predictor values")
+        from .imputation import build_report
+
+        return build_report(self)
+
+    def plot_imputation(self, ax=None):
+        """Histograms of observed values and imputed posterior means (:func:`bayesvm.results.imputation.plot_imputation`)."""
+        if self.model.design.imputation is None:
+            raise BayesvmError("plot_imputation() needs a fit with missing='impute' and missing predictor values")
+        from .imputation import plot_imputation
+
+        return plot_imputation(self, ax=ax)
+
     # ----- variable selection -------------------------------------------------------
     @property
     def inclusion(self) -> pd.DataFrame | None:
@@ -272,8 +289,11 @@ class BSVMFit:
         return None
 
     # ----- prediction ----------------------------------------------------------------
-    def _rows(self, newdata: pd.DataFrame | None, include_random: bool) -> tuple:
+    def _rows(self, newdata: pd.DataFrame | None, include_random: bool) -> tuple[tuple, np.ndarray | None]:
+        """``((D, codes, values), extra)``: ``extra`` is the variance a missing predictor adds to ``f``
+        (``missing="impute"`` fits, rows with missing values; ``None`` otherwise)."""
         model = self.model
+        extra = None
         if newdata is None:
             D, blocked = self.problem.D, self.problem.blocked
             if not include_random:
@@ -281,6 +301,11 @@ class BSVMFit:
                 keep[: model.design.p] = 1.0
                 D = D @ sp.diags(keep) if sp.issparse(D) else D * keep
                 blocked = None
+            if model.design.imputation is not None:
+                from .imputation import imputation_moments
+
+                z_sd = imputation_moments(self)[1]
+                extra = self._imputation_variance(z_sd[:, :, None] * np.eye(z_sd.shape[1]) * z_sd[:, None, :])
         else:
             new = model.design.rematerialize(newdata, include_random=include_random)
             unseen = np.zeros(len(new.X), dtype=bool)
@@ -295,9 +320,26 @@ class BSVMFit:
                         stacklevel=3,
                     )
             D, blocked = model.new_inputs(new)
+            if new.imputation_values is not None and np.isnan(new.imputation_values).any():
+                from .imputation import conditional_imputation
+
+                z, cov = conditional_imputation(self, new.imputation_values)
+                _, _, alpha, gamma = model.imputation_scaling()
+                D = D.copy()
+                D[:, list(model.design.imputation.x_columns)] = alpha + gamma * z
+                extra = self._imputation_variance(cov)
         codes = None if blocked is None else blocked.codes
         values = None if blocked is None else blocked.values
-        return D, codes, values
+        return (D, codes, values), extra
+
+    def _imputation_variance(self, z_cov: np.ndarray) -> np.ndarray:
+        """``tr(E[b b'] Cov(z_i))`` per row: the variance of ``f`` from the unknown predictors, ``b = gamma o theta_K``."""
+        _, _, _, gamma = self.model.imputation_scaling()
+        cols = np.asarray(self.model.design.imputation.x_columns)
+        mean = self.posterior.means()[0][cols]
+        cov = self.posterior.fixed_cov(self.model.design.p)[np.ix_(cols, cols)]
+        second = np.outer(gamma, gamma) * (cov + np.outer(mean, mean))
+        return np.einsum("jk,ijk->i", second, z_cov)
 
     def predict(
         self, newdata: pd.DataFrame | None = None, kind: str = "class", include_random: bool = True
@@ -319,10 +361,16 @@ class BSVMFit:
         """
         if kind not in PREDICT_KINDS:
             raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
-        rows = self._rows(newdata, include_random)
+        rows, extra = self._rows(newdata, include_random)
         if kind == "link":
             return self.posterior.link(*rows)[0]
-        prob = self.posterior.probability(*rows)
+        if extra is not None and np.any(extra > 0):  # f integrates the missing predictors: Gaussian in f
+            from .prediction import gaussian_average_probability
+
+            mean, var = self.posterior.link(*rows)
+            prob = gaussian_average_probability(mean, var + extra)
+        else:
+            prob = self.posterior.probability(*rows)
         if kind == "prob":
             return prob
         return self.model.design.response.decode(np.where(prob > 0.5, 1.0, -1.0))
@@ -333,8 +381,9 @@ class BSVMFit:
         """Posterior mean, SD and central credible interval of the linear predictor ``f``."""
         from scipy.stats import norm
 
-        mean, var = self.posterior.link(*self._rows(newdata, include_random))
-        sd = np.sqrt(var)
+        rows, extra = self._rows(newdata, include_random)
+        mean, var = self.posterior.link(*rows)
+        sd = np.sqrt(var if extra is None else var + extra)
         z = norm.ppf(0.5 + level / 2.0)
         return pd.DataFrame({"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd})
 

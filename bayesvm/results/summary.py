@@ -122,6 +122,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         "n_positive": n_pos,
         "n_obs": design.n,
         "n_dropped": dict(design.n_dropped),
+        "imputed": _imputation_text(design),
         "groups": design.groups,
         "penalty": penalty_text,
         "standardized": bool(np.any(fit.model.scale != 1.0) or np.any(fit.model.center != 0.0)),
@@ -192,6 +193,18 @@ def _prior_text(fit) -> str:
     return text + unpen
 
 
+def _imputation_text(design) -> str | None:
+    layout = design.imputation
+    if layout is None:
+        return None
+    counts = ", ".join(f"{name} {count}" for name, count in layout.n_missing.items())
+    rows = int(layout.missing.any(axis=1).sum())
+    return (
+        f" Imputed: {counts} value(s) in {rows} of {design.n} rows, inside the model (fit.imputation_report());\n"
+        f"   assumes missing completely at random; joint normal model of {', '.join(layout.variables)}"
+    )
+
+
 def _header(info: dict) -> str:
     lines = [
         f"Bayesian SVM fit by {info['title']}",
@@ -204,6 +217,8 @@ def _header(info: dict) -> str:
     if info.get("selected") is not None:
         chosen = ", ".join(info["selected"]) or "none"
         lines.append(f"Selected (p_include > 0.5): {len(info['selected'])} of {info['n_penalized']}: {chosen}")
+    if info.get("imputed"):
+        lines.append(info["imputed"])
     if info["n_dropped"]:
         dropped = ", ".join(f"{k}: {v}" for k, v in info["n_dropped"].items())
         lines.append(f" Dropped rows with missing values ({dropped})")

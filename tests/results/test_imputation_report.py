@@ -1,0 +1,128 @@
+"""missing="impute" through bsvm: report, summary, predictions with missing predictors, plot and errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.errors import BayesvmError, ConvergenceWarning, DataError, DesignError
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    n = 240
+    age = rng.normal(50, 10, n)
+    chol = 200 + 2.0 * (age - 50) + rng.normal(0, 20, n)
+    sex = rng.integers(0, 2, n)
+    eta = 0.08 * (age - 50) + 0.03 * (chol - 200) - 0.8 * sex
+    y = np.where(rng.random(n) < 1 / (1 + np.exp(-eta)), "yes", "no")
+    data = pd.DataFrame({"age": age, "chol": chol, "sex": sex, "clinic": rng.choice(list("abcdef"), n), "y": y})
+    data.loc[rng.random(n) < 0.3, "chol"] = np.nan
+    data.index = [f"p{i}" for i in range(n)]
+    return data
+
+
+def _fit(data, formula="y ~ age + chol + sex", **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return bayesvm.bsvm(formula, data, missing="impute", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def vb_fit(frame):
+    return _fit(frame)
+
+
+def test_report_tables(vb_fit, frame):
+    report = vb_fit.imputation_report()
+    hidden = frame["chol"].isna()
+    assert report.variables.loc["chol", "n_missing"] == hidden.sum()
+    assert report.variables.loc["age", "n_missing"] == 0
+    assert list(report.rows["row"]) == list(frame.index[hidden])
+    assert (report.rows["variable"] == "chol").all() and (report.rows["sd"] > 0).all()
+    # the imputation model's mean is on the original scale, near the observed mean
+    assert report.variables.loc["chol", "mu"] == pytest.approx(frame["chol"].mean(), rel=0.05)
+    corr = report.correlation
+    assert np.allclose(np.diag(corr), 1.0) and corr.loc["age", "chol"] > 0.5
+    text = str(report)
+    assert "missing completely at random" in text and "chol" in text
+
+
+def test_summary_mentions_imputation(vb_fit, frame):
+    text = str(vb_fit.summary())
+    assert f"Imputed: chol {frame['chol'].isna().sum()} value(s)" in text
+    assert "missing completely at random" in text
+    assert "Dropped" not in text
+
+
+def test_predict_integrates_missing_predictors(vb_fit, frame):
+    new = frame.head(20).copy()
+    new["chol"] = np.nan
+    prob = vb_fit.predict(new, kind="prob")
+    assert np.all(np.isfinite(prob)) and np.all((prob > 0) & (prob < 1))
+    assert np.array_equal(vb_fit.predict(new), np.where(prob > 0.5, "yes", "no"))
+    # a missing value widens the interval of f against the same row with chol at its conditional mean
+    wide = vb_fit.predict_interval(new)
+    filled = new.copy()
+    report = vb_fit.imputation_report()
+    mu, corr = report.variables["mu"], report.correlation
+    sd = report.variables["observed_sd"]
+    filled["chol"] = mu["chol"] + corr.loc["chol", "age"] * sd["chol"] / sd["age"] * (new["age"] - mu["age"])
+    narrow = vb_fit.predict_interval(filled)
+    assert (wide["sd"].to_numpy() > narrow["sd"].to_numpy()).all()
+    # training predictions are available and coded like the response
+    assert set(vb_fit.predict()) <= {"yes", "no"}
+
+
+def test_gibbs_imputation_and_random_effects(frame):
+    fit = _fit(frame, "y ~ age + chol + sex + (1 | clinic)", method="gibbs", draws=300, tune=200, chains=2, seed=1)
+    report = fit.imputation_report()
+    assert report.variables.loc["chol", "n_missing"] == frame["chol"].isna().sum()
+    assert np.isfinite(fit.fixef).all() and "clinic" in fit.ranef
+    vb = _fit(frame, "y ~ age + chol + sex + (1 | clinic)")
+    assert np.isfinite(vb.lower_bound).all() and np.diff(vb.lower_bound).min() >= -1e-8 * abs(vb.lower_bound[-1])
+
+
+def test_plot_imputation(vb_fit, tmp_path):
+    ax = vb_fit.plot_imputation()
+    assert ax.get_xlabel() == "chol"
+    ax.figure.savefig(tmp_path / "imputation.png")
+
+
+def test_errors_name_the_fault(frame):
+    with pytest.raises(DesignError, match="'chol' has missing values and appears in the term 'np.log\\(chol\\)'"):
+        _fit(frame, "y ~ age + np.log(chol)")
+    with pytest.raises(DesignError, match="age:chol"):
+        _fit(frame, "y ~ age * chol")
+    bad_group = frame.copy()
+    bad_group.loc["p3", "clinic"] = None
+    with pytest.raises(DataError, match=r"grouping variable 'clinic' has 1 missing value\(s\) \(rows \['p3'\]\)"):
+        _fit(bad_group, "y ~ age + chol + (1 | clinic)")
+    bad_factor = frame.assign(site=frame["clinic"].where(frame.index != "p5"))
+    with pytest.raises(DataError, match="categorical predictor 'site'"):
+        _fit(bad_factor, "y ~ age + chol + site")
+    with pytest.raises(BayesvmError, match="method='vb'"):
+        _fit(frame, method="em")
+    with pytest.raises(BayesvmError, match="accurate"):
+        _fit(frame, vb="accurate")
+
+
+def test_error_and_drop_still_report_missing_values(frame):
+    with pytest.raises(DataError, match=r"'chol': \d+"):
+        bayesvm.bsvm("y ~ age + chol", frame)
+    fit = bayesvm.bsvm("y ~ age + chol", frame, missing="drop")
+    assert f"chol: {frame['chol'].isna().sum()}" in str(fit.summary())
+
+
+def test_input_frame_unchanged(frame):
+    before = frame.copy()
+    _fit(frame)
+    pd.testing.assert_frame_equal(frame, before)
