@@ -61,3 +61,22 @@ def test_spam_vignette_runs(tmp_path, monkeypatch, capsys):
     assert table.loc["VB Laplace-zero", "mean BER"] <= table.loc["LinearSVC L2", "mean BER"] + 0.005
     assert table.loc["VB Laplace-zero", "variables used"] < 40
     assert (tmp_path / "spam_inclusion.png").stat().st_size > 1000
+
+
+def test_cardiac_vignette_runs(tmp_path, monkeypatch, capsys):
+    blocks = _blocks(VIGNETTES / "cardiac.md")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__vignette__"}
+    for block in blocks:
+        exec(compile(block, "cardiac.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "Imputed: log_chol 1246 value(s)" in out
+    # the findings the text states
+    assert namespace["vb_seconds"] < 2.0
+    coefficients = namespace["coefficients"]
+    assert coefficients.loc["log_chol", "VB impute"] > 10 * abs(coefficients.loc["log_chol", "VB complete cases"])
+    assert coefficients.loc["log_chol", "Gibbs impute"] > coefficients.loc["log_chol", "VB complete cases"] + 1
+    ber = namespace["ber"]["mean BER"]
+    assert ber["VB impute"] < ber["VB complete cases"]
+    assert ber["LinearSVC complete cases"] < ber["VB impute"]
+    assert (tmp_path / "cardiac_imputation.png").stat().st_size > 1000
