@@ -19,3 +19,11 @@ def test_spam_benchmark_short_run():
     assert out["vb_time"] > 0 and out["gibbs_time"] > 0
     assert out["agree"] >= 0.7
     assert 20 <= len(out["vb"].selected) <= 40
+
+
+def test_acath_benchmark_short_run():
+    from benchmarks.acath_impute import run
+
+    out = run(repeats=1, draws=50, tune=50)
+    assert out["vb_time"] < 5.0 and out["gibbs_time"] > 0
+    assert out["vb"].imputation_report().variables.loc["log_chol", "n_missing"] == 1246
