@@ -91,6 +91,7 @@ def _posterior_dataset(fit, draws: int, seed: int | None) -> xr.Dataset:
             coords[dim + "_"] = list(term.term_names)
             data_vars[f"cor_{term.group}"] = (dims + (dim, dim + "_"), cor)
     _selection_variables(fit, data_vars, coords)
+    _imputation_variables(fit, data_vars, coords)
     return xr.Dataset(data_vars, coords=coords, attrs={"inference_library": "bayesvm", "method": fit.method})
 
 
@@ -109,6 +110,25 @@ def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
         data_vars["sigma_u"] = (dims, result.scale)
     elif kind == "Lasso" and prior.nu is None:
         data_vars["nu"] = (dims, result.scale)
+
+
+def _imputation_variables(fit, data_vars: dict, coords: dict) -> None:
+    """Gibbs with ``missing="impute"``: the imputation model's mean and correlation draws, original scale."""
+    draws = getattr(fit.result, "imputation", None)
+    if draws is None or not hasattr(draws, "mu"):
+        return
+    m, s, _, _ = fit.model.imputation_scaling()
+    names = list(fit.model.design.imputation.variables)
+    coords["impute_var"] = names
+    coords["impute_var_"] = names
+    dims = ("chain", "draw")
+    data_vars["impute_mu"] = (dims + ("impute_var",), m + s * draws.mu)
+    sd = np.sqrt(np.diagonal(draws.sigma, axis1=-2, axis2=-1))
+    data_vars["impute_sd"] = (dims + ("impute_var",), s * sd)
+    data_vars["impute_cor"] = (
+        dims + ("impute_var", "impute_var_"),
+        draws.sigma / (sd[..., :, None] * sd[..., None, :]),
+    )
 
 
 def _log_likelihood_dataset(fit, posterior: xr.Dataset) -> xr.Dataset:

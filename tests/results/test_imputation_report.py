@@ -87,6 +87,12 @@ def test_gibbs_imputation_and_random_effects(frame):
     report = fit.imputation_report()
     assert report.variables.loc["chol", "n_missing"] == frame["chol"].isna().sum()
     assert np.isfinite(fit.fixef).all() and "clinic" in fit.ranef
+    idata = fit.to_inference_data()
+    posterior = idata.posterior if hasattr(idata, "posterior") else idata["posterior"]
+    assert posterior["impute_mu"].shape == (2, 300, 3)
+    assert float(posterior["impute_mu"].sel(impute_var="chol").mean()) == pytest.approx(
+        report.variables.loc["chol", "mu"], rel=1e-6
+    )
     vb = _fit(frame, "y ~ age + chol + sex + (1 | clinic)")
     assert np.isfinite(vb.lower_bound).all() and np.diff(vb.lower_bound).min() >= -1e-8 * abs(vb.lower_bound[-1])
 
