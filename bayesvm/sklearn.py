@@ -41,8 +41,10 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         ``result_.inclusion`` holds the inclusion probabilities.
     kernel : None
         Reserved for the kernel engines (not available in this version).
-    missing : {"error", "drop"}
-        ``"drop"`` fits on the rows without missing values.
+    missing : {"error", "drop", "impute"}
+        ``"drop"`` fits on the rows without missing values; ``"impute"`` imputes them inside the model
+        (joint normal model of the columns, missing completely at random) and also accepts NaN at
+        ``predict`` time, integrating the missing entries out.
     max_iter, tol : int or None, float or None
         Passed to :func:`bayesvm.bsvm` (None: the engine's default).
     standardize : bool
@@ -111,7 +113,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         """Fit one binary Bayesian SVM (two classes) or one per class (one-vs-rest)."""
         if self.kernel is not None:
             raise BayesvmError("kernel methods are not available in this version of bayesvm; use kernel=None")
-        allow_nan = "allow-nan" if self.missing == "drop" else True
+        allow_nan = "allow-nan" if self.missing in ("drop", "impute") else True
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=allow_nan)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
@@ -134,7 +136,8 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
 
     def _check(self, X) -> pd.DataFrame:
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        allow_nan = "allow-nan" if self.missing == "impute" else True
+        X = validate_data(self, X, dtype=np.float64, reset=False, ensure_all_finite=allow_nan)
         return self._frame(X)
 
     def decision_function(self, X) -> np.ndarray:

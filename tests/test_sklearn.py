@@ -74,6 +74,18 @@ def test_missing_drop_fits_on_complete_rows_and_refuses_nan_at_predict():
     assert clf.predict(X[1:5]).shape == (4,)
 
 
+def test_missing_impute_fits_every_row_and_predicts_rows_with_nan():
+    X, y = _blobs(k=2, seed=2)
+    X = X.copy()
+    X[[0, 5, 9], 0] = np.nan
+    clf = BayesianSVC(missing="impute").fit(X, y)
+    assert clf.result_.model.design.n == len(y)
+    assert clf.result_.imputation_report().variables.loc["x0", "n_missing"] == 3
+    proba = clf.predict_proba(X)
+    assert np.all(np.isfinite(proba)) and np.allclose(proba.sum(axis=1), 1.0)
+    assert (clf.predict(X) == y).mean() > 0.8
+
+
 def test_frames_keep_feature_names():
     import pandas as pd
 
