@@ -29,8 +29,8 @@ from scipy.special import gammaln
 
 from ..priors import Lasso
 from .em import MARGIN_FLOORS, SUPPORT_TOL, _smoothed_log_likelihood
-from .linalg import blas_threads
-from .selection import LOG_2PI, SelectionProblem, weighted_gram
+from .linalg import blas_threads, weighted_gram
+from .selection import LOG_2PI, SelectionProblem
 
 #: Slopes below ``ZERO_TOL (1 + max |beta|)`` at convergence are reported as exactly 0: MM approaches the
 #: kink of ``|beta_j|`` linearly, and the last 1e-8 of that approach carries no information.

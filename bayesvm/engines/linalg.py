@@ -145,8 +145,15 @@ class GaussianPosterior:
                 resid -= z[:, k, None] * gain[:, k, :]
                 for l in range(z.shape[1]):
                     var = var + z[:, k] * z[:, l] * block_inv[:, k, l]
-        var = var + ((resid @ self.cov_d) * resid) @ np.ones(resid.shape[1])
-        return mean, var
+        return mean, var + self._quadratic_rows(resid)
+
+    def _quadratic_rows(self, rows: np.ndarray) -> np.ndarray:
+        """``r_i' S^{-1} r_i`` for each row, in chunks of rows (no ``n x q`` temporary)."""
+        out = np.empty(rows.shape[0])
+        for start in range(0, rows.shape[0], ROW_CHUNK):
+            chunk = rows[start : start + ROW_CHUNK]
+            out[start : start + ROW_CHUNK] = np.einsum("ij,ij->i", chunk @ self.cov_d, chunk)
+        return out
 
     def log_density(self, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
         """``log q(theta)`` for draws ``theta_d (S, q)``, ``theta_b (S, J, K)``:
@@ -189,6 +196,21 @@ class _Eliminated:
     logdet_b: float
 
 
+#: Rows per chunk of the row-wise products (keeps the temporaries in cache).
+ROW_CHUNK = 16384
+
+
+def weighted_gram(D: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``D' diag(w) D`` accumulated over chunks of rows (the weighted copy of a chunk stays in cache;
+    measured faster than one product and than BLAS ``syrk`` on row-major data), symmetrised."""
+    n, q = D.shape
+    out = np.zeros((q, q))
+    for start in range(0, n, ROW_CHUNK):
+        chunk = D[start : start + ROW_CHUNK]
+        out += chunk.T @ (chunk * w[start : start + ROW_CHUNK, None])
+    return 0.5 * (out + out.T)
+
+
 def _eliminate(
     D: np.ndarray,
     w: np.ndarray,
@@ -198,9 +220,12 @@ def _eliminate(
     prior_b: np.ndarray | None,
 ) -> _Eliminated:
     n, q = D.shape
-    WD = D * w[:, None]
-    schur = D.T @ WD + prior_dd
     rhs = D.T @ rhs_weights
+    if blocked is None:
+        schur = weighted_gram(D, w) + prior_dd
+    else:
+        WD = D * w[:, None]
+        schur = D.T @ WD + prior_dd
     if blocked is None:
         gain = np.zeros((0, 0, q))
         block_inv = np.zeros((0, 0, 0))

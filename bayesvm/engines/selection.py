@@ -42,7 +42,7 @@ from scipy.special import expit, gammaln, logit, xlogy
 
 from ..priors import LaplaceZero, Lasso, SpikeSlab
 from .augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
-from .linalg import blas_threads
+from .linalg import blas_threads, weighted_gram
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -88,13 +88,6 @@ class SelectionProblem:
         mask = np.ones(self.q, dtype=bool)
         mask[self.selected] = False
         return np.flatnonzero(mask)
-
-
-def weighted_gram(X: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``X' diag(w) X`` by one symmetric rank-k update (BLAS ``syrk``) of ``sqrt(w) X``."""
-    Xw = np.sqrt(w)[:, None] * X
-    upper = sla.blas.dsyrk(1.0, Xw, trans=1)
-    return np.triu(upper) + np.triu(upper, 1).T
 
 
 @dataclass

@@ -36,8 +36,8 @@ from ..memory import check_memory
 from ..priors import LaplaceZero, Lasso, SpikeSlab
 from .gibbs import MARGIN_FLOOR, GibbsResult
 from .joint import log_pseudo_likelihood
-from .linalg import blas_threads
-from .selection import LOG_2PI, SelectionProblem, weighted_gram
+from .linalg import blas_threads, weighted_gram
+from .selection import LOG_2PI, SelectionProblem
 
 
 @dataclass

@@ -20,7 +20,8 @@ from scipy.optimize import linprog
 from scipy.special import logsumexp
 
 from bayesvm.engines.lasso_em import fit_lasso_em
-from bayesvm.engines.selection import SelectionProblem, fit_laplace_zero_vb, weighted_gram
+from bayesvm.engines.linalg import weighted_gram
+from bayesvm.engines.selection import SelectionProblem, fit_laplace_zero_vb
 from bayesvm.engines.selection_gibbs import sample_selection
 from bayesvm.priors import InverseGamma, LaplaceZero, Lasso, SpikeSlab
 
