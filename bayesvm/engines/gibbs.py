@@ -132,6 +132,23 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
     return {"theta_d": out_d, "theta_b": out_b, "components": out_c, "log_posterior": out_lp}
 
 
+def run_chains(chain, problem, draws: int, tune: int, thin: int, chains: int, seed, cores: int, progress: bool):
+    """``chain(problem, draws, tune, thin, seed_sequence, show)`` for each of ``chains`` independent seeds
+    spawned from ``SeedSequence(seed)``: in ``min(cores, chains)`` processes when ``cores > 1`` (the same
+    draws as serially), with a tqdm bar on a terminal.  Shared by every Gibbs engine."""
+    seeds = np.random.SeedSequence(seed).spawn(chains)
+    show = progress and sys.stderr.isatty()
+    if cores > 1 and chains > 1:
+        with ProcessPoolExecutor(max_workers=min(cores, chains)) as pool:
+            futures = [pool.submit(chain, problem, draws, tune, thin, s, False) for s in seeds]
+            if show:
+                from tqdm.auto import tqdm
+
+                futures = tqdm(futures, desc=f"Gibbs ({chains} chains)", leave=False)
+            return [f.result() for f in futures]
+    return [chain(problem, draws, tune, thin, s, show) for s in seeds]
+
+
 def sample_gibbs(
     problem: VBProblem,
     draws: int = 1000,
@@ -151,20 +168,7 @@ def sample_gibbs(
         f"storing {chains} x {draws} draws of {size} parameters",
         "use fewer draws, thin=k, or method='vb'",
     )
-    seeds = np.random.SeedSequence(seed).spawn(chains)
-    show = progress and sys.stderr.isatty()
-    if cores > 1 and chains > 1:
-        with ProcessPoolExecutor(max_workers=min(cores, chains)) as pool:
-            futures = [pool.submit(_run_chain, problem, draws, tune, thin, s, False) for s in seeds]
-            if show:
-                from tqdm.auto import tqdm
-
-                futures_iter = tqdm(futures, desc=f"Gibbs ({chains} chains)", leave=False)
-            else:
-                futures_iter = futures
-            runs = [f.result() for f in futures_iter]
-    else:
-        runs = [_run_chain(problem, draws, tune, thin, s, show) for s in seeds]
+    runs = run_chains(_run_chain, problem, draws, tune, thin, chains, seed, cores, progress)
     return GibbsResult(
         theta_d=np.stack([r["theta_d"] for r in runs]),
         theta_b=np.stack([r["theta_b"] for r in runs]),

@@ -34,17 +34,15 @@ Gibbs (Appendix C): ``theta``, ``1/a``, components as in :mod:`bayesvm.engines.g
 
 from __future__ import annotations
 
-import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
 from scipy.special import multigammaln
 
-from .augmentation import data_lower_bound, inverse_a_mean, update_chi
-from .gibbs import MARGIN_FLOOR, GibbsResult, _draw_component
+from .augmentation import inverse_a_mean, update_chi
+from .gibbs import MARGIN_FLOOR, GibbsResult, _draw_component, run_chains
 from .joint import component_values, log_prior, log_pseudo_likelihood
 from .linalg import blas_threads, gaussian_draw, gaussian_posterior
 from .vb import (
@@ -52,10 +50,10 @@ from .vb import (
     ComponentPosterior,
     VBProblem,
     VBResult,
-    _component_bound,
     _prior_precisions,
     _second_moments,
     _update_component,
+    lower_bound,
     sorted_by_level,
 )
 
@@ -242,15 +240,8 @@ def _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov,
     """Regression bound + imputation-model bound (module docstring), every constant kept."""
     base = prob.base
     n, V = z.shape
-    # regression part: as vb.lower_bound, with E[(1 - y f)^2] including the imputation variance
-    total = data_lower_bound(base.y, mean_f, expected_sq, chi)
-    lam_fixed = base.fixed_precision
-    fixed = lam_fixed > 0
-    second_fixed = theta.mean_d[fixed] ** 2 + theta.variance()[fixed]
-    total += float(np.sum(0.5 * np.log(lam_fixed[fixed]) - 0.5 * LOG_2PI - 0.5 * lam_fixed[fixed] * second_fixed))
-    total += 0.5 * theta.dim * (1.0 + LOG_2PI) - 0.5 * theta.logdet_precision
-    for comp, post, second in zip(base.components, components, seconds):
-        total += _component_bound(comp, post, second)
+    # regression part, with E[(1 - y f)^2] including the imputation variance
+    total = lower_bound(base, base.y, theta, mean_f, expected_sq, chi, components, seconds)
     # imputation model
     df_q = prob.df + n
     lam = df_q * np.linalg.inv(psi_q)
@@ -386,14 +377,7 @@ def sample_impute_gibbs(
 ) -> ImputedGibbsResult:
     """Run ``chains`` Appendix-C chains (in parallel processes when ``cores > 1``)."""
     start = time.perf_counter()
-    seeds = np.random.SeedSequence(seed).spawn(chains)
-    show = progress and sys.stderr.isatty()
-    if cores > 1 and chains > 1:
-        with ProcessPoolExecutor(max_workers=min(cores, chains)) as pool:
-            futures = [pool.submit(run_impute_chain, problem, draws, tune, thin, s, False) for s in seeds]
-            runs = [f.result() for f in futures]
-    else:
-        runs = [run_impute_chain(problem, draws, tune, thin, s, show) for s in seeds]
+    runs = run_chains(run_impute_chain, problem, draws, tune, thin, chains, seed, cores, progress)
     kept = chains * draws
     z_mean = sum(r["z_sum"] for r in runs) / kept
     z_var = np.maximum(sum(r["z_sq"] for r in runs) / kept - z_mean**2, 0.0) * kept / max(kept - 1, 1)

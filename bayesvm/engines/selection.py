@@ -43,6 +43,7 @@ from scipy.special import expit, gammaln, logit, xlogy
 from ..priors import LaplaceZero, Lasso, SpikeSlab
 from .augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
 from .linalg import blas_threads, weighted_gram
+from .squarem import squarem_ascent
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -227,56 +228,19 @@ class _Alg3:
 
 
 def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool = True) -> SelectionVBResult:
-    """Coordinate ascent on Alg. 3, grouped in SQUAREM cycles exactly as :func:`bayesvm.engines.vb._fit_vb`.
-
-    Two sweeps from ``x0`` give ``x1, x2``; the encoded state is extrapolated to
-    ``x0 - 2 s r + s^2 v`` and one sweep from there is kept only if its lower bound beats that of
-    ``x2``, so the recorded bounds (each that of a complete q after a sweep) never decrease.
-    """
+    """Coordinate ascent on Alg. 3 in SQUAREM cycles with the monotone safeguard (:mod:`bayesvm.engines.squarem`)."""
     start = time.perf_counter()
     alg = _Alg3(problem)
-    state = alg.initial_state()
-    bounds: list[float] = []
-    decreases: list[int] = []
-    n_sweeps, converged, current = 0, False, None
-
-    def record(result: _Sweep) -> bool:
-        bounds.append(result.bound)
-        if len(bounds) < 2:
-            return False
-        change = bounds[-1] - bounds[-2]
-        if change < -1e-8 * abs(bounds[-1]):
-            decreases.append(len(bounds))
-        return abs(change) < tol * abs(bounds[-1])
-
-    while n_sweeps < max_iter and not converged:
-        before = state
-        first = alg.sweep(*state)
-        n_sweeps += 1
-        current, state = first, first.state
-        converged = record(first)
-        if converged or not accelerate or n_sweeps + 2 > max_iter:
-            continue
-        second = alg.sweep(*state)
-        n_sweeps += 1
-        current, state = second, second.state
-        converged = record(second)
-        if converged:
-            continue
-        x0, x1, x2 = alg.encode(*before), alg.encode(*first.state), alg.encode(*state)
-        r, v = x1 - x0, x2 - 2.0 * x1 + x0
-        norm_v = np.linalg.norm(v)
-        if norm_v == 0.0:
-            continue
-        step = min(-1.0, -np.linalg.norm(r) / norm_v)
-        try:
-            trial = alg.sweep(*alg.decode(x0 - 2.0 * step * r + step**2 * v))
-        except (np.linalg.LinAlgError, FloatingPointError, ValueError):
-            trial = None
-        n_sweeps += 1
-        if trial is not None and np.isfinite(trial.bound) and trial.bound >= second.bound:
-            current, state = trial, trial.state
-            converged = record(trial)
+    ascent = squarem_ascent(
+        lambda state: alg.sweep(*state),
+        lambda state: alg.encode(*state),
+        lambda x, like: alg.decode(x),
+        alg.initial_state(),
+        tol,
+        max_iter,
+        accelerate,
+    )
+    current = ascent.last
     chi, g, psi, scale = current.state
     return SelectionVBResult(
         mean=current.mean,
@@ -286,10 +250,10 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool 
         expected_b=current.expected_b,
         sigma2_shape=alg.shape,
         sigma2_scale=scale,
-        lower_bound=np.asarray(bounds),
-        converged=converged,
-        n_iter=n_sweeps,
-        decreases=decreases,
+        lower_bound=np.asarray(ascent.bounds),
+        converged=ascent.converged,
+        n_iter=ascent.n_sweeps,
+        decreases=ascent.decreases,
         elapsed=time.perf_counter() - start,
     )
 

@@ -23,9 +23,7 @@ and ``r = X' Y (1 + omega)``, formed once per iteration (one ``syrk``):
 
 from __future__ import annotations
 
-import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +32,7 @@ from scipy.special import expit, gammaln, logit
 
 from ..memory import check_memory
 from ..priors import LaplaceZero, Lasso, SpikeSlab
-from .gibbs import MARGIN_FLOOR, GibbsResult
+from .gibbs import MARGIN_FLOOR, GibbsResult, run_chains
 from .joint import log_pseudo_likelihood
 from .linalg import blas_threads, weighted_gram
 from .selection import LOG_2PI, SelectionProblem
@@ -71,23 +69,7 @@ def sample_selection(
         f"storing {chains} x {draws} draws of {problem.q + problem.m} parameters",
         "use fewer draws or thin=k",
     )
-    seeds = np.random.SeedSequence(seed).spawn(chains)
-    show = progress and sys.stderr.isatty()
-    if cores > 1 and chains > 1:
-        with ProcessPoolExecutor(max_workers=min(cores, chains)) as pool:
-            runs = list(
-                pool.map(
-                    _run_chain,
-                    [problem] * chains,
-                    [draws] * chains,
-                    [tune] * chains,
-                    [thin] * chains,
-                    seeds,
-                    [False] * chains,
-                )
-            )
-    else:
-        runs = [_run_chain(problem, draws, tune, thin, s, show) for s in seeds]
+    runs = run_chains(_run_chain, problem, draws, tune, thin, chains, seed, cores, progress)
     return SelectionGibbsResult(
         theta_d=np.stack([r["coef"] for r in runs]),
         theta_b=np.zeros((chains, draws, 0, 0)),

@@ -35,6 +35,7 @@ from scipy.special import digamma, gammaln, multigammaln
 from .augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
 from .linalg import BlockedFactor, GaussianPosterior, blas_threads, gaussian_posterior
 from .sparse import SparseGaussianPosterior, sparse_gaussian_posterior
+from .squarem import squarem_ascent
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -272,6 +273,10 @@ class _Sweep:
     components: list[ComponentPosterior]
     bound: float
 
+    @property
+    def state(self) -> tuple[np.ndarray, list[ComponentPosterior]]:
+        return self.chi, self.components
+
 
 class _Sweeper:
     """Alg. 2 as a map from the state ``(chi, components)`` to the next sweep (rows sorted by level)."""
@@ -355,67 +360,22 @@ def _fit_vb(problem: VBProblem, tol: float, max_iter: int, accelerate: bool) -> 
     (2) ``q(a)``; (3) each component; (4) the lower bound of the resulting q.  Stops when
     the relative increase of the bound falls below ``tol`` or after ``max_iter`` sweeps.
 
-    With ``accelerate=True`` the sweeps are grouped in SQUAREM cycles (Varadhan & Roland
-    2008, scheme S3): two sweeps from ``x0`` give ``x1, x2``; the state is extrapolated to
-    ``x0 - 2 s r + s^2 v`` (``r = x1 - x0``, ``v = x2 - 2 x1 + x0``, ``s = -||r|| / ||v||``)
-    and one more sweep from there is kept only if its lower bound beats that of ``x2``.
-    Every recorded bound is that of a complete q produced by a sweep, so the recorded
-    sequence never decreases; ``accelerate=False`` is the paper's plain iteration.
+    With ``accelerate=True`` the sweeps are grouped in SQUAREM cycles with a monotone safeguard
+    (:mod:`bayesvm.engines.squarem`); ``accelerate=False`` is the paper's plain iteration.
     ``n_iter`` counts every sweep computed, kept or not.
     """
     start = time.perf_counter()
     sweeper = _Sweeper(problem)
-    state = sweeper.initial_state()
-    bounds: list[float] = []
-    decreases: list[int] = []
-    n_sweeps = 0
-    converged = False
-    current: _Sweep | None = None
-    before_encoded: np.ndarray | None = None  # encoding of `state`, when known
-
-    def record(result: _Sweep) -> bool:
-        """Append the bound; True when converged."""
-        bounds.append(result.bound)
-        if len(bounds) < 2:
-            return False
-        change = bounds[-1] - bounds[-2]
-        if change < -1e-8 * abs(bounds[-1]):
-            decreases.append(len(bounds))
-        return abs(change) < tol * abs(bounds[-1])
-
-    while n_sweeps < max_iter and not converged:
-        before, x0, before_encoded = state, before_encoded, None
-        first = sweeper.sweep(*state)
-        n_sweeps += 1
-        current, state = first, (first.chi, first.components)
-        converged = record(first)
-        if converged or not accelerate or n_sweeps + 2 > max_iter:
-            continue
-        second = sweeper.sweep(*state)
-        n_sweeps += 1
-        current, state = second, (second.chi, second.components)
-        converged = record(second)
-        if converged:
-            continue
-        x0 = sweeper.encode(*before) if x0 is None else x0
-        x1, x2 = sweeper.encode(first.chi, first.components), sweeper.encode(*state)
-        r, v = x1 - x0, x2 - 2.0 * x1 + x0
-        norm_v = np.linalg.norm(v)
-        if norm_v == 0.0:
-            before_encoded = x2
-            continue
-        step = min(-1.0, -np.linalg.norm(r) / norm_v)
-        x_new = x0 - 2.0 * step * r + step**2 * v
-        try:
-            trial = sweeper.sweep(*sweeper.decode(x_new, second.components))
-        except (np.linalg.LinAlgError, FloatingPointError, ValueError):
-            trial = None
-        n_sweeps += 1
-        if trial is not None and np.isfinite(trial.bound) and trial.bound >= second.bound:
-            current, state = trial, (trial.chi, trial.components)
-            converged = record(trial)
-        else:
-            before_encoded = x2  # the next cycle starts from the second sweep's state
+    ascent = squarem_ascent(
+        lambda state: sweeper.sweep(*state),
+        lambda state: sweeper.encode(*state),
+        lambda x, like: sweeper.decode(x, like[1]),
+        sweeper.initial_state(),
+        tol,
+        max_iter,
+        accelerate,
+    )
+    current = ascent.last
     chi = current.chi
     if sweeper.order is not None:
         chi = chi[np.argsort(sweeper.order)]
@@ -423,9 +383,9 @@ def _fit_vb(problem: VBProblem, tol: float, max_iter: int, accelerate: bool) -> 
         theta=current.theta,
         components=current.components,
         chi=chi,
-        lower_bound=np.asarray(bounds),
-        converged=converged,
-        n_iter=n_sweeps,
+        lower_bound=np.asarray(ascent.bounds),
+        converged=ascent.converged,
+        n_iter=ascent.n_sweeps,
         elapsed=time.perf_counter() - start,
-        decreases=decreases,
+        decreases=ascent.decreases,
     )
