@@ -15,6 +15,15 @@ def _blocks(path: Path) -> list[str]:
     return BLOCK.findall(path.read_text())
 
 
+def _run(name: str, tmp_path: Path, monkeypatch) -> dict:
+    """Execute the vignette's blocks in one namespace, in a temporary working directory."""
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__vignette__"}
+    for block in _blocks(VIGNETTES / name):
+        exec(compile(block, name, "exec"), namespace)
+    return namespace
+
+
 @pytest.mark.parametrize("name", ["toenail.md"])
 def test_vignette_runs(name, tmp_path, monkeypatch, capsys):
     blocks = _blocks(VIGNETTES / name)
@@ -44,11 +53,7 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys):
 
 
 def test_spam_vignette_runs(tmp_path, monkeypatch, capsys):
-    blocks = _blocks(VIGNETTES / "spam.md")
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__vignette__"}
-    for block in blocks:
-        exec(compile(block, "spam.md", "exec"), namespace)
+    namespace = _run("spam.md", tmp_path, monkeypatch)
     out = capsys.readouterr().out
     assert "Selected (p_include > 0.5)" in out
     vb, gibbs = namespace["vb"], namespace["gibbs"]
@@ -64,11 +69,7 @@ def test_spam_vignette_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_cardiac_vignette_runs(tmp_path, monkeypatch, capsys):
-    blocks = _blocks(VIGNETTES / "cardiac.md")
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__vignette__"}
-    for block in blocks:
-        exec(compile(block, "cardiac.md", "exec"), namespace)
+    namespace = _run("cardiac.md", tmp_path, monkeypatch)
     out = capsys.readouterr().out
     assert "Imputed: log_chol 1246 value(s)" in out
     # the findings the text states
