@@ -301,11 +301,14 @@ class BSVMFit:
                 keep[: model.design.p] = 1.0
                 D = D @ sp.diags(keep) if sp.issparse(D) else D * keep
                 blocked = None
-            if model.design.imputation is not None:
-                from .imputation import imputation_moments
+            if model.design.imputation is not None:  # VB: Cov(z_i); Gibbs: the draws' variances
+                z_cov = getattr(self.result, "z_cov", None)
+                if z_cov is None:
+                    from .imputation import imputation_moments
 
-                z_sd = imputation_moments(self)[1]
-                extra = self._imputation_variance(z_sd[:, :, None] * np.eye(z_sd.shape[1]) * z_sd[:, None, :])
+                    z_sd = imputation_moments(self)[1]
+                    z_cov = z_sd[:, :, None] * np.eye(z_sd.shape[1]) * z_sd[:, None, :]
+                extra = self._imputation_variance(z_cov)
         else:
             new = model.design.rematerialize(newdata, include_random=include_random)
             unseen = np.zeros(len(new.X), dtype=bool)
