@@ -70,6 +70,8 @@ class BSVMFit:
         fixed effects; warns when the approximation is unreliable.  The result is kept and shown by
         ``summary()``.
         """
+        if getattr(self.result, "z_cov", None) is not None:
+            raise BayesvmError("check_vb() does not cover missing='impute' fits (their q includes the imputed values)")
         if isinstance(self.result, SelectionVBResult):
             raise BayesvmError(
                 "check_vb() checks Gaussian and grid-mixture q's; compare a Laplace-zero VB fit with method='gibbs'"

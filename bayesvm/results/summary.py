@@ -157,9 +157,32 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         )
     else:
         info.update(lower_bound=float(fit.lower_bound[-1]), tol=fit.tol, decreases=list(fit.result.decreases))
-        check = getattr(fit, "_vb_check", None)
-        info["psis"] = None if check is None else (check.khat, check.verdict, check.draws)
+    if fit.posterior.kind in ("variational", "mixture"):
+        info["psis"] = _vb_check(fit)
     return Summary(fixed=fixed, random=random, info=info)
+
+
+#: The PSIS check runs with ``summary()`` when rows x draws stays below this (the check evaluates the
+#: exact pseudo-posterior at every draw); larger fits show how to run it.
+AUTO_CHECK_MAX_VALUES = 2e7
+AUTO_CHECK_DRAWS = 1000
+
+
+def _vb_check(fit) -> tuple | str:
+    """``(k-hat, verdict, draws)`` of the fit's PSIS check (run now if affordable), or why there is none."""
+    import warnings
+
+    check = getattr(fit, "_vb_check", None)
+    if check is None:
+        if getattr(fit.result, "z_cov", None) is not None or getattr(fit.result, "include", None) is not None:
+            return "no PSIS check for imputation or selection fits (compare with method='gibbs')"
+        n = fit.model.design.n
+        if n * AUTO_CHECK_DRAWS > AUTO_CHECK_MAX_VALUES:
+            return f"run fit.check_vb() for a PSIS diagnostic (not run automatically for {n} rows)"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the verdict is printed below instead
+            check = fit.check_vb(draws=AUTO_CHECK_DRAWS)
+    return check.khat, check.verdict, check.draws
 
 
 SELECTION_GIBBS_TITLES = {
@@ -297,8 +320,8 @@ def _footer(info: dict) -> str:
 
 
 def _psis_line(info: dict) -> str:
-    if info.get("psis") is None:
-        return "\nRun fit.check_vb() for a PSIS diagnostic of this fit."
+    if isinstance(info.get("psis"), str):
+        return f"\nPSIS check: {info['psis']}."
     khat, verdict, draws = info["psis"]
     return f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"
 

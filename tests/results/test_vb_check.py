@@ -1,6 +1,7 @@
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -78,3 +79,23 @@ def test_accurate_fit_is_not_flagged_without_random_effects_but_mean_field_is_wo
         warnings.simplefilter("ignore")
         mean_field = bayesvm.bsvm(formula, data).check_vb(draws=2000)
     assert mean_field.khat > accurate.khat + 0.2
+
+
+def test_summary_runs_the_check_on_its_own():
+    data = bayesvm.datasets.load_toenail()
+    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", data, penalty=None)
+    assert fit._vb_check is None
+    text = str(fit.summary())
+    assert fit._vb_check is not None and fit._vb_check.khat > 0.7
+    assert f"k-hat = {fit._vb_check.khat:.2f}, unreliable" in text
+
+
+def test_summary_explains_when_there_is_no_check():
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x": rng.standard_normal(60), "z": rng.standard_normal(60)})
+    frame["y"] = (frame["x"] + rng.standard_normal(60) > 0).astype(int)
+    frame.loc[:9, "z"] = np.nan
+    fit = bayesvm.bsvm("y ~ x + z", frame, missing="impute")
+    assert "no PSIS check for imputation" in str(fit.summary())
+    with pytest.raises(bayesvm.BayesvmError, match="missing='impute'"):
+        fit.check_vb()
