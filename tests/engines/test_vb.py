@@ -192,3 +192,37 @@ def test_sparse_path_predictions_for_new_level_combinations():
         np.testing.assert_allclose(fits[0].predict(new, kind=kind), fits[2000].predict(new, kind=kind), rtol=1e-6)
     ours = fits[0].predict_interval(new)["sd"].to_numpy()
     np.testing.assert_allclose(ours, fits[2000].predict_interval(new)["sd"].to_numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "formula", ["y ~ x1 + (1 | g/h)", "y ~ x1 + x2 + (1 + x1 | g) + (1 | h)", "y ~ x1 + (1 | g) + (1 | h)"]
+)
+@pytest.mark.parametrize("path", ["schur", "sparse"])
+def test_nested_and_crossed_posteriors_equal_the_dense_solve(formula, path):
+    """One sweep's q(theta) on either structured path equals the dense inverse of the full precision."""
+    import scipy.sparse as sp
+
+    from bayesvm.engines.vb import _prior_precisions, _sparse_prior
+
+    data = simulate_grouped(n_groups=9, per_group=6, p=2, seed=11, slope_sd=0.3)
+    problem = _problem(formula, data, penalty=None, max_dense_columns=0 if path == "sparse" else 2000)
+    assert problem.is_sparse == (path == "sparse")
+    before, after = fit_vb(problem, max_iter=3, accelerate=False), fit_vb(problem, max_iter=4, accelerate=False)
+    weights = 1 / np.sqrt(before.chi)
+    precisions = [c.expected_precision() for c in before.components]
+    if path == "sparse":
+        C = problem.D.toarray()
+        prior = _sparse_prior(problem, precisions).toarray()
+    else:
+        Zb, (J, K) = problem.blocked, after.theta.mean_b.shape
+        B = np.zeros((problem.n, J * K))
+        for i, (c, z) in enumerate(zip(Zb.codes, Zb.values)):
+            B[i, c * K : (c + 1) * K] = z
+        C = np.hstack([problem.D, B])
+        prior_dd, prior_b = _prior_precisions(problem, precisions)
+        prior = sp.block_diag([prior_dd] + [prior_b] * J).toarray()
+    precision = C.T @ (weights[:, None] * C) + prior
+    mean = np.linalg.solve(precision, C.T @ (problem.y * (1 + weights)))
+    theta = after.theta
+    np.testing.assert_allclose(np.linalg.inv(precision), _full_cov(theta), rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(mean, np.concatenate([theta.mean_d, theta.mean_b.ravel()]), rtol=1e-7, atol=1e-10)
