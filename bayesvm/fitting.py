@@ -5,25 +5,31 @@ from __future__ import annotations
 import warnings
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 
 from .engines.em import fit_em
 from .engines.ep import fit_accurate
 from .engines.gibbs import sample_gibbs
 from .engines.impute import fit_impute_vb, sample_impute_gibbs
+from .engines.kernel_svi import fit_svi
+from .engines.kernel_vb import fit_batch, fit_inducing
 from .engines.lasso_em import fit_lasso_em
 from .engines.selection import fit_laplace_zero_vb
 from .engines.selection_gibbs import sample_selection
+from .engines.svi import fit_linear_svi
 from .engines.vb import fit_vb
 from .errors import BayesvmError, ConvergenceWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
+from .kernel_model import build_kernel_model
+from .kernels import Kernel
 from .model import MAX_DENSE_COLUMNS, build_model
 from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .results.fit import BSVMFit
+from .results.kernel_fit import KernelFit
 
-METHODS = ("vb", "gibbs", "em")
-PLANNED_METHODS = ("svi",)
+METHODS = ("vb", "gibbs", "em", "svi")
 #: Engines available for each selection prior.
 PRIOR_METHODS = {LaplaceZero: ("vb", "gibbs"), SpikeSlab: ("gibbs",), Lasso: ("em", "gibbs")}
 
@@ -50,6 +56,12 @@ def bsvm(
     vb: str = "meanfield",
     prior: LaplaceZero | SpikeSlab | Lasso | None = None,
     unpenalized: list[str] | None = None,
+    kernel: Kernel | None = None,
+    inducing: int | str | np.ndarray | None = None,
+    inducing_method: str = "kmeans",
+    learn_inducing: bool = False,
+    batch_size: int = 100,
+    learning_rate: str | float = "adaptive",
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
 
@@ -106,22 +118,39 @@ def bsvm(
     draws, tune, chains, thin, seed, cores, progress
         Gibbs: kept draws per chain, tuning (burn-in) iterations, number of chains, thinning,
         seed of the chains' ``SeedSequence``, processes to run chains in, and a progress bar
-        (tqdm, shown only on a terminal).
+        (tqdm, shown only on a terminal).  ``seed`` also seeds k-means and minibatches of kernel fits.
+    kernel
+        A kernel from :mod:`bayesvm.kernels` (e.g. ``RBF()``) fits the nonlinear Bayesian SVM of Wenzel
+        et al. (2017): ``f ~ GP(0, k)`` on the formula's fixed-effect columns (no intercept column; inputs
+        standardised when ``standardize``).  Hyperparameters marked ``learn`` are learned by maximising the
+        lower bound.  ``method="vb"``: full-batch VB; ``"svi"``: stochastic VI.  Returns a
+        :class:`~bayesvm.results.kernel_fit.KernelFit`.
+    inducing, inducing_method, learn_inducing
+        Kernel fits: the number of inducing points (default ``min(n, 100)``), ``"all"`` for batch VB
+        with the full kernel (section 4.1, O(n^3)), or an ``(M, d)`` array of locations on the inputs'
+        scale; locations by seeded k-means++ (``"kmeans"``) or a random subset (``"random"``);
+        ``learn_inducing=True`` optimises them with the hyperparameters (``method="vb"``).
+    batch_size, learning_rate
+        ``method="svi"``: rows per minibatch, and the step-size rule (``"adaptive"``: Ranganath et al.
+        2013; ``"robbins-monro"``; or a constant in (0, 1]).
     """
-    if method in PLANNED_METHODS:
-        raise BayesvmError(f"method={method!r} is not available in this version; available: {METHODS}")
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
     if vb not in ("meanfield", "accurate"):
         raise BayesvmError(f"vb must be 'meanfield' or 'accurate', got {vb!r}")
-    if max_iter is None:  # Alg. 3's indicators can creep for a while: more sweeps by default
-        max_iter = 20000 if method == "em" else (2000 if isinstance(prior, LaplaceZero) else 500)
-    if tol is None:
-        tol = 1e-10 if method == "em" else 1e-8
-    if not (isinstance(max_iter, int) and max_iter >= 1):
-        raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
-    if not (tol > 0):
-        raise BayesvmError(f"tol must be positive, got {tol!r}")
+    if max_iter is None and kernel is None:  # Alg. 3's indicators can creep for a while: more sweeps by default
+        max_iter = {"em": 20000, "svi": 100000}.get(method, 2000 if isinstance(prior, LaplaceZero) else 500)
+    if tol is None and kernel is None:
+        tol = {"em": 1e-10, "svi": 1e-4}.get(method, 1e-8)
+    if kernel is None:
+        _check_iterations(max_iter, tol)
+    else:
+        return _fit_kernel(
+            formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
+            tol=tol, max_iter=max_iter, seed=seed, kernel=kernel, inducing=inducing,
+            inducing_method=inducing_method, learn_inducing=learn_inducing, batch_size=batch_size,
+            learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb,
+        )  # fmt: skip
     priors = PriorSet() if priors is None else priors
     if prior is not None:
         _check_prior_method(prior, method, penalty, vb)
@@ -130,6 +159,8 @@ def bsvm(
     model = build_model(design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized)
     if method == "gibbs":
         _check_sampling(draws, tune, chains, thin, cores)
+    if method == "svi":
+        return _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb)
     if design.imputation is not None:
         _check_imputation(model, method, vb)
         return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress)
@@ -169,6 +200,78 @@ def bsvm(
             stacklevel=2,
         )
     return fit
+
+
+def _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb) -> BSVMFit:
+    """``method="svi"`` without a kernel: Wenzel et al. (2017), section 4.5 (``bayesvm.engines.svi``)."""
+    if model.design.re_terms:
+        raise BayesvmError(
+            "method='svi' fits fixed-effect models in this version: remove the random-effect terms "
+            f"{[t.bar.group for t in model.design.re_terms]} or use method='vb'"
+        )
+    if model.prior is not None or model.design.imputation is not None or vb != "meanfield":
+        raise BayesvmError("method='svi' is not available with a selection prior, missing='impute' or vb='accurate'")
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise BayesvmError(f"batch_size must be a positive integer, got {batch_size!r}")
+    problem = model.problem()
+    result = fit_linear_svi(problem, batch_size=batch_size, max_iter=max_iter, tol=tol, learning_rate=learning_rate,
+                            seed=seed)  # fmt: skip
+    fit = BSVMFit(model=model, problem=problem, method="svi", result=result, data_name=_data_name(data), tol=tol)
+    if not result.converged:
+        warnings.warn(f"SVI stopped before converging ({result.stopping})", ConvergenceWarning, stacklevel=3)
+    return fit
+
+
+def _fit_kernel(formula, data, *, method, positive, missing, standardize, tol, max_iter, seed, kernel, inducing,
+                inducing_method, learn_inducing, batch_size, learning_rate, penalty, prior, vb) -> KernelFit:  # fmt: skip
+    """``bsvm(..., kernel=...)``: Wenzel et al. (2017), sections 4.1-4.4 (``bayesvm.engines.kernel_vb``)."""
+    if method not in ("vb", "svi"):
+        raise BayesvmError(f"a kernel model is fitted by method='vb' or 'svi', not {method!r}")
+    if penalty != "learn" or prior is not None:
+        raise BayesvmError(
+            "penalty= and prior= do not apply to a kernel fit: the kernel's variance is the penalty "
+            "(learned when the kernel's learn includes 'variance')"
+        )
+    if vb != "meanfield":
+        raise BayesvmError("vb='accurate' is not available with a kernel")
+    if learn_inducing and (method == "svi" or isinstance(inducing, str)):
+        raise BayesvmError("learn_inducing=True needs method='vb' with inducing points (not 'all')")
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise BayesvmError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if max_iter is None:
+        max_iter = 100000 if method == "svi" else 1000
+    if tol is None:
+        tol = 1e-4 if method == "svi" else 1e-8
+    _check_iterations(max_iter, tol)
+    parsed = parse_formula(formula)
+    design = build_design(parsed, data, positive=positive, missing=missing)
+    model = build_kernel_model(design, kernel, standardize, inducing, inducing_method, seed)
+    problem = model.problem()
+    if method == "svi":
+        locations = model.locations if model.locations is not None else problem.X
+        result = fit_svi(problem, locations, batch_size=batch_size, max_iter=max_iter, tol=tol,
+                         learning_rate=learning_rate, seed=seed)  # fmt: skip
+    elif model.locations is None:
+        result = fit_batch(problem, tol=tol, max_iter=max_iter)
+    else:
+        result = fit_inducing(problem, model.locations, tol=tol, max_iter=max_iter, learn_locations=learn_inducing)
+    fit = KernelFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
+    if not result.converged:
+        warnings.warn(
+            f"the kernel fit stopped before converging ({result.stopping or 'max_iter reached'}); increase max_iter",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    if result.decreases:
+        warnings.warn(f"the lower bound decreased at iteration(s) {result.decreases[:10]}", RuntimeWarning, 3)
+    return fit
+
+
+def _check_iterations(max_iter, tol) -> None:
+    if not (isinstance(max_iter, int) and not isinstance(max_iter, bool) and max_iter >= 1):
+        raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not (isinstance(tol, (int, float)) and tol > 0):
+        raise BayesvmError(f"tol must be a positive number, got {tol!r}")
 
 
 def _check_sampling(draws, tune, chains, thin, cores) -> None:

@@ -12,6 +12,7 @@ METHOD_TITLES = {
     "vb": "mean-field variational Bayes (Luts & Ormerod 2014, Alg. {alg})",
     "gibbs": "Gibbs sampling (Luts & Ormerod 2014, Appendix A; Polson & Scott 2011)",
     "em": "posterior mode by {em} (Polson & Scott 2011, section 3)",
+    "svi": "stochastic variational inference (Wenzel et al. 2017, section 4.5; the model of Alg. {alg})",
 }
 
 SELECTION_VB_CAVEAT = (
@@ -154,6 +155,15 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             max_rhat=float(diagnostics["r_hat"].max()),
             min_ess=float(diagnostics["ess_bulk"].min()),
             problems=mcmc_problems(diagnostics, r.chains),
+        )
+    elif fit.method == "svi":
+        r = fit.result
+        info.update(
+            lower_bound=float(r.monitor_bounds[-1]) if r.monitor_bounds.size else float("nan"),
+            tol=fit.tol,
+            decreases=[],
+            stopping=r.stopping,
+            batch_size=r.batch_size,
         )
     else:
         info.update(lower_bound=float(fit.lower_bound[-1]), tol=fit.tol, decreases=list(fit.result.decreases))
@@ -312,6 +322,11 @@ def _footer(info: dict) -> str:
         f"Convergence: {status} after {info['n_iter']} iterations (tol {info['tol']:g}); "
         f"lower bound {info['lower_bound']:.4f}; {1000 * info['elapsed']:.1f} ms"
     )
+    if info["method"] == "svi":
+        text = (
+            f"Stochastic VI: {info['n_iter']} steps of {info['batch_size']} rows; {status}: {info['stopping']};\n"
+            f"lower bound on the monitor rows {info['lower_bound']:.4f}; {1000 * info['elapsed']:.1f} ms"
+        )
     if info["decreases"]:
         text += f"\nWarning: the lower bound decreased at iteration(s) {info['decreases'][:10]}"
     if info.get("selected") is not None:

@@ -1,0 +1,146 @@
+"""From a design and the user's kernel choices to the kernel engines' inputs (Wenzel et al. 2017).
+
+Owns: the inputs (the formula's fixed-effect columns without the intercept), their internal
+standardisation, the data-dependent kernel defaults and the choice of inducing points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.cluster.vq import kmeans2
+
+from .engines.kernel_vb import KernelProblem
+from .errors import BayesvmError
+from .formula.design import Design
+from .kernels import Kernel
+
+#: Default number of inducing points (Wenzel et al. section 4.2): ``min(n, DEFAULT_INDUCING)``.
+DEFAULT_INDUCING = 100
+#: k-means runs on at most this many rows (a seeded random subset beyond it).
+KMEANS_ROWS = 20000
+INDUCING_METHODS = ("kmeans", "random")
+
+
+@dataclass(frozen=True, eq=False)
+class KernelModel:
+    """A kernel Bayesian SVM ready for an engine.
+
+    Attributes
+    ----------
+    design
+        The design (fixed part only) it was built from.
+    columns
+        Columns of ``design.X`` used as inputs (all but the intercept).
+    center, scale
+        ``inputs = (X[:, columns] - center) / scale``.
+    kernel
+        The kernel with data-dependent defaults filled in (starting values when learned).
+    locations
+        Inducing locations on the standardised scale, or ``None`` for batch VB on every row.
+    """
+
+    design: Design
+    columns: tuple[int, ...]
+    center: np.ndarray
+    scale: np.ndarray
+    kernel: Kernel
+    locations: np.ndarray | None
+    inducing_method: str
+
+    # the parts of LinearModel's interface that results code reads
+    prior = None
+    penalty = None
+    unpenalized: tuple[str, ...] = ()
+
+    @property
+    def input_names(self) -> list[str]:
+        return [self.design.x_names[j] for j in self.columns]
+
+    def inputs(self, X: np.ndarray) -> np.ndarray:
+        return (X[:, list(self.columns)] - self.center) / self.scale
+
+    def problem(self) -> KernelProblem:
+        return KernelProblem(X=self.inputs(self.design.X), y=self.design.y, kernel=self.kernel)
+
+    def new_inputs(self, newdata: pd.DataFrame) -> np.ndarray:
+        return self.inputs(self.design.rematerialize(newdata, include_random=False).X)
+
+
+def choose_locations(
+    inputs: np.ndarray, inducing: object, method: str, rng: np.random.Generator, center, scale
+) -> np.ndarray | None:
+    """Inducing locations (standardised scale), or ``None`` for batch VB (``inducing="all"``)."""
+    n, d = inputs.shape
+    if isinstance(inducing, str):
+        if inducing != "all":
+            raise BayesvmError(f"inducing must be a number of points, 'all' or an array of locations, got {inducing!r}")
+        return None
+    if inducing is None:
+        inducing = min(n, DEFAULT_INDUCING)
+    if isinstance(inducing, (int, np.integer)) and not isinstance(inducing, bool):
+        M = int(inducing)
+        if M < 1:
+            raise BayesvmError(f"inducing must be at least 1, got {M}")
+        if M >= n:
+            return inputs.copy()
+        if method == "random":
+            return inputs[rng.choice(n, M, replace=False)].copy()
+        rows = inputs if n <= KMEANS_ROWS else inputs[rng.choice(n, KMEANS_ROWS, replace=False)]
+        distinct = np.unique(rows, axis=0)
+        if len(distinct) <= M:
+            return distinct
+        seed = int(rng.integers(2**31))
+        centres, _ = kmeans2(rows, M, minit="++", seed=seed)
+        return centres
+    locations = np.asarray(inducing, dtype=float)
+    if locations.ndim != 2 or locations.shape[1] != d:
+        raise BayesvmError(
+            f"inducing locations must be an array of shape (M, {d}) on the scale of the inputs {d} column(s), "
+            f"got shape {locations.shape}"
+        )
+    if not np.all(np.isfinite(locations)):
+        raise BayesvmError("inducing locations must be finite")
+    return (locations - center) / scale
+
+
+def build_kernel_model(
+    design: Design,
+    kernel: Kernel,
+    standardize: bool,
+    inducing: object,
+    inducing_method: str,
+    seed: int | None,
+) -> KernelModel:
+    """Validate the design for a kernel fit, standardise the inputs and pick the inducing points."""
+    if not isinstance(kernel, Kernel):
+        raise BayesvmError(f"kernel must be a bayesvm.kernels kernel (RBF(), Matern52(), ...), got {kernel!r}")
+    if design.re_terms:
+        raise BayesvmError(
+            "random effects cannot be combined with a kernel in this version: remove the (... | group) terms "
+            f"{[t.bar.group for t in design.re_terms]} or fit a linear model"
+        )
+    if design.imputation is not None:
+        raise BayesvmError("missing='impute' is not available with a kernel; use missing='drop'")
+    if inducing_method not in INDUCING_METHODS:
+        raise BayesvmError(f"inducing_method must be one of {INDUCING_METHODS}, got {inducing_method!r}")
+    columns = tuple(j for j, name in enumerate(design.x_names) if name != "(Intercept)")
+    if not columns:
+        raise BayesvmError("a kernel needs at least one input: the formula's fixed part has only an intercept")
+    X = design.X[:, list(columns)]
+    center, scale = np.zeros(len(columns)), np.ones(len(columns))
+    if standardize and design.n > 1:
+        sd = X.std(axis=0, ddof=1)
+        movable = sd > 0
+        center[movable] = X[:, movable].mean(axis=0)
+        scale[movable] = sd[movable]
+    inputs = (X - center) / scale
+    rng = np.random.default_rng(seed)
+    kernel = kernel.resolved(inputs, rng)
+    locations = choose_locations(inputs, inducing, inducing_method, rng, center, scale)
+    return KernelModel(
+        design=design, columns=columns, center=center, scale=scale, kernel=kernel, locations=locations,
+        inducing_method=inducing_method,
+    )  # fmt: skip
