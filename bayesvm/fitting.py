@@ -61,7 +61,7 @@ def bsvm(
     inducing_method: str = "kmeans",
     learn_inducing: bool = False,
     batch_size: int = 100,
-    learning_rate: str | float = "adaptive",
+    learning_rate: str | float = "robbins-monro",
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
 
@@ -131,8 +131,8 @@ def bsvm(
         scale; locations by seeded k-means++ (``"kmeans"``) or a random subset (``"random"``);
         ``learn_inducing=True`` optimises them with the hyperparameters (``method="vb"``).
     batch_size, learning_rate
-        ``method="svi"``: rows per minibatch, and the step-size rule (``"adaptive"``: Ranganath et al.
-        2013; ``"robbins-monro"``; or a constant in (0, 1]).
+        ``method="svi"``: rows per minibatch, and the step-size rule (``"robbins-monro"``:
+        ``rho_t = t^-0.51``; ``"adaptive"``: Ranganath et al. 2013; or a constant in (0, 1]).
     """
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")

@@ -7,13 +7,16 @@ Each step takes a minibatch ``S`` of ``s`` rows, sets their local ``chi_i`` to t
 
 Step sizes (``learning_rate``):
 
-* ``"adaptive"`` (default): the adaptive rate of Ranganath, Wang, Blei & Xing (2013): with the noisy
+* ``"robbins-monro"`` (default): ``rho_t = t^(-0.51)``.  Measured on simulated linear and banana
+  kernel problems it reaches the full-batch optimum within 0.1 posterior SD in 5000 steps of 100 rows,
+  where ``t^(-0.75)`` is still tens of SDs away: the fixed point of ``chi`` and ``q`` needs many
+  effective sweeps (``sum rho_t``), which a faster decay starves.
+* ``"adaptive"``: the adaptive rate of Ranganath, Wang, Blei & Xing (2013): with the noisy
   natural gradient ``g_t`` (target minus current natural parameters), moving averages
   ``gbar <- (1 - 1/tau) gbar + g/tau``, ``hbar <- (1 - 1/tau) hbar + g'g/tau``, the step
   ``rho = gbar'gbar / hbar`` and memory ``tau <- tau (1 - rho) + 1``; ``gbar``, ``hbar`` and ``tau``
   start from ``warmup`` minibatches evaluated at the initial ``q`` (their recommended warm start),
   which keeps the first steps small when the gradients are noisy.
-* ``"robbins-monro"``: ``rho_t = (t + warmup)^(-0.75)`` (the delay is the warm-up).
 * a number in (0, 1]: a constant step.
 
 Hyperparameters (section 4.3, eq. 12): every ``hyper_every`` steps after the warm-up, one Adam step
@@ -94,6 +97,10 @@ class RowBatches:
 class StepSize:
     """The step-size rules of the module docstring."""
 
+    #: Robbins-Monro exponent: close to 1/2, the slowest decay that still averages the noise out; the
+    #: fixed point of chi and q needs many effective sweeps (sum of rho), which a faster decay starves.
+    kappa = 0.51
+
     def __init__(self, rule: str | float, warmup: int):
         self.rule, self.warmup, self.t = rule, warmup, 0
         self.gbar: np.ndarray | None = None
@@ -108,7 +115,7 @@ class StepSize:
     def __call__(self, g: np.ndarray) -> float:
         self.t += 1
         if self.rule == "robbins-monro":
-            return float((self.t + self.warmup) ** -0.75)
+            return float(self.t**-self.kappa)
         if not isinstance(self.rule, str):
             return float(self.rule)
         if self.gbar is None:
@@ -172,7 +179,7 @@ def fit_svi(
     tol: float = 1e-4,
     window: int = 50,
     monitor: int = 1000,
-    learning_rate: str | float = "adaptive",
+    learning_rate: str | float = "robbins-monro",
     warmup: int = 10,
     learn: bool = True,
     hyper_every: int = 10,
@@ -215,7 +222,7 @@ def _fit_svi(
     tol: float = 1e-4,
     window: int = 50,
     monitor: int = 1000,
-    learning_rate: str | float = "adaptive",
+    learning_rate: str | float = "robbins-monro",
     warmup: int = 10,
     learn: bool = True,
     hyper_every: int = 10,
