@@ -25,6 +25,7 @@ from .formula.design import build_design
 from .kernel_model import build_kernel_model
 from .kernels import Kernel
 from .model import MAX_DENSE_COLUMNS, build_model
+from .outofcore import is_dask_frame
 from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .results.fit import BSVMFit
 from .results.kernel_fit import KernelFit
@@ -142,6 +143,13 @@ def bsvm(
         max_iter = {"em": 20000, "svi": 100000}.get(method, 2000 if isinstance(prior, LaplaceZero) else 500)
     if tol is None and kernel is None:
         tol = {"em": 1e-10, "svi": 1e-4}.get(method, 1e-8)
+    if is_dask_frame(data):
+        return _fit_streamed(
+            formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
+            penalty=penalty, priors=priors, tol=tol, max_iter=max_iter, seed=seed, batch_size=batch_size,
+            learning_rate=learning_rate, prior=prior, vb=vb, kernel=kernel, inducing=inducing,
+            inducing_method=inducing_method,
+        )  # fmt: skip
     if kernel is None:
         _check_iterations(max_iter, tol)
     else:
@@ -199,6 +207,55 @@ def bsvm(
             RuntimeWarning,
             stacklevel=2,
         )
+    return fit
+
+
+def _fit_streamed(formula, data, *, method, positive, missing, standardize, penalty, priors, tol, max_iter, seed,
+                  batch_size, learning_rate, prior, vb, kernel, inducing, inducing_method) -> BSVMFit:  # fmt: skip
+    """Out-of-core (dask) data: full-batch VB by one pass over the partitions per sweep, or SVI over them."""
+    from .engines.batches import PartitionBatches
+    from .engines.stream_vb import fit_streamed_vb
+    from .outofcore import build_streamed
+
+    allowed = ("svi",) if kernel is not None else ("vb", "svi")
+    if method not in allowed:
+        raise BayesvmError(f"out-of-core (dask) data are fitted by method in {allowed}, not {method!r}")
+    if prior is not None or vb != "meanfield":
+        raise BayesvmError("out-of-core (dask) data take neither a selection prior nor vb='accurate' in this version")
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise BayesvmError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if max_iter is None:
+        max_iter = 100000 if method == "svi" else 500
+    if tol is None:
+        tol = 1e-4 if method == "svi" else 1e-8
+    _check_iterations(max_iter, tol)
+    streamed = build_streamed(parse_formula(formula), data, positive, missing)
+    name = _data_name(data)
+    if kernel is not None:
+        model = build_kernel_model(streamed.design, kernel, standardize, inducing, inducing_method, seed)
+        problem = model.problem()
+        locations = model.locations if model.locations is not None else problem.X
+        parts = streamed.parts(lambda X, model=model: model.inputs(X))
+        result = fit_svi(problem, locations, batch_size=batch_size, max_iter=max_iter, tol=tol,
+                         learning_rate=learning_rate, seed=seed,
+                         batches=lambda rng: PartitionBatches(streamed.loader(parts), streamed.counts, batch_size, rng))  # fmt: skip
+        fit = KernelFit(model=model, problem=problem, method=method, result=result, data_name=name, tol=tol)
+    else:
+        model = build_model(streamed.design, penalty, PriorSet() if priors is None else priors, standardize)
+        problem = model.problem()
+        parts = streamed.parts(model.standardized_X)
+        if method == "vb":
+            result = fit_streamed_vb(problem, lambda func, *args: streamed.map(parts, func, *args), tol=tol,
+                                     max_iter=max_iter)  # fmt: skip
+        else:
+            result = fit_linear_svi(problem, batch_size=batch_size, max_iter=max_iter, tol=tol,
+                                    learning_rate=learning_rate, seed=seed,
+                                    batches=lambda rng: PartitionBatches(streamed.loader(parts), streamed.counts, batch_size,
+                                                                         rng))  # fmt: skip
+        fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=name, tol=tol)
+    if not result.converged:
+        warnings.warn(f"the fit stopped before converging ({getattr(result, 'stopping', '') or 'max_iter'})",
+                      ConvergenceWarning, stacklevel=3)  # fmt: skip
     return fit
 
 

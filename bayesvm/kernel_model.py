@@ -63,7 +63,9 @@ class KernelModel:
         return (X[:, list(self.columns)] - self.center) / self.scale
 
     def problem(self) -> KernelProblem:
-        return KernelProblem(X=self.inputs(self.design.X), y=self.design.y, kernel=self.kernel)
+        X = self.inputs(self.design.X)
+        y = self.design.y if len(self.design.y) == len(X) else np.zeros(len(X))  # out of core: inputs sample only
+        return KernelProblem(X=X, y=y, kernel=self.kernel)
 
     def new_inputs(self, newdata: pd.DataFrame) -> np.ndarray:
         return self.inputs(self.design.rematerialize(newdata, include_random=False).X)
@@ -129,12 +131,12 @@ def build_kernel_model(
     columns = tuple(j for j, name in enumerate(design.x_names) if name != "(Intercept)")
     if not columns:
         raise BayesvmError("a kernel needs at least one input: the formula's fixed part has only an intercept")
-    X = design.X[:, list(columns)]
+    X = design.X[:, list(columns)]  # (out-of-core data: the prototype rows)
     center, scale = np.zeros(len(columns)), np.ones(len(columns))
     if standardize and design.n > 1:
-        sd = X.std(axis=0, ddof=1)
+        mean, sd = (m[list(columns)] for m in design.column_moments())
         movable = sd > 0
-        center[movable] = X[:, movable].mean(axis=0)
+        center[movable] = mean[movable]
         scale[movable] = sd[movable]
     inputs = (X - center) / scale
     rng = np.random.default_rng(seed)

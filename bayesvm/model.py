@@ -288,11 +288,11 @@ def build_model(
     p = design.p
     center, scale = np.zeros(p), np.ones(p)
     if standardize and design.n > 1:
-        sd = design.X.std(axis=0, ddof=1)
+        mean, sd = design.column_moments()
         movable = (sd > 0) & np.array([n != "(Intercept)" for n in design.x_names])
         scale[movable] = sd[movable]
         if design.has_intercept:
-            center[movable] = design.X[:, movable].mean(axis=0)
+            center[movable] = mean[movable]
     if design.imputation is not None:  # imputed columns: observed values only (X holds placeholders)
         layout = design.imputation
         for j, col in enumerate(layout.x_columns):
@@ -312,7 +312,7 @@ def build_model(
     dense = tuple(t for t in range(len(design.re_terms)) if t not in blocked)
     n_dense = p + sum(design.re_terms[t].n_levels * design.re_terms[t].k for t in dense)
     sparse = bool(design.re_terms) and n_dense > max_dense_columns
-    if not sparse:
+    if not sparse and design.X.shape[0] == design.n:  # (out-of-core designs hold no rows in memory)
         # the dense columns D, their weighted copy, the predictor's residuals and a row-sorted copy
         check_memory(
             8.0 * design.n * n_dense * 4 + 8.0 * n_dense**2 * 4,

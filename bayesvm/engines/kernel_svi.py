@@ -42,6 +42,7 @@ from scipy import linalg
 
 from ..errors import BayesvmError
 from .augmentation import data_lower_bound, update_chi
+from .batches import PartitionBatches
 from .kernel_vb import (
     KernelProblem,
     KernelVBResult,
@@ -72,26 +73,6 @@ def validate_learning_rate(rate: object) -> str | float:
     if not 0.0 < value <= 1.0:
         raise BayesvmError(f"a constant learning_rate must lie in (0, 1], got {rate!r}")
     return value
-
-
-class RowBatches:
-    """Minibatches of in-memory rows: a fresh permutation each epoch (sampling without replacement)."""
-
-    def __init__(self, X: np.ndarray, y: np.ndarray, size: int, rng: np.random.Generator):
-        self.X, self.y, self.size, self.rng = X, y, size, rng
-        self.n = y.size
-        self._order, self._at = rng.permutation(self.n), 0
-
-    def next(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._at + self.size > self.n:
-            self._order, self._at = self.rng.permutation(self.n), 0
-        rows = self._order[self._at : self._at + self.size]
-        self._at += self.size
-        return self.X[rows], self.y[rows]
-
-    def monitor_rows(self, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        rows = rng.choice(self.n, min(size, self.n), replace=False)
-        return self.X[rows], self.y[rows]
 
 
 class StepSize:
@@ -190,8 +171,9 @@ def fit_svi(
 ) -> KernelVBResult:
     """Inducing-point SVI (Wenzel et al. 2017, Alg. 1) with the step sizes and stopping rule above.
 
-    ``batches`` (optional) supplies minibatches (``.next() -> (X_S, y_S)``, ``.n``) instead of the
-    rows of ``problem`` (out-of-core data); ``problem.X`` is then only used for the jitter scale.
+    ``batches`` (optional): ``batches(rng) ->`` :class:`~bayesvm.engines.batches.PartitionBatches` over the
+    partitions of out-of-core data instead of the rows of ``problem``; ``problem.X`` (then a sample of the
+    rows) only sets the jitter scale.
     """
     with blas_threads(len(locations)):
         return _fit_svi(
@@ -237,8 +219,7 @@ def _fit_svi(
     kernel = problem.kernel
     Z = np.array(locations, dtype=float)
     rule = validate_learning_rate(learning_rate)
-    if batches is None:
-        batches = RowBatches(problem.X, problem.y, min(batch_size, problem.n), rng)
+    batches = PartitionBatches.in_memory(problem.X, problem.y, batch_size, rng) if batches is None else batches(rng)
     n = batches.n
     jitter = _absolute_jitter(kernel, problem.X) if jitter is None else jitter
     learning = learn and kernel.log_params().size > 0

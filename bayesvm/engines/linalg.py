@@ -341,3 +341,23 @@ def gaussian_mean(
     if blocked is None:
         return mean_d, np.zeros((0, 0))
     return mean_d, e.mean_b_part - e.gain @ mean_d
+
+
+def gaussian_from_natural(precision: np.ndarray, eta: np.ndarray) -> GaussianPosterior:
+    """``N(P^-1 eta, P^-1)`` for a dense precision ``P`` (no blocked factor): the fixed-effect-only posterior."""
+    chol, info = lapack.dpotrf(precision, lower=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("the posterior precision is not positive definite")
+    p = eta.size
+    mean = lapack.dpotrs(chol, eta, lower=1)[0]
+    cov = lapack.dpotri(chol, lower=1)[0]
+    cov = cov + np.tril(cov, -1).T
+    return GaussianPosterior(
+        mean_d=mean,
+        cov_d=cov,
+        mean_b=np.zeros((0, 0)),
+        cov_b=np.zeros((0, 0, 0)),
+        gain=np.zeros((0, 0, p)),
+        block_inv=np.zeros((0, 0, 0)),
+        logdet_precision=2.0 * float(np.sum(np.log(np.diag(chol)))),
+    )

@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import linalg
 
 from ..errors import BayesvmError
 from .augmentation import data_lower_bound, update_chi
+from .batches import PartitionBatches
 from .kernel_svi import StepSize, WindowRule, validate_learning_rate
-from .linalg import GaussianPosterior, blas_threads
+from .linalg import blas_threads, gaussian_from_natural
 from .vb import VBProblem, VBResult, _second_moments, _update_component, lower_bound
 
 
@@ -36,40 +36,6 @@ class SVIResult(VBResult):
     stopping: str = ""
     batch_size: int = 0
     monitor_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-
-class DesignBatches:
-    """Minibatches of the rows of an in-memory design: a fresh permutation each epoch."""
-
-    def __init__(self, D: np.ndarray, y: np.ndarray, size: int, rng: np.random.Generator):
-        self.D, self.y, self.size, self.rng = D, y, min(size, y.size), rng
-        self.n = y.size
-        self._order, self._at = rng.permutation(self.n), 0
-
-    def next(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._at + self.size > self.n:
-            self._order, self._at = self.rng.permutation(self.n), 0
-        rows = self._order[self._at : self._at + self.size]
-        self._at += self.size
-        return self.D[rows], self.y[rows]
-
-    def monitor_rows(self, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        rows = rng.choice(self.n, min(size, self.n), replace=False)
-        return self.D[rows], self.y[rows]
-
-
-def _posterior(precision: np.ndarray, eta: np.ndarray) -> GaussianPosterior:
-    chol = linalg.cholesky(precision, lower=True)
-    p = eta.size
-    return GaussianPosterior(
-        mean_d=linalg.cho_solve((chol, True), eta),
-        cov_d=linalg.cho_solve((chol, True), np.eye(p)),
-        mean_b=np.zeros((0, 0)),
-        cov_b=np.zeros((0, 0, 0)),
-        gain=np.zeros((0, 0, p)),
-        block_inv=np.zeros((0, 0, 0)),
-        logdet_precision=2.0 * float(np.sum(np.log(np.diag(chol)))),
-    )
 
 
 def _natural_vector(precision: np.ndarray, eta: np.ndarray) -> np.ndarray:
@@ -91,8 +57,8 @@ def fit_linear_svi(
 ) -> SVIResult:
     """Linear SVI (Wenzel et al. 2017, section 4.5) for a fixed-effect model (no random effects).
 
-    ``batches`` (optional) supplies minibatches ``(D_S, y_S)`` of the standardised design (out-of-core
-    data: ``.next()``, ``.n``, ``.monitor_rows(size, rng)``); otherwise the rows of ``problem.D``.
+    ``batches`` (optional): ``batches(rng) ->`` :class:`~bayesvm.engines.batches.PartitionBatches` over the
+    partitions of out-of-core data (standardised design rows); otherwise the rows of ``problem.D``.
     """
     with blas_threads(problem.D.shape[1]):
         return _fit_linear_svi(
@@ -128,8 +94,7 @@ def _fit_linear_svi(
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
-    if batches is None:
-        batches = DesignBatches(problem.D, problem.y, batch_size, rng)
+    batches = PartitionBatches.in_memory(problem.D, problem.y, batch_size, rng) if batches is None else batches(rng)
     n, p = batches.n, problem.D.shape[1]
     components = [_update_component(c, np.zeros((1, 1))) for c in problem.components]
 
@@ -140,7 +105,7 @@ def _fit_linear_svi(
         return lam
 
     precision, eta = np.diag(prior_precision(components)), np.zeros(p)
-    theta = _posterior(precision, eta)
+    theta = gaussian_from_natural(precision, eta)
     steps, stop = StepSize(rule, warmup), WindowRule(tol)
     D_check, y_check = batches.monitor_rows(monitor, rng)
     estimates: list[float] = []
@@ -178,12 +143,12 @@ def _fit_linear_svi(
         rho = steps(_natural_vector(P_hat, eta_hat) - _natural_vector(precision, eta))
         precision = (1.0 - rho) * precision + rho * P_hat
         eta = (1.0 - rho) * eta + rho * eta_hat
-        theta = _posterior(precision, eta)
+        theta = gaussian_from_natural(precision, eta)
         # q(sigma_u^2) given q(beta): exact (Alg. 2 step 4); the prior part of the precision follows it
         old = prior_precision(components)
         components = [_update_component(c, _second_moments(c, theta)) for c in problem.components]
         precision = precision + np.diag(prior_precision(components) - old)
-        theta = _posterior(precision, eta)
+        theta = gaussian_from_natural(precision, eta)
         if it % window == 0:
             checks.append(bound(D_check, y_check, n / y_check.size))
             if stop.done(checks):
@@ -191,7 +156,7 @@ def _fit_linear_svi(
                 break
     if not converged:
         stop.message = f"stopped at max_iter = {max_iter} steps before the window rule was met"
-    chi = local(problem.D, problem.y)[2] if batches.n == problem.y.size and problem.D.size else np.zeros(0)
+    chi = local(problem.D, problem.y)[2] if problem.D.shape[0] == batches.n else np.zeros(0)
     return SVIResult(
         theta=theta, components=components, chi=chi, lower_bound=np.array(estimates), converged=converged,
         n_iter=it, elapsed=time.perf_counter() - t0, stopping=stop.message, batch_size=batches.size,

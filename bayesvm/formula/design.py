@@ -138,6 +138,10 @@ class Design:
     def n(self) -> int:
         return self.X.shape[0]
 
+    def column_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Means and SDs (``ddof=1``) of the columns of X (used by the internal standardisation)."""
+        return self.X.mean(axis=0), self.X.std(axis=0, ddof=1)
+
     @property
     def p(self) -> int:
         return self.X.shape[1]

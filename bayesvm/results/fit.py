@@ -70,6 +70,8 @@ class BSVMFit:
         fixed effects; warns when the approximation is unreliable.  The result is kept and shown by
         ``summary()``.
         """
+        if self.model.design.X.shape[0] != self.model.design.n:
+            raise BayesvmError("check_vb() needs the training rows in memory; this fit streamed out-of-core data")
         if getattr(self.result, "z_cov", None) is not None:
             raise BayesvmError("check_vb() does not cover missing='impute' fits (their q includes the imputed values)")
         if isinstance(self.result, SelectionVBResult):
@@ -296,6 +298,8 @@ class BSVMFit:
         (``missing="impute"`` fits, rows with missing values; ``None`` otherwise)."""
         model = self.model
         extra = None
+        if newdata is None and model.design.X.shape[0] != model.design.n:
+            raise BayesvmError("the training rows of out-of-core (dask) data are not in memory: pass newdata")
         if newdata is None:
             D, blocked = self.problem.D, self.problem.blocked
             if not include_random:

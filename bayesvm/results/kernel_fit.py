@@ -118,6 +118,8 @@ class KernelFit(BSVMFit):
 
     # ----- prediction ----------------------------------------------------------------------
     def _inputs(self, newdata: pd.DataFrame | None) -> np.ndarray:
+        if newdata is None and self.problem.X.shape[0] != self.model.design.n:
+            raise BayesvmError("the training rows of out-of-core (dask) data are not in memory: pass newdata")
         return self.problem.X if newdata is None else self.model.new_inputs(newdata)
 
     def predict(

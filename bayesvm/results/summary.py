@@ -184,6 +184,8 @@ def _vb_check(fit) -> tuple | str:
 
     check = getattr(fit, "_vb_check", None)
     if check is None:
+        if fit.model.design.X.shape[0] != fit.model.design.n:
+            return "no PSIS check for out-of-core data (the check needs every training row in memory)"
         if getattr(fit.result, "z_cov", None) is not None or getattr(fit.result, "include", None) is not None:
             return "no PSIS check for imputation or selection fits (compare with method='gibbs')"
         n = fit.model.design.n

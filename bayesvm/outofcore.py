@@ -1,0 +1,214 @@
+"""Out-of-core data: a ``dask.dataframe.DataFrame`` as the ``data`` of ``bsvm()``.
+
+Owns the bridge between dask partitions and the engines.  The formula is materialised per partition
+with the ``ModelSpec`` of a prototype design built from the first rows, so every partition gets the same
+columns; global quantities (row count, missing values, classes, the standardisation's means and SDs)
+come from one reduction over the partitions.  Engines then see either per-partition sums
+(:func:`reduce_partitions`, full-batch VB) or one loaded partition at a time (:class:`PartitionBatches`
+through :meth:`StreamedData.batches`, SVI).  Everything goes through ``dask.compute`` /
+``DataFrame.partitions[k].compute()``, so an active ``dask.distributed`` client runs the work on its
+cluster unchanged.
+
+Requirements: text predictors or responses must be categorical with known categories
+(``ddf.categorize(columns=[...])``) so that every partition codes the same levels; random effects and
+``missing="impute"`` are not available out of core.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from .errors import BayesvmError, DataError
+from .formula.bars import ParsedFormula
+from .formula.design import Design, _bad_mask, _required_variables, build_design
+from .formula.response import code_response
+
+#: Rows of the prototype design (taken from the first partition).
+PROTOTYPE_ROWS = 1000
+#: Engine-ready rows up to this many bytes are persisted (computed once) instead of recomputed per pass.
+PERSIST_BYTES = 2e9
+#: Partitions loaded on the driver (SVI) are cached up to this many bytes.
+DRIVER_CACHE_BYTES = 5e8
+
+
+def is_dask_frame(data: object) -> bool:
+    """A ``dask.dataframe.DataFrame`` (checked without importing dask)."""
+    return type(data).__module__.split(".")[0] in ("dask", "dask_expr") and hasattr(data, "npartitions")
+
+
+def _dask():
+    try:
+        import dask
+
+        return dask
+    except ImportError:  # pragma: no cover - only without the extra
+        raise BayesvmError("out-of-core data need dask: pip install 'bayesvm[dask]'") from None
+
+
+@dataclass(frozen=True, eq=False)
+class StreamedDesign(Design):
+    """A :class:`Design` whose ``X`` holds only the prototype rows; ``y`` has every row."""
+
+    n_rows: int = 0
+    column_mean: np.ndarray | None = None
+    column_sd: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return self.n_rows
+
+    def column_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Means and SDs (``ddof=1``) of the columns of X over every row."""
+        return self.column_mean, self.column_sd
+
+
+def _partition_rows(frame: pd.DataFrame, design: Design, used: list[str], missing: str) -> tuple:
+    """``(X, y)`` of one partition (complete rows for ``missing="drop"``)."""
+    if missing == "drop":
+        keep = np.ones(len(frame), dtype=bool)
+        for name in used:
+            keep &= ~_bad_mask(frame[name])
+        frame = frame.loc[keep]
+    if len(frame) == 0:
+        return np.zeros((0, design.p)), np.zeros(0)
+    X = design.rematerialize(frame, include_random=False).X
+    return X, design.response.encode(frame[design.parsed.response])
+
+
+def _partition_summary(frame: pd.DataFrame, design: Design, used: list[str], missing: str) -> dict:
+    bad = {name: int(_bad_mask(frame[name]).sum()) for name in used}
+    if missing == "error" and any(bad.values()):
+        X, y = np.zeros((0, design.p)), np.zeros(0)
+    else:
+        X, y = _partition_rows(frame, design, used, missing)
+    return {"bad": bad, "rows": len(y), "sum": X.sum(axis=0), "sumsq": (X * X).sum(axis=0), "y": y}
+
+
+@dataclass(frozen=True, eq=False)
+class StreamedData:
+    """The dask frame with what is needed to turn any partition into engine inputs."""
+
+    frame: object
+    design: StreamedDesign
+    used: tuple[str, ...]
+    missing: str
+    counts: tuple[int, ...]
+
+    def parts(self, transform) -> list:
+        """One dask task per partition giving ``(transform(X), y)``, the engine-ready rows.
+
+        When every row fits in :data:`PERSIST_BYTES` the tasks are persisted (computed once and kept in
+        the cluster's memory, which ``dask.distributed`` spills to disk under pressure), as dask advises
+        for data that an algorithm visits many times; otherwise each visit recomputes its partition.
+        """
+        dask = _dask()
+        design, used, missing = self.design, list(self.used), self.missing
+
+        def rows(part):
+            X, y = _partition_rows(part, design, used, missing)
+            return transform(X), y
+
+        tasks = [dask.delayed(rows)(part) for part in self.frame.to_delayed()]
+        if 8.0 * self.design.n * self.design.p <= PERSIST_BYTES:
+            tasks = list(dask.persist(*tasks))
+        return tasks
+
+    @staticmethod
+    def map(parts: list, func, *args) -> list:
+        """``func(D, y, *args)`` on every partition's rows (computed where dask runs); the list of results."""
+        dask = _dask()
+        return list(
+            dask.compute(*[dask.delayed(lambda rows, *a: func(rows[0], rows[1], *a))(part, *args) for part in parts])
+        )
+
+    def loader(self, parts: list):
+        """``load(k)``: the rows of partition ``k`` on the driver; kept there (LRU) while they fit in
+        :data:`DRIVER_CACHE_BYTES`, so that small data are not fetched again at every visit."""
+        dask = _dask()
+        budget = int(DRIVER_CACHE_BYTES // max(8.0 * self.design.p * max(self.counts), 1.0))
+        return functools.lru_cache(maxsize=max(budget, 1))(lambda k: dask.compute(parts[k])[0])
+
+
+def reduce_partitions(results: list) -> object:
+    """Sum per-partition results (arrays, floats or tuples of them)."""
+    total = results[0]
+    for item in results[1:]:
+        total = tuple(a + b for a, b in zip(total, item)) if isinstance(total, tuple) else total + item
+    return total
+
+
+def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, missing: str) -> StreamedData:
+    """Prototype design, global checks and the full response vector for a dask frame."""
+    dask = _dask()
+    if parsed.bars:
+        raise BayesvmError(
+            "random effects are not available for out-of-core (dask) data in this version: remove "
+            f"{[str(b) for b in parsed.bars]} or load the data into pandas"
+        )
+    if missing not in ("error", "drop"):
+        raise DataError(f"out-of-core data take missing='error' or 'drop', not {missing!r}")
+    head = ddf.head(PROTOTYPE_ROWS, npartitions=1)
+    if len(head) == 0:
+        raise DataError("the first partition of the dask frame is empty")
+    used = list(dict.fromkeys([parsed.response, *_required_variables(parsed.fixed, head, "data")]))
+    missing_cols = [c for c in used if c not in ddf.columns]
+    if missing_cols:
+        build_design(parsed, head, positive=positive, missing="drop")  # raises FormulaError naming the column
+    for name in used:
+        dtype = ddf.dtypes[name]
+        if isinstance(dtype, pd.CategoricalDtype):
+            if not ddf[name].cat.known:
+                raise DataError(
+                    f"column {name!r} is categorical with unknown categories in the dask frame; call "
+                    f"ddf = ddf.categorize(columns=[{name!r}]) first so every partition codes the same levels"
+                )
+        elif not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
+            raise DataError(
+                f"column {name!r} holds text; call ddf = ddf.categorize(columns=[{name!r}]) first so that every "
+                "partition codes the same levels"
+            )
+    response = parsed.response
+    if isinstance(ddf.dtypes[response], pd.CategoricalDtype):
+        levels = pd.Series(pd.Categorical(ddf.dtypes[response].categories, categories=ddf.dtypes[response].categories))
+    else:
+        levels = pd.Series(np.sort(ddf[response].dropna().unique().compute().to_numpy()))
+    coding = code_response(levels, response, positive)
+    # prototype: the head's complete rows, with every class present so that the design can be built
+    proto = head[used].copy()
+    keep = np.ones(len(proto), dtype=bool)
+    for name in used:
+        keep &= ~_bad_mask(proto[name])
+    proto = proto.loc[keep]
+    if len(proto) < 2:
+        raise DataError("the first partition has fewer than 2 complete rows; repartition the dask frame")
+    proto[response] = np.resize(levels.to_numpy(), len(proto))
+    if isinstance(head[response].dtype, pd.CategoricalDtype):
+        proto[response] = pd.Categorical(proto[response], categories=head[response].dtype.categories)
+    prototype = build_design(parsed, proto, positive=positive, missing="error")
+    prototype = replace(prototype, response=coding)
+    summaries = dask.compute(
+        *[dask.delayed(_partition_summary)(part, prototype, used, missing) for part in ddf.to_delayed()]
+    )
+    bad = {name: sum(s["bad"][name] for s in summaries) for name in used}
+    bad = {name: count for name, count in bad.items() if count}
+    if bad and missing == "error":
+        detail = ", ".join(f"{name!r}: {count}" for name, count in bad.items())
+        raise DataError(
+            f"data has missing or non-finite values in {detail} (use missing='drop' to fit on complete cases)"
+        )
+    counts = tuple(s["rows"] for s in summaries)
+    n = sum(counts)
+    if n < 2:
+        raise DataError("fewer than 2 complete rows in the dask frame")
+    y = np.concatenate([s["y"] for s in summaries])
+    total = sum(s["sum"] for s in summaries)
+    total_sq = sum(s["sumsq"] for s in summaries)
+    fields = {f: getattr(prototype, f) for f in Design.__dataclass_fields__}
+    fields.update(y=y, row_index=pd.RangeIndex(n), n_dropped=bad)
+    sd = np.sqrt(np.maximum(total_sq - total**2 / n, 0.0) / (n - 1))
+    design = StreamedDesign(**fields, n_rows=n, column_mean=total / n, column_sd=sd)
+    return StreamedData(frame=ddf, design=design, used=tuple(used), missing=missing, counts=counts)

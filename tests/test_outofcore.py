@@ -1,0 +1,90 @@
+"""Out-of-core data: a dask DataFrame on a 2-worker LocalCluster gives the in-memory fit."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.errors import BayesvmError, DataError
+from bayesvm.kernels import RBF
+
+dd = pytest.importorskip("dask.dataframe")
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        with distributed.Client(cluster) as client:
+            yield client
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def frame():
+    rng = np.random.default_rng(0)
+    n = 900
+    X = rng.normal(size=(n, 3))
+    data = pd.DataFrame(X, columns=["a", "b", "c"])
+    data["g"] = pd.Categorical(rng.choice(["u", "v", "w"], n))
+    signal = X @ [1.0, -1.0, 0.3] + (data["g"] == "v") * 0.5 + 0.5 * rng.logistic(size=n)
+    data["y"] = pd.Categorical(np.where(signal > 0, "yes", "no"))
+    return data
+
+
+@pytest.mark.parametrize("penalty", ["learn", 0.5])
+def test_streamed_vb_equals_in_memory_vb(client, frame, penalty):
+    ddf = dd.from_pandas(frame, npartitions=3)
+    memory = bayesvm.bsvm("y ~ a + b + c + g", frame, penalty=penalty, tol=1e-12)
+    streamed = bayesvm.bsvm("y ~ a + b + c + g", ddf, penalty=penalty, tol=1e-12)
+    np.testing.assert_allclose(streamed.fixef, memory.fixef, atol=1e-5)
+    np.testing.assert_allclose(streamed.fixef_cov, memory.fixef_cov, atol=1e-7)
+    assert streamed.lower_bound[-1] == pytest.approx(memory.lower_bound[-1], abs=1e-5)
+    assert np.all(np.diff(streamed.lower_bound) >= -1e-8 * np.abs(streamed.lower_bound[1:]))
+    text = str(streamed.summary())
+    assert "Number of obs: 900" in text and "out-of-core" in text
+    np.testing.assert_allclose(streamed.predict(frame, kind="prob"), memory.predict(frame, kind="prob"), atol=1e-5)
+
+
+def test_streamed_svi_equals_in_memory_svi(client, frame):
+    one = dd.from_pandas(frame, npartitions=1)
+    memory = bayesvm.bsvm("y ~ a + b + c + g", frame, method="svi", seed=3)
+    streamed = bayesvm.bsvm("y ~ a + b + c + g", one, method="svi", seed=3)
+    np.testing.assert_allclose(streamed.fixef, memory.fixef, rtol=1e-10, atol=1e-12)
+    assert streamed.n_iter == memory.n_iter
+    three = bayesvm.bsvm("y ~ a + b + c + g", dd.from_pandas(frame, npartitions=3), method="svi", seed=3, tol=1e-6)
+    sd = np.sqrt(np.diag(memory.fixef_cov))
+    assert np.max(np.abs(three.fixef - memory.fixef) / sd) < 0.5
+
+
+def test_streamed_kernel_svi_equals_in_memory(client, frame):
+    one = dd.from_pandas(frame, npartitions=1)
+    memory = bayesvm.bsvm("y ~ a + b", frame, kernel=RBF(), method="svi", inducing=15, seed=4)
+    streamed = bayesvm.bsvm("y ~ a + b", one, kernel=RBF(), method="svi", inducing=15, seed=4)
+    np.testing.assert_allclose(streamed.predict(frame, kind="link"), memory.predict(frame, kind="link"), atol=1e-8)
+
+
+def test_streamed_errors_name_the_problem(client, frame):
+    ddf = dd.from_pandas(frame, npartitions=2)
+    with pytest.raises(BayesvmError, match="random effects"):
+        bayesvm.bsvm("y ~ a + (1 | g)", ddf)
+    with pytest.raises(BayesvmError, match="method"):
+        bayesvm.bsvm("y ~ a", ddf, method="gibbs")
+    text = frame.assign(h=frame["g"].astype(str))
+    with pytest.raises(DataError, match="categorize"):
+        bayesvm.bsvm("y ~ a + h", dd.from_pandas(text, npartitions=2))
+    holes = frame.copy()
+    holes.loc[[3, 500], "b"] = np.nan
+    with pytest.raises(DataError, match="'b': 2"):
+        bayesvm.bsvm("y ~ a + b", dd.from_pandas(holes, npartitions=2))
+    dropped = bayesvm.bsvm("y ~ a + b", dd.from_pandas(holes, npartitions=2), missing="drop")
+    assert dropped.model.design.n == 898 and dropped.model.design.n_dropped == {"b": 2}
+    fit = bayesvm.bsvm("y ~ a", ddf)
+    with pytest.raises(BayesvmError, match="pass newdata"):
+        fit.predict()
