@@ -168,10 +168,12 @@ def fit_svi(
     seed: int | None = None,
     jitter: float | None = None,
     batches=None,
+    callback=None,
 ) -> KernelVBResult:
     """Inducing-point SVI (Wenzel et al. 2017, Alg. 1) with the step sizes and stopping rule above.
 
-    ``batches`` (optional): ``batches(rng) ->`` :class:`~bayesvm.engines.batches.PartitionBatches` over the
+    ``callback(step, seconds, snapshot)`` (optional) is called at every monitor check with the current
+    ``q`` as a :class:`KernelVBResult`.  ``batches`` (optional): ``batches(rng) ->`` :class:`~bayesvm.engines.batches.PartitionBatches` over the
     partitions of out-of-core data instead of the rows of ``problem``; ``problem.X`` (then a sample of the
     rows) only sets the jitter scale.
     """
@@ -192,6 +194,7 @@ def fit_svi(
             seed=seed,
             jitter=jitter,
             batches=batches,
+            callback=callback,
         )
 
 
@@ -212,6 +215,7 @@ def _fit_svi(
     seed: int | None = None,
     jitter: float | None = None,
     batches=None,
+    callback=None,
 ) -> KernelVBResult:
 
     t0 = time.perf_counter()
@@ -268,6 +272,11 @@ def _fit_svi(
             mean_f, e = margin_moments(y_check, A, kernel.diag(X_check), q)
             data = data_lower_bound(y_check, mean_f, e, update_chi(e)) * n / y_check.size
             checks.append(data - gaussian_kl_whitened(q.mean, q.cov_chol))
+            if callback is not None:  # e.g. a benchmark's held-out error along the run
+                callback(it, time.perf_counter() - t0, KernelVBResult(
+                    kernel=kernel, locations=Z, jitter=jitter, mean=q.mean.copy(), cov=q.cov.copy(), chi=None,
+                    lower_bound=np.array(checks), converged=False, n_iter=it, elapsed=time.perf_counter() - t0,
+                    engine="svi"))  # fmt: skip
             if stop.done(checks):
                 converged = True
                 break

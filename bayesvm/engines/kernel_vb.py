@@ -60,6 +60,10 @@ from .squarem import squarem_ascent
 
 #: Rows per block when a kernel matrix against many rows is formed (prediction, full-batch sums).
 ROW_CHUNK = 8192
+#: Inner tolerance of the coordinate ascent while the hyperparameters are searched (the final run at the
+#: optimum uses ``tol``): on Raetsch's image set (ARD RBF, 100 inducing points) 1e-6 takes a quarter of the
+#: sweeps of 1e-8 and reaches the same test error and a bound as high.
+SEARCH_TOL = 1e-6
 #: Relative jitter added to the diagonal of K_mm (and K for batch VB): jitter * mean(k(x, x)).
 JITTER = 1e-6
 
@@ -374,7 +378,7 @@ def _fit_inducing(
     x = _pack(kernel, Z0, learn_locations)
     hyper_bounds, trace, hyper_ok = np.zeros(0), x[None, :], True
     if learning:
-        collapsed = _Collapsed(run, gradient, chi0, tol, max_iter)
+        collapsed = _Collapsed(run, gradient, chi0, max(tol, SEARCH_TOL), max_iter)
         x, hyper_bounds, trace, hyper_ok = _learn(collapsed, x, max_hyper_steps)
         chi0 = collapsed.chi
     kernel, Z = _unpack(kernel, Z0, x, learn_locations)
@@ -490,7 +494,7 @@ def _fit_batch(
     x = kernel.log_params()
     hyper_bounds, trace, hyper_ok = np.zeros(0), x[None, :], True
     if learning:
-        collapsed = _Collapsed(run, gradient, chi0, tol, max_iter)
+        collapsed = _Collapsed(run, gradient, chi0, max(tol, SEARCH_TOL), max_iter)
         x, hyper_bounds, trace, hyper_ok = _learn(collapsed, x, max_hyper_steps)
         chi0 = collapsed.chi
     kernel = kernel.with_log_params(x)
