@@ -39,8 +39,12 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         ``LaplaceZero()`` (``method="vb"`` or ``"gibbs"``), ``SpikeSlab()`` (``"gibbs"``) or ``Lasso()``
         (``"em"`` or ``"gibbs"``) instead of ``penalty``; ``coef_`` are then model averages and
         ``result_.inclusion`` holds the inclusion probabilities.
-    kernel : None
-        Reserved for the kernel engines (not available in this version).
+    kernel : None, "rbf", "matern52" or a :mod:`bayesvm.kernels` kernel
+        ``None``: the linear SVM.  Otherwise the nonlinear Bayesian SVM of Wenzel et al. (2017) with that
+        kernel (hyperparameters learned by the lower bound; ``"rbf"`` is ``RBF()``); ``method`` is then
+        ``"vb"`` or ``"svi"`` and, as for scikit-learn's kernel SVC, there is no ``coef_``.
+    inducing : None, int or "all"
+        Kernel fits: inducing points (default ``min(n, 100)``; ``"all"``: batch VB with the full kernel).
     missing : {"error", "drop", "impute"}
         ``"drop"`` fits on the rows without missing values; ``"impute"`` imputes them inside the model
         (joint normal model of the columns, missing completely at random) and also accepts NaN at
@@ -73,6 +77,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         penalty: float | str | None = "learn",
         prior: object = None,
         kernel: object = None,
+        inducing: int | str | None = None,
         missing: str = "error",
         max_iter: int | None = None,
         tol: float | None = None,
@@ -83,6 +88,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         self.penalty = penalty
         self.prior = prior
         self.kernel = kernel
+        self.inducing = inducing
         self.missing = missing
         self.max_iter = max_iter
         self.tol = tol
@@ -107,12 +113,25 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         }
         if self.method == "gibbs":
             kwargs.update(seed=self.random_state, progress=False)
+        kernel = self._kernel()
+        if kernel is not None:
+            del kwargs["penalty"], kwargs["prior"]
+            kwargs.update(kernel=kernel, inducing=self.inducing, seed=self.random_state)
         return bsvm(formula, data, **kwargs)
+
+    def _kernel(self):
+        from .kernels import RBF, Kernel, Matern52
+
+        if self.kernel is None or isinstance(self.kernel, Kernel):
+            return self.kernel
+        named = {"rbf": RBF, "matern52": Matern52}
+        if isinstance(self.kernel, str) and self.kernel in named:
+            return named[self.kernel]()
+        raise BayesvmError(f"kernel must be None, 'rbf', 'matern52' or a bayesvm.kernels kernel, got {self.kernel!r}")
 
     def fit(self, X, y) -> BayesianSVC:
         """Fit one binary Bayesian SVM (two classes) or one per class (one-vs-rest)."""
-        if self.kernel is not None:
-            raise BayesvmError("kernel methods are not available in this version of bayesvm; use kernel=None")
+        self._kernel()  # validate before any work
         allow_nan = "allow-nan" if self.missing in ("drop", "impute") else True
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=allow_nan)
         check_classification_targets(y)
@@ -125,9 +144,10 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         else:
             fits = [self._fit_binary(frame, y == label) for label in self.classes_]
         self.result_ = fits[0] if len(fits) == 1 else fits
-        coefs = np.array([fit.fixef.to_numpy() for fit in fits])
-        self.intercept_ = coefs[:, 0]
-        self.coef_ = coefs[:, 1:]
+        if self.kernel is None:
+            coefs = np.array([fit.fixef.to_numpy() for fit in fits])
+            self.intercept_ = coefs[:, 0]
+            self.coef_ = coefs[:, 1:]
         self.n_iter_ = np.array([fit.n_iter for fit in fits])
         return self
 
@@ -141,7 +161,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         return self._frame(X)
 
     def decision_function(self, X) -> np.ndarray:
-        """Posterior mean of the linear predictor: shape (n,) for two classes, (n, n_classes) otherwise."""
+        """Posterior mean of the linear predictor (kernel fits: of ``f``): shape (n,) for two classes, (n, n_classes) otherwise."""
         frame = self._check(X)
         scores = np.column_stack([fit.predict(frame, kind="link") for fit in self._fits()])
         return scores[:, 0] if scores.shape[1] == 1 else scores

@@ -42,10 +42,24 @@ def test_pipeline_grid_search_and_cross_validation():
     assert grid.best_params_["penalty"] in (0.1, 1.0)
 
 
+def test_kernel_classifier_learns_a_nonlinear_boundary():
+    from sklearn.datasets import make_circles
+
+    X, y = make_circles(300, noise=0.1, factor=0.5, random_state=0)
+    linear = cross_val_score(BayesianSVC(), X, y, cv=3).mean()
+    kernel = cross_val_score(BayesianSVC(kernel="rbf", random_state=0), X, y, cv=3).mean()
+    assert linear < 0.7 and kernel > 0.9, (linear, kernel)
+    clf = BayesianSVC(kernel="rbf", inducing=30, random_state=0).fit(X, y)
+    assert not hasattr(clf, "coef_")
+    proba = clf.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(clf.predict(X), clf.classes_[(proba[:, 1] > 0.5).astype(int)])
+
+
 def test_reserved_arguments_are_clear_errors():
     X, y = _blobs(k=2)
     with pytest.raises(ValueError, match="kernel"):
-        BayesianSVC(kernel="rbf").fit(X, y)
+        BayesianSVC(kernel="poly").fit(X, y)
     with pytest.raises(ValueError, match="prior"):
         BayesianSVC(prior="laplace").fit(X, y)
 
