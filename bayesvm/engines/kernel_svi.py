@@ -21,7 +21,10 @@ Step sizes (``learning_rate``):
 
 Hyperparameters (section 4.3, eq. 12): every ``hyper_every`` steps after the warm-up, one Adam step
 (Kingma & Ba 2015, the usual optimiser for stochastic ML-II in sparse GPs) on the log hyperparameters
-along the minibatch estimate of the bound's gradient (``q`` and the batch's ``chi`` fixed).
+along the minibatch estimate of the bound's gradient with ``q(u)`` and the batch's ``chi`` fixed (their
+A.3); the same ``q(u)`` is then re-expressed in the new whitened coordinates.  Holding the whitened
+``q(v)`` fixed instead moves ``f`` at the inducing points with every step; on 5 million simulated rows
+that left the lengthscales stuck (held-out error 0.19 against 0.12 at 1 million rows).
 
 Stopping rule (reported by ``summary()``): minibatch estimates of the bound are too noisy to stop on,
 so a fixed random subset of ``monitor`` rows (drawn once) is set aside for monitoring.  Every ``window``
@@ -146,6 +149,15 @@ class WindowRule:
         return False
 
 
+def _whitened_natural(Lm: np.ndarray, mean_u: np.ndarray, cov_u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Natural parameters of ``q(v)``, ``v = L_m^-1 u``, for ``q(u) = N(mean_u, cov_u)``: ``Lambda = L_m' cov_u^-1 L_m``."""
+    chol = linalg.cholesky(cov_u, lower=True)
+    B = linalg.solve_triangular(chol, Lm, lower=True)  # cov_u^-1/2 L_m
+    precision = B.T @ B
+    eta = Lm.T @ linalg.cho_solve((chol, True), mean_u)  # Lambda m with m = L_m^-1 mean_u
+    return 0.5 * (precision + precision.T), eta
+
+
 def _natural_vector(precision: np.ndarray, eta: np.ndarray) -> np.ndarray:
     upper = np.triu_indices(eta.size)
     return np.concatenate([eta, precision[upper]])
@@ -263,9 +275,13 @@ def _fit_svi(
         q.eta = (1.0 - rho) * q.eta + rho * eta_hat
         q.refresh()
         if learning and it > warmup and it % hyper_every == 0:
-            grad = hyper_objective(kernel, Z, Xs, ys, jitter, q, chi, scale=scale)[1]
+            # eq. (12) with q(u) held fixed (Wenzel's A.3): step h, then re-express the same q(u) whitened
+            grad = hyper_objective(kernel, Z, Xs, ys, jitter, q, chi, scale=scale, fixed="u")[1]
+            mean_u, cov_u = Lm @ q.mean, Lm @ q.cov @ Lm.T
             kernel = kernel.with_log_params(kernel.log_params() + adam.step(grad))
             Lm, _ = projection(kernel, Z, Z[:1], jitter)
+            q.precision, q.eta = _whitened_natural(Lm, mean_u, cov_u)
+            q.refresh()
             trace.append(kernel.log_params())
         if it % window == 0:
             A = linalg.solve_triangular(Lm, kernel.matrix(Z, X_check), lower=True)

@@ -186,13 +186,20 @@ def natural_target(y, A, chi, scale: float = 1.0) -> tuple[np.ndarray, np.ndarra
     return np.eye(A.shape[0]) + scale * (A * w) @ A.T, scale * A @ (y * (1.0 + w))
 
 
-def hyper_objective(kernel, Z, X, y, jitter, q: Whitened | None, chi, scale=1.0, locations=False, projected=None):
+def hyper_objective(
+    kernel, Z, X, y, jitter, q: Whitened | None, chi, scale=1.0, locations=False, projected=None, fixed="v"
+):
     """``L`` and its gradient in the log hyperparameters (and ``Z``) with ``q`` and ``chi`` fixed.
 
     ``q=None`` evaluates the bound collapsed over ``q``: ``q = q*(h, chi)`` (the rho = 1 update), for which
     the gradient with ``q`` fixed is the gradient of the collapsed bound (``q*`` is a stationary point).
-    The KL term is included (it does not depend on ``h`` when ``q`` is fixed).  ``scale = n / batch``
-    scales the data sums of a minibatch.
+    ``scale = n / batch`` scales the data sums of a minibatch.
+
+    ``fixed="v"`` holds the whitened ``q(v)`` fixed (then the KL term does not depend on ``h``);
+    ``fixed="u"`` holds ``q(u) = N(L_m m, L_m S L_m')`` fixed, Wenzel et al.'s A.3 (the function values
+    at the inducing points stay put while ``h`` moves).  Both give the same ``dL/dK_mn``; for ``K_mm`` the
+    second is (derived from their A.3 in whitened quantities, ``S~ = S + m m' - I``)
+    ``L_m^-T [s (S~ A W A' + A W A' / 2 - A c m') + S~ / 2] L_m^-1``, symmetrised.
     """
     Lm, A = projection(kernel, Z, X, jitter) if projected is None else projected
     if q is None:
@@ -205,10 +212,14 @@ def hyper_objective(kernel, Z, X, y, jitter, q: Whitened | None, chi, scale=1.0,
     S_tilde = q.cov + np.outer(q.mean, q.mean) - np.eye(q.mean.size)
     A_bar = scale * (np.outer(q.mean, c) - (S_tilde @ A) * w)  # dL/dA, (M, n)
     P = linalg.solve_triangular(Lm, A_bar, lower=True, trans="T")  # L_m^-T dL/dA
-    phi = np.tril(A_bar @ A.T)
-    phi[np.diag_indices_from(phi)] *= 0.5
-    Gm = -linalg.solve_triangular(Lm, linalg.solve_triangular(Lm, phi, lower=True, trans="T").T, lower=True, trans="T")
-    Gm = 0.5 * (Gm + Gm.T)  # dL/dK_mm: L_m^-T Phi L_m^-1, symmetrised
+    if fixed == "u":
+        AW = A * w
+        inner = scale * (S_tilde @ AW @ A.T + 0.5 * AW @ A.T - np.outer(A @ c, q.mean)) + 0.5 * S_tilde
+    else:
+        inner = -np.tril(A_bar @ A.T)
+        inner[np.diag_indices_from(inner)] *= 0.5
+    Gm = linalg.solve_triangular(Lm, linalg.solve_triangular(Lm, inner, lower=True, trans="T").T, lower=True, trans="T")
+    Gm = 0.5 * (Gm + Gm.T)  # dL/dK_mm: L_m^-T (inner) L_m^-1, symmetrised
     g_diag = -0.5 * scale * w
     grad = kernel.vjp(X, Z, P.T) + kernel.vjp(Z, Z, Gm) + kernel.diag_vjp(X, g_diag)
     if not locations:
