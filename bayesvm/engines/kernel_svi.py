@@ -57,7 +57,7 @@ from .kernel_vb import (
     natural_target,
     projection,
 )
-from .linalg import blas_threads
+from .linalg import runs_with_blas_threads
 
 LEARNING_RATES = ("adaptive", "robbins-monro")
 
@@ -163,6 +163,7 @@ def _natural_vector(precision: np.ndarray, eta: np.ndarray) -> np.ndarray:
     return np.concatenate([eta, precision[upper]])
 
 
+@runs_with_blas_threads(lambda problem, locations, **_: len(locations))
 def fit_svi(
     problem: KernelProblem,
     locations: np.ndarray,
@@ -189,47 +190,6 @@ def fit_svi(
     partitions of out-of-core data instead of the rows of ``problem``; ``problem.X`` (then a sample of the
     rows) only sets the jitter scale.
     """
-    with blas_threads(len(locations)):
-        return _fit_svi(
-            problem,
-            locations=locations,
-            batch_size=batch_size,
-            max_iter=max_iter,
-            tol=tol,
-            window=window,
-            monitor=monitor,
-            learning_rate=learning_rate,
-            warmup=warmup,
-            learn=learn,
-            hyper_every=hyper_every,
-            hyper_rate=hyper_rate,
-            seed=seed,
-            jitter=jitter,
-            batches=batches,
-            callback=callback,
-        )
-
-
-def _fit_svi(
-    problem: KernelProblem,
-    locations: np.ndarray,
-    *,
-    batch_size: int = 100,
-    max_iter: int = 20000,
-    tol: float = 1e-4,
-    window: int = 50,
-    monitor: int = 1000,
-    learning_rate: str | float = "robbins-monro",
-    warmup: int = 10,
-    learn: bool = True,
-    hyper_every: int = 10,
-    hyper_rate: float = 0.02,
-    seed: int | None = None,
-    jitter: float | None = None,
-    batches=None,
-    callback=None,
-) -> KernelVBResult:
-
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     kernel = problem.kernel

@@ -55,7 +55,7 @@ from scipy import linalg, optimize
 from ..errors import BayesvmError
 from ..kernels import Kernel
 from .augmentation import data_lower_bound, update_chi
-from .linalg import blas_threads
+from .linalg import runs_with_blas_threads
 from .squarem import squarem_ascent
 
 #: Rows per block when a kernel matrix against many rows is formed (prediction, full-batch sums).
@@ -318,6 +318,7 @@ def _learn(collapsed: _Collapsed, x0: np.ndarray, max_steps: int, radius: float 
     return best, np.array(accepted), np.array(trace), bool(res.success)
 
 
+@runs_with_blas_threads(lambda problem, locations, **_: len(locations))
 def fit_inducing(
     problem: KernelProblem,
     locations: np.ndarray,
@@ -337,31 +338,6 @@ def fit_inducing(
     bound over the log hyperparameters (and the locations) first, using the gradient of the module
     docstring, and the ascent is then rerun at the optimum; ``lower_bound`` is that final run.
     """
-    with blas_threads(len(locations)):
-        return _fit_inducing(
-            problem,
-            locations,
-            tol=tol,
-            max_iter=max_iter,
-            learn=learn,
-            learn_locations=learn_locations,
-            max_hyper_steps=max_hyper_steps,
-            jitter=jitter,
-        )
-
-
-def _fit_inducing(
-    problem: KernelProblem,
-    locations: np.ndarray,
-    *,
-    tol: float = 1e-8,
-    max_iter: int = 1000,
-    learn: bool = True,
-    learn_locations: bool = False,
-    max_hyper_steps: int = 100,
-    jitter: float | None = None,
-) -> KernelVBResult:
-
     t0 = time.perf_counter()
     X, y, kernel = problem.X, problem.y, problem.kernel
     Z0 = np.array(locations, dtype=float)
@@ -450,6 +426,7 @@ def _batch_collapsed(kernel: Kernel, X: np.ndarray, y: np.ndarray, jitter: float
     return _batch_bound(y, q, chi), kernel.vjp(X, X, G)
 
 
+@runs_with_blas_threads(lambda problem, **_: problem.n)
 def fit_batch(
     problem: KernelProblem,
     *,
@@ -465,22 +442,6 @@ def fit_batch(
     ``chi <- E(1 - y f)^2`` until the bound rises by less than ``tol`` relative.  Learned hyperparameters
     maximise that converged bound first (L-BFGS-B, gradient in :func:`_batch_collapsed`).
     """
-    with blas_threads(problem.n):
-        return _fit_batch(
-            problem, tol=tol, max_iter=max_iter, learn=learn, max_hyper_steps=max_hyper_steps, jitter=jitter
-        )
-
-
-def _fit_batch(
-    problem: KernelProblem,
-    *,
-    tol: float = 1e-8,
-    max_iter: int = 1000,
-    learn: bool = True,
-    max_hyper_steps: int = 100,
-    jitter: float | None = None,
-) -> KernelVBResult:
-
     t0 = time.perf_counter()
     X, y, kernel = problem.X, problem.y, problem.kernel
     n = y.size

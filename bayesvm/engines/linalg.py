@@ -21,6 +21,8 @@ Identities used (``G_l = P_l^{-1} P_{l,d}``, ``h_i = G_{l(i)}' z_i``):
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
@@ -41,6 +43,20 @@ def blas_threads(n_columns: int) -> AbstractContextManager:
     if n_columns < SINGLE_THREAD_BELOW:
         return threadpool_limits(limits=1, user_api="blas")
     return nullcontext()
+
+
+def runs_with_blas_threads(size: Callable[..., int]) -> Callable:
+    """Decorator: run the engine inside :func:`blas_threads` of ``size(*args, **kwargs)`` columns."""
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def engine(*args, **kwargs):
+            with blas_threads(size(*args, **kwargs)):
+                return func(*args, **kwargs)
+
+        return engine
+
+    return decorate
 
 
 @dataclass(frozen=True, eq=False)

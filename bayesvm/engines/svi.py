@@ -25,7 +25,7 @@ from ..errors import BayesvmError
 from .augmentation import data_lower_bound, update_chi
 from .batches import PartitionBatches
 from .kernel_svi import StepSize, WindowRule, validate_learning_rate
-from .linalg import blas_threads, gaussian_from_natural
+from .linalg import gaussian_from_natural, runs_with_blas_threads
 from .vb import VBProblem, VBResult, _second_moments, _update_component, lower_bound
 
 
@@ -42,6 +42,7 @@ def _natural_vector(precision: np.ndarray, eta: np.ndarray) -> np.ndarray:
     return np.concatenate([eta, precision[np.triu_indices(eta.size)]])
 
 
+@runs_with_blas_threads(lambda problem, **_: problem.D.shape[1])
 def fit_linear_svi(
     problem: VBProblem,
     *,
@@ -60,35 +61,6 @@ def fit_linear_svi(
     ``batches`` (optional): ``batches(rng) ->`` :class:`~bayesvm.engines.batches.PartitionBatches` over the
     partitions of out-of-core data (standardised design rows); otherwise the rows of ``problem.D``.
     """
-    with blas_threads(problem.D.shape[1]):
-        return _fit_linear_svi(
-            problem,
-            batch_size=batch_size,
-            max_iter=max_iter,
-            tol=tol,
-            window=window,
-            monitor=monitor,
-            learning_rate=learning_rate,
-            warmup=warmup,
-            seed=seed,
-            batches=batches,
-        )
-
-
-def _fit_linear_svi(
-    problem: VBProblem,
-    *,
-    batch_size: int = 100,
-    max_iter: int = 100000,
-    tol: float = 1e-4,
-    window: int = 50,
-    monitor: int = 1000,
-    learning_rate: str | float = "robbins-monro",
-    warmup: int = 10,
-    seed: int | None = None,
-    batches=None,
-) -> SVIResult:
-
     if problem.blocked is not None or any(c.source >= 0 for c in problem.components):
         raise BayesvmError("method='svi' without a kernel fits fixed-effect models only: remove the (... | g) terms")
     t0 = time.perf_counter()
