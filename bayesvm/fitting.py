@@ -222,13 +222,7 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
         raise BayesvmError(f"out-of-core (dask) data are fitted by method in {allowed}, not {method!r}")
     if prior is not None or vb != "meanfield":
         raise BayesvmError("out-of-core (dask) data take neither a selection prior nor vb='accurate' in this version")
-    if not (isinstance(batch_size, int) and batch_size >= 1):
-        raise BayesvmError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if max_iter is None:
-        max_iter = 100000 if method == "svi" else 500
-    if tol is None:
-        tol = 1e-4 if method == "svi" else 1e-8
-    _check_iterations(max_iter, tol)
+    tol, max_iter = _iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=500)
     streamed = build_streamed(parse_formula(formula), data, positive, missing)
     name = _data_name(data)
     if kernel is not None:
@@ -268,8 +262,7 @@ def _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate,
         )
     if model.prior is not None or model.design.imputation is not None or vb != "meanfield":
         raise BayesvmError("method='svi' is not available with a selection prior, missing='impute' or vb='accurate'")
-    if not (isinstance(batch_size, int) and batch_size >= 1):
-        raise BayesvmError(f"batch_size must be a positive integer, got {batch_size!r}")
+    _iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)
     problem = model.problem()
     result = fit_linear_svi(problem, batch_size=batch_size, max_iter=max_iter, tol=tol, learning_rate=learning_rate,
                             seed=seed)  # fmt: skip
@@ -293,13 +286,7 @@ def _fit_kernel(formula, data, *, method, positive, missing, standardize, tol, m
         raise BayesvmError("vb='accurate' is not available with a kernel")
     if learn_inducing and (method == "svi" or isinstance(inducing, str)):
         raise BayesvmError("learn_inducing=True needs method='vb' with inducing points (not 'all')")
-    if not (isinstance(batch_size, int) and batch_size >= 1):
-        raise BayesvmError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if max_iter is None:
-        max_iter = 100000 if method == "svi" else 1000
-    if tol is None:
-        tol = 1e-4 if method == "svi" else 1e-8
-    _check_iterations(max_iter, tol)
+    tol, max_iter = _iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=1000)
     parsed = parse_formula(formula)
     design = build_design(parsed, data, positive=positive, missing=missing)
     model = build_kernel_model(design, kernel, standardize, inducing, inducing_method, seed)
@@ -322,6 +309,18 @@ def _fit_kernel(formula, data, *, method, positive, missing, standardize, tol, m
     if result.decreases:
         warnings.warn(f"the lower bound decreased at iteration(s) {result.decreases[:10]}", RuntimeWarning, 3)
     return fit
+
+
+def _iteration_defaults(method: str, tol, max_iter, batch_size, vb_max_iter: int) -> tuple[float, int]:
+    """``(tol, max_iter)`` of the kernel / SVI / streamed engines (defaults filled in), all validated."""
+    if not (isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size >= 1):
+        raise BayesvmError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if max_iter is None:
+        max_iter = 100000 if method == "svi" else vb_max_iter
+    if tol is None:
+        tol = 1e-4 if method == "svi" else 1e-8
+    _check_iterations(max_iter, tol)
+    return tol, max_iter
 
 
 def _check_iterations(max_iter, tol) -> None:

@@ -17,6 +17,7 @@ form ``k = sum_j gamma_j k_j`` with learnable weights ``gamma_j``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -138,7 +139,7 @@ def _median_lengthscale(X: np.ndarray, rng: np.random.Generator, size: int = 100
 
 
 @dataclass(frozen=True, eq=False)
-class _Stationary(Kernel):
+class _Stationary(Kernel, ABC):
     lengthscale: float | np.ndarray | None = None
     variance: float = 1.0
     learn: bool | tuple[str, ...] = True
@@ -175,9 +176,9 @@ class _Stationary(Kernel):
             out.append(np.zeros(size) if name == "lengthscale" else np.array([self.variance * g.sum()]))
         return np.concatenate(out) if out else np.zeros(0)
 
+    @abstractmethod
     def _radial(self, X1: np.ndarray, X2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(K, H)`` with ``dK_ij / d log ell_d = H_ij (x1_id - x2_jd)^2 / ell_d^2``."""
-        raise NotImplementedError
+        """``(K, H)`` with ``dK_ij / d log ell_d = H_ij (x1_id - x2_jd)^2 / ell_d^2`` (each stationary kernel)."""
 
     def matrix(self, X1: np.ndarray, X2: np.ndarray | None = None) -> np.ndarray:
         return self._radial(X1, X1 if X2 is None else X2)[0]

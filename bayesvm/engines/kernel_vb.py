@@ -344,10 +344,13 @@ def fit_inducing(
     jitter = _absolute_jitter(kernel, X) if jitter is None else jitter
     learning = learn and (kernel.log_params().size > 0 or learn_locations)
 
+    last: dict = {}  # the projection of the latest run(x), reused by gradient(x, ...)
+
     def run(x):
         kern, Z = _unpack(kernel, Z0, x, learn_locations)
         Lm, A = projection(kern, Z, X, jitter)
         kdiag = kern.diag(X)
+        last.update(x=x.copy(), projected=(Lm, A))
 
         def step(chi):
             q = Whitened(*natural_target(y, A, chi))
@@ -358,7 +361,8 @@ def fit_inducing(
 
     def gradient(x, q, chi):
         kern, Z = _unpack(kernel, Z0, x, learn_locations)
-        return hyper_objective(kern, Z, X, y, jitter, q, chi, locations=learn_locations)[1]
+        projected = last["projected"] if np.array_equal(last.get("x"), x) else None
+        return hyper_objective(kern, Z, X, y, jitter, q, chi, locations=learn_locations, projected=projected)[1]
 
     Lm, A = projection(kernel, Z0, X, jitter)
     chi0 = update_chi(margin_moments(y, A, kernel.diag(X), Whitened.prior(len(Z0)))[1])
@@ -421,9 +425,14 @@ def _batch_collapsed(kernel: Kernel, X: np.ndarray, y: np.ndarray, jitter: float
     this is also the gradient of the collapsed bound.
     """
     q = _batch_q(kernel.matrix(X) + jitter * np.eye(len(X)), y, chi)
+    return _batch_bound(y, q, chi), _batch_gradient(kernel, X, q)
+
+
+def _batch_gradient(kernel: Kernel, X: np.ndarray, q: _BatchQ) -> np.ndarray:
+    """``<dK, (alpha alpha' - W^1/2 B^-1 W^1/2) / 2>`` in the log hyperparameters (see :func:`_batch_collapsed`)."""
     B_inv = q.LB_inv.T @ q.LB_inv
     G = 0.5 * (np.outer(q.alpha, q.alpha) - q.sw[:, None] * B_inv * q.sw[None, :])
-    return _batch_bound(y, q, chi), kernel.vjp(X, X, G)
+    return kernel.vjp(X, X, G)
 
 
 @runs_with_blas_threads(lambda problem, **_: problem.n)
@@ -458,9 +467,7 @@ def fit_batch(
         return step
 
     def gradient(x, q, chi):
-        B_inv = q.LB_inv.T @ q.LB_inv
-        G = 0.5 * (np.outer(q.alpha, q.alpha) - q.sw[:, None] * B_inv * q.sw[None, :])
-        return kernel.with_log_params(x).vjp(X, X, G)
+        return _batch_gradient(kernel.with_log_params(x), X, q)
 
     chi0 = update_chi(1.0 + kernel.diag(X))  # E(1 - y f)^2 under the prior
     x = kernel.log_params()

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import BayesvmError
 from .augmentation import data_lower_bound, update_chi
 from .batches import PartitionBatches
-from .kernel_svi import StepSize, WindowRule, validate_learning_rate
+from .kernel_svi import StepSize, WindowRule, _natural_vector, validate_learning_rate
 from .linalg import gaussian_from_natural, runs_with_blas_threads
 from .vb import VBProblem, VBResult, _second_moments, _update_component, lower_bound
 
@@ -36,10 +36,6 @@ class SVIResult(VBResult):
     stopping: str = ""
     batch_size: int = 0
     monitor_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-
-def _natural_vector(precision: np.ndarray, eta: np.ndarray) -> np.ndarray:
-    return np.concatenate([eta, precision[np.triu_indices(eta.size)]])
 
 
 @runs_with_blas_threads(lambda problem, **_: problem.D.shape[1])
