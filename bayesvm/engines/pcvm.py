@@ -26,9 +26,14 @@ on ``alpha_i`` is, for the truncated prior (derived here: the Gaussian integral 
 
     l(alpha_i) = [log alpha_i - log(alpha_i + s_i) + q_i^2 / (alpha_i + s_i)] / 2 + log(2 Psi(q_i / sqrt(alpha_i + s_i))),
 
-which is 0 at ``alpha_i = inf`` (the basis function out of the model).  Unlike the symmetric prior there is
-no closed-form maximiser; it is found numerically on ``log alpha``.  Each iteration applies the single
-action (add, re-estimate or delete) with the largest gain in ``l``, then re-fits the mode.
+which is 0 at ``alpha_i = inf`` (the basis function out of the model).  This exact gain cannot drive
+sparsity: for large ``alpha`` it behaves as ``2 phi(0) q / sqrt(alpha) > 0`` whenever ``q > 0``, so every
+basis function positively aligned with the residual "improves" it and selection never stops (on banana,
+400 rows: 233 vectors after 500 steps).  The selection therefore uses Tipping & Faul's symmetric-prior
+gain ``[log alpha - log(alpha + s) + q^2/(alpha + s)] / 2`` with its closed-form maximiser
+``alpha = s^2 / (q^2 - s)``, restricted to the sign the truncated prior allows (``q > 0``); the truncation
+itself is kept in the posterior (the Laplace step).  Each iteration applies the single action (add,
+re-estimate or delete) with the largest gain, then re-fits the mode.  On banana: 11 vectors, test error 0.12.
 """
 
 from __future__ import annotations
@@ -111,6 +116,27 @@ def best_alpha(s: float, q: float) -> tuple[float, float]:
     return float(np.exp(u)), float(value)
 
 
+def gaussian_gain(alpha, s, q):
+    """Tipping & Faul's ``l(alpha) = [log alpha - log(alpha + s) + q^2 / (alpha + s)] / 2``."""
+    return 0.5 * (np.log(alpha) - np.log(alpha + s) + q**2 / (alpha + s))
+
+
+def gaussian_best(s: float, q: float) -> tuple[float, float]:
+    """Maximiser ``alpha = s^2 / (q^2 - s)`` when ``q^2 > s`` and ``q > 0`` (sign-consistent), else ``(inf, 0)``."""
+    if q <= 0 or q * q <= s:
+        return np.inf, 0.0
+    a = s * s / (q * q - s)
+    return a, float(gaussian_gain(a, s, q))
+
+
+def linearized_evidence(Phi_S: np.ndarray, alpha_S: np.ndarray, b: np.ndarray, target: np.ndarray) -> float:
+    """``-[N log 2 pi + log|C| + t^' C^-1 t^] / 2`` with ``C = B^-1 + Phi_S A^-1 Phi_S'`` (the IRLS model)."""
+    C = np.diag(1.0 / b) + (Phi_S / alpha_S) @ Phi_S.T
+    chol = linalg.cholesky(C, lower=True)
+    r = linalg.solve_triangular(chol, target, lower=True)
+    return -0.5 * (target.size * np.log(2 * np.pi) + 2 * np.sum(np.log(np.diag(chol))) + r @ r)
+
+
 @dataclass
 class PCVMLaplaceResult:
     """Selected basis functions (indices into the candidate centres), their precisions and the Laplace posterior."""
@@ -170,7 +196,7 @@ def fit_pcvm_laplace(Phi: np.ndarray, y: np.ndarray, *, max_iter: int = 500, tol
     evidence, gains, actions = [], [], []
     converged = False
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 (n_iter reports the last value)
         cols = [0] + [1 + j for j in active]
         alpha_S = np.array([BIAS_PRECISION] + alpha_active)
         w, hess, value, _ = laplace_mode(Phi[:, cols], t, alpha_S, w)
@@ -195,12 +221,12 @@ def fit_pcvm_laplace(Phi: np.ndarray, y: np.ndarray, *, max_iter: int = 500, tol
             q[idx] = a_act * Q[idx] / denom
         current = np.zeros(N)
         if active:
-            current[np.array(active)] = truncated_gain(np.array(alpha_active), s[np.array(active)], q[np.array(active)])
+            current[np.array(active)] = gaussian_gain(np.array(alpha_active), s[np.array(active)], q[np.array(active)])
         # candidates worth a look: in the model, or with positive quality (a negative q cannot enter)
         look = np.flatnonzero(in_model | (q > 0))
         best_gain, best_j, best_a = 0.0, -1, np.inf
         for j in look:
-            a_new, l_new = best_alpha(s[j], q[j])
+            a_new, l_new = gaussian_best(s[j], q[j])
             gain = l_new - current[j]
             if gain > best_gain:
                 best_gain, best_j, best_a = gain, j, a_new
