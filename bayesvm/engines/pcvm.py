@@ -92,9 +92,7 @@ def truncated_gain(alpha: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarra
     out = np.zeros(np.broadcast(alpha, s, q).shape)
     finite = np.broadcast_to(np.isfinite(alpha), out.shape)
     a, s_, q_ = (np.broadcast_to(v, out.shape)[finite] for v in (alpha, s, q))
-    out[finite] = (
-        0.5 * (np.log(a) - np.log(a + s_) + q_**2 / (a + s_)) + np.log(2.0) + log_ndtr(q_ / np.sqrt(a + s_))
-    )
+    out[finite] = 0.5 * (np.log(a) - np.log(a + s_) + q_**2 / (a + s_)) + np.log(2.0) + log_ndtr(q_ / np.sqrt(a + s_))
     return out
 
 
