@@ -3,6 +3,7 @@
 from . import datasets, priors
 from .errors import BayesvmError, ConvergenceWarning, DataError, DesignError, FormulaError
 from .fitting import bsvm
+from .pcvm_fit import pcvm
 from .results.fit import BSVMFit
 from .results.storage import load_fit as load
 
@@ -10,6 +11,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "bsvm",
+    "pcvm",
     "load",
     "BSVMFit",
     "datasets",

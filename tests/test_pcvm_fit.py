@@ -1,0 +1,46 @@
+"""``bayesvm.pcvm()``: the PCVM with the formula interface."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bayesvm
+from bayesvm.errors import BayesvmError
+from bayesvm.kernels import RBF
+from bayesvm.results.fit import BSVMFit
+
+
+@pytest.fixture(scope="module")
+def banana():
+    data = bayesvm.datasets.load_ratsch("banana")
+    frame = data.frame.assign(label=np.where(data.frame["y"] > 0, "yes", "no"))
+    return frame.iloc[data.train[0]], frame.iloc[data.test[0][:2000]]
+
+
+@pytest.mark.parametrize("method", ["laplace", "ep"])
+def test_pcvm_is_sparse_and_accurate_on_banana(banana, method):
+    train, test = banana
+    fit = bayesvm.pcvm("label ~ x1 + x2", train, kernel=RBF(lengthscale=0.5, learn=False), method=method)
+    assert isinstance(fit, BSVMFit)
+    vectors = fit.relevance_vectors
+    assert 3 <= len(vectors) <= 40 and (vectors["weight"] >= 0).all()
+    assert set(vectors.index) <= set(train.index)
+    error = np.mean(fit.predict(test) != test["label"])
+    assert error < 0.14, error  # SVM about 0.11 on these splits; a linear rule about 0.45
+    prob = fit.predict(test, kind="prob")
+    np.testing.assert_array_equal(prob > 0.5, fit.predict(test) == "yes")
+    text = str(fit.summary())
+    assert "Relevance vectors" in text and "Positive class (+1): label = 'yes'" in text
+    if method == "ep":
+        assert "leave-one-out" in text and 0 <= fit.result.loo_error < 0.3
+
+
+def test_pcvm_options_are_checked(banana):
+    train, _ = banana
+    with pytest.raises(BayesvmError, match="top-down EM"):
+        bayesvm.pcvm("label ~ x1 + x2", train, method="em")
+    with pytest.raises(BayesvmError, match="method must be"):
+        bayesvm.pcvm("label ~ x1 + x2", train, method="mcmc")
+    with pytest.raises(BayesvmError, match="random effects"):
+        bayesvm.pcvm("outcome ~ time + (1 | patientID)", bayesvm.datasets.load_toenail())
