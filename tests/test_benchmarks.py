@@ -27,3 +27,11 @@ def test_acath_benchmark_short_run():
     out = run(repeats=1, draws=50, tune=50)
     assert out["vb_time"] < 5.0 and out["gibbs_time"] > 0
     assert out["vb"].imputation_report().variables.loc["log_chol", "n_missing"] == 1246
+
+
+def test_pcvm_benchmark_short_run():
+    from benchmarks.pcvm import run
+
+    table = run(sets=["titanic"], splits=1).set_index("method")
+    assert table.loc["PCVM Laplace", "vectors"] < table.loc["SVC (grid)", "vectors"]
+    assert table.loc["PCVM EP", "error %"] < 30

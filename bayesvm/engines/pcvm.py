@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import linalg, optimize
+from scipy import linalg
 from scipy.special import expit, log_ndtr
 
 LAMBDA = np.sqrt(8.0 / np.pi)
@@ -87,31 +87,13 @@ def laplace_mode(Phi, t, alpha, w=None, tol: float = 1e-9, max_iter: int = 100):
 
 
 def truncated_gain(alpha: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``l(alpha)`` of the module docstring (0 for ``alpha = inf``)."""
+    """``l(alpha)`` of the module docstring (0 for ``alpha = inf``); documents why selection cannot use it."""
     alpha = np.asarray(alpha, dtype=float)
     out = np.zeros(np.broadcast(alpha, s, q).shape)
     finite = np.broadcast_to(np.isfinite(alpha), out.shape)
     a, s_, q_ = (np.broadcast_to(v, out.shape)[finite] for v in (alpha, s, q))
     out[finite] = 0.5 * (np.log(a) - np.log(a + s_) + q_**2 / (a + s_)) + np.log(2.0) + log_ndtr(q_ / np.sqrt(a + s_))
     return out
-
-
-def best_alpha(s: float, q: float) -> tuple[float, float]:
-    """Maximiser of ``l`` over ``alpha`` in ``(0, inf]`` and the maximum (``(inf, 0)`` when leaving it out is best)."""
-
-    def negative(u):
-        return -float(truncated_gain(np.exp(u), s, q))
-
-    lo, hi = -12.0, 25.0
-    grid = np.linspace(lo, hi, 38)
-    values = np.array([negative(u) for u in grid])
-    j = int(np.argmin(values))
-    bracket = (grid[max(j - 1, 0)], grid[min(j + 1, grid.size - 1)])
-    res = optimize.minimize_scalar(negative, bounds=bracket, method="bounded", options={"xatol": 1e-6})
-    u, value = (res.x, -res.fun) if res.fun <= values[j] else (grid[j], -values[j])
-    if value <= 0.0 or u >= hi - 1e-6:
-        return np.inf, 0.0
-    return float(np.exp(u)), float(value)
 
 
 def gaussian_gain(alpha, s, q):

@@ -16,6 +16,7 @@ from bayesvm.engines.pcvm import (
     laplace_mode,
     linearized_evidence,
     objective,
+    truncated_gain,
 )
 from bayesvm.kernels import RBF
 
@@ -142,3 +143,20 @@ def test_ep_and_laplace_agree_with_mcmc_on_the_selected_model():
     exact = ndtr(draws @ new.T).mean(axis=0)
     f_mean, f_var = new @ ep.mean, np.einsum("ij,jk,ik->i", new, ep.cov, new)
     np.testing.assert_allclose(ndtr(f_mean / np.sqrt(1 + f_var)), exact, atol=0.03)
+
+
+def test_exact_truncated_gain_favours_every_positively_aligned_basis():
+    """Why selection uses the symmetric-prior gain: under the truncated prior l(alpha) > 0 for large alpha
+    whenever q > 0, even when q^2 < s (where the symmetric prior leaves the basis out); it equals the
+    numerical integral it is derived from."""
+    from scipy import integrate, stats
+
+    s, q = 4.0, 0.5
+    alphas = np.array([1e2, 1e4, 1e6])
+    gains = truncated_gain(alphas, s, q)
+    assert np.all(gains > 0) and gaussian_best(s, q)[0] == np.inf
+    for a in (0.5, 3.0):
+        exact, _ = integrate.quad(
+            lambda w, a=a: 2 * stats.norm.pdf(w, 0, 1 / np.sqrt(a)) * np.exp(q * w - s * w * w / 2), 0, np.inf
+        )
+        assert float(truncated_gain(a, s, q)) == pytest.approx(np.log(exact), rel=1e-8)
