@@ -14,6 +14,7 @@ import pandas as pd
 
 from .engines.kernel_vb import ROW_CHUNK, KernelProblem
 from .engines.pcvm import BIAS_PRECISION, fit_pcvm_ep, fit_pcvm_laplace
+from .engines.pcvm_em import fit_pcvm_em
 from .errors import BayesvmError
 from .formula.bars import parse_formula
 from .formula.design import build_design
@@ -21,7 +22,7 @@ from .kernel_model import build_kernel_model
 from .kernels import RBF, Kernel
 from .results.kernel_fit import KernelFit
 
-PCVM_METHODS = ("laplace", "ep")
+PCVM_METHODS = ("laplace", "ep", "em")
 
 
 @dataclass(eq=False)
@@ -98,10 +99,13 @@ class PCVMSummary:
     def __str__(self) -> str:
         fit, r = self.fit, self.fit.result
         design = fit.model.design
+        selection = ("top-down pruning from all training rows" if r.approximation == "em"
+                     else "incremental (add / re-estimate / delete)")
         response = design.response
         title = {
             "laplace": "Laplace approximation (Chen, Tino & Yao, section II-C)",
             "ep": "expectation propagation (Chen, Tino & Yao, section II-D)",
+            "em": "MAP by EM with top-down pruning (Chen, Tino & Yao 2009)",
         }[r.approximation]
         lines = [
             f"Probabilistic classification vector machine, {title}",
@@ -113,9 +117,12 @@ class PCVMSummary:
             f"  Kernel: {r.kernel.describe()} (fixed: choose it by cross-validation, as Chen et al.)",
             f"Relevance vectors: {r.active.size} of {design.n} training rows (fit.relevance_vectors); "
             f"bias {r.mean[0]:.4f} (sd {np.sqrt(r.cov[0, 0]):.4f})",
-            f"Selection: incremental (add / re-estimate / delete), {r.n_iter} steps, "
+            f"Selection: {selection}, {r.n_iter} {'iterations' if r.approximation == 'em' else 'steps'}, "
             f"{'converged' if r.converged else 'NOT converged'}; {r.elapsed:.2f} s",
         ]
+        if r.approximation == "em":
+            lines.append("Weights are the MAP (Jeffreys prior on the truncated weights); SDs and predictive "
+                         "probabilities use the curvature at the mode with the E-step precisions fixed")
         if r.loo_error is not None:
             lines.append(f"EP leave-one-out error estimate (eq. 9): {r.loo_error:.4f}")
         return "\n".join(lines)
@@ -133,7 +140,7 @@ def pcvm(
     positive: object | None = None,
     missing: str = "error",
     standardize: bool = True,
-    max_iter: int = 500,
+    max_iter: int | None = None,
 ) -> PCVMFit:
     """Fit the probabilistic classification vector machine (EPCVM; Chen, Tino & Yao).
 
@@ -147,14 +154,16 @@ def pcvm(
     method
         ``"laplace"``: Laplace approximation (eqs. 3-4) at every step of the incremental selection;
         ``"ep"``: the same selection, then expectation propagation (section II-D) for the posterior of the
-        selected weights, with the leave-one-out error estimate (eq. 9) in ``summary()``.
+        selected weights, with the leave-one-out error estimate (eq. 9) in ``summary()``;
+        ``"em"``: the original PCVM (their PCVM_EM, for comparison): every training row starts as a basis
+        function and EM prunes them (:mod:`bayesvm.engines.pcvm_em`); O(N^3) per early iteration.
     max_iter
-        Selection steps at most.
+        Selection steps at most (default 500), or EM iterations for ``"em"`` (default 5000).
     """
-    if method == "em":
-        raise BayesvmError("method='em' (the top-down EM PCVM) is not available in this version; use 'laplace' or 'ep'")
     if method not in PCVM_METHODS:
         raise BayesvmError(f"method must be one of {PCVM_METHODS}, got {method!r}")
+    if max_iter is None:
+        max_iter = 5000 if method == "em" else 500
     if not (isinstance(max_iter, int) and max_iter >= 1):
         raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
     start = time.perf_counter()
@@ -163,7 +172,10 @@ def pcvm(
     problem = KernelProblem(X=model.inputs(design.X), y=design.y, kernel=model.kernel)
     X, y = problem.X, problem.y
     Phi = np.column_stack([np.ones(len(X)), model.kernel.matrix(X, X) * y[None, :]])
-    selected = fit_pcvm_laplace(Phi, y, max_iter=max_iter)
+    if method == "em":
+        selected = fit_pcvm_em(Phi, y, max_iter=max_iter)
+    else:
+        selected = fit_pcvm_laplace(Phi, y, max_iter=max_iter)
     mean, cov, loo = selected.mean, selected.cov, None
     if method == "ep":
         cols = [0] + [1 + j for j in selected.active]
