@@ -99,8 +99,11 @@ class PCVMSummary:
     def __str__(self) -> str:
         fit, r = self.fit, self.fit.result
         design = fit.model.design
-        selection = ("top-down pruning from all training rows" if r.approximation == "em"
-                     else "incremental (add / re-estimate / delete)")
+        selection = (
+            "top-down pruning from all training rows"
+            if r.approximation == "em"
+            else "incremental (add / re-estimate / delete)"
+        )
         response = design.response
         title = {
             "laplace": "Laplace approximation (Chen, Tino & Yao, section II-C)",
@@ -121,8 +124,10 @@ class PCVMSummary:
             f"{'converged' if r.converged else 'NOT converged'}; {r.elapsed:.2f} s",
         ]
         if r.approximation == "em":
-            lines.append("Weights are the MAP (Jeffreys prior on the truncated weights); SDs and predictive "
-                         "probabilities use the curvature at the mode with the E-step precisions fixed")
+            lines.append(
+                "Weights are the MAP (Jeffreys prior on the truncated weights); SDs and predictive "
+                "probabilities use the curvature at the mode with the E-step precisions fixed"
+            )
         if r.loo_error is not None:
             lines.append(f"EP leave-one-out error estimate (eq. 9): {r.loo_error:.4f}")
         return "\n".join(lines)
@@ -158,12 +163,12 @@ def pcvm(
         ``"em"``: the original PCVM (their PCVM_EM, for comparison): every training row starts as a basis
         function and EM prunes them (:mod:`bayesvm.engines.pcvm_em`); O(N^3) per early iteration.
     max_iter
-        Selection steps at most (default 500), or EM iterations for ``"em"`` (default 5000).
+        Selection steps at most (default 2000), or EM iterations for ``"em"`` (default 5000).
     """
     if method not in PCVM_METHODS:
         raise BayesvmError(f"method must be one of {PCVM_METHODS}, got {method!r}")
     if max_iter is None:
-        max_iter = 5000 if method == "em" else 500
+        max_iter = 5000 if method == "em" else 2000
     if not (isinstance(max_iter, int) and max_iter >= 1):
         raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
     start = time.perf_counter()

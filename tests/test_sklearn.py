@@ -7,10 +7,10 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from bayesvm.sklearn import BayesianSVC
+from bayesvm.sklearn import BayesianSVC, PCVMClassifier
 
 
-@parametrize_with_checks([BayesianSVC(), BayesianSVC(method="em", penalty=0.5)])
+@parametrize_with_checks([BayesianSVC(), BayesianSVC(method="em", penalty=0.5), PCVMClassifier()])
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -108,3 +108,17 @@ def test_frames_keep_feature_names():
     clf = BayesianSVC().fit(frame, y)
     assert list(clf.feature_names_in_) == ["age", "dose"]
     np.testing.assert_array_equal(clf.predict(frame), clf.predict(X))
+
+
+def test_pcvm_classifier_chooses_the_lengthscale_by_cross_validation():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(240, 2))
+    y = np.where(np.sin(2.5 * X[:, 0]) + 0.5 * X[:, 1] + 0.3 * rng.normal(size=240) > 0, "up", "down")
+    grid = GridSearchCV(PCVMClassifier(), {"lengthscale": [0.05, 0.4, 50.0]}, cv=3).fit(X[:160], y[:160])
+    assert grid.best_params_["lengthscale"] == 0.4  # too narrow memorises, too wide is almost linear
+    best = grid.best_estimator_
+    assert best.score(X[160:], y[160:]) > 0.8 and best.n_vectors_[0] < 40
+    proba = best.predict_proba(X[160:])
+    np.testing.assert_array_equal(best.classes_[(proba[:, 1] > 0.5).astype(int)], best.predict(X[160:]))
+    em = PCVMClassifier(method="em", lengthscale=0.4).fit(X[:160], y[:160])
+    assert em.score(X[160:], y[160:]) > 0.8

@@ -51,13 +51,17 @@ BETA = 3.0
 BIAS_PRECISION = 1e-4
 
 
-def objective(w: np.ndarray, Phi: np.ndarray, t: np.ndarray, alpha: np.ndarray):
-    """``Q(w)``, its gradient and its negative Hessian (column 0 of ``Phi`` is the bias)."""
+def objective(w: np.ndarray, Phi: np.ndarray, t: np.ndarray, alpha: np.ndarray, derivatives: bool = True):
+    """``Q(w)``, its gradient and its negative Hessian (column 0 of ``Phi`` is the bias); only ``Q`` if not
+    ``derivatives``."""
     a = LAMBDA * (Phi @ w)
+    # t log sigma(a) + (1 - t) log(1 - sigma(a)) = log sigma(y a), y = 2t - 1
+    loglik = -float(np.sum(np.logaddexp(0.0, -(2.0 * t - 1.0) * a)))
+    value = loglik - 0.5 * float(alpha @ (w * w)) - float(np.sum(np.logaddexp(0.0, -BETA * w[1:])))
+    if not derivatives:
+        return value
     sigma = expit(a)
-    loglik = float(np.sum(t * -np.logaddexp(0.0, -a) + (1.0 - t) * -np.logaddexp(0.0, a)))
     smooth = expit(BETA * w[1:])
-    value = loglik - 0.5 * float(alpha @ (w * w)) + float(np.sum(-np.logaddexp(0.0, -BETA * w[1:])))
     k = np.concatenate([[0.0], BETA * (1.0 - smooth)])
     grad = LAMBDA * Phi.T @ (t - sigma) - alpha * w + k
     b = LAMBDA**2 * sigma * (1.0 - sigma)
@@ -75,12 +79,13 @@ def laplace_mode(Phi, t, alpha, w=None, tol: float = 1e-9, max_iter: int = 100):
         scale = 1.0
         while True:
             trial = w + scale * step
-            new_value, new_grad, new_hess = objective(trial, Phi, t, alpha)
+            new_value = objective(trial, Phi, t, alpha, derivatives=False)
             if new_value >= value - 1e-12 * abs(value) or scale < 1e-10:
                 break
             scale *= 0.5
         change = new_value - value
-        w, value, grad, hess = trial, new_value, new_grad, new_hess
+        w = trial
+        value, grad, hess = objective(w, Phi, t, alpha)
         if abs(change) <= tol * max(abs(value), 1.0) and np.max(np.abs(scale * step)) < 1e-8 + 1e-6 * np.max(np.abs(w)):
             return w, hess, value, it
     return w, hess, value, max_iter
@@ -145,41 +150,85 @@ def laplace_evidence(w, hess, value, alpha) -> float:
     return value + norm - 0.5 * logdet + 0.5 * d * np.log(2 * np.pi)
 
 
-def _statistics(Phi_all, Phi_S, w, t, alpha_S):
-    """Sparsity and quality factors ``S_i, Q_i`` of every candidate at the current mode (Tipping & Faul)."""
+def _statistics(Phi_all, Phi_S, w, t, alpha_S, Phi_sq_T=None, Phi_all_T=None):
+    """Sparsity and quality factors ``S_i, Q_i`` of every candidate at the current mode (Tipping & Faul).
+
+    ``S_i = phi_i' B phi_i - ||L^-1 Phi_S' B phi_i||^2`` and ``Q_i = phi_i' B t^ - (L^-1 Phi_S' B phi_i)' L^-1
+    Phi_S' B t^`` with ``L L' = Phi_S' B Phi_S + A``.  One product ``Phi_all' [B t^, B Phi_S]`` and one
+    ``(Phi_all^2)' b`` (``Phi_sq``, computed once by the caller) pass over the N x N candidates; no N x N
+    temporary is formed.  ``Phi_all_T`` and ``Phi_sq_T`` (C-contiguous transposes, made once by the caller)
+    turn both into untransposed products, about twice as fast as ``Phi_all.T @ ...`` on a row-major array.
+    """
     a = LAMBDA * (Phi_S @ w)
     sigma = expit(a)
     b = np.maximum(LAMBDA**2 * sigma * (1.0 - sigma), 1e-12)
     target = Phi_S @ w + LAMBDA * (t - sigma) / b
-    precision = (Phi_S * b[:, None]).T @ Phi_S + np.diag(alpha_S)
+    BPhi_S = Phi_S * b[:, None]
+    precision = BPhi_S.T @ Phi_S + np.diag(alpha_S)
     chol = linalg.cholesky(precision, lower=True)
-    BPhi = Phi_all * b[:, None]  # B phi_i for every candidate
-    G = linalg.solve_triangular(chol, Phi_S.T @ BPhi, lower=True)  # L^-1 Phi_S' B Phi_all
-    r = linalg.solve_triangular(chol, Phi_S.T @ (b * target), lower=True)
-    S = np.sum(Phi_all * BPhi, axis=0) - np.sum(G * G, axis=0)
-    Q = BPhi.T @ target - G.T @ r
+    V = np.column_stack([b * target, BPhi_S])
+    U = Phi_all.T @ V if Phi_all_T is None else Phi_all_T @ V  # [phi_i' B t^, phi_i' B Phi_S] for every candidate
+    G = linalg.solve_triangular(chol, U[:, 1:].T, lower=True)  # L^-1 Phi_S' B Phi_all
+    r = linalg.solve_triangular(chol, BPhi_S.T @ target, lower=True)
+    diag = (Phi_all * Phi_all).T @ b if Phi_sq_T is None else Phi_sq_T @ b
+    S = diag - np.einsum("ij,ij->j", G, G)
+    Q = U[:, 0] - G.T @ r
     return S, Q
 
 
-def fit_pcvm_laplace(Phi: np.ndarray, y: np.ndarray, *, max_iter: int = 500, tol: float = 1e-6) -> PCVMLaplaceResult:
+def _actions(S, Q, alpha_now):
+    """Best ``alpha`` and its gain for candidates with factors ``S, Q`` (``alpha_now`` inf = out of the model).
+
+    Tipping & Faul: in-model factors are first turned into ``s = alpha S / (alpha - S)``, ``q = alpha Q /
+    (alpha - S)``; the best ``alpha`` is ``s^2 / (q^2 - s)`` when ``q^2 > s``, and only ``q > 0`` may enter
+    (the truncated prior); otherwise the best is ``inf`` (delete, or stay out).  Returns ``(gain,
+    best_alpha)``; a candidate out of the model that cannot enter gets gain ``-inf``.
+    """
+    inside = np.isfinite(alpha_now)
+    s, q = S.copy(), Q.copy()
+    a_in = alpha_now[inside]
+    s[inside] = a_in * S[inside] / (a_in - S[inside])
+    q[inside] = a_in * Q[inside] / (a_in - S[inside])
+    current = np.zeros(S.size)
+    current[inside] = gaussian_gain(a_in, s[inside], q[inside])
+    fits = (q > 0) & (q * q > s)
+    best_alpha = np.full(S.size, np.inf)
+    best_alpha[fits] = s[fits] ** 2 / (q[fits] ** 2 - s[fits])
+    best_l = np.zeros(S.size)
+    best_l[fits] = gaussian_gain(best_alpha[fits], s[fits], q[fits])
+    return np.where(inside | fits, best_l - current, -np.inf), best_alpha
+
+
+def fit_pcvm_laplace(Phi: np.ndarray, y: np.ndarray, *, max_iter: int = 2000, tol: float = 1e-6) -> PCVMLaplaceResult:
     """EPCVM_Lap: incremental selection over the candidate columns ``Phi[:, 1:]`` (column 0 is the bias).
 
     ``Phi`` holds the label-signed basis functions at the training rows: ``Phi[n, 1 + j] = y_j k(x_n, x_j)``.
+
+    Each step re-fits the Laplace mode and applies one action (add, re-estimate or delete), which raises the
+    linearised evidence by exactly its gain.  Scanning all N candidates costs O(N^2 m); re-estimating or
+    deleting a basis function in the model needs only the m active ones, O(N m^2).  So a full scan picks the
+    best action and remembers the best addition it saw; the following steps act on the model's own basis
+    functions while one of those actions gains more than that remembered addition, then scan again.  This
+    only orders the actions (Tipping & Faul allow any order); the run ends when a full scan finds no action
+    gaining more than ``tol``.  On banana with 2650 rows it cut the time from 12 s to about 3 s.
     """
     t0 = time.perf_counter()
     t = (y > 0).astype(float)
     N = Phi.shape[1] - 1
-    candidates = Phi[:, 1:]
+    candidates_T = np.ascontiguousarray(Phi[:, 1:].T)
+    candidates_sq_T = candidates_T * candidates_T
     active: list[int] = []
     alpha_active: list[float] = []
     w = np.zeros(1)
     evidence, gains, actions = [], [], []
     converged = False
+    remembered_addition = np.inf  # no full scan yet
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 (n_iter reports the last value)
         cols = [0] + [1 + j for j in active]
         alpha_S = np.array([BIAS_PRECISION] + alpha_active)
-        w, hess, value, _ = laplace_mode(Phi[:, cols], t, alpha_S, w)
+        Phi_S = Phi[:, cols]
+        w, hess, value, _ = laplace_mode(Phi_S, t, alpha_S, w)
         negative = [j for j, wj in zip(active, w[1:]) if wj < 0]
         if negative:  # the smoothed indicator let a weight dip below 0: out of the model
             keep = [k for k, j in enumerate(active) if j not in negative]
@@ -187,32 +236,28 @@ def fit_pcvm_laplace(Phi: np.ndarray, y: np.ndarray, *, max_iter: int = 500, tol
             alpha_active = [alpha_active[k] for k in keep]
             w = np.concatenate([[w[0]], w[1:][keep]])
             actions.append(f"removed {negative} (negative weight)")
+            remembered_addition = np.inf
             continue
         evidence.append(laplace_evidence(w, hess, value, alpha_S))
-        S, Q = _statistics(candidates, Phi[:, cols], w, t, alpha_S)
-        s, q = S.copy(), Q.copy()
-        in_model = np.zeros(N, dtype=bool)
-        in_model[active] = True
-        if active:
-            idx = np.array(active)
-            a_act = np.array(alpha_active)
-            denom = a_act - S[idx]
-            s[idx] = a_act * S[idx] / denom
-            q[idx] = a_act * Q[idx] / denom
-        current = np.zeros(N)
-        if active:
-            current[np.array(active)] = gaussian_gain(np.array(alpha_active), s[np.array(active)], q[np.array(active)])
-        # candidates worth a look: in the model, or with positive quality (a negative q cannot enter)
-        look = np.flatnonzero(in_model | (q > 0))
-        best_gain, best_j, best_a = 0.0, -1, np.inf
-        for j in look:
-            a_new, l_new = gaussian_best(s[j], q[j])
-            gain = l_new - current[j]
-            if gain > best_gain:
-                best_gain, best_j, best_a = gain, j, a_new
-        if best_gain <= tol:
-            converged = True
-            break
+        best_gain = -np.inf
+        if active and np.isfinite(remembered_addition):  # the model's own basis functions first
+            S, Q = _statistics(Phi_S[:, 1:], Phi_S, w, t, alpha_S)
+            gain, best_alpha = _actions(S, Q, np.array(alpha_active))
+            k = int(np.argmax(gain))
+            best_gain, best_j, best_a = float(gain[k]), active[k], float(best_alpha[k])
+        if not best_gain > max(remembered_addition, tol):  # scan every candidate
+            S, Q = _statistics(Phi[:, 1:], Phi_S, w, t, alpha_S, candidates_sq_T, candidates_T)
+            alpha_now = np.full(N, np.inf)
+            alpha_now[active] = alpha_active
+            gain, best_alpha = _actions(S, Q, alpha_now)
+            best_j = int(np.argmax(gain))
+            best_gain, best_a = float(gain[best_j]), float(best_alpha[best_j])
+            outside = np.isinf(alpha_now)
+            outside[best_j] = False
+            remembered_addition = max(float(np.max(gain[outside], initial=0.0)), 0.0)
+            if best_gain <= tol:
+                converged = True
+                break
         gains.append(best_gain)
         if best_j in active:
             k = active.index(best_j)
