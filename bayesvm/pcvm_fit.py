@@ -146,6 +146,7 @@ def pcvm(
     missing: str = "error",
     standardize: bool = True,
     max_iter: int | None = None,
+    seed: int | None = 0,
 ) -> PCVMFit:
     """Fit the probabilistic classification vector machine (EPCVM; Chen, Tino & Yao).
 
@@ -164,6 +165,9 @@ def pcvm(
         function and EM prunes them (:mod:`bayesvm.engines.pcvm_em`); O(N^3) per early iteration.
     max_iter
         Selection steps at most (default 2000), or EM iterations for ``"em"`` (default 5000).
+    seed
+        ``"em"`` only: seed of the random start ``w_j ~ U(0.2, 1.2)`` (EM's answer depends on its start; the
+        other methods are deterministic).
     """
     if method not in PCVM_METHODS:
         raise BayesvmError(f"method must be one of {PCVM_METHODS}, got {method!r}")
@@ -178,7 +182,7 @@ def pcvm(
     X, y = problem.X, problem.y
     Phi = np.column_stack([np.ones(len(X)), model.kernel.matrix(X, X) * y[None, :]])
     if method == "em":
-        selected = fit_pcvm_em(Phi, y, max_iter=max_iter)
+        selected = fit_pcvm_em(Phi, y, max_iter=max_iter, seed=seed)
     else:
         selected = fit_pcvm_laplace(Phi, y, max_iter=max_iter)
     mean, cov, loo = selected.mean, selected.cov, None

@@ -85,16 +85,21 @@ def fit_pcvm_em(
     prune: float = 1e-3,
     tol: float = 1e-5,
     max_iter: int = 5000,
+    seed: int | np.random.Generator | None = 0,
 ) -> PCVMEMResult:
     """PCVM_EM: start from all candidate basis functions (``Phi[:, 1:]``) and prune by generalised EM.
 
-    ``Phi[:, 0]`` is the bias column; ``Phi[n, 1 + j] = y_j k(x_n, x_j)``.  The start is deterministic: every
-    weight 1 and bias 0, so the first E-step sees the Parzen-window score ``sum_j y_j k(x, x_j)``.
-    Iterates until the largest weight change is below ``tol`` times the largest weight.
+    ``Phi[:, 0]`` is the bias column; ``Phi[n, 1 + j] = y_j k(x_n, x_j)``.  As in the original code the start
+    is random, ``w_j ~ U(0.2, 1.2)`` and bias 0 (``seed``), and the result depends on it: with the Jeffreys
+    prior a set of identical basis functions (repeated rows, e.g. titanic's 3 binary inputs) started at
+    equal weights keeps them equal, each pays ``-log w_j``, and all are pruned together; unequal starts let
+    one of them take the weight.  Iterates until the largest weight change is below ``tol`` times the
+    largest weight.
     """
     t0 = time.perf_counter()
     active = np.arange(Phi.shape[1] - 1)
-    w = np.concatenate([[0.0], np.ones(active.size)])
+    rng = np.random.default_rng(seed)
+    w = np.concatenate([[0.0], 0.2 + rng.random(active.size)])
     objective, support = [], []
     converged = False
     it = 0
