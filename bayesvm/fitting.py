@@ -12,6 +12,7 @@ from .engines.em import fit_em
 from .engines.ep import fit_accurate
 from .engines.gibbs import sample_gibbs
 from .engines.impute import fit_impute_vb, sample_impute_gibbs
+from .engines.impute_mi import fit_mi_vb
 from .engines.kernel_svi import fit_svi
 from .engines.kernel_vb import fit_batch, fit_inducing
 from .engines.lasso_em import fit_lasso_em
@@ -63,6 +64,8 @@ def bsvm(
     learn_inducing: bool = False,
     batch_size: int = 100,
     learning_rate: str | float = "robbins-monro",
+    imputation: str = "mi",
+    imputations: int = 20,
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
 
@@ -88,9 +91,17 @@ def bsvm(
         The response value coded +1; default: the second class in categorical or sorted order.
     missing
         ``"error"`` (default), ``"drop"`` (complete cases on the variables the formula uses) or
-        ``"impute"``: numeric main-effect predictors with missing values are imputed inside the model
-        (Luts & Ormerod 2014, section 3.3: VB Alg. 4, Gibbs Appendix C) under a joint normal model with
-        the other numeric main effects, assuming the values are missing completely at random (MCAR).
+        ``"impute"``: numeric main-effect predictors with missing values are imputed (see ``imputation``)
+        under a normal model with the other numeric main effects, assuming the values are missing
+        completely at random (MCAR).
+    imputation, imputations
+        With ``missing="impute"``. ``"mi"`` (default): multiple imputation from a normal model of the
+        numeric predictors given the class, ``z | y ~ N(mu_y, Sigma)``, sampled exactly; ``method="vb"``
+        fits each of ``imputations`` completed data sets and pools the posteriors (a mixture), and
+        ``method="gibbs"`` draws the imputations inside the chain (:mod:`bayesvm.engines.impute_mi`).
+        ``"joint"``: the paper's model (Luts & Ormerod 2014, section 3.3: VB Alg. 4, Gibbs Appendix C),
+        where the SVM pseudo-likelihood also informs the imputations; it inflates the imputed
+        predictor's coefficient (see :mod:`bayesvm.engines.impute_mi` for why).
     standardize
         Centre and scale the numeric fixed-effect columns internally; results are reported
         on the original scale. With ``False`` the model is the paper's on the columns as given.
@@ -170,8 +181,9 @@ def bsvm(
     if method == "svi":
         return _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb)
     if design.imputation is not None:
-        _check_imputation(model, method, vb)
-        return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress)
+        _check_imputation(model, method, vb, imputation, imputations)
+        return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
+                               imputation, imputations)  # fmt: skip
     if prior is not None:
         return _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress)
     problem = model.problem()
@@ -385,7 +397,11 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
     return fit
 
 
-def _check_imputation(model, method: str, vb: str) -> None:
+def _check_imputation(model, method: str, vb: str, imputation: str, imputations: int) -> None:
+    if imputation not in ("mi", "joint"):
+        raise BayesvmError(f"imputation must be 'mi' or 'joint', got {imputation!r}")
+    if not (isinstance(imputations, (int, np.integer)) and imputations >= 2):
+        raise BayesvmError(f"imputations must be an integer >= 2, got {imputations!r}")
     if method not in ("vb", "gibbs"):
         raise BayesvmError(
             f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}"
@@ -401,10 +417,22 @@ def _check_imputation(model, method: str, vb: str) -> None:
         )
 
 
-def _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress) -> BSVMFit:
-    """Alg. 4 / Appendix C (``bayesvm.engines.impute``); the fit's problem holds the rows at the imputed means."""
-    problem = model.imputation_problem()
+def _fit_imputation(
+    model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress, imputation, imputations
+) -> BSVMFit:
+    """Multiple imputation (``bayesvm.engines.impute_mi``) or Alg. 4 / Appendix C (``bayesvm.engines.impute``);
+    the fit's problem holds the rows at the imputed means."""
+    problem = model.imputation_problem(imputation)
     name = _data_name(data)
+    if imputation == "mi" and method == "vb":
+        result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter)
+        imputed = problem.design(result.imputation.z_mean)
+        fit = BSVMFit(model=model, problem=replace(problem.base, D=imputed), method=method, result=result,
+                      data_name=name, tol=tol)  # fmt: skip
+        if not result.converged:
+            warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g} on at least one "
+                          "completed data set", ConvergenceWarning, 2)  # fmt: skip
+        return fit
     if method == "gibbs":
         result = sample_impute_gibbs(
             problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress

@@ -100,8 +100,8 @@ class LinearModel:
         gamma = s / self.scale[cols]
         return m, s, alpha, gamma
 
-    def imputation_problem(self) -> ImputationProblem:
-        """Inputs of :mod:`bayesvm.engines.impute`."""
+    def imputation_problem(self, mode: str = "joint") -> ImputationProblem:
+        """Inputs of :mod:`bayesvm.engines.impute` (``mode="joint"``) or :mod:`bayesvm.engines.impute_mi` (``"mi"``)."""
         layout = self.design.imputation
         m, s, alpha, gamma = self.imputation_scaling()
         z = np.nan_to_num((layout.values - m) / s, nan=0.0)
@@ -116,6 +116,7 @@ class LinearModel:
             mean_variance=self.priors.imputation.mean_variance,
             df=df,
             scale=scale,
+            mode=mode,
         )
 
     def selection_problem(self) -> SelectionProblem:

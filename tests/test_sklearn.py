@@ -121,4 +121,4 @@ def test_pcvm_classifier_chooses_the_lengthscale_by_cross_validation():
     proba = best.predict_proba(X[160:])
     np.testing.assert_array_equal(best.classes_[(proba[:, 1] > 0.5).astype(int)], best.predict(X[160:]))
     em = PCVMClassifier(method="em", lengthscale=0.4).fit(X[:160], y[:160])
-    assert em.score(X[160:], y[160:]) > 0.8
+    assert em.score(X[160:], y[160:]) > best.score(X[160:], y[160:]) - 0.1  # EM: a MAP, slightly worse

@@ -74,6 +74,7 @@ class ImputationProblem:
     mean_variance: float
     df: float
     scale: np.ndarray
+    mode: str = "joint"  # "joint": the paper's model (this module); "mi": bayesvm.engines.impute_mi
 
     @property
     def V(self) -> int:
@@ -90,7 +91,7 @@ class ImputationProblem:
             return None, self
         return order, ImputationProblem(
             base, self.columns, self.alpha, self.gamma, self.z[order], self.missing[order],
-            self.mean_variance, self.df, self.scale,
+            self.mean_variance, self.df, self.scale, self.mode,
         )  # fmt: skip
 
 
@@ -277,6 +278,35 @@ class ImputedGibbsDraws:
     sigma: np.ndarray  # (chains, draws, V, V)
 
 
+#: Multiple imputation inside Gibbs (``mode="mi"``): a new imputation every ``MI_SETTLE + MI_KEEP * thin``
+#: iterations (``MI_THIN`` steps of the imputation chain apart, ``MI_BURN`` before the first); the first
+#: ``MI_SETTLE`` iterations after each are not stored, so the (theta, a) chain forgets the previous imputation.
+#: Updating z every iteration instead (the naive "cut" sampler) is not valid: a depends on z, and theta
+#: drawn with a stale a was 2 posterior SDs off on simulated data (Plummer 2015 describes the same failure).
+MI_SETTLE, MI_KEEP, MI_THIN, MI_BURN = 20, 20, 5, 100
+
+
+def _storage_schedule(tune: int, draws: int, thin: int, segments: bool) -> np.ndarray:
+    """Per iteration: the index of the stored draw, or -1 (tuning, thinning, settling after an imputation)."""
+    if not segments:
+        total = tune + draws * thin
+        kept = np.arange(total) - tune
+        return np.where((kept >= 0) & (kept % thin == 0), kept // thin, -1)
+    length = MI_SETTLE + MI_KEEP * thin
+    total = tune + length * (-(-draws // MI_KEEP)) + length
+    position = np.arange(total) % length
+    keep = (np.arange(total) >= tune) & (position >= MI_SETTLE) & ((position - MI_SETTLE) % thin == 0)
+    index = np.cumsum(keep) - 1
+    keep &= index < draws
+    last = int(np.flatnonzero(keep)[-1]) + 1
+    return np.where(keep, index, -1)[:last]
+
+
+def _imputation_schedule(total: int, thin: int) -> np.ndarray:
+    """Per iteration: whether a new imputation starts (the segments of :func:`_storage_schedule`)."""
+    return np.arange(total) % (MI_SETTLE + MI_KEEP * thin) == 0
+
+
 def run_impute_chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, show: bool) -> dict:
     with blas_threads(problem.base.D.shape[1]):
         return _chain(problem, draws, tune, thin, seed, show)
@@ -295,7 +325,14 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
     omega = np.exp(rng.normal(0.0, 0.5, n))
     covs = [np.eye(c.k) * np.exp(rng.normal(0.0, 0.5)) for c in base.components]
     mu, sigma = np.zeros(V), np.eye(V)
-    total = tune + draws * thin
+    if prob.mode == "mi":
+        from .impute_mi import imputation_step, marginal_moments, start_state
+
+        state = start_state(prob, rng)
+        z = state.z
+    stored = _storage_schedule(tune, draws, thin, prob.mode == "mi")
+    new_imputation = _imputation_schedule(stored.size, thin) if prob.mode == "mi" else None
+    total = stored.size
     out = {
         "theta_d": np.empty((draws, base.D.shape[1])),
         "theta_b": None,
@@ -312,6 +349,10 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
 
         steps = tqdm(steps, desc="Gibbs", leave=False)
     for step in steps:
+        if new_imputation is not None and new_imputation[step]:  # the imputation model's own chain (impute_mi)
+            for _ in range(MI_BURN if step == 0 else MI_THIN):
+                imputation_step(state, prob, y, patterns, rng)
+            mu, sigma = marginal_moments(state.B, state.sigma, y)
         D = prob.design(z)
         prior_dd, prior_b = _prior_precisions(base, [np.linalg.inv(c) for c in covs])
         theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng)
@@ -320,27 +361,29 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
             f = f + np.sum(blocked.values * theta_b[blocked.codes], axis=1)
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
         covs = [_draw_component(c, component_values(c, theta_d, theta_b), rng) for c in base.components]
-        # z_{i,M} | rest
-        b = gamma * theta_d[K]
-        r = f - z @ b
-        prec = np.linalg.inv(sigma)
-        h = prec @ mu
-        bb = np.outer(b, b)
-        for rows, mis in patterns:
-            P, lin = _conditional(prec, h, bb, b, r[rows, None] * b[None], omega, y, z, rows, mis)
-            chol = np.linalg.cholesky(P)
-            mean = np.linalg.solve(P, lin[..., None])[..., 0]
-            eps = rng.standard_normal(lin.shape)
-            dev = np.linalg.solve(np.swapaxes(chol, 1, 2), eps[..., None])[..., 0]  # L^{-T} eps
-            z[np.ix_(rows, mis)] = mean + dev
-        # mu | z, Sigma and Sigma | z, mu
-        mu_cov = np.linalg.inv(np.eye(V) / prob.mean_variance + n * prec)
-        mu = rng.multivariate_normal(mu_cov @ prec @ z.sum(axis=0), mu_cov)
-        dev = z - mu
-        sigma = np.atleast_2d(stats.invwishart(df=prob.df + n, scale=prob.scale + dev.T @ dev).rvs(random_state=rng))
-        kept = step - tune
-        if kept >= 0 and kept % thin == 0:
-            i = kept // thin
+        if prob.mode != "mi":
+            # z_{i,M} | rest
+            b = gamma * theta_d[K]
+            r = f - z @ b
+            prec = np.linalg.inv(sigma)
+            h = prec @ mu
+            bb = np.outer(b, b)
+            for rows, mis in patterns:
+                P, lin = _conditional(prec, h, bb, b, r[rows, None] * b[None], omega, y, z, rows, mis)
+                chol = np.linalg.cholesky(P)
+                mean = np.linalg.solve(P, lin[..., None])[..., 0]
+                eps = rng.standard_normal(lin.shape)
+                dev = np.linalg.solve(np.swapaxes(chol, 1, 2), eps[..., None])[..., 0]  # L^{-T} eps
+                z[np.ix_(rows, mis)] = mean + dev
+            # mu | z, Sigma and Sigma | z, mu
+            mu_cov = np.linalg.inv(np.eye(V) / prob.mean_variance + n * prec)
+            mu = rng.multivariate_normal(mu_cov @ prec @ z.sum(axis=0), mu_cov)
+            dev = z - mu
+            sigma = np.atleast_2d(
+                stats.invwishart(df=prob.df + n, scale=prob.scale + dev.T @ dev).rvs(random_state=rng)
+            )
+        if stored[step] >= 0:
+            i = stored[step]
             out["theta_d"][i] = theta_d
             if out["theta_b"] is None:
                 out["theta_b"] = np.empty((draws,) + theta_b.shape)
@@ -363,6 +406,7 @@ class ImputedGibbsResult(GibbsResult):
     """Gibbs draws of the regression plus the imputation summaries (:class:`ImputedGibbsDraws`)."""
 
     imputation: ImputedGibbsDraws = None
+    imputation_mode: str = "joint"
 
 
 def sample_impute_gibbs(
@@ -397,4 +441,5 @@ def sample_impute_gibbs(
             mu=np.stack([r["mu"] for r in runs]),
             sigma=np.stack([r["sigma"] for r in runs]),
         ),
+        imputation_mode=problem.mode,
     )

@@ -72,8 +72,10 @@ class BSVMFit:
         """
         if self.model.design.X.shape[0] != self.model.design.n:
             raise BayesvmError("check_vb() needs the training rows in memory; this fit streamed out-of-core data")
-        if getattr(self.result, "z_cov", None) is not None:
-            raise BayesvmError("check_vb() does not cover missing='impute' fits (their q includes the imputed values)")
+        if getattr(self.result, "z_cov", None) is not None or getattr(self.result, "imputation", None) is not None:
+            raise BayesvmError(
+                "check_vb() does not cover missing='impute' fits (their posterior includes the imputed values)"
+            )
         if isinstance(self.result, SelectionVBResult):
             raise BayesvmError(
                 "check_vb() checks Gaussian and grid-mixture q's; compare a Laplace-zero VB fit with method='gibbs'"

@@ -27,17 +27,22 @@ class ImputationReport:
         Correlation matrix of the imputation model (from the posterior mean of ``Sigma``).
     rows
         One row per imputed value: ``row`` (label in the data), ``variable``, posterior ``mean`` and ``sd``.
+    model
+        ``"mi"``: multiple imputation from the normal model given the class (``mu`` and the correlations
+        are its moments over both classes); ``"joint"``: the paper's joint model.
     """
 
     variables: pd.DataFrame
     correlation: pd.DataFrame
     rows: pd.DataFrame
     method: str
+    model: str = "joint"
 
     def __str__(self) -> str:
         n_rows = self.rows["row"].nunique()
+        kind = {"mi": "multiple imputation, normal model given the class", "joint": "joint normal model"}[self.model]
         return (
-            f"Imputation ({self.method}; joint normal model, missing completely at random): "
+            f"Imputation ({self.method}; {kind}, missing completely at random): "
             f"{len(self.rows)} values in {n_rows} rows\n"
             + self.variables.to_string(float_format=lambda v: f"{v:.4g}")
             + "\nCorrelations of the imputation model:\n"
@@ -93,7 +98,8 @@ def build_report(fit) -> ImputationReport:
             "sd": sds[rows_idx, cols_idx],
         }
     )
-    return ImputationReport(variables=table, correlation=corr, rows=rows, method=fit.method)
+    return ImputationReport(variables=table, correlation=corr, rows=rows, method=fit.method,
+                            model=getattr(fit.result, "imputation_mode", "joint"))  # fmt: skip
 
 
 def conditional_imputation(fit, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -133,7 +133,23 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     }
     if inclusion is not None and not inclusion["p_include"].isna().all():
         info.update(selected=fit.selected, n_penalized=len(inclusion))
-    if fit.posterior.kind == "mixture":
+    mode = getattr(fit.result, "imputation_mode", None)
+    if mode == "mi":
+        info["imputed"] = info["imputed"].replace(
+            "joint normal model of", "multiple imputation from a normal model given the class of"
+        )
+    if getattr(fit.result, "fits", None) is not None:  # VB on each completed data set (impute_mi)
+        r = fit.result
+        info.update(
+            title=f"multiple imputation: mean-field VB (Alg. {alg}) on each of {len(r.fits)} completed data sets, "
+            "posteriors pooled",
+            method="vb-mi",
+            imputations=len(r.fits),
+            draws=int(r.theta_d.shape[0] * r.theta_d.shape[1]),
+            sweeps=[f.n_iter for f in r.fits],
+            decreases=[k for k, f in enumerate(r.fits) if f.decreases],
+        )
+    elif fit.posterior.kind == "mixture":
         r = fit.result
         info.update(
             title="accurate VB: EP for (beta, u) given the variance, integrated over log sigma^2",
@@ -310,6 +326,17 @@ def _footer(info: dict) -> str:
             f"{info['objective']:.4f}; {1000 * info['elapsed']:.1f} ms\n"
             "A posterior mode: no posterior SDs or intervals (use method='gibbs' or 'vb')."
         )
+    if info["method"] == "vb-mi":
+        status = "converged" if info["converged"] else "NOT converged on every data set"
+        sweeps = info["sweeps"]
+        text = (
+            f"Fit: {info['imputations']} completed data sets, VB {status} ({min(sweeps)}-{max(sweeps)} sweeps each); "
+            f"{info['draws']} draws of the pooled posterior (within- plus between-imputation spread); "
+            f"{1000 * info['elapsed']:.1f} ms"
+        )
+        if info["decreases"]:
+            text += f"\nWarning: the lower bound decreased on completed data set(s) {info['decreases'][:10]}"
+        return text + "\n" + VB_CAVEAT.replace("q(beta, u)", "q(beta, u) per data set")
     if info["method"] == "gibbs":
         text = (
             f"Sampling: {info['chains']} chains x {info['draws']} draws (thin {info['thin']}) after {info['tune']} "

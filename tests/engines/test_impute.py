@@ -134,9 +134,10 @@ def _fit(frame, formula, **kwargs):
         return bayesvm.bsvm(formula, frame, **kwargs)
 
 
-def test_imputed_values_track_the_hidden_truth():
+@pytest.mark.parametrize("imputation", ["mi", "joint"])
+def test_imputed_values_track_the_hidden_truth(imputation):
     frame, truth, hide = simulate(n=600, seed=2)
-    imputed = _fit(frame, "y ~ x1 + x2 + x3", missing="impute")
+    imputed = _fit(frame, "y ~ x1 + x2 + x3", missing="impute", imputation=imputation, seed=1)
     rows = imputed.imputation_report().rows
     assert len(rows) == hide.sum()
     assert np.corrcoef(rows["mean"], truth[hide])[0, 1] > 0.6
@@ -144,31 +145,56 @@ def test_imputed_values_track_the_hidden_truth():
     assert imputed.imputation_report().correlation.loc["x1", "x2"] == pytest.approx(0.8, abs=0.08)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the paper's model imputes with the unnormalised pseudo-likelihood exp(-2 hinge): its normaliser over y "
-        "grows with |f|, which pulls imputed values towards large margins and inflates the coefficients of the "
-        "imputed predictor (Gibbs shows the same, so it is the model, not VB); complete cases stay unbiased under MCAR"
-    ),
-)
-def test_imputation_beats_complete_cases_on_the_imputed_coefficient():
-    frame, truth, hide = simulate(n=600, seed=2)
+def test_multiple_imputation_beats_complete_cases_on_the_imputed_coefficient():
+    """Closer to the full-data fit than complete cases, on average over four data sets and on each of the first
+    two (measured on ten seeds at n = 600: closer on all ten, mean |error| 0.046 against 0.064; at n = 300 on
+    seven of ten, 0.115 against 0.131)."""
     formula = "y ~ x1 + x2 + x3"
-    reference = _fit(frame.assign(x2=truth), formula).fixef
-    imputed = _fit(frame, formula, missing="impute").fixef
-    complete = _fit(frame, formula, missing="drop").fixef
-    assert abs(imputed["x2"] - reference["x2"]) < abs(complete["x2"] - reference["x2"])
+    errors = []
+    for seed in range(4):
+        frame, truth, _ = simulate(n=600, seed=seed)
+        reference = _fit(frame.assign(x2=truth), formula).fixef["x2"]
+        imputed = _fit(frame, formula, missing="impute", seed=seed).fixef["x2"]
+        complete = _fit(frame, formula, missing="drop").fixef["x2"]
+        errors.append((abs(imputed - reference), abs(complete - reference)))
+    errors = np.array(errors)
+    assert errors[:, 0].mean() < errors[:, 1].mean(), errors
+    assert (errors[:2, 0] < errors[:2, 1]).all(), errors
 
 
-def test_vb_and_gibbs_imputations_agree():
+def test_the_papers_joint_model_inflates_the_imputed_coefficient():
+    """Why ``imputation="mi"`` is the default: the paper's model imputes with the unnormalised pseudo-likelihood
+    exp(-2 hinge), whose normaliser over y grows with |f|; imputed values are pulled beyond the margin and the
+    imputed predictor's coefficient grows (Gibbs shows the same, so it is the model, not VB)."""
+    frame, truth, _ = simulate(n=600, seed=2)
+    formula = "y ~ x1 + x2 + x3"
+    reference = _fit(frame.assign(x2=truth), formula).fixef["x2"]
+    joint = _fit(frame, formula, missing="impute", imputation="joint").fixef["x2"]
+    complete = _fit(frame, formula, missing="drop").fixef["x2"]
+    assert abs(joint) > abs(reference) + 0.1  # inflated
+    assert abs(joint - reference) > 2 * abs(complete - reference)
+
+
+@pytest.mark.parametrize("imputation", ["mi", "joint"])
+def test_vb_and_gibbs_imputations_agree(imputation):
     frame, _, hide = simulate(n=150, seed=4)
     formula = "y ~ x1 + x2 + x3"
-    vb = _fit(frame, formula, missing="impute")
-    gibbs = _fit(frame, formula, missing="impute", method="gibbs", draws=1500, tune=500, chains=2, seed=5)
+    vb = _fit(frame, formula, missing="impute", imputation=imputation, seed=3)
+    gibbs = _fit(frame, formula, missing="impute", imputation=imputation, method="gibbs", draws=1500, tune=500,
+                 chains=2, seed=5)  # fmt: skip
     a, b = vb.imputation_report().rows, gibbs.imputation_report().rows
     gap = (a["mean"] - b["mean"]).abs() / b["sd"]
-    assert gap.max() < 0.5, gap.max()
+    if imputation == "joint":
+        assert gap.max() < 0.5, gap.max()
+    else:  # VB's imputed means average 20 draws: Monte Carlo SE sd / sqrt(20) (Gibbs's 3000 draws add little)
+        z = gap / np.sqrt(1 / 20 + 1 / 3000)
+        assert z.max() < 4.0 and z.mean() < 1.2, (z.max(), z.mean())
     ratio = (a["sd"] / b["sd"]).median()
-    print(f"VB / Gibbs imputation SD ratio (median): {ratio:.2f}")
+    print(f"{imputation}: VB / Gibbs imputation SD ratio (median): {ratio:.2f}")
     assert 0.5 < ratio < 1.2
+    if imputation == "mi":  # the same cut posterior: the imputations do not depend on the SVM
+        assert 0.8 < ratio < 1.2
+        sd_vb, sd_gibbs = vb.summary().fixed["sd"], gibbs.summary().fixed["sd"]
+        coef_gap = ((vb.fixef - gibbs.fixef).abs() / sd_gibbs).max()
+        print(f"mi: coefficient gap {coef_gap:.2f} Gibbs SDs; SD ratio {(sd_vb / sd_gibbs).round(2).tolist()}")
+        assert coef_gap < 0.5

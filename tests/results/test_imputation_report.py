@@ -36,9 +36,9 @@ def _fit(data, formula="y ~ age + chol + sex", **kwargs):
         return bayesvm.bsvm(formula, data, missing="impute", **kwargs)
 
 
-@pytest.fixture(scope="module")
-def vb_fit(frame):
-    return _fit(frame)
+@pytest.fixture(scope="module", params=["mi", "joint"])
+def vb_fit(frame, request):
+    return _fit(frame, imputation=request.param, seed=0)
 
 
 def test_report_tables(vb_fit, frame):
@@ -93,8 +93,13 @@ def test_gibbs_imputation_and_random_effects(frame):
     assert float(posterior["impute_mu"].sel(impute_var="chol").mean()) == pytest.approx(
         report.variables.loc["chol", "mu"], rel=1e-6
     )
-    vb = _fit(frame, "y ~ age + chol + sex + (1 | clinic)")
-    assert np.isfinite(vb.lower_bound).all() and np.diff(vb.lower_bound).min() >= -1e-8 * abs(vb.lower_bound[-1])
+    vb = _fit(frame, "y ~ age + chol + sex + (1 | clinic)")  # multiple imputation: a VB fit per data set
+    assert len(vb.result.fits) == 20 and "clinic" in vb.ranef
+    for bound in [f.lower_bound for f in vb.result.fits]:
+        assert np.isfinite(bound).all() and np.diff(bound).min() >= -1e-8 * abs(bound[-1])
+    joint = _fit(frame, "y ~ age + chol + sex + (1 | clinic)", imputation="joint")
+    bound = joint.lower_bound
+    assert np.isfinite(bound).all() and np.diff(bound).min() >= -1e-8 * abs(bound[-1])
 
 
 def test_plot_imputation(vb_fit, tmp_path):
@@ -119,6 +124,10 @@ def test_errors_name_the_fault(frame):
         _fit(frame, method="em")
     with pytest.raises(BayesvmError, match="accurate"):
         _fit(frame, vb="accurate")
+    with pytest.raises(BayesvmError, match="imputation must be 'mi' or 'joint'"):
+        _fit(frame, imputation="mice")
+    with pytest.raises(BayesvmError, match="imputations must be an integer >= 2"):
+        _fit(frame, imputations=1)
 
 
 def test_error_and_drop_still_report_missing_values(frame):

@@ -95,7 +95,10 @@ def test_summary_explains_when_there_is_no_check():
     frame = pd.DataFrame({"x": rng.standard_normal(60), "z": rng.standard_normal(60)})
     frame["y"] = (frame["x"] + rng.standard_normal(60) > 0).astype(int)
     frame.loc[:9, "z"] = np.nan
-    fit = bayesvm.bsvm("y ~ x + z", frame, missing="impute")
+    fit = bayesvm.bsvm("y ~ x + z", frame, missing="impute", imputation="joint")
     assert "no PSIS check for imputation" in str(fit.summary())
     with pytest.raises(bayesvm.BayesvmError, match="missing='impute'"):
         fit.check_vb()
+    mi = bayesvm.bsvm("y ~ x + z", frame, missing="impute")
+    with pytest.raises(bayesvm.BayesvmError, match="missing='impute'"):
+        mi.check_vb()
