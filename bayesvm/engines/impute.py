@@ -30,6 +30,11 @@ entropies ``sum_i [|M_i| (1 + log 2 pi) + log|Cov z_{i,M}|] / 2``.
 Gibbs (Appendix C): ``theta``, ``1/a``, components as in :mod:`bayesvm.engines.gibbs` with the current
 ``z``; then ``z_{i,M} ~ N(P_i^{-1} l_i, P_i^{-1})`` with the draws in place of the expectations,
 ``mu | z, Sigma`` and ``Sigma | z, mu ~ IW(nu + n, Psi + sum_i (z_i - mu)(z_i - mu)')``.
+
+With ``ImputationProblem.mode == "mi"`` the same chain runs multiple imputation instead
+(:mod:`bayesvm.engines.impute_mi`): ``z`` comes from the imputation model's own chain, renewed every
+``MI_SETTLE + MI_KEEP * thin`` iterations, and draws are stored only after the ``(theta, a)`` chain has
+settled on the new completed data.
 """
 
 from __future__ import annotations
