@@ -1,0 +1,81 @@
+"""The imputation model's data-augmentation sampler (``bayesvm.engines.impute_mi``) against exact answers."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from bayesvm.engines.impute import ImputationProblem, _patterns
+from bayesvm.engines.impute_mi import ImputationState, _inverse_wishart, imputation_step, marginal_moments
+
+RNG = np.random.default_rng(11)
+N, V = 200, 3
+Y = np.where(RNG.random(N) < 0.4, 1.0, -1.0)
+TRUE_B = np.array([[0.2, -0.1, 0.0], [0.5, 0.0, -0.3]])
+TRUE_SIGMA = np.array([[1.0, 0.6, 0.1], [0.6, 1.0, 0.2], [0.1, 0.2, 1.0]])
+Z = np.column_stack([np.ones(N), Y]) @ TRUE_B + RNG.multivariate_normal(np.zeros(V), TRUE_SIGMA, size=N)
+
+
+def _problem(missing):
+    return ImputationProblem(
+        base=SimpleNamespace(y=Y), columns=np.arange(V), alpha=np.zeros(V), gamma=np.ones(V),
+        z=np.where(missing, 0.0, Z), missing=missing, mean_variance=1e8, df=V + 1.0, scale=0.01 * np.eye(V),
+    )  # fmt: skip
+
+
+def test_inverse_wishart_draws_have_the_inverse_wishart_mean():
+    scale, df = np.array([[2.0, 0.5], [0.5, 1.0]]), 9.0
+    draws = np.array([_inverse_wishart(df, scale, RNG) for _ in range(20000)])
+    np.testing.assert_allclose(draws.mean(axis=0), scale / (df - 2 - 1), rtol=0.03, atol=0.005)
+
+
+def test_complete_data_chain_samples_the_conjugate_posterior():
+    """No missing values: B | z and Sigma | z are known exactly (matrix-normal / inverse-Wishart)."""
+    problem = _problem(np.zeros((N, V), dtype=bool))
+    state = ImputationState(z=problem.z.copy(), B=np.zeros((2, V)), sigma=np.eye(V))
+    B_draws, S_draws = [], []
+    for step in range(3000):
+        imputation_step(state, problem, Y, [], RNG)
+        if step >= 200:
+            B_draws.append(state.B)
+            S_draws.append(state.sigma)
+    U = np.column_stack([np.ones(N), Y])
+    G = U.T @ U + np.eye(2) / problem.mean_variance
+    B_hat = np.linalg.solve(G, U.T @ Z)
+    scale = problem.scale + Z.T @ Z - B_hat.T @ G @ B_hat
+    S_mean = scale / (problem.df + N - V - 1)
+    B_draws, S_draws = np.array(B_draws), np.array(S_draws)
+    se_B = np.sqrt(np.outer(np.diag(np.linalg.inv(G)), np.diag(S_mean)) / len(B_draws)) * 3  # autocorrelated: x3
+    assert np.all(np.abs(B_draws.mean(axis=0) - B_hat) < 4 * se_B)
+    np.testing.assert_allclose(S_draws.mean(axis=0), S_mean, atol=0.02)
+    # the reported moments over the classes
+    mu, sigma = marginal_moments(B_hat, S_mean, Y)
+    np.testing.assert_allclose(mu, Z.mean(axis=0), atol=1e-8)
+    np.testing.assert_allclose(sigma, np.cov(Z.T, ddof=0), atol=0.05)
+
+
+def test_missing_values_are_drawn_from_the_conditional_normal():
+    missing = np.zeros((N, V), dtype=bool)
+    missing[:40, 0] = True
+    missing[40:60, :2] = True
+    problem = _problem(missing)
+    patterns = _patterns(missing)
+    B, S = TRUE_B.copy(), TRUE_SIGMA.copy()
+    rows = {0: 5, 1: 45}  # one row of each pattern
+    draws = {k: [] for k in rows}
+    for _ in range(2000):
+        state = ImputationState(z=problem.z.copy(), B=B.copy(), sigma=S.copy())
+        imputation_step(state, problem, Y, patterns, RNG)
+        for k, i in rows.items():
+            draws[k].append(state.z[i, missing[i]])
+    for k, i in rows.items():
+        mis, obs = missing[i], ~missing[i]
+        mean_i = np.array([1.0, Y[i]]) @ B
+        A = S[np.ix_(mis, obs)] @ np.linalg.inv(S[np.ix_(obs, obs)])
+        cond_mean = mean_i[mis] + A @ (Z[i, obs] - mean_i[obs])
+        cond_cov = S[np.ix_(mis, mis)] - A @ S[np.ix_(obs, mis)]
+        d = np.array(draws[k])
+        se = np.sqrt(np.diag(cond_cov) / len(d))
+        assert np.all(np.abs(d.mean(axis=0) - cond_mean) < 4 * se), (k, d.mean(axis=0), cond_mean)
+        np.testing.assert_allclose(np.cov(d.T).reshape(cond_cov.shape), cond_cov, rtol=0.1, atol=0.02)
