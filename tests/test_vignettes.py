@@ -74,7 +74,7 @@ def test_cardiac_vignette_runs(tmp_path, monkeypatch, capsys):
     assert "Imputed: log_chol 1246 value(s)" in out
     # the findings the text states
     assert namespace["vb_seconds"] < 6.0 and namespace["joint_seconds"] < 2.0
-    coefficients = namespace["coefficients"]["log_chol"]
+    coefficients = namespace["coefficients"].loc["log_chol"]
     complete = coefficients["VB complete cases"]
     # the paper's joint model inflates the imputed coefficient (VB and Gibbs); multiple imputation much less
     assert coefficients["VB joint (Alg. 4)"] > 10 * abs(complete)
