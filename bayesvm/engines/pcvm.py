@@ -45,6 +45,8 @@ import numpy as np
 from scipy import linalg
 from scipy.special import expit, log_ndtr
 
+from .linalg import runs_with_blas_threads
+
 LAMBDA = np.sqrt(8.0 / np.pi)
 BETA = 3.0
 #: Prior precision of the bias (vague).
@@ -120,6 +122,25 @@ def linearized_evidence(Phi_S: np.ndarray, alpha_S: np.ndarray, b: np.ndarray, t
     chol = linalg.cholesky(C, lower=True)
     r = linalg.solve_triangular(chol, target, lower=True)
     return -0.5 * (target.size * np.log(2 * np.pi) + 2 * np.sum(np.log(np.diag(chol))) + r @ r)
+
+
+def linearized_evidence_small(Phi_S: np.ndarray, alpha_S: np.ndarray, b: np.ndarray, target: np.ndarray) -> float:
+    """:func:`linearized_evidence` in O(N m^2) by the matrix determinant lemma and Woodbury:
+    ``log|C| = -sum log b - sum log alpha + log|A + Phi' B Phi|``,
+    ``t' C^-1 t = t' B t - (Phi' B t)' (A + Phi' B Phi)^-1 Phi' B t``."""
+    BPhi = Phi_S * b[:, None]
+    chol = linalg.cholesky(BPhi.T @ Phi_S + np.diag(alpha_S), lower=True)
+    r = linalg.solve_triangular(chol, BPhi.T @ target, lower=True)
+    logdet = -np.sum(np.log(b)) - np.sum(np.log(alpha_S)) + 2 * np.sum(np.log(np.diag(chol)))
+    return -0.5 * (target.size * np.log(2 * np.pi) + logdet + float(target @ (b * target)) - float(r @ r))
+
+
+def _linearisation(Phi_S: np.ndarray, w: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IRLS weights ``b`` and targets ``t^`` at the mode (as in :func:`_statistics`)."""
+    a = LAMBDA * (Phi_S @ w)
+    sigma = expit(a)
+    b = np.maximum(LAMBDA**2 * sigma * (1.0 - sigma), 1e-12)
+    return b, Phi_S @ w + LAMBDA * (t - sigma) / b
 
 
 @dataclass
@@ -199,7 +220,10 @@ def _actions(S, Q, alpha_now):
     return np.where(inside | fits, best_l - current, -np.inf), best_alpha
 
 
-def fit_pcvm_laplace(Phi: np.ndarray, y: np.ndarray, *, max_iter: int = 2000, tol: float = 1e-6) -> PCVMLaplaceResult:
+@runs_with_blas_threads(lambda Phi, *_, **__: Phi.shape[1])
+def fit_pcvm_laplace(
+    Phi: np.ndarray, y: np.ndarray, *, max_iter: int = 2000, tol: float = 1e-6, joint: bool = True
+) -> PCVMLaplaceResult:
     """EPCVM_Lap: incremental selection over the candidate columns ``Phi[:, 1:]`` (column 0 is the bias).
 
     ``Phi`` holds the label-signed basis functions at the training rows: ``Phi[n, 1 + j] = y_j k(x_n, x_j)``.
@@ -211,7 +235,14 @@ def fit_pcvm_laplace(Phi: np.ndarray, y: np.ndarray, *, max_iter: int = 2000, to
     functions while one of those actions gains more than that remembered addition, then scan again.  This
     only orders the actions (Tipping & Faul allow any order); the run ends when a full scan finds no action
     gaining more than ``tol``.  On banana with 2650 rows it cut the time from 12 s to about 3 s.
+
+    Single re-estimates converge slowly (coordinate ascent on the alphas: on heart, 845 of 877 steps were
+    re-estimates with gains down to 1e-6, together worth 0.7 nats).  So on the model's own basis functions
+    every worthwhile re-estimate is also tried at once; the joint update is taken when its exact gain in the
+    linearised evidence (:func:`linearized_evidence_small`) beats the best single action's (``joint=False``:
+    single actions only, as in the paper).
     """
+    joint_updates = joint
     t0 = time.perf_counter()
     t = (y > 0).astype(float)
     N = Phi.shape[1] - 1
@@ -245,6 +276,18 @@ def fit_pcvm_laplace(Phi: np.ndarray, y: np.ndarray, *, max_iter: int = 2000, to
             gain, best_alpha = _actions(S, Q, np.array(alpha_active))
             k = int(np.argmax(gain))
             best_gain, best_j, best_a = float(gain[k]), active[k], float(best_alpha[k])
+            joint = (gain > 0) & np.isfinite(best_alpha)
+            if joint_updates and np.isfinite(best_a) and joint.sum() > 1 and best_gain > max(remembered_addition, tol):
+                # every worthwhile re-estimate at once, kept only if it beats the best single one
+                b, target = _linearisation(Phi_S, w, t)
+                alpha_new = np.where(joint, best_alpha, np.array(alpha_active))
+                before = linearized_evidence_small(Phi_S, alpha_S, b, target)
+                after = linearized_evidence_small(Phi_S, np.concatenate([[BIAS_PRECISION], alpha_new]), b, target)
+                if after - before > best_gain:
+                    alpha_active = list(alpha_new)
+                    gains.append(after - before)
+                    actions.append(f"re-estimated {int(joint.sum())} jointly")
+                    continue
         if not best_gain > max(remembered_addition, tol):  # scan every candidate
             S, Q = _statistics(Phi[:, 1:], Phi_S, w, t, alpha_S, candidates_sq_T, candidates_T)
             alpha_now = np.full(N, np.inf)
@@ -313,6 +356,7 @@ def _tilted(kind: str, mu: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.
     return mu + scale * r, var * (1.0 - r * (z + r))
 
 
+@runs_with_blas_threads(lambda Phi, *_, **__: Phi.shape[1])
 def fit_pcvm_ep(
     Phi: np.ndarray, y: np.ndarray, alpha: np.ndarray, *, tol: float = 1e-8, max_sweeps: int = 200
 ) -> PCVMEPResult:

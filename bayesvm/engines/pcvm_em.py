@@ -38,6 +38,7 @@ import numpy as np
 from scipy import linalg
 from scipy.special import log_ndtr
 
+from .linalg import runs_with_blas_threads
 from .pcvm import BIAS_PRECISION
 
 
@@ -76,6 +77,7 @@ def em_gradient(w: np.ndarray, Phi: np.ndarray, y: np.ndarray, c: float = 0.0, d
     return Phi.T @ r - prior
 
 
+@runs_with_blas_threads(lambda Phi, *_, **__: Phi.shape[1])
 def fit_pcvm_em(
     Phi: np.ndarray,
     y: np.ndarray,

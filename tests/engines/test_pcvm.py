@@ -160,3 +160,26 @@ def test_exact_truncated_gain_favours_every_positively_aligned_basis():
             lambda w, a=a: 2 * stats.norm.pdf(w, 0, 1 / np.sqrt(a)) * np.exp(q * w - s * w * w / 2), 0, np.inf
         )
         assert float(truncated_gain(a, s, q)) == pytest.approx(np.log(exact), rel=1e-8)
+
+
+def test_evidence_in_m_space_equals_the_n_by_n_form():
+    from bayesvm.engines.pcvm import _linearisation, linearized_evidence_small
+
+    cols = [0, 3, 10, 40]
+    alpha = np.array([BIAS_PRECISION, 0.5, 2.0, 1.0])
+    w, *_ = laplace_mode(PHI[:, cols], T, alpha)
+    b, target = _linearisation(PHI[:, cols], w, T)
+    assert linearized_evidence_small(PHI[:, cols], alpha, b, target) == pytest.approx(
+        linearized_evidence(PHI[:, cols], alpha, b, target), rel=1e-10
+    )
+
+
+def test_every_step_raises_the_evidence_of_its_linearisation():
+    """Single actions and joint re-estimates alike: every recorded gain is positive, and the selection reaches at
+    most 0.01 nats below single steps only (which needed 877 steps on heart where the joint version needs 40)."""
+    result = fit_pcvm_laplace(PHI, Y)
+    single = fit_pcvm_laplace(PHI, Y, joint=False)
+    assert np.all(result.gains > 0) and np.all(single.gains > 0)
+    assert any("jointly" in a for a in result.actions) and not any("jointly" in a for a in single.actions)
+    assert result.evidence[-1] > single.evidence[-1] - 0.01  # both are local optima of the selection
+    assert result.n_iter < single.n_iter
