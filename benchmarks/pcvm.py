@@ -15,6 +15,7 @@ parameter search too); the SVC row also gives the grid search's time.  Printed b
 (Table III), vectors (Table IV) and time (Table VIII, their machine, 100 splits), with the time ratio.
 
     python -m benchmarks.pcvm [--splits 10] [--sets banana heart_pooled] [--protocol ratsch] [--no-tune]
+                              [--lengthscale 0.5]
 """
 
 from __future__ import annotations
@@ -133,14 +134,14 @@ def _svc(train, test):
 
 
 def run(sets=SETS, splits_: int = 10, protocol: str = "paper", tune: bool = True, methods=("laplace", "ep", "em"),
-        grid=GRID) -> pd.DataFrame:  # fmt: skip
+        grid=GRID, lengthscale: float | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per (set, method): means over the splits of error, AUC, vectors; median seconds per fit."""
     from sklearn.metrics import roc_auc_score
 
     rows = []
     for name in sets:
         data = bayesvm.datasets.load_ratsch(name)
-        lengthscale = tune_lengthscale(data, protocol, grid) if tune else None
+        chosen = tune_lengthscale(data, protocol, grid) if tune and lengthscale is None else lengthscale
         scores: dict[str, list] = {m: [] for m in (*methods, "svc")}
         search_seconds, n_train = [], []
         for train, test in splits(data, splits_, protocol):
@@ -148,7 +149,7 @@ def run(sets=SETS, splits_: int = 10, protocol: str = "paper", tune: bool = True
             n_train.append(len(train))
             for method in methods:
                 start = time.perf_counter()
-                fit = _pcvm(data.formula, train, method, lengthscale)
+                fit = _pcvm(data.formula, train, method, chosen)
                 seconds = time.perf_counter() - start
                 prob = fit.predict(test, kind="prob")
                 scores[method].append((np.mean((prob > 0.5) != truth), roc_auc_score(truth, prob),
@@ -162,7 +163,7 @@ def run(sets=SETS, splits_: int = 10, protocol: str = "paper", tune: bool = True
             paper_seconds = paper_value("seconds", method, name) if protocol == "paper" else np.nan
             rows.append({
                 "set": name, "method": METHODS[method], "n_train": int(np.median(n_train)), "splits": len(arr),
-                "lengthscale": lengthscale if method != "svc" else np.nan,
+                "lengthscale": chosen if method != "svc" else np.nan,
                 "error %": 100 * arr[:, 0].mean(), "error sd": 100 * arr[:, 0].std(ddof=1) if len(arr) > 1 else np.nan,
                 "AUC %": 100 * arr[:, 1].mean(), "vectors": arr[:, 2].mean(), "seconds": seconds,
                 "paper error %": paper_value("error %", method, name),
@@ -180,8 +181,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     parser.add_argument("--protocol", choices=("paper", "ratsch"), default="paper")
     parser.add_argument("--no-tune", action="store_true")
     parser.add_argument("--methods", nargs="*", default=["laplace", "ep", "em"])
+    parser.add_argument("--lengthscale", type=float, default=None, help="use this lengthscale instead of tuning")
     args = parser.parse_args(argv)
-    table = run(args.sets, args.splits, args.protocol, not args.no_tune, tuple(args.methods))
+    table = run(args.sets, args.splits, args.protocol, not args.no_tune, tuple(args.methods),
+                lengthscale=args.lengthscale)  # fmt: skip
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"), flush=True)
     return table
