@@ -147,6 +147,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             imputations=len(r.fits),
             draws=int(r.theta_d.shape[0] * r.theta_d.shape[1]),
             sweeps=[f.n_iter for f in r.fits],
+            converged=r.converged,  # every completed-data VB fit met its tolerance
             decreases=[k for k, f in enumerate(r.fits) if f.decreases],
         )
     elif fit.posterior.kind == "mixture":
