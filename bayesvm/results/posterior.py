@@ -205,8 +205,7 @@ class MixturePosterior:
     def component_means(self) -> list[np.ndarray]:
         if not self.result.has_component:
             return []
-        means = self.result.weights @ self.result.variances
-        return [np.array([[float(m)]]) for m in means]
+        return [np.tensordot(self.result.weights, cov, axes=1) for cov in self.result.covariances]
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
         parts = [(w, *th.predictor(D, codes, values)) for w, th in self._pairs()]
@@ -220,18 +219,18 @@ class MixturePosterior:
     def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Draws from the mixture: a node by its weight, then theta from that node's Gaussian."""
         counts = rng.multinomial(size, self.result.weights)
-        thetas_d, thetas_b, variances = [], [], []
-        for count, th, variance in zip(counts, self.result.thetas, self.result.variances):
+        thetas_d, thetas_b, nodes = [], [], []
+        for k, (count, th) in enumerate(zip(counts, self.result.thetas)):
             if count:
                 d, b = th.sample(rng, int(count))
                 thetas_d.append(d)
                 thetas_b.append(b)
-                variances.append(np.repeat(variance[None, :], int(count), axis=0))
+                nodes.append(np.full(int(count), k))
         order = rng.permutation(size)
         theta_d = np.concatenate(thetas_d)[order]
         theta_b = np.concatenate(thetas_b)[order]
-        all_variances = np.concatenate(variances)[order]  # (size, components)
-        comps = [all_variances[:, c].reshape(1, size, 1, 1) for c in range(all_variances.shape[1])]
+        node = np.concatenate(nodes)[order]
+        comps = [cov[node][None] for cov in self.result.covariances]  # (1, size, k, k)
         return theta_d[None], theta_b[None], comps
 
 

@@ -93,8 +93,14 @@ def _mean_field_proposal(fit, rng, draws):
 
 
 def _mixture_proposal(fit, rng, draws):
-    """Draws from the accurate fit's mixture, as a density: ``log sigma^2`` uniform within the
-    grid cell of node k (probability ``w_k``), ``theta`` from node k's Gaussian."""
+    """Draws from the accurate fit's mixture, as a density: node k with probability ``w_k``, the
+    hyperparameters ``phi`` spread over node k's cell, ``theta`` from node k's Gaussian.
+
+    The cell of a lattice node is the lattice cell around it (``phi`` uniform there); the cell of a
+    Gauss-Hermite node is the product of the intervals between the midpoints of the 3-point rule in
+    ``z`` (``z`` standard normal truncated to it).  ``log q`` of the covariances adds the Jacobian
+    of ``phi`` -> covariances (``Hyperparameters.log_jacobian``).
+    """
     r = fit.result
     nodes = rng.choice(r.weights.size, size=draws, p=r.weights)
     thetas_d, thetas_b, log_q = [], [], np.empty(draws)
@@ -113,12 +119,22 @@ def _mixture_proposal(fit, rng, draws):
         theta_b[chosen] = b
     covs = []
     if r.has_component:
-        # t uniform within node k's cell: t = t_k + axes @ (step * (u - 1/2)), volume |det axes| step^d
-        d = r.log_variances.shape[1]
-        t = r.log_variances[nodes] + (r.step * (rng.random((draws, d)) - 0.5)) @ r.axes.T
-        log_volume = np.log(abs(np.linalg.det(r.axes))) + d * np.log(r.step)
-        log_q = log_q - log_volume - t.sum(axis=1)  # density of sigma^2 = e^t: q(t) / prod sigma^2
-        covs = [np.exp(t[:, c]).reshape(draws, 1, 1) for c in range(d)]
+        d = r.nodes.shape[1]
+        if r.design == "lattice":  # z uniform within the node's cell
+            z = r.lattice[nodes] + r.step * (rng.random((draws, d)) - 0.5)
+            log_q = log_q - d * np.log(r.step)
+        else:  # z standard normal truncated to the node's cell
+            half = r.step / 2.0
+            lower = np.where(r.lattice[nodes] < -half, -np.inf, np.where(r.lattice[nodes] > half, half, -half))
+            upper = np.where(r.lattice[nodes] < -half, -half, np.where(r.lattice[nodes] > half, np.inf, half))
+            z = stats.truncnorm.rvs(lower, upper, random_state=rng)
+            log_q = log_q + np.sum(stats.truncnorm.logpdf(z, lower, upper), axis=1)
+        phi = r.center + z @ r.axes.T
+        log_q = log_q - np.log(abs(np.linalg.det(r.axes)))  # density of phi
+        hyper = r.hyperparameters
+        per_draw = [hyper.covariances(t) for t in phi]
+        log_q = log_q - np.array([hyper.log_jacobian(t) for t in phi])  # density of the covariances
+        covs = [np.stack([c[j] for c in per_draw]) for j in range(len(hyper.components))]
     return theta_d, theta_b, covs, log_q
 
 

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 import bayesvm
-from bayesvm.engines.ep import run_ep, tilted_moments
+from bayesvm.engines.ep import fit_accurate, run_ep, tilted_moments
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import InverseWishart, PriorSet
-from tests.conftest import simulate_logistic
+from tests.conftest import simulate_grouped, simulate_logistic
 
 
 def test_tilted_moments_match_quadrature():
@@ -108,7 +108,7 @@ def test_toenail_meets_the_bar_against_gibbs(toenail):
 def test_two_components_learned_penalty_and_random_intercept(toenail):
     formula = "outcome ~ visit * treatment + (1 | patientID)"
     accurate = bayesvm.bsvm(formula, toenail, vb="accurate")  # penalty="learn": two variance components
-    assert accurate.result.log_variances.shape[1] == 2
+    assert accurate.result.nodes.shape[1] == 2
     gibbs = _gibbs(formula, toenail, draws=6000, tune=2000)
     gibbs_sd = np.sqrt(np.diag(gibbs.fixef_cov))
     assert np.all(np.abs(accurate.fixef - gibbs.fixef) < 0.5 * gibbs_sd)
@@ -118,10 +118,98 @@ def test_two_components_learned_penalty_and_random_intercept(toenail):
     assert abs(patient / reference - 1) < 0.25
 
 
+def _correlated_slopes(seed=3, m=60, per=12):
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(m), per)
+    x = rng.standard_normal(m * per)
+    u = rng.standard_normal((m, 2)) @ np.linalg.cholesky(np.array([[1.0, 0.3], [0.3, 0.5]])).T
+    eta = 0.3 + x + u[g, 0] + u[g, 1] * x
+    y = np.where(rng.random(m * per) < 1 / (1 + np.exp(-1.7 * eta)), "a", "b")
+    return pd.DataFrame({"y": y, "x": x, "g": [f"g{k}" for k in g]})
+
+
+def test_log_cholesky_jacobian_matches_finite_differences():
+    from bayesvm.engines.ep import Hyperparameters
+    from bayesvm.engines.vb import VarianceComponent
+
+    comps = (
+        VarianceComponent("a", np.zeros((1, 1), int), False, 1, prior_a=1.0, prior_b=1.0),
+        VarianceComponent("b", np.zeros((1, 3), int), False, 1, prior_df=4.0, prior_scale=np.eye(3)),
+    )
+    hyper = Hyperparameters(comps)
+    assert hyper.size == 7
+    phi = np.array([0.3, 0.2, -0.4, 0.1, 0.5, -0.3, 0.8])
+
+    def vech(t):
+        covs = hyper.covariances(t)
+        return np.concatenate([covs[0].ravel(), covs[1][np.tril_indices(3)]])
+
+    jac = np.empty((7, 7))
+    for j in range(7):
+        e = np.zeros(7)
+        e[j] = 1e-6
+        jac[:, j] = (vech(phi + e) - vech(phi - e)) / 2e-6
+    assert abs(np.linalg.slogdet(jac)[1] - hyper.log_jacobian(phi)) < 1e-6
+    precisions = hyper.precisions(phi)
+    np.testing.assert_allclose(precisions[1] @ hyper.covariances(phi)[1], np.eye(3), atol=1e-12)
+
+
+def test_correlated_slopes_match_gibbs():
+    """(1 + x | g) with a 2 x 2 inverse-Wishart covariance: three hyperparameters on the lattice."""
+    data = _correlated_slopes()
+    formula = "y ~ x + (1 + x | g)"
+    accurate = bayesvm.bsvm(formula, data, penalty=None, vb="accurate")
+    assert accurate.result.nodes.shape[1] == 3 and accurate.result.design == "lattice"
+    gibbs = _gibbs(formula, data, penalty=None, draws=4000, tune=1000)
+    _compare(accurate, gibbs, 0.25, 0.15)
+    ours, theirs = accurate.variance_components[0].mean, gibbs.variance_components[0].mean
+    assert np.all(np.abs(ours - theirs) < 0.15 * np.sqrt(np.outer(np.diag(theirs), np.diag(theirs)))), (ours, theirs)
+    mean_field = bayesvm.bsvm(formula, data, penalty=None, vb="meanfield")
+    gibbs_sd = np.sqrt(np.diag(gibbs.fixef_cov))
+    assert np.all(np.sqrt(np.diag(mean_field.fixef_cov)) < 0.85 * gibbs_sd)  # what the accurate fit repairs
+    check = accurate.check_vb(draws=500)
+    assert np.isfinite(check.khat)
+
+
+def test_gauss_hermite_design_agrees_with_the_lattice():
+    """Four hyperparameters (learned penalty + correlated slopes) use the 3-point Gauss-Hermite rule;
+    with three (penalty fixed at its posterior mean) the lattice.  Both give the same fixed effects."""
+    data = _correlated_slopes(seed=5, m=40, per=10)
+    formula = "y ~ x + (1 + x | g)"
+    learned = bayesvm.bsvm(formula, data, vb="accurate")
+    assert learned.result.design == "gauss-hermite" and learned.result.nodes.shape == (81, 4)
+    np.testing.assert_allclose(learned.result.weights.sum(), 1.0)
+    fixed = bayesvm.bsvm(formula, data, penalty=learned.penalty_estimate, vb="accurate")
+    sd = np.sqrt(np.diag(fixed.fixef_cov))
+    assert np.all(np.abs(learned.fixef - fixed.fixef) < 0.2 * sd)
+    assert np.all(np.abs(np.sqrt(np.diag(learned.fixef_cov)) / sd - 1) < 0.15)
+    assert np.isfinite(learned.check_vb(draws=300).khat)  # the truncated-Gaussian cell proposal
+
+
+def test_sparse_path_gives_the_schur_answer():
+    data = simulate_grouped(n_groups=30, per_group=6, p=2, seed=8)
+    formula = "y ~ x1 + x2 + (1 | g) + (1 | h)"
+    design = build_design(parse_formula(formula), data)
+    fits = []
+    for limit in (2000, 0):
+        problem = build_model(design, None, PriorSet(), True, max_dense_columns=limit).problem()
+        assert problem.is_sparse == (limit == 0)
+        fits.append(fit_accurate(problem))
+    schur, sparse = fits
+    np.testing.assert_allclose(schur.weights, sparse.weights, atol=1e-6)
+    np.testing.assert_allclose(schur.nodes, sparse.nodes, atol=1e-6)
+    p = design.X.shape[1]  # the fixed effects lead both paths' columns
+    for a, b in zip(schur.thetas, sparse.thetas):
+        np.testing.assert_allclose(a.mean_d[:p], b.mean_d[:p], atol=1e-6)
+        np.testing.assert_allclose(a.variance()[:p], b.variance()[:p], rtol=1e-6)
+        assert abs(a.logdet_precision - b.logdet_precision) < 1e-6
+    np.testing.assert_allclose(schur.chi, sparse.chi, rtol=1e-6)  # every row's predictor mean and variance
+
+
 def test_outside_its_scope_it_says_so(toenail):
-    with pytest.raises(ValueError, match="single-column variance components"):
+    with pytest.raises(ValueError, match="at most 6 variance hyperparameters"):
         bayesvm.bsvm(
-            "outcome ~ visit + (1 + visit | patientID)",
+            "outcome ~ visit + (1 + visit + treatment | patientID)",
             toenail,
             vb="accurate",
             priors=PriorSet(correlated=InverseWishart()),
