@@ -45,7 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--positive", default=None, help="response value to code as +1")
     fit.add_argument("--missing", default="error", choices=["error", "drop"])
     fit.add_argument("--no-standardize", action="store_true", help="fit on the columns as given")
-    fit.add_argument("--vb", default="meanfield", choices=["meanfield", "accurate"], help="variational fit (method vb)")
+    fit.add_argument(
+        "--vb",
+        default=None,
+        choices=["meanfield", "accurate"],
+        help="variational fit (method vb; default: accurate where it applies)",
+    )
     fit.add_argument("--draws", type=int, default=1000, help="Gibbs draws per chain")
     fit.add_argument("--tune", type=int, default=1000, help="Gibbs tuning iterations")
     fit.add_argument("--chains", type=int, default=4, help="Gibbs chains")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .engines.em import fit_em
-from .engines.ep import fit_accurate
+from .engines.ep import AccurateFitError, fit_accurate
 from .engines.gibbs import sample_gibbs
 from .engines.impute import fit_impute_vb, sample_impute_gibbs
 from .engines.impute_mi import fit_mi_vb
@@ -55,7 +55,7 @@ def bsvm(
     seed: int | None = None,
     cores: int = 1,
     progress: bool = True,
-    vb: str = "meanfield",
+    vb: str | None = None,
     prior: LaplaceZero | SpikeSlab | Lasso | None = None,
     unpenalized: list[str] | None = None,
     kernel: Kernel | None = None,
@@ -114,10 +114,14 @@ def bsvm(
         stage stops when no coefficient moves by more than ``tol`` (default 1e-10) relative to
         the largest; at most ``max_iter`` iterations over all continuation stages (default 20000).
     vb
-        ``"meanfield"``: the paper's factorisation (fast; SDs too narrow, variance components
-        shrunk); ``"accurate"``: EP for ``(beta, u)`` given the variance component, integrated
-        over a grid of the log-variances (``bayesvm.engines.ep``); for models with up to three
-        single-column variance components (not correlated ``(1 + x | g)`` terms).
+        ``"accurate"``: EP for ``(beta, u)`` given the variance components, integrated over them
+        (``bayesvm.engines.ep``): posterior means, SDs and variance components close to a long Gibbs
+        run, for models with up to six variance hyperparameters (a correlated ``k x k`` term counts
+        ``k (k + 1) / 2``).  ``"meanfield"``: the paper's factorisation (Alg. 1-2; fast, but SDs too narrow
+        and variance components shrunk).  ``None`` (default): ``"accurate"`` where it applies and the data
+        have at most 20,000 rows on one large grouping factor or none, otherwise ``"meanfield"``
+        (:func:`default_vb`; ``summary()`` says which and why).  Selection priors, ``missing="impute"``,
+        kernels, ``method="svi"`` and out-of-core data use mean-field VB.
     prior
         A selection / shrinkage prior for the penalised slopes instead of ``penalty``:
         :class:`bayesvm.priors.LaplaceZero` (``method="vb"``: Alg. 3; ``"gibbs"``: Appendix B),
@@ -148,8 +152,8 @@ def bsvm(
     """
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
-    if vb not in ("meanfield", "accurate"):
-        raise BayesvmError(f"vb must be 'meanfield' or 'accurate', got {vb!r}")
+    if vb not in (None, "meanfield", "accurate"):
+        raise BayesvmError(f"vb must be None, 'meanfield' or 'accurate', got {vb!r}")
     if max_iter is None and kernel is None:  # Alg. 3's indicators can creep for a while: more sweeps by default
         max_iter = {"em": 20000, "svi": 100000}.get(method, 2000 if isinstance(prior, LaplaceZero) else 500)
     if tol is None and kernel is None:
@@ -202,11 +206,21 @@ def bsvm(
                 f"EM stopped after {result.n_iter} iterations without converging", ConvergenceWarning, stacklevel=2
             )
         return fit
-    if vb == "accurate":
-        result = fit_accurate(problem)
-        return BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
+    chosen, why = (vb, None) if vb is not None else default_vb(problem)
+    if chosen == "accurate":
+        try:
+            result = fit_accurate(problem)
+        except AccurateFitError as exc:
+            if vb is not None:
+                raise
+            why = f"{exc}; fell back"
+        else:
+            return BSVMFit(
+                model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol
+            )
     result = fit_vb(problem, tol=tol, max_iter=max_iter)
     fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
+    fit.vb_note = why
     if not result.converged:
         warnings.warn(
             f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}; increase max_iter",
@@ -222,6 +236,30 @@ def bsvm(
     return fit
 
 
+#: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs
+#: 20-60 mean-field fits: about 10 s at 20,000 rows with a random intercept and a learned penalty).
+AUTO_ACCURATE_MAX_ROWS = 20_000
+
+
+def default_vb(problem) -> tuple[str, str | None]:
+    """The variational fit ``vb=None`` chooses, and why it is not the accurate one (``None`` if it is).
+
+    The accurate fit (EP integrated over the variance components) is the default wherever it
+    applies; mean-field VB where it does not (more than six variance hyperparameters), on the sparse
+    path (several large grouping factors, where each EP sweep is a sparse factorisation) and above
+    ``AUTO_ACCURATE_MAX_ROWS`` rows.
+    """
+    from .engines.ep import MAX_HYPERPARAMETERS, Hyperparameters
+
+    if problem.is_sparse:
+        return "meanfield", "several large grouping factors (sparse path)"
+    if problem.n > AUTO_ACCURATE_MAX_ROWS:
+        return "meanfield", f"more than {AUTO_ACCURATE_MAX_ROWS:,} rows"
+    if Hyperparameters(problem.components).size > MAX_HYPERPARAMETERS:
+        return "meanfield", f"more than {MAX_HYPERPARAMETERS} variance hyperparameters"
+    return "accurate", None
+
+
 def _fit_streamed(formula, data, *, method, positive, missing, standardize, penalty, priors, tol, max_iter, seed,
                   batch_size, learning_rate, prior, vb, kernel, inducing, inducing_method) -> BSVMFit:  # fmt: skip
     """Out-of-core (dask) data: full-batch VB by one pass over the partitions per sweep, or SVI over them."""
@@ -232,7 +270,7 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
     allowed = ("svi",) if kernel is not None else ("vb", "svi")
     if method not in allowed:
         raise BayesvmError(f"out-of-core (dask) data are fitted by method in {allowed}, not {method!r}")
-    if prior is not None or vb != "meanfield":
+    if prior is not None or vb == "accurate":
         raise BayesvmError("out-of-core (dask) data take neither a selection prior nor vb='accurate' in this version")
     tol, max_iter = _iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=500)
     streamed = build_streamed(parse_formula(formula), data, positive, missing)
@@ -272,7 +310,7 @@ def _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate,
             "method='svi' fits fixed-effect models in this version: remove the random-effect terms "
             f"{[t.bar.group for t in model.design.re_terms]} or use method='vb'"
         )
-    if model.prior is not None or model.design.imputation is not None or vb != "meanfield":
+    if model.prior is not None or model.design.imputation is not None or vb == "accurate":
         raise BayesvmError("method='svi' is not available with a selection prior, missing='impute' or vb='accurate'")
     _iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)
     problem = model.problem()
@@ -294,7 +332,7 @@ def _fit_kernel(formula, data, *, method, positive, missing, standardize, tol, m
             "penalty= and prior= do not apply to a kernel fit: the kernel's variance is the penalty "
             "(learned when the kernel's learn includes 'variance')"
         )
-    if vb != "meanfield":
+    if vb == "accurate":
         raise BayesvmError("vb='accurate' is not available with a kernel")
     if learn_inducing and (method == "svi" or isinstance(inducing, str)):
         raise BayesvmError("learn_inducing=True needs method='vb' with inducing points (not 'all')")
@@ -366,7 +404,7 @@ def _check_prior_method(prior: object, method: str, penalty: object, vb: str) ->
         raise BayesvmError(
             f"prior={type(prior).__name__}(...) replaces the penalty: leave penalty at its default, got {penalty!r}"
         )
-    if vb != "meanfield":
+    if vb == "accurate":
         raise BayesvmError("vb='accurate' is not available with a selection prior; use method='gibbs'")
 
 
@@ -406,7 +444,7 @@ def _check_imputation(model, method: str, vb: str, imputation: str, imputations:
         raise BayesvmError(
             f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}"
         )
-    if vb != "meanfield":
+    if vb == "accurate":
         raise BayesvmError("vb='accurate' is not available with missing='impute'")
     if model.prior is not None:
         raise BayesvmError("missing='impute' cannot be combined with a selection prior in this version")

@@ -161,9 +161,17 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         return self._frame(X)
 
     def decision_function(self, X) -> np.ndarray:
-        """Posterior mean of the linear predictor (kernel fits: of ``f``): shape (n,) for two classes, (n, n_classes) otherwise."""
+        """Log-odds of the posterior predictive probability, ``log P(+1) - log P(-1)`` per binary problem:
+        shape (n,) for two classes, (n, n_classes) otherwise (one-vs-rest).
+
+        Consistent with ``predict`` and ``predict_proba`` by construction (positive exactly where
+        ``P > 0.5``; the same ranking).  The posterior mean of the linear predictor ``f``, whose sign
+        can differ from the class when ``f`` is uncertain, is ``fit.predict(frame, kind="link")``.
+        """
         frame = self._check(X)
-        scores = np.column_stack([fit.predict(frame, kind="link") for fit in self._fits()])
+        positive = np.column_stack([fit.predict(frame, kind="prob") for fit in self._fits()])
+        positive = np.clip(positive, 1e-300, 1.0 - 1e-16)
+        scores = np.log(positive) - np.log1p(-positive)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict_proba(self, X) -> np.ndarray:

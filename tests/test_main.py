@@ -6,12 +6,12 @@ import pandas as pd
 from bayesvm.__main__ import main
 
 
-def test_example_toenail_prints_summary_with_lower_bound():
+def test_example_toenail_prints_the_accurate_fit():
     out = subprocess.run(
         [sys.executable, "-m", "bayesvm", "example", "toenail"], capture_output=True, text=True, check=True
     )
     assert "Random effects" in out.stdout and "patientID" in out.stdout
-    assert "lower bound -12" in out.stdout
+    assert "accurate VB" in out.stdout and "expectation propagation" in out.stdout
 
 
 def test_fit_any_csv(tmp_path, capsys):

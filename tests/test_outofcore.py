@@ -41,7 +41,7 @@ def frame():
 @pytest.mark.parametrize("penalty", ["learn", 0.5])
 def test_streamed_vb_equals_in_memory_vb(client, frame, penalty):
     ddf = dd.from_pandas(frame, npartitions=3)
-    memory = bayesvm.bsvm("y ~ a + b + c + g", frame, penalty=penalty, tol=1e-12)
+    memory = bayesvm.bsvm("y ~ a + b + c + g", frame, penalty=penalty, tol=1e-12, vb="meanfield")
     streamed = bayesvm.bsvm("y ~ a + b + c + g", ddf, penalty=penalty, tol=1e-12)
     np.testing.assert_allclose(streamed.fixef, memory.fixef, atol=1e-5)
     np.testing.assert_allclose(streamed.fixef_cov, memory.fixef_cov, atol=1e-7)

@@ -10,7 +10,7 @@ from bayesvm import plots  # noqa: E402
 
 @pytest.fixture(scope="module")
 def fit(toenail):
-    return bayesvm.bsvm("outcome ~ visit * treatment + (1 + visit | patientID)", toenail)
+    return bayesvm.bsvm("outcome ~ visit * treatment + (1 + visit | patientID)", toenail, vb="meanfield")
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,7 @@ def test_fit_is_an_error_or_finite_and_monotone(data, fixed, random, penalty):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fit = bayesvm.bsvm(formula, data, penalty=penalty, max_iter=200)
+            fit = bayesvm.bsvm(formula, data, penalty=penalty, max_iter=200, vb="meanfield")
     except bayesvm.BayesvmError as exc:
         event(f"refused: {type(exc).__name__}")
         assert str(exc)
@@ -87,6 +87,42 @@ def test_fit_is_an_error_or_finite_and_monotone(data, fixed, random, penalty):
         prob = fit.predict(data, kind="prob")
     assert len(predicted) == len(data) and np.all((prob >= 0) & (prob <= 1))
     assert set(np.asarray(predicted).tolist()) <= set(data["y"].tolist())
+    assert np.all((prob > 0.5) == (predicted == fit.model.design.response.positive))
+    pd.testing.assert_frame_equal(data, before)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=data_sets(),
+    fixed=st.sampled_from(FIXED),
+    random=st.sampled_from(RANDOM),
+    penalty=st.sampled_from(["learn", None, 0.5]),
+)
+def test_default_accurate_fit_is_an_error_or_finite(data, fixed, random, penalty):
+    """The default variational fit (accurate VB: EP integrated over the variance components)."""
+    formula = "y ~ " + fixed + (" + " + random if random else "")
+    before = data.copy()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = bayesvm.bsvm(formula, data, penalty=penalty)
+    except bayesvm.BayesvmError as exc:
+        event(f"refused: {type(exc).__name__}")
+        assert str(exc)
+        pd.testing.assert_frame_equal(data, before)
+        return
+    event(f"fitted: {fit.posterior.kind}")
+    pd.testing.assert_frame_equal(data, before)
+    assert np.all(np.isfinite(fit.fixef)) and np.all(np.isfinite(fit.fixef_cov.to_numpy()))
+    for component in fit.variance_components:
+        assert np.all(np.isfinite(component.mean)) and np.all(np.linalg.eigvalsh(component.mean) > 0)
+    for frame in fit.ranef.values():
+        assert np.all(np.isfinite(frame.to_numpy()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        predicted = fit.predict(data)
+        prob = fit.predict(data, kind="prob")
+    assert np.all((prob >= 0) & (prob <= 1))
     assert np.all((prob > 0.5) == (predicted == fit.model.design.response.positive))
     pd.testing.assert_frame_equal(data, before)
 

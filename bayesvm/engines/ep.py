@@ -68,6 +68,10 @@ from .vb import (
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
 
+class AccurateFitError(BayesvmError):
+    """The accurate fit could not be computed (EP failed everywhere); mean-field VB or Gibbs still work."""
+
+
 def tilted_moments(y: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``log Z``, mean and variance of ``f`` under ``N(f; m, v) exp(-2 max(0, 1 - y f))``."""
     a, s = y * m, np.sqrt(v)
@@ -96,6 +100,7 @@ class EPState:
     nu: np.ndarray
     log_evidence: float
     n_iter: int
+    converged: bool = True
 
 
 def run_ep(
@@ -113,6 +118,7 @@ def run_ep(
     tau, nu = tau.copy(), nu.copy()
     previous = None
     sweeps = 0
+    converged = False
     for _ in range(max_iter):
         sweeps += 1
         theta, (mean_f, var_f) = posterior(tau, nu)
@@ -127,6 +133,7 @@ def run_ep(
         tau = np.where(ok, (1 - damping) * tau + damping * new_tau, tau)
         nu = np.where(ok, (1 - damping) * nu + damping * new_nu, nu)
         if previous is not None and np.max(np.abs(mean_f - previous)) < tol * (1.0 + np.max(np.abs(mean_f))):
+            converged = True
             break
         previous = mean_f
     theta, (mean_f, var_f) = posterior(tau, nu)
@@ -145,7 +152,8 @@ def run_ep(
         + 0.5 * nu_c_mu
         + float(np.sum(log_z + 0.5 * np.log1p(v * tau) - 0.5 * (m / v + nu) ** 2 / (1.0 / v + tau) + 0.5 * m**2 / v))
     )
-    return EPState(theta=theta, tau=tau, nu=nu, log_evidence=log_evidence, n_iter=sweeps)
+    converged = converged and bool(np.isfinite(log_evidence))
+    return EPState(theta=theta, tau=tau, nu=nu, log_evidence=log_evidence, n_iter=sweeps, converged=converged)
 
 
 def _posterior_solver(problem: VBProblem, precisions: list[np.ndarray]):
@@ -284,6 +292,7 @@ class IntegratedResult:
     center: np.ndarray = None
     lattice: np.ndarray = None  # (nodes, hyperparameters): z of each node
     hyperparameters: Hyperparameters = None
+    failed_nodes: int = 0  # nodes where EP did not converge (given no weight)
 
     @property
     def variances(self) -> np.ndarray:
@@ -350,7 +359,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     order, problem = sorted_by_level(problem)
     warm = fit_vb(problem)  # mean-field VB: the starting sites and the scale of the variances
     w = 1.0 / np.sqrt(warm.chi)
-    tau0, nu0 = w, problem.y * (1.0 + w)
+    tau0, nu0 = w, problem.y * (1.0 + w)  # mean-field VB's sites
     n_iter = 0
     if not problem.components:
         state = run_ep(problem, [], tau0, nu0)
@@ -370,15 +379,32 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     hyper = Hyperparameters(problem.components)
     d = hyper.size
     cache: dict[tuple, EPState] = {}
+    solved: list[tuple[np.ndarray, EPState]] = []  # converged evaluations, for warm starts
+    failed = 0
 
     def log_post(phi) -> float:
-        nonlocal n_iter, tau0, nu0
+        nonlocal n_iter, failed
         phi = np.atleast_1d(np.asarray(phi, dtype=float))
         key = tuple(np.round(phi, 12))
         if key not in cache:
-            state = run_ep(problem, hyper.precisions(phi), tau0, nu0, tol=EP_TOL)
-            tau0, nu0 = state.tau, state.nu  # warm start the next evaluation
-            n_iter += state.n_iter
+            precisions = hyper.precisions(phi)
+            # warm start from the nearest converged evaluation; from the mean-field sites if that fails
+            starts = [min(solved, key=lambda s: np.sum((s[0] - phi) ** 2))[1]] if solved else []
+            state = None
+            for start_state in starts + [None]:
+                tau, nu = (tau0, nu0) if start_state is None else (start_state.tau, start_state.nu)
+                try:
+                    state = run_ep(problem, precisions, tau, nu, tol=EP_TOL)
+                except np.linalg.LinAlgError:  # variances so extreme that the precision is singular
+                    continue
+                n_iter += state.n_iter
+                if state.converged:
+                    solved.append((phi, state))
+                    break
+            else:  # EP did not converge here (far tails): the node gets no weight
+                failed += 1
+                state = EPState(None, tau0, nu0, -np.inf, 0, False) if state is None else state
+                state.log_evidence = -np.inf
             cache[key] = state
         # log p(phi | y) up to a constant
         return cache[key].log_evidence + hyper.log_prior(phi)
@@ -386,8 +412,18 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     # the mean-field values start the search (VB shrinks variances, so the mode lies above)
     phi_vb = hyper.start(warm.components)
     if d == 1:
-        scan = phi_vb[0] + np.linspace(-1.0, 3.0, 9)
-        values = np.array([log_post(t) for t in scan])
+        scan = list(phi_vb[0] + np.linspace(-1.0, 3.0, 9))
+        values = [log_post(t) for t in scan]
+        for _ in range(40):  # extend the scan until the best point is interior
+            best = int(np.argmax(values))
+            if 0 < best < len(scan) - 1:
+                break
+            if best == 0:
+                scan.insert(0, scan[0] - 1.0)
+                values.insert(0, log_post(scan[0]))
+            else:
+                scan.append(scan[-1] + 1.0)
+                values.append(log_post(scan[-1]))
         best = int(np.argmax(values))
         lo, hi = scan[max(best - 1, 0)], scan[min(best + 1, len(scan) - 1)]
         opt = minimize_scalar(
@@ -395,11 +431,13 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
         )
         phi_star = np.array([float(opt.x)])
     else:
+        start_phi = hyper.start(warm.components, inflate=0.5)
+        simplex = np.vstack([start_phi, start_phi + 0.5 * np.eye(d)])  # steps of the scale of posterior SDs
         opt = minimize(
             lambda t: -log_post(t),
-            hyper.start(warm.components, inflate=0.5),
+            start_phi,
             method="Nelder-Mead",
-            options={"xatol": 1e-3, "fatol": 1e-4, "maxiter": 200 * d},
+            options={"xatol": 1e-2, "fatol": 1e-3, "maxiter": 200 * d, "initial_simplex": simplex},
         )
         phi_star = np.asarray(opt.x, dtype=float)
     hessian = _hessian(log_post, phi_star, 0.05)
@@ -407,13 +445,17 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     axes = eigvec / np.sqrt(np.maximum(eigval, 1e-6))  # phi = phi* + axes @ z, z ~ N(0, I) near the mode
     design, lattice, log_rule, step = _design(d, n_nodes, span)
     nodes = phi_star + lattice @ axes.T
-    logp = np.array([log_post(t) for t in nodes])
+    logp = np.empty(nodes.shape[0])
+    for k in np.argsort(np.sum(lattice**2, axis=1), kind="stable"):  # outwards from the mode
+        logp[k] = log_post(nodes[k])
     log_weights = logp + log_rule
+    if not np.any(np.isfinite(log_weights)):
+        raise AccurateFitError("accurate VB: expectation propagation converged at no node of the variance parameters")
     weights = np.exp(log_weights - log_weights.max())
     weights /= weights.sum()
-    keep = weights > 1e-10 if design == "lattice" else np.ones(weights.size, dtype=bool)
+    keep = weights > 1e-10 if design == "lattice" else weights > 0
     states = [cache[tuple(np.round(t, 12))] for t in nodes]
-    chi = sum(wk * _chi(problem, st) for wk, st in zip(weights, states))
+    chi = sum(wk * _chi(problem, st) for wk, st, k in zip(weights, states, keep) if k) / weights[keep].sum()
     covs = [hyper.covariances(t) for t in nodes[keep]]
     return IntegratedResult(
         nodes=nodes[keep],
@@ -432,6 +474,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
         center=phi_star,
         lattice=lattice[keep],
         hyperparameters=hyper,
+        failed_nodes=int(np.sum(~np.isfinite(logp))),
     )
 
 

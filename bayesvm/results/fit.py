@@ -62,6 +62,8 @@ class BSVMFit:
     def __post_init__(self) -> None:
         self.posterior = posterior_view(self.result)
         self._vb_check = None
+        #: why the default ``vb=None`` chose mean-field VB for this fit (``None`` otherwise)
+        self.vb_note: str | None = None
 
     def check_vb(self, draws: int = 1000, seed: int | None = 0):
         """PSIS check of a VB fit against the exact pseudo-posterior (see :mod:`bayesvm.results.vb_check`).
@@ -84,10 +86,11 @@ class BSVMFit:
             raise BayesvmError(f"check_vb() checks variational fits; this fit used method={self.method!r}")
         from .vb_check import KHAT_LIMIT, check_vb
 
-        self._vb_check = check_vb(self, draws=draws, seed=seed)
-        if self._vb_check.khat > KHAT_LIMIT:
+        self._vb_check = check = check_vb(self, draws=draws, seed=seed)
+        if check.governing_khat > KHAT_LIMIT:
+            which = "" if check.marginal_khat is None else " (fixed effects and variance components)"
             warnings.warn(
-                f"PSIS k-hat = {self._vb_check.khat:.2f} > {KHAT_LIMIT}: the VB approximation is unreliable "
+                f"PSIS k-hat{which} = {check.governing_khat:.2f} > {KHAT_LIMIT}: the VB approximation is unreliable "
                 "for this model and data; use method='gibbs' for inference",
                 UserWarning,
                 stacklevel=2,

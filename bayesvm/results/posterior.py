@@ -214,7 +214,8 @@ class MixturePosterior:
         return mean, second - mean**2
 
     def probability(self, D, codes, values) -> np.ndarray:
-        return sum(w * gaussian_average_probability(*th.predictor(D, codes, values)) for w, th in self._pairs())
+        mixture = sum(w * gaussian_average_probability(*th.predictor(D, codes, values)) for w, th in self._pairs())
+        return np.clip(mixture, 0.0, 1.0)  # the weights sum to 1 up to rounding
 
     def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Draws from the mixture: a node by its weight, then theta from that node's Gaussian."""

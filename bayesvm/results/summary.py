@@ -153,7 +153,8 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     elif fit.posterior.kind == "mixture":
         r = fit.result
         info.update(
-            title="accurate VB: EP for (beta, u) given the variance, integrated over log sigma^2",
+            title="accurate VB: EP for (beta, u) given the variance components, integrated over them",
+            design=r.design,
             n_nodes=int(r.weights.size),
             method="vb-accurate",
         )
@@ -186,6 +187,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         info.update(lower_bound=float(fit.lower_bound[-1]), tol=fit.tol, decreases=list(fit.result.decreases))
     if fit.posterior.kind in ("variational", "mixture"):
         info["psis"] = _vb_check(fit)
+    info["vb_note"] = getattr(fit, "vb_note", None)
     return Summary(fixed=fixed, random=random, info=info)
 
 
@@ -211,7 +213,7 @@ def _vb_check(fit) -> tuple | str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the verdict is printed below instead
             check = fit.check_vb(draws=AUTO_CHECK_DRAWS)
-    return check.khat, check.verdict, check.draws
+    return check.khat, check.verdict, check.draws, check.marginal_khat
 
 
 SELECTION_GIBBS_TITLES = {
@@ -313,7 +315,8 @@ def _fixed_section(summary: Summary) -> str:
 
 def _footer(info: dict) -> str:
     if info["method"] == "vb-accurate":
-        nodes = f" over {info['n_nodes']} grid nodes of log sigma^2" if info["n_nodes"] > 1 else ""
+        rule = "lattice" if info["design"] == "lattice" else "Gauss-Hermite"
+        nodes = f" at {info['n_nodes']} {rule} nodes of the variance parameters" if info["n_nodes"] > 1 else ""
         return (
             f"Fit: expectation propagation{nodes}, {info['n_iter']} EP sweeps in all; {1000 * info['elapsed']:.1f} ms\n"
             "Approximation: EP is close to the exact posterior for this log-concave model (see vignettes/toenail.md)."
@@ -361,14 +364,22 @@ def _footer(info: dict) -> str:
         text += f"\nWarning: the lower bound decreased at iteration(s) {info['decreases'][:10]}"
     if info.get("selected") is not None:
         return text + "\n" + SELECTION_VB_CAVEAT
+    if info.get("vb_note"):
+        text += f"\nMean-field VB by default here ({info['vb_note']}); vb='accurate' gives the accurate fit."
     return text + "\n" + VB_CAVEAT + _psis_line(info)
 
 
 def _psis_line(info: dict) -> str:
     if isinstance(info.get("psis"), str):
         return f"\nPSIS check: {info['psis']}."
-    khat, verdict, draws = info["psis"]
-    return f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"
+    khat, verdict, draws, marginal = info["psis"]
+    if marginal is None:
+        return f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"
+    return (
+        f"\nPSIS check ({draws} draws from q): k-hat = {marginal:.2f} for the fixed effects and variance components "
+        f"(random effects integrated out exactly), {verdict};\n  k-hat = {khat:.2f} for the joint q of all "
+        "coefficients (strict in high dimension; judges the individual random effects)"
+    )
 
 
 def _indent(text: str, by: str = " ") -> str:

@@ -21,6 +21,7 @@ import pandas as pd
 from scipy import stats
 
 from ..engines.joint import log_prior, log_pseudo_likelihood
+from .marginal_check import integrable_component, marginal_log_ratios
 
 KHAT_GOOD = 0.5
 KHAT_LIMIT = 0.7
@@ -60,12 +61,21 @@ class VBCheck:
     khat: float
     draws: int
     fixef: pd.DataFrame | None
+    marginal_khat: float | None = None
+    marginal: pd.DataFrame | None = None
+
+    @property
+    def governing_khat(self) -> float:
+        """The k-hat the verdict rests on: the marginal one where there is one (it judges what
+        ``summary()`` reports: fixed effects and variance components), otherwise the joint one."""
+        return self.khat if self.marginal_khat is None else self.marginal_khat
 
     @property
     def verdict(self) -> str:
-        if self.khat > KHAT_LIMIT:
+        khat = self.governing_khat
+        if khat > KHAT_LIMIT:
             return "unreliable: q is far from the posterior (k-hat > 0.7); use method='gibbs'"
-        if self.khat > KHAT_GOOD:
+        if khat > KHAT_GOOD:
             return "usable: prefer the importance-weighted estimates (0.5 < k-hat <= 0.7)"
         return "good (k-hat <= 0.5)"
 
@@ -92,25 +102,51 @@ def _mean_field_proposal(fit, rng, draws):
     return theta_d, theta_b, covs, log_q
 
 
-def _mixture_proposal(fit, rng, draws):
-    """Draws from the accurate fit's mixture, as a density: node k with probability ``w_k``, the
-    hyperparameters ``phi`` spread over node k's cell, ``theta`` from node k's Gaussian.
+def cell_draws(result, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nodes ``k`` (probability ``w_k``), variance parameters ``phi`` spread over node k's cell, and
+    ``log q(phi)`` (including ``log w_k``).
 
     The cell of a lattice node is the lattice cell around it (``phi`` uniform there); the cell of a
     Gauss-Hermite node is the product of the intervals between the midpoints of the 3-point rule in
-    ``z`` (``z`` standard normal truncated to it).  ``log q`` of the covariances adds the Jacobian
-    of ``phi`` -> covariances (``Hyperparameters.log_jacobian``).
+    ``z`` (``z`` standard normal truncated to it); ``phi = center + axes @ z``.
+    """
+    r = result
+    nodes = rng.choice(r.weights.size, size=draws, p=r.weights)
+    d = r.nodes.shape[1]
+    if r.design == "lattice":  # z uniform within the node's cell
+        z = r.lattice[nodes] + r.step * (rng.random((draws, d)) - 0.5)
+        log_q = np.full(draws, -d * np.log(r.step))
+    else:  # z standard normal truncated to the node's cell
+        half = r.step / 2.0
+        at = r.lattice[nodes]
+        lower = np.where(at < -half, -np.inf, np.where(at > half, half, -half))
+        upper = np.where(at < -half, -half, np.where(at > half, np.inf, half))
+        z = stats.truncnorm.rvs(lower, upper, random_state=rng)
+        log_q = np.sum(stats.truncnorm.logpdf(z, lower, upper), axis=1)
+    phi = r.center + z @ r.axes.T
+    log_q = log_q + np.log(r.weights[nodes]) - np.log(abs(np.linalg.det(r.axes)))  # density of phi
+    return nodes, phi, log_q
+
+
+def _mixture_proposal(fit, rng, draws):
+    """Draws from the accurate fit's mixture, as a density: node k with probability ``w_k``, the
+    hyperparameters ``phi`` spread over node k's cell (:func:`cell_draws`), ``theta`` from node k's
+    Gaussian.  ``log q`` of the covariances adds the Jacobian of ``phi`` -> covariances
+    (``Hyperparameters.log_jacobian``).
     """
     r = fit.result
-    nodes = rng.choice(r.weights.size, size=draws, p=r.weights)
-    thetas_d, thetas_b, log_q = [], [], np.empty(draws)
+    if r.has_component:
+        nodes, phi, log_q = cell_draws(r, rng, draws)
+    else:
+        nodes, log_q = np.zeros(draws, dtype=int), np.zeros(draws)
+    thetas_d, thetas_b = [], []
     for k, theta in enumerate(r.thetas):
         chosen = np.flatnonzero(nodes == k)
         if chosen.size:
             d, b = theta.sample(rng, chosen.size)
             thetas_d.append((chosen, d))
             thetas_b.append((chosen, b))
-            log_q[chosen] = theta.log_density(d, b) + np.log(r.weights[k])
+            log_q[chosen] += theta.log_density(d, b)
     theta_d = np.empty((draws, r.thetas[0].mean_d.size))
     theta_b = np.empty((draws,) + r.thetas[0].mean_b.shape)
     for chosen, d in thetas_d:
@@ -119,18 +155,6 @@ def _mixture_proposal(fit, rng, draws):
         theta_b[chosen] = b
     covs = []
     if r.has_component:
-        d = r.nodes.shape[1]
-        if r.design == "lattice":  # z uniform within the node's cell
-            z = r.lattice[nodes] + r.step * (rng.random((draws, d)) - 0.5)
-            log_q = log_q - d * np.log(r.step)
-        else:  # z standard normal truncated to the node's cell
-            half = r.step / 2.0
-            lower = np.where(r.lattice[nodes] < -half, -np.inf, np.where(r.lattice[nodes] > half, half, -half))
-            upper = np.where(r.lattice[nodes] < -half, -half, np.where(r.lattice[nodes] > half, np.inf, half))
-            z = stats.truncnorm.rvs(lower, upper, random_state=rng)
-            log_q = log_q + np.sum(stats.truncnorm.logpdf(z, lower, upper), axis=1)
-        phi = r.center + z @ r.axes.T
-        log_q = log_q - np.log(abs(np.linalg.det(r.axes)))  # density of phi
         hyper = r.hyperparameters
         per_draw = [hyper.covariances(t) for t in phi]
         log_q = log_q - np.array([hyper.log_jacobian(t) for t in phi])  # density of the covariances
@@ -154,13 +178,32 @@ def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
         ]
     )
     log_weights, khat = psis(log_p - log_q)
-    corrected = None
-    if khat <= KHAT_LIMIT:
-        p = fit.model.design.p
-        beta = theta_d[:, :p] @ fit.model.fixed_transform().T
-        weights = np.exp(log_weights - log_weights.max())
-        weights /= weights.sum()
-        mean = weights @ beta
-        sd = np.sqrt(weights @ (beta - mean) ** 2)
-        corrected = pd.DataFrame({"mean": mean, "sd": sd}, index=list(fit.model.design.x_names))
-    return VBCheck(khat=khat, draws=draws, fixef=corrected)
+    corrected = _weighted_fixef(fit, theta_d, log_weights) if khat <= KHAT_LIMIT else None
+    marginal_khat, marginal = None, None
+    if integrable_component(problem) is not None:
+        log_ratios, theta_d, covs = marginal_log_ratios(fit, rng, draws)
+        log_weights, marginal_khat = psis(log_ratios)
+        if marginal_khat <= KHAT_LIMIT:
+            marginal = _weighted_fixef(fit, theta_d, log_weights)
+            weights = _normalised(log_weights)
+            for comp, cov in zip(problem.components, covs):
+                if comp.k == 1:
+                    label = "penalty sigma_u^2" if comp.source < 0 else f"sigma^2 {comp.name}"
+                    mean = float(weights @ cov[:, 0, 0])
+                    marginal.loc[label] = [mean, float(np.sqrt(weights @ (cov[:, 0, 0] - mean) ** 2))]
+    return VBCheck(khat=khat, draws=draws, fixef=corrected, marginal_khat=marginal_khat, marginal=marginal)
+
+
+def _normalised(log_weights: np.ndarray) -> np.ndarray:
+    weights = np.exp(log_weights - log_weights.max())
+    return weights / weights.sum()
+
+
+def _weighted_fixef(fit, theta_d: np.ndarray, log_weights: np.ndarray) -> pd.DataFrame:
+    """Importance-weighted mean and SD of the fixed effects on the original scale."""
+    p = fit.model.design.p
+    beta = theta_d[:, :p] @ fit.model.fixed_transform().T
+    weights = _normalised(log_weights)
+    mean = weights @ beta
+    sd = np.sqrt(weights @ (beta - mean) ** 2)
+    return pd.DataFrame({"mean": mean, "sd": sd}, index=list(fit.model.design.x_names))

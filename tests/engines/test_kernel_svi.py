@@ -56,7 +56,7 @@ def test_linear_svi_converges_to_batch_vb(penalty):
     df = pd.DataFrame(Xl, columns=["a", "b", "c"])
     df["y"] = (Xl @ [1.0, -1.0, 0.3] + 0.2 + 0.5 * rng.logistic(size=n) > 0).astype(int)
     pen = 0.5 if penalty == "fixed" else "learn"
-    vb = bayesvm.bsvm("y ~ a + b + c", df, penalty=pen)
+    vb = bayesvm.bsvm("y ~ a + b + c", df, penalty=pen, vb="meanfield")
     svi = bayesvm.bsvm("y ~ a + b + c", df, penalty=pen, method="svi", seed=1, tol=1e-6)
     sd = np.sqrt(np.diag(vb.fixef_cov))
     assert np.max(np.abs(svi.fixef - vb.fixef) / sd) < 0.3

@@ -49,14 +49,14 @@ def test_acceleration_reaches_the_same_optimum(toenail):
 
 def test_lower_bound_never_decreases_with_learned_penalty():
     data = simulate_grouped(n_groups=40, per_group=10, p=6, seed=3)
-    fit = bayesvm.bsvm("y ~ x1 + x2 + x3 + x4 + x5 + x6", data, penalty="learn")
+    fit = bayesvm.bsvm("y ~ x1 + x2 + x3 + x4 + x5 + x6", data, penalty="learn", vb="meanfield")
     assert fit.converged
     assert_monotone(fit.lower_bound)
     assert fit.penalty_estimate > 0
 
 
 def test_correlated_term_bound_monotone(toenail):
-    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 + visit | patientID)", toenail)
+    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 + visit | patientID)", toenail, vb="meanfield")
     assert_monotone(fit.lower_bound)
 
 
@@ -67,7 +67,7 @@ def test_separable_data_converge_to_finite_values(penalty):
     data = pd.DataFrame({"x": x, "z": rng.standard_normal(60), "y": np.where(x > 0, "a", "b")})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        fit = bayesvm.bsvm("y ~ x + z", data, penalty=penalty, max_iter=2000)
+        fit = bayesvm.bsvm("y ~ x + z", data, penalty=penalty, max_iter=2000, vb="meanfield")
     assert np.all(np.isfinite(fit.fixef)) and np.all(np.isfinite(fit.fixef_cov.to_numpy()))
     assert_monotone(fit.lower_bound)
     assert np.all(fit.predict() == data["y"].to_numpy())

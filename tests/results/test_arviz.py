@@ -18,7 +18,7 @@ from bayesvm.results.arviz import (
 
 @pytest.fixture(scope="module")
 def fit(toenail):
-    return bayesvm.bsvm("outcome ~ visit * treatment + (1 + visit | patientID)", toenail)
+    return bayesvm.bsvm("outcome ~ visit * treatment + (1 + visit | patientID)", toenail, vb="meanfield")
 
 
 def test_inference_data_groups_and_coordinates(fit):

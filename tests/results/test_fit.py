@@ -76,7 +76,7 @@ def test_training_prediction_equals_newdata_prediction(fit, grouped):
 
 
 def test_ranef_layout(toenail):
-    fit = bayesvm.bsvm("outcome ~ visit + (1 + visit | patientID)", toenail)
+    fit = bayesvm.bsvm("outcome ~ visit + (1 + visit | patientID)", toenail, vb="meanfield")
     ranef = fit.ranef["patientID"]
     assert list(ranef.columns) == ["(Intercept)", "visit"]
     assert len(ranef) == 294 and ranef.index.name == "patientID"
@@ -127,13 +127,13 @@ def test_missing_drop_fits_and_reports(grouped):
 
 def test_non_convergence_warns(grouped):
     with pytest.warns(bayesvm.ConvergenceWarning):
-        fit = bayesvm.bsvm("y ~ x1 + x2 + (1|g)", grouped, max_iter=2)
+        fit = bayesvm.bsvm("y ~ x1 + x2 + (1|g)", grouped, max_iter=2, vb="meanfield")
     assert not fit.converged and fit.n_iter == 2
     assert "NOT converged" in str(fit.summary())
 
 
 def test_summary_sections(toenail):
-    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None)
+    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None, vb="meanfield")
     text = str(fit.summary())
     for piece in [
         "Formula:",

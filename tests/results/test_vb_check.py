@@ -15,7 +15,7 @@ from tests.engines.mc_bound import dense_covariance
 
 
 def test_mean_field_vb_on_toenail_is_flagged(toenail):
-    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None)
+    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None, vb="meanfield")
     with pytest.warns(UserWarning, match="k-hat"):
         check = fit.check_vb()
     assert check.khat > 0.7 and check.fixef is None
@@ -28,7 +28,7 @@ def test_importance_weights_move_the_sd_towards_the_exact_posterior():
     y = np.where(rng.random(40) < 1 / (1 + np.exp(-(0.4 + 1.2 * x))), 1, -1)
     import pandas as pd
 
-    fit = bayesvm.bsvm("y ~ 0 + x", pd.DataFrame({"x": x, "y": y}), penalty=0.5, standardize=False)
+    fit = bayesvm.bsvm("y ~ 0 + x", pd.DataFrame({"x": x, "y": y}), penalty=0.5, standardize=False, vb="meanfield")
     check = fit.check_vb(draws=4000)
     assert check.khat <= 0.7
     grid = np.linspace(-3, 6, 20001)
@@ -77,17 +77,61 @@ def test_accurate_fit_is_not_flagged_without_random_effects_but_mean_field_is_wo
     assert accurate.khat < 0.5 and accurate.fixef is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mean_field = bayesvm.bsvm(formula, data).check_vb(draws=2000)
+        mean_field = bayesvm.bsvm(formula, data, vb="meanfield").check_vb(draws=2000)
     assert mean_field.khat > accurate.khat + 0.2
 
 
 def test_summary_runs_the_check_on_its_own():
     data = bayesvm.datasets.load_toenail()
-    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", data, penalty=None)
+    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", data, penalty=None)  # accurate by default
     assert fit._vb_check is None
     text = str(fit.summary())
-    assert fit._vb_check is not None and fit._vb_check.khat > 0.7
-    assert f"k-hat = {fit._vb_check.khat:.2f}, unreliable" in text
+    check = fit._vb_check
+    assert check is not None and check.marginal_khat < 0.5 < 0.7 < check.khat
+    assert f"k-hat = {check.marginal_khat:.2f} for the fixed effects and variance components" in text
+    assert "good (k-hat <= 0.5)" in text and f"k-hat = {check.khat:.2f} for the joint q" in text
+    meanfield = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", data, penalty=None, vb="meanfield")
+    text = str(meanfield.summary())
+    assert meanfield._vb_check.marginal_khat > 0.7
+    assert f"k-hat = {meanfield._vb_check.marginal_khat:.2f} for the fixed effects" in text and "unreliable" in text
+
+
+def test_group_integrals_match_quadrature():
+    from bayesvm.results.marginal_check import group_log_integrals
+
+    rng = np.random.default_rng(0)
+    n, J = 40, 6
+    codes = rng.integers(0, J, n)
+    y = rng.choice([-1.0, 1.0], n)
+    v = rng.choice([1.0, 0.5, -2.0, 0.0], n)  # slopes of either sign, and rows that do not involve u
+    eta = rng.normal(0, 1.5, (3, n))
+    sigma2 = np.array([0.3, 2.0, 9.0])
+    got = group_log_integrals(y, eta, v, codes, sigma2, J)
+    u = np.linspace(-40, 40, 200001)
+    for s in range(3):
+        total = 0.0
+        for j in range(J):
+            rows = codes == j
+            hinge = np.maximum(0, 1 - y[rows][None] * (eta[s, rows][None] + v[rows][None] * u[:, None])).sum(1)
+            log_f = -2 * hinge - u**2 / (2 * sigma2[s]) - 0.5 * np.log(2 * np.pi * sigma2[s])
+            top = log_f.max()
+            total += top + np.log(np.trapezoid(np.exp(log_f - top), u))
+        assert abs(got[s] - total) < 1e-6
+
+
+def test_marginal_check_only_where_the_random_effects_integrate_exactly():
+    from bayesvm.results.marginal_check import integrable_component
+
+    data = simulate_grouped(n_groups=8, per_group=6, p=2, seed=4)
+    for formula, expected in [
+        ("y ~ x1 + x2 + (1 | g)", True),
+        ("y ~ x1 + (0 + x2 | g)", True),
+        ("y ~ x1 + x2 + (1 | g) + (1 | h)", True),  # h is small: its effects stay in the dense block
+        ("y ~ x1 + (1 + x2 | g)", False),  # a 2-vector per group
+        ("y ~ x1 + x2", False),
+    ]:
+        problem = build_model(build_design(parse_formula(formula), data), "learn", PriorSet(), True).problem()
+        assert (integrable_component(problem) is not None) == expected, formula
 
 
 def test_summary_explains_when_there_is_no_check():
