@@ -50,6 +50,12 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys):
     improved = namespace["improved"]
     assert (improved[("accurate - Gibbs", "in Gibbs sds")].dropna().abs() < 0.5).all()
     assert (improved[("accurate / Gibbs", "sd ratio")].dropna().sub(1).abs() < 0.25).all()
+    verdicts = namespace["verdicts"]
+    assert verdicts.loc["mean-field VB", "verdict"] == "unreliable" and verdicts.loc["accurate VB", "verdict"] == "good"
+    corrected = namespace["corrected"]
+    assert abs(corrected.iloc[-1]["mean"] / corrected.iloc[-1]["Gibbs mean"] - 1) < 0.1  # the patient variance
+    three = namespace["three_table"]
+    assert (three["mean BER"] < 0.2).all() and three["mean BER"].max() - three["mean BER"].min() < 0.02
 
 
 def test_spam_vignette_runs(tmp_path, monkeypatch, capsys):

@@ -374,12 +374,14 @@ def _psis_line(info: dict) -> str:
         return f"\nPSIS check: {info['psis']}."
     khat, verdict, draws, marginal = info["psis"]
     if marginal is None:
-        return f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"
-    return (
+        text = f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"
+        return text + ("; importance-weighted estimates: fit.check_vb().fixef" if khat <= 0.7 else "")
+    text = (
         f"\nPSIS check ({draws} draws from q): k-hat = {marginal:.2f} for the fixed effects and variance components "
         f"(random effects integrated out exactly), {verdict};\n  k-hat = {khat:.2f} for the joint q of all "
         "coefficients (strict in high dimension; judges the individual random effects)"
     )
+    return text + ("\n  importance-weighted estimates: fit.check_vb().marginal" if marginal <= 0.7 else "")
 
 
 def _indent(text: str, by: str = " ") -> str:
