@@ -215,6 +215,13 @@ def bsvm(
                 raise
             why = f"{exc}; fell back"
         else:
+            if result.failed_nodes:
+                warnings.warn(
+                    f"accurate VB: EP did not converge at {result.failed_nodes} node(s) of the variance parameters; "
+                    "they get no weight (check the fit against method='gibbs')",
+                    ConvergenceWarning,
+                    stacklevel=2,
+                )
             return BSVMFit(
                 model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol
             )

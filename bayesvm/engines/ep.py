@@ -380,10 +380,9 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     d = hyper.size
     cache: dict[tuple, EPState] = {}
     solved: list[tuple[np.ndarray, EPState]] = []  # converged evaluations, for warm starts
-    failed = 0
 
     def log_post(phi) -> float:
-        nonlocal n_iter, failed
+        nonlocal n_iter
         phi = np.atleast_1d(np.asarray(phi, dtype=float))
         key = tuple(np.round(phi, 12))
         if key not in cache:
@@ -402,7 +401,6 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
                     solved.append((phi, state))
                     break
             else:  # EP did not converge here (far tails): the node gets no weight
-                failed += 1
                 state = EPState(None, tau0, nu0, -np.inf, 0, False) if state is None else state
                 state.log_evidence = -np.inf
             cache[key] = state
