@@ -162,6 +162,9 @@ def statsmodels_peer(sizes: list[int], budget: float) -> dict | None:
         if out is None or out["peer_s"] > budget:
             print(f"statsmodels BinomialBayesMixedGLM.fit_vb n={n:,d} m={m:,d}: not finished within {budget:.0f} s")
             break
+        print(
+            f"statsmodels BinomialBayesMixedGLM.fit_vb n={n:,d} m={m:,d}: {out['peer_s']:.1f} s (ours {out['ours_s']:.2f} s)"
+        )
         best = {
             "case": f"one factor VB n={n} m={m} ({out['sweeps']} sweeps)",
             "ours_s": out["ours_s"],
