@@ -36,14 +36,19 @@ def _labels(rng, X, extra=0.0):
     return np.where(rng.random(X.shape[0]) < 1 / (1 + np.exp(-eta)), 1.0, -1.0)
 
 
-def dense_case(n: int, d: int, rng) -> dict:
+def dense_problem(n: int, d: int, rng) -> VBProblem:
+    """Intercept plus ``d - 1`` standard normal columns, learned penalty (Alg. 2 without random effects)."""
     X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1))])
-    y = _labels(rng, X)
     slopes = np.arange(1, d)[:, None]
     comp = VarianceComponent("penalty", slopes, False, d - 1, prior_a=0.01, prior_b=0.01)
     precision = np.zeros(d)
     precision[0] = 1e-8
-    problem = VBProblem(y=y, D=X, fixed_precision=precision, components=(comp,))
+    return VBProblem(y=_labels(rng, X), D=X, fixed_precision=precision, components=(comp,))
+
+
+def dense_case(n: int, d: int, rng) -> dict:
+    problem = dense_problem(n, d, rng)
+    X = problem.D
     w, v = rng.random(n) + 0.5, rng.standard_normal(d)
     start = time.perf_counter()
     for _ in range(3):
@@ -103,13 +108,8 @@ def linear_svc_peer(n: int, d: int, rng) -> dict:
     from sklearn.model_selection import GridSearchCV
     from sklearn.svm import LinearSVC
 
-    X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1))])
-    y = _labels(rng, X)
-    slopes = np.arange(1, d)[:, None]
-    comp = VarianceComponent("penalty", slopes, False, d - 1, prior_a=0.01, prior_b=0.01)
-    precision = np.zeros(d)
-    precision[0] = 1e-8
-    problem = VBProblem(y=y, D=X, fixed_precision=precision, components=(comp,))
+    problem = dense_problem(n, d, rng)
+    X, y = problem.D, problem.y
     start = time.perf_counter()
     result = fit_vb(problem)
     ours = time.perf_counter() - start
