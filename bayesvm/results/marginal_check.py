@@ -34,17 +34,25 @@ from scipy.special import log_ndtr, logsumexp
 from ..engines.ep import Hyperparameters
 from ..engines.vb import LOG_2PI, VBProblem
 
-#: Draws x rows x (largest group) processed at a time.
-CHUNK_VALUES = 2e7
+#: Draws x groups x (largest group + 1) values processed at a time: about a dozen arrays of this
+#: many doubles are alive at once (~400 MB at 4e6).
+CHUNK_VALUES = 4e6
+#: Largest groups x (largest group + 1) / rows for which the marginal check runs.
+MAX_PADDING = 8.0
 
 
 def integrable_component(problem: VBProblem) -> int | None:
     """Index of the component whose random effects the marginal check integrates out, or None.
 
     Needs one blocked grouping factor carrying a single single-column term (``(1 | g)``,
-    ``(0 + x | g)``), on the dense/Schur path.
+    ``(0 + x | g)``), on the dense/Schur path, with groups balanced enough that padding every group
+    to the largest costs at most ``MAX_PADDING`` times the rows (the computation is vectorised over a
+    groups x largest-group array).
     """
     if problem.blocked is None or problem.is_sparse or problem.blocked.values.shape[1] != 1:
+        return None
+    counts = np.bincount(problem.blocked.codes, minlength=problem.blocked.n_levels)
+    if problem.blocked.n_levels * (counts.max() + 1) > MAX_PADDING * problem.n:
         return None
     blocked = [c for c, comp in enumerate(problem.components) if comp.blocked]
     if len(blocked) != 1 or problem.components[blocked[0]].k != 1:
@@ -53,14 +61,21 @@ def integrable_component(problem: VBProblem) -> int | None:
 
 
 def _log_diff_ndtr(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``log(Phi(hi) - Phi(lo))`` for ``lo <= hi`` (``-inf`` for empty intervals), stable in both tails."""
+    """``log(Phi(hi) - Phi(lo))`` for ``lo <= hi`` (``-inf`` for empty intervals), stable in both tails.
+
+    When ``lo > 0`` both ends lie in the upper tail and ``Phi(-lo) - Phi(-hi)`` is used instead.
+    Only non-empty intervals are evaluated (two ``log_ndtr`` calls each).
+    """
+    out = np.full(lo.shape, -np.inf)
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    upper = lo > 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        upper = lo > 0  # both in the upper tail: Phi(-lo) - Phi(-hi)
-        big = np.where(upper, log_ndtr(-lo), log_ndtr(hi))
-        small = np.where(upper, log_ndtr(-hi), log_ndtr(lo))
+        big = log_ndtr(np.where(upper, -lo, hi))
+        small = log_ndtr(np.where(upper, -hi, lo))
         x = np.minimum(small - big, 0.0)
-        out = big + np.where(x > -0.6931, np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
-    return np.where(hi > lo, out, -np.inf)
+        out[keep] = big + np.where(x > -0.6931, np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
+    return out
 
 
 def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np.ndarray, sigma2: np.ndarray,
