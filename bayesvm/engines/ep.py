@@ -54,7 +54,8 @@ from scipy.special import log_ndtr
 
 from ..errors import BayesvmError
 from .linalg import GaussianPosterior, blas_threads, gaussian_posterior
-from .sparse import SparseGaussianPosterior, sparse_gaussian_posterior
+from .sparse import SparseGaussianPosterior
+from .sparse_schur import SchurSparsePosterior
 from .vb import (
     ComponentPosterior,
     VarianceComponent,
@@ -63,6 +64,7 @@ from .vb import (
     _sparse_prior,
     fit_vb,
     sorted_by_level,
+    sparse_posterior,
 )
 
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
@@ -163,7 +165,7 @@ def _posterior_solver(problem: VBProblem, precisions: list[np.ndarray]):
         prior = _sparse_prior(problem, precisions)
 
         def solve_sparse(tau, nu):
-            theta = sparse_gaussian_posterior(D, tau, nu, prior)
+            theta = sparse_posterior(problem, tau, nu, prior)
             return theta, theta.predictor(D, training=True)
 
         return solve_sparse
@@ -279,7 +281,7 @@ class IntegratedResult:
     nodes: np.ndarray  # (nodes, hyperparameters): phi
     covariances: list[np.ndarray]  # per component, (nodes, k, k)
     weights: np.ndarray
-    thetas: list[GaussianPosterior | SparseGaussianPosterior]
+    thetas: list[GaussianPosterior | SparseGaussianPosterior | SchurSparsePosterior]
     node_log_posterior: np.ndarray
     chi: np.ndarray
     has_component: bool

@@ -196,6 +196,10 @@ class SparseGaussianPosterior:
     def mean_b(self) -> np.ndarray:
         return np.zeros((0, 0))
 
+    def solve(self, rhs: np.ndarray) -> np.ndarray:
+        """``P^{-1} rhs``."""
+        return self.factor.solve(rhs)
+
     def cov_entries(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         return self.selected.entries(rows, cols)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -35,6 +36,7 @@ from scipy.special import digamma, gammaln, multigammaln
 from .augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
 from .linalg import BlockedFactor, GaussianPosterior, blas_threads, gaussian_posterior
 from .sparse import SparseGaussianPosterior, sparse_gaussian_posterior
+from .sparse_schur import EliminationLayout, SchurSparsePosterior, elimination_layout, schur_sparse_posterior
 from .squarem import squarem_ascent
 
 LOG_2PI = float(np.log(2.0 * np.pi))
@@ -106,6 +108,25 @@ class VBProblem:
     def is_sparse(self) -> bool:
         return sp.issparse(self.D)
 
+    @cached_property
+    def elimination(self) -> EliminationLayout | None:
+        """Sparse path: the layout that eliminates the largest single term onto a dense Schur complement
+        (:mod:`bayesvm.engines.sparse_schur`), or ``None`` where the general sparse factorisation serves."""
+        if not self.is_sparse or not self.components:
+            return None
+        largest = max(self.components, key=lambda c: c.index.size)
+        return elimination_layout(self.D, largest.index)
+
+
+def sparse_posterior(
+    problem: VBProblem, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix
+) -> SparseGaussianPosterior | SchurSparsePosterior:
+    """``q(theta)`` on the sparse path: by elimination onto a dense Schur complement where that applies,
+    otherwise by the general sparse factorisation (the same distribution either way)."""
+    if problem.elimination is not None:
+        return schur_sparse_posterior(problem.elimination, w, rhs_weights, prior)
+    return sparse_gaussian_posterior(problem.D, w, rhs_weights, prior)
+
 
 @dataclass
 class ComponentPosterior:
@@ -131,7 +152,7 @@ class ComponentPosterior:
 class VBResult:
     """Plain outputs of :func:`fit_vb`."""
 
-    theta: GaussianPosterior | SparseGaussianPosterior
+    theta: GaussianPosterior | SparseGaussianPosterior | SchurSparsePosterior
     components: list[ComponentPosterior]
     chi: np.ndarray
     lower_bound: np.ndarray
@@ -268,7 +289,7 @@ def lower_bound(
 class _Sweep:
     """One coordinate-ascent sweep's output: a complete q and its lower bound."""
 
-    theta: GaussianPosterior | SparseGaussianPosterior
+    theta: GaussianPosterior | SparseGaussianPosterior | SchurSparsePosterior
     chi: np.ndarray
     components: list[ComponentPosterior]
     bound: float
@@ -303,7 +324,7 @@ class _Sweeper:
         precisions = [c.expected_precision() for c in components]
         # (1) q(theta): Alg. 2 steps 2-3; (2) q(a): chi_i = (1 - y_i mu_f)^2 + Var(f_i), step 3
         if problem.is_sparse:
-            theta = sparse_gaussian_posterior(D, w, y * (1.0 + w), _sparse_prior(problem, precisions))
+            theta = sparse_posterior(problem, w, y * (1.0 + w), _sparse_prior(problem, precisions))
             mean_f, var_f = theta.predictor(D, training=True)
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions)

@@ -14,8 +14,8 @@ from bayesvm.engines.vb import VBProblem, VBResult
 def dense_covariance(theta) -> tuple[np.ndarray, np.ndarray]:
     """Full mean and covariance of (theta_d, vec theta_b) from the structured posterior."""
     q = theta.mean_d.size
-    if hasattr(theta, "factor"):  # sparse path: invert by solves
-        return theta.mean_d, theta.factor.solve(np.eye(q))
+    if hasattr(theta, "solve"):  # sparse path: invert by solves
+        return theta.mean_d, theta.solve(np.eye(q))
     if theta.mean_b.size == 0:
         return theta.mean_d, theta.cov_d
     J, K = theta.mean_b.shape

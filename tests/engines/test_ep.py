@@ -15,6 +15,7 @@ from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import InverseWishart, PriorSet
 from tests.conftest import simulate_grouped, simulate_logistic
+from tests.engines.test_vb import assert_path, sparse_solver
 
 
 def test_tilted_moments_match_quadrature():
@@ -215,14 +216,16 @@ def test_heavy_tailed_penalty_posterior_matches_gibbs():
     assert abs(accurate.penalty_estimate / gibbs.penalty_estimate - 1) < 0.15
 
 
-def test_sparse_path_gives_the_schur_answer():
+@pytest.mark.parametrize("path", ["sparse", "sparse-general"])
+def test_sparse_path_gives_the_schur_answer(path, monkeypatch):
     data = simulate_grouped(n_groups=30, per_group=6, p=2, seed=8)
     formula = "y ~ x1 + x2 + (1 | g) + (1 | h)"
     design = build_design(parse_formula(formula), data)
+    sparse_solver(monkeypatch, path)
     fits = []
     for limit in (2000, 0):
         problem = build_model(design, None, PriorSet(), True, max_dense_columns=limit).problem()
-        assert problem.is_sparse == (limit == 0)
+        assert_path(problem, path if limit == 0 else "schur")
         fits.append(fit_accurate(problem))
     schur, sparse = fits
     np.testing.assert_allclose(schur.weights, sparse.weights, atol=1e-6)

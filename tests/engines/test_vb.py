@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import bayesvm
+from bayesvm.engines import sparse_schur
 from bayesvm.engines.vb import fit_vb
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
@@ -84,19 +85,34 @@ CASES = {
 
 
 MC_RUNS = [(case, "schur") for case in sorted(CASES)] + [
-    (case, "sparse")
+    (case, solver)
     for case in sorted(CASES)
+    for solver in ("sparse", "sparse-general")
     if "|" in CASES[case][0]  # the sparse path needs random effects
 ]
 
 
+def sparse_solver(monkeypatch, path: str) -> None:
+    """``sparse``: elimination onto a dense Schur complement where it applies (the default);
+    ``sparse-general``: the general sparse factorisation, by making the elimination decline."""
+    if path == "sparse-general":
+        monkeypatch.setattr(sparse_schur, "MIN_SCHUR_DENSITY", np.inf)
+
+
+def assert_path(problem, path: str) -> None:
+    assert problem.is_sparse == path.startswith("sparse")
+    if problem.is_sparse:
+        assert (problem.elimination is None) == (path == "sparse-general")
+
+
 @pytest.mark.parametrize("case, solver", MC_RUNS)
-def test_closed_form_bound_matches_monte_carlo(case, solver):
+def test_closed_form_bound_matches_monte_carlo(case, solver, monkeypatch):
     formula, penalty, prior_kw = CASES[case]
     data = simulate_grouped(n_groups=6, per_group=6, p=3, seed=11, slope_sd=0.5)
-    limit = 0 if solver == "sparse" else 2000
+    sparse_solver(monkeypatch, solver)
+    limit = 0 if solver.startswith("sparse") else 2000
     problem = _problem(formula, data, penalty=penalty, priors=PriorSet(**prior_kw), max_dense_columns=limit)
-    assert problem.is_sparse == (solver == "sparse")
+    assert_path(problem, solver)
     # stop early: the closed form must hold for any q, not only at convergence
     result = fit_vb(problem, max_iter=3)
     estimate, se = mc_lower_bound(problem, result, draws=4000, seed=5)
@@ -165,12 +181,15 @@ def _full_cov(theta):
     return dense_covariance(theta)[1]
 
 
-def test_sparse_path_equals_schur_path():
+@pytest.mark.parametrize("path", ["sparse", "sparse-general"])
+def test_sparse_path_equals_schur_path(path, monkeypatch):
     data = simulate_grouped(n_groups=30, per_group=6, p=2, seed=8, slope_sd=0.4)
     formula = "y ~ x1 + x2 + (1 + x1 | g) + (1 | h)"
+    sparse_solver(monkeypatch, path)
     schur = _problem(formula, data, penalty=None)
     sparse = _problem(formula, data, penalty=None, max_dense_columns=0)
-    assert sparse.is_sparse and not schur.is_sparse
+    assert_path(schur, "schur")
+    assert_path(sparse, path)
     a, b = fit_vb(schur, max_iter=6, accelerate=False), fit_vb(sparse, max_iter=6, accelerate=False)
     np.testing.assert_allclose(a.lower_bound, b.lower_bound, rtol=1e-10)
     np.testing.assert_allclose(a.chi, b.chi, rtol=1e-8)
@@ -197,20 +216,21 @@ def test_sparse_path_predictions_for_new_level_combinations():
 @pytest.mark.parametrize(
     "formula", ["y ~ x1 + (1 | g/h)", "y ~ x1 + x2 + (1 + x1 | g) + (1 | h)", "y ~ x1 + (1 | g) + (1 | h)"]
 )
-@pytest.mark.parametrize("path", ["schur", "sparse"])
-def test_nested_and_crossed_posteriors_equal_the_dense_solve(formula, path):
-    """One sweep's q(theta) on either structured path equals the dense inverse of the full precision."""
+@pytest.mark.parametrize("path", ["schur", "sparse", "sparse-general"])
+def test_nested_and_crossed_posteriors_equal_the_dense_solve(formula, path, monkeypatch):
+    """One sweep's q(theta) on every structured path equals the dense inverse of the full precision."""
     import scipy.sparse as sp
 
     from bayesvm.engines.vb import _prior_precisions, _sparse_prior
 
     data = simulate_grouped(n_groups=9, per_group=6, p=2, seed=11, slope_sd=0.3)
-    problem = _problem(formula, data, penalty=None, max_dense_columns=0 if path == "sparse" else 2000)
-    assert problem.is_sparse == (path == "sparse")
+    sparse_solver(monkeypatch, path)
+    problem = _problem(formula, data, penalty=None, max_dense_columns=0 if path.startswith("sparse") else 2000)
+    assert_path(problem, path)
     before, after = fit_vb(problem, max_iter=3, accelerate=False), fit_vb(problem, max_iter=4, accelerate=False)
     weights = 1 / np.sqrt(before.chi)
     precisions = [c.expected_precision() for c in before.components]
-    if path == "sparse":
+    if path.startswith("sparse"):
         C = problem.D.toarray()
         prior = _sparse_prior(problem, precisions).toarray()
     else:
@@ -224,5 +244,5 @@ def test_nested_and_crossed_posteriors_equal_the_dense_solve(formula, path):
     precision = C.T @ (weights[:, None] * C) + prior
     mean = np.linalg.solve(precision, C.T @ (problem.y * (1 + weights)))
     theta = after.theta
-    np.testing.assert_allclose(np.linalg.inv(precision), _full_cov(theta), rtol=1e-7, atol=1e-10)
-    np.testing.assert_allclose(mean, np.concatenate([theta.mean_d, theta.mean_b.ravel()]), rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(np.linalg.inv(precision), _full_cov(theta), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(mean, np.concatenate([theta.mean_d, theta.mean_b.ravel()]), rtol=1e-8, atol=1e-10)

@@ -1,0 +1,460 @@
+"""Sparse designs whose largest grouping factor is eliminated onto a dense Schur complement.
+
+On the sparse path (several large grouping factors, e.g. crossed ``(1|a) + (1|b)``) the
+precision ``P = C' diag(w) C + prior`` is sparse, but after a fill-reducing ordering its
+Cholesky factor is not: for crossed factors each level of ``a`` links every level of ``b``
+it meets, so eliminating ``a`` leaves a Schur complement on ``b`` that is dense.  A general
+sparse factorisation then spends its time in scattered small supernodes.  This module takes
+the structure instead.  Split the coefficients into ``A``, the ``J x K`` coefficients of the
+largest single term (block-diagonal in ``P``: a row has one level), and the ``q`` others
+``R`` (fixed effects and the other factors):
+
+    P = [[P_AA, P_AR], [P_RA, P_RR]],   G = P_AA^{-1} P_AR,   S = P_RR - P_RA G   (q x q, dense),
+
+    Sigma_RR = S^{-1},   Sigma_AR = -G S^{-1},   Sigma_AA = P_AA^{-1} + G S^{-1} G',
+    log|P| = log|S| + sum_l log|P_l|.
+
+``G`` is sparse: level ``l``'s rows are non-zero only on the columns ``R_l`` that its rows
+use (its *pattern*).  The VB updates need ``Sigma`` only inside the pattern of ``P``: the
+diagonal blocks, ``Sigma_RR`` and ``Sigma_AR`` on the pattern of ``G``, which is
+``W = G S^{-1}`` evaluated at ``sum_l |R_l|^2`` entries.  Neither ``Sigma`` nor the
+``(JK) x q`` matrix ``G S^{-1}`` is ever formed; the cost of a solve is
+``O(nnz(C) + sum_l |R_l|^2 K^2 + q^3)`` with the ``q^3`` in LAPACK.
+
+Used when ``q`` is at most :data:`MAX_SCHUR_COLUMNS` and the Schur complement is dense
+enough (:data:`MIN_SCHUR_DENSITY`) that a dense factorisation is the right tool; otherwise
+(nested factors, where ``S`` stays sparse) the general sparse factorisation of
+:mod:`bayesvm.engines.sparse` serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg import lapack, solve_triangular
+
+from ..memory import check_memory
+
+#: Largest Schur complement (columns outside the eliminated term) factorised densely:
+#: 12,000 columns is a 1.2 GB matrix and about 25 s of LAPACK per solve on two cores.
+MAX_SCHUR_COLUMNS = 12_000
+
+#: Smallest fraction of non-zeros of the Schur complement for which a dense factorisation
+#: is used.  Nested factors give a Schur complement with about ``1/q`` of its entries
+#: non-zero, where the sparse factorisation is far cheaper.
+MIN_SCHUR_DENSITY = 0.01
+
+#: Pairs of pattern entries processed at once when evaluating ``G S^{-1}`` on the pattern.
+PAIR_CHUNK = 4_000_000
+
+
+@dataclass(frozen=True, eq=False)
+class EliminationLayout:
+    """Which coefficients are eliminated, and the maps from rows to the pattern (built once per design).
+
+    Attributes
+    ----------
+    C
+        The full design (CSR), ``n x N``.
+    eliminated
+        ``(J, K)`` column indices of the eliminated term (level ``l``'s ``K`` coefficients).
+    rest
+        The other ``q`` columns, increasing.
+    row_level, z
+        Each row's level of the eliminated term (``-1``: none) and its ``K`` values there.
+    C_rest
+        ``C[:, rest]`` (CSR).
+    keys
+        Sorted ``l * q + r`` for every pair (level ``l``, rest column ``r``) used by some row:
+        the pattern of ``P_AR`` and ``G``.  ``level_ptr[l]:level_ptr[l + 1]`` are level ``l``'s.
+    entry_pos
+        For every stored entry of ``C_rest`` in a row with a level, its position in ``keys``
+        (``-1`` for rows without a level).
+    """
+
+    C: sp.csr_matrix
+    eliminated: np.ndarray
+    rest: np.ndarray
+    row_level: np.ndarray
+    z: np.ndarray
+    C_rest: sp.csr_matrix
+    keys: np.ndarray
+    level_ptr: np.ndarray
+    entry_pos: np.ndarray
+
+    @property
+    def J(self) -> int:
+        return self.eliminated.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.eliminated.shape[1]
+
+    @property
+    def q(self) -> int:
+        return self.rest.size
+
+    @cached_property
+    def entry_row(self) -> np.ndarray:
+        """Row of every stored entry of ``C_rest``."""
+        return np.repeat(np.arange(self.C_rest.shape[0]), np.diff(self.C_rest.indptr))
+
+    @cached_property
+    def key_level(self) -> np.ndarray:
+        return self.keys // self.q
+
+    @cached_property
+    def key_col(self) -> np.ndarray:
+        return self.keys % self.q
+
+    @cached_property
+    def column_role(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For every column of ``C``: its level (``-1`` if in ``rest``), its term index and its rest position."""
+        N = self.C.shape[1]
+        level, term, pos = np.full(N, -1), np.full(N, -1), np.full(N, -1)
+        level[self.eliminated.ravel()] = np.repeat(np.arange(self.J), self.K)
+        term[self.eliminated.ravel()] = np.tile(np.arange(self.K), self.J)
+        pos[self.rest] = np.arange(self.q)
+        return level, term, pos
+
+    def level_matrix(self, values: np.ndarray) -> sp.csr_matrix:
+        """The ``(J K) x q`` CSR matrix with row ``l K + k`` holding ``values[:, k]`` on level ``l``'s pattern."""
+        J, K = self.J, self.K
+        lengths = np.repeat(np.diff(self.level_ptr), K)
+        indptr = np.concatenate([[0], np.cumsum(lengths)])
+        starts = np.repeat(self.level_ptr[:-1], K)
+        pos = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
+        term = np.repeat(np.tile(np.arange(K), J), lengths)
+        return sp.csr_matrix((values[pos, term], self.key_col[pos], indptr), shape=(J * K, self.q))
+
+
+def elimination_layout(C: sp.csr_matrix, eliminated: np.ndarray) -> EliminationLayout | None:
+    """The layout that eliminates the columns ``eliminated`` (``J x K``), or ``None`` where it does not apply.
+
+    It does not apply when a row uses two levels of the term, when more than
+    :data:`MAX_SCHUR_COLUMNS` columns remain, or when the Schur complement would be sparser
+    than :data:`MIN_SCHUR_DENSITY` (the general sparse factorisation is then cheaper).
+    """
+    C = sp.csr_matrix(C)
+    C.sum_duplicates()
+    n, N = C.shape
+    eliminated = np.asarray(eliminated)
+    J, K = eliminated.shape
+    level_of, term_of = np.full(N, -1), np.full(N, -1)
+    level_of[eliminated.ravel()] = np.repeat(np.arange(J), K)
+    term_of[eliminated.ravel()] = np.tile(np.arange(K), J)
+    rest = np.flatnonzero(level_of < 0)
+    q = rest.size
+    if q == 0 or q > MAX_SCHUR_COLUMNS:
+        return None
+    entry_row = np.repeat(np.arange(n), np.diff(C.indptr))
+    in_term = level_of[C.indices] >= 0
+    rows, levels = entry_row[in_term], level_of[C.indices[in_term]]
+    row_level = np.full(n, -1)
+    row_level[rows] = levels
+    if np.any(row_level[rows] != levels):
+        return None
+    z = np.zeros((n, K))
+    z[rows, term_of[C.indices[in_term]]] = C.data[in_term]
+    C_rest = C[:, rest].tocsr()
+    C_rest.sort_indices()
+    rest_rows = np.repeat(np.arange(n), np.diff(C_rest.indptr))
+    with_level = row_level[rest_rows] >= 0
+    keys, inverse = np.unique(row_level[rest_rows[with_level]] * q + C_rest.indices[with_level], return_inverse=True)
+    entry_pos = np.full(C_rest.nnz, -1)
+    entry_pos[with_level] = inverse.ravel()
+    level_ptr = np.searchsorted(keys // q, np.arange(J + 1))
+    # density of S = P_RR - P_RA G: the pattern of C_rest' C_rest and of the level patterns' cross products
+    sizes = np.diff(level_ptr).astype(float)
+    if min(float(np.sum(sizes**2)) + C_rest.nnz, q * q) < MIN_SCHUR_DENSITY * q * q:
+        return None
+    pattern = sp.csr_matrix((np.ones(keys.size), keys % q, level_ptr), shape=(J, q))
+    rest_pattern = C_rest.copy()
+    rest_pattern.data[:] = 1.0
+    nnz = (pattern.T @ pattern + rest_pattern.T @ rest_pattern).nnz
+    if nnz < MIN_SCHUR_DENSITY * q * q:
+        return None
+    check_memory(8.0 * q * q * 4, f"the dense Schur complement ({q} columns)", "use fewer or smaller grouping factors")
+    return EliminationLayout(
+        C=C,
+        eliminated=eliminated,
+        rest=rest,
+        row_level=row_level,
+        z=z,
+        C_rest=C_rest,
+        keys=keys,
+        level_ptr=level_ptr,
+        entry_pos=entry_pos,
+    )
+
+
+def _per_level(layout: EliminationLayout, weights: np.ndarray) -> np.ndarray:
+    """``(J, K)`` sums ``sum_{i in level l} weights_i z_i``."""
+    seen = layout.row_level >= 0
+    lev = layout.row_level[seen]
+    zw = layout.z[seen] * weights[seen, None]
+    return np.stack([np.bincount(lev, weights=zw[:, k], minlength=layout.J) for k in range(layout.K)], axis=1)
+
+
+def _prior_blocks(layout: EliminationLayout, prior: sp.spmatrix) -> tuple[np.ndarray, sp.csr_matrix]:
+    """The prior's ``(J, K, K)`` blocks on the eliminated term and its ``R x R`` part; it must not couple them."""
+    prior = sp.csr_matrix(prior)
+    idx = layout.eliminated
+    J, K = idx.shape
+    rows = np.broadcast_to(idx[:, :, None], (J, K, K)).ravel()
+    cols = np.broadcast_to(idx[:, None, :], (J, K, K)).ravel()
+    blocks = np.asarray(prior[rows, cols]).reshape(J, K, K)
+    level, _, _ = layout.column_role
+    coo = prior.tocoo()
+    a_row, a_col = level[coo.row], level[coo.col]
+    mixed = ((a_row >= 0) != (a_col >= 0)) | ((a_row >= 0) & (a_row != a_col))
+    if np.any(coo.data[mixed] != 0):
+        raise ValueError("the prior couples the eliminated term with other coefficients")
+    return blocks, prior[layout.rest][:, layout.rest].tocsr()
+
+
+@dataclass(frozen=True, eq=False)
+class SchurSparsePosterior:
+    """``q(theta) = N(mu, P^{-1})`` through the elimination of one term (same role as ``SparseGaussianPosterior``).
+
+    ``mean_d`` is the full mean in the design's column order; ``cov_rest = S^{-1}``;
+    ``block_inv = P_l^{-1}``; ``gain`` and ``cross`` are ``G`` and ``W = G S^{-1}`` on the
+    pattern (``(len(keys), K)``); ``cov_blocks`` the ``(J, K, K)`` blocks ``Sigma_ll``.
+    """
+
+    layout: EliminationLayout
+    mean_d: np.ndarray
+    chol: np.ndarray
+    cov_rest: np.ndarray
+    block_inv: np.ndarray
+    gain: np.ndarray
+    cross: np.ndarray
+    cov_blocks: np.ndarray
+    logdet_precision: float
+    weights: np.ndarray
+    prior: sp.csr_matrix
+
+    @property
+    def dim(self) -> int:
+        return self.mean_d.size
+
+    @property
+    def mean_b(self) -> np.ndarray:
+        return np.zeros((0, 0))
+
+    @cached_property
+    def _gain_matrix(self) -> sp.csr_matrix:
+        return self.layout.level_matrix(self.gain)
+
+    def solve(self, rhs: np.ndarray) -> np.ndarray:
+        """``P^{-1} rhs`` for ``rhs`` of shape ``(N,)`` or ``(N, m)``."""
+        lay = self.layout
+        rhs = np.asarray(rhs, dtype=float)
+        vec = rhs.ndim == 1
+        b = rhs.reshape(rhs.shape[0], -1)
+        b_A = b[lay.eliminated.ravel()].reshape(lay.J, lay.K, -1)
+        part_A = np.einsum("jkl,jlm->jkm", self.block_inv, b_A)
+        x_R = lapack.dpotrs(self.chol, b[lay.rest] - self._gain_matrix.T @ b_A.reshape(lay.J * lay.K, -1), lower=1)[0]
+        x_A = part_A.reshape(lay.J * lay.K, -1) - self._gain_matrix @ x_R
+        out = np.empty_like(b)
+        out[lay.rest] = x_R
+        out[lay.eliminated.ravel()] = x_A
+        return out[:, 0] if vec else out
+
+    def cov_entries(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``Sigma[rows, cols]`` (broadcast) for pairs inside the pattern of ``P``."""
+        lay = self.layout
+        rows, cols = np.broadcast_arrays(np.asarray(rows), np.asarray(cols))
+        level, term, pos = lay.column_role
+        out = np.empty(rows.shape)
+        la, lb = level[rows], level[cols]
+        both_rest = (la < 0) & (lb < 0)
+        out[both_rest] = self.cov_rest[pos[rows[both_rest]], pos[cols[both_rest]]]
+        both_term = (la >= 0) & (lb >= 0)
+        if np.any(la[both_term] != lb[both_term]):
+            raise ValueError("a requested covariance entry lies outside the pattern (two levels of one term)")
+        out[both_term] = self.cov_blocks[la[both_term], term[rows[both_term]], term[cols[both_term]]]
+        mixed = ~(both_rest | both_term)
+        if np.any(mixed):
+            a_col = np.where(la >= 0, rows, cols)[mixed]
+            r_col = np.where(la >= 0, cols, rows)[mixed]
+            key = level[a_col] * lay.q + pos[r_col]
+            at = np.minimum(np.searchsorted(lay.keys, key), lay.keys.size - 1)
+            if lay.keys.size == 0 or np.any(lay.keys[at] != key):
+                raise ValueError("a requested covariance entry lies outside the pattern of the precision")
+            out[mixed] = -self.cross[at, term[a_col]]
+        return out
+
+    def variance(self) -> np.ndarray:
+        lay = self.layout
+        out = np.empty(self.dim)
+        out[lay.rest] = np.diag(self.cov_rest)
+        out[lay.eliminated.ravel()] = np.diagonal(self.cov_blocks, axis1=1, axis2=2).ravel()
+        return out
+
+    def predictor(
+        self, C: sp.csr_matrix, codes: None = None, values: None = None, training: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of ``f_i = c_i' theta``.
+
+        Training rows: ``c_i' Sigma c_i = z_i' Sigma_ll z_i - 2 z_i' W_l d_i + d_i' S^{-1} d_i`` with every
+        entry inside the pattern.  New rows (levels in new combinations) use solves, 256 rows at a time.
+        """
+        C = sp.csr_matrix(C)
+        mean = C @ self.mean_d
+        if not training:
+            var = np.empty(C.shape[0])
+            for start in range(0, C.shape[0], 256):
+                block = C[start : start + 256]
+                var[start : start + 256] = np.einsum("ij,ji->i", block.toarray(), self.solve(block.T.toarray()))
+            return mean, var
+        lay = self.layout
+        n = C.shape[0]
+        seen = lay.row_level >= 0
+        lev = np.where(seen, lay.row_level, 0)
+        var = np.where(seen, np.einsum("ik,ikl,il->i", lay.z, self.cov_blocks[lev], lay.z), 0.0)
+        # -2 z_i' W_l d_i: one term per stored entry of d_i
+        d = lay.C_rest
+        has = lay.entry_pos >= 0
+        rows = lay.entry_row[has]
+        cross = np.einsum("ek,ek->e", lay.z[rows], self.cross[lay.entry_pos[has]]) * d.data[has]
+        var -= 2.0 * np.bincount(rows, weights=cross, minlength=n)
+        return mean, var + _row_quadratic(d, self.cov_rest)
+
+    def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+        lay = self.layout
+        dev_R = solve_triangular(self.chol, rng.standard_normal((lay.q, size)), lower=True, trans="T")
+        chol_b = np.linalg.cholesky(self.block_inv)
+        eps = rng.standard_normal((lay.J, lay.K, size))
+        dev_A = np.einsum("jkl,jlm->jkm", chol_b, eps).reshape(lay.J * lay.K, size) - self._gain_matrix @ dev_R
+        out = np.empty((self.dim, size))
+        out[lay.rest] = dev_R
+        out[lay.eliminated.ravel()] = dev_A
+        return self.mean_d + out.T, np.zeros((size, 0, 0))
+
+    def log_density(self, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
+        """``log q(theta)`` for draws ``(S, N)``: ``(theta - mu)' P (theta - mu) = sum_i w_i (c_i' dev)^2 + dev' prior dev``."""
+        dev = (theta_d - self.mean_d).T
+        fitted = self.layout.C @ dev
+        quad = self.weights @ fitted**2 + np.sum(dev * (self.prior @ dev), axis=0)
+        return -0.5 * quad + 0.5 * self.logdet_precision - 0.5 * self.dim * np.log(2 * np.pi)
+
+
+def _row_quadratic(d: sp.csr_matrix, cov: np.ndarray) -> np.ndarray:
+    """``d_i' cov d_i`` for every row of a sparse ``d``, over every pair of its stored entries (in chunks)."""
+    n = d.shape[0]
+    counts = np.diff(d.indptr)
+    pairs = counts.astype(np.int64) ** 2
+    ends = np.cumsum(pairs)
+    out = np.zeros(n)
+    start = 0
+    while start < n:
+        stop = max(int(np.searchsorted(ends, (ends[start - 1] if start else 0) + PAIR_CHUNK, side="right")), start + 1)
+        rows = np.arange(start, stop)
+        p = pairs[rows]
+        row_of_pair = np.repeat(rows, p)
+        offset = np.arange(row_of_pair.size) - np.repeat(np.cumsum(p) - p, p)
+        width = counts[row_of_pair]
+        first = d.indptr[row_of_pair] + offset // width
+        second = d.indptr[row_of_pair] + offset % width
+        values = d.data[first] * d.data[second] * cov[d.indices[first], d.indices[second]]
+        out[start:stop] = np.bincount(row_of_pair - start, weights=values, minlength=stop - start)
+        start = stop
+    return out
+
+
+def _gain_times_cov(layout: EliminationLayout, gain: np.ndarray, cov_rest: np.ndarray) -> np.ndarray:
+    """``W = G S^{-1}`` on the pattern: ``W[(l, r), k] = sum_{v in R_l} G[(l, v), k] S^{-1}[v, r]``.
+
+    Every pair of pattern entries of one level is visited once, in chunks of :data:`PAIR_CHUNK` pairs.
+    """
+    ptr, col = layout.level_ptr, layout.key_col
+    sizes = np.diff(ptr).astype(np.int64)
+    ends = np.cumsum(sizes**2)
+    out = np.zeros_like(gain)
+    level = 0
+    while level < layout.J:
+        stop = max(int(np.searchsorted(ends, (ends[level - 1] if level else 0) + PAIR_CHUNK, side="right")), level + 1)
+        entries = np.arange(ptr[level], ptr[stop])  # entries (l, r) of these levels
+        width = sizes[layout.key_level[entries]]
+        target = np.repeat(entries, width)  # (l, r) repeated |R_l| times
+        first = np.repeat(ptr[layout.key_level[entries]], width)
+        source = first + np.arange(target.size) - np.repeat(np.cumsum(width) - width, width)  # (l, v)
+        values = cov_rest[col[source], col[target]]
+        for k in range(gain.shape[1]):
+            out[ptr[level] : ptr[stop], k] = np.bincount(
+                target - ptr[level], weights=gain[source, k] * values, minlength=entries.size
+            )
+        level = stop
+    return out
+
+
+def schur_sparse_posterior(
+    layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix
+) -> SchurSparsePosterior:
+    """``q(theta)`` for ``P = C' diag(w) C + prior`` by eliminating ``layout``'s term (Alg. 2 steps 2-3)."""
+    lay = layout
+    J, K = lay.J, lay.K
+    prior_blocks, prior_rest = _prior_blocks(lay, prior)
+    seen = lay.row_level >= 0
+    lev, zs, ws = lay.row_level[seen], lay.z[seen], w[seen]
+    # P_l = sum_{i in l} w_i z_i z_i' + prior_l
+    blocks = prior_blocks.copy()
+    for k in range(K):
+        for m in range(k, K):
+            s = np.bincount(lev, weights=ws * zs[:, k] * zs[:, m], minlength=J)
+            blocks[:, k, m] += s
+            if m != k:
+                blocks[:, m, k] += s
+    chol_b = np.linalg.cholesky(blocks)  # raises LinAlgError if some P_l is not positive definite
+    block_inv = np.linalg.inv(blocks)
+    logdet_b = 2.0 * float(np.sum(np.log(np.diagonal(chol_b, axis1=1, axis2=2))))
+    # P_AR and G = P_AA^{-1} P_AR on the pattern
+    d = lay.C_rest
+    has = lay.entry_pos >= 0
+    rows, pos = lay.entry_row[has], lay.entry_pos[has]
+    wd = w[rows] * d.data[has]
+    cross = np.stack([np.bincount(pos, weights=wd * lay.z[rows, k], minlength=lay.keys.size) for k in range(K)], axis=1)
+    gain = np.einsum("ekl,el->ek", block_inv[lay.key_level], cross)
+    cross_m, gain_m = lay.level_matrix(cross), lay.level_matrix(gain)
+    # S = P_RR - P_RA G, dense
+    schur = (d.T @ sp.diags(w) @ d + prior_rest).toarray()
+    schur -= (cross_m.T @ gain_m).toarray()
+    chol, info = lapack.dpotrf(schur, lower=1, clean=1, overwrite_a=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("the posterior precision is not positive definite")
+    logdet = 2.0 * float(np.sum(np.log(np.diag(chol)))) + logdet_b
+    # mean: mu_R = S^{-1} (r_R - G' r_A), mu_A = P_l^{-1} r_l - G mu_R
+    r_A = _per_level(lay, rhs_weights)
+    mu_R = lapack.dpotrs(chol, d.T @ rhs_weights - gain_m.T @ r_A.ravel(), lower=1)[0]
+    mu_A = np.einsum("jkl,jl->jk", block_inv, r_A).ravel() - gain_m @ mu_R
+    mean = np.empty(lay.C.shape[1])
+    mean[lay.rest], mean[lay.eliminated.ravel()] = mu_R, mu_A
+    # covariances inside the pattern
+    cov_rest = lapack.dpotri(chol, lower=1)[0]
+    cov_rest = np.tril(cov_rest) + np.tril(cov_rest, -1).T
+    W = _gain_times_cov(lay, gain, cov_rest)
+    spread = np.stack(
+        [
+            np.stack([np.bincount(lay.key_level, weights=W[:, k] * gain[:, m], minlength=J) for m in range(K)], -1)
+            for k in range(K)
+        ],
+        axis=1,
+    )
+    cov_blocks = block_inv + 0.5 * (spread + np.swapaxes(spread, 1, 2))
+    return SchurSparsePosterior(
+        layout=lay,
+        mean_d=mean,
+        chol=chol,
+        cov_rest=cov_rest,
+        block_inv=block_inv,
+        gain=gain,
+        cross=W,
+        cov_blocks=cov_blocks,
+        logdet_precision=logdet,
+        weights=np.asarray(w, dtype=float),
+        prior=sp.csr_matrix(prior),
+    )
