@@ -31,6 +31,7 @@ import scipy.sparse as sp
 from .joint import component_values, log_prior
 from .linalg import blas_threads, gaussian_mean
 from .sparse import SparseCholesky
+from .sparse_schur import schur_sparse_mean
 from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior, sorted_by_level
 
 #: Continuation schedule of the floor on |1 - y f| (the last one is the final accuracy).
@@ -96,8 +97,11 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
         precisions = [np.linalg.inv(c) for c in covs]
         rhs = y * (1.0 + omega)
         if problem.is_sparse:
-            precision = (D.T @ sp.diags(omega) @ D + _sparse_prior(problem, precisions)).tocsc()
-            new_d, new_b = SparseCholesky.factor(precision).solve(D.T @ rhs), np.zeros((0, 0))
+            prior, new_b = _sparse_prior(problem, precisions), np.zeros((0, 0))
+            if problem.elimination is not None:  # crossed factors: dense Schur complement
+                new_d = schur_sparse_mean(problem.elimination, omega, rhs, prior)
+            else:
+                new_d = SparseCholesky.factor((D.T @ sp.diags(omega) @ D + prior).tocsc()).solve(D.T @ rhs)
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions)
             new_d, new_b = gaussian_mean(D, omega, rhs, prior_dd, blocked, prior_b)  # M-step

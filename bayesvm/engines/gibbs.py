@@ -27,6 +27,7 @@ from ..memory import check_memory
 from .joint import component_values, log_prior, log_pseudo_likelihood
 from .linalg import blas_threads, gaussian_draw
 from .sparse import SparseCholesky
+from .sparse_schur import schur_sparse_draw
 from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior, sorted_by_level
 
 #: Smallest |1 - y f| used for the inverse-Gaussian mean (a draw exactly on the margin has probability 0).
@@ -105,9 +106,12 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
         precisions = [np.linalg.inv(c) for c in covs]
         rhs = y * (1.0 + omega)
         if sparse:
-            precision = (D.T @ sp.diags(omega) @ D + _sparse_prior(problem, precisions)).tocsc()
-            factor = SparseCholesky.factor(precision)
-            theta_d = factor.solve(D.T @ rhs) + factor.sample_deviation(rng, 1)[0]
+            prior = _sparse_prior(problem, precisions)
+            if problem.elimination is not None:  # crossed factors: dense Schur complement
+                theta_d = schur_sparse_draw(problem.elimination, omega, rhs, prior, rng)
+            else:
+                factor = SparseCholesky.factor((D.T @ sp.diags(omega) @ D + prior).tocsc())
+                theta_d = factor.solve(D.T @ rhs) + factor.sample_deviation(rng, 1)[0]
             theta_b = np.zeros((0, 0))
             f = D @ theta_d
         else:

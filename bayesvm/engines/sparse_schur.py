@@ -47,7 +47,7 @@ MAX_SCHUR_COLUMNS = 12_000
 #: non-zero, where the sparse factorisation is far cheaper.
 MIN_SCHUR_DENSITY = 0.01
 
-#: Pairs of pattern entries processed at once when evaluating ``G S^{-1}`` on the pattern.
+#: Pairs of pattern entries (or of a row's entries) processed at once in the pair loops.
 PAIR_CHUNK = 4_000_000
 
 
@@ -343,6 +343,17 @@ class SchurSparsePosterior:
         return -0.5 * quad + 0.5 * self.logdet_precision - 0.5 * self.dim * np.log(2 * np.pi)
 
 
+def _symmetrize_lower(a: np.ndarray, block: int = 1024) -> np.ndarray:
+    """Copy the lower triangle of ``a`` onto its upper triangle in place (column blocks; no ``q x q`` temporary)."""
+    q = a.shape[0]
+    for i0 in range(0, q, block):
+        i1 = min(i0 + block, q)
+        diag = a[i0:i1, i0:i1]
+        diag[...] = np.tril(diag) + np.tril(diag, -1).T
+        a[i0:i1, i1:] = a[i1:, i0:i1].T
+    return a
+
+
 def _row_quadratic(d: sp.csr_matrix, cov: np.ndarray) -> np.ndarray:
     """``d_i' cov d_i`` for every row of a sparse ``d``, over every pair of its stored entries (in chunks)."""
     n = d.shape[0]
@@ -369,33 +380,53 @@ def _row_quadratic(d: sp.csr_matrix, cov: np.ndarray) -> np.ndarray:
 def _gain_times_cov(layout: EliminationLayout, gain: np.ndarray, cov_rest: np.ndarray) -> np.ndarray:
     """``W = G S^{-1}`` on the pattern: ``W[(l, r), k] = sum_{v in R_l} G[(l, v), k] S^{-1}[v, r]``.
 
-    Every pair of pattern entries of one level is visited once, in chunks of :data:`PAIR_CHUNK` pairs.
+    Levels are taken in order of pattern size, in batches of similar size (within 25%) and at most
+    :data:`PAIR_CHUNK` pairs; each batch gathers its levels' blocks ``S^{-1}[R_l, R_l]`` into one
+    padded ``(B, s, s)`` array and multiplies them by ``G_l`` in one batched product.  Padding
+    carries zero gain and its outputs are dropped.
     """
     ptr, col = layout.level_ptr, layout.key_col
-    sizes = np.diff(ptr).astype(np.int64)
-    ends = np.cumsum(sizes**2)
+    q = cov_rest.shape[0]
+    flat_cov = cov_rest.ravel(order="K")  # symmetric, so either memory order gives S^{-1}[v, r] at v q + r
+    index_type = np.int32 if q * q < 2**31 else np.int64
+    col = col.astype(index_type)
+    sizes = np.diff(ptr)
+    order = np.argsort(sizes, kind="stable")
+    order = order[sizes[order] > 0]
     out = np.zeros_like(gain)
-    level = 0
-    while level < layout.J:
-        stop = max(int(np.searchsorted(ends, (ends[level - 1] if level else 0) + PAIR_CHUNK, side="right")), level + 1)
-        entries = np.arange(ptr[level], ptr[stop])  # entries (l, r) of these levels
-        width = sizes[layout.key_level[entries]]
-        target = np.repeat(entries, width)  # (l, r) repeated |R_l| times
-        first = np.repeat(ptr[layout.key_level[entries]], width)
-        source = first + np.arange(target.size) - np.repeat(np.cumsum(width) - width, width)  # (l, v)
-        values = cov_rest[col[source], col[target]]
-        for k in range(gain.shape[1]):
-            out[ptr[level] : ptr[stop], k] = np.bincount(
-                target - ptr[level], weights=gain[source, k] * values, minlength=entries.size
-            )
-        level = stop
+    i = 0
+    while i < order.size:
+        smallest = sizes[order[i]]
+        stop = int(np.searchsorted(sizes[order], 1.25 * smallest, side="right"))
+        width = int(sizes[order[stop - 1]])
+        stop = min(stop, i + max(1, PAIR_CHUNK // (width * width)))
+        width = int(sizes[order[stop - 1]])
+        levels = order[i:stop]
+        slot = np.arange(width)
+        valid = slot[None, :] < sizes[levels, None]
+        pos = np.where(valid, ptr[levels, None] + slot[None, :], 0)
+        idx = col[pos]
+        g = np.where(valid[:, :, None], gain[pos], 0.0)  # (B, s, K)
+        flat = (idx * index_type(q))[:, :, None] + idx[:, None, :]
+        block = np.take(flat_cov, flat)  # (B, s, s): S^{-1}[R_l, R_l], symmetric
+        out[pos[valid]] = np.matmul(block, g)[valid]
+        i = stop
     return out
 
 
-def schur_sparse_posterior(
-    layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix
-) -> SchurSparsePosterior:
-    """``q(theta)`` for ``P = C' diag(w) C + prior`` by eliminating ``layout``'s term (Alg. 2 steps 2-3)."""
+@dataclass(frozen=True, eq=False)
+class _Elimination:
+    """``P`` after eliminating the term: the Cholesky factor of ``S``, ``P_l^{-1}``, ``G`` and the mean."""
+
+    chol: np.ndarray
+    block_inv: np.ndarray
+    gain: np.ndarray  # G on the pattern, (len(keys), K)
+    gain_matrix: sp.csr_matrix  # the same as a (J K) x q matrix
+    mean: np.ndarray  # full mean, design column order
+    logdet: float
+
+
+def _eliminate(layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix) -> _Elimination:
     lay = layout
     J, K = lay.J, lay.K
     prior_blocks, prior_rest = _prior_blocks(lay, prior)
@@ -421,21 +452,54 @@ def schur_sparse_posterior(
     gain = np.einsum("ekl,el->ek", block_inv[lay.key_level], cross)
     cross_m, gain_m = lay.level_matrix(cross), lay.level_matrix(gain)
     # S = P_RR - P_RA G, dense
-    schur = (d.T @ sp.diags(w) @ d + prior_rest).toarray()
-    schur -= (cross_m.T @ gain_m).toarray()
-    chol, info = lapack.dpotrf(schur, lower=1, clean=1, overwrite_a=1)
+    schur = (cross_m.T @ gain_m).toarray()
+    np.negative(schur, out=schur)
+    direct = (d.T @ sp.diags(w) @ d + prior_rest).tocoo()  # no duplicate entries after the product
+    schur[direct.row, direct.col] += direct.data
+    chol, info = lapack.dpotrf(schur.T, lower=1, clean=1, overwrite_a=1)  # symmetric: the Fortran-order view
     if info != 0:
         raise np.linalg.LinAlgError("the posterior precision is not positive definite")
-    logdet = 2.0 * float(np.sum(np.log(np.diag(chol)))) + logdet_b
     # mean: mu_R = S^{-1} (r_R - G' r_A), mu_A = P_l^{-1} r_l - G mu_R
     r_A = _per_level(lay, rhs_weights)
     mu_R = lapack.dpotrs(chol, d.T @ rhs_weights - gain_m.T @ r_A.ravel(), lower=1)[0]
     mu_A = np.einsum("jkl,jl->jk", block_inv, r_A).ravel() - gain_m @ mu_R
     mean = np.empty(lay.C.shape[1])
     mean[lay.rest], mean[lay.eliminated.ravel()] = mu_R, mu_A
+    logdet = 2.0 * float(np.sum(np.log(np.diag(chol)))) + logdet_b
+    return _Elimination(chol, block_inv, gain, gain_m, mean, logdet)
+
+
+def schur_sparse_mean(
+    layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix
+) -> np.ndarray:
+    """``P^{-1} C' rhs_weights`` only (the M-step of EM)."""
+    return _eliminate(layout, w, rhs_weights, prior).mean
+
+
+def schur_sparse_draw(
+    layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix, rng: np.random.Generator
+) -> np.ndarray:
+    """One draw from ``N(P^{-1} C' r, P^{-1})`` (the Gibbs block step): ``theta_R = mu_R + L^{-T} eps`` with
+    ``S = L L'``, then ``theta_A = mu_A - G (theta_R - mu_R) + P_l^{-1/2} eps_A``; no inverse is formed."""
+    e = _eliminate(layout, w, rhs_weights, prior)
+    lay = layout
+    dev_R = lapack.dtrtrs(e.chol, rng.standard_normal(lay.q), lower=1, trans=1)[0]
+    noise = np.einsum("jkl,jl->jk", np.linalg.cholesky(e.block_inv), rng.standard_normal((lay.J, lay.K)))
+    out = e.mean.copy()
+    out[lay.rest] += dev_R
+    out[lay.eliminated.ravel()] += noise.ravel() - e.gain_matrix @ dev_R
+    return out
+
+
+def schur_sparse_posterior(
+    layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix
+) -> SchurSparsePosterior:
+    """``q(theta)`` for ``P = C' diag(w) C + prior`` by eliminating ``layout``'s term (Alg. 2 steps 2-3)."""
+    lay = layout
+    e = _eliminate(lay, w, rhs_weights, prior)
+    gain, J, K = e.gain, lay.J, lay.K
     # covariances inside the pattern
-    cov_rest = lapack.dpotri(chol, lower=1)[0]
-    cov_rest = np.tril(cov_rest) + np.tril(cov_rest, -1).T
+    cov_rest = _symmetrize_lower(lapack.dpotri(e.chol, lower=1)[0])
     W = _gain_times_cov(lay, gain, cov_rest)
     spread = np.stack(
         [
@@ -444,17 +508,17 @@ def schur_sparse_posterior(
         ],
         axis=1,
     )
-    cov_blocks = block_inv + 0.5 * (spread + np.swapaxes(spread, 1, 2))
+    cov_blocks = e.block_inv + 0.5 * (spread + np.swapaxes(spread, 1, 2))
     return SchurSparsePosterior(
         layout=lay,
-        mean_d=mean,
-        chol=chol,
+        mean_d=e.mean,
+        chol=e.chol,
         cov_rest=cov_rest,
-        block_inv=block_inv,
+        block_inv=e.block_inv,
         gain=gain,
         cross=W,
         cov_blocks=cov_blocks,
-        logdet_precision=logdet,
+        logdet_precision=e.logdet,
         weights=np.asarray(w, dtype=float),
         prior=sp.csr_matrix(prior),
     )

@@ -12,6 +12,8 @@ from bayesvm.engines.em import fit_em
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
+from tests.conftest import simulate_grouped
+from tests.engines.test_vb import assert_path, sparse_solver
 
 
 def _overlapping(seed):
@@ -78,3 +80,22 @@ def test_separable_data_mode_is_the_hard_margin_limit():
     svc = SVC(kernel="linear", C=1.0 / (2e-3), tol=1e-10).fit(x[:, None], data["y"])
     np.testing.assert_allclose(fit.fixef.to_numpy(), [svc.intercept_[0], svc.coef_[0, 0]], atol=1e-5)
     assert np.all(np.isfinite(fit.objective))
+
+
+@pytest.mark.parametrize("path", ["sparse", "sparse-general"])
+def test_sparse_path_mode_equals_the_schur_path(path, monkeypatch):
+    """ECME on crossed factors: both sparse solvers follow the Schur path's iterates (the same deterministic map)."""
+    data = simulate_grouped(n_groups=25, per_group=6, p=2, seed=3)
+    data["h"] = [f"h{k}" for k in np.random.default_rng(0).integers(0, 12, len(data))]
+    design = build_design(parse_formula("y ~ x1 + x2 + (1 | g) + (1 | h)"), data)
+    sparse_solver(monkeypatch, path)
+    fits = {}
+    for limit in (0, 2000):
+        problem = build_model(design, 1.0, PriorSet(), True, max_dense_columns=limit).problem()
+        assert_path(problem, path if limit == 0 else "schur")
+        fits[limit] = fit_em(problem, max_iter=300)
+    sparse, schur = fits[0], fits[2000]
+    np.testing.assert_allclose(sparse.objective, schur.objective, rtol=1e-8)
+    np.testing.assert_allclose(sparse.margin, schur.margin, atol=1e-6)
+    for a, b in zip(sparse.components, schur.components):
+        np.testing.assert_allclose(a, b, rtol=1e-5)

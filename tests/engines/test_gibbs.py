@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy import stats
 
 import bayesvm
@@ -16,6 +17,7 @@ from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
 from bayesvm.results.diagnostics import mcmc_diagnostics
 from tests.conftest import simulate_logistic
+from tests.engines.test_vb import assert_path, sparse_solver
 
 
 def _small_data(n=40, seed=0):
@@ -183,13 +185,15 @@ def test_toenail_chains_converge_and_seeds_agree():
     assert stats.describe(a.result.log_posterior.ravel()).variance > 0
 
 
-def test_sparse_path_sampler_agrees_with_schur_path():
+@pytest.mark.parametrize("path", ["sparse", "sparse-general"])
+def test_sparse_path_sampler_agrees_with_schur_path(path, monkeypatch):
     data = _small_data(n=60, seed=6).assign(h=lambda d: [f"h{k}" for k in np.arange(len(d)) % 4])
     design = build_design(parse_formula("y ~ x + (1 | g) + (1 | h)"), data)
+    sparse_solver(monkeypatch, path)
     runs = {}
     for limit in (0, 2000):
         problem = build_model(design, 0.5, PriorSet(), False, max_dense_columns=limit).problem()
-        assert problem.is_sparse == (limit == 0)
+        assert_path(problem, path if limit == 0 else "schur")
         runs[limit] = sample_gibbs(problem, draws=3000, tune=300, chains=2, seed=limit + 1, progress=False)
     # same layout either way: theta_d = [beta, u_g, u_h] on the sparse path; [beta, u_h] + blocked u_g otherwise
     sparse, schur = runs[0], runs[2000]
