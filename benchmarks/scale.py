@@ -5,7 +5,8 @@ Cases, each timed in this process next to its floor or peer:
 1. dense linear VB, learned penalty (n x d): time per sweep against the BLAS floor
    ``X.T @ (w[:, None] * X)`` plus ``X @ v`` measured here;
 2. one grouping factor (n rows, m levels, p = 10): VB to convergence, and Gibbs per iteration;
-3. crossed random intercepts ``(1|a) + (1|b)``: VB on the sparse path, per sweep;
+3. crossed random intercepts ``(1|a) + (1|b)``: VB on the sparse path (the largest factor eliminated onto
+   a dense Schur complement), per sweep against the LAPACK floor, and to convergence;
 4. peers: scikit-learn ``LinearSVC`` with 5-fold ``GridSearchCV`` over 10 values of ``C`` (how users choose
    the penalty) against our learned-penalty VB fit to convergence on the dense design; statsmodels
    ``BinomialBayesMixedGLM.fit_vb`` (logistic GLMM, mean-field VB) against our VB on the one-factor
@@ -84,8 +85,14 @@ def grouped_cases(n: int, m: int, rng) -> list[dict]:
     ]
 
 
-def crossed_case(n: int, m: int, rng) -> dict:
+def crossed_case(n: int, m: int, rng) -> list[dict]:
+    """Crossed ``(1|a) + (1|b)``, m levels each, uniformly crossed: every level of ``a`` meets about
+    ``n / m`` levels of ``b``, so the Schur complement on ``b`` is dense and each sweep's floor is LAPACK's
+    Cholesky factorisation plus inversion of that ``(m + 2)``-square matrix (timed here on a random SPD
+    matrix of the same size).  Rows: a sweep against that floor, and the fit to convergence against the
+    issue's 60 s goal."""
     import scipy.sparse as sp
+    from scipy.linalg import lapack
 
     X = np.column_stack([np.ones(n), rng.standard_normal(n)])
     a, b = rng.integers(0, m, n), rng.integers(0, m, n)
@@ -98,9 +105,21 @@ def crossed_case(n: int, m: int, rng) -> dict:
     )
     problem = VBProblem(y=y, D=C, fixed_precision=np.r_[1e-8, 1e-8, np.zeros(2 * m)], components=comps)
     start = time.perf_counter()
-    result = fit_vb(problem, max_iter=3, accelerate=False)
-    per_sweep = (time.perf_counter() - start) / result.n_iter
-    return {"case": f"crossed VB n={n} m={m}x{m}, per sweep", "ours_s": per_sweep, "peer": "-", "peer_s": float("nan")}
+    result = fit_vb(problem)
+    total = time.perf_counter() - start
+    per_sweep = result.elapsed / result.n_iter
+    q = m + 2
+    spd = rng.standard_normal((q, q)) / np.sqrt(q)
+    spd = spd @ spd.T + np.eye(q)
+    start = time.perf_counter()
+    chol = lapack.dpotrf(spd, lower=1)[0]
+    lapack.dpotri(chol, lower=1)
+    floor = time.perf_counter() - start
+    label = f"crossed VB n={n} m={m}x{m}"
+    return [
+        {"case": f"{label}, per sweep", "ours_s": per_sweep, "peer": f"LAPACK floor q={q}", "peer_s": floor},
+        {"case": f"{label} ({result.n_iter} sweeps, with setup)", "ours_s": total, "peer": "goal", "peer_s": 60.0},
+    ]
 
 
 def linear_svc_peer(n: int, d: int, rng) -> dict:
@@ -248,7 +267,7 @@ def main(argv=None) -> list[dict]:
         return kernel_cases([20_000] if args.small else [1_000_000, 5_000_000])
     rng = np.random.default_rng(2014)
     if args.small:
-        rows = [dense_case(20_000, 20, rng), *grouped_cases(20_000, 2_000, rng), crossed_case(5_000, 200, rng)]
+        rows = [dense_case(20_000, 20, rng), *grouped_cases(20_000, 2_000, rng), *crossed_case(5_000, 200, rng)]
         if not args.no_peers:
             rows.append(linear_svc_peer(5_000, 10, rng))
             rows.append(statsmodels_peer([2_000], budget=args.peer_budget))
@@ -256,7 +275,8 @@ def main(argv=None) -> list[dict]:
         rows = [
             dense_case(1_000_000, 50, rng),
             *grouped_cases(1_000_000, 100_000, rng),
-            crossed_case(200_000, 2_000, rng),
+            *crossed_case(200_000, 2_000, rng),
+            *crossed_case(1_000_000, 10_000, rng),
         ]
         if not args.no_peers:
             rows.append(linear_svc_peer(1_000_000, 50, rng))

@@ -7,7 +7,7 @@ from benchmarks.scale import main
 
 def test_scale_benchmark_small(capsys):
     rows = main(["--small"])
-    assert len(rows) == 6  # dense, one factor VB and Gibbs, crossed, LinearSVC peer, statsmodels peer
+    assert len(rows) == 7  # dense, one factor VB and Gibbs, crossed (sweep, fit), LinearSVC peer, statsmodels peer
     assert all(np.isfinite(row["ours_s"]) and row["ours_s"] > 0 for row in rows)
     assert "dense VB" in capsys.readouterr().out
 

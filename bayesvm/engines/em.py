@@ -72,7 +72,7 @@ def _smoothed_log_likelihood(margin: np.ndarray, eps: float) -> float:
 
 def fit_em(problem: VBProblem, tol: float = 1e-10, max_iter: int = 20000) -> EMResult:
     """See :func:`_fit_em`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
-    with blas_threads(problem.D.shape[1]):
+    with blas_threads(problem.D.shape[1], problem.n):
         return _fit_em(problem, tol, max_iter)
 
 

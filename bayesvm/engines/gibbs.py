@@ -80,7 +80,7 @@ def _draw_component(comp: VarianceComponent, u: np.ndarray, rng: np.random.Gener
 
 
 def _run_chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random.SeedSequence, show: bool) -> dict:
-    with blas_threads(problem.D.shape[1]):
+    with blas_threads(problem.D.shape[1], problem.n):
         return _chain(problem, draws, tune, thin, seed, show)
 
 

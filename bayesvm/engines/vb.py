@@ -370,7 +370,7 @@ class _Sweeper:
 
 def fit_vb(problem: VBProblem, tol: float = 1e-8, max_iter: int = 500, accelerate: bool = True) -> VBResult:
     """See :func:`_fit_vb`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
-    with blas_threads(problem.D.shape[1]):
+    with blas_threads(problem.D.shape[1], problem.n):
         return _fit_vb(problem, tol, max_iter, accelerate)
 
 
