@@ -22,7 +22,9 @@ Identities used (``G_l = P_l^{-1} P_{l,d}``, ``h_i = G_{l(i)}' z_i``):
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
@@ -261,14 +263,50 @@ def weighted_gram(D: np.ndarray, w: np.ndarray) -> np.ndarray:
     return 0.5 * (out + out.T)
 
 
-def weighted_gram_and_product(D: np.ndarray, w: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``D' diag(w) D`` and ``D' r`` from one pass over the rows (as :func:`weighted_gram`)."""
+#: From this many rows, row-wise work that runs with one BLAS thread (few columns) is split into two
+#: halves computed in two threads (numpy releases the GIL in its products and ufuncs).  The split is
+#: fixed, so results do not depend on the machine.
+SPLIT_ROWS = 200_000
+
+
+def row_pool() -> ThreadPoolExecutor:
+    """Two worker threads for row halves (one pool per process: a forked child gets its own)."""
+    pid = os.getpid()
+    if _ROW_POOL.get("pid") != pid:
+        _ROW_POOL.update(pid=pid, pool=ThreadPoolExecutor(max_workers=2))
+    return _ROW_POOL["pool"]
+
+
+_ROW_POOL: dict = {}
+
+
+def splits_rows(n: int, q: int) -> bool:
+    """Whether row-wise products over ``n x q`` run as two threaded halves (where BLAS runs one thread)."""
+    return n >= SPLIT_ROWS and q < SINGLE_THREAD_BELOW and float(n) * q * q < THREADS_ABOVE_WORK
+
+
+def _gram_and_product(D: np.ndarray, w: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n, q = D.shape
     gram, product = np.zeros((q, q)), np.zeros(q)
     for start in range(0, n, ROW_CHUNK):
         chunk = D[start : start + ROW_CHUNK]
         gram += chunk.T @ (chunk * w[start : start + ROW_CHUNK, None])
         product += r[start : start + ROW_CHUNK] @ chunk
+    return gram, product
+
+
+def weighted_gram_and_product(D: np.ndarray, w: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``D' diag(w) D`` and ``D' r`` from one pass over the rows (as :func:`weighted_gram`); two threaded
+    halves on many rows and few columns (:func:`splits_rows`)."""
+    n, q = D.shape
+    if splits_rows(n, q):
+        half = n // 2
+        parts = list(
+            row_pool().map(lambda rows: _gram_and_product(D[rows], w[rows], r[rows]), [slice(0, half), slice(half, n)])
+        )
+        gram, product = parts[0][0] + parts[1][0], parts[0][1] + parts[1][1]
+    else:
+        gram, product = _gram_and_product(D, w, r)
     return 0.5 * (gram + gram.T), product
 
 
