@@ -36,7 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import lapack, solve_triangular
 
-from ..memory import check_memory
+from ..memory import available_memory
 
 #: Largest Schur complement (columns outside the eliminated term) factorised densely:
 #: 12,000 columns is a 1.2 GB matrix and about 25 s of LAPACK per solve on two cores.
@@ -135,8 +135,9 @@ def elimination_layout(C: sp.csr_matrix, eliminated: np.ndarray) -> EliminationL
     """The layout that eliminates the columns ``eliminated`` (``J x K``), or ``None`` where it does not apply.
 
     It does not apply when a row uses two levels of the term, when more than
-    :data:`MAX_SCHUR_COLUMNS` columns remain, or when the Schur complement would be sparser
-    than :data:`MIN_SCHUR_DENSITY` (the general sparse factorisation is then cheaper).
+    :data:`MAX_SCHUR_COLUMNS` columns remain or their dense matrices would not fit in the available
+    memory, or when the Schur complement would be sparser than :data:`MIN_SCHUR_DENSITY` (the
+    general sparse factorisation is then cheaper).
     """
     C = sp.csr_matrix(C)
     C.sum_duplicates()
@@ -171,13 +172,10 @@ def elimination_layout(C: sp.csr_matrix, eliminated: np.ndarray) -> EliminationL
     sizes = np.diff(level_ptr).astype(float)
     if min(float(np.sum(sizes**2)) + C_rest.nnz, q * q) < MIN_SCHUR_DENSITY * q * q:
         return None
-    pattern = sp.csr_matrix((np.ones(keys.size), keys % q, level_ptr), shape=(J, q))
-    rest_pattern = C_rest.copy()
-    rest_pattern.data[:] = 1.0
-    nnz = (pattern.T @ pattern + rest_pattern.T @ rest_pattern).nnz
-    if nnz < MIN_SCHUR_DENSITY * q * q:
+    if _schur_density(keys % q, level_ptr, C_rest, J, q) < MIN_SCHUR_DENSITY:
         return None
-    check_memory(8.0 * q * q * 4, f"the dense Schur complement ({q} columns)", "use fewer or smaller grouping factors")
+    if 8.0 * q * q * 4 > available_memory():  # S, its factor, its inverse and a product's dense copy
+        return None
     return EliminationLayout(
         C=C,
         eliminated=eliminated,
@@ -189,6 +187,17 @@ def elimination_layout(C: sp.csr_matrix, eliminated: np.ndarray) -> EliminationL
         level_ptr=level_ptr,
         entry_pos=entry_pos,
     )
+
+
+def _schur_density(cols: np.ndarray, level_ptr: np.ndarray, C_rest: sp.csr_matrix, J: int, q: int) -> float:
+    """Fraction of non-zeros in the pattern of ``S``: exact for up to 256 columns, otherwise measured on
+    256 columns chosen at random (with a fixed seed; the columns of ``S`` are exchangeable enough for a
+    go / no-go decision against :data:`MIN_SCHUR_DENSITY`)."""
+    pattern = sp.csr_matrix((np.ones(cols.size), cols, level_ptr), shape=(J, q))
+    rest_pattern = sp.csr_matrix((np.ones(C_rest.nnz), C_rest.indices, C_rest.indptr), shape=C_rest.shape)
+    columns = np.arange(q) if q <= 256 else np.sort(np.random.default_rng(0).choice(q, 256, replace=False))
+    sampled = pattern[:, columns].T @ pattern + rest_pattern[:, columns].T @ rest_pattern
+    return sampled.nnz / (columns.size * q)
 
 
 def _per_level(layout: EliminationLayout, weights: np.ndarray) -> np.ndarray:

@@ -98,16 +98,36 @@ def test_chunked_pair_loops_give_the_unchunked_answer(monkeypatch):
 
 def test_layout_declines_where_it_does_not_apply():
     C, _, eliminated, _ = _crossed(slope=False)
-    # nested: 300 schools of two classes each, the classes eliminated: the Schur complement stays sparse
-    n = 1200
-    school = np.repeat(np.arange(300), 4)
-    klass = np.repeat(np.arange(600), 2)
+    # nested: 600 schools of two classes each, the classes eliminated: the Schur complement stays sparse
+    # (the intercept's row and column and the diagonal: 0.5% of its entries)
+    n = 2400
+    school = np.repeat(np.arange(600), 4)
+    klass = np.repeat(np.arange(1200), 2)
     X = sp.csr_matrix(np.ones((n, 1)))
-    Zs = sp.csr_matrix((np.ones(n), (np.arange(n), school)), shape=(n, 300))
-    Zc = sp.csr_matrix((np.ones(n), (np.arange(n), klass)), shape=(n, 600))
+    Zs = sp.csr_matrix((np.ones(n), (np.arange(n), school)), shape=(n, 600))
+    Zc = sp.csr_matrix((np.ones(n), (np.arange(n), klass)), shape=(n, 1200))
     nested = sp.hstack([X, Zs, Zc], format="csr")
-    assert elimination_layout(nested, 301 + np.arange(600)[:, None]) is None
+    assert elimination_layout(nested, 601 + np.arange(1200)[:, None]) is None
+    assert sparse_schur._schur_density(*_pattern_of(nested, 601 + np.arange(1200)[:, None])) < 0.01
     # "levels" that share a row (the first row's a-level and b-level): not a single term
     first = C[0].indices
     assert elimination_layout(C, first[-2:][:, None]) is None
     assert elimination_layout(C, eliminated) is not None
+
+
+def _pattern_of(C, eliminated):
+    """The arguments of ``_schur_density`` for a design (by building the layout with every check off)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sparse_schur, "MIN_SCHUR_DENSITY", 0.0)
+        layout = elimination_layout(C, eliminated)
+    return layout.key_col, layout.level_ptr, layout.C_rest, layout.J, layout.q
+
+
+def test_sampled_density_is_close_to_the_exact_one():
+    C, _, eliminated, _ = _crossed(n=3000, levels_a=300, levels_b=400, slope=False)
+    cols, ptr, C_rest, J, q = _pattern_of(C, eliminated)
+    assert q > 256  # sampled
+    pattern = sp.csr_matrix((np.ones(cols.size), cols, ptr), shape=(J, q))
+    rest = sp.csr_matrix((np.ones(C_rest.nnz), C_rest.indices, C_rest.indptr), shape=C_rest.shape)
+    exact = (pattern.T @ pattern + rest.T @ rest).nnz / q**2
+    assert abs(sparse_schur._schur_density(cols, ptr, C_rest, J, q) - exact) < 0.2 * exact
