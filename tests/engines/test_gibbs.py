@@ -204,3 +204,21 @@ def test_sparse_path_sampler_agrees_with_schur_path(path, monkeypatch):
     for c in range(2):  # sigma^2 of (1 | g) and (1 | h): few groups, heavy tails: compare medians
         a, b = sparse.components[c].ravel(), schur.components[c].ravel()
         assert abs(np.log(np.median(a)) - np.log(np.median(b))) < 0.5, (c, np.median(a), np.median(b))
+
+
+def test_rows_split_in_two_threads_sample_the_same_posterior(monkeypatch):
+    """The two-half latent draws (large data) against the one-generator sampler on the same model."""
+    from bayesvm.engines import gibbs
+
+    data = _small_data(n=60, seed=3)
+    runs = []
+    for split in (False, True):
+        monkeypatch.setattr(gibbs, "SPLIT_ROWS", 10 if split else 10**9)
+        problem, result = _gibbs("y ~ x + (1 | g)", data, penalty=None, draws=3000, tune=300, chains=2, seed=4)
+        runs.append(np.concatenate([result.theta_d.reshape(-1, 2), result.theta_b.reshape(-1, 5)], axis=1))
+    one, two = runs
+    assert not np.array_equal(one, two)  # the split path really ran (different streams)
+    for j in range(one.shape[1]):
+        a, b = one[:, j], two[:, j]
+        mcse = np.sqrt(a.var() / _ess(a.reshape(2, -1)) + b.var() / _ess(b.reshape(2, -1)))
+        assert abs(a.mean() - b.mean()) < 4 * mcse, (j, a.mean(), b.mean(), mcse)
