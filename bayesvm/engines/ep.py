@@ -331,8 +331,11 @@ def _check_scope(problem: VBProblem) -> None:
 def fit_accurate(problem: VBProblem, n_nodes: int = 21, span: float = 4.0) -> IntegratedResult:
     """EP for ``theta`` given the variance components, integrated over them (see module docstring)."""
     _check_scope(problem)
-    width = problem.D.shape[1] if not problem.is_sparse else 1
-    with blas_threads(width):
+    if problem.is_sparse:  # SuperLU is single-threaded; the elimination's dense complement is not
+        width = problem.elimination.q if problem.elimination is not None else 1
+    else:
+        width = problem.D.shape[1]
+    with blas_threads(width, problem.n):
         return _fit_accurate(problem, n_nodes, span)
 
 
