@@ -13,7 +13,7 @@ from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
 from tests.conftest import simulate_grouped
-from tests.engines.test_vb import assert_path, sparse_solver
+from tests.engines.test_vb import schur_and_sparse
 
 
 def _overlapping(seed):
@@ -88,13 +88,8 @@ def test_sparse_path_mode_equals_the_schur_path(path, monkeypatch):
     data = simulate_grouped(n_groups=25, per_group=6, p=2, seed=3)
     data["h"] = [f"h{k}" for k in np.random.default_rng(0).integers(0, 12, len(data))]
     design = build_design(parse_formula("y ~ x1 + x2 + (1 | g) + (1 | h)"), data)
-    sparse_solver(monkeypatch, path)
-    fits = {}
-    for limit in (0, 2000):
-        problem = build_model(design, 1.0, PriorSet(), True, max_dense_columns=limit).problem()
-        assert_path(problem, path if limit == 0 else "schur")
-        fits[limit] = fit_em(problem, max_iter=300)
-    sparse, schur = fits[0], fits[2000]
+    problems = schur_and_sparse(design, 1.0, True, path, monkeypatch)
+    schur, sparse = (fit_em(problems[name], max_iter=300) for name in ("schur", path))
     np.testing.assert_allclose(sparse.objective, schur.objective, rtol=1e-8)
     np.testing.assert_allclose(sparse.margin, schur.margin, atol=1e-6)
     for a, b in zip(sparse.components, schur.components):

@@ -15,7 +15,7 @@ from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import InverseWishart, PriorSet
 from tests.conftest import simulate_grouped, simulate_logistic
-from tests.engines.test_vb import assert_path, sparse_solver
+from tests.engines.test_vb import schur_and_sparse
 
 
 def test_tilted_moments_match_quadrature():
@@ -221,13 +221,8 @@ def test_sparse_path_gives_the_schur_answer(path, monkeypatch):
     data = simulate_grouped(n_groups=30, per_group=6, p=2, seed=8)
     formula = "y ~ x1 + x2 + (1 | g) + (1 | h)"
     design = build_design(parse_formula(formula), data)
-    sparse_solver(monkeypatch, path)
-    fits = []
-    for limit in (2000, 0):
-        problem = build_model(design, None, PriorSet(), True, max_dense_columns=limit).problem()
-        assert_path(problem, path if limit == 0 else "schur")
-        fits.append(fit_accurate(problem))
-    schur, sparse = fits
+    problems = schur_and_sparse(design, None, True, path, monkeypatch)
+    schur, sparse = (fit_accurate(problems[name]) for name in ("schur", path))
     np.testing.assert_allclose(schur.weights, sparse.weights, atol=1e-6)
     np.testing.assert_allclose(schur.nodes, sparse.nodes, atol=1e-6)
     p = design.X.shape[1]  # the fixed effects lead both paths' columns

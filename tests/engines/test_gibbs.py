@@ -17,7 +17,7 @@ from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
 from bayesvm.results.diagnostics import mcmc_diagnostics
 from tests.conftest import simulate_logistic
-from tests.engines.test_vb import assert_path, sparse_solver
+from tests.engines.test_vb import schur_and_sparse
 
 
 def _small_data(n=40, seed=0):
@@ -189,12 +189,11 @@ def test_toenail_chains_converge_and_seeds_agree():
 def test_sparse_path_sampler_agrees_with_schur_path(path, monkeypatch):
     data = _small_data(n=60, seed=6).assign(h=lambda d: [f"h{k}" for k in np.arange(len(d)) % 4])
     design = build_design(parse_formula("y ~ x + (1 | g) + (1 | h)"), data)
-    sparse_solver(monkeypatch, path)
-    runs = {}
-    for limit in (0, 2000):
-        problem = build_model(design, 0.5, PriorSet(), False, max_dense_columns=limit).problem()
-        assert_path(problem, path if limit == 0 else "schur")
-        runs[limit] = sample_gibbs(problem, draws=3000, tune=300, chains=2, seed=limit + 1, progress=False)
+    problems = schur_and_sparse(design, 0.5, False, path, monkeypatch)
+    runs = {
+        limit: sample_gibbs(problems[name], draws=3000, tune=300, chains=2, seed=limit + 1, progress=False)
+        for name, limit in (("schur", 2000), (path, 0))
+    }
     # same layout either way: theta_d = [beta, u_g, u_h] on the sparse path; [beta, u_h] + blocked u_g otherwise
     sparse, schur = runs[0], runs[2000]
     for j in range(2):  # the fixed effects

@@ -105,6 +105,16 @@ def assert_path(problem, path: str) -> None:
         assert (problem.elimination is None) == (path == "sparse-general")
 
 
+def schur_and_sparse(design, penalty, standardize: bool, path: str, monkeypatch) -> dict:
+    """The same model on the Schur path and on the sparse path ``path`` (``sparse`` or ``sparse-general``)."""
+    sparse_solver(monkeypatch, path)
+    problems = {}
+    for name, limit in (("schur", 2000), (path, 0)):
+        problems[name] = build_model(design, penalty, PriorSet(), standardize, max_dense_columns=limit).problem()
+        assert_path(problems[name], name)
+    return problems
+
+
 @pytest.mark.parametrize("case, solver", MC_RUNS)
 def test_closed_form_bound_matches_monte_carlo(case, solver, monkeypatch):
     formula, penalty, prior_kw = CASES[case]
