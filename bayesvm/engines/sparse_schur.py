@@ -131,13 +131,17 @@ class EliminationLayout:
         return sp.csr_matrix((values[pos, term], self.key_col[pos], indptr), shape=(J * K, self.q))
 
 
-def elimination_layout(C: sp.csr_matrix, eliminated: np.ndarray) -> EliminationLayout | None:
+def elimination_layout(
+    C: sp.csr_matrix, eliminated: np.ndarray, dense_complement: bool = True
+) -> EliminationLayout | None:
     """The layout that eliminates the columns ``eliminated`` (``J x K``), or ``None`` where it does not apply.
 
-    It does not apply when a row uses two levels of the term, when more than
+    It does not apply when a row uses two levels of the term.  With ``dense_complement`` (the exact
+    path, which factorises ``S`` densely) it also does not apply when more than
     :data:`MAX_SCHUR_COLUMNS` columns remain or their dense matrices would not fit in the available
     memory, or when the Schur complement would be sparser than :data:`MIN_SCHUR_DENSITY` (the
-    general sparse factorisation is then cheaper).
+    general sparse factorisation is then cheaper).  The probe estimator
+    (:mod:`bayesvm.engines.sparse_probes`) only applies ``S`` to vectors and takes any layout.
     """
     C = sp.csr_matrix(C)
     C.sum_duplicates()
@@ -149,7 +153,7 @@ def elimination_layout(C: sp.csr_matrix, eliminated: np.ndarray) -> EliminationL
     term_of[eliminated.ravel()] = np.tile(np.arange(K), J)
     rest = np.flatnonzero(level_of < 0)
     q = rest.size
-    if q == 0 or q > MAX_SCHUR_COLUMNS:
+    if q == 0 or (dense_complement and q > MAX_SCHUR_COLUMNS):
         return None
     entry_row = np.repeat(np.arange(n), np.diff(C.indptr))
     in_term = level_of[C.indices] >= 0
@@ -168,13 +172,7 @@ def elimination_layout(C: sp.csr_matrix, eliminated: np.ndarray) -> EliminationL
     entry_pos = np.full(C_rest.nnz, -1)
     entry_pos[with_level] = inverse.ravel()
     level_ptr = np.searchsorted(keys // q, np.arange(J + 1))
-    # density of S = P_RR - P_RA G: the pattern of C_rest' C_rest and of the level patterns' cross products
-    sizes = np.diff(level_ptr).astype(float)
-    if min(float(np.sum(sizes**2)) + C_rest.nnz, q * q) < MIN_SCHUR_DENSITY * q * q:
-        return None
-    if _schur_density(keys % q, level_ptr, C_rest, J, q) < MIN_SCHUR_DENSITY:
-        return None
-    if 8.0 * q * q * 4 > available_memory():  # S, its factor, its inverse and a product's dense copy
+    if dense_complement and not _dense_complement_pays(keys % q, level_ptr, C_rest, J, q):
         return None
     return EliminationLayout(
         C=C,
@@ -187,6 +185,17 @@ def elimination_layout(C: sp.csr_matrix, eliminated: np.ndarray) -> EliminationL
         level_ptr=level_ptr,
         entry_pos=entry_pos,
     )
+
+
+def _dense_complement_pays(cols: np.ndarray, level_ptr: np.ndarray, C_rest: sp.csr_matrix, J: int, q: int) -> bool:
+    """Whether ``S`` is dense enough (:data:`MIN_SCHUR_DENSITY`) for a dense factorisation and fits in memory."""
+    # density of S = P_RR - P_RA G: the pattern of C_rest' C_rest and of the level patterns' cross products
+    sizes = np.diff(level_ptr).astype(float)
+    if min(float(np.sum(sizes**2)) + C_rest.nnz, q * q) < MIN_SCHUR_DENSITY * q * q:
+        return False
+    if _schur_density(cols, level_ptr, C_rest, J, q) < MIN_SCHUR_DENSITY:
+        return False
+    return 8.0 * q * q * 4 <= available_memory()  # S, its factor, its inverse and a product's dense copy
 
 
 def _schur_density(cols: np.ndarray, level_ptr: np.ndarray, C_rest: sp.csr_matrix, J: int, q: int) -> float:
@@ -435,13 +444,25 @@ class _Elimination:
     logdet: float
 
 
-def _eliminate(layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix) -> _Elimination:
+@dataclass(frozen=True, eq=False)
+class TermElimination:
+    """The eliminated term's blocks ``P_l``, and ``P_AR`` and ``G = P_AA^{-1} P_AR`` on the pattern."""
+
+    block_inv: np.ndarray  # (J, K, K): P_l^{-1}
+    logdet_blocks: float  # sum_l log|P_l|
+    cross: np.ndarray  # P_AR on the pattern, (len(keys), K)
+    gain: np.ndarray  # G on the pattern, (len(keys), K)
+    prior_rest: sp.csr_matrix  # the prior's R x R part
+    prior_blocks: np.ndarray  # (J, K, K): the prior's blocks on the eliminated term
+
+
+def eliminate_term(layout: EliminationLayout, w: np.ndarray, prior: sp.spmatrix) -> TermElimination:
+    """``P_l = sum_{i in l} w_i z_i z_i' + prior_l``, ``P_AR`` and ``G`` for ``P = C' diag(w) C + prior``."""
     lay = layout
     J, K = lay.J, lay.K
     prior_blocks, prior_rest = _prior_blocks(lay, prior)
     seen = lay.row_level >= 0
     lev, zs, ws = lay.row_level[seen], lay.z[seen], w[seen]
-    # P_l = sum_{i in l} w_i z_i z_i' + prior_l
     blocks = prior_blocks.copy()
     for k in range(K):
         for m in range(k, K):
@@ -452,13 +473,19 @@ def _eliminate(layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray
     chol_b = np.linalg.cholesky(blocks)  # raises LinAlgError if some P_l is not positive definite
     block_inv = np.linalg.inv(blocks)
     logdet_b = 2.0 * float(np.sum(np.log(np.diagonal(chol_b, axis1=1, axis2=2))))
-    # P_AR and G = P_AA^{-1} P_AR on the pattern
     d = lay.C_rest
     has = lay.entry_pos >= 0
     rows, pos = lay.entry_row[has], lay.entry_pos[has]
     wd = w[rows] * d.data[has]
     cross = np.stack([np.bincount(pos, weights=wd * lay.z[rows, k], minlength=lay.keys.size) for k in range(K)], axis=1)
     gain = np.einsum("ekl,el->ek", block_inv[lay.key_level], cross)
+    return TermElimination(block_inv, logdet_b, cross, gain, prior_rest, prior_blocks)
+
+
+def _eliminate(layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix) -> _Elimination:
+    lay = layout
+    term = eliminate_term(lay, w, prior)
+    block_inv, cross, gain, prior_rest, d = term.block_inv, term.cross, term.gain, term.prior_rest, lay.C_rest
     cross_m, gain_m = lay.level_matrix(cross), lay.level_matrix(gain)
     # S = P_RR - P_RA G, dense
     schur = (cross_m.T @ gain_m).toarray()
@@ -474,7 +501,7 @@ def _eliminate(layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray
     mu_A = np.einsum("jkl,jl->jk", block_inv, r_A).ravel() - gain_m @ mu_R
     mean = np.empty(lay.C.shape[1])
     mean[lay.rest], mean[lay.eliminated.ravel()] = mu_R, mu_A
-    logdet = 2.0 * float(np.sum(np.log(np.diag(chol)))) + logdet_b
+    logdet = 2.0 * float(np.sum(np.log(np.diag(chol)))) + term.logdet_blocks
     return _Elimination(chol, block_inv, gain, gain_m, mean, logdet)
 
 

@@ -36,10 +36,15 @@ from scipy.special import digamma, gammaln, multigammaln
 from .augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
 from .linalg import BlockedFactor, GaussianPosterior, blas_threads, gaussian_posterior
 from .sparse import SparseGaussianPosterior, sparse_gaussian_posterior
+from .sparse_probes import MAX_DENSE_BLOCK, ProbePosterior, probe_posterior
 from .sparse_schur import EliminationLayout, SchurSparsePosterior, elimination_layout, schur_sparse_posterior
 from .squarem import squarem_ascent
 
 LOG_2PI = float(np.log(2.0 * np.pi))
+
+#: Variance components with at most this many coefficients (a learned penalty on a few slopes, a factor
+#: with few levels) join the fixed effects in the probe engine's dense preconditioner block.
+SMALL_COMPONENT = 64
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,9 @@ class VBProblem:
     ``D`` is a dense array (with ``blocked`` the Schur-eliminated factor, or None) or a
     ``scipy.sparse`` matrix holding the whole design ``C`` (sparse Cholesky path, no
     ``blocked``).  ``fixed_precision[j]`` is the prior precision of ``theta_d[j]`` when it is not in a
-    variance component (0 for component-governed columns).
+    variance component (0 for component-governed columns).  ``probes`` (sparse path only) estimates the
+    variances with that many Rao-Blackwellised probes and conjugate gradients instead of a factorisation
+    (:mod:`bayesvm.engines.sparse_probes`), their random numbers fixed by ``probe_seed``.
     """
 
     y: np.ndarray
@@ -99,6 +106,8 @@ class VBProblem:
     fixed_precision: np.ndarray
     components: tuple[VarianceComponent, ...]
     blocked: BlockedFactor | None = None
+    probes: int | None = None
+    probe_seed: int = 0
 
     @property
     def n(self) -> int:
@@ -117,12 +126,34 @@ class VBProblem:
         largest = max(self.components, key=lambda c: c.index.size)
         return elimination_layout(self.D, largest.index)
 
+    @cached_property
+    def probe_layout(self) -> tuple[EliminationLayout, np.ndarray]:
+        """With ``probes``: the layout eliminating the largest term (``S`` only applied, so any size) and the
+        rest positions preconditioned as one dense block: the columns outside the large variance components."""
+        if not self.is_sparse or not self.components:
+            raise ValueError("probes apply to the sparse path (several large grouping factors) only")
+        largest = max(self.components, key=lambda c: c.index.size)
+        layout = elimination_layout(self.D, largest.index, dense_complement=False)
+        if layout is None:
+            raise ValueError("probes need each row to use one level of the largest grouping factor")
+        outside = np.ones(self.D.shape[1], dtype=bool)
+        for comp in self.components:
+            if comp.index.size > SMALL_COMPONENT:
+                outside[comp.index.ravel()] = False
+        _, _, pos = layout.column_role
+        block = np.sort(pos[np.flatnonzero(outside & (pos >= 0))])
+        return layout, block if block.size <= MAX_DENSE_BLOCK else block[:0]
+
 
 def sparse_posterior(
     problem: VBProblem, w: np.ndarray, rhs_weights: np.ndarray, prior: sp.spmatrix
-) -> SparseGaussianPosterior | SchurSparsePosterior:
+) -> SparseGaussianPosterior | SchurSparsePosterior | ProbePosterior:
     """``q(theta)`` on the sparse path: by elimination onto a dense Schur complement where that applies,
-    otherwise by the general sparse factorisation (the same distribution either way)."""
+    otherwise by the general sparse factorisation (the same distribution either way); with
+    ``problem.probes``, the same mean with probe-estimated variances."""
+    if problem.probes is not None:
+        layout, block = problem.probe_layout
+        return probe_posterior(layout, w, rhs_weights, prior, problem.probes, problem.probe_seed, block)
     if problem.elimination is not None:
         return schur_sparse_posterior(problem.elimination, w, rhs_weights, prior)
     return sparse_gaussian_posterior(problem.D, w, rhs_weights, prior)
@@ -152,7 +183,7 @@ class ComponentPosterior:
 class VBResult:
     """Plain outputs of :func:`fit_vb`."""
 
-    theta: GaussianPosterior | SparseGaussianPosterior | SchurSparsePosterior
+    theta: GaussianPosterior | SparseGaussianPosterior | SchurSparsePosterior | ProbePosterior
     components: list[ComponentPosterior]
     chi: np.ndarray
     lower_bound: np.ndarray
@@ -397,6 +428,11 @@ def _fit_vb(problem: VBProblem, tol: float, max_iter: int, accelerate: bool) -> 
         accelerate,
     )
     current = ascent.last
+    decreases = ascent.decreases
+    if isinstance(current.theta, ProbePosterior):  # the bound is estimated: only drops beyond its error count
+        noise = 3.0 * 0.5 * current.theta.logdet_se
+        bounds = np.asarray(ascent.bounds)
+        decreases = [k for k in decreases if bounds[k - 2] - bounds[k - 1] > noise]
     chi = current.chi
     if sweeper.order is not None:
         chi = chi[np.argsort(sweeper.order)]
@@ -408,5 +444,5 @@ def _fit_vb(problem: VBProblem, tol: float, max_iter: int, accelerate: bool) -> 
         converged=ascent.converged,
         n_iter=ascent.n_sweeps,
         elapsed=time.perf_counter() - start,
-        decreases=ascent.decreases,
+        decreases=decreases,
     )
