@@ -185,6 +185,9 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         )
     else:
         info.update(lower_bound=float(fit.lower_bound[-1]), tol=fit.tol, decreases=list(fit.result.decreases))
+        report = getattr(getattr(fit.result, "theta", None), "report", None)
+        if report is not None:
+            info["probes"] = report
     if fit.posterior.kind in ("variational", "mixture"):
         info["psis"] = _vb_check(fit)
     info["vb_note"] = getattr(fit, "vb_note", None)
@@ -362,6 +365,13 @@ def _footer(info: dict) -> str:
         )
     if info["decreases"]:
         text += f"\nWarning: the lower bound decreased at iteration(s) {info['decreases'][:10]}"
+    if info.get("probes") is not None:
+        rep = info["probes"]
+        text += (
+            f"\nVariances from {rep.probes} Rao-Blackwellised probes (fixed effects exact): Monte Carlo error of "
+            f"Var(f_i) {100 * rep.row_variance_rse[0]:.2g}% median, {100 * rep.row_variance_rse[1]:.2g}% max; "
+            f"lower bound +/- {0.5 * rep.logdet_se:.2g} (its log-determinant)"
+        )
     if info.get("selected") is not None:
         return text + "\n" + SELECTION_VB_CAVEAT
     if info.get("vb_note"):

@@ -1,0 +1,70 @@
+"""``bsvm(..., probes=s)``: the probe engine through the formula interface."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm import fitting
+from bayesvm.errors import BayesvmError
+from bayesvm.model import build_model
+
+
+def _crossed(n: int = 3000, levels: int = 120, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, levels, n), rng.integers(0, levels, n)
+    x = rng.standard_normal(n)
+    eta = 0.3 + x + rng.normal(0, 1, levels)[a] + rng.normal(0, 0.7, levels)[b]
+    y = np.where(rng.random(n) < 1 / (1 + np.exp(-eta)), "yes", "no")
+    return pd.DataFrame({"y": y, "x": x, "a": [f"a{k}" for k in a], "b": [f"b{k}" for k in b]})
+
+
+@pytest.fixture
+def sparse_path(monkeypatch):
+    """Every random-effect model on the sparse path (as with thousands of levels), at test size."""
+    monkeypatch.setattr(fitting, "build_model", functools.partial(build_model, max_dense_columns=0))
+
+
+def test_probe_fit_agrees_with_the_exact_fit_and_says_so(sparse_path):
+    data = _crossed()
+    before = data.copy()
+    exact = bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data)
+    probe = bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data, probes=48, seed=3)
+    pd.testing.assert_frame_equal(data, before)
+    assert exact.problem.probes is None and probe.problem.probes == 48 and probe.problem.probe_seed == 3
+    fixed_p, fixed_e = probe.summary().fixed, exact.summary().fixed
+    np.testing.assert_allclose(fixed_p["mean"], fixed_e["mean"], rtol=1e-3)
+    np.testing.assert_allclose(fixed_p["sd"], fixed_e["sd"], rtol=1e-2)
+    text = str(probe.summary())
+    assert "Variances from 48 Rao-Blackwellised probes (fixed effects exact)" in text
+    # predictions for new level combinations, with the estimated variance of f
+    new = pd.DataFrame({"x": [0.0, 1.0], "a": ["a1", "a2"], "b": ["b7", "b99"]})
+    np.testing.assert_allclose(
+        probe.predict(new, kind="prob"), exact.predict(new, kind="prob"), atol=5e-3
+    )
+    interval_p, interval_e = probe.predict_interval(new), exact.predict_interval(new)
+    np.testing.assert_allclose(interval_p["sd"], interval_e["sd"], rtol=0.05)
+    # the same seed gives the same fit
+    again = bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data, probes=48, seed=3)
+    np.testing.assert_array_equal(again.result.theta.variance(), probe.result.theta.variance())
+
+
+@pytest.mark.parametrize("probes", [1, 2.5, "32", True])
+def test_probes_must_be_an_integer_of_at_least_two(probes, sparse_path):
+    with pytest.raises(BayesvmError, match="probes must be an integer"):
+        bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", _crossed(300, 20), probes=probes)
+
+
+@pytest.mark.parametrize("options", [{"method": "gibbs"}, {"method": "em"}, {"vb": "accurate"}])
+def test_probes_only_with_mean_field_vb(options, sparse_path):
+    with pytest.raises(BayesvmError, match="probes apply to mean-field VB"):
+        bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", _crossed(300, 20), probes=16, **options)
+
+
+def test_probes_need_the_sparse_path():
+    with pytest.raises(BayesvmError, match="sparse path"):
+        bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", _crossed(300, 20), probes=16)
