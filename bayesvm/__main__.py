@@ -54,7 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--draws", type=int, default=1000, help="Gibbs draws per chain")
     fit.add_argument("--tune", type=int, default=1000, help="Gibbs tuning iterations")
     fit.add_argument("--chains", type=int, default=4, help="Gibbs chains")
-    fit.add_argument("--seed", type=int, default=None, help="Gibbs seed")
+    fit.add_argument(
+        "--probes",
+        type=int,
+        default=None,
+        help="mean-field VB with this many variance probes (crossed factors with thousands of levels)",
+    )
+    fit.add_argument("--seed", type=int, default=None, help="Gibbs seed (and the probes')")
     return parser
 
 
@@ -81,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 tune=args.tune,
                 chains=args.chains,
                 seed=args.seed,
+                probes=args.probes,
             )
     except (BayesvmError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

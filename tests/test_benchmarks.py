@@ -7,7 +7,8 @@ from benchmarks.scale import main
 
 def test_scale_benchmark_small(capsys):
     rows = main(["--small"])
-    assert len(rows) == 7  # dense, one factor VB and Gibbs, crossed (sweep, fit), LinearSVC peer, statsmodels peer
+    # dense, one factor VB and Gibbs, crossed (probes against exact and goal, sweep, fit), LinearSVC, statsmodels
+    assert len(rows) == 9
     assert all(np.isfinite(row["ours_s"]) and row["ours_s"] > 0 for row in rows)
     assert "dense VB" in capsys.readouterr().out
 

@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 
 from bayesvm.__main__ import main
@@ -57,3 +58,13 @@ def test_fit_with_gibbs_and_accurate_vb(tmp_path, capsys):
     assert "r_hat" in capsys.readouterr().out
     assert main(["fit", "y ~ x", str(path), "--vb", "accurate"]) == 0
     assert "expectation propagation" in capsys.readouterr().out
+
+
+def test_fit_with_probes_explains_where_they_apply(tmp_path, capsys):
+    """``--probes`` reaches ``bsvm``: on a model the exact path solves cheaply it is refused with the reason."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"y": rng.integers(0, 2, 60), "x": rng.standard_normal(60), "g": rng.integers(0, 5, 60)})
+    path = tmp_path / "small.csv"
+    frame.to_csv(path, index=False)
+    assert main(["fit", "y ~ x + (1 | g)", str(path), "--probes", "16"]) == 2
+    assert "sparse path" in capsys.readouterr().err
