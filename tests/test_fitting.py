@@ -66,3 +66,13 @@ def test_probes_only_with_mean_field_vb(options, sparse_path):
 def test_probes_need_the_sparse_path():
     with pytest.raises(BayesvmError, match="sparse path"):
         bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", _crossed(300, 20), probes=16)
+
+
+def test_summary_suggests_probes_for_a_large_dense_complement(sparse_path, monkeypatch):
+    from bayesvm.results import summary
+
+    data = _crossed(1500, 60)
+    assert "probes=32 fits this model" not in str(bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data).summary())
+    monkeypatch.setattr(summary, "PROBES_HINT_COLUMNS", 50)
+    text = str(bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data).summary())
+    assert "factorised a dense 62-column complement; probes=32 fits this model" in text

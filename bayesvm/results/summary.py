@@ -8,6 +8,12 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from ..engines.sparse_schur import SchurSparsePosterior
+
+#: ``summary()`` suggests ``probes`` when the exact sparse path factorised a dense complement this large
+#: (at 10^4 columns the probe fit took 44 s against 268 s; at 2,000 columns the exact path is faster).
+PROBES_HINT_COLUMNS = 4000
+
 METHOD_TITLES = {
     "vb": "mean-field variational Bayes (Luts & Ormerod 2014, Alg. {alg})",
     "gibbs": "Gibbs sampling (Luts & Ormerod 2014, Appendix A; Polson & Scott 2011)",
@@ -185,9 +191,12 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         )
     else:
         info.update(lower_bound=float(fit.lower_bound[-1]), tol=fit.tol, decreases=list(fit.result.decreases))
-        report = getattr(getattr(fit.result, "theta", None), "report", None)
+        theta = getattr(fit.result, "theta", None)
+        report = getattr(theta, "report", None)
         if report is not None:
             info["probes"] = report
+        elif isinstance(theta, SchurSparsePosterior) and theta.layout.q >= PROBES_HINT_COLUMNS:
+            info["probes_hint"] = theta.layout.q
     if fit.posterior.kind in ("variational", "mixture"):
         info["psis"] = _vb_check(fit)
     info["vb_note"] = getattr(fit, "vb_note", None)
@@ -371,6 +380,11 @@ def _footer(info: dict) -> str:
             f"\nVariances from {rep.probes} Rao-Blackwellised probes (fixed effects exact): Monte Carlo error of "
             f"Var(f_i) {100 * rep.row_variance_rse[0]:.2g}% median, {100 * rep.row_variance_rse[1]:.2g}% max; "
             f"lower bound +/- {0.5 * rep.logdet_se:.2g} (its log-determinant)"
+        )
+    if info.get("probes_hint"):
+        text += (
+            f"\nEach sweep factorised a dense {info['probes_hint']}-column complement; probes=32 fits this model "
+            "several times faster, with a small reported Monte Carlo error in the variances"
         )
     if info.get("selected") is not None:
         return text + "\n" + SELECTION_VB_CAVEAT
