@@ -91,7 +91,8 @@ class ProbeReport:
 
 
 class SchurOperator:
-    """``S = P_RR - P_RA G`` as an operator, with the block-Jacobi preconditioner ``M = L L'``."""
+    """``S = P_RR - P_RA G`` as an operator, with the block-Jacobi preconditioner ``M``: ``S_FF`` (dense,
+    Cholesky) on the columns ``F`` of ``dense_block``, the diagonal of ``S`` on the others (``single``)."""
 
     def __init__(self, layout: EliminationLayout, w: np.ndarray, term: TermElimination, dense_block: np.ndarray):
         lay = layout
@@ -118,7 +119,7 @@ class SchurOperator:
         return self.P_RR @ v - self.cross_t @ (self.gain_m @ v)
 
     def precondition(self, r: np.ndarray) -> np.ndarray:
-        """``M^{-1} r``; also the conditional mean shift of each block: ``E[x_B | x_-B] = x_B - (M^{-1} S x)_B``."""
+        """``M^{-1} r`` for a vector or the columns of a matrix."""
         out = r / self.diag[:, None] if r.ndim == 2 else r / self.diag
         if self.F.size:
             out[self.F] = cho_solve(self.chol_F, r[self.F])
