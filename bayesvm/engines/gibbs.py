@@ -25,7 +25,17 @@ from scipy import stats
 
 from ..memory import check_memory
 from .joint import component_values, log_prior, log_pseudo_likelihood
-from .linalg import SPLIT_ROWS, blas_threads, gaussian_draw, row_pool
+from .linalg import (
+    SPLIT_ROWS,
+    BlockedFactor,
+    RowStatistics,
+    _gram_and_product,
+    blas_threads,
+    gaussian_draw,
+    row_pool,
+    row_statistics,
+    splits_rows,
+)
 from .sparse import SparseCholesky
 from .sparse_schur import schur_sparse_draw
 from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior, sorted_by_level
@@ -62,6 +72,61 @@ class LatentDraws:
 
         list(row_pool().map(draw, range(2)))
         return out
+
+
+class DenseRows:
+    """The row-wise half of a dense-path iteration: ``f = C theta``, ``omega | theta`` and the row sums of the
+    next ``theta`` draw (:class:`linalg.RowStatistics`).
+
+    Where the rows split (:func:`linalg.splits_rows`) all of it runs in the two fixed halves of
+    :class:`LatentDraws`, one thread each, in one hand-off per iteration; the per-level sums (sparse
+    products, which hold the GIL) stay in the caller.  The draws are those of :class:`LatentDraws`.
+    """
+
+    def __init__(self, D: np.ndarray, y: np.ndarray, blocked: BlockedFactor | None, latent: LatentDraws):
+        self.D, self.y, self.blocked, self.latent = D, y, blocked, latent
+        n = y.size
+        self.fused = latent.split and splits_rows(n, D.shape[1])
+        self.f, self.omega = np.empty(n), np.empty(n)
+        if self.fused and blocked is not None:
+            K = blocked.K
+            self.wz, self.wzz, self.zr = np.empty((n, K)), np.empty((n, K * K)), np.empty((n, K))
+
+    def predictor(self, theta_d: np.ndarray, theta_b: np.ndarray, rows: slice = slice(None)) -> np.ndarray:
+        """``f`` on ``rows`` (no ``(n, K)`` temporaries)."""
+        f = self.D[rows] @ theta_d
+        if self.blocked is not None:
+            codes, values = self.blocked.codes[rows], self.blocked.values[rows]
+            for k in range(self.blocked.K):
+                f += values[:, k] * theta_b[codes, k]
+        return f
+
+    def __call__(self, theta_d: np.ndarray, theta_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, RowStatistics]:
+        if not self.fused:
+            f = self.predictor(theta_d, theta_b)
+            omega = self.latent(np.maximum(np.abs(1.0 - self.y * f), MARGIN_FLOOR))
+            return f, omega, row_statistics(self.D, omega, self.y * (1.0 + omega), self.blocked)
+        parts = list(row_pool().map(lambda h: self._half(h, theta_d, theta_b), range(2)))
+        gram = parts[0][0] + parts[1][0]
+        stats = RowStatistics(0.5 * (gram + gram.T), parts[0][1] + parts[1][1])
+        if self.blocked is not None:
+            stats = RowStatistics(stats.gram, stats.product, self.wz, self.wzz, self.zr)
+        return self.f, self.omega, stats
+
+    def _half(self, h: int, theta_d: np.ndarray, theta_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.latent.halves[h]
+        f = self.f[rows] = self.predictor(theta_d, theta_b, rows)
+        y = self.y[rows]
+        omega = self.omega[rows] = self.latent.generators[h].wald(
+            1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0
+        )
+        r = y * (1.0 + omega)
+        if self.blocked is not None:
+            z = self.blocked.values[rows]
+            wz = self.wz[rows] = z * omega[:, None]
+            self.wzz[rows] = (wz[:, :, None] * z[:, None, :]).reshape(z.shape[0], -1)
+            self.zr[rows] = z * r[:, None]
+        return _gram_and_product(self.D[rows], omega, r)
 
 
 @dataclass
@@ -128,6 +193,8 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
     out_c = [np.empty((draws, c.k, c.k)) for c in problem.components]
     out_lp = np.empty(draws)
     latent = LatentDraws(rng, y.size)
+    rows = None if sparse else DenseRows(D, y, blocked, latent)
+    stats = None if sparse else row_statistics(D, omega, y * (1.0 + omega), blocked)
     steps = range(total)
     if show:
         from tqdm.auto import tqdm
@@ -135,8 +202,8 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
         steps = tqdm(steps, desc="Gibbs", leave=False)
     for step in steps:
         precisions = [np.linalg.inv(c) for c in covs]
-        rhs = y * (1.0 + omega)
         if sparse:
+            rhs = y * (1.0 + omega)
             prior = _sparse_prior(problem, precisions)
             if problem.elimination is not None:  # crossed factors: dense Schur complement
                 theta_d = schur_sparse_draw(problem.elimination, omega, rhs, prior, rng)
@@ -145,14 +212,11 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
                 theta_d = factor.solve(D.T @ rhs) + factor.sample_deviation(rng, 1)[0]
             theta_b = np.zeros((0, 0))
             f = D @ theta_d
+            omega = latent(np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR))
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions)
-            theta_d, theta_b = gaussian_draw(D, omega, rhs, prior_dd, blocked, prior_b, rng)
-            f = D @ theta_d
-            if blocked is not None:
-                for k in range(blocked.K):  # no (n, K) temporaries
-                    f += blocked.values[:, k] * theta_b[blocked.codes, k]
-        omega = latent(np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR))
+            theta_d, theta_b = gaussian_draw(D, omega, None, prior_dd, blocked, prior_b, rng, stats=stats)
+            f, omega, stats = rows(theta_d, theta_b)  # omega | theta, and the next draw's row sums
         covs = [_draw_component(c, component_values(c, theta_d, theta_b), rng) for c in problem.components]
         kept = step - tune
         if kept >= 0 and kept % thin == 0:

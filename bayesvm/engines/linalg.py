@@ -310,6 +310,29 @@ def weighted_gram_and_product(D: np.ndarray, w: np.ndarray, r: np.ndarray) -> tu
     return 0.5 * (gram + gram.T), product
 
 
+@dataclass(frozen=True, eq=False)
+class RowStatistics:
+    """The row sums a draw or sweep needs for weights ``w`` and right-hand side ``r``: ``D' W D``, ``D' r``
+    and, with a blocked factor, the per-row terms its per-level sums aggregate (``w z``, ``w z z'``, ``z r``)."""
+
+    gram: np.ndarray
+    product: np.ndarray
+    wz: np.ndarray | None = None  # (n, K)
+    wzz: np.ndarray | None = None  # (n, K * K)
+    zr: np.ndarray | None = None  # (n, K)
+
+
+def row_statistics(D: np.ndarray, w: np.ndarray, r: np.ndarray, blocked: BlockedFactor | None) -> RowStatistics:
+    """:class:`RowStatistics` of all rows (``D' W D`` and ``D' r`` as :func:`weighted_gram_and_product`)."""
+    gram, product = weighted_gram_and_product(D, w, r)
+    if blocked is None:
+        return RowStatistics(gram, product)
+    z = blocked.values
+    wz = z * w[:, None]
+    wzz = (wz[:, :, None] * z[:, None, :]).reshape(z.shape[0], -1)
+    return RowStatistics(gram, product, wz, wzz, z * r[:, None])
+
+
 def _eliminate(
     D: np.ndarray,
     w: np.ndarray,
@@ -317,10 +340,13 @@ def _eliminate(
     prior_dd: np.ndarray,
     blocked: BlockedFactor | None,
     prior_b: np.ndarray | None,
+    stats: RowStatistics | None = None,
 ) -> _Eliminated:
+    """Eliminate ``theta_b`` from ``P = C' diag(w) C + prior`` (``stats``: the row sums, if already computed)."""
     n, q = D.shape
-    gram, rhs = weighted_gram_and_product(D, w, rhs_weights)
-    schur = gram + prior_dd
+    if stats is None:
+        stats = row_statistics(D, w, rhs_weights, blocked)
+    schur, rhs = stats.gram + prior_dd, stats.product
     if blocked is None:
         gain = np.zeros((0, 0, q))
         block_inv = np.zeros((0, 0, 0))
@@ -328,12 +354,10 @@ def _eliminate(
         logdet_b = 0.0
     else:
         K, J = blocked.K, blocked.n_levels
-        z = blocked.values
-        wz = z * w[:, None]
         # per-level sums: sum w z z' (J, K, K), sum w z_k d' (J, K, q), sum z r (J, K)
-        blocks = blocked.aggregate((wz[:, :, None] * z[:, None, :]).reshape(n, K * K)).reshape(J, K, K) + prior_b
-        cross = np.stack([blocked.weighted_sum(wz[:, k], D) for k in range(K)], axis=1)
-        rhs_b = blocked.aggregate(z * rhs_weights[:, None])
+        blocks = blocked.aggregate(stats.wzz).reshape(J, K, K) + prior_b
+        cross = np.stack([blocked.weighted_sum(stats.wz[:, k], D) for k in range(K)], axis=1)
+        rhs_b = blocked.aggregate(stats.zr)
         if K == 1:
             block_inv = 1.0 / blocks
             logdet_b = float(np.sum(np.log(blocks)))
@@ -406,13 +430,15 @@ def gaussian_draw(
     blocked: BlockedFactor | None,
     prior_b: np.ndarray | None,
     rng: np.random.Generator,
+    stats: RowStatistics | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One draw from ``N(P^{-1} C' r, P^{-1})`` through the same elimination (Gibbs block step).
+    """One draw from ``N(P^{-1} C' r, P^{-1})`` through the same elimination (Gibbs block step); ``stats``
+    are the row sums for ``(w, r)`` when the caller computed them already.
 
     ``theta_d = S^{-1} rhs + L^{-T} eps`` (``S = L L'``), then
     ``theta_l | theta_d ~ N(P_l^{-1} (r_l - P_ld theta_d), P_l^{-1})``.
     """
-    e = _eliminate(D, w, rhs_weights, prior_dd, blocked, prior_b)
+    e = _eliminate(D, w, rhs_weights, prior_dd, blocked, prior_b, stats)
     mean_d = lapack.dpotrs(e.chol, e.rhs, lower=1)[0]
     eps = rng.standard_normal(mean_d.size)
     theta_d = mean_d + lapack.dtrtrs(e.chol, eps, lower=1, trans=1)[0]

@@ -207,12 +207,13 @@ def test_sparse_path_sampler_agrees_with_schur_path(path, monkeypatch):
 
 def test_rows_split_in_two_threads_sample_the_same_posterior(monkeypatch):
     """The two-half latent draws (large data) against the one-generator sampler on the same model."""
-    from bayesvm.engines import gibbs
+    from bayesvm.engines import gibbs, linalg
 
     data = _small_data(n=60, seed=3)
     runs = []
     for split in (False, True):
         monkeypatch.setattr(gibbs, "SPLIT_ROWS", 10 if split else 10**9)
+        monkeypatch.setattr(linalg, "SPLIT_ROWS", 10 if split else 10**9)  # the fused row halves too
         problem, result = _gibbs("y ~ x + (1 | g)", data, penalty=None, draws=3000, tune=300, chains=2, seed=4)
         runs.append(np.concatenate([result.theta_d.reshape(-1, 2), result.theta_b.reshape(-1, 5)], axis=1))
     one, two = runs
@@ -221,3 +222,32 @@ def test_rows_split_in_two_threads_sample_the_same_posterior(monkeypatch):
         a, b = one[:, j], two[:, j]
         mcse = np.sqrt(a.var() / _ess(a.reshape(2, -1)) + b.var() / _ess(b.reshape(2, -1)))
         assert abs(a.mean() - b.mean()) < 4 * mcse, (j, a.mean(), b.mean(), mcse)
+
+
+@pytest.mark.parametrize("K", [1, 2])
+def test_fused_row_halves_equal_the_separate_steps(K, monkeypatch):
+    """``DenseRows`` in two threaded halves gives the same ``f``, the same latent draws and the same row sums as
+    computing ``f``, drawing ``omega`` and summing the rows one step after another."""
+    from bayesvm.engines import gibbs, linalg
+    from bayesvm.engines.linalg import BlockedFactor, row_statistics
+
+    monkeypatch.setattr(gibbs, "SPLIT_ROWS", 100)
+    monkeypatch.setattr(linalg, "SPLIT_ROWS", 100)
+    monkeypatch.setattr(linalg, "ROW_CHUNK", 37)
+    rng = np.random.default_rng(0)
+    n, q, J = 1001, 4, 30
+    D = rng.standard_normal((n, q))
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    blocked = BlockedFactor(codes=np.sort(rng.integers(0, J, n)), values=rng.standard_normal((n, K)), n_levels=J)
+    theta_d, theta_b = rng.standard_normal(q), rng.standard_normal((J, K))
+    fused = gibbs.DenseRows(D, y, blocked, gibbs.LatentDraws(np.random.default_rng(5), n))
+    assert fused.fused
+    f, omega, stats = fused(theta_d, theta_b)
+    latent = gibbs.LatentDraws(np.random.default_rng(5), n)
+    f_ref = D @ theta_d + np.einsum("ik,ik->i", blocked.values, theta_b[blocked.codes])
+    omega_ref = latent(np.maximum(np.abs(1.0 - y * f_ref), gibbs.MARGIN_FLOOR))
+    ref = row_statistics(D, omega_ref, y * (1.0 + omega_ref), blocked)
+    np.testing.assert_allclose(f, f_ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(omega, omega_ref, rtol=1e-12)
+    for name in ("gram", "product", "wz", "wzz", "zr"):
+        np.testing.assert_allclose(getattr(stats, name), getattr(ref, name), rtol=1e-12, atol=1e-12, err_msg=name)
