@@ -9,18 +9,21 @@ coefficients ``R``.  For crossed factors ``S`` is dense, so each sweep costs ``q
 * the mean ``mu_R = S^{-1} (r_R - G' r_A)`` by preconditioned conjugate gradients (block-Jacobi:
   a dense block on the few fixed-effect columns ``F``, the diagonal of ``S`` elsewhere), then
   ``mu_A = P_l^{-1} r_l - G mu_R`` (Alg. 2 steps 2-3, as in the exact path);
-* the variances by ``s`` probes ``x_R ~ N(0, S^{-1})`` drawn by perturbation (Papandreou & Yuille
-  2010): ``z ~ N(0, P)`` as ``z = C' W^{1/2} e + prior^{1/2} e'``, then ``x_R = S^{-1} (z_R - G' z_A)``
-  by the same conjugate gradients.  Each estimate is Rao-Blackwellised twice (Siden, Lindgren,
-  Bolin & Villani 2018): ``A`` is integrated out exactly given ``R``, and for row ``i`` one more
-  coordinate ``j`` of ``R`` (the row's column with the largest ``t_ij^2 / S_jj``) given the rest:
+* the covariances with the few fixed-effect columns ``F`` exactly, by ``|F|`` more conjugate-gradient
+  solves ``Sigma_RF = S^{-1} E_F``; everything else is estimated given ``x_F`` (``x_F`` regressed out);
+* the other variances by ``s`` probes ``x_R`` with ``Cov(x_R) = S^{-1}``, drawn by perturbation
+  (Papandreou & Yuille 2010): ``z = C' W^{1/2} e + prior^{1/2} e'`` has ``Cov(z) = P`` for any ``e, e'``
+  with identity covariance (random signs here), and ``x_R = S^{-1} (z_R - G' z_A)`` by the same
+  conjugate gradients.  Every estimate is a second-moment identity, Rao-Blackwellised twice (Siden,
+  Lindgren, Bolin & Villani 2018): ``A`` is integrated out exactly given ``R``, then one coordinate
+  ``j`` of ``R`` given the rest, for row ``i`` the row's column with the largest ``t_ij^2 / S_jj``:
 
       c_i' Sigma c_i = z_i' P_l^{-1} z_i + t_ij^2 / S_jj + E[(t_i' x_R - t_ij (S x_R)_j / S_jj)^2],
 
-  ``t_i = d_i - G_l' z_i`` (so ``t_i' x_R = E[c_i' x | x_R]``).  Only the last expectation is
-  estimated, by the mean over the probes, with its Monte Carlo standard error;
-* the covariances with the few fixed-effect columns ``F`` exactly, by ``|F|`` more conjugate-gradient
-  solves ``Sigma_RF = S^{-1} E_F``; the probes then estimate only the covariance given ``x_F``;
+  ``t_i = d_i - G_l' z_i`` (so ``t_i' x_R = E[c_i' x | x_R]``), and likewise for the eliminated term's
+  own variances (``t = -G_l' e_k``).  Only the last expectation is estimated, by the mean over the
+  probes, with its Monte Carlo standard error.  Where ``S`` is diagonal outside ``F`` (nested
+  factors) the estimates are exact;
 * ``log|S| = log|S_NN| - log|Sigma_FF|`` (``N``: the columns outside ``F``), with ``log|S_NN|`` by
   stochastic Lanczos quadrature (Ubaru, Chen & Saad 2017) on ``D^{-1/2} S_NN D^{-1/2}`` with ``s``
   Rademacher vectors.
