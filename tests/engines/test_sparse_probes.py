@@ -175,3 +175,14 @@ def test_estimated_bound_matches_monte_carlo(formula):
     closed = result.lower_bound[-1]
     combined = np.hypot(se, 0.5 * result.theta.logdet_se)
     assert abs(estimate - closed) < 3 * combined, (closed, estimate, se, result.theta.logdet_se)
+
+
+def test_nested_factors_are_exact_with_few_probes():
+    """Nested ``g/h``: after eliminating ``g:h`` the complement is diagonal outside the fixed effects, so the
+    Rao-Blackwellised estimates (rows, every coefficient) leave nothing to chance."""
+    problem, theta, precision, _, _ = _setup("y ~ x1 + (1 | g/h)", probes=4)
+    cov = np.linalg.inv(precision)
+    np.testing.assert_allclose(theta.variance(), np.diag(cov), rtol=1e-7)
+    C = problem.D.toarray()
+    _, rows = theta.predictor(problem.D, training=True)
+    np.testing.assert_allclose(rows, np.einsum("ij,ji->i", C, cov @ C.T), rtol=1e-7)
