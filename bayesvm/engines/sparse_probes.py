@@ -44,7 +44,7 @@ import scipy.sparse as sp
 from scipy.linalg import cho_factor, cho_solve, eigh_tridiagonal, solve_triangular
 from scipy.sparse.csgraph import connected_components
 
-from .sparse_schur import EliminationLayout, TermElimination, _per_level, eliminate_term
+from .sparse_schur import EliminationLayout, TermElimination, _per_level, eliminate_term, gaussian_log_density
 
 #: Relative residual at which conjugate gradients stop for the mean and for ``solve``.
 MEAN_RTOL = 1e-10
@@ -339,10 +339,9 @@ class ProbePosterior:
 
     def log_density(self, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
         """``log q(theta)`` for draws ``(S, N)``, with the estimated ``log|P|``."""
-        dev = (theta_d - self.mean_d).T
-        fitted = self.layout.C @ dev
-        quad = self.weights @ fitted**2 + np.sum(dev * (self.prior @ dev), axis=0)
-        return -0.5 * quad + 0.5 * self.logdet_precision - 0.5 * self.dim * np.log(2 * np.pi)
+        return gaussian_log_density(
+            self.layout.C, self.weights, self.prior, self.mean_d, self.logdet_precision, theta_d
+        )
 
     # --- Rao-Blackwellised estimates ------------------------------------------------------------
     def variance(self) -> np.ndarray:

@@ -354,11 +354,20 @@ class SchurSparsePosterior:
         return self.mean_d + out.T, np.zeros((size, 0, 0))
 
     def log_density(self, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
-        """``log q(theta)`` for draws ``(S, N)``: ``(theta - mu)' P (theta - mu) = sum_i w_i (c_i' dev)^2 + dev' prior dev``."""
-        dev = (theta_d - self.mean_d).T
-        fitted = self.layout.C @ dev
-        quad = self.weights @ fitted**2 + np.sum(dev * (self.prior @ dev), axis=0)
-        return -0.5 * quad + 0.5 * self.logdet_precision - 0.5 * self.dim * np.log(2 * np.pi)
+        """``log q(theta)`` for draws ``(S, N)``."""
+        return gaussian_log_density(
+            self.layout.C, self.weights, self.prior, self.mean_d, self.logdet_precision, theta_d
+        )
+
+
+def gaussian_log_density(
+    C: sp.csr_matrix, w: np.ndarray, prior: sp.csr_matrix, mean: np.ndarray, logdet: float, theta: np.ndarray
+) -> np.ndarray:
+    """``log N(theta; mean, P^{-1})`` for draws ``(S, N)`` with ``P = C' diag(w) C + prior`` and ``log|P| = logdet``:
+    ``(theta - mu)' P (theta - mu) = sum_i w_i (c_i' dev)^2 + dev' prior dev``, no factorisation needed."""
+    dev = (theta - mean).T
+    quad = w @ (C @ dev) ** 2 + np.sum(dev * (prior @ dev), axis=0)
+    return -0.5 * quad + 0.5 * logdet - 0.5 * mean.size * np.log(2 * np.pi)
 
 
 def _symmetrize_lower(a: np.ndarray, block: int = 1024) -> np.ndarray:
