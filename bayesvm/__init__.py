@@ -1,7 +1,7 @@
 """bayesvm: Bayesian support vector machines with an R-style formula interface."""
 
 from . import datasets, priors
-from .errors import BayesvmError, ConvergenceWarning, DataError, DesignError, FormulaError
+from .errors import BayesvmError, ConvergenceWarning, DataError, DesignError, FormulaError, ScaleWarning
 from .fitting import bsvm
 from .pcvm_fit import pcvm
 from .results.fit import BSVMFit
@@ -21,5 +21,6 @@ __all__ = [
     "DesignError",
     "DataError",
     "ConvergenceWarning",
+    "ScaleWarning",
     "__version__",
 ]

@@ -25,3 +25,7 @@ class DataError(BayesvmError):
 
 class ConvergenceWarning(UserWarning):
     """An iterative fit stopped before meeting its convergence criterion."""
+
+
+class ScaleWarning(UserWarning):
+    """A fit is about to take far longer than it needs to for the data's size; the message says what to use."""

@@ -18,9 +18,10 @@ from .engines.kernel_vb import fit_batch, fit_inducing
 from .engines.lasso_em import fit_lasso_em
 from .engines.selection import fit_laplace_zero_vb
 from .engines.selection_gibbs import sample_selection
+from .engines.sparse_schur import oversized_dense_complement
 from .engines.svi import fit_linear_svi
 from .engines.vb import fit_vb
-from .errors import BayesvmError, ConvergenceWarning
+from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
 from .kernel_model import build_kernel_model
@@ -239,6 +240,7 @@ def bsvm(
             return BSVMFit(
                 model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol
             )
+    _warn_oversized(problem)
     result = fit_vb(problem, tol=tol, max_iter=max_iter)
     fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
     fit.vb_note = why
@@ -260,6 +262,23 @@ def bsvm(
 #: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs
 #: 20-60 mean-field fits: about 10 s at 20,000 rows with a random intercept and a learned penalty).
 AUTO_ACCURATE_MAX_ROWS = 20_000
+
+
+def _warn_oversized(problem) -> None:
+    """Warn before an exact sparse fit whose crossed factors leave a dense complement too large to factorise
+    densely: the general sparse factorisation then takes hours, where ``probes`` takes minutes."""
+    if problem.probes is not None or not problem.is_sparse or problem.elimination is not None:
+        return
+    largest = max(problem.components, key=lambda c: c.index.size)
+    q = oversized_dense_complement(problem.D, largest.index)
+    if q is not None:
+        warnings.warn(
+            f"the grouping factors are crossed: after the largest one, a dense {q}-column complement remains, too "
+            "large to factorise densely; the exact fit will be very slow (hours). probes=32 estimates the "
+            "variances without a factorisation (minutes; see the README's Large data section)",
+            ScaleWarning,
+            stacklevel=3,
+        )
 
 
 def _check_probes(probes: object, method: str, vb: str | None, special: bool) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -76,3 +77,18 @@ def test_summary_suggests_probes_for_a_large_dense_complement(sparse_path, monke
     monkeypatch.setattr(summary, "PROBES_HINT_COLUMNS", 50)
     text = str(bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data).summary())
     assert "factorised a dense 62-column complement; probes=32 fits this model" in text
+
+
+def test_warns_before_an_exact_fit_that_would_factorise_a_huge_dense_complement(sparse_path, monkeypatch):
+    """Crossed factors whose dense complement is too large for the dense factorisation fall back to the general
+    sparse one (hours at scale): the fit says so first and names ``probes``; nested factors do not warn."""
+    from bayesvm.engines import sparse_schur
+
+    monkeypatch.setattr(sparse_schur, "MAX_SCHUR_COLUMNS", 50)
+    data = _crossed(1500, 60)
+    with pytest.warns(bayesvm.ScaleWarning, match=r"dense 62-column complement.*probes=32"):
+        bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bayesvm.ScaleWarning)
+        bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data, probes=16)  # the probe engine needs no warning
+        bayesvm.bsvm("y ~ x + (1 | a/b)", _crossed(3000, 600))  # nested: the complement stays sparse

@@ -187,6 +187,21 @@ def elimination_layout(
     )
 
 
+def oversized_dense_complement(C: sp.csr_matrix, eliminated: np.ndarray) -> int | None:
+    """``q`` when eliminating ``eliminated`` would leave a dense complement (crossed factors) too large for the
+    dense factorisation (:data:`MAX_SCHUR_COLUMNS`, or memory), so that the exact path falls back to the
+    general sparse factorisation with its dense supernodes; otherwise ``None``.  Cheap unless ``q`` is large."""
+    q = C.shape[1] - np.asarray(eliminated).size
+    if q <= MAX_SCHUR_COLUMNS and 8.0 * q * q * 4 <= available_memory():
+        return None
+    layout = elimination_layout(C, eliminated, dense_complement=False)
+    if layout is None:
+        return None
+    if _schur_density(layout.key_col, layout.level_ptr, layout.C_rest, layout.J, layout.q) < MIN_SCHUR_DENSITY:
+        return None
+    return layout.q
+
+
 def _dense_complement_pays(cols: np.ndarray, level_ptr: np.ndarray, C_rest: sp.csr_matrix, J: int, q: int) -> bool:
     """Whether ``S`` is dense enough (:data:`MIN_SCHUR_DENSITY`) for a dense factorisation and fits in memory."""
     # density of S = P_RR - P_RA G: the pattern of C_rest' C_rest and of the level patterns' cross products
