@@ -32,7 +32,6 @@ from .linalg import (
     _gram_and_product,
     blas_threads,
     gaussian_draw,
-    level_terms,
     row_pool,
     row_statistics,
     splits_rows,
@@ -123,7 +122,10 @@ class DenseRows:
         )
         r = y * (1.0 + omega)
         if self.blocked is not None:
-            self.wz[rows], self.wzz[rows], self.zr[rows] = level_terms(self.blocked.values[rows], omega, r)
+            z = self.blocked.values[rows]
+            wz = self.wz[rows] = z * omega[:, None]
+            self.wzz[rows] = (wz[:, :, None] * z[:, None, :]).reshape(z.shape[0], -1)
+            self.zr[rows] = z * r[:, None]
         return _gram_and_product(self.D[rows], omega, r)
 
 

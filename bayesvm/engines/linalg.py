@@ -322,18 +322,15 @@ class RowStatistics:
     zr: np.ndarray | None = None  # (n, K)
 
 
-def level_terms(z: np.ndarray, w: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The per-row terms of the blocked factor's per-level sums: ``w z``, ``w z z'`` (flattened) and ``z r``."""
-    wz = z * w[:, None]
-    return wz, (wz[:, :, None] * z[:, None, :]).reshape(z.shape[0], -1), z * r[:, None]
-
-
 def row_statistics(D: np.ndarray, w: np.ndarray, r: np.ndarray, blocked: BlockedFactor | None) -> RowStatistics:
     """:class:`RowStatistics` of all rows (``D' W D`` and ``D' r`` as :func:`weighted_gram_and_product`)."""
     gram, product = weighted_gram_and_product(D, w, r)
     if blocked is None:
         return RowStatistics(gram, product)
-    return RowStatistics(gram, product, *level_terms(blocked.values, w, r))
+    z = blocked.values
+    wz = z * w[:, None]
+    wzz = (wz[:, :, None] * z[:, None, :]).reshape(z.shape[0], -1)
+    return RowStatistics(gram, product, wz, wzz, z * r[:, None])
 
 
 def _eliminate(
