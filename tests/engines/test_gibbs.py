@@ -224,11 +224,14 @@ def test_rows_split_in_two_threads_sample_the_same_posterior(monkeypatch):
         assert abs(a.mean() - b.mean()) < 4 * mcse, (j, a.mean(), b.mean(), mcse)
 
 
-@pytest.mark.parametrize("K", [1, 2])
-def test_fused_row_halves_equal_the_separate_steps(K, monkeypatch):
-    """``DenseRows`` in two threaded halves gives the same ``f``, the same latent draws and the same row sums as
-    computing ``f``, drawing ``omega`` and summing the rows one step after another."""
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("K", [0, 1, 2])
+def test_fused_row_halves_equal_the_separate_steps(K, compiled, monkeypatch):
+    """``DenseRows`` in two threaded halves (numpy, or the compiled row pass) gives the same log pseudo-likelihood,
+    the same latent draws and the same row sums as computing ``f``, drawing ``omega`` and summing the rows one step
+    after another."""
     from bayesvm.engines import gibbs, linalg
+    from bayesvm.engines.joint import log_pseudo_likelihood
     from bayesvm.engines.linalg import BlockedFactor, row_statistics
 
     monkeypatch.setattr(gibbs, "SPLIT_ROWS", 100)
@@ -238,16 +241,95 @@ def test_fused_row_halves_equal_the_separate_steps(K, monkeypatch):
     n, q, J = 1001, 4, 30
     D = rng.standard_normal((n, q))
     y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
-    blocked = BlockedFactor(codes=np.sort(rng.integers(0, J, n)), values=rng.standard_normal((n, K)), n_levels=J)
-    theta_d, theta_b = rng.standard_normal(q), rng.standard_normal((J, K))
-    fused = gibbs.DenseRows(D, y, blocked, gibbs.LatentDraws(np.random.default_rng(5), n))
-    assert fused.fused
-    f, omega, stats = fused(theta_d, theta_b)
-    latent = gibbs.LatentDraws(np.random.default_rng(5), n)
-    f_ref = D @ theta_d + np.einsum("ik,ik->i", blocked.values, theta_b[blocked.codes])
-    omega_ref = latent(np.maximum(np.abs(1.0 - y * f_ref), gibbs.MARGIN_FLOOR))
-    ref = row_statistics(D, omega_ref, y * (1.0 + omega_ref), blocked)
-    np.testing.assert_allclose(f, f_ref, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(omega, omega_ref, rtol=1e-12)
-    for name in ("gram", "product", "wz", "wzz", "zr"):
-        np.testing.assert_allclose(getattr(stats, name), getattr(ref, name), rtol=1e-12, atol=1e-12, err_msg=name)
+    codes = np.sort(rng.integers(0, J, n))
+    blocked = BlockedFactor(codes=codes, values=rng.standard_normal((n, K)), n_levels=J) if K else None
+    theta_d, theta_b = rng.standard_normal(q), rng.standard_normal((J, K)) if K else np.zeros((0, 0))
+    split = gibbs.level_boundary_split(blocked, n)
+    fused = gibbs.DenseRows(D, y, blocked, gibbs.LatentDraws(np.random.default_rng(5), n, split), compiled=compiled)
+    assert fused.fused and fused.compiled == compiled
+    latent = gibbs.LatentDraws(np.random.default_rng(5), n, split)
+    f_ref = D @ theta_d + (np.einsum("ik,ik->i", blocked.values, theta_b[codes]) if K else 0.0)
+    for _ in range(2):  # the second call reuses the buffers (the compiled pass zeroes its accumulators)
+        loglik, omega, stats = fused(theta_d, theta_b)
+        omega_ref = latent(np.maximum(np.abs(1.0 - y * f_ref), gibbs.MARGIN_FLOOR))
+        ref = row_statistics(D, omega_ref, y * (1.0 + omega_ref), blocked)
+        assert loglik == pytest.approx(log_pseudo_likelihood(y, f_ref), rel=1e-12)
+        np.testing.assert_allclose(omega, omega_ref, rtol=1e-12)
+        for name in ("gram", "product"):
+            np.testing.assert_allclose(getattr(stats, name), getattr(ref, name), rtol=1e-12, atol=1e-12, err_msg=name)
+        if K:
+            sums, ref_sums = stats.level_sums(blocked, D), ref.level_sums(blocked, D)
+            for name in ("blocks", "cross", "rhs"):
+                np.testing.assert_allclose(getattr(sums, name), getattr(ref_sums, name), rtol=1e-12, atol=1e-12)
+            assert (stats.levels is not None) == compiled
+
+
+def test_compiled_row_pass_gives_the_numpy_chain(monkeypatch):
+    """With the rows split, a seed gives the same chain with the compiled row pass as with numpy (both take the
+    same normals and uniforms; only the order of floating-point sums differs)."""
+    from bayesvm.engines import compiled_rows, gibbs, linalg
+
+    assert compiled_rows.available()
+    monkeypatch.setattr(gibbs, "SPLIT_ROWS", 10)
+    monkeypatch.setattr(linalg, "SPLIT_ROWS", 10)
+    data = _small_data(n=60, seed=3)
+    runs = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, switch)
+        _, runs[switch] = _gibbs("y ~ x + (1 | g)", data, penalty=None, draws=200, tune=0, chains=1, seed=9)
+    compiled, plain = runs["1"], runs["0"]
+    np.testing.assert_allclose(compiled.theta_d, plain.theta_d, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(compiled.theta_b, plain.theta_b, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(compiled.log_posterior, plain.log_posterior, rtol=1e-9)
+
+
+def test_compiled_row_pass_is_refused_where_it_cannot_run(monkeypatch):
+    from bayesvm.engines import gibbs, linalg
+    from bayesvm.engines.linalg import BlockedFactor
+
+    monkeypatch.setattr(gibbs, "SPLIT_ROWS", 100)
+    monkeypatch.setattr(linalg, "SPLIT_ROWS", 100)
+    rng = np.random.default_rng(0)
+    n = 400
+    D, y = rng.standard_normal((n, 3)), np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    shuffled = BlockedFactor(codes=rng.integers(0, 20, n), values=np.ones((n, 1)), n_levels=20)
+    # levels in both halves: the halves' per-level sums would collide, so numpy serves
+    rows = gibbs.DenseRows(D, y, shuffled, gibbs.LatentDraws(rng, n, gibbs.level_boundary_split(shuffled, n)))
+    assert rows.fused and not rows.compiled
+    with pytest.raises(ValueError, match="sorted levels"):
+        gibbs.DenseRows(D, y, shuffled, gibbs.LatentDraws(rng, n), compiled=True)
+    ordered = shuffled.take(shuffled.sorted_order())
+    rows = gibbs.DenseRows(D, y, ordered, gibbs.LatentDraws(rng, n, gibbs.level_boundary_split(ordered, n)))
+    assert rows.compiled
+    monkeypatch.setenv("BAYESVM_NUMBA", "0")
+    rows = gibbs.DenseRows(D, y, ordered, gibbs.LatentDraws(rng, n, gibbs.level_boundary_split(ordered, n)))
+    assert not rows.compiled
+
+
+def test_level_boundary_split():
+    from bayesvm.engines import gibbs
+    from bayesvm.engines.linalg import BlockedFactor
+
+    def split(codes):
+        return gibbs.level_boundary_split(BlockedFactor(np.asarray(codes), np.ones((len(codes), 1)), 10), len(codes))
+
+    assert split([0, 0, 0, 1, 1, 1, 1, 2, 2, 2]) == 3  # n // 2 = 5 is inside level 1 (rows 3-6): its start is nearer
+    assert split([0, 1, 1, 1, 1, 1, 1, 2, 2, 2]) == 7  # level 1 spans rows 1-6: its end is nearer
+    assert split([0, 0, 0, 0, 0, 1, 1, 1, 1, 1]) == 5  # already a boundary
+    assert split([1, 0, 0, 0, 0, 1, 1, 1, 1, 1]) == 5  # unsorted: n // 2
+    assert gibbs.level_boundary_split(None, 11) == 5
+
+
+@pytest.mark.parametrize("mean", [1e-3, 0.3, 1.0, 40.0, 1e4, 1e8, 1e12])
+def test_inverse_gaussian_transform(mean):
+    """The bulk transform draws InverseGaussian(mean, 1) at every scale of the mean, including the huge means of
+    rows on the margin, and the compiled scalar version returns the same numbers."""
+    from bayesvm.engines import compiled_rows, gibbs
+
+    rng = np.random.default_rng(int(np.log10(mean) + 10))
+    normals, uniforms = rng.standard_normal(100_000), rng.random(100_000)
+    expected = [compiled_rows.inverse_gaussian_scalar(mean, a, b) for a, b in zip(normals[:200], uniforms[:200])]
+    draws = gibbs.inverse_gaussian(np.full(normals.size, mean), normals, uniforms)
+    assert np.all(draws > 0) and np.all(np.isfinite(draws))
+    np.testing.assert_allclose(draws[:200], expected, rtol=1e-15)
+    assert stats.kstest(draws, stats.invgauss(mu=mean, scale=1.0).cdf).pvalue > 1e-3

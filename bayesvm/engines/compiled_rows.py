@@ -1,0 +1,118 @@
+"""The Gibbs sampler's row pass, compiled with numba when it is installed (``pip install "bayesvm[fast]"``).
+
+On a dense design with a blocked factor, every Gibbs iteration visits each row once to compute
+``f_i = d_i' theta_d + z_i' theta_b[j(i)]``, draw ``omega_i | theta ~ InverseGaussian(1 / |1 - y_i f_i|, 1)``
+(Luts & Ormerod 2014, Appendix A) and add the row to the sums of the next ``theta`` draw:
+``D' W D``, ``D' r``, and per level ``sum w z z'``, ``sum w z_k d'``, ``sum z r`` with ``r = y (1 + omega)``.
+With numpy these are a dozen passes over memory and per-level sums through sparse products that hold
+the GIL; :func:`row_pass` does them in one pass over a half of the rows without the GIL, so the two
+halves run in parallel.  It takes the same standard normals and uniforms as the numpy path
+(:func:`gibbs.inverse_gaussian`), so a seed gives the same chain with and without numba (up to the
+order of floating-point sums).
+
+numba is optional: without it (or with ``BAYESVM_NUMBA=0`` in the environment) the numpy path runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:
+    import numba
+except ImportError:  # the numpy path serves
+    numba = None
+
+#: Environment variable that turns the compiled path off when set to ``0``.
+ENVIRONMENT_SWITCH = "BAYESVM_NUMBA"
+
+#: Rows per block of the Gram product inside the pass: the block's weighted copy stays in cache and
+#: ``D_block' (w D_block)`` is one BLAS call (measured 16 ms per 500,000 x 10 half, against 37 ms with
+#: per-row rank-one updates).
+BLOCK_ROWS = 256
+
+
+def available() -> bool:
+    """Whether the compiled row pass can run (numba importable and not switched off)."""
+    return numba is not None and os.environ.get(ENVIRONMENT_SWITCH, "1") != "0"
+
+
+def inverse_gaussian_scalar(mean: float, normal: float, uniform: float) -> float:
+    """One ``InverseGaussian(mean, 1)`` draw from a standard normal and a uniform, as
+    :func:`gibbs.inverse_gaussian` (the same operations in the same order)."""
+    y = normal * normal
+    y *= mean
+    t = (y + 4.0) * y
+    t = np.sqrt(t) + y
+    t = t * t
+    x = y * 4.0 * mean / t
+    if (mean + x) * uniform > mean:
+        return mean / x * mean
+    return x
+
+
+def _row_pass(
+    D, y, codes, values, theta_d, theta_b, normals, uniforms, floor, level0, omega, gram, product, blocks, cross, rhs_b
+):
+    """One pass over rows ``D`` (a half): fills ``omega``, ``gram`` (``D' W D``), ``product`` (``D' r``) and the
+    per-level sums ``blocks`` (``sum w z z'``), ``cross`` (``sum w z_k d'``) and ``rhs_b`` (``sum z r``) for levels
+    ``level0, level0 + 1, ...`` (index ``codes[i] - level0``); returns ``sum_i max(0, 1 - y_i f_i)``.
+
+    ``codes`` of size 0 means no blocked factor.  The accumulators are zeroed here.  Written so that the same
+    function also runs uncompiled (the tests run both).
+    """
+    n, q = D.shape
+    K = values.shape[1]
+    has_levels = codes.size == n and n > 0
+    gram[:] = 0.0
+    product[:] = 0.0
+    blocks[:] = 0.0
+    cross[:] = 0.0
+    rhs_b[:] = 0.0
+    weighted = np.empty((BLOCK_ROWS, q))
+    rhs = np.empty(BLOCK_ROWS)
+    hinge = 0.0
+    for start in range(0, n, BLOCK_ROWS):
+        stop = min(start + BLOCK_ROWS, n)
+        for i in range(start, stop):
+            f = 0.0
+            for a in range(q):
+                f += D[i, a] * theta_d[a]
+            level = 0
+            if has_levels:
+                level = codes[i]
+                for k in range(K):
+                    f += values[i, k] * theta_b[level, k]
+            margin = 1.0 - y[i] * f
+            if margin > 0.0:
+                hinge += margin
+            margin = max(abs(margin), floor)
+            w = inverse_gaussian_scalar(1.0 / margin, normals[i], uniforms[i])
+            omega[i] = w
+            r = y[i] * (1.0 + w)
+            rhs[i - start] = r
+            for a in range(q):
+                weighted[i - start, a] = D[i, a] * w
+            if has_levels:
+                local = level - level0
+                for k in range(K):
+                    z = values[i, k]
+                    wz = z * w
+                    rhs_b[local, k] += z * r
+                    for k2 in range(K):
+                        blocks[local, k, k2] += wz * values[i, k2]
+                    for a in range(q):
+                        cross[local, k, a] += wz * D[i, a]
+        size = stop - start
+        rows = D[start:stop]
+        gram += np.dot(rows.T, weighted[:size])
+        product += np.dot(rhs[:size], rows)
+    return hinge
+
+
+if numba is not None:
+    inverse_gaussian_scalar = numba.njit(nogil=True, cache=True)(inverse_gaussian_scalar)
+    row_pass = numba.njit(nogil=True, cache=True)(_row_pass)
+else:  # never called: callers check available()
+    row_pass = None
