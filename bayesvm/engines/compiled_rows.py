@@ -111,8 +111,18 @@ def _row_pass(
     return hinge
 
 
+def _compile(func):
+    """``numba.njit(nogil=True)`` with the compiled code cached on disk; where numba finds no writable cache
+    location it refuses ``cache=True`` at decoration time, and the function is then compiled on first use in
+    each process instead of breaking ``import bayesvm``."""
+    try:
+        return numba.njit(nogil=True, cache=True)(func)
+    except RuntimeError:
+        return numba.njit(nogil=True)(func)
+
+
 if numba is not None:
-    inverse_gaussian_scalar = numba.njit(nogil=True, cache=True)(inverse_gaussian_scalar)
-    row_pass = numba.njit(nogil=True, cache=True)(_row_pass)
+    inverse_gaussian_scalar = _compile(inverse_gaussian_scalar)
+    row_pass = _compile(_row_pass)
 else:  # never called: callers check available()
     row_pass = None

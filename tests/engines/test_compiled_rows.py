@@ -91,3 +91,22 @@ def test_environment_switch(monkeypatch):
     assert not compiled_rows.available()
     monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "1")
     assert compiled_rows.available()
+
+
+def test_compiles_without_a_disk_cache(monkeypatch):
+    """Where numba has no writable cache location (``cache=True`` raises at decoration), the function is compiled
+    without a cache rather than breaking the import."""
+    import numba
+
+    real = numba.njit
+
+    def njit(**options):
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function: no locator available")
+        return real(**options)
+
+    monkeypatch.setattr(numba, "njit", njit)
+    square = compiled_rows._compile(lambda x: x * x)
+    assert square(3.0) == 9.0
+    assert type(square._cache).__name__ == "NullCache"  # compiled, not cached
+    assert type(compiled_rows.row_pass._cache).__name__ == "FunctionCache"  # the normal case: cached on disk
