@@ -7,8 +7,10 @@ from benchmarks.scale import main
 
 def test_scale_benchmark_small(capsys):
     rows = main(["--small"])
-    # dense, one factor VB and Gibbs, crossed (probes against exact and goal, sweep, fit), LinearSVC, statsmodels
-    assert len(rows) == 9
+    # dense, one factor VB and Gibbs, crossed (probes against exact and goal, sweep, fit), nested (CHOLMOD against
+    # SuperLU per sweep, fit), LinearSVC, statsmodels
+    assert len(rows) == 11
+    assert any(row["case"].endswith("per sweep (CHOLMOD)") and row["peer"] == "SuperLU" for row in rows)
     assert all(np.isfinite(row["ours_s"]) and row["ours_s"] > 0 for row in rows)
     assert "dense VB" in capsys.readouterr().out
 

@@ -94,15 +94,17 @@ MC_RUNS = [(case, "schur") for case in sorted(CASES)] + [
 
 def sparse_solver(monkeypatch, path: str) -> None:
     """``sparse``: elimination onto a dense Schur complement where it applies (the default);
-    ``sparse-general``: the general sparse factorisation, by making the elimination decline."""
-    if path == "sparse-general":
+    ``sparse-general``: the general sparse factorisation (CHOLMOD), by making the elimination decline;
+    ``sparse-general-superlu``: the same with the SuperLU fallback."""
+    if path.startswith("sparse-general"):
         monkeypatch.setattr(sparse_schur, "MIN_SCHUR_DENSITY", np.inf)
+    monkeypatch.setenv("BAYESVM_CHOLMOD", "0" if path.endswith("superlu") else "1")
 
 
 def assert_path(problem, path: str) -> None:
     assert problem.is_sparse == path.startswith("sparse")
     if problem.is_sparse:
-        assert (problem.elimination is None) == (path == "sparse-general")
+        assert (problem.elimination is None) == path.startswith("sparse-general")
 
 
 def schur_and_sparse(design, penalty, standardize: bool, path: str, monkeypatch) -> dict:
@@ -226,7 +228,7 @@ def test_sparse_path_predictions_for_new_level_combinations():
 @pytest.mark.parametrize(
     "formula", ["y ~ x1 + (1 | g/h)", "y ~ x1 + x2 + (1 + x1 | g) + (1 | h)", "y ~ x1 + (1 | g) + (1 | h)"]
 )
-@pytest.mark.parametrize("path", ["schur", "sparse", "sparse-general"])
+@pytest.mark.parametrize("path", ["schur", "sparse", "sparse-general", "sparse-general-superlu"])
 def test_nested_and_crossed_posteriors_equal_the_dense_solve(formula, path, monkeypatch):
     """One sweep's q(theta) on every structured path equals the dense inverse of the full precision."""
     import scipy.sparse as sp
