@@ -100,7 +100,7 @@ def _supernodes(L: sp.csc_matrix) -> np.ndarray:
     return np.flatnonzero(~joins)
 
 
-#: Most ``Z[S, S]`` entries gathered at once when single columns are processed together (memory bound).
+#: Roughly the most entries (``Z[S, S]`` and the blocks) gathered at once for one batch of supernodes (memory).
 BATCH_ENTRIES = 4_000_000
 
 
@@ -156,7 +156,7 @@ def _supernode_batch(firsts, t, indptr, indices, data, d, keys, lower, diag) -> 
                 lower[head[:, c, None] + np.arange(t - c - 1)] = Z_JJ[:, c + 1 :, c]
 
 
-def _supernode_levels(starts: np.ndarray, ends: np.ndarray, indptr: np.ndarray, indices: np.ndarray, N: int):
+def _supernode_levels(starts: np.ndarray, ends: np.ndarray, indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """Depth of each supernode in the supernodal elimination tree (roots 0).  A supernode's pattern below lies in
     its ancestors, so supernodes of one depth are independent once every smaller depth is done."""
     last = ends - 1
@@ -192,7 +192,7 @@ def _selected_inverse(L: sp.csc_matrix, d: np.ndarray) -> tuple[np.ndarray, np.n
     diag = np.zeros(N)
     starts = _supernodes(L)
     ends = np.append(starts[1:], N)
-    levels = _supernode_levels(starts, ends, indptr, indices, N)
+    levels = _supernode_levels(starts, ends, indptr, indices)
     order = np.argsort(levels, kind="stable")
     bounds = np.flatnonzero(np.diff(levels[order])) + 1
     for members in np.split(order, bounds):
