@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import FormulaError
+from .restricted import check_formula_part
 
 _NAME = r"(?:[A-Za-z_.][A-Za-z0-9_.]*|`[^`]+`)"
 _GROUP_RE = re.compile(rf"^{_NAME}(?:\s*[:/]\s*{_NAME})*$")
@@ -170,6 +171,8 @@ def parse_formula(formula: str) -> ParsedFormula:
         )
     if not fixed:
         fixed = "1"
+    for part in (fixed, *(bar.expr for bar in bars)):
+        check_formula_part(part)
     return ParsedFormula(formula=formula, response=_strip_backticks(lhs), fixed=fixed, bars=tuple(bars))
 
 

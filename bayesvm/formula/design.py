@@ -10,6 +10,7 @@ Nothing here knows about engines or results (DESIGN section 2).
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 import warnings
@@ -23,6 +24,7 @@ from formulaic.errors import FormulaicError
 
 from ..errors import DataError, DesignError, FormulaError
 from .bars import Bar, ParsedFormula
+from .frames import as_frame, check_text_numbers, coerce_like_training, plain_columns
 from .imputation import ImputationLayout, check_imputable, imputation_layout
 from .response import ResponseCoding, code_response
 
@@ -121,6 +123,10 @@ class Design:
         Index labels of the rows used (after ``missing="drop"``).
     n_dropped
         Rows dropped for missing values, by column.
+    imputation
+        Layout of the imputed predictors (``missing="impute"``).
+    numeric_variables
+        Predictors that were numeric in training (new data holding them as text are converted or refused).
     """
 
     parsed: ParsedFormula
@@ -133,6 +139,7 @@ class Design:
     row_index: pd.Index
     n_dropped: dict[str, int]
     imputation: ImputationLayout | None = None
+    numeric_variables: frozenset[str] = frozenset()
 
     @property
     def n(self) -> int:
@@ -175,12 +182,13 @@ class Design:
         DataError
             If a needed value is missing.
         """
-        newdata = _as_frame(newdata, "newdata")
+        newdata = as_frame(newdata, "newdata")
         needed = set(_required_variables(self.parsed.fixed, newdata, "newdata"))
         if include_random:
             for term in self.re_terms:
                 needed |= set(term.spec.required_variables) | set(term.bar.group)
         _check_columns(newdata, needed, "newdata")
+        newdata = coerce_like_training(plain_columns(newdata, sorted(needed)), self.numeric_variables, "newdata")
         imputable = set(self.imputation.variables) if self.imputation is not None else set()
         _check_missing(newdata, sorted(needed - imputable), missing="error", what="newdata")
         _check_unseen_levels(self.spec, newdata)
@@ -193,7 +201,6 @@ class Design:
                     f"newdata has infinite values in {[n for n, c in zip(names, np.isinf(raw_values).any(0)) if c]}"
                 )
             if np.isnan(raw_values).any():
-                newdata = newdata.copy()
                 for j, name in enumerate(names):
                     newdata[name] = np.where(
                         np.isnan(raw_values[:, j]), self.imputation.observed_mean[j], raw_values[:, j]
@@ -219,18 +226,6 @@ class NewDesign:
     codes: tuple[np.ndarray, ...]
     values: tuple[np.ndarray, ...]
     imputation_values: np.ndarray | None = None  # raw values of the imputation variables, NaN where missing
-
-
-def _as_frame(data: object, what: str) -> pd.DataFrame:
-    if isinstance(data, pd.DataFrame):
-        frame = data
-    elif isinstance(data, dict):
-        frame = pd.DataFrame(data)
-    else:
-        raise DataError(f"{what} must be a pandas DataFrame (or a dict of columns), got {type(data).__name__}")
-    if len(frame) == 0:
-        raise DataError(f"{what} has no rows")
-    return frame
 
 
 def _required_variables(formula: str, data: pd.DataFrame, what: str) -> list[str]:
@@ -301,9 +296,9 @@ def _materialize(spec_or_formula, data: pd.DataFrame, what: str) -> np.ndarray:
         with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
             warnings.simplefilter("error", UserWarning)
             if isinstance(spec_or_formula, str):
-                matrix = formulaic.model_matrix(spec_or_formula, data, na_action="raise")
-            else:
-                matrix = spec_or_formula.get_model_matrix(data, na_action="raise")
+                matrix = formulaic.model_matrix(spec_or_formula, data, na_action="raise", context={})
+            else:  # on a copy: formulaic updates a spec's state while it materialises, even when that then fails
+                matrix = copy.deepcopy(spec_or_formula).get_model_matrix(data, na_action="raise", context={})
     except UserWarning as exc:
         raise DesignError(f"cannot build the {what} design: {exc}") from None
     except (FormulaicError, ValueError, TypeError) as exc:
@@ -369,7 +364,7 @@ def build_design(
     FormulaError, DesignError, DataError
         With the column, term or rows at fault named.
     """
-    data = _as_frame(data, "data")
+    data = as_frame(data, "data")
     if missing not in MISSING_CHOICES:
         raise DataError(f"missing must be one of {MISSING_CHOICES}, got {missing!r}")
     fixed_vars = _required_variables(parsed.fixed, data, "data")
@@ -377,6 +372,14 @@ def build_design(
     group_vars = [v for bar in parsed.bars for v in bar.group]
     used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars]))
     _check_columns(data, set(used), "data")
+    data = plain_columns(data, used)
+    predictors = list(dict.fromkeys([*fixed_vars, *bar_vars]))
+    check_text_numbers(data, [v for v in predictors if v != parsed.response], _factor_wrapped(parsed))
+    numeric = frozenset(
+        v
+        for v in predictors
+        if pd.api.types.is_numeric_dtype(data[v].dtype) and not pd.api.types.is_bool_dtype(data[v].dtype)
+    )
     if data[parsed.response].isna().any():
         code_response(data[parsed.response], parsed.response)  # raises, naming the rows
     impute: list[str] = []
@@ -388,7 +391,7 @@ def build_design(
         keep = _check_missing(data, used, missing, "data")
     n_dropped = {name: int(_bad_mask(data[name]).sum()) for name in used} if not keep.all() else {}
     n_dropped = {name: count for name, count in n_dropped.items() if count}
-    frame = data.loc[keep, used].copy() if not keep.all() else data[used].copy()
+    frame = data.loc[keep] if not keep.all() else data
     raw = frame
     if impute:  # placeholders (observed means) so that formulaic can build X; the engines replace them
         frame = frame.copy()
@@ -439,7 +442,17 @@ def build_design(
         row_index=frame.index,
         n_dropped=n_dropped,
         imputation=layout,
+        numeric_variables=numeric,
     )
+
+
+_C_ARGUMENT = re.compile(r"\bC\(\s*(`[^`]+`|[A-Za-z_.][A-Za-z0-9_.]*)")
+
+
+def _factor_wrapped(parsed: ParsedFormula) -> set[str]:
+    """Columns the formula explicitly makes categorical with ``C(...)``."""
+    texts = [parsed.fixed, *(bar.expr for bar in parsed.bars)]
+    return {name.strip("`") for text in texts for name in _C_ARGUMENT.findall(text)}
 
 
 def _check_finite(matrix: np.ndarray, names: list[str] | tuple[str, ...]) -> None:

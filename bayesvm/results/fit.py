@@ -413,7 +413,8 @@ class BSVMFit:
         return f"<BSVMFit {self.method} ({self.posterior.kind}): {self.formula!r}, n={self.model.design.n}{detail}>"
 
     def save(self, path):
-        """Write the whole fit to ``path`` (pickle; see :mod:`bayesvm.results.storage`); ``bayesvm.load`` reads it."""
+        """Write the whole fit to ``path`` as data (a checksummed zip of JSON and ``.npy`` arrays, written
+        atomically; see :mod:`bayesvm.results.storage`); ``bayesvm.load`` reads it without running any code."""
         from .storage import save_fit
 
         return save_fit(self, path)

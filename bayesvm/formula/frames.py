@@ -1,0 +1,154 @@
+"""User data in, one plain pandas frame out: the only place that knows about dtypes.
+
+- Any data frame is accepted: pandas, and polars, pyarrow or any other library's frame (through its
+  ``to_pandas()`` or the dataframe interchange protocol).  Duplicated column names are refused by name.
+- pandas' nullable and extension dtypes become their plain counterparts on a *copy* of the columns a
+  formula uses: ``Int64`` / ``Float64`` (and pyarrow-backed numbers) -> ``float64`` with ``NaN`` for
+  ``pd.NA``; ``boolean`` -> ``bool`` (``object`` with ``NaN`` where missing); ``string`` -> ``object``;
+  ``category`` stays categorical.  The user's frame is never modified.
+- Text columns whose values are numbers (a CSV read with a stray value) are refused with the column,
+  the values that are not numbers, and how to convert; a predictor that was numeric in training and
+  arrives as text in new data is converted when every value is a number and refused otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..errors import DataError, DesignError
+
+
+def as_frame(data: object, what: str) -> pd.DataFrame:
+    """``data`` as a pandas frame with unique column names and at least one row (not copied)."""
+    if isinstance(data, pd.DataFrame):
+        frame = data
+    elif isinstance(data, dict):
+        try:
+            frame = pd.DataFrame(data)
+        except (ValueError, TypeError) as exc:
+            raise DataError(f"{what} given as a dict cannot be made a data frame: {exc}") from None
+    elif hasattr(data, "to_pandas") or hasattr(data, "__dataframe__"):
+        frame = _foreign_frame(data, what)
+    else:
+        raise DataError(
+            f"{what} must be a data frame (pandas, polars, pyarrow) or a dict of columns, got {type(data).__name__}"
+        )
+    duplicated = frame.columns[frame.columns.duplicated()].unique().tolist()
+    if duplicated:
+        raise DataError(f"{what} has duplicated column names {duplicated}; rename them so that each column is unique")
+    if len(frame) == 0:
+        raise DataError(f"{what} has no rows")
+    return frame
+
+
+def _foreign_frame(data: object, what: str) -> pd.DataFrame:
+    name = type(data).__module__.split(".")[0] + "." + type(data).__name__
+    try:
+        if hasattr(data, "to_pandas"):
+            frame = data.to_pandas()
+        else:
+            frame = pd.api.interchange.from_dataframe(data)
+    except Exception as exc:  # noqa: BLE001 - a foreign library's failure, reported with its name
+        raise DataError(
+            f"{what} ({name}) could not be converted to a pandas frame: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(frame, pd.DataFrame):
+        raise DataError(f"{what} ({name}) did not convert to a pandas DataFrame")
+    return frame
+
+
+def plain_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """A copy of ``frame[columns]`` with every nullable / extension dtype made plain (module docstring)."""
+    out = {}
+    for name in columns:
+        out[name] = _plain(frame[name])
+    return pd.DataFrame(out, index=frame.index)
+
+
+def _plain(column: pd.Series) -> pd.Series:
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype) or isinstance(dtype, pd.CategoricalDtype):
+        return column.copy()
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        return column.copy()
+    kind = getattr(dtype, "kind", "O")
+    missing = column.isna().to_numpy()
+    if kind in "iuf":
+        values = column.to_numpy(dtype=float, na_value=np.nan)
+        if not missing.any() and kind in "iu":
+            values = column.to_numpy(dtype=np.int64)
+        return pd.Series(values, index=column.index, name=column.name)
+    if kind == "b":
+        if not missing.any():
+            return pd.Series(column.to_numpy(dtype=bool), index=column.index, name=column.name)
+    values = column.to_numpy(dtype=object, na_value=np.nan)
+    return pd.Series(values, index=column.index, name=column.name, dtype=object)
+
+
+def _is_text(column: pd.Series) -> bool:
+    return column.dtype == object or pd.api.types.is_string_dtype(column.dtype)
+
+
+def _number_share(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct non-missing values of a text column, and which of them read as numbers."""
+    values = pd.unique(column.dropna())
+    parsed = pd.to_numeric(pd.Series(values, dtype=object).map(_as_text), errors="coerce")
+    return values, parsed.notna().to_numpy()
+
+
+def _as_text(value: object) -> object:
+    if isinstance(value, (bool, np.bool_)):
+        return np.nan  # True / False are categories, not numbers
+    return value.strip() if isinstance(value, str) else value
+
+
+def check_text_numbers(frame: pd.DataFrame, columns: list[str], as_factor: set[str]) -> None:
+    """Refuse text columns that hold numbers (all, or all but a few stray values).
+
+    ``as_factor``: columns the formula explicitly treats as categorical (inside ``C()``), exempt.
+
+    Raises
+    ------
+    DesignError
+        Naming the column, examples of its values, the values that are not numbers, and how to convert.
+    """
+    for name in columns:
+        column = frame[name]
+        if name in as_factor or not _is_text(column):
+            continue
+        values, numeric = _number_share(column)
+        if len(values) < 3 or numeric.mean() < 0.9:
+            continue
+        others = [v for v, ok in zip(values, numeric) if not ok][:5]
+        examples = [v for v, ok in zip(values, numeric) if ok][:3]
+        if others:
+            detail = (
+                f"{int(numeric.sum())} of its {len(values)} distinct values are numbers (e.g. {examples}) but "
+                f"{others} are not; fix those values, or convert with pd.to_numeric(data[{name!r}], errors='coerce') "
+                "to make them missing"
+            )
+        else:
+            detail = f"every value is a number (e.g. {examples}); convert it with pd.to_numeric(data[{name!r}])"
+        raise DesignError(
+            f"column {name!r} holds numbers stored as text, which would make one dummy column per distinct value: "
+            f"{detail}, or write C({name}) in the formula if it really is a factor"
+        )
+
+
+def coerce_like_training(frame: pd.DataFrame, numeric: frozenset[str], what: str) -> pd.DataFrame:
+    """Convert text columns of ``frame`` that were numeric in training; refuse those that are not numbers."""
+    for name in sorted(numeric & set(frame.columns)):
+        column = frame[name]
+        if not _is_text(column) and not pd.api.types.is_bool_dtype(column.dtype):
+            continue
+        parsed = pd.to_numeric(column.map(_as_text), errors="coerce")
+        bad = parsed.isna() & column.notna()
+        if bad.any():
+            examples = pd.unique(column[bad])[:5].tolist()
+            raise DesignError(
+                f"column {name!r} was numeric in the training data but {what} has {int(bad.sum())} value(s) that are "
+                f"not numbers, e.g. {examples}"
+            )
+        frame[name] = parsed.astype(float)
+    return frame

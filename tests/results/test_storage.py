@@ -1,0 +1,248 @@
+"""The safe file format: every fit type round-trips, and nothing in a file can run code or load damaged."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pickle
+import warnings
+import zipfile
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm import kernels, priors
+from bayesvm.results import storage
+
+
+def _frame(n=90, seed=0, missing=False):
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame(
+        {
+            "x1": rng.normal(size=n),
+            "x2": rng.normal(size=n),
+            "f": rng.choice(list("abc"), n),
+            "g": rng.integers(0, 8, n),
+        }
+    )
+    frame["y"] = (frame.x1 - 0.5 * frame.x2 + rng.normal(size=n) > 0).astype(int)
+    if missing:
+        frame.loc[::6, "x2"] = np.nan
+    return frame
+
+
+GIBBS = {"method": "gibbs", "draws": 40, "tune": 20, "chains": 2, "progress": False, "seed": 1}
+FITS = {
+    "accurate-vb": ("y ~ x1 + x2 + C(f) + (1 | g)", {}, False),
+    "meanfield-vb": ("y ~ x1 + np.log(x2 ** 2) + (1 | g)", {"vb": "meanfield"}, False),
+    "gibbs": ("y ~ x1 + x2 + (1 | g)", GIBBS, False),
+    "em": ("y ~ x1 + x2", {"method": "em", "penalty": 0.5}, False),
+    "laplace-zero-vb": ("y ~ x1 + x2 + f", {"prior": priors.LaplaceZero()}, False),
+    "spike-slab-gibbs": ("y ~ x1 + x2", {"prior": priors.SpikeSlab(), **GIBBS}, False),
+    "lasso-em": ("y ~ x1 + x2", {"prior": priors.Lasso(), "method": "em"}, False),
+    "impute-mi-vb": ("y ~ x1 + x2", {"missing": "impute", "imputations": 3}, True),
+    "impute-joint-vb": ("y ~ x1 + x2", {"missing": "impute", "imputation": "joint"}, True),
+    "impute-gibbs": ("y ~ x1 + x2", {"missing": "impute", **GIBBS}, True),
+    "svi": ("y ~ x1 + x2", {"method": "svi"}, False),
+    "kernel-vb": ("y ~ x1 + x2", {"kernel": kernels.RBF(), "inducing": 20, "seed": 0}, False),
+    "kernel-svi": ("y ~ x1 + x2", {"kernel": kernels.RBF(), "method": "svi", "max_iter": 100, "seed": 0}, False),
+}
+
+
+def _make(name):
+    formula, options, missing = FITS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bayesvm.bsvm(formula, _frame(missing=missing), **options), _frame(seed=1, missing=missing)
+
+
+@pytest.fixture(scope="module")
+def em_file(tmp_path_factory):
+    fit, _ = _make("em")
+    return fit, fit.save(tmp_path_factory.mktemp("fits") / "em.bsvm")
+
+
+@pytest.mark.parametrize("name", [*FITS, "pcvm"])
+def test_every_fit_type_round_trips_exactly(name, tmp_path):
+    if name == "pcvm":
+        fit, new = bayesvm.pcvm("y ~ x1 + x2", _frame()), _frame(seed=1)
+    else:
+        fit, new = _make(name)
+    loaded = bayesvm.load(fit.save(tmp_path / "fit.bsvm"))
+    assert type(loaded) is type(fit)
+    for kind in ("class", "prob", "link"):
+        np.testing.assert_array_equal(
+            np.asarray(loaded.predict(new, kind=kind)), np.asarray(fit.predict(new, kind=kind))
+        )
+    assert str(loaded.summary()) == str(fit.summary())
+    if name in ("gibbs", "meanfield-vb", "accurate-vb"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a, b = fit.to_inference_data(draws=50), loaded.to_inference_data(draws=50)
+        for group in ("posterior", "log_likelihood"):
+            for var in a[group].data_vars:
+                np.testing.assert_array_equal(a[group][var].values, b[group][var].values)
+
+
+def test_file_is_a_zip_of_data_with_a_manifest(em_file):
+    _, path = em_file
+    with zipfile.ZipFile(path) as zf:
+        manifest = json.loads(zf.read("manifest.json"))
+        names = set(zf.namelist())
+    assert manifest["format"] == "bayesvm-fit" and manifest["format_version"] == storage.FORMAT_VERSION
+    assert manifest["bayesvm_version"] == bayesvm.__version__
+    assert names == {"manifest.json", "graph.json", *(f"arrays/{i}.npy" for i in range(manifest["arrays"]))}
+    assert b"pickle" not in path.read_bytes()
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.bsvm"
+    path.write_bytes(pickle.dumps({"format": "bayesvm-fit", "format_version": 1, "fit": _Payload(str(marker))}))
+    with pytest.raises(ValueError, match="not a saved bayesvm fit.*allow_pickle"):
+        bayesvm.load(path)
+    assert not marker.exists()
+
+
+def test_old_pickles_load_only_when_allowed_with_a_warning(em_file, tmp_path):
+    fit, _ = em_file
+    path = tmp_path / "old.bsvm"
+    path.write_bytes(
+        pickle.dumps({"format": "bayesvm-fit", "format_version": 1, "bayesvm_version": "0.1.0", "fit": fit})
+    )
+    with pytest.warns(UserWarning, match="can run arbitrary code"):
+        old = bayesvm.load(path, allow_pickle=True)
+    np.testing.assert_array_equal(old.predict(_frame(seed=2)), fit.predict(_frame(seed=2)))
+
+
+def _rewrite(path, out, edit):
+    """Re-pack a saved fit after ``edit(entries)``, with every checksum recomputed (an attacker can)."""
+    with zipfile.ZipFile(path) as zf:
+        entries = {name: zf.read(name) for name in zf.namelist()}
+    edit(entries)
+    manifest = json.loads(entries.pop("manifest.json"))
+    manifest["sha256"] = {name: hashlib.sha256(data).hexdigest() for name, data in entries.items()}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr("manifest.json", json.dumps(manifest))
+        for name, data in entries.items():
+            zf.writestr(name, data)
+        zf.comment = b"bayesvm-sha256:" + b"0" * 64
+    body = buffer.getvalue()[:-64]
+    out.write_bytes(body + hashlib.sha256(body[: -len(b"bayesvm-sha256:")]).hexdigest().encode())
+    return out
+
+
+def _edit_graph(change):
+    def edit(entries):
+        entries["graph.json"] = json.dumps(change(json.loads(entries["graph.json"]))).encode()
+
+    return edit
+
+
+def test_an_untouched_rewrite_loads(em_file, tmp_path):
+    fit, path = em_file
+    same = bayesvm.load(_rewrite(path, tmp_path / "same.bsvm", lambda entries: None))
+    np.testing.assert_array_equal(same.predict(_frame(seed=2)), fit.predict(_frame(seed=2)))
+
+
+@pytest.mark.parametrize("cls", ["os:system", "builtins:eval", "subprocess:Popen", "bayesvm.results.fit:np"])
+def test_classes_outside_bayesvm_and_formulaic_are_refused(em_file, tmp_path, cls):
+    def change(graph):
+        graph["state"]["method"] = {"$": "obj", "cls": cls, "id": 10**6, "state": {}}
+        return graph
+
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        bayesvm.load(_rewrite(em_file[1], tmp_path / "evil.bsvm", _edit_graph(change)))
+
+
+def test_a_formula_term_smuggled_into_a_file_is_refused(em_file, tmp_path):
+    marker = tmp_path / "written"
+
+    def smuggle(entries):
+        text = entries["graph.json"].decode()
+        assert '"x1"' in text
+        evil = f"__import__('os').system('touch {marker}')"
+        entries["graph.json"] = (
+            text.replace('"expr":"x1"', '"expr":' + json.dumps(evil)).replace('"LOOKUP"', '"PYTHON"').encode()
+        )
+
+    with pytest.raises(ValueError, match="does not evaluate"):
+        bayesvm.load(_rewrite(em_file[1], tmp_path / "evil.bsvm", smuggle))
+    assert not marker.exists()
+
+
+def test_object_arrays_in_a_file_are_refused(em_file, tmp_path):
+    def object_array(entries):
+        buffer = io.BytesIO()
+        np.save(buffer, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+        entries["arrays/0.npy"] = buffer.getvalue()
+
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        bayesvm.load(_rewrite(em_file[1], tmp_path / "evil.bsvm", object_array))
+
+
+def test_a_file_that_holds_no_fit_is_refused(em_file, tmp_path):
+    def not_a_fit(graph):
+        return {"$": "dict", "id": 0, "items": []}
+
+    with pytest.raises(ValueError, match="not the fit the manifest names"):
+        bayesvm.load(_rewrite(em_file[1], tmp_path / "other.bsvm", _edit_graph(not_a_fit)))
+
+
+def test_300_random_bit_flips_are_all_refused(em_file, tmp_path):
+    fit, path = em_file
+    raw = bytearray(path.read_bytes())
+    rng = np.random.default_rng(0)
+    target = tmp_path / "flipped.bsvm"
+    for position in rng.integers(0, len(raw) * 8, 300):
+        flipped = bytearray(raw)
+        flipped[position // 8] ^= 1 << (position % 8)
+        target.write_bytes(bytes(flipped))
+        with pytest.raises(ValueError, match="cannot be loaded|not a saved bayesvm fit"):
+            bayesvm.load(target)
+
+
+def test_appended_bytes_are_refused(em_file, tmp_path):
+    target = tmp_path / "appended.bsvm"
+    target.write_bytes(em_file[1].read_bytes() + pickle.dumps(print))
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        bayesvm.load(target)
+
+
+def test_an_interrupted_save_leaves_the_previous_file_intact(em_file, tmp_path, monkeypatch):
+    fit, path = em_file
+    target = tmp_path / "fit.bsvm"
+    fit.save(target)
+    before = target.read_bytes()
+
+    def fail(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(KeyboardInterrupt):
+        fit.save(target)
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["fit.bsvm"]  # no temporary file left behind
+
+
+def test_saving_something_that_is_not_data_names_it(em_file, tmp_path):
+    fit, _ = em_file
+    fit.extra = lambda: None  # a user's attribute that cannot be stored as data
+    try:
+        with pytest.raises(ValueError, match=r"fit\.extra.*cannot be stored"):
+            fit.save(tmp_path / "x.bsvm")
+    finally:
+        del fit.extra
