@@ -1,7 +1,15 @@
 """bayesvm: Bayesian support vector machines with an R-style formula interface."""
 
 from . import datasets, priors
-from .errors import BayesvmError, ConvergenceWarning, DataError, DesignError, FormulaError, ScaleWarning
+from .errors import (
+    BayesvmError,
+    ConvergenceWarning,
+    DataError,
+    DesignError,
+    FormulaError,
+    IdentifiabilityWarning,
+    ScaleWarning,
+)
 from .fitting import bsvm
 from .pcvm_fit import pcvm
 from .results.fit import BSVMFit
@@ -22,5 +30,6 @@ __all__ = [
     "DataError",
     "ConvergenceWarning",
     "ScaleWarning",
+    "IdentifiabilityWarning",
     "__version__",
 ]

@@ -29,3 +29,7 @@ class ConvergenceWarning(UserWarning):
 
 class ScaleWarning(UserWarning):
     """A fit is about to take far longer than it needs to for the data's size; the message says what to use."""
+
+
+class IdentifiabilityWarning(UserWarning):
+    """The data cannot identify part of the model as specified (the message names the column, level or term)."""

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from .arguments import as_count, as_flag, as_seed
 from .engines.em import fit_em
 from .engines.ep import AccurateFitError, fit_accurate
 from .engines.gibbs import sample_gibbs
@@ -162,6 +163,18 @@ def bsvm(
     """
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
+    seed = as_seed(seed)
+    standardize, progress = as_flag(standardize, "standardize"), as_flag(progress, "progress")
+    draws, chains, thin, cores = (
+        as_count(v, k) for k, v in (("draws", draws), ("chains", chains), ("thin", thin), ("cores", cores))
+    )
+    tune = as_count(tune, "tune", low=0)
+    max_iter = None if max_iter is None else as_count(max_iter, "max_iter")
+    batch_size, imputations = as_count(batch_size, "batch_size"), as_count(imputations, "imputations", low=2)
+    if priors is not None and not isinstance(priors, PriorSet):
+        raise BayesvmError(
+            f"priors must be a bayesvm.priors.PriorSet (or None for the defaults), got {type(priors).__name__}"
+        )
     if vb not in (None, "meanfield", "accurate"):
         raise BayesvmError(f"vb must be None, 'meanfield' or 'accurate', got {vb!r}")
     _check_probes(

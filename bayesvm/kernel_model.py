@@ -16,6 +16,7 @@ from .engines.kernel_vb import KernelProblem
 from .errors import BayesvmError
 from .formula.design import Design
 from .kernels import Kernel
+from .memory import check_memory
 
 #: Default number of inducing points (Wenzel et al. section 4.2): ``min(n, DEFAULT_INDUCING)``.
 DEFAULT_INDUCING = 100
@@ -108,6 +109,32 @@ def choose_locations(
     return (locations - center) / scale
 
 
+def _check_kernel_memory(n: int, inducing: object) -> None:
+    """Refuse, before any kernel matrix exists, a fit whose kernel matrices would not fit in memory."""
+    if isinstance(inducing, str):  # "all": n x n kernel, its Cholesky factor and two more n x n matrices
+        if inducing != "all":
+            return  # choose_locations refuses it by name
+        check_memory(
+            4 * 8.0 * n * n,
+            f"the full kernel matrix of {n:,} rows (inducing='all' or pcvm())",
+            "use inducing points instead (bsvm(..., kernel=..., inducing=100)), or method='svi' for many rows",
+        )
+        return
+    if inducing is None:
+        M = min(n, DEFAULT_INDUCING)
+    elif isinstance(inducing, (int, np.integer)) and not isinstance(inducing, bool):
+        M = min(int(inducing), n)
+    elif np.ndim(inducing) == 2:
+        M = np.shape(inducing)[0]
+    else:
+        return  # choose_locations refuses it by name
+    check_memory(
+        8.0 * (3 * n * M + 4 * M * M),
+        f"{M:,} inducing points on {n:,} rows",
+        "use fewer inducing points (inducing=100 is usually enough), or method='svi' with a smaller batch_size",
+    )
+
+
 def build_kernel_model(
     design: Design,
     kernel: Kernel,
@@ -139,6 +166,7 @@ def build_kernel_model(
         center[movable] = mean[movable]
         scale[movable] = sd[movable]
     inputs = (X - center) / scale
+    _check_kernel_memory(design.n, inducing)
     rng = np.random.default_rng(seed)
     kernel = kernel.resolved(inputs, rng)
     locations = choose_locations(inputs, inducing, inducing_method, rng, center, scale)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .arguments import as_count, as_flag, as_level, as_seed
 from .engines.kernel_vb import ROW_CHUNK, KernelProblem
 from .engines.pcvm import BIAS_PRECISION, fit_pcvm_ep, fit_pcvm_laplace
 from .engines.pcvm_em import fit_pcvm_em
@@ -84,6 +85,7 @@ class PCVMFit(KernelFit):
         return pd.Series({"bias": self.result.mean[0]}, name="value")
 
     def summary(self, level: float = 0.95):
+        as_level(level)
         return PCVMSummary(self)
 
     def __repr__(self) -> str:
@@ -171,10 +173,8 @@ def pcvm(
     """
     if method not in PCVM_METHODS:
         raise BayesvmError(f"method must be one of {PCVM_METHODS}, got {method!r}")
-    if max_iter is None:
-        max_iter = 5000 if method == "em" else 2000
-    if not (isinstance(max_iter, int) and max_iter >= 1):
-        raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
+    max_iter = (5000 if method == "em" else 2000) if max_iter is None else as_count(max_iter, "max_iter")
+    seed, standardize = as_seed(seed), as_flag(standardize, "standardize")
     start = time.perf_counter()
     design = build_design(parse_formula(formula), data, positive=positive, missing=missing)
     model = build_kernel_model(design, RBF() if kernel is None else kernel, standardize, "all", "kmeans", 0)

@@ -24,7 +24,14 @@ from formulaic.errors import FormulaicError
 
 from ..errors import DataError, DesignError, FormulaError
 from .bars import Bar, ParsedFormula
-from .frames import as_frame, check_text_numbers, coerce_like_training, plain_columns
+from .frames import (
+    as_frame,
+    check_column_kinds,
+    check_factor_sizes,
+    check_text_numbers,
+    coerce_like_training,
+    plain_columns,
+)
 from .imputation import ImputationLayout, check_imputable, imputation_layout
 from .response import ResponseCoding, code_response
 
@@ -189,6 +196,7 @@ class Design:
                 needed |= set(term.spec.required_variables) | set(term.bar.group)
         _check_columns(newdata, needed, "newdata")
         newdata = coerce_like_training(plain_columns(newdata, sorted(needed)), self.numeric_variables, "newdata")
+        check_column_kinds(newdata, sorted(needed))
         imputable = set(self.imputation.variables) if self.imputation is not None else set()
         _check_missing(newdata, sorted(needed - imputable), missing="error", what="newdata")
         _check_unseen_levels(self.spec, newdata)
@@ -373,8 +381,10 @@ def build_design(
     used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars]))
     _check_columns(data, set(used), "data")
     data = plain_columns(data, used)
+    check_column_kinds(data, used)
     predictors = list(dict.fromkeys([*fixed_vars, *bar_vars]))
     check_text_numbers(data, [v for v in predictors if v != parsed.response], _factor_wrapped(parsed))
+    check_factor_sizes(data, [v for v in fixed_vars if v != parsed.response], len(data))
     numeric = frozenset(
         v
         for v in predictors
@@ -402,6 +412,11 @@ def build_design(
     matrix = _materialize(parsed.fixed, frame, "fixed effects")
     X = np.asarray(matrix, dtype=float)
     x_names = tuple(_clean_name(str(c)) for c in matrix.columns)
+    if not x_names:
+        raise DesignError(
+            f"the fixed part {parsed.fixed!r} of the formula has no columns; the model needs an intercept or a "
+            f"predictor: write '{parsed.response} ~ 1' (plus any random-effect terms) for an intercept-only model"
+        )
     _check_finite(X, x_names)
     layout = None
     if impute:

@@ -13,10 +13,16 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
-from ..errors import DataError, DesignError
+from ..errors import DataError, DesignError, IdentifiabilityWarning
+from ..memory import check_memory
+
+#: A fixed-effect factor with more levels than this share of the rows (and at least 50 levels) is warned about.
+MANY_LEVELS_SHARE = 0.2
 
 
 def as_frame(data: object, what: str) -> pd.DataFrame:
@@ -152,3 +158,56 @@ def coerce_like_training(frame: pd.DataFrame, numeric: frozenset[str], what: str
             )
         frame[name] = parsed.astype(float)
     return frame
+
+
+def check_column_kinds(frame: pd.DataFrame, columns: list[str]) -> None:
+    """Refuse columns a model matrix cannot be built from: dates and times, complex numbers, cells holding lists."""
+    for name in columns:
+        column = frame[name]
+        dtype = column.dtype
+        if (
+            pd.api.types.is_datetime64_any_dtype(dtype)
+            or pd.api.types.is_timedelta64_dtype(dtype)
+            or isinstance(dtype, (pd.PeriodDtype, pd.IntervalDtype))
+        ):
+            raise DesignError(
+                f"column {name!r} holds dates, times or intervals ({dtype}); convert it to a number first, "
+                f"e.g. days since the first date: (data[{name!r}] - data[{name!r}].min()).dt.days"
+            )
+        if pd.api.types.is_complex_dtype(dtype):
+            raise DesignError(f"column {name!r} holds complex numbers; a model matrix needs real numbers")
+        if pd.api.types.is_object_dtype(dtype):
+            cells = column.dropna()
+            bad = cells.map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray, pd.Timestamp, complex)))
+            if bad.any():
+                example = cells[bad].iloc[0]
+                raise DesignError(
+                    f"column {name!r} holds {type(example).__name__} values in its cells (e.g. row "
+                    f"{cells.index[bad.to_numpy()][0]!r}: {example!r}); each cell must be one number or one label"
+                )
+
+
+def check_factor_sizes(frame: pd.DataFrame, columns: list[str], n: int) -> None:
+    """Before the fixed-effect design is built: warn about factors with very many levels, refuse a design
+    that would not fit in memory (one dummy column per level)."""
+    width = 1
+    for name in columns:
+        column = frame[name]
+        if pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
+            width += 1
+            continue
+        levels = int(column.nunique(dropna=True))
+        width += max(levels - 1, 1)
+        if levels >= 50 and levels > MANY_LEVELS_SHARE * n:
+            warnings.warn(
+                f"column {name!r} is a factor with {levels:,} levels on {n:,} rows: the fixed part gets one "
+                f"coefficient per level, each estimated from about {n / levels:.1f} rows (slow and weakly "
+                f"identified); for a grouping variable write (1 | {name}) instead",
+                IdentifiabilityWarning,
+                stacklevel=4,
+            )
+    check_memory(
+        3 * 8.0 * n * width,
+        f"the fixed-effect design ({n:,} rows x about {width:,} columns)",
+        "use fewer or coarser factors in the fixed part, or move a many-level factor into a random-effect term",
+    )

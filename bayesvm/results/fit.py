@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from ..arguments import as_level
 from ..engines.em import EMResult
 from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
@@ -398,7 +399,7 @@ class BSVMFit:
         rows, extra = self._rows(newdata, include_random)
         mean, var = self.posterior.link(*rows)
         sd = np.sqrt(var if extra is None else var + extra)
-        z = norm.ppf(0.5 + level / 2.0)
+        z = norm.ppf(0.5 + as_level(level) / 2.0)
         return pd.DataFrame({"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd})
 
     # ----- reporting -----------------------------------------------------------------
@@ -406,7 +407,7 @@ class BSVMFit:
         """lme4-style summary; ``str()`` of the returned object prints it."""
         from .summary import build_summary
 
-        return build_summary(self, level)
+        return build_summary(self, as_level(level))
 
     def __repr__(self) -> str:
         detail = f", lower bound {self.lower_bound[-1]:.4f}" if self.lower_bound.size else ""

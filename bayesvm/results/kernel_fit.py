@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from ..arguments import as_level
 from ..engines.kernel_vb import KernelProblem, KernelVBResult
 from ..errors import BayesvmError
 from ..kernel_model import KernelModel
@@ -167,12 +168,13 @@ class KernelFit(BSVMFit):
         """Posterior mean, SD and central credible interval of ``f`` (section 4.4's ``q(f*)``)."""
         mean, var = self.posterior.link(self._inputs(newdata))
         sd = np.sqrt(var)
-        z = norm.ppf(0.5 + level / 2.0)
+        z = norm.ppf(0.5 + as_level(level) / 2.0)
         return pd.DataFrame({"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd})
 
     # ----- reporting -----------------------------------------------------------------------
     def summary(self, level: float = 0.95):
         """Kernel, hyperparameters, inducing points, lower bound and stopping rule; ``str()`` prints it."""
+        as_level(level)
         return KernelSummary(self)
 
     def __repr__(self) -> str:

@@ -1,0 +1,72 @@
+"""Validation of the public call's scalar arguments: one clear :class:`BayesvmError` per bad value.
+
+numpy integer types are accepted wherever an ``int`` is (``np.int64(1000)`` draws), booleans never are
+(``draws=True`` is refused).  Seeds are taken as scikit-learn users pass them.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .errors import BayesvmError
+
+#: Exclusive upper bound of the integer seeds this package hands to ``numpy.random.SeedSequence``.
+SEED_BOUND = 2**63
+
+
+def as_count(value: object, name: str, low: int = 1) -> int:
+    """``value`` as a Python ``int >= low`` (numpy integers accepted, booleans refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low:
+        raise BayesvmError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def as_positive(value: object, name: str) -> float:
+    """``value`` as a finite ``float > 0``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not 0 < float(value) < np.inf:
+        raise BayesvmError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def as_seed(seed: object) -> int | None:
+    """A seed as an ``int`` (or ``None`` for fresh entropy).
+
+    Accepts ``None``, a non-negative integer (numpy integers too), a :class:`numpy.random.SeedSequence`,
+    a :class:`numpy.random.Generator` or a legacy :class:`numpy.random.RandomState` (as scikit-learn's
+    ``random_state``); the last two are advanced by one draw, as scikit-learn's ``check_random_state``
+    users expect.
+
+    Raises
+    ------
+    BayesvmError
+        For anything else (strings, floats, negative numbers, booleans).
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, np.random.SeedSequence):
+        return int(seed.generate_state(1, dtype=np.uint64)[0]) % SEED_BOUND
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(SEED_BOUND))
+    if isinstance(seed, np.random.RandomState):
+        return int(seed.randint(np.iinfo(np.int32).max))
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or not 0 <= seed < SEED_BOUND:
+        raise BayesvmError(
+            f"seed must be None, a non-negative integer, a numpy SeedSequence, Generator or RandomState, got {seed!r}"
+        )
+    return int(seed)
+
+
+def as_level(level: object) -> float:
+    """A credible-interval level strictly between 0 and 1."""
+    if isinstance(level, (bool, np.bool_)) or not isinstance(level, numbers.Real) or not 0 < float(level) < 1:
+        raise BayesvmError(f"level must be a number strictly between 0 and 1 (e.g. 0.95), got {level!r}")
+    return float(level)
+
+
+def as_flag(value: object, name: str) -> bool:
+    """``True`` or ``False`` (numpy booleans too); anything else is refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise BayesvmError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
