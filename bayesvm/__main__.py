@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 
 from . import datasets
-from .errors import BayesvmError
+from .errors import BayesvmError, DataError
 from .fitting import METHODS, bsvm
 
 EXAMPLES = {
@@ -34,12 +34,14 @@ def _penalty(text: str) -> float | str | None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bayesvm", description="Bayesian support vector machines.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     example = sub.add_parser("example", help="run a worked example from the papers")
     example.add_argument("name", choices=sorted(EXAMPLES))
     fit = sub.add_parser("fit", help="fit a formula to a CSV file and print the summary")
     fit.add_argument("formula", help='e.g. "y ~ x1 * x2 + (1 | group)"')
     fit.add_argument("csv", help="path to a CSV file with a header row")
+    fit.add_argument("--encoding", default=None, help="the CSV file's text encoding (default: UTF-8, else Latin-1)")
     fit.add_argument("--method", default="vb", choices=METHODS)
     fit.add_argument("--penalty", default="learn", type=_penalty, help="'learn' (default), 'none' or alpha > 0")
     fit.add_argument("--positive", default=None, help="response value to code as +1")
@@ -64,6 +66,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def read_csv(path: str, encoding: str | None = None) -> pd.DataFrame:
+    """A CSV file as a frame; every way the file can be unreadable becomes one :class:`DataError` line.
+
+    Without ``encoding``, UTF-8 is tried first and Latin-1 second (with a note on standard error).
+    """
+    try:
+        try:
+            return pd.read_csv(path, encoding=encoding or "utf-8")
+        except UnicodeDecodeError:
+            if encoding is not None:
+                raise
+        print(f"note: {path} is not UTF-8 text; read it as Latin-1 (use --encoding to choose)", file=sys.stderr)
+        return pd.read_csv(path, encoding="latin-1")
+    except FileNotFoundError:
+        raise DataError(f"no such file: {path}") from None
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path} is empty: a CSV file with a header row is needed") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, LookupError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"cannot read {path} as CSV: {first}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -72,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             print(title, end="\n\n")
             fit = bsvm(formula, loader(), **kwargs)
         else:
-            data = pd.read_csv(args.csv)
+            data = read_csv(args.csv, args.encoding)
             data.attrs["name"] = args.csv
             fit = bsvm(
                 args.formula,
@@ -90,8 +114,15 @@ def main(argv: list[str] | None = None) -> int:
                 probes=args.probes,
             )
     except (BayesvmError, OSError) as exc:
+        if args.debug:
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - a bug, not an input error: one line, the traceback on --debug
+        if args.debug:
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        return 1
     print(fit.summary())
     return 0
 

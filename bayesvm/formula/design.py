@@ -214,6 +214,7 @@ class Design:
                         np.isnan(raw_values[:, j]), self.imputation.observed_mean[j], raw_values[:, j]
                     )
         X = _materialize(self.spec, newdata, "fixed effects")
+        _check_finite(X, self.x_names, "newdata")
         codes, values = [], []
         for term in self.re_terms:
             if not include_random:
@@ -223,6 +224,7 @@ class Design:
             labels = _group_labels(newdata, term.bar.group)
             codes.append(term.levels.get_indexer(labels))
             values.append(_materialize(term.spec, newdata, str(term.bar))[:, list(term.columns)])
+            _check_finite(values[-1], term.term_names, "newdata")
         return NewDesign(X=X, codes=tuple(codes), values=tuple(values), imputation_values=raw_values)
 
 
@@ -470,9 +472,24 @@ def _factor_wrapped(parsed: ParsedFormula) -> set[str]:
     return {name.strip("`") for text in texts for name in _C_ARGUMENT.findall(text)}
 
 
-def _check_finite(matrix: np.ndarray, names: list[str] | tuple[str, ...]) -> None:
+#: Largest magnitude a design value may have: its square times the rows must not overflow float64 (1.8e308).
+MAX_MAGNITUDE = 1e150
+
+
+def _check_finite(matrix: np.ndarray, names: list[str] | tuple[str, ...], what: str = "data") -> None:
+    """Refuse non-finite design values, and values so large that sums of squares or products overflow."""
     bad = ~np.isfinite(matrix)
     if bad.any():
         cols = np.flatnonzero(bad.any(axis=0))
         detail = ", ".join(f"{names[j]!r}: {int(bad[:, j].sum())}" for j in cols)
         raise DesignError(f"non-finite values in design column(s) {detail} (e.g. log of zero or a negative number)")
+    if matrix.size:
+        largest = np.abs(matrix).max(axis=0)
+        limit = MAX_MAGNITUDE / np.sqrt(max(matrix.shape[0], 1))
+        huge = np.flatnonzero(largest > limit)
+        if huge.size:
+            detail = ", ".join(f"{names[j]!r} (up to {largest[j]:.3g})" for j in huge)
+            raise DesignError(
+                f"{what} design column(s) {detail} hold values too large to compute with (their squares overflow); "
+                "rescale them, e.g. divide by a power of ten or take logs"
+            )
