@@ -1,0 +1,212 @@
+"""Replays of the careless-user and attacker cases: each ends in a clear error naming the culprit, or works."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm import kernels
+from bayesvm.errors import BayesvmError, DesignError, IdentifiabilityWarning
+
+N = 60
+FORMULA = "y ~ x1 + x2"
+FAST = {"vb": "meanfield"}
+GIBBS = {"method": "gibbs", "draws": 10, "tune": 10, "chains": 1, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def frame():
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame(
+        {
+            "x1": rng.normal(size=N),
+            "x2": rng.normal(size=N),
+            "f": rng.choice(list("abc"), N),
+            "g": rng.integers(0, 6, N),
+        }
+    )
+    data["y"] = (data.x1 + rng.normal(size=N) > 0).astype(int)
+    return data
+
+
+@pytest.fixture(scope="module")
+def fit(frame):
+    return bayesvm.bsvm(FORMULA + " + f", frame, method="em", penalty=0.5)
+
+
+REFUSED = {
+    # case: (call, words the message must contain)
+    "seed text": (lambda d: bayesvm.bsvm(FORMULA, d, seed="abc", **GIBBS), ["seed", "'abc'"]),
+    "seed float": (lambda d: bayesvm.bsvm(FORMULA, d, seed=1.5, **GIBBS), ["seed", "1.5"]),
+    "seed negative": (lambda d: bayesvm.bsvm(FORMULA, d, seed=-1, **GIBBS), ["seed", "-1"]),
+    "seed bool": (lambda d: bayesvm.bsvm(FORMULA, d, seed=True, **GIBBS), ["seed", "True"]),
+    "pcvm seed": (lambda d: bayesvm.pcvm(FORMULA, d, method="em", seed="x"), ["seed", "'x'"]),
+    "draws True": (lambda d: bayesvm.bsvm(FORMULA, d, method="gibbs", draws=True), ["draws", "True"]),
+    "chains float": (lambda d: bayesvm.bsvm(FORMULA, d, method="gibbs", chains=2.0), ["chains", "2.0"]),
+    "priors dict": (lambda d: bayesvm.bsvm(FORMULA, d, priors={}), ["priors", "PriorSet", "dict"]),
+    "standardize text": (lambda d: bayesvm.bsvm(FORMULA, d, standardize="yes"), ["standardize", "'yes'"]),
+    "empty fixed part": (lambda d: bayesvm.bsvm("y ~ 0", d), ["no columns", "y ~ 1"]),
+    "empty fixed part with groups": (lambda d: bayesvm.bsvm("y ~ 0 + (1 | g)", d), ["no columns"]),
+    "duplicated columns": (lambda d: bayesvm.bsvm(FORMULA, pd.concat([d, d[["x1"]]], axis=1)), ["duplicated", "x1"]),
+    "numbers as text": (
+        lambda d: bayesvm.bsvm(FORMULA, d.assign(x2=d.x2.round(2).astype(str))),
+        ["'x2'", "pd.to_numeric"],
+    ),
+    "stray text value": (
+        lambda d: bayesvm.bsvm(FORMULA, d.assign(x2=d.x2.round(2).astype(str).where(d.index != 3, "?"))),
+        ["'x2'", "['?']"],
+    ),
+    "dates": (lambda d: bayesvm.bsvm("y ~ x1 + d", d.assign(d=pd.Timestamp("2020-01-01"))), ["'d'", "dates"]),
+    "complex": (lambda d: bayesvm.bsvm("y ~ x1 + c", d.assign(c=d.x1 + 1j)), ["'c'", "complex"]),
+    "lists in cells": (lambda d: bayesvm.bsvm("y ~ x1 + c", d.assign(c=[[1]] * N)), ["'c'", "list"]),
+    "huge column": (lambda d: bayesvm.bsvm(FORMULA, d.assign(x2=d.x2 * 1e300)), ["'x2'", "too large"]),
+    "code in formula": (lambda d: bayesvm.bsvm("y ~ np.save('pwned', x1)", d), ["np.save", "does not evaluate"]),
+    "import in formula": (lambda d: bayesvm.bsvm("y ~ {__import__('os').getcwd()}", d), ["__import__"]),
+    "dunder attribute": (lambda d: bayesvm.bsvm("y ~ I(x1.__class__)", d), ["x1.__class__"]),
+    "code in a bar": (lambda d: bayesvm.bsvm("y ~ x1 + (open('f') | g)", d), ["open"]),
+    "not a frame": (lambda d: bayesvm.bsvm(FORMULA, [1, 2, 3]), ["data", "list"]),
+    "kernel all too big": (
+        lambda d: bayesvm.bsvm(FORMULA, pd.concat([d] * 5000, ignore_index=True), kernel=kernels.RBF(), inducing="all"),
+        ["GiB", "inducing"],
+    ),
+    "pcvm too big": (lambda d: bayesvm.pcvm(FORMULA, pd.concat([d] * 5000, ignore_index=True)), ["GiB", "inducing"]),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_bad_input_gets_a_clear_error_naming_the_culprit(frame, case):
+    call, words = REFUSED[case]
+    before = frame.copy(deep=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(BayesvmError) as info:
+            call(frame)
+    for word in words:
+        assert word in str(info.value), (case, str(info.value))
+    pd.testing.assert_frame_equal(frame, before)
+
+
+ACCEPTED = {
+    "numpy integers": lambda d: bayesvm.bsvm(
+        FORMULA,
+        d,
+        draws=np.int64(10),
+        tune=np.int32(5),
+        chains=np.int64(1),
+        method="gibbs",
+        progress=False,
+        max_iter=np.int64(50),
+    ),  # fmt: skip
+    "RandomState seed": lambda d: bayesvm.bsvm(FORMULA, d, seed=np.random.RandomState(0), **GIBBS),
+    "Generator seed": lambda d: bayesvm.bsvm(FORMULA, d, seed=np.random.default_rng(0), **GIBBS),
+    "SeedSequence seed": lambda d: bayesvm.bsvm(FORMULA, d, seed=np.random.SeedSequence(3), **GIBBS),
+    "string factor": lambda d: bayesvm.bsvm("y ~ x1 + f", d.assign(f=d.f.astype("string")), **FAST),
+    "categorical factor": lambda d: bayesvm.bsvm("y ~ x1 + f", d.assign(f=d.f.astype("category")), **FAST),
+    "Int64 with NA, imputed": lambda d: bayesvm.bsvm(
+        "y ~ x1 + x3", d.assign(x3=pd.array([1, None, 3] * 20, dtype="Int64")), missing="impute", imputations=2
+    ),
+    "Float64 with NA, dropped": lambda d: bayesvm.bsvm(
+        "y ~ x1 + x3", d.assign(x3=pd.array([1.5, None] * 30, dtype="Float64")), missing="drop", **FAST
+    ),
+    "boolean predictor": lambda d: bayesvm.bsvm(
+        "y ~ x1 + b", d.assign(b=pd.array([True, False, True] * 20, dtype="boolean")), **FAST
+    ),
+    "boolean response": lambda d: bayesvm.bsvm(
+        "b ~ x1", d.assign(b=pd.array(d.y.astype(bool), dtype="boolean")), **FAST
+    ),
+    "string response": lambda d: bayesvm.bsvm(
+        "b ~ x1", d.assign(b=d.y.map({0: "no", 1: "yes"}).astype("string")), **FAST
+    ),
+    "numeric codes as a factor": lambda d: bayesvm.bsvm("y ~ x1 + C(k)", d.assign(k=d.g.astype(str)), **FAST),
+}
+
+
+@pytest.mark.parametrize("case", list(ACCEPTED))
+def test_plain_counterparts_of_pandas_dtypes_and_seeds_are_accepted(frame, case):
+    before = frame.copy(deep=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = ACCEPTED[case](frame)
+    assert np.isfinite(fit.fixef.to_numpy()).all()
+    pd.testing.assert_frame_equal(frame, before)
+
+
+def test_extension_dtypes_fit_like_their_plain_counterparts(frame):
+    plain = bayesvm.bsvm("y ~ x1 + f", frame, **FAST)
+    nullable = frame.assign(f=frame.f.astype("string"), x1=pd.array(frame.x1, dtype="Float64"))
+    again = bayesvm.bsvm("y ~ x1 + f", nullable, **FAST)
+    np.testing.assert_allclose(again.fixef.to_numpy(), plain.fixef.to_numpy(), rtol=1e-10)
+
+
+def test_seed_objects_are_reproducible(frame):
+    a = bayesvm.bsvm(FORMULA, frame, seed=np.random.RandomState(5), **GIBBS)
+    b = bayesvm.bsvm(FORMULA, frame, seed=np.random.RandomState(5), **GIBBS)
+    np.testing.assert_array_equal(a.result.theta_d, b.result.theta_d)
+
+
+@pytest.mark.parametrize("library", ["polars", "pyarrow"])
+def test_other_libraries_frames_are_accepted(frame, library):
+    lib = pytest.importorskip(library)
+    other = lib.from_pandas(frame) if library == "polars" else lib.Table.from_pandas(frame)
+    fit = bayesvm.bsvm("y ~ x1 + f", other, **FAST)
+    np.testing.assert_allclose(fit.fixef.to_numpy(), bayesvm.bsvm("y ~ x1 + f", frame, **FAST).fixef.to_numpy())
+    np.testing.assert_array_equal(fit.predict(other), fit.predict(frame))
+
+
+def test_many_level_factor_is_warned_about_before_the_design_is_built():
+    rng = np.random.default_rng(1)
+    data = pd.DataFrame({"x": rng.normal(size=300), "id": [f"s{i}" for i in range(300)]})
+    data["y"] = (data.x > 0).astype(int)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bayesvm.bsvm("y ~ x + id", data, method="em", penalty=0.5, max_iter=20)
+    ours = [w for w in caught if issubclass(w.category, IdentifiabilityWarning)]
+    assert len(ours) == 1
+    assert "'id' is a factor with 300 levels on 300 rows" in str(ours[0].message)
+    assert "(1 | id)" in str(ours[0].message)
+
+
+@pytest.mark.parametrize("level", [1.5, 0, 1, -0.1, "0.9", True])
+def test_levels_outside_zero_one_are_refused(fit, frame, level):
+    with pytest.raises(BayesvmError, match="level must be"):
+        fit.predict_interval(frame, level=level)
+    with pytest.raises(BayesvmError, match="level must be"):
+        fit.summary(level=level)
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (lambda d: d.assign(x1="abc"), ["'x1'", "abc"]),
+        (lambda d: d.assign(f="zz"), ["'f'", "zz"]),
+        (lambda d: d.assign(x1=1e200), ["'x1'", "too large"]),
+        (lambda d: d.drop(columns="x2"), ["'x2'"]),
+        (lambda d: pd.concat([d, d[["x1"]]], axis=1), ["duplicated", "x1"]),
+        (lambda d: d.assign(x1=pd.array([1.0, None] * 30, dtype="Float64")), ["'x1'", "missing"]),
+        (lambda d: d.assign(x1=pd.Timestamp("2021-01-01")), ["'x1'"]),
+    ],
+)
+def test_a_failed_predict_leaves_the_fit_exactly_as_it_was(fit, frame, tmp_path, bad, words):
+    before = fit.predict(frame, kind="prob")
+    with pytest.raises(BayesvmError) as info:
+        fit.predict(bad(frame))
+    for word in words:
+        assert word in str(info.value)
+    np.testing.assert_array_equal(fit.predict(frame, kind="prob"), before)
+    again = bayesvm.load(fit.save(tmp_path / "after.bsvm"))
+    np.testing.assert_array_equal(again.predict(frame, kind="prob"), before)
+
+
+def test_new_data_with_numbers_as_text_or_objects_predict_like_numbers(fit, frame):
+    expected = fit.predict(frame, kind="link")
+    np.testing.assert_allclose(fit.predict(frame.assign(x1=frame.x1.astype(str)), kind="link"), expected)
+    np.testing.assert_array_equal(fit.predict(frame.assign(x1=frame.x1.astype(object)), kind="link"), expected)
+    np.testing.assert_array_equal(fit.predict(frame.assign(f=frame.f.astype("string")), kind="link"), expected)
+
+
+def test_design_errors_are_value_errors():
+    assert issubclass(DesignError, ValueError)
