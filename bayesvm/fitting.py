@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .arguments import as_count, as_flag, as_seed
+from .checks import Checks, check_identifiability
 from .engines.em import fit_em
 from .engines.ep import AccurateFitError, fit_accurate
 from .engines.gibbs import sample_gibbs
@@ -69,6 +70,7 @@ def bsvm(
     imputation: str = "mi",
     imputations: int = 20,
     probes: int | None = None,
+    checks: Checks | None = None,
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
 
@@ -152,6 +154,10 @@ def bsvm(
     batch_size, learning_rate
         ``method="svi"``: rows per minibatch, and the step-size rule (``"robbins-monro"``:
         ``rho_t = t^-0.51``; ``"adaptive"``: Ranganath et al. 2013; or a constant in (0, 1]).
+    checks
+        What to do when an identifiability check fails (:class:`bayesvm.Checks`: separation, aliased
+        columns, random-effect level counts; ``"ignore"``, ``"warn"`` or ``"stop"`` each, as lme4's
+        ``glmerControl``).  Every finding is kept in ``fit.diagnostics`` and printed by ``summary()``.
     probes
         Mean-field VB on the sparse path (several grouping factors with many levels, e.g. crossed
         ``(1|a) + (1|b)``): estimate the variance terms with this many Rao-Blackwellised Monte Carlo probes
@@ -201,11 +207,37 @@ def bsvm(
             learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb,
         )  # fmt: skip
     priors = PriorSet() if priors is None else priors
+    checks = _check_checks(checks)
     if prior is not None:
         _check_prior_method(prior, method, penalty, vb)
     parsed = parse_formula(formula)
-    design = build_design(parsed, data, positive=positive, missing=missing)
+    design = build_design(parsed, data, positive=positive, missing=missing, rank=checks.rank)
     model = build_model(design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized)
+    diagnostics = check_identifiability(model, checks)
+    diagnostics.enforce()
+    fit = _fit_linear(
+        model, data, method=method, vb=vb, tol=tol, max_iter=max_iter, draws=draws, tune=tune, chains=chains,
+        thin=thin, seed=seed, cores=cores, progress=progress, probes=probes, imputation=imputation,
+        imputations=imputations, batch_size=batch_size, learning_rate=learning_rate,
+    )  # fmt: skip
+    fit.diagnostics = diagnostics
+    return fit
+
+
+def _check_checks(checks: object) -> Checks:
+    if checks is None:
+        return Checks()
+    if not isinstance(checks, Checks):
+        raise BayesvmError(
+            f"checks must be a bayesvm.Checks(...) (or None for the defaults), got {type(checks).__name__}"
+        )
+    return checks
+
+
+def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, thin, seed, cores, progress, probes,
+                imputation, imputations, batch_size, learning_rate):  # fmt: skip
+    """The engine for a linear model (``bsvm`` without a kernel, in-memory data)."""
+    design = model.design
     if method == "gibbs":
         _check_sampling(draws, tune, chains, thin, cores)
     if method == "svi":
@@ -214,7 +246,7 @@ def bsvm(
         _check_imputation(model, method, vb, imputation, imputations)
         return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
                                imputation, imputations)  # fmt: skip
-    if prior is not None:
+    if model.prior is not None:
         return _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress)
     problem = model.problem()
     if method == "gibbs":
@@ -229,7 +261,7 @@ def bsvm(
         fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
         if not result.converged:
             warnings.warn(
-                f"EM stopped after {result.n_iter} iterations without converging", ConvergenceWarning, stacklevel=2
+                f"EM stopped after {result.n_iter} iterations without converging", ConvergenceWarning, stacklevel=3
             )
         return fit
     if probes is not None:
@@ -248,7 +280,7 @@ def bsvm(
                     f"accurate VB: EP did not converge at {result.failed_nodes} node(s) of the variance parameters; "
                     "they get no weight (check the fit against method='gibbs')",
                     ConvergenceWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
             return BSVMFit(
                 model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol
@@ -261,13 +293,13 @@ def bsvm(
         warnings.warn(
             f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}; increase max_iter",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     if result.decreases:
         warnings.warn(
             f"the lower bound decreased at sweep(s) {result.decreases[:10]}: numerical trouble, check the data scaling",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     return fit
 
@@ -290,7 +322,7 @@ def _warn_oversized(problem) -> None:
             "large to factorise densely; the exact fit will be very slow (hours). probes=32 estimates the "
             "variances without a factorisation (minutes; see the README's Large data section)",
             ScaleWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
 
@@ -393,7 +425,7 @@ def _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate,
                             seed=seed)  # fmt: skip
     fit = BSVMFit(model=model, problem=problem, method="svi", result=result, data_name=_data_name(data), tol=tol)
     if not result.converged:
-        warnings.warn(f"SVI stopped before converging ({result.stopping})", ConvergenceWarning, stacklevel=3)
+        warnings.warn(f"SVI stopped before converging ({result.stopping})", ConvergenceWarning, stacklevel=4)
     return fit
 
 
@@ -504,9 +536,9 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
         what = "VB"
     fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name, tol=tol)
     if not result.converged:
-        warnings.warn(f"{what} stopped after {result.n_iter} iterations without converging", ConvergenceWarning, 2)
+        warnings.warn(f"{what} stopped after {result.n_iter} iterations without converging", ConvergenceWarning, 4)
     if getattr(result, "decreases", None):
-        warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=4)
     return fit
 
 
@@ -544,7 +576,7 @@ def _fit_imputation(
                       data_name=name, tol=tol)  # fmt: skip
         if not result.converged:
             warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g} on at least one "
-                          "completed data set", ConvergenceWarning, 2)  # fmt: skip
+                          "completed data set", ConvergenceWarning, 4)  # fmt: skip
         return fit
     if method == "gibbs":
         result = sample_impute_gibbs(
@@ -560,9 +592,9 @@ def _fit_imputation(
     fit = BSVMFit(model=model, problem=replace(problem.base, D=result.design), method=method, result=result,
                   data_name=name, tol=tol)  # fmt: skip
     if not result.converged:
-        warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}", ConvergenceWarning, 2)
+        warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}", ConvergenceWarning, 4)
     if result.decreases:
-        warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=4)
     return fit
 
 
@@ -571,7 +603,7 @@ def _warn_mcmc(fit: BSVMFit) -> None:
 
     message = mcmc_problems(mcmc_diagnostics(fit), fit.result.chains)
     if message:
-        warnings.warn(message, ConvergenceWarning, stacklevel=3)
+        warnings.warn(message, ConvergenceWarning, stacklevel=4)
 
 
 def _data_name(data: object) -> str:

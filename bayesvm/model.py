@@ -84,9 +84,9 @@ class LinearModel:
     def penalized(self) -> np.ndarray:
         """Boolean mask of penalised fixed effects: every column but the intercept and ``unpenalized`` terms."""
         mask = np.array([name != "(Intercept)" for name in self.design.x_names], dtype=bool)
-        slices = {str(term): sl for term, sl in self.design.spec.term_slices.items()}
+        columns = self.design.term_columns()
         for term in self.unpenalized:
-            mask[slices[term]] = False
+            mask[columns[term]] = False
         return mask
 
     # ----- imputation (missing="impute") --------------------------------------------
@@ -251,7 +251,7 @@ def validate_selection(design: Design, prior: object, unpenalized: object) -> tu
         names = (unpenalized,)
     else:
         names = tuple(unpenalized)
-    terms = [str(term) for term in design.spec.term_slices if str(term) != "1"]
+    terms = [term for term in design.term_columns() if term != "1"]
     for name in names:
         if not isinstance(name, str) or name not in terms:
             raise FormulaError(f"unpenalized term {name!r} is not a fixed-effect term of the formula; terms: {terms}")

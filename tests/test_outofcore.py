@@ -52,6 +52,13 @@ def test_streamed_vb_equals_in_memory_vb(client, frame, penalty):
     np.testing.assert_allclose(streamed.predict(frame, kind="prob"), memory.predict(frame, kind="prob"), atol=1e-5)
 
 
+def test_streamed_fit_round_trips_through_the_safe_format(client, frame, tmp_path):
+    streamed = bayesvm.bsvm("y ~ a + b + c + g", dd.from_pandas(frame, npartitions=3), vb="meanfield")
+    loaded = bayesvm.load(streamed.save(tmp_path / "streamed.bsvm"))
+    np.testing.assert_array_equal(loaded.predict(frame, kind="prob"), streamed.predict(frame, kind="prob"))
+    assert str(loaded.summary()) == str(streamed.summary())
+
+
 def test_streamed_svi_equals_in_memory_svi(client, frame):
     one = dd.from_pandas(frame, npartitions=1)
     memory = bayesvm.bsvm("y ~ a + b + c + g", frame, method="svi", seed=3)

@@ -14,7 +14,7 @@ import copy
 import difflib
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import formulaic
 import numpy as np
@@ -22,6 +22,7 @@ import pandas as pd
 import scipy.sparse as sp
 from formulaic.errors import FormulaicError
 
+from ..checks.rank import Aliased, aliased_columns
 from ..errors import DataError, DesignError, FormulaError
 from .bars import Bar, ParsedFormula
 from .frames import (
@@ -134,6 +135,10 @@ class Design:
         Layout of the imputed predictors (``missing="impute"``).
     numeric_variables
         Predictors that were numeric in training (new data holding them as text are converted or refused).
+    aliased
+        Columns of the formula's model matrix dropped as aliased (rank deficiency), each with its reason.
+    x_keep
+        Positions, in formulaic's model matrix, of the columns of X (``None``: all of them).
     """
 
     parsed: ParsedFormula
@@ -147,6 +152,20 @@ class Design:
     n_dropped: dict[str, int]
     imputation: ImputationLayout | None = None
     numeric_variables: frozenset[str] = frozenset()
+    aliased: tuple[Aliased, ...] = ()
+    x_keep: tuple[int, ...] | None = None
+
+    def term_columns(self) -> dict[str, np.ndarray]:
+        """Positions in X of each fixed-effect term's columns (aliased columns left out)."""
+        width = max((sl.stop for sl in self.spec.term_slices.values()), default=0)
+        position = np.full(width, -1)
+        kept = np.arange(width) if self.x_keep is None else np.asarray(self.x_keep)
+        position[kept] = np.arange(kept.size)
+        out = {}
+        for term, sl in self.spec.term_slices.items():
+            where = position[sl]
+            out[str(term)] = where[where >= 0]
+        return out
 
     @property
     def n(self) -> int:
@@ -214,6 +233,8 @@ class Design:
                         np.isnan(raw_values[:, j]), self.imputation.observed_mean[j], raw_values[:, j]
                     )
         X = _materialize(self.spec, newdata, "fixed effects")
+        if self.x_keep is not None:
+            X = X[:, list(self.x_keep)]
         _check_finite(X, self.x_names, "newdata")
         codes, values = [], []
         for term in self.re_terms:
@@ -365,9 +386,16 @@ def _check_unseen_levels(spec, newdata: pd.DataFrame) -> None:
 
 
 def build_design(
-    parsed: ParsedFormula, data: pd.DataFrame, positive: object | None = None, missing: str = "error"
+    parsed: ParsedFormula,
+    data: pd.DataFrame,
+    positive: object | None = None,
+    missing: str = "error",
+    rank: str = "warn",
 ) -> Design:
     """Build the design for a fit; never modifies ``data``.
+
+    Aliased fixed-effect columns (:mod:`bayesvm.checks.rank`) are dropped and recorded in
+    ``Design.aliased``, or refused when ``rank="stop"``.
 
     Raises
     ------
@@ -420,9 +448,26 @@ def build_design(
             f"predictor: write '{parsed.response} ~ 1' (plus any random-effect terms) for an intercept-only model"
         )
     _check_finite(X, x_names)
+    aliased = tuple(aliased_columns(X, x_names))
+    keep = None
+    if aliased:
+        if rank == "stop":
+            detail = "; ".join(f"{a.name!r}: {a.reason}" for a in aliased)
+            raise DesignError(f"the fixed-effect model matrix is rank deficient: {detail}")
+        gone = {a.name for a in aliased}
+        keep = tuple(j for j, name in enumerate(x_names) if name not in gone)
+        X, x_names = X[:, list(keep)], tuple(x_names[j] for j in keep)
     layout = None
     if impute:
         layout = imputation_layout(matrix.model_spec, raw, impute, lambda expr: _required_variables(expr, raw, "data"))
+        if keep is not None:
+            position = {j: i for i, j in enumerate(keep)}
+            lost = [v for v, col in zip(layout.variables, layout.x_columns) if col not in position]
+            if lost:
+                raise DesignError(
+                    f"imputed predictor(s) {lost} are aliased with other columns; remove them or the others"
+                )
+            layout = replace(layout, x_columns=tuple(position[col] for col in layout.x_columns))
 
     re_terms: list[ReTerm] = []
     for bar in parsed.bars:
@@ -460,6 +505,8 @@ def build_design(
         n_dropped=n_dropped,
         imputation=layout,
         numeric_variables=numeric,
+        aliased=aliased,
+        x_keep=keep,
     )
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ..arguments import as_level
+from ..checks.findings import Diagnostics
 from ..engines.em import EMResult
 from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
@@ -65,6 +66,8 @@ class BSVMFit:
         self._vb_check = None
         #: why the default ``vb=None`` chose mean-field VB for this fit (``None`` otherwise)
         self.vb_note: str | None = None
+        #: findings of the identifiability checks run before the engine (:mod:`bayesvm.checks`)
+        self.diagnostics = Diagnostics()
 
     def check_vb(self, draws: int = 1000, seed: int | None = 0):
         """PSIS check of a VB fit against the exact pseudo-posterior (see :mod:`bayesvm.results.vb_check`).

@@ -55,7 +55,13 @@ class Summary:
     def __str__(self) -> str:
         return "\n".join(
             part
-            for part in (_header(self.info), _random_section(self), _fixed_section(self), _footer(self.info))
+            for part in (
+                _header(self.info),
+                _identifiability_section(self.info),
+                _random_section(self),
+                _fixed_section(self),
+                _footer(self.info),
+            )
             if part
         )
 
@@ -200,6 +206,10 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     if fit.posterior.kind in ("variational", "mixture"):
         info["psis"] = _vb_check(fit)
     info["vb_note"] = getattr(fit, "vb_note", None)
+    diagnostics = getattr(fit, "diagnostics", None)
+    info["identifiability"] = (
+        [(f.check, f.action, f.message) for f in diagnostics.findings] if diagnostics is not None else []
+    )
     return Summary(fixed=fixed, random=random, info=info)
 
 
@@ -291,6 +301,22 @@ def _header(info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _identifiability_section(info: dict) -> str:
+    """Every finding of the identifiability checks: '!' for a warning, '-' for a note."""
+    findings = [(action, message) for _, action, message in info.get("identifiability", []) if action != "ignore"]
+    if not findings:
+        return ""
+    lines = ["Identifiability:"]
+    for action, message in findings:
+        lines.append(f" {'!' if action in ('warn', 'stop') else '-'} {message}")
+    return "\n".join(lines) + "\n"
+
+
+def _untrusted(info: dict) -> bool:
+    """A check other than aliasing (whose columns are dropped, leaving an identified model) warned."""
+    return any(check != "rank" and action in ("warn", "stop") for check, action, _ in info.get("identifiability", []))
+
+
 def _random_section(summary: Summary) -> str:
     info = summary.info
     if summary.random.empty:
@@ -331,7 +357,12 @@ def _footer(info: dict) -> str:
         nodes = f" at {info['n_nodes']} {rule} nodes of the variance parameters" if info["n_nodes"] > 1 else ""
         return (
             f"Fit: expectation propagation{nodes}, {info['n_iter']} EP sweeps in all; {1000 * info['elapsed']:.1f} ms\n"
-            "Approximation: EP is close to the exact posterior for this log-concave model (see vignettes/toenail.md)."
+            + (
+                "Approximation: EP is close to the exact posterior for well-identified log-concave models, which this "
+                "one is not (see Identifiability above)."
+                if _untrusted(info)
+                else "Approximation: EP is close to the exact posterior for this log-concave model (see vignettes/toenail.md)."
+            )
             + _psis_line(info)
         )
     if info["method"] == "em":
@@ -396,6 +427,12 @@ def _footer(info: dict) -> str:
 def _psis_line(info: dict) -> str:
     if isinstance(info.get("psis"), str):
         return f"\nPSIS check: {info['psis']}."
+    if _untrusted(info):
+        khat = info["psis"][3] if info["psis"][3] is not None else info["psis"][0]
+        return (
+            f"\nPSIS check: k-hat = {khat:.2f}, but no verdict: it compares q with a posterior that the "
+            "identifiability problems above leave shaped by the prior; check with method='gibbs'"
+        )
     khat, verdict, draws, marginal = info["psis"]
     if marginal is None:
         text = f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"

@@ -1,0 +1,111 @@
+"""Records of the identifiability checks: what each found, and what the user asked to do about it."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..errors import BayesvmError, IdentifiabilityWarning
+
+ACTIONS = ("ignore", "warn", "stop")
+
+
+class IdentifiabilityError(BayesvmError):
+    """The data cannot identify the model as specified; the message names the column, level or term."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding of a check.
+
+    Attributes
+    ----------
+    check
+        Which check (``"separation"``, ``"rank"``, ``"nlevels"``, ``"nobs_vs_nlev"``, ``"nobs_vs_nRE"``,
+        ``"re_separation"``, ``"singular"``).
+    action
+        ``"stop"`` (refused), ``"warn"`` (one warning and a line in ``summary()``), ``"note"`` (a line
+        in ``summary()`` only) or ``"ignore"``.
+    message
+        What was found, naming the culprit, and what to do.
+    culprits
+        The columns, levels or grouping factors at fault.
+    """
+
+    check: str
+    action: str
+    message: str
+    culprits: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Checks:
+    """What to do when an identifiability check fails, as lme4's ``glmerControl(check.* = ...)``.
+
+    Each field is ``"ignore"``, ``"warn"`` or ``"stop"``.
+
+    Attributes
+    ----------
+    separation
+        Complete or quasi-complete separation of the classes by the fixed effects (``"warn"``; a flat
+        prior on a separating coefficient, e.g. ``penalty=None``, is always refused).
+    rank
+        Aliased fixed-effect columns: ``"warn"`` drops them (named, reported as aliased), ``"stop"``
+        refuses, ``"ignore"`` drops them silently (they are still listed in ``summary()``).
+    nlevels
+        A grouping factor with fewer than 5 levels (``"warn"``; fewer than 2 is always refused).
+    nobs_vs_nlev
+        A random-effect term with at least as many levels as rows (``"stop"``); a majority of
+        single-row levels is warned about unless ``"ignore"``.
+    nobs_vs_nre
+        More random-effect coefficients than rows (``"stop"``).
+    random_separation
+        Rows the random effects alone separate, when they are nearly all rows or leave fewer than 5
+        levels holding both classes (``"warn"``).
+    """
+
+    separation: str = "warn"
+    rank: str = "warn"
+    nlevels: str = "warn"
+    nobs_vs_nlev: str = "stop"
+    nobs_vs_nre: str = "stop"
+    random_separation: str = "warn"
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value not in ACTIONS:
+                raise BayesvmError(f"Checks({name}=...) must be one of {ACTIONS}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """Every finding of the identifiability checks of one fit (``fit.diagnostics``)."""
+
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def problems(self) -> tuple[Finding, ...]:
+        """Findings that were warned about (or would have stopped the fit)."""
+        return tuple(f for f in self.findings if f.action in ("warn", "stop"))
+
+    def frame(self) -> pd.DataFrame:
+        """One row per finding: check, action, culprits, message."""
+        return pd.DataFrame(
+            [{"check": f.check, "action": f.action, "culprits": ", ".join(f.culprits), "message": f.message}
+             for f in self.findings],
+            columns=["check", "action", "culprits", "message"],
+        )  # fmt: skip
+
+    def __bool__(self) -> bool:
+        return bool(self.problems)
+
+    def enforce(self, stacklevel: int = 2) -> None:
+        """Raise for the first ``stop`` finding; otherwise one warning per ``warn`` finding."""
+        for finding in self.findings:
+            if finding.action == "stop":
+                raise IdentifiabilityError(finding.message)
+        for finding in self.findings:
+            if finding.action == "warn":
+                warnings.warn(finding.message, IdentifiabilityWarning, stacklevel=stacklevel + 1)

@@ -1,0 +1,156 @@
+"""Random-effect identifiability: lme4's level checks, and classes the random effects alone separate.
+
+lme4 (``checkNlevels``, ``check.nobs.vs.nlev``, ``check.nobs.vs.nRE``; defaults in ``glmerControl``):
+
+- a grouping factor needs at least 2 levels (``stop``) and should have at least 5 to estimate a
+  variance (``warn``);
+- a term needs fewer levels than rows (``nobs <= nlev``: every level has about one row, so the
+  random effects are confounded with the rows themselves; ``stop``);
+- the random effects together need fewer coefficients than rows (``nobs <= nRE``; ``stop``).
+
+Beyond lme4, for a hinge (or logistic) likelihood: the rows of a level whose outcomes are all one class
+are fitted perfectly by that level's effect as its variance grows, so only the other levels
+("informative" ones, with both classes) pin the variance down.  The separation test on ``[X, Z]`` finds
+the rows the random effects isolate; too few informative levels, or nearly every row isolated, means
+the variance is determined by its prior.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .findings import Finding
+from .separation import detect_separation
+
+#: The separation test on ``[X, Z]`` runs up to this many rows and random-effect columns.
+RE_SEPARATION_MAX_ROWS = 20_000
+RE_SEPARATION_MAX_COLUMNS = 5_000
+#: Fewer informative levels than this (levels holding both classes) leave a variance weakly identified.
+MIN_INFORMATIVE_LEVELS = 5
+#: A share of rows isolated by the random effects at or above this is reported as a warning.
+ISOLATED_SHARE = 0.9
+
+
+def level_findings(design, actions) -> list[Finding]:
+    """lme4's level-count checks for every random-effect term (``actions``: a :class:`~bayesvm.checks.Checks`)."""
+    findings = []
+    n = design.n
+    n_re = sum(term.n_levels * term.k for term in design.re_terms)
+    seen = set()
+    for term in design.re_terms:
+        if term.group in seen:
+            continue
+        seen.add(term.group)
+        J = term.n_levels
+        name = str(term.bar)
+        if J < 2:
+            findings.append(
+                Finding(
+                    "nlevels",
+                    "stop",
+                    f"grouping factor {term.group!r} has {J} level; a random effect needs at least 2 (and 5 or more to estimate its variance)",
+                    (term.group,),
+                )
+            )
+        elif J < 5:
+            findings.append(
+                Finding(
+                    "nlevels",
+                    actions.nlevels,
+                    f"grouping factor {term.group!r} has only {J} levels: too few to estimate a variance (lme4 asks for 5 or more); consider it as a fixed effect",
+                    (term.group,),
+                )
+            )
+        if n <= J:
+            findings.append(
+                Finding(
+                    "nobs_vs_nlev",
+                    actions.nobs_vs_nlev,
+                    f"{name}: {J:,} levels on {n:,} rows: every level has about one row, so its random effect is confounded with the row itself and the variance is not identified; remove the term, or group more coarsely",
+                    (term.group,),
+                )
+            )
+        else:
+            counts = np.bincount(term.codes[term.codes >= 0], minlength=J)
+            single = int((counts == 1).sum())
+            if single > 0.5 * J:
+                findings.append(
+                    Finding(
+                        "nobs_vs_nlev",
+                        "warn" if actions.nobs_vs_nlev != "ignore" else "ignore",
+                        f"{name}: {single:,} of its {J:,} levels have a single row ({n:,} rows in all): those random effects are confounded with their rows and the variance is weakly identified",
+                        (term.group,),
+                    )
+                )
+    if design.re_terms and n <= n_re:
+        findings.append(
+            Finding(
+                "nobs_vs_nRE",
+                actions.nobs_vs_nre,
+                f"the random effects have {n_re:,} coefficients for {n:,} rows: more random effects than rows cannot be identified",
+                tuple(t.group for t in design.re_terms),
+            )
+        )
+    return findings
+
+
+def random_effect_separation(X: np.ndarray, x_names, design, fixed_isolated: np.ndarray | None) -> list[Finding]:
+    """Rows the random effects alone isolate (separation test on ``[X, Z]``), per grouping factor."""
+    if not design.re_terms:
+        return []
+    n = design.n
+    Z = design.Z()
+    if n > RE_SEPARATION_MAX_ROWS or Z.shape[1] > RE_SEPARATION_MAX_COLUMNS:
+        return [
+            Finding(
+                "re_separation",
+                "note",
+                f"separation by the random effects not tested ({n:,} rows, {Z.shape[1]:,} random-effect columns; the test runs up to {RE_SEPARATION_MAX_ROWS:,} and {RE_SEPARATION_MAX_COLUMNS:,})",
+                (),
+            )
+        ]
+    C = sp.hstack([sp.csr_matrix(X), Z], format="csr")
+    names = [*x_names, *design.z_names]
+    result = detect_separation(C, design.y, names, exact_columns=0)
+    isolated = result.isolated.copy()
+    if fixed_isolated is not None:
+        isolated &= ~fixed_isolated
+    if not isolated.any():
+        return []
+    findings = []
+    for group in dict.fromkeys(t.group for t in design.re_terms):
+        term = next(t for t in design.re_terms if t.group == group)
+        J = term.n_levels
+        codes = term.codes
+        rows_per_level = np.bincount(codes, minlength=J)
+        isolated_per_level = np.bincount(codes, weights=isolated.astype(float), minlength=J)
+        informative = int((isolated_per_level < rows_per_level).sum())
+        share = isolated.mean()
+        classes = _class_counts(design, isolated)
+        text = (
+            f"the random effects of {group!r} alone separate the classes for {int(isolated.sum()):,} of {n:,} rows "
+            f"({classes}; levels whose rows are all one class); only {informative:,} of {J:,} levels have both "
+            "classes and inform the variance"
+        )
+        if result.kind == "complete" or share >= ISOLATED_SHARE or informative < MIN_INFORMATIVE_LEVELS:
+            findings.append(
+                Finding(
+                    "re_separation",
+                    "warn",
+                    text
+                    + ", so the variance (and with it every coefficient's scale) is determined by its prior: check with method='gibbs' and compare without the term",
+                    (group,),
+                )
+            )
+        else:
+            findings.append(Finding("re_separation", "note", text, (group,)))
+        break  # one finding: the isolated rows are shared by every term
+    return findings
+
+
+def _class_counts(design, mask: np.ndarray) -> str:
+    pos = int((design.y[mask] > 0).sum())
+    neg = int(mask.sum()) - pos
+    r = design.response
+    return f"{pos:,} of class {r.positive!r}, {neg:,} of class {r.negative!r}"

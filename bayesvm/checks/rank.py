@@ -1,0 +1,90 @@
+"""Rank deficiency of the fixed-effect design, found and named before any engine runs.
+
+Following R's ``lm`` and lme4 (``fixed-effect model matrix is rank deficient so dropping k columns``),
+columns are examined in formula order and a column is *aliased* when it lies in the span of the
+columns before it: its component orthogonal to them is below ``tol`` times its norm.  Without
+column pivoting, the Householder QR factor ``R`` of the column-normalised design gives exactly that
+component as ``|R_jj|``, so one LAPACK call decides every column.  Aliased columns are dropped from the
+model (they carry no information the data can separate) and reported as aliased, never with a
+posterior.  Each is explained: a constant column (the intercept's alias), a copy or multiple of an
+earlier column, or a linear combination of named earlier columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+#: Relative tolerance for a column's component orthogonal to the columns before it (R's ``lm`` uses 1e-7).
+RANK_TOL = 1e-7
+#: Rows used for the QR; beyond this many the Gram matrix's Cholesky factor gives ``R`` (tolerance squared).
+QR_MAX_ROWS = 200_000
+
+
+@dataclass(frozen=True)
+class Aliased:
+    """One aliased column: its name and why (``"constant"``, ``"duplicate of 'x1'"``, ...)."""
+
+    name: str
+    reason: str
+
+
+def aliased_columns(X: np.ndarray, names: tuple[str, ...] | list[str]) -> list[Aliased]:
+    """The aliased columns of ``X`` in formula order, each with its reason (module docstring)."""
+    n, p = X.shape
+    if p == 0:
+        return []
+    norms = np.sqrt(np.einsum("ij,ij->j", X, X))
+    zero = norms == 0
+    scaled = X / np.where(zero, 1.0, norms)
+    diag = _r_diagonal(scaled)
+    aliased = (np.abs(diag) < RANK_TOL) | zero
+    found = []
+    intercept = [j for j, name in enumerate(names) if name == "(Intercept)"]
+    for j in np.flatnonzero(aliased):
+        found.append(Aliased(str(names[j]), _reason(X, j, aliased, names, zero[j], intercept)))
+    return found
+
+
+def _r_diagonal(scaled: np.ndarray) -> np.ndarray:
+    n, p = scaled.shape
+    if n <= QR_MAX_ROWS:
+        R = scipy.linalg.qr(scaled, mode="r", check_finite=False)[0]
+        return np.diag(R[: min(n, p), :p]) if n >= p else np.concatenate([np.diag(R[:n, :n]), np.zeros(p - n)])
+    gram = scaled.T @ scaled
+    diag = np.zeros(p)
+    kept: list[int] = []
+    for j in range(p):  # sequential Cholesky on the kept columns (p is small when n is this large)
+        if kept:
+            coef = np.linalg.solve(gram[np.ix_(kept, kept)], gram[kept, j])
+            resid = gram[j, j] - gram[kept, j] @ coef
+        else:
+            resid = gram[j, j]
+        diag[j] = np.sqrt(max(resid, 0.0))
+        if diag[j] >= np.sqrt(RANK_TOL):
+            kept.append(j)
+        else:
+            diag[j] = 0.0
+    return diag
+
+
+def _reason(X: np.ndarray, j: int, aliased: np.ndarray, names, zero: bool, intercept: list[int]) -> str:
+    column = X[:, j]
+    if zero:
+        return "all zero"
+    if np.ptp(column) == 0:
+        return "constant (the intercept's alias)" if intercept and intercept[0] < j else "constant"
+    earlier = [k for k in range(j) if not aliased[k]]
+    for k in earlier:
+        other = X[:, k]
+        scale = float(column @ other) / float(other @ other) if other @ other > 0 else 0.0
+        if scale != 0 and np.allclose(column, scale * other, rtol=1e-9, atol=0):
+            return f"duplicate of {names[k]!r}" if scale == 1 else f"{scale:.6g} x {names[k]!r}"
+    if not earlier:
+        return "linearly dependent"
+    coef, *_ = np.linalg.lstsq(X[:, earlier], column, rcond=None)
+    big = np.argsort(-np.abs(coef))[: min(4, len(coef))]
+    terms = " + ".join(f"{coef[i]:.4g} x {names[earlier[i]]!r}" for i in sorted(big) if abs(coef[i]) > 1e-8)
+    return f"a linear combination of earlier columns ({terms})"
