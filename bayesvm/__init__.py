@@ -1,6 +1,7 @@
 """bayesvm: Bayesian support vector machines with an R-style formula interface."""
 
 from . import datasets, priors
+from .checks import Checks, Diagnostics
 from .errors import (
     BayesvmError,
     ConvergenceWarning,
@@ -22,6 +23,8 @@ __all__ = [
     "pcvm",
     "load",
     "BSVMFit",
+    "Checks",
+    "Diagnostics",
     "datasets",
     "priors",
     "BayesvmError",

@@ -410,7 +410,7 @@ def build_design(
     group_vars = [v for bar in parsed.bars for v in bar.group]
     used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars]))
     _check_columns(data, set(used), "data")
-    data = plain_columns(data, used)
+    data = plain_columns(data, used, labels=(parsed.response,))
     check_column_kinds(data, used)
     predictors = list(dict.fromkeys([*fixed_vars, *bar_vars]))
     check_text_numbers(data, [v for v in predictors if v != parsed.response], _factor_wrapped(parsed))
@@ -448,7 +448,9 @@ def build_design(
             f"predictor: write '{parsed.response} ~ 1' (plus any random-effect terms) for an intercept-only model"
         )
     _check_finite(X, x_names)
-    aliased = tuple(aliased_columns(X, x_names))
+    aliased = tuple(_one_level_factors(frame, fixed_vars, x_names, parsed.response)) + tuple(
+        aliased_columns(X, x_names)
+    )
     keep = None
     if aliased:
         if rank == "stop":
@@ -508,6 +510,21 @@ def build_design(
         aliased=aliased,
         x_keep=keep,
     )
+
+
+def _one_level_factors(frame: pd.DataFrame, variables: list[str], x_names, response: str) -> list[Aliased]:
+    """Categorical predictors with a single level: formulaic gives them no column (nothing to contrast)."""
+    out = []
+    for name in variables:
+        column = frame[name]
+        if name == response or (
+            pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype)
+        ):
+            continue
+        levels = pd.unique(column.dropna())
+        if len(levels) == 1 and not any(name in x for x in x_names):
+            out.append(Aliased(name, f"a factor with one level ({levels[0]!r}) in the data: nothing to contrast"))
+    return out
 
 
 _C_ARGUMENT = re.compile(r"\bC\(\s*(`[^`]+`|[A-Za-z_.][A-Za-z0-9_.]*)")

@@ -4,7 +4,8 @@
   ``to_pandas()`` or the dataframe interchange protocol).  Duplicated column names are refused by name.
 - pandas' nullable and extension dtypes become their plain counterparts on a *copy* of the columns a
   formula uses: ``Int64`` / ``Float64`` (and pyarrow-backed numbers) -> ``float64`` with ``NaN`` for
-  ``pd.NA``; ``boolean`` -> ``bool`` (``object`` with ``NaN`` where missing); ``string`` -> ``object``;
+  ``pd.NA``; a ``boolean`` predictor -> ``float64`` 0/1 (formulaic reads numpy booleans as 0/1 too),
+  a ``boolean`` response -> ``bool`` (``object`` where missing); ``string`` -> ``object``;
   ``category`` stays categorical.  The user's frame is never modified.
 - Text columns whose values are numbers (a CSV read with a stray value) are refused with the column,
   the values that are not numbers, and how to convert; a predictor that was numeric in training and
@@ -64,15 +65,18 @@ def _foreign_frame(data: object, what: str) -> pd.DataFrame:
     return frame
 
 
-def plain_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """A copy of ``frame[columns]`` with every nullable / extension dtype made plain (module docstring)."""
+def plain_columns(frame: pd.DataFrame, columns: list[str], labels: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A copy of ``frame[columns]`` with every nullable / extension dtype made plain (module docstring).
+
+    ``labels``: columns whose values are class labels (the response): booleans stay booleans there.
+    """
     out = {}
     for name in columns:
-        out[name] = _plain(frame[name])
+        out[name] = _plain(frame[name], as_label=name in labels)
     return pd.DataFrame(out, index=frame.index)
 
 
-def _plain(column: pd.Series) -> pd.Series:
+def _plain(column: pd.Series, as_label: bool = False) -> pd.Series:
     dtype = column.dtype
     if isinstance(dtype, np.dtype) or isinstance(dtype, pd.CategoricalDtype):
         return column.copy()
@@ -86,6 +90,8 @@ def _plain(column: pd.Series) -> pd.Series:
             values = column.to_numpy(dtype=np.int64)
         return pd.Series(values, index=column.index, name=column.name)
     if kind == "b":
+        if not as_label:  # a 0/1 predictor, as formulaic reads numpy booleans, whether or not values are missing
+            return pd.Series(column.to_numpy(dtype=float, na_value=np.nan), index=column.index, name=column.name)
         if not missing.any():
             return pd.Series(column.to_numpy(dtype=bool), index=column.index, name=column.name)
     values = column.to_numpy(dtype=object, na_value=np.nan)

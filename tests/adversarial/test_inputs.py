@@ -164,10 +164,13 @@ def test_many_level_factor_is_warned_about_before_the_design_is_built():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         bayesvm.bsvm("y ~ x + id", data, method="em", penalty=0.5, max_iter=20)
-    ours = [w for w in caught if issubclass(w.category, IdentifiabilityWarning)]
+    ours = [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, IdentifiabilityWarning) and "levels on" in str(w.message)
+    ]
     assert len(ours) == 1
-    assert "'id' is a factor with 300 levels on 300 rows" in str(ours[0].message)
-    assert "(1 | id)" in str(ours[0].message)
+    assert "'id' is a factor with 300 levels on 300 rows" in ours[0] and "(1 | id)" in ours[0]
 
 
 @pytest.mark.parametrize("level", [1.5, 0, 1, -0.1, "0.9", True])

@@ -1,0 +1,79 @@
+"""Random-effect identifiability: lme4's level checks and separation by the random effects."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.checks import Checks, IdentifiabilityError
+from bayesvm.errors import IdentifiabilityWarning
+
+
+def _groups(n_levels, per_level, seed=0):
+    rng = np.random.default_rng(seed)
+    n = n_levels * per_level
+    data = pd.DataFrame({"x1": rng.normal(size=n), "g": np.repeat(np.arange(n_levels), per_level)})
+    data["y"] = (2 * data.x1 + rng.normal(size=n) > 0).astype(int)
+    return data
+
+
+def _identifiability(caught):
+    return [str(w.message) for w in caught if issubclass(w.category, IdentifiabilityWarning)]
+
+
+@pytest.mark.parametrize("n_levels", [200, 2000])
+def test_one_row_per_level_is_refused_naming_the_term(n_levels):
+    with pytest.raises(IdentifiabilityError, match=rf"\(1 \| g\): {n_levels:,} levels on {n_levels:,} rows"):
+        bayesvm.bsvm("y ~ x1 + (1 | g)", _groups(n_levels, 1))
+
+
+def test_one_row_per_level_when_allowed_says_the_random_effects_separate_the_classes():
+    data = _groups(200, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = bayesvm.bsvm(
+            "y ~ x1 + (1 | g)", data, vb="meanfield", checks=Checks(nobs_vs_nlev="warn", nobs_vs_nre="warn")
+        )
+    messages = _identifiability(caught)
+    assert any("200 levels on 200 rows" in m for m in messages)
+    assert any(
+        "random effects of 'g' alone separate the classes" in m and "determined by its prior" in m for m in messages
+    )
+    assert "no verdict" in str(fit.summary())
+
+
+def test_mostly_single_row_levels_are_warned_about():
+    rng = np.random.default_rng(4)
+    ids = np.concatenate([np.arange(600), rng.integers(0, 600, 80)])  # 600 ids on 680 rows, as in the issue
+    data = pd.DataFrame({"x1": rng.normal(size=ids.size), "id": ids})
+    data["y"] = (data.x1 + rng.normal(size=ids.size) > 0).astype(int)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = bayesvm.bsvm("y ~ x1 + (1 | id)", data, vb="meanfield")
+    messages = _identifiability(caught)
+    assert len(messages) == 1 and "of its 600 levels have a single row" in messages[0]
+    assert any("random effects of 'id' alone separate the classes" in f.message for f in fit.diagnostics.findings)
+
+
+def test_few_levels_and_too_many_random_effects():
+    data = _groups(3, 30)
+    with pytest.warns(IdentifiabilityWarning, match="'g' has only 3 levels"):
+        bayesvm.bsvm("y ~ x1 + (1 | g)", data, vb="meanfield")
+    with pytest.raises(IdentifiabilityError, match="'g' has 1 level"):
+        bayesvm.bsvm("y ~ x1 + (1 | g)", data.assign(g=0))
+    slopes = _groups(40, 2)
+    with pytest.raises(IdentifiabilityError, match="80 coefficients for 80 rows"):
+        bayesvm.bsvm("y ~ x1 + (1 + x1 | g)", slopes)
+
+
+def test_toenail_gets_a_note_not_a_warning(toenail):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IdentifiabilityWarning)
+        fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, vb="meanfield")
+    (finding,) = fit.diagnostics.findings
+    assert finding.action == "note" and finding.check == "re_separation"
+    assert "1,141 of 1,908 rows" in finding.message and "115 of 294 levels have both classes" in finding.message

@@ -1,0 +1,104 @@
+"""Konis's separation test: complete and quasi-complete separation found, named and acted on."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.checks import Checks, IdentifiabilityError, detect_separation
+from bayesvm.errors import IdentifiabilityWarning
+
+
+def _quasi(n=200, seed=0):
+    """A 0/1 predictor 'b' that is 0 only in class 0 (quasi-complete separation), plus a noisy 'x'."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    y = (rng.random(n) < 1 / (1 + np.exp(-x))).astype(int)
+    b = np.where(y == 1, 1, (rng.random(n) < 0.5).astype(int))
+    return pd.DataFrame({"x": x, "b": b, "y": y})
+
+
+def test_lp_classifies_none_quasi_and_complete():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=300)
+    one = np.ones_like(x)
+    noisy = np.where(rng.random(300) < 1 / (1 + np.exp(-x)), 1.0, -1.0)
+    assert detect_separation(np.column_stack([one, x]), noisy, ["1", "x"]).kind == "none"
+    complete = detect_separation(np.column_stack([one, x]), np.sign(x), ["1", "x"])
+    assert complete.kind == "complete" and "x" in complete.columns and complete.isolated.all()
+    # quasi-complete: the classes touch at x = 0 (ties on the boundary)
+    tied = np.where(np.abs(x) < 0.3, 0.0, x)
+    y = np.where(tied > 0, 1.0, -1.0)
+    y[(tied == 0)] = np.where(rng.random((tied == 0).sum()) < 0.5, 1.0, -1.0)
+    quasi = detect_separation(np.column_stack([one, tied]), y, ["1", "x"])
+    assert quasi.kind == "quasi-complete" and "x" in quasi.columns
+    assert not quasi.isolated[tied == 0].any() and quasi.isolated[tied != 0].all()
+
+
+def test_the_separating_factor_level_is_named():
+    data = _quasi()
+    rows = data.b == 0
+    separation = detect_separation(np.column_stack([np.ones(len(data)), data.x, data.b]),
+                                   np.where(data.y == 1, 1.0, -1.0), ["(Intercept)", "x", "b"])  # fmt: skip
+    assert separation.kind == "quasi-complete"
+    assert set(separation.columns) == {"(Intercept)", "b"}  # 'x' alone does not separate
+    np.testing.assert_array_equal(separation.isolated, rows.to_numpy())
+
+
+def test_default_fit_warns_once_naming_the_column_and_class_and_says_so_in_summary():
+    data = _quasi()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = bayesvm.bsvm("y ~ x + b", data, vb="meanfield")
+    ours = [w for w in caught if issubclass(w.category, IdentifiabilityWarning)]
+    assert len(ours) == 1
+    message = str(ours[0].message)
+    assert "quasi-complete separation" in message and "'b'" in message and "class 0" in message
+    assert "'x'" not in message.split("isolating")[0]
+    assert fit.diagnostics.frame().check.tolist() == ["separation"]
+    text = str(fit.summary())
+    assert "Identifiability:" in text and "quasi-complete separation" in text
+
+
+def test_flat_prior_on_a_separating_coefficient_is_refused_with_the_prior_to_use():
+    data = _quasi()
+    with pytest.raises(IdentifiabilityError, match="penalty=None.*penalty='learn'.*penalty=1"):
+        bayesvm.bsvm("y ~ x + b", data, penalty=None)
+    with pytest.raises(IdentifiabilityError, match="unpenalized="):
+        bayesvm.bsvm("y ~ x + b", data, unpenalized=["b"])
+    # the same data with a fixed penalty: the classical SVM, a note and no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IdentifiabilityWarning)
+        fit = bayesvm.bsvm("y ~ x + b", data, penalty=1.0, vb="meanfield")
+    assert fit.diagnostics.findings[0].action == "note"
+
+
+def test_complete_separation_by_a_continuous_predictor():
+    rng = np.random.default_rng(3)
+    data = pd.DataFrame({"x": rng.normal(size=80), "z": rng.normal(size=80)})
+    data["y"] = (data.x > 0.2).astype(int)
+    with pytest.warns(IdentifiabilityWarning, match="complete separation: .*'x'"):
+        bayesvm.bsvm("y ~ x + z", data, vb="meanfield")
+    with pytest.raises(IdentifiabilityError, match="complete separation"):
+        bayesvm.bsvm("y ~ x + z", data, checks=Checks(separation="stop"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IdentifiabilityWarning)
+        bayesvm.bsvm("y ~ x + z", data, vb="meanfield", checks=Checks(separation="ignore"))
+
+
+def test_no_finding_on_overlapping_classes(toenail):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IdentifiabilityWarning)
+        fit = bayesvm.bsvm("outcome ~ visit * treatment", toenail, vb="meanfield")
+    assert not fit.diagnostics.findings
+
+
+def test_checks_control_is_validated():
+    with pytest.raises(ValueError, match="separation"):
+        Checks(separation="maybe")
+    with pytest.raises(ValueError, match="checks must be"):
+        bayesvm.bsvm("y ~ x", _quasi(), checks={"separation": "ignore"})
