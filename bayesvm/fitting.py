@@ -11,7 +11,7 @@ import pandas as pd
 from .arguments import as_count, as_flag, as_seed
 from .checks import Checks, check_identifiability
 from .engines.em import fit_em
-from .engines.ep import AccurateFitError, fit_accurate
+from .engines.ep import AccurateFitError, accurate_failure, fit_accurate
 from .engines.gibbs import sample_gibbs
 from .engines.impute import fit_impute_vb, sample_impute_gibbs
 from .engines.impute_mi import fit_mi_vb
@@ -275,13 +275,8 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
                 raise
             why = f"{exc}; fell back"
         else:
-            if result.failed_nodes:
-                warnings.warn(
-                    f"accurate VB: EP did not converge at {result.failed_nodes} node(s) of the variance parameters; "
-                    "they get no weight (check the fit against method='gibbs')",
-                    ConvergenceWarning,
-                    stacklevel=3,
-                )
+            if not result.converged:
+                warnings.warn(accurate_failure(result), ConvergenceWarning, stacklevel=3)
             return BSVMFit(
                 model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol
             )

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from ..engines.ep import accurate_failure
 from ..engines.sparse_schur import SchurSparsePosterior
 
 #: ``summary()`` suggests ``probes`` when the exact sparse path factorised a dense complement this large
@@ -169,6 +170,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             design=r.design,
             n_nodes=int(r.weights.size),
             method="vb-accurate",
+            failure=None if r.converged else accurate_failure(r),
         )
     elif fit.method == "em":
         info.update(objective=float(fit.objective[-1]), n_support=int(fit.result.support.sum()))
@@ -355,6 +357,11 @@ def _footer(info: dict) -> str:
     if info["method"] == "vb-accurate":
         rule = "lattice" if info["design"] == "lattice" else "Gauss-Hermite"
         nodes = f" at {info['n_nodes']} {rule} nodes of the variance parameters" if info["n_nodes"] > 1 else ""
+        if info.get("failure"):
+            return (
+                f"Fit: expectation propagation{nodes}, {info['n_iter']} EP sweeps in all; NOT converged:\n"
+                f"  {info['failure']}\nPSIS check: no verdict (the fit did not converge)."
+            )
         return (
             f"Fit: expectation propagation{nodes}, {info['n_iter']} EP sweeps in all; {1000 * info['elapsed']:.1f} ms\n"
             + (
