@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .arguments import as_count, as_flag, as_seed
-from .checks import Checks, check_identifiability
+from .checks import Checks, Diagnostics, check_identifiability, singular_findings
 from .engines.em import fit_em
 from .engines.ep import AccurateFitError, accurate_failure, fit_accurate
 from .engines.gibbs import sample_gibbs
@@ -220,6 +220,10 @@ def bsvm(
         thin=thin, seed=seed, cores=cores, progress=progress, probes=probes, imputation=imputation,
         imputations=imputations, batch_size=batch_size, learning_rate=learning_rate,
     )  # fmt: skip
+    if checks.singular != "ignore":
+        singular = singular_findings(fit.variance_components, "warn")
+        Diagnostics(tuple(singular)).enforce()
+        diagnostics = diagnostics.with_findings(singular)
     fit.diagnostics = diagnostics
     return fit
 

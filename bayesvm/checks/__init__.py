@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .findings import Checks, Diagnostics, Finding, IdentifiabilityError
-from .levels import level_findings, random_effect_separation
+from .levels import level_findings, random_effect_separation, singular_findings
 from .rank import Aliased, aliased_columns
 from .separation import Separation, detect_separation
 
@@ -23,6 +23,7 @@ __all__ = [
     "aliased_columns",
     "check_identifiability",
     "detect_separation",
+    "singular_findings",
 ]
 
 #: The separation test on the fixed effects runs up to this many rows x columns (HiGHS: about 1 s at

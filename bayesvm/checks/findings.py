@@ -64,6 +64,9 @@ class Checks:
     random_separation
         Rows the random effects alone separate, when they are nearly all rows or leave fewer than 5
         levels holding both classes (``"warn"``).
+    singular
+        A variance component at the boundary after the fit (an SD of about zero or a correlation of
+        +/-1, as lme4's ``isSingular``; ``"warn"``; ``"stop"`` acts as ``"warn"``: the fit exists).
     """
 
     separation: str = "warn"
@@ -72,6 +75,7 @@ class Checks:
     nobs_vs_nlev: str = "stop"
     nobs_vs_nre: str = "stop"
     random_separation: str = "warn"
+    singular: str = "warn"
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -97,6 +101,10 @@ class Diagnostics:
              for f in self.findings],
             columns=["check", "action", "culprits", "message"],
         )  # fmt: skip
+
+    def with_findings(self, findings: list[Finding]) -> Diagnostics:
+        """These diagnostics and ``findings`` (found after the fit, such as a singular variance)."""
+        return Diagnostics(self.findings + tuple(findings))
 
     def __bool__(self) -> bool:
         return bool(self.problems)

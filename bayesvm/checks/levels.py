@@ -154,3 +154,41 @@ def _class_counts(design, mask: np.ndarray) -> str:
     neg = int(mask.sum()) - pos
     r = design.response
     return f"{pos:,} of class {r.positive!r}, {neg:,} of class {r.negative!r}"
+
+
+#: A variance component whose (posterior mean or mode) SD is below this, on the decision function's scale
+#: (the margin is 1), or whose correlation is beyond +/- this, is at the boundary (lme4's ``isSingular``).
+SINGULAR_SD = 1e-4
+SINGULAR_CORRELATION = 0.999
+
+
+def singular_findings(estimates, action: str = "warn") -> list[Finding]:
+    """Variance components at the boundary of their space, as lme4's ``isSingular``: an SD of (about) zero, or a
+    correlation of +/-1 (``estimates``: the fit's ``variance_components``)."""
+    findings = []
+    for est in estimates:
+        if est.group == "penalty":
+            continue
+        cov = np.atleast_2d(est.mean)
+        sds = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+        zero = [name for name, sd in zip(est.terms, sds) if sd < SINGULAR_SD]
+        corr = cov / np.outer(np.where(sds > 0, sds, 1.0), np.where(sds > 0, sds, 1.0))
+        pairs = [
+            (est.terms[i], est.terms[j], corr[i, j])
+            for i in range(len(est.terms)) for j in range(i)
+            if abs(corr[i, j]) > SINGULAR_CORRELATION
+        ]  # fmt: skip
+        if zero or pairs:
+            detail = [f"the SD of {name!r} is {sd:.2g}" for name, sd in zip(est.terms, sds) if name in zero]
+            detail += [f"the correlation of {a!r} and {b!r} is {r:+.4f}" for a, b, r in pairs]
+            findings.append(
+                Finding(
+                    "singular",
+                    action,
+                    f"singular fit: for {est.group!r}, {'; '.join(detail)} (a variance component at the boundary of "
+                    "its space): the data do not support this random-effect structure; simplify the term, e.g. "
+                    f"(1 | {est.group}) or (1 + x || {est.group})",
+                    (est.group,),
+                )
+            )
+    return findings

@@ -77,3 +77,17 @@ def test_toenail_gets_a_note_not_a_warning(toenail):
     (finding,) = fit.diagnostics.findings
     assert finding.action == "note" and finding.check == "re_separation"
     assert "1,141 of 1,908 rows" in finding.message and "115 of 294 levels have both classes" in finding.message
+
+
+def test_singular_variance_components_are_named():
+    from bayesvm.checks import singular_findings
+    from bayesvm.results.fit import VarianceEstimate
+
+    zero = VarianceEstimate("g", ("(Intercept)",), np.array([[1e-10]]), "(1 | g)")
+    perfect = VarianceEstimate("h", ("(Intercept)", "x"), np.array([[1.0, 2.0], [2.0, 4.0 + 1e-9]]), "(1 + x | h)")
+    fine = VarianceEstimate("k", ("(Intercept)", "x"), np.array([[1.0, 0.3], [0.3, 2.0]]), "(1 + x | k)")
+    penalty = VarianceEstimate("penalty", ("slopes",), np.array([[0.0]]), "penalty")
+    found = singular_findings([zero, perfect, fine, penalty])
+    assert [f.culprits for f in found] == [("g",), ("h",)]
+    assert "the SD of '(Intercept)' is 1e-05" in found[0].message
+    assert "the correlation of 'x' and '(Intercept)' is +1.0000" in found[1].message
