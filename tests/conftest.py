@@ -51,3 +51,12 @@ def simulate_logistic(n: int, p: int, seed: int = 4) -> tuple[pd.DataFrame, str]
     y = rng.random(n) < 1 / (1 + np.exp(-(X @ np.linspace(1, -1, p))))
     data = pd.DataFrame(X, columns=[f"x{j}" for j in range(p)]).assign(y=y.astype(int))
     return data, "y ~ " + " + ".join(f"x{j}" for j in range(p))
+
+
+def simulate_quasi_separated(n: int = 200, seed: int = 0) -> pd.DataFrame:
+    """Logistic data in 'x' plus a 0/1 predictor 'b' that is 0 only in class 0 (quasi-complete separation)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    y = (rng.random(n) < 1 / (1 + np.exp(-x))).astype(int)
+    b = np.where(y == 1, 1, (rng.random(n) < 0.5).astype(int))
+    return pd.DataFrame({"x": x, "b": b, "y": y})

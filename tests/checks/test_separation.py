@@ -11,15 +11,7 @@ import pytest
 import bayesvm
 from bayesvm.checks import Checks, IdentifiabilityError, detect_separation
 from bayesvm.errors import IdentifiabilityWarning
-
-
-def _quasi(n=200, seed=0):
-    """A 0/1 predictor 'b' that is 0 only in class 0 (quasi-complete separation), plus a noisy 'x'."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=n)
-    y = (rng.random(n) < 1 / (1 + np.exp(-x))).astype(int)
-    b = np.where(y == 1, 1, (rng.random(n) < 0.5).astype(int))
-    return pd.DataFrame({"x": x, "b": b, "y": y})
+from tests.conftest import simulate_quasi_separated
 
 
 def test_lp_classifies_none_quasi_and_complete():
@@ -40,7 +32,7 @@ def test_lp_classifies_none_quasi_and_complete():
 
 
 def test_the_separating_factor_level_is_named():
-    data = _quasi()
+    data = simulate_quasi_separated()
     rows = data.b == 0
     separation = detect_separation(np.column_stack([np.ones(len(data)), data.x, data.b]),
                                    np.where(data.y == 1, 1.0, -1.0), ["(Intercept)", "x", "b"])  # fmt: skip
@@ -50,7 +42,7 @@ def test_the_separating_factor_level_is_named():
 
 
 def test_default_fit_warns_once_naming_the_column_and_class_and_says_so_in_summary():
-    data = _quasi()
+    data = simulate_quasi_separated()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit = bayesvm.bsvm("y ~ x + b", data, vb="meanfield")
@@ -65,7 +57,7 @@ def test_default_fit_warns_once_naming_the_column_and_class_and_says_so_in_summa
 
 
 def test_flat_prior_on_a_separating_coefficient_is_refused_with_the_prior_to_use():
-    data = _quasi()
+    data = simulate_quasi_separated()
     with pytest.raises(IdentifiabilityError, match="penalty=None.*penalty='learn'.*penalty=1"):
         bayesvm.bsvm("y ~ x + b", data, penalty=None)
     with pytest.raises(IdentifiabilityError, match="unpenalized="):
@@ -101,4 +93,4 @@ def test_checks_control_is_validated():
     with pytest.raises(ValueError, match="separation"):
         Checks(separation="maybe")
     with pytest.raises(ValueError, match="checks must be"):
-        bayesvm.bsvm("y ~ x", _quasi(), checks={"separation": "ignore"})
+        bayesvm.bsvm("y ~ x", simulate_quasi_separated(), checks={"separation": "ignore"})

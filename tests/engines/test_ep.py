@@ -14,7 +14,7 @@ from bayesvm.engines.ep import fit_accurate, run_ep, tilted_moments
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import InverseWishart, PriorSet
-from tests.conftest import simulate_grouped, simulate_logistic
+from tests.conftest import simulate_grouped, simulate_logistic, simulate_quasi_separated
 from tests.engines.test_vb import schur_and_sparse
 
 
@@ -245,15 +245,6 @@ def test_outside_its_scope_it_says_so(toenail):
         bayesvm.bsvm("outcome ~ visit", toenail, vb="exact")
 
 
-def _quasi_separated(n=200, seed=0):
-    """'b' is 0 only in class 0: quasi-complete separation; the learned penalty leaves a heavy tail."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=n)
-    y = (rng.random(n) < 1 / (1 + np.exp(-x))).astype(int)
-    b = np.where(y == 1, 1, (rng.random(n) < 0.5).astype(int))
-    return pd.DataFrame({"x": x, "b": b, "y": y})
-
-
 def _slope_quantiles_by_quadrature(data, probs, A=0.01, B=0.01):
     """Quantiles of the slope of 'b' under the exact pseudo-posterior, by quadrature.
 
@@ -281,7 +272,7 @@ def test_quasi_separation_heavy_tail_is_integrated_not_dropped():
     """EP used to fail (oscillate) at every node above the mode, and the Hessian through those failures collapsed
     the lattice onto one point; with the damping schedule and the extended lattice the default fit follows
     the exact posterior far into its tail (checked against quadrature; long Gibbs runs under-sample it)."""
-    data = _quasi_separated()
+    data = simulate_quasi_separated()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm("y ~ x + b", data)
