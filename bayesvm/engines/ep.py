@@ -461,7 +461,12 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     weights = np.exp(log_weights - log_weights.max())
     weights /= weights.sum()
     keep = weights > 1e-10 if design == "lattice" else weights > 0
-    states = [cache[tuple(np.round(t, 12))] for t in nodes]
+    states = []
+    for t in nodes:  # the cache holds every node; a node's key can differ in the last digit from its first
+        key = tuple(np.round(t, 12))  # evaluation's (phi* + axes @ z against a matrix product), so look it up
+        if key not in cache:  # through log_post, which fills the cache where needed
+            log_post(t)
+        states.append(cache[key])
     chi = sum(wk * _chi(problem, st) for wk, st, k in zip(weights, states, keep) if k) / weights[keep].sum()
     covs = [hyper.covariances(t) for t in nodes[keep]]
     return IntegratedResult(
