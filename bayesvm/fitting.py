@@ -206,7 +206,9 @@ def bsvm(
             inducing_method=inducing_method, learn_inducing=learn_inducing, batch_size=batch_size,
             learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb,
         )  # fmt: skip
-    priors = PriorSet() if priors is None else priors
+    # posterior modes need a boundary-avoiding variance prior (as blme uses): the default half-t has positive density
+    # at sigma = 0, where the joint mode of the random effects and their variance collapses
+    priors = (PriorSet.paper() if method == "em" else PriorSet()) if priors is None else priors
     checks = _check_checks(checks)
     if prior is not None:
         _check_prior_method(prior, method, penalty, vb)

@@ -20,7 +20,7 @@ from .engines.vb import VarianceComponent, VBProblem
 from .errors import BayesvmError, FormulaError
 from .formula.design import Design, NewDesign
 from .memory import check_memory
-from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
+from .priors import HalfT, LaplaceZero, Lasso, PriorSet, SpikeSlab
 
 #: Largest number of dense columns (fixed effects plus random effects outside the largest
 #: grouping factor) for the dense Schur complement; beyond it the sparse Cholesky path is used.
@@ -219,6 +219,14 @@ class LinearModel:
         name = self.design.re_terms[t].label
         if k == 1:
             prior = self.priors.random
+            if isinstance(prior, HalfT):  # the scale of a slope term in units of its column (module HalfT)
+                values = self.design.re_terms[t].values[:, 0]
+                spread = float(np.std(values)) if values.size > 1 else 0.0
+                constant = spread <= 1e-12 * max(float(np.max(np.abs(values))), 1e-300)
+                scale = prior.scale if constant else prior.scale / spread
+                return VarianceComponent(
+                    name, index, blocked, n_levels, prior_nu=prior.nu, prior_t_scale=scale, source=t
+                )
             return VarianceComponent(name, index, blocked, n_levels, prior_a=prior.a, prior_b=prior.b, source=t)
         df, scale = self.priors.correlated.resolve(k)
         return VarianceComponent(name, index, blocked, n_levels, prior_df=df, prior_scale=scale, source=t)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ..errors import BayesvmError
+from . import variance_prior
 from .joint import component_values, log_prior
 from .linalg import blas_threads, gaussian_mean
 from .sparse import SparseCholesky
@@ -60,7 +62,19 @@ def _component_mode(comp: VarianceComponent, u: np.ndarray) -> np.ndarray:
     """Conditional mode of ``sigma^2`` (IG) or ``Sigma`` (IW) given the coefficients ``u`` (J x k)."""
     if comp.is_wishart:
         return (comp.prior_scale + u.T @ u) / (comp.prior_df + comp.n_levels + comp.k + 1.0)
-    return np.array([[(comp.prior_b + 0.5 * float(np.sum(u**2))) / (comp.prior_a + 0.5 * u.size + 1.0)]])
+    return np.array([[variance_prior.mode(comp, float(np.sum(u**2)))]])
+
+
+def check_modal_priors(problem: VBProblem) -> None:
+    """Refuse a prior whose joint posterior mode is degenerate (a half-t's positive density at sigma = 0)."""
+    half_t = [c.name for c in problem.components if c.prior_nu > 0]
+    if half_t:
+        raise BayesvmError(
+            f"method='em' cannot use a half-t prior for {half_t}: it has positive density at sigma = 0, where the joint "
+            "posterior mode of the random effects and their variance collapses (sigma -> 0, every effect 0). Use an "
+            "InverseGamma prior, which vanishes at 0 (PriorSet(random=InverseGamma(...)), the default for method='em'), "
+            "or method='vb' / 'gibbs', which integrate instead of maximising"
+        )
 
 
 def _smoothed_log_likelihood(margin: np.ndarray, eps: float) -> float:
@@ -72,6 +86,7 @@ def _smoothed_log_likelihood(margin: np.ndarray, eps: float) -> float:
 
 def fit_em(problem: VBProblem, tol: float = 1e-10, max_iter: int = 20000) -> EMResult:
     """See :func:`_fit_em`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
+    check_modal_priors(problem)
     with blas_threads(problem.D.shape[1], problem.n):
         return _fit_em(problem, tol, max_iter)
 

@@ -53,6 +53,7 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_ndtr
 
 from ..errors import BayesvmError
+from . import variance_prior
 from .linalg import GaussianPosterior, blas_threads, gaussian_posterior
 from .sparse import SparseGaussianPosterior
 from .sparse_schur import SchurSparsePosterior
@@ -186,7 +187,8 @@ class Hyperparameters:
 
     ``log sigma^2`` for a single-column component (prior ``IG(a, b)``); the log-Cholesky parameters
     ``(log L_11, ..., log L_kk, L_21, L_31, L_32, ...)`` of ``Sigma = L L'`` for a ``k x k`` term
-    (prior ``IW(df, Psi)``).  ``log_prior`` is the log density of ``phi`` (prior times Jacobian), up
+    (prior ``IW(df, Psi)``); a single-column component's prior is IG or half-t
+    (:func:`bayesvm.engines.variance_prior.log_density`).  ``log_prior`` is the log density of ``phi`` (prior times Jacobian), up
     to a constant; ``log_jacobian`` maps a density of ``phi`` to one of the covariances.
     """
 
@@ -244,7 +246,7 @@ class Hyperparameters:
         total = self.log_jacobian(phi)
         for comp, part in self._split(np.asarray(phi, dtype=float)):
             if comp.k == 1:
-                total += -(comp.prior_a + 1.0) * part[0] - comp.prior_b * np.exp(-part[0])
+                total += float(variance_prior.log_density(comp, np.exp(part[0])))
             else:
                 L_inv = np.linalg.inv(self._cholesky(comp.k, part))
                 logdet = 2.0 * float(np.sum(part[: comp.k]))

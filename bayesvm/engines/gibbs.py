@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from scipy import stats
 
 from ..memory import check_memory
-from . import compiled_rows
+from . import compiled_rows, variance_prior
 from .joint import component_values, log_prior, log_pseudo_likelihood
 from .linalg import (
     SPLIT_ROWS,
@@ -40,7 +40,7 @@ from .linalg import (
 )
 from .sparse import SparseCholesky
 from .sparse_schur import schur_sparse_draw
-from .vb import VarianceComponent, VBProblem, _prior_precisions, _sparse_prior, sorted_by_level
+from .vb import VBProblem, _prior_precisions, _sparse_prior, sorted_by_level
 
 #: Smallest |1 - y f| used for the inverse-Gaussian mean (a draw exactly on the margin has probability 0).
 MARGIN_FLOOR = 1e-12
@@ -313,14 +313,21 @@ class GibbsResult:
         return self.theta_d.shape[1]
 
 
-def _draw_component(comp: VarianceComponent, u: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``sigma^2 | u`` (IG) or ``Sigma | u`` (IW), as a ``k x k`` matrix."""
-    if comp.is_wishart:
-        scale = comp.prior_scale + u.T @ u
-        return np.atleast_2d(stats.invwishart(df=comp.prior_df + comp.n_levels, scale=scale).rvs(random_state=rng))
-    shape = comp.prior_a + 0.5 * u.size
-    rate = comp.prior_b + 0.5 * float(np.sum(u**2))
-    return np.array([[rate / rng.gamma(shape)]])
+def draw_components(components, values: list[np.ndarray], rng: np.random.Generator, aux: list) -> list[np.ndarray]:
+    """One Gibbs draw of every variance component given its coefficients ``values[c]`` (``J x k``): IW, IG, or
+    the half-t through its auxiliary variable, kept in ``aux[c]`` between draws (updated in place;
+    :mod:`bayesvm.engines.variance_prior`)."""
+    out = []
+    for c, (comp, u) in enumerate(zip(components, values)):
+        if comp.is_wishart:
+            scale = comp.prior_scale + u.T @ u
+            out.append(
+                np.atleast_2d(stats.invwishart(df=comp.prior_df + comp.n_levels, scale=scale).rvs(random_state=rng))
+            )
+            continue
+        variance, aux[c] = variance_prior.draw(comp, float(np.sum(u**2)), rng, aux[c])
+        out.append(np.array([[variance]]))
+    return out
 
 
 def _run_chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random.SeedSequence, show: bool) -> dict:
@@ -336,6 +343,7 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
     # over-dispersed start: omega and the components' precisions jittered around 1
     omega = np.exp(rng.normal(0.0, 0.5, y.size))
     covs = [np.eye(c.k) * np.exp(rng.normal(0.0, 0.5)) for c in problem.components]
+    aux: list = [None] * len(problem.components)  # half-t auxiliary variables
     total = tune + draws * thin
     out_d = np.empty((draws, D.shape[1]))
     out_b = None
@@ -367,7 +375,9 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
             prior_dd, prior_b = _prior_precisions(problem, precisions)
             theta_d, theta_b = gaussian_draw(D, omega, None, prior_dd, blocked, prior_b, rng, stats=stats)
             loglik, omega, stats = rows(theta_d, theta_b)  # omega | theta, and the next draw's row sums
-        covs = [_draw_component(c, component_values(c, theta_d, theta_b), rng) for c in problem.components]
+        covs = draw_components(
+            problem.components, [component_values(c, theta_d, theta_b) for c in problem.components], rng, aux
+        )
         kept = step - tune
         if kept >= 0 and kept % thin == 0:
             i = kept // thin

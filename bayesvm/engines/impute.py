@@ -47,17 +47,17 @@ from scipy import stats
 from scipy.special import multigammaln
 
 from .augmentation import inverse_a_mean, update_chi
-from .gibbs import MARGIN_FLOOR, GibbsResult, _draw_component, run_chains
+from .gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains
 from .joint import component_values, log_prior, log_pseudo_likelihood
 from .linalg import blas_threads, gaussian_draw, gaussian_posterior
 from .vb import (
     LOG_2PI,
-    ComponentPosterior,
     VBProblem,
     VBResult,
     _prior_precisions,
     _second_moments,
     _update_component,
+    initial_component,
     lower_bound,
     sorted_by_level,
 )
@@ -154,13 +154,7 @@ def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBR
     z = prob.z.copy()  # means (observed values where observed)
     z_cov = np.zeros((n, V, V))
     chi = np.ones(n)
-    components = [
-        ComponentPosterior(
-            shape=c.prior_df if c.is_wishart else c.prior_a,
-            scale=np.eye(c.k) * (c.prior_df if c.is_wishart else c.prior_a),
-        )
-        for c in base.components
-    ]
+    components = [initial_component(c) for c in base.components]
     sigma_df = prob.df + n
     psi_q = prob.scale + np.cov(z, rowvar=False).reshape(V, V) * n
     mu_mean, mu_cov = z.mean(axis=0), np.eye(V) / n
@@ -212,7 +206,7 @@ def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBR
         psi_q = prob.scale + dev.T @ dev + z_cov.sum(axis=0) + n * mu_cov
         # variance components
         seconds = [_second_moments(c, theta) for c in base.components]
-        components = [_update_component(c, s) for c, s in zip(base.components, seconds)]
+        components = [_update_component(c, s, p) for c, s, p in zip(base.components, seconds, components)]
         bound = _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov, mu_mean, mu_cov, psi_q)
         if bounds and bound < bounds[-1] - 1e-8 * abs(bound):
             decreases.append(it)
@@ -329,6 +323,7 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
     z[prob.missing] = rng.standard_normal(int(prob.missing.sum()))
     omega = np.exp(rng.normal(0.0, 0.5, n))
     covs = [np.eye(c.k) * np.exp(rng.normal(0.0, 0.5)) for c in base.components]
+    aux: list = [None] * len(base.components)  # half-t auxiliary variables
     mu, sigma = np.zeros(V), np.eye(V)
     if prob.mode == "mi":
         from .impute_mi import imputation_step, marginal_moments, start_state
@@ -365,7 +360,9 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
         if blocked is not None:
             f = f + np.sum(blocked.values * theta_b[blocked.codes], axis=1)
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
-        covs = [_draw_component(c, component_values(c, theta_d, theta_b), rng) for c in base.components]
+        covs = draw_components(
+            base.components, [component_values(c, theta_d, theta_b) for c in base.components], rng, aux
+        )
         if prob.mode != "mi":
             # z_{i,M} | rest
             b = gamma * theta_d[K]

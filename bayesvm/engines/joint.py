@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import stats
-from scipy.special import gammaln
 
+from . import variance_prior
 from .vb import LOG_2PI, VarianceComponent, VBProblem
 
 
@@ -31,8 +31,7 @@ def log_prior(problem: VBProblem, theta_d: np.ndarray, theta_b: np.ndarray, covs
         else:
             s2 = cov[0, 0]
             total += -0.5 * u.size * (LOG_2PI + np.log(s2)) - 0.5 * float(np.sum(u**2)) / s2
-            a, b = comp.prior_a, comp.prior_b
-            total += a * np.log(b) - gammaln(a) - (a + 1.0) * np.log(s2) - b / s2
+            total += float(variance_prior.log_density(comp, s2))
     return total
 
 

@@ -31,8 +31,9 @@ from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.special import digamma, gammaln, multigammaln
+from scipy.special import digamma, multigammaln
 
+from . import variance_prior
 from .augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
 from .linalg import BlockedFactor, GaussianPosterior, blas_threads, gaussian_posterior
 from .sparse import SparseGaussianPosterior, sparse_gaussian_posterior
@@ -62,6 +63,9 @@ class VarianceComponent:
         Whether the coefficients live in the Schur-eliminated factor.
     prior_a, prior_b
         ``IG(A, B)`` hyperparameters (``k = 1``).
+    prior_nu, prior_t_scale
+        Half-t prior ``sigma ~ t_nu^+(0, scale)`` instead of the inverse gamma when ``prior_nu > 0``
+        (``k = 1``; :mod:`bayesvm.engines.variance_prior`).
     prior_df, prior_scale
         ``IW(nu, Psi)`` hyperparameters (``k > 1``).
     n_levels
@@ -79,6 +83,8 @@ class VarianceComponent:
     prior_df: float = 0.0
     prior_scale: np.ndarray | None = None
     source: int = -1
+    prior_nu: float = 0.0
+    prior_t_scale: float = 0.0
 
     @property
     def k(self) -> int:
@@ -161,10 +167,12 @@ def sparse_posterior(
 
 @dataclass
 class ComponentPosterior:
-    """``q`` of one variance component: ``IG(shape, rate)`` or ``IW(df, scale)``."""
+    """``q`` of one variance component: ``IG(shape, rate)`` or ``IW(df, scale)``; with a half-t prior also
+    ``q(a) = IG((nu + 1)/2, aux_rate)`` of its auxiliary variable (:mod:`bayesvm.engines.variance_prior`)."""
 
     shape: float
     scale: np.ndarray  # IG: B_q as a 1x1 array; IW: Psi_q
+    aux_rate: float | None = None
 
     def expected_precision(self) -> np.ndarray:
         """``E[1/sigma^2]`` (1x1) or ``E[Sigma^{-1}] = df Psi_q^{-1}``."""
@@ -220,13 +228,20 @@ def _second_moments(comp: VarianceComponent, theta: GaussianPosterior) -> np.nda
     return mean.T @ mean + cov.sum(axis=0)
 
 
-def _update_component(comp: VarianceComponent, second: np.ndarray) -> ComponentPosterior:
-    """Alg. 2 step 4 (IG) and its inverse-Wishart analogue."""
+def _update_component(
+    comp: VarianceComponent, second: np.ndarray, previous: ComponentPosterior | None = None
+) -> ComponentPosterior:
+    """Alg. 2 step 4 (IG; half-t through its auxiliary variable, given ``previous``) and its inverse-Wishart analogue."""
     if comp.is_wishart:
         return ComponentPosterior(shape=comp.prior_df + comp.n_levels, scale=comp.prior_scale + second)
-    return ComponentPosterior(
-        shape=comp.prior_a + comp.n_levels / 2.0, scale=np.array([[comp.prior_b + 0.5 * second[0, 0]]])
-    )
+    return variance_prior.update(comp, float(second[0, 0]), previous, ComponentPosterior)
+
+
+def initial_component(comp: VarianceComponent) -> ComponentPosterior:
+    """A starting ``q`` with ``E[precision] = I``."""
+    if comp.is_wishart:
+        return ComponentPosterior(shape=comp.prior_df, scale=np.eye(comp.k) * comp.prior_df)
+    return variance_prior.initial(comp, ComponentPosterior)
 
 
 def _prior_precisions(problem: VBProblem, precisions: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -264,11 +279,8 @@ def _component_bound(comp: VarianceComponent, post: ComponentPosterior, second: 
         e_inv = shape / rate  # E[1/sigma^2]
         # E[log p(u | sigma^2)]: m independent N(0, sigma^2)
         lik = -0.5 * J * LOG_2PI - 0.5 * J * e_log - 0.5 * e_inv * second[0, 0]
-        # E[log p(sigma^2)] - E[log q(sigma^2)], IG densities
-        a, b = comp.prior_a, comp.prior_b
-        prior = a * np.log(b) - gammaln(a) - (a + 1.0) * e_log - b * e_inv
-        entropy = -(shape * np.log(rate) - gammaln(shape) - (shape + 1.0) * e_log - rate * e_inv)
-        return float(lik + prior + entropy)
+        # E[log p(sigma^2)] - E[log q(sigma^2)] (IG; half-t through its auxiliary variable)
+        return float(lik + variance_prior.bound(comp, post))
     df_q, psi_q = post.shape, post.scale
     _, logdet_q = np.linalg.slogdet(psi_q)
     # E[log |Sigma|] under IW(df_q, Psi_q)
@@ -340,14 +352,7 @@ class _Sweeper:
 
     def initial_state(self) -> tuple[np.ndarray, list[ComponentPosterior]]:
         """``E[1/a] = 1`` and every expected precision ``I``."""
-        components = [
-            ComponentPosterior(
-                shape=c.prior_df if c.is_wishart else c.prior_a,
-                scale=np.eye(c.k) * (c.prior_df if c.is_wishart else c.prior_a),
-            )
-            for c in self.problem.components
-        ]
-        return np.ones(self.y.size), components
+        return np.ones(self.y.size), [initial_component(c) for c in self.problem.components]
 
     def sweep(self, chi: np.ndarray, components: list[ComponentPosterior]) -> _Sweep:
         problem, y, D, blocked = self.problem, self.y, self.D, self.blocked
@@ -367,7 +372,7 @@ class _Sweeper:
         chi = update_chi(expected_sq)
         # (3) variance components: Alg. 2 step 4
         seconds = [_second_moments(c, theta) for c in problem.components]
-        components = [_update_component(c, s) for c, s in zip(problem.components, seconds)]
+        components = [_update_component(c, s, p) for c, s, p in zip(problem.components, seconds, components)]
         # (4) lower bound of the complete q after the sweep
         bound = lower_bound(problem, y, theta, mean_f, expected_sq, chi, components, seconds)
         return _Sweep(theta, chi, components, bound)
@@ -378,6 +383,8 @@ class _Sweeper:
         for post in components:
             if post.scale.shape == (1, 1):
                 parts.append(0.5 * np.log(post.scale[0]))
+                if post.aux_rate is not None:
+                    parts.append([np.log(post.aux_rate)])
                 continue
             chol = np.linalg.cholesky(post.scale)
             parts.append(np.log(np.diag(chol)))
@@ -395,7 +402,11 @@ class _Sweeper:
             m = k * (k - 1) // 2
             chol[np.tril_indices(k, -1)] = x[pos : pos + m]
             pos += m
-            components.append(ComponentPosterior(shape=post.shape, scale=chol @ chol.T))
+            aux_rate = None
+            if post.aux_rate is not None:
+                aux_rate = float(np.exp(x[pos]))
+                pos += 1
+            components.append(ComponentPosterior(shape=post.shape, scale=chol @ chol.T, aux_rate=aux_rate))
         return chi, components
 
 

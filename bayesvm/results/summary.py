@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from ..engines import variance_prior
 from ..engines.ep import accurate_failure
 from ..engines.sparse_schur import SchurSparsePosterior
 
@@ -139,6 +140,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         "imputed": _imputation_text(design),
         "groups": design.groups,
         "penalty": penalty_text,
+        "variance_priors": _variance_prior_text(fit),
         "standardized": bool(np.any(fit.model.scale != 1.0) or np.any(fit.model.center != 0.0)),
         "n_iter": fit.n_iter,
         "converged": fit.converged,
@@ -271,6 +273,22 @@ def _prior_text(fit) -> str:
     return text + unpen
 
 
+def _variance_prior_text(fit) -> str | None:
+    """The prior of each random-effect variance, e.g. ``(1 | g): sigma ~ half-t(3, 2.5)``."""
+    parts = []
+    for comp in fit.problem.components:
+        if comp.source < 0:
+            continue
+        if comp.is_wishart:
+            parts.append(f"{comp.name}: Sigma ~ IW({comp.prior_df:g}, {np.round(comp.prior_scale, 3).tolist()})")
+        else:
+            parts.append(f"{comp.name}: {variance_prior.describe(comp)}")
+    if not parts:
+        return None
+    note = "" if any(c.prior_nu > 0 for c in fit.problem.components) else " (the paper's)"
+    return "; ".join(parts) + note
+
+
 def _imputation_text(design) -> str | None:
     layout = design.imputation
     if layout is None:
@@ -292,6 +310,8 @@ def _header(info: dict) -> str:
         f" -1: {info['negative']!r}",
         f" Penalty: {info['penalty']}",
     ]
+    if info.get("variance_priors"):
+        lines.append(f"  Priors: {info['variance_priors']}")
     if info.get("selected") is not None:
         chosen = ", ".join(info["selected"]) or "none"
         lines.append(f"Selected (p_include > 0.5): {len(info['selected'])} of {info['n_penalized']}: {chosen}")

@@ -62,10 +62,26 @@ def mc_lower_bound(problem: VBProblem, result: VBResult, draws: int, seed: int =
             for s in range(draws):
                 log_p[s] += stats.multivariate_normal(np.zeros(comp.k), sig[s]).logpdf(coefs[s]).sum()
         else:
-            rate = post.scale[0, 0]
-            s2 = stats.invgamma(a=post.shape, scale=rate).rvs(size=draws, random_state=rng)
-            log_q += stats.invgamma(a=post.shape, scale=rate).logpdf(s2)
-            log_p += stats.invgamma(a=comp.prior_a, scale=comp.prior_b).logpdf(s2)
+            s2, terms = scalar_component_terms(comp, post, draws, rng)
+            log_p += terms
             log_p += stats.norm(0, np.sqrt(s2)[:, None, None]).logpdf(coefs).sum(axis=(1, 2))
     values = log_p - log_q
     return float(values.mean()), float(values.std(ddof=1) / np.sqrt(draws))
+
+
+def scalar_component_terms(comp, post, draws: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Draws of ``sigma^2`` from ``q`` and ``log p(sigma^2 (, a)) - log q(sigma^2 (, a))`` per draw: the inverse
+    gamma prior, or the half-t through its auxiliary variable (``sigma^2 | a ~ IG(nu/2, nu/a)``,
+    ``a ~ IG(1/2, 1/s^2)``, ``q(a) = IG((nu+1)/2, aux_rate)``)."""
+    q_s2 = stats.invgamma(a=post.shape, scale=post.scale[0, 0])
+    s2 = q_s2.rvs(size=draws, random_state=rng)
+    terms = -q_s2.logpdf(s2)
+    if comp.prior_nu > 0:
+        nu, scale = comp.prior_nu, comp.prior_t_scale
+        q_a = stats.invgamma(a=(nu + 1) / 2, scale=post.aux_rate)
+        aux = q_a.rvs(size=draws, random_state=rng)
+        terms += stats.invgamma(a=0.5, scale=1 / scale**2).logpdf(aux) - q_a.logpdf(aux)
+        terms += stats.invgamma(a=nu / 2, scale=nu / aux).logpdf(s2)
+    else:
+        terms += stats.invgamma(a=comp.prior_a, scale=comp.prior_b).logpdf(s2)
+    return s2, terms

@@ -88,7 +88,7 @@ def test_sparse_path_mode_equals_the_schur_path(path, monkeypatch):
     data = simulate_grouped(n_groups=25, per_group=6, p=2, seed=3)
     data["h"] = [f"h{k}" for k in np.random.default_rng(0).integers(0, 12, len(data))]
     design = build_design(parse_formula("y ~ x1 + x2 + (1 | g) + (1 | h)"), data)
-    problems = schur_and_sparse(design, 1.0, True, path, monkeypatch)
+    problems = schur_and_sparse(design, 1.0, True, path, monkeypatch, priors=PriorSet.paper())
     schur, sparse = (fit_em(problems[name], max_iter=300) for name in ("schur", path))
     np.testing.assert_allclose(sparse.objective, schur.objective, rtol=1e-8)
     np.testing.assert_allclose(sparse.margin, schur.margin, atol=1e-6)

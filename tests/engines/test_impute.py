@@ -17,6 +17,7 @@ from bayesvm.formula.bars import parse_formula
 from bayesvm.formula.design import build_design
 from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
+from tests.engines.mc_bound import scalar_component_terms
 
 from .mc_bound import dense_covariance
 
@@ -79,10 +80,8 @@ def _mc_bound(problem, res, draws=4000, seed=3):
     log_p += stats.norm(0, 1 / np.sqrt(lam[fixed])).logpdf(td[:, fixed]).sum(axis=1)
     for comp, post in zip(base.components, res.components):
         coefs = tb[:, :, comp.index[0]] if comp.blocked else td[:, comp.index]
-        qd = stats.invgamma(a=post.shape, scale=post.scale[0, 0])
-        s2 = qd.rvs(size=draws, random_state=rng)
-        log_q += qd.logpdf(s2)
-        log_p += stats.invgamma(a=comp.prior_a, scale=comp.prior_b).logpdf(s2)
+        s2, terms = scalar_component_terms(comp, post, draws, rng)
+        log_p += terms
         log_p += stats.norm(0, np.sqrt(s2)[:, None, None]).logpdf(coefs).sum(axis=(1, 2))
     q_mu = stats.multivariate_normal(res.mu_mean, res.mu_cov)
     mu = q_mu.rvs(size=draws, random_state=rng).reshape(draws, V)

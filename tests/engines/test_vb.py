@@ -112,12 +112,14 @@ def assert_path(problem, path: str) -> None:
         assert (problem.elimination is None) == path.startswith("sparse-general")
 
 
-def schur_and_sparse(design, penalty, standardize: bool, path: str, monkeypatch) -> dict:
+def schur_and_sparse(design, penalty, standardize: bool, path: str, monkeypatch, priors=None) -> dict:
     """The same model on the Schur path and on the sparse path ``path`` (``sparse`` or ``sparse-general``)."""
     sparse_solver(monkeypatch, path)
     problems = {}
     for name, limit in (("schur", 2000), (path, 0)):
-        problems[name] = build_model(design, penalty, PriorSet(), standardize, max_dense_columns=limit).problem()
+        problems[name] = build_model(
+            design, penalty, PriorSet() if priors is None else priors, standardize, max_dense_columns=limit
+        ).problem()
         assert_path(problems[name], name)
     return problems
 

@@ -1,0 +1,71 @@
+"""The half-t prior's auxiliary form, and every engine's use of it, against exact answers."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+from scipy.special import digamma
+
+from bayesvm.engines import variance_prior
+from bayesvm.engines.vb import ComponentPosterior
+
+HALF_T = SimpleNamespace(prior_nu=3.0, prior_t_scale=2.5, prior_a=0.0, prior_b=0.0, n_levels=12)
+INV_GAMMA = SimpleNamespace(prior_nu=0.0, prior_t_scale=0.0, prior_a=0.01, prior_b=0.01, n_levels=12)
+
+
+def test_auxiliary_form_gives_the_half_t():
+    """Huang & Wand (2013), Result 5: sigma^2 | a ~ IG(nu/2, nu/a), a ~ IG(1/2, 1/s^2) => sigma ~ half-t(nu, s)."""
+    rng = np.random.default_rng(0)
+    a = stats.invgamma(0.5, scale=1 / 2.5**2).rvs(200_000, random_state=rng)
+    sigma = np.sqrt(stats.invgamma(1.5, scale=3.0 / a).rvs(random_state=rng))
+    half_t_cdf = lambda x: 2 * stats.t(3, scale=2.5).cdf(x) - 1  # noqa: E731
+    assert stats.kstest(sigma, half_t_cdf).pvalue > 0.01
+
+
+@pytest.mark.parametrize("comp", [HALF_T, INV_GAMMA], ids=["half-t", "inverse-gamma"])
+def test_log_density_is_a_normalised_density_of_the_variance(comp):
+    total, _ = integrate.quad(lambda v: np.exp(variance_prior.log_density(comp, v)), 0, np.inf, limit=200)
+    assert total == pytest.approx(1.0, rel=1e-6)
+
+
+def test_mode_is_the_conditional_mode():
+    for S in (0.3, 5.0, 80.0):
+        log_post = lambda v: -0.5 * HALF_T.n_levels * np.log(v) - S / (2 * v) + variance_prior.log_density(HALF_T, v)  # noqa: E731,B023
+        grid = np.exp(np.linspace(-8, 8, 200_001))
+        assert variance_prior.mode(HALF_T, S) == pytest.approx(grid[np.argmax(log_post(grid))], rel=1e-3)
+
+
+def test_gibbs_steps_sample_the_exact_conditional_of_the_variance():
+    """sigma^2 | u under the half-t (a integrated out), by quadrature, against the two-step Gibbs draws."""
+    rng = np.random.default_rng(1)
+    S, J = 6.0, HALF_T.n_levels
+    draws, aux = np.empty(40_000), None
+    for i in range(draws.size):
+        draws[i], aux = variance_prior.draw(HALF_T, S, rng, aux)
+    log_post = lambda v: -0.5 * J * np.log(v) - S / (2 * v) + variance_prior.log_density(HALF_T, v)  # noqa: E731
+    grid = np.exp(np.linspace(-6, 6, 40_001))
+    density = np.exp(log_post(grid) - log_post(grid).max()) * grid  # on log sigma^2
+    cdf = np.cumsum(density) / density.sum()
+    for p in (0.1, 0.5, 0.9):
+        assert np.quantile(draws, p) == pytest.approx(np.interp(p, cdf, grid), rel=0.03)
+
+
+def test_vb_update_is_the_coordinate_optimum_of_the_bound():
+    """Each of q(sigma^2) and q(a) maximises the bound given the other: perturbing either lowers it."""
+    second = 7.0
+    post = variance_prior.update(HALF_T, second, None, ComponentPosterior)
+    for _ in range(50):  # iterate to the fixed point of the two coordinate steps
+        post = variance_prior.update(HALF_T, second, post, ComponentPosterior)
+
+    def objective(p):
+        shape, rate = p.shape, p.scale[0, 0]
+        e_log, e_inv = np.log(rate) - digamma(shape), shape / rate
+        return -0.5 * HALF_T.n_levels * e_log - 0.5 * e_inv * second + variance_prior.bound(HALF_T, p)
+
+    best = objective(post)
+    for d_rate, d_aux in ((1.05, 1.0), (0.95, 1.0), (1.0, 1.05), (1.0, 0.95)):
+        moved = ComponentPosterior(post.shape, post.scale * d_rate, aux_rate=post.aux_rate * d_aux)
+        assert objective(moved) < best
