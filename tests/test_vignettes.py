@@ -116,3 +116,17 @@ def test_kernel_vignette_runs(tmp_path, monkeypatch, capsys):
     ours = short[short["method"] == "bayesvm RBF (learned)"].set_index("set")
     assert (ours["error"] < 0.35).all() and len(short) >= 6
     assert (tmp_path / "kernel_banana.png").stat().st_size > 1000
+
+
+def test_data_fight_back_vignette_runs(tmp_path, monkeypatch, capsys):
+    namespace = _run("data_fight_back.md", tmp_path, monkeypatch)
+    out = capsys.readouterr().out
+    # the findings the text reports, each naming its culprit
+    assert "quasi-complete separation: '(Intercept)', 'b'" in out and "penalty=None gives every fixed effect" in out
+    low, median, high = namespace["quantiles"]
+    assert 2.2 < low < 2.7 and 4.8 < median < 6.0 and 70 < high < 140  # exact: 2.37 / 5.27 / 101.6
+    assert "(1 | g): 200 levels on 200 rows" in out and "only 0 of 200 levels have both classes" in out
+    assert "525 of its 600 levels have a single row" in out
+    assert "'const' (constant (the intercept's alias)); 'x2' (2 x 'x1')" in out
+    assert namespace["dropped"].fixef.index.tolist() == ["(Intercept)", "x1", "x3"]
+    assert "holds numbers stored as text" in out and "too large to compute with" in out

@@ -34,9 +34,9 @@ def _ess(draws: np.ndarray) -> float:
     return float(az.ess(draws))
 
 
-def _gibbs(formula, data, penalty, seed=1, draws=4000, tune=500, chains=4):
+def _gibbs(formula, data, penalty, seed=1, draws=4000, tune=500, chains=4, priors=None):
     design = build_design(parse_formula(formula), data)
-    problem = build_model(design, penalty, PriorSet(), standardize=False).problem()
+    problem = build_model(design, penalty, PriorSet() if priors is None else priors, standardize=False).problem()
     return problem, sample_gibbs(problem, draws=draws, tune=tune, chains=chains, seed=seed, progress=False)
 
 
@@ -92,14 +92,23 @@ def _random_walk_metropolis(logp, x0, steps, scale, rng):
     return out
 
 
-def test_random_intercept_matches_independent_metropolis():
+@pytest.mark.parametrize("prior", ["half-t", "paper"])
+def test_random_intercept_matches_independent_metropolis(prior):
+    """Gibbs (with the half-t's auxiliary variable) against random-walk Metropolis on the marginal density, whose
+    variance prior is written here independently: scipy's half-t on sigma, or IG(0.01, 0.01) on sigma^2."""
     data = _small_data(n=40, seed=5)
-    problem, result = _gibbs("y ~ x + (1 | g)", data, penalty=None, draws=6000, tune=1000)
+    priors = PriorSet.paper() if prior == "paper" else PriorSet()
+    problem, result = _gibbs("y ~ x + (1 | g)", data, penalty=None, draws=6000, tune=1000, priors=priors)
     design = build_design(parse_formula("y ~ x + (1 | g)"), data)
     X, y = design.X, design.y
     (term,) = design.re_terms
     codes = term.codes
-    a, b = 0.01, 0.01  # IG(A, B) default prior
+
+    def log_variance_prior(t):  # log p(log sigma^2 = t)
+        if prior == "paper":
+            return stats.invgamma(0.01, scale=0.01).logpdf(np.exp(t)) + t
+        sigma = np.exp(t / 2)  # sigma ~ half-t(3, 2.5); d sigma / d t = sigma / 2
+        return np.log(2.0) + stats.t(3, scale=2.5).logpdf(sigma) + np.log(sigma / 2)
 
     def logp(v):  # v = (beta0, beta1, u_1..u_5, log sigma^2)
         beta, u, t = v[:2], v[2:7], v[7]
@@ -110,9 +119,7 @@ def test_random_intercept_matches_independent_metropolis():
             - 0.5 * 1e-8 * beta @ beta
             - 0.5 * u @ u / s2
             - 2.5 * t
-            - (a + 1.0) * t
-            - b / s2
-            + t  # Jacobian of sigma^2 = exp(t)
+            + log_variance_prior(t)
         )
 
     rng = np.random.default_rng(11)
