@@ -297,7 +297,7 @@ class IntegratedResult:
     lattice: np.ndarray = None  # (nodes, hyperparameters): z of each node
     hyperparameters: Hyperparameters = None
     failed_nodes: int = 0  # nodes where EP did not converge even with strong damping (the fit is not converged)
-    tails_ok: bool = True  # the lattice's edge carries negligible weight (False: the integral is truncated)
+    tails_ok: bool = True  # the mass beyond the lattice's edge is negligible (False: the integral is truncated)
 
     @property
     def variances(self) -> np.ndarray:
@@ -453,7 +453,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     for k in np.argsort(np.sum(lattice**2, axis=1), kind="stable"):  # outwards from the mode
         logp[k] = log_post(nodes[k])
     tails_ok = True
-    if design == "lattice":  # heavy tails: extend the lattice until its edge carries negligible weight
+    if design == "lattice":  # heavy tails: extend the lattice until the mass beyond its edge is negligible
         lattice, logp, tails_ok = _extend_lattice(lattice, logp, step, lambda z: log_post(phi_star + axes @ z))
         nodes = phi_star + lattice @ axes.T
         log_rule = np.zeros(lattice.shape[0])
@@ -497,8 +497,9 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
 #: is weak along a direction the data barely constrain (quasi-separation: every node above the mode failed
 #: at 0.7 and converged at 0.3 in 90-310 sweeps); stronger damping and more sweeps are tried in turn.
 EP_ATTEMPTS = ((0.7, 200), (0.3, 1000), (0.1, 4000))
-#: The lattice grows until its edge nodes weigh less than this fraction of the largest node ...
-EDGE_WEIGHT = 1e-4
+#: The lattice grows until the posterior mass beyond its edge, extrapolated from how fast the outer shells'
+#: masses fall, is below this fraction of the mass inside ...
+TAIL_MASS = 1e-3
 #: ... adding at most this many steps beyond the initial span on each side (each step one EP fit per node).
 MAX_EXTENSION_STEPS = 40
 
@@ -513,8 +514,8 @@ def accurate_failure(result: IntegratedResult) -> str:
         )
     if not result.tails_ok:
         parts.append(
-            f"the posterior of the variance parameters still carried weight at the lattice's edge after "
-            f"{MAX_EXTENSION_STEPS} extensions; its tail is cut off"
+            f"the posterior of the variance parameters still carried more than {TAIL_MASS:g} of its mass beyond the "
+            f"lattice's edge after {MAX_EXTENSION_STEPS} extensions; its tail is cut off"
         )
     return (
         "accurate VB did not converge: " + "; ".join(parts) + ". Its intervals are too narrow where the missing "
@@ -548,33 +549,47 @@ def _axes(log_post, phi_star: np.ndarray) -> np.ndarray:
 def _extend_lattice(
     lattice: np.ndarray, logp: np.ndarray, step: float, log_post_z
 ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Add shells of lattice nodes (same spacing) until the outermost carry under :data:`EDGE_WEIGHT`.
+    """Add shells of lattice nodes (same spacing) until the mass beyond the edge is negligible.
 
-    Returns the lattice, its log posteriors and whether the edge weight became negligible.
+    The mass beyond the edge is extrapolated geometrically from the two outermost shells: with ``m_1``
+    the outermost shell's mass and ``rho = m_1 / m_0`` its ratio to the shell inside, the tail holds about
+    ``m_1 rho / (1 - rho)``; the lattice grows while that exceeds :data:`TAIL_MASS` of the total (or
+    ``rho >= 1``).  A heavy tail (a weak penalty under quasi-separation, a variance near zero under a
+    half-t prior) is followed as far as it carries mass.  Returns the lattice, its log posteriors and
+    whether the tail became negligible.
     """
     d = lattice.shape[1]
-    radius = float(np.max(np.abs(lattice)))  # the lattice is a cube in z (clipped to a ball for d > 1)
     ball = d > 1
-    for _ in range(MAX_EXTENSION_STEPS):
-        top = float(np.max(logp[np.isfinite(logp)])) if np.any(np.isfinite(logp)) else 0.0
-        norms = np.max(np.abs(lattice), axis=1) if not ball else np.sqrt(np.sum(lattice**2, axis=1))
-        edge = norms >= (radius if not ball else np.max(norms)) - 1e-9
-        heavy = np.isfinite(logp[edge]) & (logp[edge] - top > np.log(EDGE_WEIGHT))
-        if not heavy.any():
+
+    def radii(points: np.ndarray) -> np.ndarray:
+        return np.sqrt(np.sum(points**2, axis=1)) if ball else np.abs(points[:, 0])
+
+    radius = float(np.max(radii(lattice)))
+    for _ in range(MAX_EXTENSION_STEPS + 1):
+        finite = np.isfinite(logp)
+        top = float(np.max(logp[finite])) if finite.any() else 0.0
+        weights = np.where(finite, np.exp(np.where(finite, logp, top) - top), 0.0)
+        r = radii(lattice)
+        outer = r > radius - step / 2
+        inner = (r > radius - 1.5 * step) & ~outer
+        m1, m0 = float(weights[outer].sum()), float(weights[inner].sum())
+        rho = m1 / m0 if m0 > 0 else np.inf
+        tail = m1 * rho / (1.0 - rho) if rho < 1 else np.inf
+        if m1 <= 1e-12 * weights.sum() or tail <= TAIL_MASS * weights.sum():
             return lattice, logp, True
+        if _ >= MAX_EXTENSION_STEPS:
+            break
         radius += step
         if ball:
             line = np.arange(-radius, radius + step / 2, step)
             grid = np.stack(np.meshgrid(*([line] * d), indexing="ij"), axis=-1).reshape(-1, d)
-            inner = np.max(np.sqrt(np.sum(lattice**2, axis=1)))
-            r = np.sqrt(np.sum(grid**2, axis=1))
-            new = grid[(r > inner + 1e-9) & (r <= inner + step + 1e-9)]
+            rg = radii(grid)
+            new = grid[(rg > radius - step / 2 - 1e-9) & (rg <= radius + step / 2 + 1e-9) & (rg > np.max(r) + 1e-9)]
         else:
             new = np.array([[-radius], [radius]])
-        if new.size == 0:
-            continue
-        values = np.array([log_post_z(z) for z in new])
-        lattice, logp = np.vstack([lattice, new]), np.concatenate([logp, values])
+        if new.size:
+            values = np.array([log_post_z(z) for z in new])
+            lattice, logp = np.vstack([lattice, new]), np.concatenate([logp, values])
     return lattice, logp, False
 
 
