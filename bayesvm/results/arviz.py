@@ -17,6 +17,9 @@ import warnings
 import numpy as np
 import xarray as xr
 
+from ..arguments import as_count
+from ..memory import check_memory
+
 
 def _import_arviz():
     with warnings.catch_warnings():
@@ -157,14 +160,30 @@ def _log_likelihood_dataset(fit, posterior: xr.Dataset) -> xr.Dataset:
     )
 
 
+def _check_export_memory(fit, draws: int, log_likelihood: bool) -> None:
+    """Refuse, before drawing, an export whose arrays would not fit in memory (the log-likelihood is rows x draws)."""
+    result = fit.result
+    stored = getattr(result, "theta_d", None)
+    total = int(np.prod(stored.shape[:2])) if stored is not None and stored.ndim == 3 else draws
+    design = fit.model.design
+    width = design.p + sum(term.n_levels * term.k for term in design.re_terms)
+    needed = 8.0 * total * (width + (design.n if log_likelihood else 0)) * 2
+    check_memory(
+        needed,
+        f"the ArviZ export ({total:,} draws of {width:,} coefficients"
+        + (f" and {design.n:,} rows' log-likelihood)" if log_likelihood else ")"),
+        "export fewer draws (draws=...), or leave out the log-likelihood (log_likelihood=False)",
+    )
+
+
 def fit_to_datasets(fit, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True) -> dict[str, xr.Dataset]:
     """The groups as plain ``xarray.Dataset`` objects.
 
     VB fits get ``draws`` draws from q; Gibbs fits use their stored draws (``draws`` ignored).
     """
-    if draws < 1:
-        raise ValueError(f"draws must be a positive integer, got {draws}")
+    draws = as_count(draws, "draws")
     design = fit.model.design
+    _check_export_memory(fit, draws, log_likelihood)
     observed = xr.Dataset(
         {design.response.name: (("obs",), design.y)},
         coords={"obs": np.asarray(design.row_index)},
