@@ -387,6 +387,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     hyper = Hyperparameters(problem.components)
     d = hyper.size
     cache: dict[tuple, EPState] = {}
+    schedule = [0]  # the damping that last worked: neighbouring nodes start there (EP_ATTEMPTS)
     solved: list[tuple[np.ndarray, EPState]] = []  # converged evaluations, for warm starts
 
     def log_post(phi) -> float:
@@ -398,7 +399,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
             # warm start from the nearest converged evaluation; from the mean-field sites if that fails
             warm = [min(solved, key=lambda s: np.sum((s[0] - phi) ** 2))[1]] if solved else []
             state = None
-            for start_state, damping, sweeps in _attempts(warm):
+            for start_state, damping, sweeps in _attempts(warm, schedule[0]):
                 tau, nu = (tau0, nu0) if start_state is None else (start_state.tau, start_state.nu)
                 try:
                     state = run_ep(problem, precisions, tau, nu, tol=EP_TOL, damping=damping, max_iter=sweeps)
@@ -407,6 +408,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
                 n_iter += state.n_iter
                 if state.converged:
                     solved.append((phi, state))
+                    schedule[0] = next(i for i, (d, _) in enumerate(EP_ATTEMPTS) if d == damping)
                     break
             else:  # EP did not converge here even with strong damping: reported (fit.converged is False)
                 state = EPState(None, tau0, nu0, -np.inf, 0, False) if state is None else state
@@ -523,9 +525,10 @@ def accurate_failure(result: IntegratedResult) -> str:
     )
 
 
-def _attempts(warm: list) -> list[tuple]:
-    """``(start, damping, sweeps)``: warm starts first, then the mean-field sites, each with the damping schedule."""
-    return [(start, damping, sweeps) for start in [*warm, None] for damping, sweeps in EP_ATTEMPTS]
+def _attempts(warm: list, first: int = 0) -> list[tuple]:
+    """``(start, damping, sweeps)``: warm starts first, then the mean-field sites, each with the damping schedule
+    from ``EP_ATTEMPTS[first]`` on (where the previous node needed strong damping, its neighbours start there)."""
+    return [(start, damping, sweeps) for start in [*warm, None] for damping, sweeps in EP_ATTEMPTS[first:]]
 
 
 def _axes(log_post, phi_star: np.ndarray) -> np.ndarray:
