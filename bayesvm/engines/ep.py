@@ -502,8 +502,11 @@ EP_ATTEMPTS = ((0.7, 200), (0.3, 1000), (0.1, 4000))
 #: The lattice grows until the posterior mass beyond its edge, extrapolated from how fast the outer shells'
 #: masses fall, is below this fraction of the mass inside ...
 TAIL_MASS = 1e-3
-#: ... adding at most this many steps beyond the initial span on each side (each step one EP fit per node).
+#: ... adding at most this many steps beyond the initial span on each side (each step one EP fit per node),
+#: and stopping before the lattice would exceed this many nodes (a shell of a 3-dimensional ball at 20 steps
+#: holds thousands): a tail that needs more is reported as cut off (``fit.converged`` False).
 MAX_EXTENSION_STEPS = 40
+MAX_LATTICE_NODES = 300
 
 
 def accurate_failure(result: IntegratedResult) -> str:
@@ -517,7 +520,8 @@ def accurate_failure(result: IntegratedResult) -> str:
     if not result.tails_ok:
         parts.append(
             f"the posterior of the variance parameters still carried more than {TAIL_MASS:g} of its mass beyond the "
-            f"lattice's edge after {MAX_EXTENSION_STEPS} extensions; its tail is cut off"
+            f"lattice's edge at its largest ({MAX_EXTENSION_STEPS} steps or {MAX_LATTICE_NODES} nodes); its tail is "
+            "cut off"
         )
     return (
         "accurate VB did not converge: " + "; ".join(parts) + ". Its intervals are too narrow where the missing "
@@ -590,6 +594,8 @@ def _extend_lattice(
             new = grid[(rg > radius - step / 2 - 1e-9) & (rg <= radius + step / 2 + 1e-9) & (rg > np.max(r) + 1e-9)]
         else:
             new = np.array([[-radius], [radius]])
+        if lattice.shape[0] + new.shape[0] > MAX_LATTICE_NODES:
+            break
         if new.size:
             values = np.array([log_post_z(z) for z in new])
             lattice, logp = np.vstack([lattice, new]), np.concatenate([logp, values])

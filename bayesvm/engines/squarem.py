@@ -76,7 +76,7 @@ def squarem_ascent(
         step = min(-1.0, -np.linalg.norm(r) / norm_v)
         try:
             trial = sweep(decode(x0 - 2.0 * step * r + step**2 * v, state))
-        except (np.linalg.LinAlgError, FloatingPointError, ValueError):
+        except (np.linalg.LinAlgError, FloatingPointError, ValueError, ZeroDivisionError):
             trial = None
         out.n_sweeps += 1
         if trial is not None and np.isfinite(trial.bound) and trial.bound >= second.bound:

@@ -33,6 +33,7 @@ import numpy as np
 from scipy.special import digamma, gammaln
 
 LOG_PI = float(np.log(np.pi))
+TINY = float(np.finfo(float).tiny)
 
 
 def is_half_t(comp) -> bool:
@@ -55,8 +56,8 @@ def update(comp, second: float, previous, posterior_type):
         return posterior_type(shape=comp.prior_a + J / 2.0, scale=np.array([[comp.prior_b + 0.5 * second]]))
     nu, s = comp.prior_nu, comp.prior_t_scale
     aux_rate = previous.aux_rate if previous is not None and previous.aux_rate is not None else nu + s**-2
-    e_inv_a = 0.5 * (nu + 1.0) / aux_rate
-    shape, rate = 0.5 * (nu + J), nu * e_inv_a + 0.5 * second
+    e_inv_a = 0.5 * (nu + 1.0) / max(aux_rate, TINY)  # (an extrapolated state may underflow)
+    shape, rate = 0.5 * (nu + J), max(nu * e_inv_a + 0.5 * second, TINY)
     return posterior_type(shape=shape, scale=np.array([[rate]]), aux_rate=nu * shape / rate + s**-2)
 
 

@@ -216,7 +216,7 @@ def test_design_errors_are_value_errors():
 
 
 def test_an_export_that_would_not_fit_in_memory_is_refused_before_drawing(fit):
-    with pytest.raises(BayesvmError, match=r"ArviZ export \(10,000,000 draws.*GiB.*draws="):
-        fit.to_inference_data(draws=10**7)
+    with pytest.raises(BayesvmError, match=r"ArviZ export \(1,000,000,000 draws.*GiB.*draws="):
+        fit.to_inference_data(draws=10**9)
     with pytest.raises(BayesvmError, match="draws must be"):
         fit.to_inference_data(draws=True)

@@ -104,11 +104,18 @@ def test_random_intercept_matches_independent_metropolis(prior):
     (term,) = design.re_terms
     codes = term.codes
 
-    def log_variance_prior(t):  # log p(log sigma^2 = t)
-        if prior == "paper":
-            return stats.invgamma(0.01, scale=0.01).logpdf(np.exp(t)) + t
-        sigma = np.exp(t / 2)  # sigma ~ half-t(3, 2.5); d sigma / d t = sigma / 2
-        return np.log(2.0) + stats.t(3, scale=2.5).logpdf(sigma) + np.log(sigma / 2)
+    def log_variance_prior(t):  # log p(log sigma^2 = t), up to a constant (checked against scipy below)
+        if prior == "paper":  # sigma^2 ~ IG(0.01, 0.01), times the Jacobian e^t
+            return -1.01 * t - 0.01 * np.exp(-t) + t
+        # sigma ~ half-t(3, 2.5): density (1 + sigma^2 / (3 * 2.5^2))^-2, times d sigma / d t = sigma / 2
+        return -2.0 * np.log1p(np.exp(t) / (3 * 2.5**2)) + t / 2
+
+    reference = (
+        stats.invgamma(0.01, scale=0.01).logpdf(np.exp([0.3, 2.0])) + np.array([0.3, 2.0])
+        if prior == "paper"
+        else stats.t(3, scale=2.5).logpdf(np.exp(np.array([0.3, 2.0]) / 2)) + np.array([0.3, 2.0]) / 2
+    )
+    assert np.diff([log_variance_prior(0.3), log_variance_prior(2.0)]) == pytest.approx(np.diff(reference))
 
     def logp(v):  # v = (beta0, beta1, u_1..u_5, log sigma^2)
         beta, u, t = v[:2], v[2:7], v[7]
