@@ -446,7 +446,7 @@ def _fit_kernel(formula, data, *, method, positive, missing, standardize, tol, m
         raise BayesvmError("learn_inducing=True needs method='vb' with inducing points (not 'all')")
     tol, max_iter = _iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=1000)
     parsed = parse_formula(formula)
-    design = build_design(parsed, data, positive=positive, missing=missing)
+    design = build_design(parsed, data, positive=positive, missing=missing, rank="keep")
     model = build_kernel_model(design, kernel, standardize, inducing, inducing_method, seed)
     problem = model.problem()
     if method == "svi":

@@ -157,7 +157,7 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
     used = list(dict.fromkeys([parsed.response, *_required_variables(parsed.fixed, head, "data")]))
     missing_cols = [c for c in used if c not in ddf.columns]
     if missing_cols:
-        build_design(parsed, head, positive=positive, missing="drop")  # raises FormulaError naming the column
+        build_design(parsed, head, positive=positive, missing="drop", rank="keep")  # raises naming the column
     for name in used:
         dtype = ddf.dtypes[name]
         if isinstance(dtype, pd.CategoricalDtype):
@@ -188,7 +188,7 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
     proto[response] = np.resize(levels.to_numpy(), len(proto))
     if isinstance(head[response].dtype, pd.CategoricalDtype):
         proto[response] = pd.Categorical(proto[response], categories=head[response].dtype.categories)
-    prototype = build_design(parsed, proto, positive=positive, missing="error")
+    prototype = build_design(parsed, proto, positive=positive, missing="error", rank="keep")
     prototype = replace(prototype, response=coding)
     summaries = dask.compute(
         *[dask.delayed(_partition_summary)(part, prototype, used, missing) for part in ddf.to_delayed()]

@@ -395,7 +395,9 @@ def build_design(
     """Build the design for a fit; never modifies ``data``.
 
     Aliased fixed-effect columns (:mod:`bayesvm.checks.rank`) are dropped and recorded in
-    ``Design.aliased``, or refused when ``rank="stop"``.
+    ``Design.aliased`` (``rank="warn"`` or ``"ignore"``; the checks report them), refused when ``rank="stop"``,
+    or kept when ``rank="keep"`` (kernel inputs, where a column has no coefficient of its own, and out-of-core
+    prototypes, whose few rows could alias columns the full data separate).
 
     Raises
     ------
