@@ -450,9 +450,10 @@ def build_design(
             f"predictor: write '{parsed.response} ~ 1' (plus any random-effect terms) for an intercept-only model"
         )
     _check_finite(X, x_names)
-    aliased = tuple(_one_level_factors(frame, fixed_vars, x_names, parsed.response)) + tuple(
-        aliased_columns(X, x_names)
-    )
+    aliased: tuple[Aliased, ...] = ()
+    if rank != "keep":
+        one_level = _one_level_factors(frame, fixed_vars, x_names, parsed.response)
+        aliased = (*one_level, *aliased_columns(X, x_names))
     keep = None
     if aliased:
         if rank == "stop":
