@@ -78,3 +78,10 @@ def test_one_level_factor_is_named(data):
     messages = " ".join(str(w.message) for w in caught if issubclass(w.category, IdentifiabilityWarning))
     assert "'f'" in messages
     assert all("f" not in name for name in fit.fixef.index)
+
+
+def test_kernel_inputs_keep_every_column(data):
+    from bayesvm.kernels import RBF
+
+    fit = bayesvm.bsvm("y ~ x1 + x2", data, kernel=RBF(), inducing=10)
+    assert fit.model.design.aliased == () and "x2" in fit.model.design.x_names
