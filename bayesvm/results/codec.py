@@ -379,7 +379,7 @@ class Decoder:
         if not isinstance(state, dict):
             raise StorageError(f"bad state for {node['cls']}")
         for name, value in state.items():
-            if not isinstance(name, str) or not name.isidentifier():
+            if not isinstance(name, str) or not name.isidentifier() or (name.startswith("__") and name.endswith("__")):
                 raise StorageError(f"bad attribute name {name!r} for {node['cls']}")
             object.__setattr__(obj, name, self.decode(value))
         for klass, check in self._validators.items():

@@ -168,6 +168,15 @@ def test_classes_outside_bayesvm_and_formulaic_are_refused(em_file, tmp_path, cl
         bayesvm.load(_rewrite(em_file[1], tmp_path / "evil.bsvm", _edit_graph(change)))
 
 
+def test_special_attribute_names_are_refused(em_file, tmp_path):
+    def change(graph):
+        graph["state"]["__class__"] = graph["state"]["method"]
+        return graph
+
+    with pytest.raises(ValueError, match="bad attribute name '__class__'"):
+        bayesvm.load(_rewrite(em_file[1], tmp_path / "evil.bsvm", _edit_graph(change)))
+
+
 def test_a_formula_term_smuggled_into_a_file_is_refused(em_file, tmp_path):
     marker = tmp_path / "written"
 
