@@ -118,35 +118,30 @@ def random_effect_separation(X: np.ndarray, x_names, design, fixed_isolated: np.
         isolated &= ~fixed_isolated
     if not isolated.any():
         return []
-    findings = []
-    for group in dict.fromkeys(t.group for t in design.re_terms):
+    # the grouping factors whose effects the separating direction uses (all of them if it names none)
+    used = {name.split("|", 1)[1].split("[", 1)[0] for name in result.columns if "|" in name}
+    groups = [g for g in dict.fromkeys(t.group for t in design.re_terms) if not used or g in used]
+    share = isolated.mean()
+    parts, weak = [], result.kind == "complete" or share >= ISOLATED_SHARE
+    for group in groups:
         term = next(t for t in design.re_terms if t.group == group)
-        J = term.n_levels
-        codes = term.codes
-        rows_per_level = np.bincount(codes, minlength=J)
-        isolated_per_level = np.bincount(codes, weights=isolated.astype(float), minlength=J)
+        rows_per_level = np.bincount(term.codes, minlength=term.n_levels)
+        isolated_per_level = np.bincount(term.codes, weights=isolated.astype(float), minlength=term.n_levels)
         informative = int((isolated_per_level < rows_per_level).sum())
-        share = isolated.mean()
-        classes = _class_counts(design, isolated)
-        text = (
-            f"the random effects of {group!r} alone separate the classes for {int(isolated.sum()):,} of {n:,} rows "
-            f"({classes}; levels whose rows are all one class); only {informative:,} of {J:,} levels have both "
-            "classes and inform the variance"
+        weak |= informative < MIN_INFORMATIVE_LEVELS
+        parts.append(f"{informative:,} of {term.n_levels:,} levels" + (f" of {group!r}" if len(groups) > 1 else ""))
+    names = " and ".join(repr(g) for g in groups)
+    text = (
+        f"the random effects of {names} alone separate the classes for {int(isolated.sum()):,} of {n:,} rows "
+        f"({_class_counts(design, isolated)}; levels whose rows are all one class); only {', '.join(parts)} have "
+        "both classes and inform the variance"
+    )
+    if weak:
+        text += (
+            ", so the variance (and with it every coefficient's scale) is determined by its prior: check with "
+            "method='gibbs' and compare without the term"
         )
-        if result.kind == "complete" or share >= ISOLATED_SHARE or informative < MIN_INFORMATIVE_LEVELS:
-            findings.append(
-                Finding(
-                    "re_separation",
-                    "warn",
-                    text
-                    + ", so the variance (and with it every coefficient's scale) is determined by its prior: check with method='gibbs' and compare without the term",
-                    (group,),
-                )
-            )
-        else:
-            findings.append(Finding("re_separation", "note", text, (group,)))
-        break  # one finding: the isolated rows are shared by every term
-    return findings
+    return [Finding("re_separation", "warn" if weak else "note", text, tuple(groups))]
 
 
 def _class_counts(design, mask: np.ndarray) -> str:

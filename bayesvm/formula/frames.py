@@ -78,10 +78,8 @@ def plain_columns(frame: pd.DataFrame, columns: list[str], labels: tuple[str, ..
 
 def _plain(column: pd.Series, as_label: bool = False) -> pd.Series:
     dtype = column.dtype
-    if isinstance(dtype, np.dtype) or isinstance(dtype, pd.CategoricalDtype):
-        return column.copy()
-    if isinstance(dtype, pd.DatetimeTZDtype):
-        return column.copy()
+    if isinstance(dtype, (np.dtype, pd.CategoricalDtype, pd.DatetimeTZDtype)):
+        return column.copy()  # plain already (time zones are refused by check_column_kinds)
     kind = getattr(dtype, "kind", "O")
     missing = column.isna().to_numpy()
     if kind in "iuf":
