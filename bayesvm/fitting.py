@@ -10,6 +10,7 @@ import pandas as pd
 
 from .arguments import as_count, as_flag, as_seed
 from .checks import Checks, Diagnostics, check_identifiability, singular_findings
+from .crossfit import record_call
 from .engines.em import fit_em
 from .engines.ep import AccurateFitError, accurate_failure, fit_accurate
 from .engines.gibbs import sample_gibbs
@@ -167,9 +168,10 @@ def bsvm(
         where the exact fit costs a dense factorisation per sweep (``(levels)^3``).  32 is a good start;
         the probes' random numbers come from ``seed`` (0 when ``seed`` is None), so a fit is reproducible.
     """
+    options = dict(locals())  # the call as given, for cross-fitting (bayesvm.crossfit)
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
-    seed = as_seed(seed)
+    seed = options["seed"] = as_seed(seed)
     standardize, progress = as_flag(standardize, "standardize"), as_flag(progress, "progress")
     draws, chains, thin, cores = (
         as_count(v, k) for k, v in (("draws", draws), ("chains", chains), ("thin", thin), ("cores", cores))
@@ -191,21 +193,21 @@ def bsvm(
     if tol is None and kernel is None:
         tol = {"em": 1e-10, "svi": 1e-4}.get(method, 1e-8)
     if is_dask_frame(data):
-        return _fit_streamed(
+        return _recorded(options, _fit_streamed(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
             penalty=penalty, priors=priors, tol=tol, max_iter=max_iter, seed=seed, batch_size=batch_size,
             learning_rate=learning_rate, prior=prior, vb=vb, kernel=kernel, inducing=inducing,
             inducing_method=inducing_method,
-        )  # fmt: skip
+        ))  # fmt: skip
     if kernel is None:
         _check_iterations(max_iter, tol)
     else:
-        return _fit_kernel(
+        return _recorded(options, _fit_kernel(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
             tol=tol, max_iter=max_iter, seed=seed, kernel=kernel, inducing=inducing,
             inducing_method=inducing_method, learn_inducing=learn_inducing, batch_size=batch_size,
             learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb,
-        )  # fmt: skip
+        ))  # fmt: skip
     # posterior modes need a boundary-avoiding variance prior (as blme uses): the default half-t has positive density
     # at sigma = 0, where the joint mode of the random effects and their variance collapses
     priors = (PriorSet.paper() if method == "em" else PriorSet()) if priors is None else priors
@@ -227,6 +229,12 @@ def bsvm(
         Diagnostics(tuple(singular)).enforce()
         diagnostics = diagnostics.with_findings(singular)
     fit.diagnostics = diagnostics
+    return _recorded(options, fit)
+
+
+def _recorded(options: dict, fit):
+    """``fit`` with the record of its call (:class:`bayesvm.crossfit.FitCall`) for cross-fitting."""
+    fit.call = record_call("bsvm", options["formula"], options["data"], options, fit.model.design.row_index)
     return fit
 
 

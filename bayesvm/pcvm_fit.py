@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 from .arguments import as_count, as_flag, as_level, as_seed
+from .crossfit import record_call
 from .engines.kernel_vb import ROW_CHUNK, KernelProblem
 from .engines.pcvm import BIAS_PRECISION, fit_pcvm_ep, fit_pcvm_laplace
 from .engines.pcvm_em import fit_pcvm_em
@@ -62,9 +64,14 @@ class PCVMResult:
 
 @dataclass(eq=False)
 class PCVMFit(KernelFit):
-    """A fitted PCVM: ``predict(kind="prob")`` is ``Psi(m / sqrt(1 + v))`` for ``f ~ N(m, v)`` (the probit model)."""
+    """A fitted PCVM.  ``predict(kind="pseudo")`` is the model's own ``Psi(m / sqrt(1 + v))`` for
+    ``f ~ N(m, v)`` (the probit likelihood averaged over the posterior); ``kind="prob"`` is calibrated as for
+    every fit (:mod:`bayesvm.results.calibration`)."""
 
     result: PCVMResult
+
+    def _pseudo(self, mean, var, law, rows, extra) -> np.ndarray:
+        return norm.cdf(mean / np.sqrt(1.0 + var))
 
     @property
     def relevance_vectors(self) -> pd.DataFrame:
@@ -171,6 +178,7 @@ def pcvm(
         ``"em"`` only: seed of the random start ``w_j ~ U(0.2, 1.2)`` (EM's answer depends on its start; the
         other methods are deterministic).
     """
+    options = dict(locals())  # the call as given, for cross-fitting (bayesvm.crossfit)
     if method not in PCVM_METHODS:
         raise BayesvmError(f"method must be one of {PCVM_METHODS}, got {method!r}")
     max_iter = (5000 if method == "em" else 2000) if max_iter is None else as_count(max_iter, "max_iter")
@@ -196,4 +204,7 @@ def pcvm(
         converged=selected.converged, elapsed=time.perf_counter() - start,
     )  # fmt: skip
     name = getattr(data, "attrs", {}).get("name") or f"{len(data)} rows"
-    return PCVMFit(model=model, problem=problem, method=method, result=result, data_name=name)
+    fit = PCVMFit(model=model, problem=problem, method=method, result=result, data_name=name)
+    options["seed"] = seed
+    fit.call = record_call("pcvm", formula, data, options, design.row_index)
+    return fit

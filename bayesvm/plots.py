@@ -96,3 +96,34 @@ def plot_inclusion(fit, ax=None, labels: bool = True):
         ax.set_xticklabels(table.index, rotation=90, fontsize=7)
     ax.set_title(f"{type(fit.model.prior).__name__} ({fit.method}): shading = P(slope > 0 | included)")
     return ax
+
+
+def plot_calibration(fit, newdata=None, bins: int = 10, ax=None):
+    """Reliability diagram: observed fraction positive against mean predicted probability per bin.
+
+    ``fit`` is a fit (its :meth:`~bayesvm.results.fit.BSVMFit.calibration` on ``newdata``, or the
+    cross-validated training predictions when ``newdata`` is None) or a ready
+    :class:`~bayesvm.results.calibration.CalibrationReport`.  Each point is labelled with its row count;
+    the diagonal is perfect calibration; the title gives the log loss, Brier score and ECE.
+    """
+    from .results.calibration import CalibrationReport
+
+    report = fit if isinstance(fit, CalibrationReport) else fit.calibration(newdata, bins=bins)
+    table = report.reliability
+    ax = _axes(ax)
+    ax.plot([0.0, 1.0], [0.0, 1.0], color="grey", lw=0.8, ls="--", label="perfect calibration")
+    ax.plot(table["mean_predicted"], table["observed"], "o-", color="C0", label="bayesvm (calibrated)")
+    for x, y, count in zip(table["mean_predicted"], table["observed"], table["count"]):
+        ax.annotate(f"{int(count)}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=8, color="C0")
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_xlabel("mean predicted probability (bin)")
+    ax.set_ylabel("observed fraction positive")
+    scores = report.metrics.loc["prob"]
+    ax.set_title(
+        f"Calibration, {report.source}: log loss {scores['log_loss']:.3f}, Brier {scores['brier']:.3f}, "
+        f"ECE {scores['ece']:.3f} (labels: rows per bin)",
+        fontsize=9,
+    )
+    ax.legend(loc="upper left", fontsize=8)
+    return ax

@@ -165,8 +165,8 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         shape (n,) for two classes, (n, n_classes) otherwise (one-vs-rest).
 
         Consistent with ``predict`` and ``predict_proba`` by construction (positive exactly where
-        ``P > 0.5``; the same ranking).  The posterior mean of the linear predictor ``f``, whose sign
-        can differ from the class when ``f`` is uncertain, is ``fit.predict(frame, kind="link")``.
+        ``P > 0.5``; the same ranking).  The posterior mean of the linear predictor ``f`` (the same sign,
+        a different ranking when the posterior variance of ``f`` varies) is ``fit.predict(frame, kind="link")``.
         """
         frame = self._check(X)
         positive = np.column_stack([fit.predict(frame, kind="prob") for fit in self._fits()])
@@ -183,11 +183,16 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         return positive / positive.sum(axis=1, keepdims=True)
 
     def predict(self, X) -> np.ndarray:
-        """The class with the largest ``predict_proba`` (for two classes: ``P(classes_[1]) > 0.5``)."""
-        proba = self.predict_proba(X)
-        if proba.shape[1] == 2:
-            return self.classes_[(proba[:, 1] > 0.5).astype(int)]
-        return self.classes_[np.argmax(proba, axis=1)]
+        """The class with the largest ``predict_proba``.
+
+        For two classes that is ``P(classes_[1]) > 0.5``, i.e. the sign of the posterior mean of ``f``
+        (:mod:`bayesvm.results.calibration`), computed without the probabilities (no calibration needed).
+        """
+        frame = self._check(X)
+        fits = self._fits()
+        if len(fits) == 1:
+            return self.classes_[(fits[0].predict(frame, kind="link") > 0).astype(int)]
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 
 class PCVMClassifier(BayesianSVC):

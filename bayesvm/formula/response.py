@@ -26,6 +26,26 @@ class ResponseCoding:
         """Map the original values to a float array of -1.0 / +1.0."""
         return np.where(values.to_numpy() == self.positive, 1.0, -1.0)
 
+    def encode_new(self, frame: pd.DataFrame) -> np.ndarray:
+        """-1.0 / +1.0 for the response column of new rows (held-out data for calibration).
+
+        Raises
+        ------
+        DataError
+            When the column is absent, missing in some rows or holds a value that is neither class.
+        """
+        if self.name not in frame.columns:
+            raise DataError(f"newdata has no response column {self.name!r}: it is needed to score probabilities")
+        values = frame[self.name]
+        known = values.isin([self.negative, self.positive]).to_numpy()
+        if not known.all():
+            rows = frame.index[~known][:3].tolist()
+            raise DataError(
+                f"response column {self.name!r} of newdata has values other than {self.negative!r} and "
+                f"{self.positive!r} (or missing values) in {int((~known).sum())} row(s), e.g. rows {rows}"
+            )
+        return self.encode(values)
+
     def decode(self, signs: np.ndarray) -> np.ndarray:
         """Map +1 / -1 (or booleans "is positive") back to the original values."""
         positive = np.asarray(signs) > 0

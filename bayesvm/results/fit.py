@@ -23,7 +23,8 @@ from ..model import LinearModel
 from ..priors import Lasso
 from .posterior import posterior_view
 
-PREDICT_KINDS = ("class", "prob", "link")
+PREDICT_KINDS = ("class", "prob", "pseudo", "link")
+NEW_LEVELS = ("integrate", "zero")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ class BSVMFit:
     def __post_init__(self) -> None:
         self.posterior = posterior_view(self.result)
         self._vb_check = None
+        #: the probability map, learned on first use (:meth:`calibrate`)
+        self._calibration = None
+        #: how the fit was made (:class:`bayesvm.crossfit.FitCall`), set by ``bsvm()`` / ``pcvm()``
+        self.call = None
         #: why the default ``vb=None`` chose mean-field VB for this fit (``None`` otherwise)
         self.vb_note: str | None = None
         #: findings of the identifiability checks run before the engine (:mod:`bayesvm.checks`)
@@ -214,6 +219,12 @@ class BSVMFit:
             )
         return table.index[table["p_include"] > 0.5].tolist()
 
+    def plot_calibration(self, newdata: pd.DataFrame | None = None, bins: int = 10, ax=None):
+        """Reliability diagram of the calibrated probabilities (:func:`bayesvm.plots.plot_calibration`)."""
+        from ..plots import plot_calibration
+
+        return plot_calibration(self, newdata=newdata, bins=bins, ax=ax)
+
     def plot_inclusion(self, ax=None, **kwargs):
         """Bar chart of inclusion probabilities shaded by ``P(slope > 0)`` (see :func:`bayesvm.plots.plot_inclusion`)."""
         from ..plots import plot_inclusion
@@ -302,9 +313,11 @@ class BSVMFit:
         return None
 
     # ----- prediction ----------------------------------------------------------------
-    def _rows(self, newdata: pd.DataFrame | None, include_random: bool) -> tuple[tuple, np.ndarray | None]:
-        """``((D, codes, values), extra)``: ``extra`` is the variance a missing predictor adds to ``f``
-        (``missing="impute"`` fits, rows with missing values; ``None`` otherwise)."""
+    def _rows(self, newdata: pd.DataFrame | None, include_random: bool) -> tuple[tuple, np.ndarray | None, tuple]:
+        """``((D, codes, values), extra, new)``: ``extra`` is the variance a missing predictor adds to ``f``
+        (``missing="impute"`` fits, rows with missing values; ``None`` otherwise); ``new`` is ``(unseen, z)``,
+        per random-effect term the rows whose level the fit never saw and the rows' values of the term
+        (empty for the training rows)."""
         model = self.model
         extra = None
         if newdata is None and model.design.X.shape[0] != model.design.n:
@@ -324,19 +337,10 @@ class BSVMFit:
                     z_sd = imputation_moments(self)[1]
                     z_cov = z_sd[:, :, None] * np.eye(z_sd.shape[1]) * z_sd[:, None, :]
                 extra = self._imputation_variance(z_cov)
+            new_levels: tuple = ((), ())
         else:
             new = model.design.rematerialize(newdata, include_random=include_random)
-            unseen = np.zeros(len(new.X), dtype=bool)
-            if include_random:
-                for codes in new.codes:
-                    unseen |= codes < 0
-                if unseen.any():
-                    warnings.warn(
-                        f"{int(unseen.sum())} row(s) of newdata have a group level the fit never saw; "
-                        "their random effects for those levels are set to 0 (population level)",
-                        UserWarning,
-                        stacklevel=3,
-                    )
+            new_levels = (tuple(codes < 0 for codes in new.codes), tuple(new.values)) if include_random else ((), ())
             D, blocked = model.new_inputs(new)
             if new.imputation_values is not None and np.isnan(new.imputation_values).any():
                 from .imputation import conditional_imputation
@@ -348,7 +352,7 @@ class BSVMFit:
                 extra = self._imputation_variance(cov)
         codes = None if blocked is None else blocked.codes
         values = None if blocked is None else blocked.values
-        return (D, codes, values), extra
+        return (D, codes, values), extra, new_levels
 
     def _imputation_variance(self, z_cov: np.ndarray) -> np.ndarray:
         """``tr(E[b b'] Cov(z_i))`` per row: the variance of ``f`` from the unknown predictors, ``b = gamma o theta_K``."""
@@ -359,8 +363,55 @@ class BSVMFit:
         second = np.outer(gamma, gamma) * (cov + np.outer(mean, mean))
         return np.einsum("jk,ijk->i", second, z_cov)
 
+    def _new_level_law(self, new_levels: tuple):
+        """Quadrature of the variance the new levels' random effects add (:mod:`bayesvm.results.new_levels`)."""
+        unseen, z = new_levels
+        if not unseen or not any(mask.any() for mask in unseen):
+            return None
+        from .new_levels import new_level_variance
+
+        component_of = {comp.source: c for c, comp in enumerate(self.problem.components) if comp.source >= 0}
+        laws = [self.posterior.component_law(component_of[t]) if mask.any() else None for t, mask in enumerate(unseen)]
+        return new_level_variance(laws, list(unseen), list(z))
+
+    def _predictive(self, newdata, include_random: bool, new_levels: str):
+        """Posterior ``(mean, var)`` of ``f`` (imputation variance included), the new-level law and the rows."""
+        if new_levels not in NEW_LEVELS:
+            raise BayesvmError(f"new_levels must be one of {NEW_LEVELS}, got {new_levels!r}")
+        rows, extra, new = self._rows(newdata, include_random)
+        mean, var = self.posterior.link(*rows)
+        if extra is not None:
+            var = var + extra
+        law = self._new_level_law(new) if new_levels == "integrate" else None
+        return mean, var, law, rows, extra
+
+    def link_moments(self, newdata: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Posterior mean and variance of ``f`` for new rows, and ``E[s]``, the variance that random effects of
+        group levels the fit never saw add (0 for seen levels); used by cross-fitting."""
+        from .new_levels import expected_new_variance
+
+        mean, var, law, _, _ = self._predictive(newdata, True, "integrate")
+        return mean, var, expected_new_variance(law, mean.size)
+
+    def _pseudo(self, mean, var, law, rows, extra) -> np.ndarray:
+        """The normalised pseudo-likelihood averaged over the posterior of ``f`` (``kind="pseudo"``)."""
+        from .prediction import gaussian_average_probability
+
+        if law is not None:
+            values, weights = law
+            return np.clip(
+                sum(w * gaussian_average_probability(mean, var + values[:, j]) for j, w in enumerate(weights)), 0.0, 1.0
+            )
+        if extra is not None and np.any(extra > 0):  # f integrates the missing predictors: Gaussian in f
+            return gaussian_average_probability(mean, var)
+        return self.posterior.probability(*rows)
+
     def predict(
-        self, newdata: pd.DataFrame | None = None, kind: str = "class", include_random: bool = True
+        self,
+        newdata: pd.DataFrame | None = None,
+        kind: str = "class",
+        include_random: bool = True,
+        new_levels: str = "integrate",
     ) -> np.ndarray:
         """Predict new (or the training) rows.
 
@@ -369,41 +420,152 @@ class BSVMFit:
         newdata
             Rows to predict; ``None`` for the training rows.
         kind
-            ``"class"``: the response's own class labels; ``"prob"``: posterior predictive
-            ``P(y = positive)``, the normalised pseudo-likelihood averaged over the posterior
-            of ``f`` (VB: Gaussian quadrature over ``q(f)``; Gibbs: mean over the draws; see
-            :mod:`bayesvm.results.prediction`); ``"link"``: posterior mean of ``f``.
-            Always ``class == (prob > 0.5)``.
+            ``"class"``: the response's own class labels, the sign of the posterior mean of ``f``;
+            ``"prob"``: the calibrated posterior predictive ``P(y = positive)``
+            (:mod:`bayesvm.results.calibration`: a probit map on ``f`` learned by 5-fold cross-fitting the
+            first time it is needed, see :meth:`calibrate`); ``"pseudo"``: the raw normalised
+            pseudo-likelihood ``expit(2 (1 + f)_+ - 2 (1 - f)_+)`` averaged over the posterior of ``f``
+            (:mod:`bayesvm.results.prediction`; steep and overconfident, kept for comparison);
+            ``"link"``: posterior mean of ``f``.  Always ``class == (prob > 0.5)``.
         include_random
             False predicts at population level (all random effects 0).
+        new_levels
+            For a group level the fit never saw: ``"integrate"`` (default) integrates its random effect over
+            the fitted distribution of the term (``u ~ N(0, Sigma)``, ``Sigma`` over its posterior; bambi's
+            ``sample_new_groups``): the probability for a new patient.  ``"zero"`` sets it to 0: the
+            probability for a typical patient (lme4's ``allow.new.levels`` prediction).  Classes and
+            ``"link"`` are the same under both (the random effect has mean 0).
         """
         if kind not in PREDICT_KINDS:
             raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
-        rows, extra = self._rows(newdata, include_random)
+        mean, var, law, rows, extra = self._predictive(newdata, include_random, new_levels)
         if kind == "link":
-            return self.posterior.link(*rows)[0]
-        if extra is not None and np.any(extra > 0):  # f integrates the missing predictors: Gaussian in f
-            from .prediction import gaussian_average_probability
+            return mean
+        if kind == "pseudo":
+            return self._pseudo(mean, var, law, rows, extra)
+        if kind == "class":
+            return self.model.design.response.decode(np.where(mean > 0, 1.0, -1.0))
+        from .calibration import calibrated_probability
 
-            mean, var = self.posterior.link(*rows)
-            prob = gaussian_average_probability(mean, var + extra)
-        else:
-            prob = self.posterior.probability(*rows)
-        if kind == "prob":
-            return prob
-        return self.model.design.response.decode(np.where(prob > 0.5, 1.0, -1.0))
+        return calibrated_probability(self.calibration_map(), mean, var, law)
 
     def predict_interval(
-        self, newdata: pd.DataFrame | None = None, level: float = 0.95, include_random: bool = True
+        self,
+        newdata: pd.DataFrame | None = None,
+        level: float = 0.95,
+        include_random: bool = True,
+        new_levels: str = "integrate",
     ) -> pd.DataFrame:
-        """Posterior mean, SD and central credible interval of the linear predictor ``f``."""
+        """Posterior mean, SD and central credible interval of the linear predictor ``f`` (for a new group
+        level with ``new_levels="integrate"``, the SD includes ``E[z' Sigma z]`` and the interval is normal)."""
         from scipy.stats import norm
 
-        rows, extra = self._rows(newdata, include_random)
-        mean, var = self.posterior.link(*rows)
-        sd = np.sqrt(var if extra is None else var + extra)
+        from .new_levels import expected_new_variance
+
+        mean, var, law, _, _ = self._predictive(newdata, include_random, new_levels)
+        sd = np.sqrt(var + expected_new_variance(law, mean.size))
         z = norm.ppf(0.5 + as_level(level) / 2.0)
         return pd.DataFrame({"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd})
+
+    # ----- calibration ---------------------------------------------------------------
+    def calibration_map(self):
+        """The probability map (:class:`bayesvm.results.calibration.CalibrationMap`), learned on first use by
+        :meth:`calibrate` with its defaults."""
+        if getattr(self, "_calibration", None) is None:
+            self.calibrate()
+        return self._calibration
+
+    def calibrate(self, newdata: pd.DataFrame | None = None, folds: int = 5, seed: int | None = None):
+        """Learn the map from the posterior of ``f`` to ``P(y = positive)`` (:mod:`bayesvm.results.calibration`).
+
+        Parameters
+        ----------
+        newdata
+            ``None`` (default): cross-fitting, the model refitted on ``folds - 1`` folds of the training rows
+            predicts the remaining fold (:mod:`bayesvm.crossfit`; costs ``folds`` fits).  A frame with the
+            response: held-out rows the fit never saw (cheaper for large or out-of-core data).
+        folds
+            Folds of the cross-fitting.
+        seed
+            Seed of the fold assignment and the fold fits (default: the fit's seed, or 0).
+
+        Returns
+        -------
+        CalibrationMap
+            Also kept by the fit (and saved with it): later probabilities use it.
+        """
+        from ..arguments import as_count, as_seed
+        from .calibration import fit_calibration_map
+
+        folds = as_count(folds, "folds", low=2)
+        seed = as_seed(seed)
+        if newdata is None:
+            from ..crossfit import cross_fitted_predictions
+
+            predictions = cross_fitted_predictions(self, folds=folds, seed=seed)
+            cmap = fit_calibration_map(predictions, f"{predictions['fold'].max() + 1}-fold cross-fitted")
+        else:
+            cmap = fit_calibration_map(self._held_out_predictions(newdata), "held-out")
+        self._calibration = cmap
+        return cmap
+
+    def _held_out_predictions(self, newdata: pd.DataFrame) -> pd.DataFrame:
+        """``mean, var, new_var, y, fold`` for rows with a known response."""
+        from .new_levels import expected_new_variance
+
+        y = self.model.design.response_of(newdata)
+        mean, var, law, _, _ = self._predictive(newdata, True, "integrate")
+        return pd.DataFrame(
+            {"mean": mean, "var": var, "new_var": expected_new_variance(law, mean.size), "y": y, "fold": -1}
+        )
+
+    def calibration(self, newdata: pd.DataFrame | None = None, bins: int = 10):
+        """How well the probabilities match outcomes: log loss, Brier score, ECE and a reliability table.
+
+        ``newdata=None`` reports the cross-validated performance on the training rows: each fold's
+        out-of-fold predictions through a map learned from the *other* folds' predictions (so the map never
+        sees the rows it is scored on).  With ``newdata`` (holding the response) it reports on those rows.
+        Both the calibrated (``prob``) and the raw pseudo-likelihood (``pseudo``) probabilities are scored.
+        """
+        from ..arguments import as_count
+        from .calibration import (
+            CalibrationReport,
+            calibrated_probability,
+            fit_calibration_map,
+            probability_scores,
+            reliability_table,
+        )
+        from .prediction import gaussian_average_probability
+
+        bins = as_count(bins, "bins", low=2)
+        if newdata is not None:
+            y = self.model.design.response_of(newdata)
+            prob = self.predict(newdata, kind="prob")
+            pseudo = self.predict(newdata, kind="pseudo")
+            source = "held-out"
+        else:
+            cmap = self.calibration_map()
+            frame = cmap.predictions
+            if frame is None or (frame["fold"] < 0).all():
+                raise BayesvmError("this fit was calibrated on held-out rows: pass them as newdata to report on them")
+            y = frame["y"].to_numpy(float)
+            prob = np.empty(y.size)
+            for k in np.unique(frame["fold"]):
+                rows = (frame["fold"] == k).to_numpy()
+                other = fit_calibration_map(frame[~rows], "cross-fitted")
+                prob[rows] = calibrated_probability(
+                    other, frame["mean"].to_numpy()[rows], frame["var"].to_numpy()[rows] + 0.0,
+                    None if not frame["new_var"].to_numpy()[rows].any()
+                    else (frame["new_var"].to_numpy()[rows, None], np.ones(1)),
+                )  # fmt: skip
+            pseudo = gaussian_average_probability(
+                frame["mean"].to_numpy(float), frame["var"].to_numpy(float) + frame["new_var"].to_numpy(float)
+            )
+            source = f"cross-validated, {int(frame['fold'].max()) + 1} folds"
+        metrics = pd.DataFrame(
+            [probability_scores(y, prob, bins), probability_scores(y, pseudo, bins)], index=["prob", "pseudo"]
+        )
+        return CalibrationReport(source=source, metrics=metrics, reliability=reliability_table(y, prob, bins))
 
     # ----- reporting -----------------------------------------------------------------
     def summary(self, level: float = 0.95):
@@ -421,7 +583,18 @@ class BSVMFit:
         atomically; see :mod:`bayesvm.results.storage`); ``bayesvm.load`` reads it without running any code."""
         from .storage import save_fit
 
-        return save_fit(self, path)
+        call = getattr(self, "call", None)
+        if call is None or call.data is None or isinstance(call.data, pd.DataFrame):
+            return save_fit(self, path)
+        # out-of-core data are a lazy graph, not data: the file keeps the call without them (a loaded fit keeps
+        # its learned probability map; re-calibrating it needs held-out rows)
+        from dataclasses import replace
+
+        self.call = replace(call, data=None)
+        try:
+            return save_fit(self, path)
+        finally:
+            self.call = call
 
     def to_inference_data(self, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True):
         """ArviZ object: ``posterior`` (VB: ``draws`` draws from q; Gibbs: the chains), ``observed_data``,

@@ -7,6 +7,7 @@ kernel fit has no coefficients, so ``fixef`` and ``ranef`` raise a clear error.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ from ..arguments import as_level
 from ..engines.kernel_vb import KernelProblem, KernelVBResult
 from ..errors import BayesvmError
 from ..kernel_model import KernelModel
-from .fit import PREDICT_KINDS, BSVMFit
+from .fit import BSVMFit
 from .prediction import gaussian_average_probability
 
 PROBABILITIES = ("pseudo", "probit")
@@ -52,6 +53,8 @@ class KernelFit(BSVMFit):
     def __post_init__(self) -> None:
         self.posterior = KernelPosterior(self.result)
         self._vb_check = None
+        self._calibration = None
+        self.call = None
 
     # ----- what a kernel fit has ---------------------------------------------------------
     @property
@@ -123,53 +126,44 @@ class KernelFit(BSVMFit):
             raise BayesvmError("the training rows of out-of-core (dask) data are not in memory: pass newdata")
         return self.problem.X if newdata is None else self.model.new_inputs(newdata)
 
+    def _predictive(self, newdata, include_random: bool, new_levels: str):
+        """``q(f)`` at the rows (section 4.4's ``q(f*)``); a kernel fit has no random effects."""
+        mean, var = self.posterior.link(self._inputs(newdata))
+        return mean, var, None, None, None
+
+    def _pseudo(self, mean, var, law, rows, extra) -> np.ndarray:
+        return gaussian_average_probability(mean, var)
+
     def predict(
         self,
         newdata: pd.DataFrame | None = None,
         kind: str = "class",
         include_random: bool = True,
-        probability: str = "probit",
+        new_levels: str = "integrate",
+        probability: str | None = None,
     ) -> np.ndarray:
-        """Predict new (or the training) rows.
+        """Predict new (or the training) rows: as :meth:`BSVMFit.predict` (``kind="prob"`` is the calibrated
+        probability, ``"pseudo"`` the raw pseudo-likelihood averaged over ``q(f)``).
 
-        Parameters
-        ----------
-        newdata
-            Rows to predict; ``None`` for the training rows.
-        kind
-            ``"class"``, ``"prob"`` (``P(y = positive)``) or ``"link"`` (posterior mean of ``f``).
-        include_random
-            Ignored (a kernel fit has no random effects); kept for the common interface.
-        probability
-            ``"probit"`` (default): Wenzel et al.'s section 4.4, ``E Phi(f) = Phi(m / sqrt(1 + v))`` for
-            ``f ~ N(m, v)`` (their printed eq. 13 drops the square root); ``"pseudo"``: the normalised hinge
-            pseudo-likelihood averaged over ``q(f)``, as for linear fits.  The probit form has the lower
-            Brier score on the Raetsch sets (``benchmarks/kernel.py``).  Either way
-            ``class == (prob > 0.5)``, i.e. the sign of the posterior mean of ``f``.
+        ``include_random`` and ``new_levels`` are ignored (a kernel fit has no random effects).
+        ``probability`` is deprecated: ``"probit"`` gives Wenzel et al.'s uncalibrated
+        ``E Phi(f) = Phi(m / sqrt(1 + v))`` (section 4.4; the map of
+        :mod:`bayesvm.results.calibration` with ``a = c = 1``), ``"pseudo"`` equals ``kind="pseudo"``.
         """
-        if kind not in PREDICT_KINDS:
-            raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
+        if probability is None or kind not in ("prob", "pseudo"):
+            return super().predict(newdata, kind=kind, include_random=include_random, new_levels=new_levels)
         if probability not in PROBABILITIES:
             raise BayesvmError(f"probability must be one of {PROBABILITIES}, got {probability!r}")
+        warnings.warn(
+            "predict(probability=...) is deprecated: kind='prob' is now calibrated for every fit and "
+            "kind='pseudo' is the pseudo-likelihood; probability='probit' (E Phi(f)) goes in the next release",
+            FutureWarning,
+            stacklevel=2,
+        )
+        if probability == "pseudo":
+            return super().predict(newdata, kind="pseudo")
         mean, var = self.posterior.link(self._inputs(newdata))
-        if kind == "link":
-            return mean
-        if probability == "probit":
-            prob = norm.cdf(mean / np.sqrt(1.0 + var))
-        else:
-            prob = gaussian_average_probability(mean, var)
-        if kind == "prob":
-            return prob
-        return self.model.design.response.decode(np.where(mean > 0, 1.0, -1.0))
-
-    def predict_interval(
-        self, newdata: pd.DataFrame | None = None, level: float = 0.95, include_random: bool = True
-    ) -> pd.DataFrame:
-        """Posterior mean, SD and central credible interval of ``f`` (section 4.4's ``q(f*)``)."""
-        mean, var = self.posterior.link(self._inputs(newdata))
-        sd = np.sqrt(var)
-        z = norm.ppf(0.5 + as_level(level) / 2.0)
-        return pd.DataFrame({"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd})
+        return norm.cdf(mean / np.sqrt(1.0 + var))
 
     # ----- reporting -----------------------------------------------------------------------
     def summary(self, level: float = 0.95):
@@ -254,8 +248,8 @@ class KernelSummary:
         if i["decreases"]:
             lines.append(f"Warning: the lower bound decreased at iteration(s) {i['decreases'][:10]}")
         lines.append(
-            "Approximation: mean-field q(f) q(a) (Wenzel et al. 2017); predict(kind='prob') is E Phi(f) "
-            "under q(f) (section 4.4)."
+            "Approximation: mean-field q(f) q(a) (Wenzel et al. 2017); predict(kind='prob') is calibrated: "
+            "a probit map on q(f) learned by cross-fitting (bayesvm.results.calibration)."
         )
         return "\n".join(lines)
 

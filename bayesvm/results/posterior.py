@@ -20,6 +20,7 @@ from ..engines.gibbs import GibbsResult
 from ..engines.lasso_em import LassoEMResult
 from ..engines.selection import SelectionVBResult
 from ..engines.vb import VBResult
+from .new_levels import ComponentLaw, discrete_law
 from .prediction import gaussian_average_probability, pseudo_probability
 
 
@@ -56,6 +57,11 @@ class VariationalPosterior:
 
     def component_means(self) -> list[np.ndarray]:
         return [post.expected_covariance() for post in self.result.components]
+
+    def component_law(self, c: int) -> ComponentLaw:
+        """``q`` of component ``c``: inverse gamma (1 x 1) or inverse Wishart."""
+        post = self.result.components[c]
+        return ComponentLaw("inverse_wishart", shape=float(post.shape), scale=np.asarray(post.scale, dtype=float))
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of ``f``."""
@@ -107,6 +113,11 @@ class SampledPosterior:
     def component_means(self) -> list[np.ndarray]:
         return [c.mean(axis=(0, 1)) for c in self.result.components]
 
+    def component_law(self, c: int) -> ComponentLaw:
+        """The chains' draws of component ``c``."""
+        draws = self.result.components[c]
+        return discrete_law(draws.reshape((-1,) + draws.shape[2:]))
+
     def _per_row(self, D, codes, values, reduce) -> list[np.ndarray]:
         """Apply ``reduce`` to ``f`` draws in row chunks (at most ~4 million values at a time)."""
         theta_d, theta_b = self._flat()
@@ -153,6 +164,10 @@ class ModePosterior:
 
     def component_means(self) -> list[np.ndarray]:
         return list(self.result.components)
+
+    def component_law(self, c: int) -> ComponentLaw:
+        """The mode of component ``c`` as a point mass."""
+        return discrete_law(np.asarray(self.result.components[c], dtype=float)[None], np.ones(1))
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
         f = _f_rows(self.result.theta_d[None], self.result.theta_b[None], D, codes, values)[0]
@@ -206,6 +221,10 @@ class MixturePosterior:
         if not self.result.has_component:
             return []
         return [np.tensordot(self.result.weights, cov, axes=1) for cov in self.result.covariances]
+
+    def component_law(self, c: int) -> ComponentLaw:
+        """The hyperparameter nodes' values of component ``c`` with their weights."""
+        return discrete_law(self.result.covariances[c], self.result.weights)
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
         parts = [(w, *th.predictor(D, codes, values)) for w, th in self._pairs()]

@@ -63,6 +63,7 @@ class Summary:
                 _random_section(self),
                 _fixed_section(self),
                 _footer(self.info),
+                _probability_line(self.info),
             )
             if part
         )
@@ -214,6 +215,8 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     info["identifiability"] = (
         [(f.check, f.action, f.message) for f in diagnostics.findings] if diagnostics is not None else []
     )
+    calibration = getattr(fit, "_calibration", None)
+    info["calibration"] = None if calibration is None else calibration.describe()
     return Summary(fixed=fixed, random=random, info=info)
 
 
@@ -371,6 +374,17 @@ def _fixed_section(summary: Summary) -> str:
     note = ", original scale of the predictors" if summary.info["standardized"] else ""
     what = "posterior mode" if summary.info["method"] == "em" else "posterior mean, sd and credible interval"
     return f"Fixed effects ({what}{note}):\n{body}\n"
+
+
+def _probability_line(info: dict) -> str:
+    """How ``predict(kind="prob")`` is made (:mod:`bayesvm.results.calibration`)."""
+    learned = info.get("calibration")
+    if learned:
+        return f"Probabilities (predict(kind='prob')): calibrated, {learned}."
+    return (
+        "Probabilities (predict(kind='prob')): calibrated by a probit map on f, learned on first use by 5-fold "
+        "cross-fitting; predict(kind='pseudo') gives the raw pseudo-likelihood."
+    )
 
 
 def _footer(info: dict) -> str:

@@ -57,10 +57,9 @@ def test_positive_argument_flips_the_sign(grouped):
     np.testing.assert_array_equal(a.predict(grouped), b.predict(grouped))
 
 
-def test_unseen_group_level_warns_once_and_uses_population_level(fit, grouped):
+def test_unseen_group_level_has_the_population_mean(fit, grouped):
     new = grouped.head(4).assign(g=["g0", "new1", "new2", "g1"])
-    with pytest.warns(UserWarning, match="2 row"):
-        link = fit.predict(new, kind="link")
+    link = fit.predict(new, kind="link")
     population = fit.predict(new, kind="link", include_random=False)
     np.testing.assert_allclose(link[[1, 2]], population[[1, 2]])
     expected = fit.fixef["(Intercept)"] + new[["x1", "x2"]].to_numpy() @ fit.fixef[["x1", "x2"]].to_numpy()

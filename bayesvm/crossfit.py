@@ -1,0 +1,178 @@
+"""Cross-fitting: out-of-sample predictions of the training rows, for the calibration map.
+
+:func:`bayesvm.bsvm` and :func:`bayesvm.pcvm` record how a fit was made (:class:`FitCall`: the formula, the
+rows the fit used and the options).  :func:`cross_fitted_predictions` refits the same model on K - 1 of K
+folds and lets each fold fit predict the rows it did not see, exactly as ``SVC(probability=True)`` does with
+its internal folds; :mod:`bayesvm.results.calibration` learns the probability map from those predictions.
+
+Folds are stratified by class and drawn with the fit's seed (0 if it had none).  A fold fit is the same model
+and engine with the checks' warnings silenced (the full fit already reported them) and, for Gibbs, at most
+2 chains of 500 tuning and 500 kept draws: the map needs each row's posterior mean and variance of ``f``,
+which those estimate to well within what a 3-parameter map can resolve.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .checks import Checks
+from .errors import BayesvmError
+
+#: Folds of the default cross-fitting
+DEFAULT_FOLDS = 5
+#: Gibbs settings of a fold fit, at most
+FOLD_GIBBS = {"chains": 2, "tune": 500, "draws": 500}
+
+
+@dataclass
+class FitCall:
+    """How a fit was made: ``function`` (``"bsvm"`` or ``"pcvm"``), ``formula``, the training ``data`` (only the
+    rows the fit used; ``None`` for out-of-core data) and the keyword ``options``."""
+
+    function: str
+    formula: str
+    data: pd.DataFrame | None
+    options: dict
+
+
+def record_call(function: str, formula: str, data, options: dict, row_index: pd.Index | None) -> FitCall:
+    """A :class:`FitCall` holding a copy of the rows the fit used (the user's frame is never referenced)."""
+    from .formula.frames import as_frame
+    from .outofcore import is_dask_frame
+
+    options = {k: v for k, v in options.items() if k not in ("formula", "data")}
+    if is_dask_frame(data):  # lazy and immutable: kept by reference (and not saved: see BSVMFit.save)
+        return FitCall(function, formula, data, options)
+    frame = as_frame(data, "data")
+    if row_index is not None and len(row_index) != len(frame):
+        frame = frame[frame.index.isin(row_index)]
+    return FitCall(function, formula, frame.copy(deep=True), options)
+
+
+def _fold_options(call: FitCall, fold: int, seed: int) -> dict:
+    options = dict(call.options)
+    if call.function == "bsvm":
+        options["progress"] = False
+        options["checks"] = Checks(**{name: "ignore" for name in Checks.__dataclass_fields__})
+        if options.get("method") == "gibbs":
+            for key, cap in FOLD_GIBBS.items():
+                options[key] = min(int(options.get(key, cap)), cap)
+        options["seed"] = seed + fold
+    elif options.get("method") == "em":
+        options["seed"] = seed + fold
+    return options
+
+
+def stratified_folds(y: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """Fold number of every row: each class dealt round-robin over the folds after a seeded shuffle."""
+    rng = np.random.default_rng(seed)
+    out = np.empty(y.size, dtype=int)
+    start = 0
+    for label in (1.0, -1.0):
+        rows = rng.permutation(np.flatnonzero(y == label))
+        out[rows] = (start + np.arange(rows.size)) % folds
+        start += rows.size
+    return out
+
+
+def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None = None) -> pd.DataFrame:
+    """Out-of-fold posterior moments of ``f`` for every training row of ``fit``.
+
+    Returns
+    -------
+    DataFrame
+        ``mean``, ``var`` (posterior of ``f`` under the fold fit), ``new_var`` (``E[s]``, the variance a group
+        level the fold never saw adds), ``y`` (+1/-1) and ``fold``, one row per training row.
+
+    Raises
+    ------
+    BayesvmError
+        When the fit has no record of its data (out-of-core data, or a file from bayesvm 0.1) or a fold fit
+        fails; the message names the fold and the cause.
+    """
+    call = getattr(fit, "call", None)
+    if call is None or call.data is None:
+        raise BayesvmError(
+            "this fit keeps no copy of its training rows (out-of-core data, or a fit saved by an older bayesvm), "
+            "so it cannot be cross-fitted: calibrate it on held-out rows with fit.calibrate(newdata=frame), "
+            "or use predict(kind='pseudo') for the uncalibrated pseudo-likelihood"
+        )
+    from .fitting import bsvm
+    from .pcvm_fit import pcvm
+
+    function = {"bsvm": bsvm, "pcvm": pcvm}[call.function]
+    base = call.options.get("seed")
+    base = 0 if not isinstance(base, (int, np.integer)) else int(base)
+    if not isinstance(call.data, pd.DataFrame):
+        return _cross_fit_streamed(fit, function, folds, base if seed is None else seed)
+    y = np.asarray(fit.model.design.y, dtype=float)
+    data = call.data
+    if len(data) != y.size:
+        raise BayesvmError(f"the fit's record holds {len(data)} rows but the fit used {y.size}: cannot cross-fit")
+    counts = min(int(np.sum(y > 0)), int(np.sum(y < 0)))
+    folds = int(min(folds, counts))
+    if folds < 2:
+        raise BayesvmError("cross-fitting needs at least 2 rows of each class")
+    base = base if seed is None else seed
+    fold_of = stratified_folds(y, folds, base)
+    out = pd.DataFrame({"mean": 0.0, "var": 0.0, "new_var": 0.0, "y": y, "fold": fold_of})
+    for k in range(folds):
+        held = fold_of == k
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fold_fit = function(call.formula, data.iloc[np.flatnonzero(~held)], **_fold_options(call, k, base))
+                mean, var, new_var = fold_fit.link_moments(data.iloc[np.flatnonzero(held)])
+        except BayesvmError as exc:
+            raise BayesvmError(
+                f"cross-fitting for the probability calibration: the fit on folds other than {k + 1} of {folds} "
+                f"failed ({exc}); calibrate on held-out rows with fit.calibrate(newdata=frame) instead"
+            ) from None
+        out.loc[held, "mean"], out.loc[held, "var"], out.loc[held, "new_var"] = mean, var, new_var
+    return out
+
+
+def _with_fold(part: pd.DataFrame, folds: int, seed: int, partition_info=None) -> pd.DataFrame:
+    number = 0 if partition_info is None else int(partition_info["number"])
+    rng = np.random.default_rng([seed, number])
+    return part.assign(**{FOLD_COLUMN: rng.integers(0, folds, len(part))})
+
+
+#: Column holding the fold of an out-of-core row while cross-fitting
+FOLD_COLUMN = "__bayesvm_fold__"
+
+
+def _cross_fit_streamed(fit, function, folds: int, seed: int) -> pd.DataFrame:
+    """Cross-fitting of out-of-core data: every row gets a seeded random fold (per partition); each fold fit
+    streams the other folds, and the held-out fold is predicted one partition at a time."""
+    call = fit.call
+    data = call.data.map_partitions(_with_fold, folds, seed, meta={**call.data.dtypes.to_dict(), FOLD_COLUMN: "i8"})
+    parts = []
+    for k in range(folds):
+        train = data[data[FOLD_COLUMN] != k].drop(columns=FOLD_COLUMN)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                fold_fit = function(call.formula, train, **_fold_options(call, k, seed))
+            except BayesvmError as exc:
+                raise BayesvmError(
+                    f"cross-fitting for the probability calibration: the fit on folds other than {k + 1} of "
+                    f"{folds} failed ({exc}); calibrate on held-out rows with fit.calibrate(newdata=frame) instead"
+                ) from None
+        held_data = data[data[FOLD_COLUMN] == k].drop(columns=FOLD_COLUMN)
+        for i in range(held_data.npartitions):
+            held = held_data.partitions[i].compute()
+            if call.options.get("missing") == "drop":
+                used = [c for c in held.columns if re.search(rf"(?<![\w.]){re.escape(c)}(?![\w.])", call.formula)]
+                held = held.dropna(subset=used)
+            if not len(held):
+                continue
+            mean, var, new_var = fold_fit.link_moments(held)
+            y = fit.model.design.response_of(held)
+            parts.append(pd.DataFrame({"mean": mean, "var": var, "new_var": new_var, "y": y, "fold": k}))
+    return pd.concat(parts, ignore_index=True)
