@@ -23,6 +23,12 @@ import pandas as pd
 from .checks import Checks
 from .errors import BayesvmError
 
+
+class CrossFitError(BayesvmError):
+    """The data cannot be cross-fitted (too few rows of a class, or a fold's fit or prediction failed): the
+    fit's probabilities fall back to the calibration prior's map, with a warning naming the cause."""
+
+
 #: Folds of the default cross-fitting
 DEFAULT_FOLDS = 5
 #: Gibbs settings of a fold fit, at most
@@ -117,7 +123,7 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
     counts = min(int(np.sum(y > 0)), int(np.sum(y < 0)))
     folds = int(min(folds, counts))
     if folds < 2:
-        raise BayesvmError("cross-fitting needs at least 2 rows of each class")
+        raise CrossFitError(f"cross-fitting needs at least 2 rows of each class; the smaller class has {counts}")
     base = base if seed is None else seed
     fold_of = stratified_folds(y, folds, base)
     out = pd.DataFrame({"mean": 0.0, "var": 0.0, "new_var": 0.0, "y": y, "fold": fold_of})
@@ -129,9 +135,9 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
                 fold_fit = function(call.formula, data.iloc[np.flatnonzero(~held)], **_fold_options(call, k, base))
                 mean, var, new_var = fold_fit.link_moments(data.iloc[np.flatnonzero(held)])
         except BayesvmError as exc:
-            raise BayesvmError(
+            raise CrossFitError(
                 f"cross-fitting for the probability calibration: the fit on folds other than {k + 1} of {folds} "
-                f"failed ({exc}); calibrate on held-out rows with fit.calibrate(newdata=frame) instead"
+                f"failed ({exc})"
             ) from None
         out.loc[held, "mean"], out.loc[held, "var"], out.loc[held, "new_var"] = mean, var, new_var
     return out
@@ -160,9 +166,9 @@ def _cross_fit_streamed(fit, function, folds: int, seed: int) -> pd.DataFrame:
             try:
                 fold_fit = function(call.formula, train, **_fold_options(call, k, seed))
             except BayesvmError as exc:
-                raise BayesvmError(
+                raise CrossFitError(
                     f"cross-fitting for the probability calibration: the fit on folds other than {k + 1} of "
-                    f"{folds} failed ({exc}); calibrate on held-out rows with fit.calibrate(newdata=frame) instead"
+                    f"{folds} failed ({exc})"
                 ) from None
         held_data = data[data[FOLD_COLUMN] == k].drop(columns=FOLD_COLUMN)
         for i in range(held_data.npartitions):

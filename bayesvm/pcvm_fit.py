@@ -139,6 +139,13 @@ class PCVMSummary:
             )
         if r.loo_error is not None:
             lines.append(f"EP leave-one-out error estimate (eq. 9): {r.loo_error:.4f}")
+        calibration = getattr(fit, "_calibration", None)
+        lines.append(
+            "Probabilities (predict(kind='prob')): "
+            + (f"calibrated, {calibration.describe()}." if calibration is not None else
+               "calibrated by a probit map on f, learned on first use by 5-fold cross-fitting; "
+               "kind='pseudo' is the model's own Psi(m / sqrt(1 + v)).")
+        )  # fmt: skip
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

@@ -44,7 +44,7 @@ def test_probe_fit_agrees_with_the_exact_fit_and_says_so(sparse_path):
     assert "Variances from 48 Rao-Blackwellised probes (fixed effects exact)" in text
     # predictions for new level combinations, with the estimated variance of f
     new = pd.DataFrame({"x": [0.0, 1.0], "a": ["a1", "a2"], "b": ["b7", "b99"]})
-    np.testing.assert_allclose(probe.predict(new, kind="prob"), exact.predict(new, kind="prob"), atol=5e-3)
+    np.testing.assert_allclose(probe.predict(new, kind="pseudo"), exact.predict(new, kind="pseudo"), atol=5e-3)
     interval_p, interval_e = probe.predict_interval(new), exact.predict_interval(new)
     np.testing.assert_allclose(interval_p["sd"], interval_e["sd"], rtol=0.05)
     # the same seed gives the same fit

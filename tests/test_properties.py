@@ -64,10 +64,15 @@ MODELS = {
 }
 
 
-def _check_predictions(fit, data: pd.DataFrame) -> None:
-    """Predictions of the right length and coding, probabilities in [0, 1], class == (prob > 0.5)."""
+def _check_predictions(fit, data: pd.DataFrame, cross_fit: bool = True) -> None:
+    """Predictions of the right length and coding, probabilities in [0, 1], class == (prob > 0.5).
+
+    ``cross_fit=False`` learns the probability map from the rows themselves as held-out rows (the same
+    probability path without the five fold fits, for the slow engines)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if not cross_fit:
+            fit.calibrate(newdata=data)
         predicted = fit.predict(data)
         prob = fit.predict(data, kind="prob")
     assert len(predicted) == len(data) and np.all((prob >= 0) & (prob <= 1))
@@ -123,7 +128,7 @@ def test_default_accurate_fit_is_an_error_or_finite(data, fixed, random, penalty
         assert np.all(np.isfinite(component.mean)) and np.all(np.linalg.eigvalsh(component.mean) > 0)
     for frame in fit.ranef.values():
         assert np.all(np.isfinite(frame.to_numpy()))
-    _check_predictions(fit, data)
+    _check_predictions(fit, data, cross_fit=False)  # cross-fitting is exercised by the mean-field test above
     pd.testing.assert_frame_equal(data, before)
 
 

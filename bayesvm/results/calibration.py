@@ -5,7 +5,7 @@ but no likelihood that turns it into a probability: the hinge pseudo-likelihood 
 classes, ``expit(4 f)`` inside the margin, is a fixed, steep link nothing in the data sets (it is kept as
 ``predict(kind="pseudo")``).  ``predict(kind="prob")`` is instead
 
-    P(y = +1 | x) = E_theta E_s  Phi( g(m) / sqrt(1 + g'(m)^2 (c v + s)) ),                    (1)
+    P(y = +1 | x) = E_theta E_s  Phi( g(m) / sqrt(1 + (g(m) / m)^2 (c v + s)) ),               (1)
 
 where ``m, v`` are the posterior mean and variance of ``f(x)``; ``s`` is the variance a new group level's
 random effect adds (``z' Sigma z`` integrated over the posterior of ``Sigma``; 0 for seen levels); and
@@ -15,8 +15,8 @@ posterior variance of ``f`` (which the approximations and the pseudo-likelihood 
 directions).  For the linear map ``g(f) = a_side f`` and a fixed ``theta``, (1) is exactly
 ``P(a f + e > 0)`` with ``e ~ N(0, 1)`` and ``f ~ N(m, c v + s)``: the probit model on the decision scale,
 as Wenzel et al. (2017, section 4.4) use with ``a = c = 1``.  The flexible map lets ``log g'`` step
-smoothly at ``|f| = 0.5, 1, 1.5`` and propagates the variance through the local slope ``g'(m)`` (the
-delta method).
+smoothly at ``|f| = 0.5, 1, 1.5`` and propagates the variance through the secant slope ``g(m) / m`` in place of ``a``
+(so that a wide predictive, such as a new group level's, tends to ``Phi(m / sqrt(V))`` whatever the bends).
 
 *How theta is learned.*  Like ``SVC(probability=True)`` (Platt 1999), from out-of-sample predictions of the
 training rows: the same model is refitted on K - 1 folds and predicts the held-out fold
@@ -90,7 +90,7 @@ def _split(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 def probit_probability(mean: np.ndarray, var: np.ndarray, theta: np.ndarray, new_var=None) -> np.ndarray:
-    """Equation (1) for one map ``theta`` (either family): ``Phi(g(m) / sqrt(1 + g'(m)^2 (c v + s)))``.
+    """Equation (1) for one map ``theta`` (either family): ``Phi(g(m) / sqrt(1 + (g(m) / m)^2 (c v + s)))``.
 
     ``new_var`` is ``None``, an array of ``E[s]`` per row, or ``(values (rows, S), weights (S,))``.
     """
@@ -102,7 +102,11 @@ def probit_probability(mean: np.ndarray, var: np.ndarray, theta: np.ndarray, new
         s_values, s_weights = new_var
     for params, rows, sign in ((positive, mean > 0, 1.0), (negative, ~(mean > 0), -1.0)):
         if rows.any():
-            g, slope = _side_link(params, np.abs(mean[rows]))
+            x = np.abs(mean[rows])
+            g, slope = _side_link(params, x)
+            # the secant slope g(m) / m carries the spread: exact for the linear map, and for a wide
+            # predictive (a new group level) it tends to Phi(m / sqrt(V)) whatever the map's local bends
+            slope = np.where(x > 1e-12, g / np.maximum(x, 1e-300), slope)
             spread = np.exp(log_c) * var[rows, None] + s_values[rows]
             out[rows] = ndtr(sign * g[:, None] / np.sqrt(1.0 + slope[:, None] ** 2 * spread)) @ s_weights
     return out
@@ -188,6 +192,8 @@ class CalibrationMap:
         return float(np.exp(self._linear().mode[2]))
 
     def describe(self) -> str:
+        if self.n == 0:
+            return f"the prior's unit probit map on f (a = c = 1): {self.source}"
         a_pos, a_neg = self.slopes
         flexible = dict(zip([m.family for m in self.maps], self.weights)).get("flexible", 0.0)
         return (
@@ -215,6 +221,12 @@ def _fit_family(family: str, mean, var, new_var, y, start: np.ndarray | None) ->
     return MapPosterior(family, theta, cho_solve(factor, np.eye(theta.size)), float(evidence))
 
 
+def prior_map(source: str = "prior only (too few rows to learn from)", predictions=None) -> CalibrationMap:
+    """The calibration prior's linear map: ``a = c = 1`` with the prior's spread (nothing learned)."""
+    linear = MapPosterior("linear", np.zeros(3), np.diag(_prior_sd("linear") ** 2), 0.0)
+    return CalibrationMap([linear], np.ones(1), source, 0, predictions)
+
+
 def fit_calibration_map(predictions: pd.DataFrame, source: str) -> CalibrationMap:
     """Posterior of the map given out-of-sample predictions (columns ``mean``, ``var``, ``new_var``, ``y``).
 
@@ -227,9 +239,8 @@ def fit_calibration_map(predictions: pd.DataFrame, source: str) -> CalibrationMa
     new_var = predictions["new_var"].to_numpy(float)
     y = predictions["y"].to_numpy(float)
     linear = _fit_family("linear", mean, var, new_var, y, None)
-    if linear is None:  # the prior alone (e.g. a handful of rows)
-        linear = MapPosterior("linear", np.zeros(3), np.diag(_prior_sd("linear") ** 2), 0.0)
-        return CalibrationMap([linear], np.ones(1), source, int(y.size), predictions)
+    if linear is None:  # no curvature at the optimum: the prior alone
+        return prior_map(f"{source} (no information in {y.size} predictions)", predictions)
     steps = np.zeros(KNOTS.size)
     start = np.r_[linear.mode[0], steps, linear.mode[1], steps, linear.mode[2]]
     maps = [linear] + [m for m in [_fit_family("flexible", mean, var, new_var, y, start)] if m is not None]

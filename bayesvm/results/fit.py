@@ -500,9 +500,21 @@ class BSVMFit:
         folds = as_count(folds, "folds", low=2)
         seed = as_seed(seed)
         if newdata is None:
-            from ..crossfit import cross_fitted_predictions
+            from ..crossfit import CrossFitError, cross_fitted_predictions
 
-            predictions = cross_fitted_predictions(self, folds=folds, seed=seed)
+            try:
+                predictions = cross_fitted_predictions(self, folds=folds, seed=seed)
+            except CrossFitError as exc:
+                from .calibration import prior_map
+
+                warnings.warn(
+                    f"{exc}: probabilities use the calibration prior's map (a unit probit link on f), not one "
+                    "learned from these data; fit.calibrate(newdata=frame) learns one from held-out rows",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                self._calibration = prior_map(f"prior only: {exc}")
+                return self._calibration
             cmap = fit_calibration_map(predictions, f"{predictions['fold'].max() + 1}-fold cross-fitted")
         else:
             cmap = fit_calibration_map(self._held_out_predictions(newdata), "held-out")

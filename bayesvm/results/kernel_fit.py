@@ -210,6 +210,7 @@ class KernelSummary:
             "stopping": r.stopping,
             "batch_size": r.batch_size,
             "decreases": list(r.decreases),
+            "calibration": None if getattr(fit, "_calibration", None) is None else fit._calibration.describe(),
         }
 
     def __str__(self) -> str:
@@ -247,10 +248,14 @@ class KernelSummary:
             )
         if i["decreases"]:
             lines.append(f"Warning: the lower bound decreased at iteration(s) {i['decreases'][:10]}")
+        lines.append("Approximation: mean-field q(f) q(a) (Wenzel et al. 2017).")
+        calibration = i.get("calibration")
         lines.append(
-            "Approximation: mean-field q(f) q(a) (Wenzel et al. 2017); predict(kind='prob') is calibrated: "
-            "a probit map on q(f) learned by cross-fitting (bayesvm.results.calibration)."
-        )
+            "Probabilities (predict(kind='prob')): "
+            + (f"calibrated, {calibration}." if calibration else
+               "calibrated by a probit map on q(f), learned on first use by 5-fold cross-fitting "
+               "(bayesvm.results.calibration); kind='pseudo' gives the raw pseudo-likelihood.")
+        )  # fmt: skip
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

@@ -298,14 +298,15 @@ def test_a_fit_without_its_rows_says_how_to_calibrate(small_fit):
     assert orphan.predict(data, kind="pseudo").shape == (len(data),)
 
 
-def test_a_failing_fold_is_named():
+def test_a_failing_fold_is_named_and_the_prior_map_used():
     data, formula = simulate_logistic(60, 2, seed=1)
     data["rare"] = ["a"] * 59 + ["b"]  # the fold holding the one "b" row is fitted without that level
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm(formula + " + rare", data, vb="meanfield")
-    with pytest.raises(BayesvmError, match=r"folds other than \d of 5 failed .*never saw.*held-out rows"):
-        fit.calibrate(folds=5)
+    with pytest.warns(UserWarning, match=r"folds other than \d of 5 failed .*never saw.*held-out rows"):
+        cmap = fit.calibrate(folds=5)
+    assert cmap.n == 0 and "never saw" in cmap.describe() and "prior" in str(fit.summary())
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -340,3 +341,14 @@ def test_sklearn_predict_proba_is_the_calibrated_probability():
         em = BayesianSVC(method="em", penalty=0.5).fit(X, y)
         np.testing.assert_array_equal(em.predict(X), (em.predict_proba(X)[:, 1] > 0.5).astype(int))
         assert np.all(np.diff(em.decision_function(X)[np.argsort(em.predict_proba(X)[:, 1])]) >= -1e-9)
+
+
+def test_too_few_rows_to_cross_fit_fall_back_to_the_prior_map_and_say_so():
+    data = pd.DataFrame({"x": [0.1, -0.3, 0.5, 1.0, -1.2], "y": [1, 0, 0, 0, 0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x", data, penalty=1.0, vb="meanfield")
+    with pytest.warns(UserWarning, match="smaller class has 1.*not one learned from these data"):
+        prob = fit.predict(data, kind="prob")
+    assert np.all((prob > 0.5) == (fit.predict(data, kind="link") > 0))
+    assert "prior" in fit.calibration_map().describe() and "prior" in str(fit.summary())

@@ -35,7 +35,7 @@ def test_kernel_fit_predicts_banana_well(fit, banana):
     prob = fit.predict(test, kind="prob")
     assert np.all((prob > 0) & (prob < 1))
     np.testing.assert_array_equal(fit.predict(test) == "yes", prob > 0.5)
-    pseudo = fit.predict(test, kind="prob", probability="pseudo")
+    pseudo = fit.predict(test, kind="pseudo")
     np.testing.assert_array_equal(pseudo > 0.5, prob > 0.5)
     interval = fit.predict_interval(test)
     assert np.all(interval["lower"] < interval["mean"]) and np.all(interval["sd"] > 0)
