@@ -47,7 +47,8 @@ class FitCall:
 
 
 def record_call(function: str, formula: str, data, options: dict, row_index: pd.Index | None) -> FitCall:
-    """A :class:`FitCall` holding a copy of the rows the fit used (the user's frame is never referenced)."""
+    """A :class:`FitCall` holding a copy of the rows and columns the fit used (the user's frame is never
+    referenced)."""
     from .formula.frames import as_frame
     from .outofcore import is_dask_frame
 
@@ -57,7 +58,12 @@ def record_call(function: str, formula: str, data, options: dict, row_index: pd.
     frame = as_frame(data, "data")
     if row_index is not None and len(row_index) != len(frame):
         frame = frame[frame.index.isin(row_index)]
-    return FitCall(function, formula, frame.copy(deep=True), options)
+    return FitCall(function, formula, frame[used_columns(frame.columns, formula)].copy(deep=True), options)
+
+
+def used_columns(columns, formula: str) -> list:
+    """The columns whose names appear in the formula as names (bare or back-quoted): what a refit needs."""
+    return [c for c in columns if re.search(rf"(?<![\w.]){re.escape(str(c))}(?![\w.])", formula)]
 
 
 def _fold_options(call: FitCall, fold: int, seed: int) -> dict:
@@ -174,8 +180,7 @@ def _cross_fit_streamed(fit, function, folds: int, seed: int) -> pd.DataFrame:
         for i in range(held_data.npartitions):
             held = held_data.partitions[i].compute()
             if call.options.get("missing") == "drop":
-                used = [c for c in held.columns if re.search(rf"(?<![\w.]){re.escape(c)}(?![\w.])", call.formula)]
-                held = held.dropna(subset=used)
+                held = held.dropna(subset=used_columns(held.columns, call.formula))
             if not len(held):
                 continue
             mean, var, new_var = fold_fit.link_moments(held)
