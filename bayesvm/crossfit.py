@@ -46,7 +46,9 @@ class FitCall:
     options: dict
 
 
-def record_call(function: str, formula: str, data, options: dict, row_index: pd.Index | None) -> FitCall:
+def record_call(
+    function: str, formula: str, data, options: dict, row_index: pd.Index | None, fixed: str = ""
+) -> FitCall:
     """A :class:`FitCall` holding a copy of the rows and columns the fit used (the user's frame is never
     referenced)."""
     from .formula.frames import as_frame
@@ -58,7 +60,8 @@ def record_call(function: str, formula: str, data, options: dict, row_index: pd.
     frame = as_frame(data, "data")
     if row_index is not None and len(row_index) != len(frame):
         frame = frame[frame.index.isin(row_index)]
-    return FitCall(function, formula, frame[used_columns(frame.columns, formula)].copy(deep=True), options)
+    kept = used_columns(frame.columns, f"{formula} {fixed}")  # ``fixed``: the fixed part with ``.`` expanded
+    return FitCall(function, formula, frame[kept].copy(deep=True), options)
 
 
 def used_columns(columns, formula: str) -> list:

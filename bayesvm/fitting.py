@@ -234,7 +234,8 @@ def bsvm(
 
 def _recorded(options: dict, fit):
     """``fit`` with the record of its call (:class:`bayesvm.crossfit.FitCall`) for cross-fitting."""
-    fit.call = record_call("bsvm", options["formula"], options["data"], options, fit.model.design.row_index)
+    design = fit.model.design
+    fit.call = record_call("bsvm", options["formula"], options["data"], options, design.row_index, design.parsed.fixed)
     return fit
 
 

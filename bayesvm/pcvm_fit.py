@@ -213,5 +213,5 @@ def pcvm(
     name = getattr(data, "attrs", {}).get("name") or f"{len(data)} rows"
     fit = PCVMFit(model=model, problem=problem, method=method, result=result, data_name=name)
     options["seed"] = seed
-    fit.call = record_call("pcvm", formula, data, options, design.row_index)
+    fit.call = record_call("pcvm", formula, data, options, design.row_index, design.parsed.fixed)
     return fit

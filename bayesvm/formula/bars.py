@@ -16,10 +16,10 @@ Supported, following lme4 / reformulas:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import FormulaError
-from .restricted import check_formula_part
+from .restricted import DOT, check_formula_part
 
 _NAME = r"(?:[A-Za-z_.][A-Za-z0-9_.]*|`[^`]+`)"
 _GROUP_RE = re.compile(rf"^{_NAME}(?:\s*[:/]\s*{_NAME})*$")
@@ -187,3 +187,27 @@ def _depth_zero_text(inner: str) -> str:
         elif depth == 0:
             out.append(char)
     return "".join(out)
+
+
+def expand_dot(parsed: ParsedFormula, columns, grouping_factors) -> ParsedFormula:
+    """``y ~ .`` as in R: ``.`` in the fixed part stands for every column except the response and the
+    grouping factors of the random-effect terms (in R's ``glmer`` they would also enter as fixed factors,
+    aliased with the random intercepts); ``- term`` then removes terms as usual.  A random slope's variable
+    stays in (the fixed slope is the mean of the random ones).
+
+    Raises
+    ------
+    FormulaError
+        When ``.`` leaves no column.
+    """
+    if not DOT.search(parsed.fixed):
+        return parsed
+    skip = {parsed.response, *grouping_factors}
+    names = [str(c) for c in columns if str(c) not in skip]
+    if not names:
+        raise FormulaError(
+            f"'.' in {parsed.formula!r} stands for every column except the response and the grouping factors, "
+            "and the data have no other column"
+        )
+    quoted = " + ".join(n if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) else f"`{n}`" for n in names)
+    return replace(parsed, fixed=DOT.sub(lambda _: f"({quoted})", parsed.fixed))

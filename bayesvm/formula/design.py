@@ -24,7 +24,7 @@ from formulaic.errors import FormulaicError
 
 from ..checks.rank import Aliased, aliased_columns
 from ..errors import DataError, DesignError, FormulaError
-from .bars import Bar, ParsedFormula
+from .bars import Bar, ParsedFormula, expand_dot
 from .frames import (
     as_frame,
     check_column_kinds,
@@ -411,9 +411,10 @@ def build_design(
     data = as_frame(data, "data")
     if missing not in MISSING_CHOICES:
         raise DataError(f"missing must be one of {MISSING_CHOICES}, got {missing!r}")
-    fixed_vars = _required_variables(parsed.fixed, data, "data")
     bar_vars = [v for bar in parsed.bars for v in _required_variables(bar.expr, data, "data")]
     group_vars = [v for bar in parsed.bars for v in bar.group]
+    parsed = expand_dot(parsed, data.columns, group_vars)
+    fixed_vars = _required_variables(parsed.fixed, data, "data")
     used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars]))
     _check_columns(data, set(used), "data")
     data = plain_columns(data, used, labels=(parsed.response,))

@@ -128,10 +128,17 @@ def check_formula_text(formula: str) -> None:
     parse_formula(formula)  # checks each part with check_formula_part
 
 
+#: A standalone ``.`` ("every other column", as in R): not a decimal point, not inside a name such as ``cad.dur``
+DOT = re.compile(r"(?<![\w.`])\.(?![\w.`])")
+
+
 def check_formula_part(part: str) -> None:
-    """Check the terms of a formulaic formula (the fixed part, or one bar's left-hand side)."""
+    """Check the terms of a formulaic formula (the fixed part, or one bar's left-hand side).
+
+    A ``.`` stands for column names (plain lookups, expanded against the data by
+    :func:`bayesvm.formula.bars.expand_dot`), so it is checked as a constant term."""
     try:
-        formula = formulaic.Formula(part)
+        formula = formulaic.Formula(DOT.sub("1", part))
     except FormulaicError as exc:
         raise FormulaError(f"cannot parse formula part {part!r}: {str(exc).splitlines()[0]}") from None
     for factor in _factors(formula):
