@@ -11,19 +11,6 @@ import pandas as pd
 from .arguments import as_count, as_flag, as_seed
 from .checks import Checks, Diagnostics, check_identifiability, singular_findings
 from .crossfit import record_call
-from .engines.em import fit_em
-from .engines.ep import AccurateFitError, accurate_failure, fit_accurate
-from .engines.gibbs import sample_gibbs
-from .engines.impute import fit_impute_vb, sample_impute_gibbs
-from .engines.impute_mi import fit_mi_vb
-from .engines.kernel_svi import fit_svi
-from .engines.kernel_vb import fit_batch, fit_inducing
-from .engines.lasso_em import fit_lasso_em
-from .engines.selection import fit_laplace_zero_vb
-from .engines.selection_gibbs import sample_selection
-from .engines.sparse_schur import oversized_dense_complement
-from .engines.svi import fit_linear_svi
-from .engines.vb import fit_vb
 from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
@@ -252,6 +239,11 @@ def _check_checks(checks: object) -> Checks:
 def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, thin, seed, cores, progress, probes,
                 imputation, imputations, batch_size, learning_rate):  # fmt: skip
     """The engine for a linear model (``bsvm`` without a kernel, in-memory data)."""
+    from .engines.em import fit_em
+    from .engines.ep import AccurateFitError, accurate_failure, fit_accurate
+    from .engines.gibbs import sample_gibbs
+    from .engines.vb import fit_vb
+
     design = model.design
     if method == "gibbs":
         _check_sampling(draws, tune, chains, thin, cores)
@@ -322,6 +314,8 @@ AUTO_ACCURATE_MAX_ROWS = 20_000
 def _warn_oversized(problem) -> None:
     """Warn before an exact sparse fit whose crossed factors leave a dense complement too large to factorise
     densely: the general sparse factorisation then takes hours, where ``probes`` takes minutes."""
+    from .engines.sparse_schur import oversized_dense_complement
+
     if problem.probes is not None or not problem.is_sparse or problem.elimination is not None:
         return
     largest = max(problem.components, key=lambda c: c.index.size)
@@ -381,7 +375,9 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
                   batch_size, learning_rate, prior, vb, kernel, inducing, inducing_method) -> BSVMFit:  # fmt: skip
     """Out-of-core (dask) data: full-batch VB by one pass over the partitions per sweep, or SVI over them."""
     from .engines.batches import PartitionBatches
+    from .engines.kernel_svi import fit_svi
     from .engines.stream_vb import fit_streamed_vb
+    from .engines.svi import fit_linear_svi
     from .outofcore import build_streamed
 
     allowed = ("svi",) if kernel is not None else ("vb", "svi")
@@ -422,6 +418,8 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
 
 def _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb) -> BSVMFit:
     """``method="svi"`` without a kernel: Wenzel et al. (2017), section 4.5 (``bayesvm.engines.svi``)."""
+    from .engines.svi import fit_linear_svi
+
     if model.design.re_terms:
         raise BayesvmError(
             "method='svi' fits fixed-effect models in this version: remove the random-effect terms "
@@ -442,6 +440,9 @@ def _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate,
 def _fit_kernel(formula, data, *, method, positive, missing, standardize, tol, max_iter, seed, kernel, inducing,
                 inducing_method, learn_inducing, batch_size, learning_rate, penalty, prior, vb) -> KernelFit:  # fmt: skip
     """``bsvm(..., kernel=...)``: Wenzel et al. (2017), sections 4.1-4.4 (``bayesvm.engines.kernel_vb``)."""
+    from .engines.kernel_svi import fit_svi
+    from .engines.kernel_vb import fit_batch, fit_inducing
+
     if method not in ("vb", "svi"):
         raise BayesvmError(f"a kernel model is fitted by method='vb' or 'svi', not {method!r}")
     if penalty != "learn" or prior is not None:
@@ -527,6 +528,10 @@ def _check_prior_method(prior: object, method: str, penalty: object, vb: str) ->
 
 def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress) -> BSVMFit:
     """Dispatch a selection prior to its engine (Alg. 3, Appendix B, Polson & Scott sections 3-4)."""
+    from .engines.lasso_em import fit_lasso_em
+    from .engines.selection import fit_laplace_zero_vb
+    from .engines.selection_gibbs import sample_selection
+
     if not model.penalized.any():
         raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
     problem = model.selection_problem()
@@ -577,6 +582,9 @@ def _fit_imputation(
 ) -> BSVMFit:
     """Multiple imputation (``bayesvm.engines.impute_mi``) or Alg. 4 / Appendix C (``bayesvm.engines.impute``);
     the fit's problem holds the rows at the imputed means."""
+    from .engines.impute import fit_impute_vb, sample_impute_gibbs
+    from .engines.impute_mi import fit_mi_vb
+
     problem = model.imputation_problem(imputation)
     name = _data_name(data)
     if imputation == "mi" and method == "vb":

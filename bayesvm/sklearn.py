@@ -169,7 +169,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         a different ranking when the posterior variance of ``f`` varies) is ``fit.predict(frame, kind="link")``.
         """
         frame = self._check(X)
-        positive = np.column_stack([fit.predict(frame, kind="prob") for fit in self._fits()])
+        positive = np.column_stack([fit.predict(frame, kind="prob").to_numpy() for fit in self._fits()])
         positive = np.clip(positive, 1e-300, 1.0 - 1e-16)
         scores = np.log(positive) - np.log1p(-positive)
         return scores[:, 0] if scores.shape[1] == 1 else scores
@@ -177,7 +177,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X) -> np.ndarray:
         """Posterior predictive class probabilities, columns in ``classes_`` order."""
         frame = self._check(X)
-        positive = np.column_stack([fit.predict(frame, kind="prob") for fit in self._fits()])
+        positive = np.column_stack([fit.predict(frame, kind="prob").to_numpy() for fit in self._fits()])
         if positive.shape[1] == 1:
             return np.column_stack([1.0 - positive[:, 0], positive[:, 0]])
         return positive / positive.sum(axis=1, keepdims=True)
@@ -191,7 +191,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         frame = self._check(X)
         fits = self._fits()
         if len(fits) == 1:
-            return self.classes_[(fits[0].predict(frame, kind="link") > 0).astype(int)]
+            return self.classes_[(fits[0].predict(frame, kind="link").to_numpy() > 0).astype(int)]
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 

@@ -28,6 +28,7 @@ def test_pcvm_is_sparse_and_accurate_on_banana(banana, method):
     assert set(vectors.index) <= set(train.index)
     error = np.mean(fit.predict(test) != test["label"])
     assert error < 0.14, error  # SVM about 0.11 on these splits; a linear rule about 0.45
+    fit.calibrate(newdata=test)  # held-out rows (cross-fitting a PCVM is tested in test_calibration.py)
     prob = fit.predict(test, kind="prob")
     np.testing.assert_array_equal(prob > 0.5, fit.predict(test) == "yes")
     text = str(fit.summary())

@@ -109,7 +109,8 @@ def test_fit_is_an_error_or_finite_and_monotone(data, fixed, random, penalty):
     assert np.diff(fit.lower_bound).min(initial=0.0) >= -1e-8 * abs(fit.lower_bound[-1])
     for frame in fit.ranef.values():
         assert np.all(np.isfinite(frame.to_numpy()))
-    _check_predictions(fit, data)
+    # cross-fitting (five more fits) on about a third of the examples, a held-out map on the others
+    _check_predictions(fit, data, cross_fit=len(data) % 3 == 0)
     pd.testing.assert_frame_equal(data, before)
 
 
@@ -165,6 +166,7 @@ def test_selection_fit_is_an_error_or_finite(data, fixed, engine):
     assert table["p_include"].between(0, 1).all() and table["p_positive"].between(0, 1).all()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        fit.calibrate(newdata=data)  # selection fits refit slowly: a map from the rows, not five fold fits
         predicted = fit.predict(data)
         prob = fit.predict(data, kind="prob")
     assert len(predicted) == len(data) and np.all((prob >= 0) & (prob <= 1))

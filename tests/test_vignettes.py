@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-VIGNETTES = Path(__file__).resolve().parents[1] / "vignettes"
+VIGNETTES = Path(__file__).resolve().parents[1] / "bayesvm" / "docs"
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 

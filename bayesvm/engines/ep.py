@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
-from scipy.special import log_ndtr
+from scipy.special import log_ndtr, logsumexp, multigammaln
 
 from ..errors import BayesvmError
 from . import variance_prior
@@ -242,7 +242,7 @@ class Hyperparameters:
         return total
 
     def log_prior(self, phi: np.ndarray) -> float:
-        """``log p(phi)`` up to a constant: the prior of the covariances plus :meth:`log_jacobian`."""
+        """``log p(phi)`` with every constant: the prior of the covariances plus :meth:`log_jacobian`."""
         total = self.log_jacobian(phi)
         for comp, part in self._split(np.asarray(phi, dtype=float)):
             if comp.k == 1:
@@ -252,6 +252,7 @@ class Hyperparameters:
                 logdet = 2.0 * float(np.sum(part[: comp.k]))
                 trace = float(np.sum((L_inv @ comp.prior_scale) * L_inv))  # tr(Psi Sigma^-1)
                 total += -0.5 * (comp.prior_df + comp.k + 1.0) * logdet - 0.5 * trace
+                total += _log_wishart_constant(comp.prior_df, comp.prior_scale)
         return total
 
     def start(self, posteriors: list[ComponentPosterior], inflate: float = 0.0) -> np.ndarray:
@@ -269,6 +270,12 @@ class Hyperparameters:
                 L = np.linalg.cholesky(mean)
                 out.append(np.concatenate([np.log(np.diag(L)), L[np.tril_indices(comp.k, -1)]]))
         return np.concatenate(out) if out else np.zeros(0)
+
+
+def _log_wishart_constant(df: float, scale: np.ndarray) -> float:
+    """``log`` of the inverse-Wishart normaliser ``|Psi|^(nu/2) / (2^(nu k/2) Gamma_k(nu/2))``."""
+    k = scale.shape[0]
+    return 0.5 * df * float(np.linalg.slogdet(scale)[1]) - 0.5 * df * k * np.log(2.0) - float(multigammaln(0.5 * df, k))
 
 
 @dataclass
@@ -298,6 +305,7 @@ class IntegratedResult:
     hyperparameters: Hyperparameters = None
     failed_nodes: int = 0  # nodes where EP did not converge even with strong damping (the fit is not converged)
     tails_ok: bool = True  # the mass beyond the lattice's edge is negligible (False: the integral is truncated)
+    log_evidence: float = float("nan")  # EP's approximation of log p(y), the variance parameters integrated out
 
     @property
     def variances(self) -> np.ndarray:
@@ -383,6 +391,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
             True,
             state.n_iter,
             time.perf_counter() - start,
+            log_evidence=state.log_evidence,
         )
     hyper = Hyperparameters(problem.components)
     d = hyper.size
@@ -492,7 +501,25 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
         hyperparameters=hyper,
         failed_nodes=int(np.sum(~np.isfinite(logp))),
         tails_ok=tails_ok,
+        log_evidence=_log_evidence(logp, log_rule, axes, step, design),
     )
+
+
+def _log_evidence(logp: np.ndarray, log_rule: np.ndarray, axes: np.ndarray, step: float, design: str) -> float:
+    """``log p(y) = log int p(y | phi) p(phi) d phi`` from EP's ``log p(y | phi)`` at the nodes.
+
+    ``phi = phi* + axes @ z``, so ``d phi = |det axes| dz``.  On the lattice each node stands for its cell
+    of volume ``step^d``; the Gauss-Hermite rule integrates ``g(z) N(z; 0, I)`` with ``g = p / N``, and
+    ``log_rule`` already holds ``log omega + |z|^2 / 2``, leaving ``(d / 2) log 2 pi``.  Nodes where EP
+    failed contribute nothing (the fit is then reported as not converged).
+    """
+    d = axes.shape[0]
+    log_volume = float(np.linalg.slogdet(axes)[1])
+    if design == "lattice":
+        log_volume += d * np.log(step)
+    else:
+        log_volume += 0.5 * d * np.log(2.0 * np.pi)
+    return float(logsumexp(logp + log_rule)) + log_volume
 
 
 #: EP attempts at a node: (start, damping, sweeps).  Parallel EP with damping 0.7 oscillates where the prior

@@ -80,22 +80,67 @@ def _posterior_dataset(fit, draws: int, seed: int | None) -> xr.Dataset:
         values = np.concatenate([v for _, v in parts], axis=-1)
         data_vars[f"u_{group}"] = (dims + (group, f"{group}_term"), values)
     for comp, cov in zip(fit.problem.components, comps):
-        if comp.source < 0:
-            data_vars["sigma_penalty"] = (dims, np.sqrt(cov[..., 0, 0]))
+        if comp.source < 0:  # the learned penalty: slopes ~ N(0, sd^2), alpha = 1 / (4 sd^2)
+            data_vars[PENALTY_SD] = (dims, np.sqrt(cov[..., 0, 0]))
             continue
         term = design.re_terms[comp.source]
         sds = np.sqrt(np.diagonal(cov, axis1=-2, axis2=-1))
-        for j, name in enumerate(term.term_names):
-            data_vars[f"sd_{term.group}__{name}"] = (dims, sds[..., j])
+        name, dim = f"sd_{term.group}", f"{term.group}_term"
+        names = list(term.term_names)
+        if name in data_vars:  # a second term of the same grouping factor, e.g. (1 | g) + (0 + x | g)
+            previous = data_vars[name][1]
+            sds = np.concatenate([previous, sds], axis=-1)
+            names = coords[f"{dim}_sd"] + names
+        coords[f"{dim}_sd"] = names
+        data_vars[name] = (dims + (f"{dim}_sd",), sds)
         if comp.is_wishart:
-            cor = cov / (sds[..., :, None] * sds[..., None, :])
-            dim = f"{term.group}_cor_term"
-            coords[dim] = list(term.term_names)
-            coords[dim + "_"] = list(term.term_names)
-            data_vars[f"cor_{term.group}"] = (dims + (dim, dim + "_"), cor)
+            cor = cov / (sds[..., -len(term.term_names) :, None] * sds[..., None, -len(term.term_names) :])
+            cor_dim = f"{term.group}_cor_term"
+            coords[cor_dim] = list(term.term_names)
+            coords[cor_dim + "_"] = list(term.term_names)
+            data_vars[f"cor_{term.group}"] = (dims + (cor_dim, cor_dim + "_"), cor)
     _selection_variables(fit, data_vars, coords)
     _imputation_variables(fit, data_vars, coords)
-    return xr.Dataset(data_vars, coords=coords, attrs={"inference_library": "bayesvm", "method": fit.method})
+    if fit.posterior.kind != "sampled":
+        data_vars, coords = _as_chains(data_vars, coords)
+    dataset = xr.Dataset(data_vars, coords=coords, attrs={"inference_library": "bayesvm", "method": fit.method})
+    for variable, text in DESCRIPTIONS.items():
+        if variable in dataset:
+            dataset[variable].attrs["description"] = text
+    for variable in dataset.data_vars:
+        if variable.startswith("sd_"):
+            dataset[variable].attrs["description"] = f"SD of the random effects of {variable[3:]!r}, per term"
+        elif variable.startswith("u_"):
+            dataset[variable].attrs["description"] = (
+                f"random effects of {variable[2:]!r} per level (exclude from plots with var_names=['~{variable}'])"
+            )
+    return dataset
+
+
+#: Name of the learned penalty's SD (slopes ~ N(0, sd^2); the SVM penalty is alpha = 1 / (4 sd^2)).
+PENALTY_SD = "slope_prior_sd"
+DESCRIPTIONS = {
+    "beta": "fixed effects, original scale of the predictors, on the SVM decision scale f (not log-odds)",
+    PENALTY_SD: "learned penalty: slopes ~ N(0, slope_prior_sd^2); the SVM penalty alpha = 1 / (4 slope_prior_sd^2)",
+}
+#: Independent draws from a variational posterior are exported as this many chains, so that ArviZ's
+#: R-hat and ESS (which need two or more chains) report the Monte Carlo error of the draws.
+VB_CHAINS = 4
+
+
+def _as_chains(data_vars: dict, coords: dict) -> tuple[dict, dict]:
+    """``(1, draws, ...)`` -> ``(VB_CHAINS, draws // VB_CHAINS, ...)``: independent draws from q, split into
+    chains (ArviZ warns on one chain; the draws are exchangeable, so the split changes nothing else)."""
+    draws = len(coords["draw"])
+    if len(coords["chain"]) != 1 or draws < 2 * VB_CHAINS:
+        return data_vars, coords
+    per = draws // VB_CHAINS
+    out = {}
+    for name, (dims, values) in data_vars.items():
+        values = np.asarray(values)[:, : per * VB_CHAINS]
+        out[name] = (dims, values.reshape((VB_CHAINS, per) + values.shape[2:]))
+    coords = dict(coords, chain=np.arange(VB_CHAINS), draw=np.arange(per))
+    return out, coords
 
 
 def _selection_variables(fit, data_vars: dict, coords: dict) -> None:

@@ -13,7 +13,8 @@ ESS_PER_CHAIN = 100
 def mcmc_diagnostics(fit) -> pd.DataFrame:
     """``r_hat``, ``ess_bulk`` and ``ess_tail`` of the fixed effects and variance-component SDs.
 
-    Indexed like ``summary().fixed`` for the fixed effects, then ``sd_<group>__<term>``.
+    Indexed like ``summary().fixed`` for the fixed effects, then ``sd_<group>[<term>]`` and ``slope_prior_sd``
+    (the learned penalty's SD), as ArviZ's ``summary`` labels them.
     """
     import warnings
 
@@ -28,7 +29,9 @@ def mcmc_diagnostics(fit) -> pd.DataFrame:
 
 
 def _diagnostics_table(az, posterior) -> pd.DataFrame:
-    names = ["beta"] + [v for v in posterior.data_vars if v.startswith(("sd_", "sigma_"))]
+    from .arviz import PENALTY_SD
+
+    names = ["beta"] + [v for v in posterior.data_vars if v.startswith("sd_") or v == PENALTY_SD]
     rows = {}
     for stat, func in (
         ("r_hat", lambda d: az.rhat(d)),
@@ -40,7 +43,13 @@ def _diagnostics_table(az, posterior) -> pd.DataFrame:
         for coef, value in zip(posterior["coef"].values, np.atleast_1d(values["beta"].values)):
             column[str(coef)] = float(value)
         for name in names[1:]:
-            column[name] = float(values[name].values)
+            array = values[name]
+            if array.ndim == 0:
+                column[name] = float(array.values)
+            else:
+                (dim,) = array.dims
+                for term, value in zip(array[dim].values, array.values):
+                    column[f"{name}[{term}]"] = float(value)
         rows[stat] = column
     return pd.DataFrame(rows)
 

@@ -114,8 +114,9 @@ class BSVMFit:
 
     @property
     def converged(self) -> bool:
-        """VB and EM: the stopping rule was met; Gibbs: every R-hat <= 1.01."""
-        if isinstance(self.result, GibbsResult):
+        """VB and EM: the stopping rule was met (multiple imputation: on every completed data set, whose
+        posteriors differ by design, so no R-hat across them); Gibbs: every R-hat <= 1.01."""
+        if isinstance(self.result, GibbsResult) and getattr(self.result, "fits", None) is None:
             from .diagnostics import mcmc_diagnostics
 
             return bool(mcmc_diagnostics(self)["r_hat"].max() <= 1.01)
@@ -412,8 +413,9 @@ class BSVMFit:
         kind: str = "class",
         include_random: bool = True,
         new_levels: str = "integrate",
-    ) -> np.ndarray:
-        """Predict new (or the training) rows.
+    ) -> pd.Series:
+        """Predict new (or the training) rows: a Series on ``newdata``'s index (the training rows' index for
+        ``newdata=None``), so that it aligns with the data as statsmodels' and pandas' results do.
 
         Parameters
         ----------
@@ -440,14 +442,34 @@ class BSVMFit:
             raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
         mean, var, law, rows, extra = self._predictive(newdata, include_random, new_levels)
         if kind == "link":
-            return mean
-        if kind == "pseudo":
-            return self._pseudo(mean, var, law, rows, extra)
-        if kind == "class":
-            return self.model.design.response.decode(np.where(mean > 0, 1.0, -1.0))
-        from .calibration import calibrated_probability
+            values = mean
+        elif kind == "pseudo":
+            values = self._pseudo(mean, var, law, rows, extra)
+        elif kind == "class":
+            values = self.model.design.response.decode(np.where(mean > 0, 1.0, -1.0))
+        else:
+            from .calibration import calibrated_probability
 
-        return calibrated_probability(self.calibration_map(), mean, var, law)
+            values = calibrated_probability(self.calibration_map(), mean, var, law)
+        return pd.Series(values, index=self._row_labels(newdata), name=kind)
+
+    def probability_change(
+        self, column: str, values: tuple | None = None, newdata: pd.DataFrame | None = None, by: float = 1.0
+    ) -> pd.DataFrame:
+        """Average change of the calibrated ``P(y = positive)`` when ``column`` changes: what to report instead
+        of an odds ratio (the coefficients are on the SVM decision scale).  See
+        :func:`bayesvm.results.effects.probability_change`."""
+        from .effects import probability_change
+
+        return probability_change(self, column, values=values, newdata=newdata, by=by)
+
+    def _row_labels(self, newdata) -> pd.Index:
+        """The index of ``newdata`` (or of the training rows), so that predictions align with the data."""
+        if newdata is None:
+            return self.model.design.row_index
+        from ..formula.frames import as_frame
+
+        return as_frame(newdata, "newdata").index
 
     def predict_interval(
         self,
@@ -465,7 +487,9 @@ class BSVMFit:
         mean, var, law, _, _ = self._predictive(newdata, include_random, new_levels)
         sd = np.sqrt(var + expected_new_variance(law, mean.size))
         z = norm.ppf(0.5 + as_level(level) / 2.0)
-        return pd.DataFrame({"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd})
+        return pd.DataFrame(
+            {"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd}, index=self._row_labels(newdata)
+        )
 
     # ----- calibration ---------------------------------------------------------------
     def calibration_map(self):
@@ -552,8 +576,8 @@ class BSVMFit:
         bins = as_count(bins, "bins", low=2)
         if newdata is not None:
             y = self.model.design.response_of(newdata)
-            prob = self.predict(newdata, kind="prob")
-            pseudo = self.predict(newdata, kind="pseudo")
+            prob = self.predict(newdata, kind="prob").to_numpy()
+            pseudo = self.predict(newdata, kind="pseudo").to_numpy()
             source = "held-out"
         else:
             cmap = self.calibration_map()

@@ -163,7 +163,7 @@ class KernelFit(BSVMFit):
         if probability == "pseudo":
             return super().predict(newdata, kind="pseudo")
         mean, var = self.posterior.link(self._inputs(newdata))
-        return norm.cdf(mean / np.sqrt(1.0 + var))
+        return pd.Series(norm.cdf(mean / np.sqrt(1.0 + var)), index=self._row_labels(newdata), name="prob")
 
     # ----- reporting -----------------------------------------------------------------------
     def summary(self, level: float = 0.95):

@@ -11,6 +11,7 @@ from scipy.stats import norm
 from ..engines import variance_prior
 from ..engines.ep import accurate_failure
 from ..engines.sparse_schur import SchurSparsePosterior
+from .vb_check import KHAT_GOOD, KHAT_LIMIT, VBCheck
 
 #: ``summary()`` suggests ``probes`` when the exact sparse path factorised a dense complement this large
 #: (at 10^4 columns the probe fit took 44 s against 268 s; at 2,000 columns the exact path is faster).
@@ -64,6 +65,7 @@ class Summary:
                 _fixed_section(self),
                 _footer(self.info),
                 _probability_line(self.info),
+                f"Documentation: python -m bayesvm docs {self.info.get('docs', 'toenail')}",
             )
             if part
         )
@@ -174,6 +176,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             n_nodes=int(r.weights.size),
             method="vb-accurate",
             failure=None if r.converged else accurate_failure(r),
+            log_evidence=float(r.log_evidence),
         )
     elif fit.method == "em":
         info.update(objective=float(fit.objective[-1]), n_support=int(fit.result.support.sum()))
@@ -217,6 +220,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     )
     calibration = getattr(fit, "_calibration", None)
     info["calibration"] = None if calibration is None else calibration.describe()
+    info["docs"] = _documentation_topic(fit)
     return Summary(fixed=fixed, random=random, info=info)
 
 
@@ -226,8 +230,8 @@ AUTO_CHECK_MAX_VALUES = 2e7
 AUTO_CHECK_DRAWS = 1000
 
 
-def _vb_check(fit) -> tuple | str:
-    """``(k-hat, verdict, draws)`` of the fit's PSIS check (run now if affordable), or why there is none."""
+def _vb_check(fit) -> VBCheck | str:
+    """The fit's PSIS check (run now if affordable), or why there is none."""
     import warnings
 
     check = getattr(fit, "_vb_check", None)
@@ -242,7 +246,7 @@ def _vb_check(fit) -> tuple | str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the verdict is printed below instead
             check = fit.check_vb(draws=AUTO_CHECK_DRAWS)
-    return check.khat, check.verdict, check.draws, check.marginal_khat
+    return check
 
 
 SELECTION_GIBBS_TITLES = {
@@ -250,6 +254,15 @@ SELECTION_GIBBS_TITLES = {
     "SpikeSlab": "Gibbs sampling (Polson & Scott 2011, section 4.2)",
     "Lasso": "Gibbs sampling (Polson & Scott 2011, section 4.1)",
 }
+
+
+def _documentation_topic(fit) -> str:
+    """The shipped vignette closest to this fit (``python -m bayesvm docs NAME``)."""
+    if fit.model.design.imputation is not None:
+        return "cardiac"
+    if fit.model.prior is not None:
+        return "spam"
+    return "toenail"
 
 
 def _prior_text(fit) -> str:
@@ -388,64 +401,43 @@ def _probability_line(info: dict) -> str:
 
 
 def _footer(info: dict) -> str:
-    if info["method"] == "vb-accurate":
-        rule = "lattice" if info["design"] == "lattice" else "Gauss-Hermite"
-        nodes = f" at {info['n_nodes']} {rule} nodes of the variance parameters" if info["n_nodes"] > 1 else ""
-        if info.get("failure"):
-            return (
-                f"Fit: expectation propagation{nodes}, {info['n_iter']} EP sweeps in all; NOT converged:\n"
-                f"  {info['failure']}\nPSIS check: no verdict (the fit did not converge)."
+    """What ran (one line, in plain words), the fit criterion, the scale line and one verdict per check."""
+    lines = [_fit_line(info), _criterion_line(info), _scale_line(info), _checks_section(info)]
+    return "\n".join(line for line in lines if line)
+
+
+def _fit_line(info: dict) -> str:
+    ms = f"{1000 * info['elapsed']:.1f} ms"
+    method = info["method"]
+    if method == "vb-accurate":
+        if info["n_nodes"] > 1:
+            rule = "lattice" if info["design"] == "lattice" else "Gauss-Hermite rule"
+            where = (
+                f" at {info['n_nodes']} values of the variance parameters (a {rule} over their posterior; "
+                "each value is one EP fit of the coefficients)"
             )
+        else:
+            where = ""
+        return f"Fit: expectation propagation{where}; {info['n_iter']} EP sweeps (passes over the rows) in all; {ms}"
+    if method == "em":
         return (
-            f"Fit: expectation propagation{nodes}, {info['n_iter']} EP sweeps in all; {1000 * info['elapsed']:.1f} ms\n"
-            + (
-                "Approximation: EP is close to the exact posterior for well-identified log-concave models, which this "
-                "one is not (see Identifiability above)."
-                if _untrusted(info)
-                else "Approximation: EP is close to the exact posterior for this log-concave model (see vignettes/toenail.md)."
-            )
-            + _psis_line(info)
+            f"Fit: posterior mode after {info['n_iter']} EM iterations; support vectors (rows on or inside the "
+            f"margin): {info['n_support']} of {info['n_obs']} (fit.support); {ms}"
         )
-    if info["method"] == "em":
-        status = "converged" if info["converged"] else "NOT converged"
-        return (
-            f"Support vectors: {info['n_support']} of {info['n_obs']} rows (fit.support)\n"
-            f"Convergence: {status} after {info['n_iter']} iterations; log posterior (up to a constant) "
-            f"{info['objective']:.4f}; {1000 * info['elapsed']:.1f} ms\n"
-            "A posterior mode: no posterior SDs or intervals (use method='gibbs' or 'vb')."
-        )
-    if info["method"] == "vb-mi":
-        status = "converged" if info["converged"] else "NOT converged on every data set"
+    if method == "vb-mi":
         sweeps = info["sweeps"]
-        text = (
-            f"Fit: {info['imputations']} completed data sets, VB {status} ({min(sweeps)}-{max(sweeps)} sweeps each); "
-            f"{info['draws']} draws of the pooled posterior (within- plus between-imputation spread); "
-            f"{1000 * info['elapsed']:.1f} ms"
+        return (
+            f"Fit: {info['imputations']} completed data sets, one mean-field VB fit each ({min(sweeps)}-{max(sweeps)} "
+            f"sweeps), pooled into {info['draws']} draws (within- plus between-imputation spread); {ms}"
         )
-        if info["decreases"]:
-            text += f"\nWarning: the lower bound decreased on completed data set(s) {info['decreases'][:10]}"
-        return text + "\n" + VB_CAVEAT.replace("q(beta, u)", "q(beta, u) per data set")
-    if info["method"] == "gibbs":
-        text = (
+    if method == "gibbs":
+        return (
             f"Sampling: {info['chains']} chains x {info['draws']} draws (thin {info['thin']}) after {info['tune']} "
-            f"tuning iterations, seed {info['seed']}; max R-hat {info['max_rhat']:.3f}, min bulk ESS "
-            f"{info['min_ess']:.0f}; {info['elapsed']:.2f} s"
+            f"tuning iterations, seed {info['seed']}; {info['elapsed']:.2f} s"
         )
-        if info["problems"]:
-            text += f"\nWarning: {info['problems']}"
-        return text
-    status = "converged" if info["converged"] else "NOT converged"
-    text = (
-        f"Convergence: {status} after {info['n_iter']} iterations (tol {info['tol']:g}); "
-        f"lower bound {info['lower_bound']:.4f}; {1000 * info['elapsed']:.1f} ms"
-    )
-    if info["method"] == "svi":
-        text = (
-            f"Stochastic VI: {info['n_iter']} steps of {info['batch_size']} rows; {status}: {info['stopping']};\n"
-            f"lower bound on the monitor rows {info['lower_bound']:.4f}; {1000 * info['elapsed']:.1f} ms"
-        )
-    if info["decreases"]:
-        text += f"\nWarning: the lower bound decreased at iteration(s) {info['decreases'][:10]}"
+    if method == "svi":
+        return f"Stochastic VI: {info['n_iter']} steps of {info['batch_size']} rows; stopping rule: {info['stopping']}; {ms}"
+    text = f"Fit: {info['n_iter']} sweeps of coordinate ascent (tol {info['tol']:g}); {ms}"
     if info.get("probes") is not None:
         rep = info["probes"]
         text += (
@@ -458,32 +450,182 @@ def _footer(info: dict) -> str:
             f"\nEach sweep factorised a dense {info['probes_hint']}-column complement; probes=32 fits this model "
             "several times faster, with a small reported Monte Carlo error in the variances"
         )
-    if info.get("selected") is not None:
-        return text + "\n" + SELECTION_VB_CAVEAT
     if info.get("vb_note"):
         text += f"\nMean-field VB by default here ({info['vb_note']}); vb='accurate' gives the accurate fit."
-    return text + "\n" + VB_CAVEAT + _psis_line(info)
+    return text
 
 
-def _psis_line(info: dict) -> str:
-    if isinstance(info.get("psis"), str):
-        return f"\nPSIS check: {info['psis']}."
-    if _untrusted(info):
-        khat = info["psis"][3] if info["psis"][3] is not None else info["psis"][0]
-        return (
-            f"\nPSIS check: k-hat = {khat:.2f}, but no verdict: it compares q with a posterior that the "
-            "identifiability problems above leave shaped by the prior; check with method='gibbs'"
-        )
-    khat, verdict, draws, marginal = info["psis"]
-    if marginal is None:
-        text = f"\nPSIS check ({draws} draws from q): k-hat = {khat:.2f}, {verdict}"
-        return text + ("; importance-weighted estimates: fit.check_vb().fixef" if khat <= 0.7 else "")
-    text = (
-        f"\nPSIS check ({draws} draws from q): k-hat = {marginal:.2f} for the fixed effects and variance components "
-        f"(random effects integrated out exactly), {verdict};\n  k-hat = {khat:.2f} for the joint q of all "
-        "coefficients (strict in high dimension; judges the individual random effects)"
+def _criterion_line(info: dict) -> str:
+    """A number to compare models fitted to the same rows and response (higher is better), like logLik."""
+    method = info["method"]
+    compare = " (higher is better; compare fits of the same rows and response)"
+    if method == "vb-accurate":
+        if info.get("failure") or not np.isfinite(info.get("log_evidence", np.nan)):
+            return "Fit criterion: none (the fit did not converge: see Checks)"
+        text = f"Fit criterion: log evidence log p(y) = {info['log_evidence']:.2f} (EP's approximation)"
+        check = info.get("psis")
+        if not isinstance(check, str) and check is not None and check.log_evidence is not None:
+            value, se = check.log_evidence
+            text += f"; {value:.2f} +/- {se:.2f} by importance sampling from the fit"
+        return text + compare
+    if method == "em":
+        return f"Fit criterion: log posterior at the mode {info['objective']:.2f} (up to a constant; not comparable across priors)"
+    if method in ("vb", "svi"):
+        value = info.get("lower_bound", np.nan)
+        if not np.isfinite(value):
+            return ""
+        where = " on the monitor rows" if method == "svi" else ""
+        return f"Fit criterion: lower bound on log p(y){where} = {value:.2f} (mean-field VB's)" + compare
+    return "Fit criterion: none for a sampler; compare models by held-out log loss (fit.calibration(newdata))"
+
+
+def _scale_line(info: dict) -> str:
+    return (
+        f"Scale: coefficients move the SVM decision value f (f > 0 predicts {info['positive']!r}; the margin is "
+        "-1 < f < 1), not the log-odds:\n  do not exponentiate them; effects on the probability scale: "
+        "fit.probability_change(column)."
     )
-    return text + ("\n  importance-weighted estimates: fit.check_vb().marginal" if marginal <= 0.7 else "")
+
+
+VERDICT_WIDTH = 9
+
+
+def _verdict(word: str, what: str, meaning: str) -> str:
+    return f" {word:<{VERDICT_WIDTH}}{what}: {meaning}"
+
+
+def _checks_section(info: dict) -> str:
+    lines = ["Checks:"]
+    lines += _convergence_checks(info)
+    lines += _approximation_checks(info)
+    if _untrusted(info):
+        lines.append(
+            _verdict(
+                "WARNING",
+                "identifiability",
+                "the problems listed under Identifiability leave part of the posterior shaped by the prior; "
+                "read those coefficients as prior-driven",
+            )
+        )
+    return "\n".join(lines)
+
+
+def _convergence_checks(info: dict) -> list[str]:
+    method = info["method"]
+    if method == "vb-accurate":
+        if info.get("failure"):
+            return [_verdict("FAIL", "convergence", f"NOT converged: {info['failure']}")]
+        return [_verdict("OK", "convergence", "EP converged at every value of the variance parameters")]
+    if method == "gibbs":
+        summary = f"max R-hat {info['max_rhat']:.3f}, min bulk ESS {info['min_ess']:.0f}"
+        if info["problems"]:
+            return [_verdict("WARNING", "mixing", f"{summary}: {info['problems']}")]
+        return [_verdict("OK", "mixing", f"{summary} (every quantity: R-hat <= 1.01, ESS >= 100 per chain)")]
+    if method == "em":
+        word = "OK" if info["converged"] else "FAIL"
+        state = "converged" if info["converged"] else "NOT converged: raise max_iter"
+        return [
+            _verdict(word, "convergence", state),
+            _verdict("NOTE", "uncertainty", "a posterior mode has no SDs or intervals (use method='vb' or 'gibbs')"),
+        ]
+    if method == "vb-mi":
+        out = [
+            _verdict("OK", "convergence", "VB converged on every completed data set")
+            if info["converged"]
+            else _verdict("FAIL", "convergence", "VB NOT converged on every completed data set: raise max_iter")
+        ]
+        if info["decreases"]:
+            out.append(
+                _verdict(
+                    "FAIL",
+                    "lower bound",
+                    f"decreased on completed data set(s) {info['decreases'][:10]} (a bug: report it)",
+                )
+            )
+        return out
+    if method == "svi":
+        state = "converged" if info["converged"] else "NOT converged"
+        return [_verdict("OK" if info["converged"] else "WARNING", "convergence", f"{state}: {info['stopping']}")]
+    out = [
+        _verdict("OK", "convergence", f"converged after {info['n_iter']} sweeps")
+        if info["converged"]
+        else _verdict("FAIL", "convergence", f"NOT converged after {info['n_iter']} sweeps: raise max_iter")
+    ]
+    if info["decreases"]:
+        out.append(
+            _verdict("FAIL", "lower bound", f"decreased at iteration(s) {info['decreases'][:10]} (a bug: report it)")
+        )
+    else:
+        out.append(_verdict("OK", "lower bound", "never decreased (fit.lower_bound; plot_lower_bound(fit))"))
+    return out
+
+
+def _approximation_checks(info: dict) -> list[str]:
+    method = info["method"]
+    out = []
+    if method in ("vb", "vb-mi", "svi"):
+        caveat = SELECTION_VB_CAVEAT if info.get("selected") is not None else VB_CAVEAT
+        if method == "vb-mi":
+            caveat = caveat.replace("q(beta, u)", "q(beta, u) per data set")
+        out.append(_verdict("NOTE", "approximation", " ".join(caveat.replace("Approximation: ", "").split())))
+    check = info.get("psis")
+    if check is None:
+        return out
+    if isinstance(check, str):
+        return out + [_verdict("NOTE", "PSIS check", check)]
+    if method == "vb-accurate" and info.get("failure"):
+        return out + [_verdict("NOTE", "PSIS check", "no verdict (the fit did not converge)")]
+    if _untrusted(info):
+        return out + [
+            _verdict(
+                "NOTE",
+                "PSIS check",
+                f"k-hat = {check.governing_khat:.2f}, but no verdict: it compares q with a posterior that the "
+                "identifiability problems leave shaped by the prior; check with method='gibbs'",
+            )
+        ]
+    draws = f"{check.draws} draws from q"
+    if check.marginal_khat is None:
+        out.append(_khat_verdict("fixed effects", check.khat, draws, "fit.check_vb().fixef"))
+        return out
+    out.append(
+        _khat_verdict(
+            "fixed effects and variance components", check.marginal_khat, draws, "fit.check_vb().marginal",
+            detail="random effects integrated out exactly",
+        )
+    )  # fmt: skip
+    if check.khat > KHAT_LIMIT:
+        out.append(
+            _verdict(
+                "CAUTION",
+                "individual random effects",
+                f"k-hat = {check.khat:.2f} for the joint q of all coefficients (strict in high dimension): "
+                "fit.ranef is approximate; refit with method='gibbs' before reporting single levels",
+            )
+        )
+    else:
+        out.append(
+            _verdict("OK", "individual random effects", f"k-hat = {check.khat:.2f} for the joint q of all coefficients")
+        )
+    return out
+
+
+def _khat_verdict(what: str, khat: float, draws: str, corrected: str, detail: str = "") -> str:
+    detail = f"; {detail}" if detail else ""
+    if khat <= KHAT_GOOD:
+        return _verdict("OK", what, f"q matches the exact posterior (PSIS k-hat = {khat:.2f} <= 0.5, {draws}{detail})")
+    if khat <= KHAT_LIMIT:
+        return _verdict(
+            "CAUTION",
+            what,
+            f"q is near the posterior (k-hat = {khat:.2f}, 0.5-0.7, {draws}{detail}); report the "
+            f"importance-weighted estimates: {corrected}",
+        )
+    return _verdict(
+        "FAIL",
+        what,
+        f"q is far from the posterior (k-hat = {khat:.2f} > 0.7, {draws}{detail}): unreliable; use method='gibbs'",
+    )
 
 
 def _indent(text: str, by: str = " ") -> str:

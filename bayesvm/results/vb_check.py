@@ -56,6 +56,11 @@ class VBCheck:
     fixef
         Importance-weighted (PSIS-corrected) posterior mean and SD of the fixed effects, original
         scale; ``None`` when ``khat > 0.7``.
+    log_evidence
+        Importance-sampling estimate of ``log p(y)`` (the hinge pseudo-likelihood model, every constant
+        included) and its Monte Carlo standard error, ``log mean(p / q)``; from the marginal ratios where
+        they exist, and only when the governing k-hat is at most 0.7 (otherwise ``None``: the estimate's
+        variance is then unreliable).
     """
 
     khat: float
@@ -63,6 +68,7 @@ class VBCheck:
     fixef: pd.DataFrame | None
     marginal_khat: float | None = None
     marginal: pd.DataFrame | None = None
+    log_evidence: tuple[float, float] | None = None
 
     @property
     def governing_khat(self) -> float:
@@ -180,9 +186,11 @@ def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
     log_weights, khat = psis(log_p - log_q)
     corrected = _weighted_fixef(fit, theta_d, log_weights) if khat <= KHAT_LIMIT else None
     marginal_khat, marginal = None, None
+    evidence = importance_log_evidence(log_p - log_q) if khat <= KHAT_LIMIT else None
     if integrable_component(problem) is not None:
         log_ratios, theta_d, covs = marginal_log_ratios(fit, rng, draws)
         log_weights, marginal_khat = psis(log_ratios)
+        evidence = importance_log_evidence(log_ratios) if marginal_khat <= KHAT_LIMIT else None
         if marginal_khat <= KHAT_LIMIT:
             marginal = _weighted_fixef(fit, theta_d, log_weights)
             weights = _normalised(log_weights)
@@ -191,7 +199,20 @@ def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
                     label = "penalty sigma_u^2" if comp.source < 0 else f"sigma^2 {comp.name}"
                     mean = float(weights @ cov[:, 0, 0])
                     marginal.loc[label] = [mean, float(np.sqrt(weights @ (cov[:, 0, 0] - mean) ** 2))]
-    return VBCheck(khat=khat, draws=draws, fixef=corrected, marginal_khat=marginal_khat, marginal=marginal)
+    return VBCheck(
+        khat=khat, draws=draws, fixef=corrected, marginal_khat=marginal_khat, marginal=marginal, log_evidence=evidence
+    )
+
+
+def importance_log_evidence(log_ratios: np.ndarray) -> tuple[float, float]:
+    """``(log mean(w), its standard error)`` for raw importance ratios ``w = p(y, theta) / q(theta)``.
+
+    ``mean(w)`` is unbiased for ``p(y)``; the delta method gives ``se(log mean w) = sd(w) / (sqrt(S) mean(w))``.
+    """
+    shifted = np.exp(log_ratios - log_ratios.max())
+    mean = float(shifted.mean())
+    se = float(shifted.std(ddof=1) / (np.sqrt(shifted.size) * mean))
+    return float(np.log(mean) + log_ratios.max()), se
 
 
 def _normalised(log_weights: np.ndarray) -> np.ndarray:

@@ -158,7 +158,7 @@ def test_standardize_does_not_change_predictions_without_penalty():
         a = bayesvm.bsvm("y ~ x1 * x2 + (1 | g)", data, standardize=True, **kw)
         b = bayesvm.bsvm("y ~ x1 * x2 + (1 | g)", data, standardize=False, **kw)
     np.testing.assert_allclose(a.predict(kind="link"), b.predict(kind="link"), atol=1e-6)
-    np.testing.assert_allclose(a.predict(kind="prob"), b.predict(kind="prob"), atol=1e-6)
+    np.testing.assert_allclose(a.predict(kind="pseudo"), b.predict(kind="pseudo"), atol=1e-6)
 
 
 def test_schur_complement_matches_dense_solve():

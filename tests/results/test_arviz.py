@@ -26,19 +26,22 @@ def test_inference_data_groups_and_coordinates(fit):
     assert group_names(idata) == {"posterior", "observed_data", "log_likelihood", "lower_bound"}
     post = idata.posterior
     assert list(post["coef"].values) == list(fit.fixef.index)
-    assert post["u_patientID"].shape == (1, 400, 294, 2)
+    assert post["u_patientID"].shape == (4, 100, 294, 2)  # independent draws from q, split into 4 chains
     assert list(post["patientID_term"].values) == ["(Intercept)", "visit"]
+    assert post["sd_patientID"].shape == (4, 100, 2) and post["cor_patientID"].shape == (4, 100, 2, 2)
+    assert list(post["patientID_term_sd"].values) == ["(Intercept)", "visit"]
+    assert "decision scale" in post["beta"].attrs["description"]
     np.testing.assert_array_equal(idata.lower_bound["lower_bound"].values, fit.lower_bound)
     assert idata.observed_data.attrs["positive_class"] == "moderate or severe"
 
 
 def test_draws_match_the_variational_posterior(fit):
     post = fit.to_inference_data(draws=4000, seed=1).posterior
-    beta = post["beta"].values[0]
+    beta = post["beta"].values.reshape(-1, post["beta"].shape[-1])
     sd = np.sqrt(np.diag(fit.fixef_cov.to_numpy()))
     assert np.all(np.abs(beta.mean(axis=0) - fit.fixef.to_numpy()) < 4 * sd / np.sqrt(4000))
     np.testing.assert_allclose(beta.std(axis=0), sd, rtol=0.06)
-    u = post["u_patientID"].values[0]
+    u = post["u_patientID"].values.reshape((-1,) + post["u_patientID"].shape[2:])
     np.testing.assert_allclose(u.mean(axis=0), fit.ranef["patientID"].to_numpy(), atol=0.1)
     np.testing.assert_allclose(u.std(axis=0), fit.ranef_sd["patientID"].to_numpy(), rtol=0.15)
 
@@ -128,7 +131,7 @@ def test_plots_run(gibbs_fit):
     matplotlib.use("Agg")
     az = _az()
     idata = gibbs_fit.to_inference_data(log_likelihood=False)
-    assert az.plot_trace(idata, var_names=["beta", "sd_patientID__(Intercept)"]) is not None
+    assert az.plot_trace(idata, var_names=["beta", "sd_patientID"]) is not None
     assert az.plot_forest(idata, var_names=["beta"]) is not None
     matplotlib.pyplot.close("all")
 
@@ -141,9 +144,10 @@ def test_save_and_load_round_trip(toenail, gibbs_fit, method, tmp_path):
         fit = bayesvm.bsvm("outcome ~ visit * treatment", toenail, method=method, penalty=0.5)
     else:
         fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None)
+    new = toenail.sample(20, random_state=1)
+    fit.calibrate(newdata=toenail.sample(200, random_state=2))  # held-out rows: no fold refits in this test
     path = fit.save(tmp_path / "fit.bsvm")
     loaded = bayesvm.load(path)
-    new = toenail.sample(20, random_state=1)
     np.testing.assert_array_equal(loaded.predict(new, kind="prob"), fit.predict(new, kind="prob"))
     assert str(loaded.summary()) == str(fit.summary())
 

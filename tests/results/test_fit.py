@@ -159,3 +159,42 @@ def test_repr_for_every_engine(grouped, kwargs):
     fit = bayesvm.bsvm("y ~ x1 + x2", grouped, **kwargs)
     text = repr(fit)
     assert text.startswith("<BSVMFit") and "y ~ x1 + x2" in text
+
+
+def test_probability_change_is_the_average_predictive_comparison():
+    rng = np.random.default_rng(4)
+    n = 300
+    data = pd.DataFrame(
+        {"x": rng.standard_normal(n), "arm": rng.choice(["a", "b", "c"], n), "keep": rng.standard_normal(n)}
+    )
+    f = 1.5 * data["x"] + np.where(data["arm"] == "c", 1.0, 0.0)
+    data["y"] = np.where(f + rng.logistic(size=n) > 0, "yes", "no")
+    fit = bayesvm.bsvm("y ~ x * arm", data)
+    fit.calibrate(newdata=data)  # a fixed map: the comparison below is exact arithmetic on predict
+    table = fit.probability_change("x")
+    shifted = data.assign(x=data["x"] + 1.0)
+    expected = np.mean(fit.predict(shifted, kind="prob") - fit.predict(data, kind="prob"))
+    assert table.loc["x: x -> x + 1", "change"] == pytest.approx(expected) and expected > 0.05
+    arms = fit.probability_change("arm")
+    assert list(arms.index) == ["arm: a -> b", "arm: a -> c"]
+    assert arms.loc["arm: a -> c", "change"] > arms.loc["arm: a -> b", "change"]
+    pair = fit.probability_change("x", values=(-1, 1))
+    assert pair["p_to"].iloc[0] > pair["p_from"].iloc[0]
+    with pytest.raises(bayesvm.DataError, match="'keep' is not used"):
+        fit.probability_change("keep")
+
+
+def test_tidy_table_has_broom_columns():
+    from bayesvm.results.tables import tidy
+
+    rng = np.random.default_rng(2)
+    g = rng.integers(0, 10, 150)
+    x = rng.standard_normal(150)
+    data = pd.DataFrame({"y": np.where(x + rng.normal(0, 1, 10)[g] + rng.logistic(size=150) > 0, 1, 0), "x": x, "g": g})
+    fit = bayesvm.bsvm("y ~ x + (1 | g)", data, vb="meanfield")
+    table = tidy(fit.summary(level=0.9))
+    assert list(table["effect"]) == ["fixed", "fixed", "ran_pars"]
+    row = table.set_index("term").loc["x"]
+    assert row["estimate"] == pytest.approx(fit.fixef["x"])
+    assert row["conf_low"] < row["estimate"] < row["conf_high"]
+    assert table.set_index("term").loc["sd__(Intercept)", "group"] == "g"

@@ -112,6 +112,7 @@ def test_batch_and_svi_and_explicit_locations(banana):
 
 def test_save_and_load_round_trip(fit, banana, tmp_path):
     _, test = banana
+    fit.calibrate(newdata=test)  # held-out rows: the map is saved with the fit
     fit.save(tmp_path / "kernel.pkl")
     again = bayesvm.load(tmp_path / "kernel.pkl")
     np.testing.assert_allclose(again.predict(test, kind="prob"), fit.predict(test, kind="prob"))

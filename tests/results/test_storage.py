@@ -72,9 +72,10 @@ def test_every_fit_type_round_trips_exactly(name, tmp_path):
         fit, new = bayesvm.pcvm("y ~ x1 + x2", _frame()), _frame(seed=1)
     else:
         fit, new = _make(name)
+    fit.calibrate(newdata=new)  # the probability map (learned cheaply on held-out rows) is saved with the fit
     loaded = bayesvm.load(fit.save(tmp_path / "fit.bsvm"))
     assert type(loaded) is type(fit)
-    for kind in ("class", "prob", "link"):
+    for kind in ("class", "prob", "pseudo", "link"):
         np.testing.assert_array_equal(
             np.asarray(loaded.predict(new, kind=kind)), np.asarray(fit.predict(new, kind=kind))
         )

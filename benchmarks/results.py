@@ -1,0 +1,78 @@
+"""Regenerate ``benchmarks/RESULTS.md``, the file the README's performance numbers point to.
+
+Each benchmark runs in a fresh interpreter, as its docstring says, and its output is written verbatim under
+its command, with the date, the Python version and the machine's core count, so no claim in the README
+drifts from what the code does now:
+
+    python -m benchmarks.results                 # the quick set (a few minutes on 2 cores)
+    python -m benchmarks.results --all           # also the long ones (calibration, scale, kernel, ...)
+    python -m benchmarks.results --only spam_sklearn import_time
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+#: name -> (command arguments after ``python -m``, what the README cites it for, quick?)
+BENCHMARKS = {
+    "import_time": (["benchmarks.import_time"], "import time of the package and of the first fit", True),
+    "spam_sklearn": (["benchmarks.spam_sklearn"], "BayesianSVC against SVC + GridSearchCV over C", True),
+    "toenail": (["benchmarks.toenail"], "toenail VB against statsmodels' BinomialBayesMixedGLM", True),
+    "calibration": (["benchmarks.calibration"], "held-out log loss, Brier, ECE against the peers", False),
+    "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
+    "kernel": (["benchmarks.kernel"], "kernel fits against Wenzel et al. (2017) and scikit-learn", False),
+    "pcvm": (["benchmarks.pcvm"], "PCVM against SVC and the paper's tables", False),
+}
+
+
+def run(name: str) -> str:
+    """The section of ``RESULTS.md`` for one benchmark."""
+    arguments, purpose, _ = BENCHMARKS[name]
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", *arguments], cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    status = "" if out.returncode == 0 else f" (FAILED with exit code {out.returncode})"
+    body = out.stdout.strip() or out.stderr.strip()[-2000:]
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d")
+    return (
+        f"## {name}: {purpose}\n\n`python -m {' '.join(arguments)}`: run {stamp}, {seconds:.0f} s{status}\n\n"
+        f"```\n{body}\n```\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--all", action="store_true", help="also the long benchmarks")
+    parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), default=None)
+    args = parser.parse_args(argv)
+    names = args.only or [n for n, (_, _, quick) in BENCHMARKS.items() if quick or args.all]
+    sections = {}
+    if RESULTS.exists():  # keep the sections of benchmarks not run this time
+        text = RESULTS.read_text(encoding="utf-8")
+        for part in text.split("\n## ")[1:]:
+            sections[part.split(":", 1)[0]] = "## " + part.rstrip("\n") + "\n"
+    for name in names:
+        print(f"running {name} ...", file=sys.stderr)
+        sections[name] = run(name)
+    header = (
+        "# Benchmark results\n\n"
+        f"Written by `python -m benchmarks.results` (Python {platform.python_version()}, {os.cpu_count()} cores); "
+        "each section gives its command and the date it ran.  The README's performance numbers come from here.\n"
+    )
+    ordered = [sections[n] for n in BENCHMARKS if n in sections]
+    RESULTS.write_text(header + "\n" + "\n".join(ordered), encoding="utf-8")
+    print(f"wrote {RESULTS}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
