@@ -14,9 +14,13 @@ Full conditionals, with ``omega_i = 1 / a_i`` and ``C = [D, Z_b]``:
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -391,20 +395,76 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
     return {"theta_d": out_d, "theta_b": out_b, "components": out_c, "log_posterior": out_lp}
 
 
+#: Seconds between a chain worker's checks that its parent process is still alive.
+PARENT_CHECK_SECONDS = 0.5
+
+
+def _end_with_parent(parent: int) -> None:
+    """Chain-worker initializer: a daemon thread ends the worker once its parent is gone (terminated, killed
+    or crashed: the worker is then re-parented and ``os.getppid()`` changes), so no chain outlives its run."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_CHECK_SECONDS)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="bayesvm-parent-watch", daemon=True).start()
+
+
+@contextmanager
+def _sigterm_raises():
+    """In the main thread, SIGTERM raises ``SystemExit`` (as Ctrl-C raises ``KeyboardInterrupt``), so that the
+    pool below is torn down instead of the process dying with its workers still running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate every worker process of ``pool`` now and drop the queued chains."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def run_chains(chain, problem, draws: int, tune: int, thin: int, chains: int, seed, cores: int, progress: bool):
     """``chain(problem, draws, tune, thin, seed_sequence, show)`` for each of ``chains`` independent seeds
     spawned from ``SeedSequence(seed)``: in ``min(cores, chains)`` processes when ``cores > 1`` (the same
-    draws as serially), with a tqdm bar on a terminal.  Shared by every Gibbs engine."""
+    draws as serially), with a tqdm bar on a terminal.  Shared by every Gibbs engine.
+
+    On Ctrl-C or SIGTERM the worker processes are terminated before the exception propagates, and a worker
+    whose parent disappears (e.g. killed) ends itself within a second.
+    """
     seeds = np.random.SeedSequence(seed).spawn(chains)
     show = progress and sys.stderr.isatty()
     if cores > 1 and chains > 1:
-        with ProcessPoolExecutor(max_workers=min(cores, chains)) as pool:
-            futures = [pool.submit(chain, problem, draws, tune, thin, s, False) for s in seeds]
-            if show:
-                from tqdm.auto import tqdm
+        pool = ProcessPoolExecutor(
+            max_workers=min(cores, chains), initializer=_end_with_parent, initargs=(os.getpid(),)
+        )
+        try:
+            with _sigterm_raises():
+                futures = [pool.submit(chain, problem, draws, tune, thin, s, False) for s in seeds]
+                if show:
+                    from tqdm.auto import tqdm
 
-                futures = tqdm(futures, desc=f"Gibbs ({chains} chains)", leave=False)
-            return [f.result() for f in futures]
+                    futures = tqdm(futures, desc=f"Gibbs ({chains} chains)", leave=False)
+                results = [f.result() for f in futures]
+        except BaseException:
+            _stop_workers(pool)
+            raise
+        pool.shutdown(wait=True)
+        return results
     return [chain(problem, draws, tune, thin, s, show) for s in seeds]
 
 

@@ -1,0 +1,91 @@
+"""Chain worker processes end with their parent: on SIGTERM, on Ctrl-C and when the parent is killed."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np, pandas as pd
+    import bayesvm
+
+    rng = np.random.default_rng(0)
+    n = 400
+    frame = pd.DataFrame({"x": rng.standard_normal(n), "g": rng.integers(0, 20, n)})
+    frame["y"] = np.where(frame["x"] + rng.logistic(size=n) > 0, 1, 0)
+    print("ready", flush=True)
+    bayesvm.bsvm("y ~ x + (1 | g)", frame, method="gibbs", draws=10**6, tune=10, chains=2, cores=2,
+                 progress=False)
+    """
+)
+
+
+def _children(pid: int) -> set[int]:
+    """Process ids whose parent is ``pid`` (from /proc)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.add(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _start_and_find_workers(tmp_path):
+    script = tmp_path / "chains.py"
+    script.write_text(SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout.readline().strip() == "ready"
+    deadline = time.time() + 60
+    workers: set[int] = set()
+    while time.time() < deadline and len(workers) < 2:
+        time.sleep(0.2)
+        workers = _children(parent.pid)
+    assert len(workers) >= 2, "the chain workers did not start"
+    time.sleep(1.0)  # the workers are sampling
+    return parent, workers
+
+
+def _gone_within(pids: set[int], seconds: float) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"])
+def test_workers_end_with_the_parent(tmp_path, how):
+    parent, workers = _start_and_find_workers(tmp_path)
+    try:
+        os.kill(parent.pid, how)
+        parent.wait(timeout=30)
+        assert _gone_within(workers, 10), f"chain workers still running after {signal.Signals(how).name}"
+    finally:
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if parent.poll() is None:
+            parent.kill()
