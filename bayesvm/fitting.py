@@ -619,7 +619,7 @@ def _fit_imputation(
 def _warn_mcmc(fit: BSVMFit) -> None:
     from .results.diagnostics import mcmc_diagnostics, mcmc_problems
 
-    message = mcmc_problems(mcmc_diagnostics(fit), fit.result.chains)
+    message = mcmc_problems(mcmc_diagnostics(fit), fit.result.chains, fit.result.draws)
     if message:
         warnings.warn(message, ConvergenceWarning, stacklevel=4)
 

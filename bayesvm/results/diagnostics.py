@@ -54,11 +54,17 @@ def _diagnostics_table(az, posterior) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mcmc_problems(table: pd.DataFrame, chains: int) -> str | None:
-    """A warning text when some R-hat exceeds 1.01 or some ESS is below 100 per chain, else None."""
+def mcmc_problems(table: pd.DataFrame, chains: int, draws: int | None = None) -> str | None:
+    """A warning text when some R-hat exceeds 1.01 or some ESS is below 100 per chain, else None.
+
+    With ``draws`` (per chain) it says how long to run: the ESS grows about linearly with the draws, so
+    ``draws * target / min ESS`` per chain (rounded up to a hundred) reaches the target; where only R-hat
+    fails, twice the draws (and as many tuning iterations).
+    """
     bad_rhat = table.index[table["r_hat"] > RHAT_LIMIT].tolist()
     low = ESS_PER_CHAIN * chains
-    bad_ess = table.index[(table["ess_bulk"] < low) | (table["ess_tail"] < low)].tolist()
+    ess = table[["ess_bulk", "ess_tail"]].min(axis=1)
+    bad_ess = table.index[ess < low].tolist()
     parts = []
     if bad_rhat:
         parts.append(f"R-hat > {RHAT_LIMIT} for {bad_rhat}")
@@ -66,4 +72,12 @@ def mcmc_problems(table: pd.DataFrame, chains: int) -> str | None:
         parts.append(f"effective sample size below {low} for {bad_ess}")
     if not parts:
         return None
-    return "; ".join(parts) + ": run longer chains (more tune and draws) before trusting these numbers"
+    advice = "run longer chains (more tune and draws) before trusting these numbers"
+    if draws:
+        worst = float(np.nanmin(ess.to_numpy())) if bad_ess else float("nan")
+        if bad_ess and worst > 0:
+            needed = int(np.ceil(draws * low / worst / 100.0) * 100)
+        else:
+            needed = 2 * draws
+        advice = f"run about draws={needed} per chain (and as many tune) before trusting these numbers"
+    return "; ".join(parts) + ": " + advice

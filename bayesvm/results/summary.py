@@ -192,7 +192,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             seed=r.seed,
             max_rhat=float(diagnostics["r_hat"].max()),
             min_ess=float(diagnostics["ess_bulk"].min()),
-            problems=mcmc_problems(diagnostics, r.chains),
+            problems=mcmc_problems(diagnostics, r.chains, r.draws),
         )
     elif fit.method == "svi":
         r = fit.result
