@@ -617,11 +617,14 @@ def _fit_imputation(
 
 
 def _warn_mcmc(fit: BSVMFit) -> None:
-    from .results.diagnostics import mcmc_diagnostics, mcmc_problems
+    from .results.diagnostics import inclusion_disagreement, mcmc_diagnostics, mcmc_problems
 
     message = mcmc_problems(mcmc_diagnostics(fit), fit.result.chains, fit.result.draws)
     if message:
         warnings.warn(message, ConvergenceWarning, stacklevel=4)
+    disagreement = inclusion_disagreement(fit)
+    if disagreement:
+        warnings.warn(disagreement, ConvergenceWarning, stacklevel=4)
 
 
 def _data_name(data: object) -> str:

@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
@@ -29,6 +30,7 @@ from scipy import stats
 
 from ..memory import check_memory
 from . import compiled_rows, variance_prior
+from .interweave import ScaleMoves
 from .joint import component_values, log_prior, log_pseudo_likelihood
 from .linalg import (
     SPLIT_ROWS,
@@ -334,12 +336,32 @@ def draw_components(components, values: list[np.ndarray], rng: np.random.Generat
     return out
 
 
-def _run_chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random.SeedSequence, show: bool) -> dict:
+def _run_chain(
+    problem: VBProblem,
+    draws: int,
+    tune: int,
+    thin: int,
+    seed: np.random.SeedSequence,
+    show: bool,
+    interweave: bool = True,
+) -> dict:
     with blas_threads(problem.D.shape[1], problem.n):
-        return _chain(problem, draws, tune, thin, seed, show)
+        return _chain(problem, draws, tune, thin, seed, show, interweave)
 
 
-def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random.SeedSequence, show: bool) -> dict:
+def _chain(
+    problem: VBProblem,
+    draws: int,
+    tune: int,
+    thin: int,
+    seed: np.random.SeedSequence,
+    show: bool,
+    interweave: bool = True,
+) -> dict:
+    """One chain: ``theta | w, Sigma`` (Luts & Ormerod 2014, App. A, step 1); with ``interweave``, one rescaling
+    move of ``(theta, Sigma)`` per coordinate of every variance component, ``w`` integrated out
+    (:mod:`bayesvm.engines.interweave`; False gives the paper's sampler, kept for comparison); ``w | theta``
+    (step 2); ``Sigma | theta`` (step 3)."""
     rng = np.random.default_rng(seed)
     _, problem = sorted_by_level(problem)
     y, D, blocked = problem.y, problem.D, problem.blocked
@@ -356,6 +378,7 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
     latent = LatentDraws(rng, y.size, split=level_boundary_split(None if sparse else blocked, y.size))
     rows = None if sparse else DenseRows(D, y, blocked, latent)
     stats = None if sparse else row_statistics(D, omega, y * (1.0 + omega), blocked)
+    mover = ScaleMoves(problem) if interweave and problem.components else None
     steps = range(total)
     if show:
         from tqdm.auto import tqdm
@@ -372,12 +395,17 @@ def _chain(problem: VBProblem, draws: int, tune: int, thin: int, seed: np.random
                 factor = SparseCholesky.factor((D.T @ sp.diags(omega) @ D + prior).tocsc())
                 theta_d = factor.solve(D.T @ rhs) + factor.sample_deviation(rng, 1)[0]
             theta_b = np.zeros((0, 0))
+            if interweave and problem.components:  # before w | theta, which it needs (interweave module)
+                theta_d, theta_b, covs, _ = mover(theta_d, theta_b, covs, aux, D @ theta_d, rng)
             f = D @ theta_d
             loglik = log_pseudo_likelihood(y, f)
             omega = latent(np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR))
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions)
             theta_d, theta_b = gaussian_draw(D, omega, None, prior_dd, blocked, prior_b, rng, stats=stats)
+            if interweave and problem.components:  # before w | theta, which it needs (interweave module)
+                f = rows.predictor(theta_d, theta_b)
+                theta_d, theta_b, covs, _ = mover(theta_d, theta_b, covs, aux, f, rng)
             loglik, omega, stats = rows(theta_d, theta_b)  # omega | theta, and the next draw's row sums
         covs = draw_components(
             problem.components, [component_values(c, theta_d, theta_b) for c in problem.components], rng, aux
@@ -477,8 +505,10 @@ def sample_gibbs(
     seed: int | None = None,
     cores: int = 1,
     progress: bool = True,
+    _interweave: bool = True,
 ) -> GibbsResult:
-    """Run ``chains`` Gibbs chains; in parallel processes when ``cores > 1``."""
+    """Run ``chains`` Gibbs chains; in parallel processes when ``cores > 1``.  ``_interweave=False`` runs the
+    paper's sampler without the interweaving moves (for the mixing benchmark's comparison)."""
     start = time.perf_counter()
     size = problem.D.shape[1] + (0 if problem.blocked is None else problem.blocked.n_levels * problem.blocked.K)
     size += sum(c.k * c.k for c in problem.components)
@@ -487,7 +517,8 @@ def sample_gibbs(
         f"storing {chains} x {draws} draws of {size} parameters",
         "use fewer draws, thin=k, or method='vb'",
     )
-    runs = run_chains(_run_chain, problem, draws, tune, thin, chains, seed, cores, progress)
+    chain = _run_chain if _interweave else partial(_run_chain, interweave=False)
+    runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
     return GibbsResult(
         theta_d=np.stack([r["theta_d"] for r in runs]),
         theta_b=np.stack([r["theta_b"] for r in runs]),

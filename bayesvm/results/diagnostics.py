@@ -81,3 +81,43 @@ def mcmc_problems(table: pd.DataFrame, chains: int, draws: int | None = None) ->
             needed = 2 * draws
         advice = f"run about draws={needed} per chain (and as many tune) before trusting these numbers"
     return "; ".join(parts) + ": " + advice
+
+
+#: Inclusion probabilities that differ by more than this between chains, or whose indicators have an R-hat
+#: above ``INCLUSION_RHAT``, mean that the chains explore different models.
+INCLUSION_SPREAD = 0.2
+INCLUSION_RHAT = 1.05
+
+
+def inclusion_disagreement(fit) -> str | None:
+    """A warning text naming the slopes whose inclusion probabilities disagree across Gibbs chains (selection
+    priors with mass at zero), with each chain's range; None when they agree or there is nothing to compare."""
+    include = getattr(fit.result, "include", None)
+    inclusion = fit.inclusion
+    if include is None or inclusion is None or include.ndim != 3 or include.shape[0] < 2:
+        return None
+    if inclusion["p_include"].isna().all():  # the lasso: no indicators
+        return None
+    import warnings
+
+    from .arviz import _import_arviz
+
+    az = _import_arviz()
+    indicators = include.astype(float)
+    per_chain = indicators.mean(axis=1)  # (chains, slopes)
+    spread = per_chain.max(axis=0) - per_chain.min(axis=0)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rhat = np.asarray(az.rhat(az.convert_to_dataset({"include": indicators}))["include"].values, dtype=float)
+    bad = np.flatnonzero((spread > INCLUSION_SPREAD) | (np.nan_to_num(rhat, nan=1.0) > INCLUSION_RHAT))
+    if bad.size == 0:
+        return None
+    names = list(inclusion.index)
+    listed = ", ".join(f"{names[j]!r} ({per_chain[:, j].min():.2f}-{per_chain[:, j].max():.2f})" for j in bad[:10]) + (
+        f" and {bad.size - 10} more" if bad.size > 10 else ""
+    )
+    return (
+        f"the chains disagree on which variables are in the model: inclusion probability per chain {listed}; "
+        "the chains visit different models, so these inclusion probabilities are not yet estimates: run longer "
+        "chains (more tune and draws)"
+    )

@@ -181,7 +181,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     elif fit.method == "em":
         info.update(objective=float(fit.objective[-1]), n_support=int(fit.result.support.sum()))
     elif sampled:
-        from .diagnostics import mcmc_problems
+        from .diagnostics import inclusion_disagreement, mcmc_problems
 
         r = fit.result
         info.update(
@@ -192,7 +192,10 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             seed=r.seed,
             max_rhat=float(diagnostics["r_hat"].max()),
             min_ess=float(diagnostics["ess_bulk"].min()),
-            problems=mcmc_problems(diagnostics, r.chains, r.draws),
+            problems="; ".join(
+                text for text in (mcmc_problems(diagnostics, r.chains, r.draws), inclusion_disagreement(fit)) if text
+            )
+            or None,
         )
     elif fit.method == "svi":
         r = fit.result

@@ -157,3 +157,20 @@ def test_load_rejects_other_files(tmp_path):
     path.write_bytes(b"not a fit")
     with pytest.raises(ValueError, match="not a saved bayesvm fit"):
         bayesvm.load(path)
+
+
+def test_variational_export_raises_no_shape_warning(fit, caplog):
+    """ArviZ warns (through logging) on a single chain; independent draws from q come as 4 chains."""
+    import logging
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import arviz as az
+    idata = fit.to_inference_data(draws=400)
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = az.summary(idata, var_names=["beta", "sd_patientID", "slope_prior_sd"])
+    messages = [r.getMessage() for r in caplog.records] + [str(w.message) for w in caught]
+    assert not [m for m in messages if "shape" in m.lower() or "chain" in m.lower()], messages
+    assert table["r_hat"].max() < 1.05  # independent draws: R-hat near 1
+    assert {"sd_patientID[(Intercept)]", "sd_patientID[visit]"} <= set(table.index)

@@ -1,0 +1,129 @@
+"""Gibbs mixing: effective samples per draw and per second, ``python -m benchmarks.gibbs_mixing``.
+
+Min bulk ESS (ArviZ) over the fixed effects and variance-component SDs, per draw and per second of
+sampling, run here in one process:
+
+* toenail, ``outcome ~ visit * treatment + (1 | patientID)``, 4 chains x (1,000 tune + 2,500 draws), one core:
+  the default sampler (with the rescaling moves of :mod:`bayesvm.engines.interweave`) next to the paper's
+  sampler (``_interweave=False``), and bambi's NUTS on the logistic GLMM of the same formula where bambi is
+  installed;
+* spam with ``LaplaceZero()`` and ``SpikeSlab()`` (selection Gibbs, no moves yet): the largest R-hat of the
+  inclusion indicators;
+* acath, ``sigdz ~ age + sex + log_dur + log_chol`` (as ``benchmarks.acath_impute``) with ``missing="impute"`` (joint
+  imputation Gibbs, no moves yet): min ESS and max R-hat.
+
+``--quick`` runs toenail only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+
+import bayesvm
+from bayesvm.engines import gibbs
+from bayesvm.results.diagnostics import mcmc_diagnostics
+
+TOENAIL = "outcome ~ visit * treatment + (1 | patientID)"
+
+
+def _toenail(interweave: bool, seed: int) -> tuple[float, float, float, dict]:
+    original = gibbs.sample_gibbs
+
+    def sampler(*args, **kwargs):
+        return original(*args, _interweave=interweave, **kwargs)
+
+    gibbs.sample_gibbs = sampler
+    try:
+        start = time.perf_counter()
+        fit = bayesvm.bsvm(
+            TOENAIL, bayesvm.datasets.load_toenail(), method="gibbs", draws=2500, tune=1000, chains=4, seed=seed,
+            progress=False,
+        )  # fmt: skip
+        seconds = time.perf_counter() - start
+    finally:
+        gibbs.sample_gibbs = original
+    table = mcmc_diagnostics(fit)
+    means = {name: float(value) for name, value in fit.fixef.items()}
+    means["sigma^2 patientID"] = float(fit.variance_components[-1].mean[0, 0])
+    return float(table["ess_bulk"].min()), float(table["r_hat"].max()), seconds, means
+
+
+def _bambi_toenail() -> tuple[float, float] | None:
+    try:
+        import bambi
+    except ImportError:
+        return None
+    data = bayesvm.datasets.load_toenail()
+    data = data.assign(y=(data["outcome"] == "moderate or severe").astype(int))
+    model = bambi.Model("y ~ visit * treatment + (1 | patientID)", data, family="bernoulli")
+    start = time.perf_counter()
+    idata = model.fit(draws=2500, tune=1000, chains=4, cores=1, progressbar=False, random_seed=1)
+    seconds = time.perf_counter() - start
+    import arviz as az
+
+    ess = az.ess(idata, var_names=["~patientID"], filter_vars="like", method="bulk")
+    return float(min(float(ess[v].min()) for v in ess.data_vars)), seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    draws = 4 * 2500
+    print(f"toenail, {TOENAIL}, 4 x (1000 + 2500), one core")
+    print(f"{'sampler':<34} {'min ESS':>8} {'ESS/draw':>9} {'ESS/s':>7} {'max R-hat':>10} {'seconds':>8}")
+    runs = {}
+    for label, interweave in (("bayesvm Gibbs (default)", True), ("bayesvm Gibbs, paper (no moves)", False)):
+        ess, rhat, seconds, means = _toenail(interweave, seed=1)
+        runs[label] = means
+        print(f"{label:<34} {ess:>8.0f} {ess / draws:>9.3f} {ess / seconds:>7.1f} {rhat:>10.3f} {seconds:>8.1f}")
+    bambi = _bambi_toenail()
+    if bambi is None:
+        print(f"{'bambi NUTS (logistic GLMM)':<34} not installed (pip install bambi)")
+    else:
+        ess, seconds = bambi
+        print(
+            f"{'bambi NUTS (logistic GLMM)':<34} {ess:>8.0f} {ess / draws:>9.3f} {ess / seconds:>7.1f} {'':>10} {seconds:>8.1f}"
+        )
+    default, paper = runs.values()
+    print("posterior means, default against paper sampler: " + ", ".join(
+        f"{name} {default[name]:.3f} / {paper[name]:.3f}" for name in default
+    ))  # fmt: skip
+    if args.quick:
+        return
+    spam = bayesvm.datasets.load_spam()
+    for prior in (bayesvm.priors.LaplaceZero(), bayesvm.priors.SpikeSlab()):
+        start = time.perf_counter()
+        fit = bayesvm.bsvm("type ~ .", spam, prior=prior, method="gibbs", draws=1000, tune=1000, chains=4, seed=1,
+                           progress=False)  # fmt: skip
+        seconds = time.perf_counter() - start
+        include = fit.result.include.astype(float)  # (chains, draws, slopes)
+        import arviz as az
+
+        rhat = az.rhat(az.convert_to_dataset({"include": include}))["include"].values
+        print(
+            f"spam, {type(prior).__name__} Gibbs, 4 x (1000 + 1000): max R-hat of the inclusion indicators "
+            f"{np.nanmax(rhat):.3f} ({int(np.sum(rhat > 1.05))} above 1.05); {seconds:.1f} s"
+        )
+    from benchmarks.acath_impute import FORMULA, data
+
+    start = time.perf_counter()
+    fit = bayesvm.bsvm(
+        FORMULA, data(), missing="impute", imputation="joint",
+        method="gibbs", draws=1000, tune=1000, chains=4, seed=1, progress=False,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    table = mcmc_diagnostics(fit)
+    print(
+        f"acath, joint imputation Gibbs, 4 x (1000 + 1000): min bulk ESS {table['ess_bulk'].min():.0f}, "
+        f"max R-hat {table['r_hat'].max():.3f}; {seconds:.1f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
