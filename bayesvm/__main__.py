@@ -45,6 +45,15 @@ def _penalty(text: str) -> float | str | None:
     return value
 
 
+def _draws(text: str) -> int | str:
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of draws or 'auto', got {text!r}") from None
+
+
 def _inducing(text: str) -> int | str:
     if text == "all":
         return "all"
@@ -96,7 +105,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=["meanfield", "accurate"],
         help="variational fit (default: accurate where it applies)",
     )
-    engine.add_argument("--draws", type=int, default=1000, help="Gibbs draws per chain")
+    engine.add_argument(
+        "--draws", type=_draws, default=1000, help="Gibbs draws per chain, or 'auto' (until R-hat <= 1.01, ESS >= 400)"
+    )
     engine.add_argument("--tune", type=int, default=1000, help="Gibbs tuning iterations")
     engine.add_argument("--chains", type=int, default=4, help="Gibbs chains")
     engine.add_argument("--thin", type=int, default=1, help="keep every THIN-th Gibbs draw")

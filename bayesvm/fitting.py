@@ -39,7 +39,7 @@ def bsvm(
     priors: PriorSet | None = None,
     tol: float | None = None,
     max_iter: int | None = None,
-    draws: int = 1000,
+    draws: int | str = 1000,
     tune: int = 1000,
     chains: int = 4,
     thin: int = 1,
@@ -127,7 +127,10 @@ def bsvm(
     draws, tune, chains, thin, seed, cores, progress
         Gibbs: kept draws per chain, tuning (burn-in) iterations, number of chains, thinning,
         seed of the chains' ``SeedSequence``, processes to run chains in, and a progress bar
-        (tqdm, shown only on a terminal).  ``seed`` also seeds k-means and minibatches of kernel fits.
+        (tqdm, shown only on a terminal).  ``draws="auto"`` samples until every fixed effect and
+        variance-component SD has R-hat <= 1.01 and bulk ESS >= 400 (the chains side by side in one
+        process, in batches of 250 draws; at most 20,000 draws per chain or 10 minutes; the progress bar
+        shows R-hat and ESS as it goes; ``summary()`` says why it stopped).  ``seed`` also seeds k-means and minibatches of kernel fits.
     kernel
         A kernel from :mod:`bayesvm.kernels` (e.g. ``RBF()``) fits the nonlinear Bayesian SVM of Wenzel
         et al. (2017): ``f ~ GP(0, k)`` on the formula's fixed-effect columns (no intercept column; inputs
@@ -160,9 +163,8 @@ def bsvm(
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
     seed = options["seed"] = as_seed(seed)
     standardize, progress = as_flag(standardize, "standardize"), as_flag(progress, "progress")
-    draws, chains, thin, cores = (
-        as_count(v, k) for k, v in (("draws", draws), ("chains", chains), ("thin", thin), ("cores", cores))
-    )
+    chains, thin, cores = (as_count(v, k) for k, v in (("chains", chains), ("thin", thin), ("cores", cores)))
+    draws = "auto" if isinstance(draws, str) and draws == "auto" else as_count(draws, "draws")
     tune = as_count(tune, "tune", low=0)
     max_iter = None if max_iter is None else as_count(max_iter, "max_iter")
     batch_size, imputations = as_count(batch_size, "batch_size"), as_count(imputations, "imputations", low=2)
@@ -249,6 +251,11 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
         _check_sampling(draws, tune, chains, thin, cores)
     if method == "svi":
         return _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb)
+    if draws == "auto" and (design.imputation is not None or model.prior is not None):
+        raise BayesvmError(
+            "draws='auto' runs the linear and mixed-model Gibbs sampler; the imputation and selection samplers "
+            "take a number of draws (their warnings say how many more to run)"
+        )
     if design.imputation is not None:
         _check_imputation(model, method, vb, imputation, imputations)
         return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
@@ -258,7 +265,15 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
     problem = model.problem()
     if method == "gibbs":
         result = sample_gibbs(
-            problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress
+            problem,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            thin=thin,
+            seed=seed,
+            cores=cores,
+            progress=progress,
+            monitor=_reported_quantities(model, problem),
         )
         fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data))
         _warn_mcmc(fit)
@@ -499,6 +514,8 @@ def _check_iterations(max_iter, tol) -> None:
 
 
 def _check_sampling(draws, tune, chains, thin, cores) -> None:
+    if draws == "auto":
+        draws = 1
     for name, value, low in (
         ("draws", draws, 1),
         ("tune", tune, 0),
@@ -614,6 +631,20 @@ def _fit_imputation(
     if result.decreases:
         warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=4)
     return fit
+
+
+def _reported_quantities(model, problem):
+    """What ``draws="auto"`` watches: the fixed effects on the original scale and every component's SDs, the
+    quantities ``summary()`` reports R-hat and ESS for."""
+    p = model.design.p
+    transform = model.fixed_transform()
+
+    def monitor(theta_d: np.ndarray, components: list[np.ndarray]) -> np.ndarray:
+        parts = [theta_d[..., :p] @ transform.T]
+        parts += [np.sqrt(np.diagonal(c, axis1=-2, axis2=-1)) for c in components]
+        return np.concatenate(parts, axis=-1)
+
+    return monitor
 
 
 def _warn_mcmc(fit: BSVMFit) -> None:

@@ -309,6 +309,7 @@ class GibbsResult:
     tune: int
     thin: int
     seed: int | None
+    stopping: str | None = None  # draws="auto": why sampling stopped
 
     @property
     def chains(self) -> int:
@@ -358,10 +359,42 @@ def _chain(
     show: bool,
     interweave: bool = True,
 ) -> dict:
-    """One chain: ``theta | w, Sigma`` (Luts & Ormerod 2014, App. A, step 1); with ``interweave``, one rescaling
-    move of ``(theta, Sigma)`` per coordinate of every variance component, ``w`` integrated out
+    """``draws`` kept draws of one chain (:func:`chain_draws`), stacked."""
+    bar = None
+    if show:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=tune + draws * thin, desc="Gibbs", leave=False)
+    stream = chain_draws(problem, tune, thin, seed, interweave, tick=None if bar is None else bar.update)
+    records = [next(stream) for _ in range(draws)]
+    stream.close()
+    if bar is not None:
+        bar.close()
+    return stack_draws(records, len(problem.components))
+
+
+def stack_draws(records: list[tuple], n_components: int) -> dict:
+    """Kept draws ``(theta_d, theta_b, covs, log posterior)`` of one chain as arrays (a chain's dict)."""
+    return {
+        "theta_d": np.stack([r[0] for r in records]),
+        "theta_b": np.stack([r[1] for r in records]),
+        "components": [np.stack([r[2][c] for r in records]) for c in range(n_components)],
+        "log_posterior": np.array([r[3] for r in records]),
+    }
+
+
+def chain_draws(
+    problem: VBProblem, tune: int, thin: int, seed: np.random.SeedSequence, interweave: bool = True, tick=None
+):
+    """One chain, as a generator: after ``tune`` iterations it yields ``(theta_d, theta_b, covs, log posterior)``
+    every ``thin`` iterations, for as long as it is asked (``draws="auto"`` keeps asking until the chains
+    agree).  ``tick()`` is called once per iteration (a progress bar).
+
+    Each iteration: ``theta | w, Sigma`` (Luts & Ormerod 2014, App. A, step 1); with ``interweave``, one
+    rescaling move of ``(theta, Sigma)`` per coordinate of every random-effect term, ``w`` integrated out
     (:mod:`bayesvm.engines.interweave`; False gives the paper's sampler, kept for comparison); ``w | theta``
-    (step 2); ``Sigma | theta`` (step 3)."""
+    (step 2); ``Sigma | theta`` (step 3).
+    """
     rng = np.random.default_rng(seed)
     _, problem = sorted_by_level(problem)
     y, D, blocked = problem.y, problem.D, problem.blocked
@@ -370,21 +403,12 @@ def _chain(
     omega = np.exp(rng.normal(0.0, 0.5, y.size))
     covs = [np.eye(c.k) * np.exp(rng.normal(0.0, 0.5)) for c in problem.components]
     aux: list = [None] * len(problem.components)  # half-t auxiliary variables
-    total = tune + draws * thin
-    out_d = np.empty((draws, D.shape[1]))
-    out_b = None
-    out_c = [np.empty((draws, c.k, c.k)) for c in problem.components]
-    out_lp = np.empty(draws)
     latent = LatentDraws(rng, y.size, split=level_boundary_split(None if sparse else blocked, y.size))
     rows = None if sparse else DenseRows(D, y, blocked, latent)
     stats = None if sparse else row_statistics(D, omega, y * (1.0 + omega), blocked)
     mover = ScaleMoves(problem) if interweave and problem.components else None
-    steps = range(total)
-    if show:
-        from tqdm.auto import tqdm
-
-        steps = tqdm(steps, desc="Gibbs", leave=False)
-    for step in steps:
+    step = 0
+    while True:
         precisions = [np.linalg.inv(c) for c in covs]
         if sparse:
             rhs = y * (1.0 + omega)
@@ -395,7 +419,7 @@ def _chain(
                 factor = SparseCholesky.factor((D.T @ sp.diags(omega) @ D + prior).tocsc())
                 theta_d = factor.solve(D.T @ rhs) + factor.sample_deviation(rng, 1)[0]
             theta_b = np.zeros((0, 0))
-            if interweave and problem.components:  # before w | theta, which it needs (interweave module)
+            if mover is not None:  # before w | theta, which it needs (interweave module)
                 theta_d, theta_b, covs, _ = mover(theta_d, theta_b, covs, aux, D @ theta_d, rng)
             f = D @ theta_d
             loglik = log_pseudo_likelihood(y, f)
@@ -403,24 +427,122 @@ def _chain(
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions)
             theta_d, theta_b = gaussian_draw(D, omega, None, prior_dd, blocked, prior_b, rng, stats=stats)
-            if interweave and problem.components:  # before w | theta, which it needs (interweave module)
-                f = rows.predictor(theta_d, theta_b)
-                theta_d, theta_b, covs, _ = mover(theta_d, theta_b, covs, aux, f, rng)
+            if mover is not None:  # before w | theta, which it needs (interweave module)
+                theta_d, theta_b, covs, _ = mover(theta_d, theta_b, covs, aux, rows.predictor(theta_d, theta_b), rng)
             loglik, omega, stats = rows(theta_d, theta_b)  # omega | theta, and the next draw's row sums
         covs = draw_components(
             problem.components, [component_values(c, theta_d, theta_b) for c in problem.components], rng, aux
         )
+        if tick is not None:
+            tick()
         kept = step - tune
         if kept >= 0 and kept % thin == 0:
-            i = kept // thin
-            out_d[i] = theta_d
-            if out_b is None:
-                out_b = np.empty((draws,) + theta_b.shape)
-            out_b[i] = theta_b
-            for store, cov in zip(out_c, covs):
-                store[i] = cov
-            out_lp[i] = loglik + log_prior(problem, theta_d, theta_b, covs)
-    return {"theta_d": out_d, "theta_b": out_b, "components": out_c, "log_posterior": out_lp}
+            yield (
+                np.array(theta_d, copy=True),
+                np.array(theta_b, copy=True),
+                [np.array(c, copy=True) for c in covs],
+                loglik + log_prior(problem, theta_d, theta_b, covs),
+            )
+        step += 1
+
+
+#: ``draws="auto"``: draws per chain between checks, the targets (every monitored quantity) and the caps.
+AUTO_BATCH = 250
+AUTO_RHAT, AUTO_ESS = 1.01, 400
+AUTO_MAX_DRAWS = 20_000
+AUTO_MAX_SECONDS = 600.0
+
+
+def _default_monitor(problem: VBProblem):
+    """The quantities ``draws="auto"`` watches when the caller names none: the coefficients outside every
+    variance component (the fixed effects) and the SDs of every component."""
+    in_component = np.zeros(problem.D.shape[1], dtype=bool)
+    for comp in problem.components:
+        if not comp.blocked:
+            in_component[comp.index.ravel()] = True
+    keep = np.flatnonzero(~in_component)
+
+    def monitor(theta_d: np.ndarray, components: list[np.ndarray]) -> np.ndarray:
+        parts = [theta_d[..., keep]]
+        parts += [np.sqrt(np.diagonal(c, axis1=-2, axis2=-1)) for c in components]
+        return np.concatenate(parts, axis=-1)
+
+    return monitor
+
+
+def _rhat_and_ess(values: np.ndarray) -> tuple[float, float]:
+    """Largest rank-normalised R-hat and smallest bulk ESS (ArviZ) over ``values (chains, draws, m)``; a
+    quantity that never moves (NaN) counts as converged."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import arviz as az
+
+        dataset = az.convert_to_dataset({"q": values})
+        rhat = np.asarray(az.rhat(dataset)["q"].values, dtype=float)
+        ess = np.asarray(az.ess(dataset, method="bulk")["q"].values, dtype=float)
+    rhat, ess = rhat[np.isfinite(rhat)], ess[np.isfinite(ess)]
+    return (float(rhat.max()) if rhat.size else 1.0), (float(ess.min()) if ess.size else float("inf"))
+
+
+def sample_until_converged(
+    problem: VBProblem,
+    tune: int,
+    thin: int,
+    chains: int,
+    seed,
+    progress: bool,
+    monitor=None,
+    interweave: bool = True,
+    max_draws: int | None = None,
+    max_seconds: float | None = None,
+) -> tuple[list[dict], str]:
+    """``draws="auto"``: run the chains side by side in batches of ``AUTO_BATCH`` draws until every quantity
+    ``monitor(theta_d, components)`` returns (``(chains, draws, m)``) has R-hat <= 1.01 and bulk ESS >= 400,
+    or a cap is reached; returns the chains' dicts and the stopping reason.  The progress bar (on a
+    terminal) shows the largest R-hat and the smallest ESS as it goes."""
+    monitor = monitor or _default_monitor(problem)
+    max_draws = AUTO_MAX_DRAWS if max_draws is None else max_draws
+    max_seconds = AUTO_MAX_SECONDS if max_seconds is None else max_seconds
+    seeds = np.random.SeedSequence(seed).spawn(chains)
+    streams = [chain_draws(problem, tune, thin, s, interweave) for s in seeds]
+    records: list[list] = [[] for _ in streams]
+    bar = None
+    if progress and sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc=f"Gibbs ({chains} chains, until R-hat <= {AUTO_RHAT} and ESS >= {AUTO_ESS})", leave=False)
+    start = time.perf_counter()
+    with blas_threads(problem.D.shape[1], problem.n):
+        while True:
+            for stream, kept in zip(streams, records):
+                kept.extend(next(stream) for _ in range(AUTO_BATCH))
+            n = len(records[0])
+            theta_d = np.stack([np.stack([r[0] for r in kept]) for kept in records])
+            comps = [
+                np.stack([np.stack([r[2][c] for r in kept]) for kept in records])
+                for c in range(len(problem.components))
+            ]
+            rhat, ess = _rhat_and_ess(monitor(theta_d, comps))
+            if bar is not None:
+                bar.update(AUTO_BATCH * chains)
+                bar.set_postfix({"draws/chain": n, "max R-hat": f"{rhat:.3f}", "min ESS": f"{ess:.0f}"})
+            elapsed = time.perf_counter() - start
+            if rhat <= AUTO_RHAT and ess >= AUTO_ESS:
+                reason = f"converged after {n} draws per chain: max R-hat {rhat:.3f}, min bulk ESS {ess:.0f}"
+                break
+            if n >= max_draws or elapsed >= max_seconds:
+                cap = f"{max_draws} draws per chain" if n >= max_draws else f"{max_seconds:.0f} s"
+                reason = (
+                    f"stopped at the cap of {cap} ({n} draws per chain): max R-hat {rhat:.3f}, min bulk ESS {ess:.0f}"
+                )
+                break
+    for stream in streams:
+        stream.close()
+    if bar is not None:
+        bar.close()
+    return [stack_draws(kept, len(problem.components)) for kept in records], reason
 
 
 #: Seconds between a chain worker's checks that its parent process is still alive.
@@ -506,10 +628,21 @@ def sample_gibbs(
     cores: int = 1,
     progress: bool = True,
     _interweave: bool = True,
+    monitor=None,
 ) -> GibbsResult:
     """Run ``chains`` Gibbs chains; in parallel processes when ``cores > 1``.  ``_interweave=False`` runs the
-    paper's sampler without the interweaving moves (for the mixing benchmark's comparison)."""
+    paper's sampler without the interweaving moves (for the mixing benchmark's comparison).
+
+    ``draws="auto"`` samples until every quantity of ``monitor`` (default: the fixed effects and the
+    components' SDs) has R-hat <= 1.01 and bulk ESS >= 400, in batches, the chains side by side in this
+    process, up to ``AUTO_MAX_DRAWS`` draws per chain or ``AUTO_MAX_SECONDS`` (:func:`sample_until_converged`).
+    """
     start = time.perf_counter()
+    if draws == "auto":
+        runs, stopping = sample_until_converged(
+            problem, tune, thin, chains, seed, progress, monitor=monitor, interweave=_interweave
+        )
+        return _gibbs_result(runs, problem, start, tune, thin, seed, stopping)
     size = problem.D.shape[1] + (0 if problem.blocked is None else problem.blocked.n_levels * problem.blocked.K)
     size += sum(c.k * c.k for c in problem.components)
     check_memory(
@@ -519,6 +652,10 @@ def sample_gibbs(
     )
     chain = _run_chain if _interweave else partial(_run_chain, interweave=False)
     runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
+    return _gibbs_result(runs, problem, start, tune, thin, seed)
+
+
+def _gibbs_result(runs, problem, start, tune, thin, seed, stopping=None) -> GibbsResult:
     return GibbsResult(
         theta_d=np.stack([r["theta_d"] for r in runs]),
         theta_b=np.stack([r["theta_b"] for r in runs]),
@@ -528,4 +665,5 @@ def sample_gibbs(
         tune=tune,
         thin=thin,
         seed=seed,
+        stopping=stopping,
     )

@@ -190,6 +190,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             tune=r.tune,
             thin=r.thin,
             seed=r.seed,
+            stopping=getattr(r, "stopping", None),
             max_rhat=float(diagnostics["r_hat"].max()),
             min_ess=float(diagnostics["ess_bulk"].min()),
             problems="; ".join(
@@ -434,9 +435,10 @@ def _fit_line(info: dict) -> str:
             f"sweeps), pooled into {info['draws']} draws (within- plus between-imputation spread); {ms}"
         )
     if method == "gibbs":
+        auto = f"\n  draws='auto': {info['stopping']}" if info.get("stopping") else ""
         return (
             f"Sampling: {info['chains']} chains x {info['draws']} draws (thin {info['thin']}) after {info['tune']} "
-            f"tuning iterations, seed {info['seed']}; {info['elapsed']:.2f} s"
+            f"tuning iterations, seed {info['seed']}; {info['elapsed']:.2f} s{auto}"
         )
     if method == "svi":
         return f"Stochastic VI: {info['n_iter']} steps of {info['batch_size']} rows; stopping rule: {info['stopping']}; {ms}"

@@ -5,13 +5,12 @@ import pandas as pd
 import pytest
 from scipy.special import logsumexp
 
-from bayesvm.engines.ep import Hyperparameters
 from bayesvm.engines.gibbs import sample_gibbs
 from bayesvm.engines.interweave import ScaleMoves, single_class_levels
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
-from bayesvm.results.marginal_check import group_log_integrals
+from tests.engines.intercept_quadrature import log_joint_grid
 
 
 def _problem(formula, data, penalty, priors=None):
@@ -36,18 +35,9 @@ def test_single_class_levels():
 
 def _exact_marginals(problem):
     """Quadrature over (intercept, log sigma^2), the random intercepts integrated out exactly."""
-    hyper = Hyperparameters(problem.components)
     b, phi = np.linspace(-7, 7, 281), np.linspace(-9, 6, 301)
-    B, PHI = np.meshgrid(b, phi, indexing="ij")
-    eta = B.reshape(-1, 1) * problem.D[:, 0][None, :]
-    blocked = problem.blocked
-    log_p = group_log_integrals(
-        problem.y, eta, blocked.values[:, 0], blocked.codes, np.exp(PHI.ravel()), blocked.n_levels
-    )
-    lam = problem.fixed_precision[0]
-    log_p += -0.5 * lam * B.ravel() ** 2
-    log_p += np.array([hyper.log_prior(np.array([t])) for t in PHI.ravel()])
-    weights = np.exp(log_p - logsumexp(log_p)).reshape(B.shape)
+    log_p = log_joint_grid(problem, b, phi)
+    weights = np.exp(log_p - logsumexp(log_p))
     return (b, weights.sum(axis=1)), (phi, weights.sum(axis=0))
 
 

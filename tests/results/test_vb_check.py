@@ -171,23 +171,11 @@ def test_log_evidence_matches_quadrature_and_importance_sampling():
     """
     from scipy.special import logsumexp
 
-    from bayesvm.engines.ep import Hyperparameters
-    from bayesvm.results.marginal_check import group_log_integrals
+    from tests.engines.intercept_quadrature import log_joint_grid
 
     fit = bayesvm.bsvm("y ~ 1 + (1 | g)", _small_random_intercept_data(), penalty=1.0)
-    problem = fit.problem
-    hyper = Hyperparameters(problem.components)
     b, phi = np.linspace(-6, 6, 241), np.linspace(-8, 5, 261)
-    B, PHI = np.meshgrid(b, phi, indexing="ij")
-    eta = B.reshape(-1, 1) * problem.D[:, 0][None, :]
-    blocked = problem.blocked
-    log_p = group_log_integrals(
-        problem.y, eta, blocked.values[:, 0], blocked.codes, np.exp(PHI.ravel()), blocked.n_levels
-    )
-    lam = problem.fixed_precision[0]
-    log_p += 0.5 * np.log(lam / (2 * np.pi)) - 0.5 * lam * B.ravel() ** 2
-    log_p += np.array([hyper.log_prior(np.array([t])) for t in PHI.ravel()])
-    exact = logsumexp(log_p) + np.log(b[1] - b[0]) + np.log(phi[1] - phi[0])
+    exact = logsumexp(log_joint_grid(fit.problem, b, phi)) + np.log(b[1] - b[0]) + np.log(phi[1] - phi[0])
     sampled, se = fit.check_vb(draws=4000).log_evidence
     assert abs(sampled - exact) < max(4 * se, 0.02)
     assert abs(fit.result.log_evidence - exact) < 1.0
