@@ -66,8 +66,8 @@ def test_moves_and_paper_sampler_agree_on_a_correlated_term():
     """Inverse-Wishart term: the sampler with the moves against the paper's (verified) sampler."""
     data = _grouped(seed=4, groups=12, size=6)
     problem = _problem("y ~ x + (1 + x | g)", data, None)
-    with_moves = sample_gibbs(problem, draws=2000, tune=300, chains=4, seed=5, progress=False)
-    paper = sample_gibbs(problem, draws=2000, tune=300, chains=4, seed=6, progress=False, _interweave=False)
+    with_moves = sample_gibbs(problem, draws=1500, tune=300, chains=4, seed=5, progress=False)
+    paper = sample_gibbs(problem, draws=1500, tune=300, chains=4, seed=6, progress=False, _interweave=False)
     for a, b in (
         (with_moves.theta_d, paper.theta_d),
         (np.log(np.diagonal(with_moves.components[0], axis1=-2, axis2=-1)),
