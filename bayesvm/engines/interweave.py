@@ -1,32 +1,35 @@
-"""Interweaving moves for the variance components of the Gibbs sampler (issue 24).
+"""Partial non-centring moves for the variance components of the Gibbs sampler.
 
 The Gibbs sampler of Luts & Ormerod (2014, Appendix A) is *centred*: it draws the random effects ``u``
-given their covariance ``Sigma`` and ``Sigma`` given ``u``.  When the data say little about each level
-(toenail: 179 of 294 patients never change class) ``Sigma | u`` is narrow around ``u'u / J`` while ``u``
-follows ``Sigma`` closely, and the pair crawls.  The non-centred parameterisation ``u = L eta`` mixes
-where the centred one does not, and an *ancillarity-sufficiency interweaving* step (Yu & Meng 2011)
-alternates the two.  For one coordinate ``k`` of a component, interweaving is the same as a draw of a
-rescaling from the group ``{u_.k -> d u_.k, Sigma -> D Sigma D}``, ``D = diag(1, .., d, .., 1)``, ``d > 0``
-(Liu & Sabatti 2000, generalised Gibbs), which is what this module does.
+given their covariance ``Sigma`` and ``Sigma`` given ``u``.  Where the data say little about a level
+(toenail: 179 of 294 patients never change class) its ``u_j`` follows ``Sigma`` closely and ``Sigma | u``
+is narrow, so the pair crawls; for the informative levels the centred form is the right one.  Partial
+non-centring (Papaspiliopoulos, Roberts & Skold 2007) rescales the variance together with the random
+effects of the uninformative levels only: here the set ``S`` of levels whose rows all have one class,
+fixed once from the data.  For coordinate ``k`` of a component this is a draw from the group
+``{u_jk -> d u_jk for j in S, Sigma -> D Sigma D}``, ``D = diag(1, .., d, .., 1)``, ``d > 0``, by the
+generalised Gibbs step of Liu & Sabatti (2000, Theorem 1; left-Haar measure ``dd / d``), the group form of
+interweaving (Yu & Meng 2011).
 
 The move is made with the augmentation variables integrated out, on the hinge pseudo-posterior
 ``pi(theta, Sigma | y)``; the sampler then draws the weights ``w | theta`` afresh before anything uses them
-(a partially collapsed step: van Dyk & Park 2008), which also frees the scale from the weights, whose
-dependence on ``f`` is the other brake on the chain.  With ``f_i = a_i + d b_i`` (``b_i`` the coordinate's
-contribution to row ``i``) the move's density (Liu & Sabatti 2000, Theorem 1, left-Haar measure ``dd / d``)
-is
+(a partially collapsed step: van Dyk & Park 2008).  With ``f_i = a_i + d b_i`` (``b_i`` the part of row
+``i``'s predictor from coordinate ``k`` of the levels in ``S``) the move's density is
 
-    pi(d) propto exp(-2 sum_i (1 - y_i (a_i + d b_i))_+) p(D u | D Sigma D) d^J p(D Sigma D) d^(k+1) / d
-          = exp(-2 sum_i (1 - y_i (a_i + d b_i))_+) p(D Sigma D) d^k,
+    pi(d) propto exp(-2 sum_i (1 - y_i (a_i + d b_i))_+)
+                 prod_{j in S} p(D u_j | D Sigma D) d        (Jacobian of u_jk)
+                 prod_{j not in S} p(u_j | D Sigma D)
+                 p(D Sigma D) d^(k+1) / d                    (Jacobian of Sigma, Haar measure)
 
-because ``p(D u | D Sigma D) = d^-J p(u | Sigma)`` cancels the Jacobian ``d^J`` of ``u``, and the Jacobian of
-``Sigma -> D Sigma D`` is ``d^(k+1)`` (the diagonal entry twice, the ``k - 1`` off-diagonal pairs once).  For a
-single-column component (``k = 1``, ``s = sigma^2``) the prior term is ``p(d^2 s)``: the inverse gamma of the
-paper, or the half-t's ``IG(nu/2, nu/a)`` given its auxiliary variable ``a`` (which the move leaves fixed);
-for an inverse-Wishart term ``log p(D Sigma D) = -(nu + k + 1) log d - tr(Psi (D Sigma D)^-1) / 2 + const``.
-The move leaves ``pi(theta, Sigma | y)`` invariant, so the chain keeps its target (checked against
-quadrature and independent Metropolis in ``tests/engines/test_interweave.py``).  ``log d`` is drawn by
-slice sampling (Neal 2003), exactly.
+Each ``p(D u_j | D Sigma D) d = p(u_j | Sigma)`` is constant in ``d``; each kept level gives
+``-log d - u_j' (D Sigma D)^-1 u_j / 2``, a quadratic in ``1/d``; the Jacobian of ``Sigma -> D Sigma D`` is
+``d^(k+1)`` (the diagonal entry twice, the ``k - 1`` off-diagonal pairs once).  For a single-column
+component (``k = 1``, ``s = sigma^2``) the prior term is ``p(d^2 s)``: the inverse gamma of the paper, or the
+half-t's ``IG(nu/2, nu/a)`` given its auxiliary variable ``a`` (which the move leaves fixed); for an
+inverse-Wishart term ``log p(D Sigma D) = -(nu + k + 1) log d - tr(Psi (D Sigma D)^-1) / 2 + const``.  The
+move leaves ``pi(theta, Sigma | y)`` invariant, so the chain keeps its target (checked against quadrature
+and against the paper's sampler in ``tests/engines/test_interweave.py``).  ``log d`` is drawn by slice
+sampling (Neal 2003), exactly.  The learned penalty's component is left alone (its few slopes mix well).
 """
 
 from __future__ import annotations
