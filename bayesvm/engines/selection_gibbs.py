@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import scipy.linalg as sla
@@ -36,6 +37,7 @@ from .gibbs import MARGIN_FLOOR, GibbsResult, run_chains
 from .joint import log_pseudo_likelihood
 from .linalg import blas_threads, weighted_gram
 from .selection import LOG_2PI, SelectionProblem
+from .selection_moves import SwapMoves
 
 
 @dataclass
@@ -61,15 +63,19 @@ def sample_selection(
     seed: int | None = None,
     cores: int = 1,
     progress: bool = True,
+    swaps: bool = True,
 ) -> SelectionGibbsResult:
-    """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``."""
+    """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``.
+
+    ``swaps=False`` leaves out the swap moves of :mod:`bayesvm.engines.selection_moves` (the papers'
+    samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``)."""
     start = time.perf_counter()
     check_memory(
         8.0 * chains * draws * (problem.q + problem.m + 2),
         f"storing {chains} x {draws} draws of {problem.q + problem.m} parameters",
         "use fewer draws or thin=k",
     )
-    runs = run_chains(_run_chain, problem, draws, tune, thin, chains, seed, cores, progress)
+    runs = run_chains(partial(_run_chain, swaps=swaps), problem, draws, tune, thin, chains, seed, cores, progress)
     return SelectionGibbsResult(
         theta_d=np.stack([r["coef"] for r in runs]),
         theta_b=np.zeros((chains, draws, 0, 0)),
@@ -85,17 +91,21 @@ def sample_selection(
     )
 
 
-def _run_chain(problem, draws, tune, thin, seed, show) -> dict:
+def _run_chain(problem, draws, tune, thin, seed, show, swaps: bool = True) -> dict:
     with blas_threads(problem.q):
-        return _chain(problem, draws, tune, thin, seed, show)
+        return _chain(problem, draws, tune, thin, seed, show, swaps)
 
 
-def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, show: bool) -> dict:
+def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, show: bool, swaps: bool) -> dict:
     rng = np.random.default_rng(seed)
     y, X = problem.y, problem.X
     q, m = problem.q, problem.m
     step_fn = {LaplaceZero: _LaplaceZeroStep, SpikeSlab: _SpikeSlabStep, Lasso: _LassoStep}[type(problem.prior)]
     state = step_fn(problem, rng)
+    has_indicators = isinstance(problem.prior, SpikeSlab) or (
+        isinstance(problem.prior, LaplaceZero) and problem.prior.rho < 1
+    )
+    moves = SwapMoves(y, X, problem.selected) if swaps and has_indicators and problem.m > 1 else None
     omega = np.exp(rng.normal(0.0, 0.5, y.size))  # over-dispersed start
     out = {
         "coef": np.empty((draws, q)),
@@ -112,6 +122,9 @@ def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, sh
         gram = weighted_gram(X, omega)
         r = X.T @ (y * (1.0 + omega))
         coef = state.update(gram, r)
+        if moves is not None:  # on the posterior with omega (and b) integrated out; both drawn afresh next
+            coef = moves.run(state, coef, rng)
+            state.after_moves()
         f = X @ coef
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
         kept = step - tune
@@ -189,6 +202,23 @@ class _LaplaceZeroStep:
             theta[k] = value
             coef[k] = value if include else 0.0
 
+    def swap_log_prior(self, j: int, k: int, sign: float, coef: np.ndarray) -> float:
+        """Log ratio of ``prod_k Laplace(v_k; 0, sigma s_k)`` (``b`` integrated out) after the swap of
+        :mod:`bayesvm.engines.selection_moves`: ``v_k' = sign v_j``, ``v_j' = sign v_k``."""
+        sel, scale = self.p.selected, np.sqrt(self.sigma2) * self.p.prior_scale
+        vj, vk = abs(self.theta[sel[j]]), abs(self.theta[sel[k]])
+        return float(-(vj / scale[k] + vk / scale[j] - vj / scale[j] - vk / scale[k]))
+
+    def apply_swap(self, j: int, k: int, sign: float, coef: np.ndarray) -> None:
+        sel = self.p.selected
+        self.theta[sel[j]], self.theta[sel[k]] = sign * self.theta[sel[k]], sign * self.theta[sel[j]]
+        self.gamma[j], self.gamma[k] = 0, 1
+
+    def after_moves(self) -> None:
+        """``b | v, sigma^2`` afresh: the swaps moved ``(gamma, v)`` with ``b`` integrated out."""
+        v = self.theta[self.p.selected]
+        self.b = self.rng.wald(np.sqrt(self.sigma2 * self.s2) / np.maximum(np.abs(v), 1e-300), 1.0)
+
     def log_prior(self, coef: np.ndarray) -> float:
         """``log p(slopes, sigma^2)``: Laplace-zero (mass ``1 - rho`` at zero) and ``IG(A, B)``."""
         p, sel = self.p, self.p.selected
@@ -263,6 +293,18 @@ class _SpikeSlabStep:
         if active_idx.size:
             coef[active_idx] = _draw_gaussian(matrix[np.ix_(active_idx, active_idx)], r[active_idx], rng)
         return coef
+
+    def swap_log_prior(self, j: int, k: int, sign: float, coef: np.ndarray) -> float:
+        """Log ratio of the slab densities after moving ``beta_j`` to ``beta_k' = sign beta_j``."""
+        value = coef[self.p.selected[j]]
+        lam_j, lam_k = self.slab[j], self.slab[k]
+        return float(0.5 * np.log(lam_k / lam_j) - 0.5 * value * value * (lam_k - lam_j))
+
+    def apply_swap(self, j: int, k: int, sign: float, coef: np.ndarray) -> None:
+        self.gamma[j], self.gamma[k] = 0, 1
+
+    def after_moves(self) -> None:
+        """Nothing was integrated out but ``omega`` (the coefficients are drawn afresh each update)."""
 
     def log_prior(self, coef: np.ndarray) -> float:
         """``log p(gamma) + log N(beta_g; 0, nu^2 s^2)`` of the included slopes."""

@@ -25,6 +25,8 @@ from bayesvm.engines.selection import SelectionProblem, fit_laplace_zero_vb
 from bayesvm.engines.selection_gibbs import sample_selection
 from bayesvm.priors import InverseGamma, LaplaceZero, Lasso, SpikeSlab
 
+from .model_enumeration import enumerate_models, grid, log_hinge, sampled_model_probabilities
+
 
 def _problem(n=400, p=50, k=5, size=1.5, seed=0, prior=None, intercept=True):
     rng = np.random.default_rng(seed)
@@ -143,38 +145,6 @@ def _tiny(p, n=30, seed=5, prior=None, beta=(1.2, 0.0, -0.6)):
     )
 
 
-def _log_hinge(grid_beta, X, y):
-    return -2.0 * np.maximum(0.0, 1.0 - (grid_beta @ X.T) * y).sum(axis=-1)
-
-
-def _grid(dim, half_width=4.0, points=121):
-    axis = np.linspace(-half_width, half_width, points)
-    mesh = np.meshgrid(*([axis] * dim), indexing="ij")
-    return np.stack([m.ravel() for m in mesh], axis=-1), (axis[1] - axis[0]) ** dim
-
-
-def _enumerate(problem, log_prior_of_model):
-    """log posterior probability of every model (bit k of the index = slope k included)."""
-    p = problem.m
-    logs = []
-    for model in range(2**p):
-        on = [k for k in range(p) if model >> k & 1]
-        if not on:
-            logs.append(float(_log_hinge(np.zeros((1, p)), problem.X, problem.y)[0]) + log_prior_of_model(on, None))
-            continue
-        grid, cell = _grid(len(on))
-        beta = np.zeros((grid.shape[0], p))
-        beta[:, on] = grid
-        logs.append(log_prior_of_model(on, (grid, cell, _log_hinge(beta, problem.X, problem.y))))
-    logs = np.array(logs)
-    return np.exp(logs - logsumexp(logs))
-
-
-def _sampled_model_probabilities(result, p):
-    codes = (result.include.reshape(-1, p) * (2 ** np.arange(p))).sum(axis=1)
-    return np.bincount(codes, minlength=2**p) / codes.size
-
-
 def test_spike_slab_model_probabilities_match_enumeration():
     prior = SpikeSlab(pi=0.4, nu=1.5)
     problem = _tiny(3, prior=prior)
@@ -187,9 +157,9 @@ def test_spike_slab_model_probabilities_match_enumeration():
         log_slab = stats.norm(0, prior.nu).logpdf(grid).sum(axis=1)
         return base + float(logsumexp(log_lik + log_slab) + np.log(cell))
 
-    exact = _enumerate(problem, log_prior_of_model)
+    exact = enumerate_models(problem, log_prior_of_model)
     result = sample_selection(problem, draws=15000, tune=500, chains=2, seed=11, progress=False)
-    sampled = _sampled_model_probabilities(result, 3)
+    sampled = sampled_model_probabilities(result, 3)
     se = np.sqrt(exact * (1 - exact) / 3000)  # ~3000 effective draws (measured autocorrelation < 10)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
 
@@ -211,9 +181,9 @@ def test_laplace_zero_gibbs_model_probabilities_match_enumeration():
         inner = logsumexp(log_lik[None] + log_lap, axis=1) + np.log(cell)
         return base + float(logsumexp(inner + log_w))
 
-    exact = _enumerate(problem, log_prior_of_model)
+    exact = enumerate_models(problem, log_prior_of_model)
     result = sample_selection(problem, draws=20000, tune=1000, chains=2, seed=5, progress=False)
-    sampled = _sampled_model_probabilities(result, 2)
+    sampled = sampled_model_probabilities(result, 2)
     se = np.sqrt(exact * (1 - exact) / 2000)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
 
@@ -221,11 +191,11 @@ def test_laplace_zero_gibbs_model_probabilities_match_enumeration():
 def test_lasso_gibbs_moments_match_quadrature():
     prior = Lasso(nu=0.7)
     problem = _tiny(2, n=40, seed=7, prior=prior)
-    grid, cell = _grid(2, half_width=5.0, points=401)
-    logp = _log_hinge(grid, problem.X, problem.y) - np.abs(grid).sum(axis=1) / prior.nu
+    grid_points, cell = grid(2, half_width=5.0, points=401)
+    logp = log_hinge(grid_points, problem.X, problem.y) - np.abs(grid_points).sum(axis=1) / prior.nu
     w = np.exp(logp - logsumexp(logp))
-    mean = w @ grid
-    sd = np.sqrt(w @ (grid - mean) ** 2)
+    mean = w @ grid_points
+    sd = np.sqrt(w @ (grid_points - mean) ** 2)
     result = sample_selection(problem, draws=10000, tune=500, chains=2, seed=2, progress=False)
     draws = result.theta_d.reshape(-1, 2)
     np.testing.assert_allclose(draws.mean(axis=0), mean, atol=0.1 * sd.max())
