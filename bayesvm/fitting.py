@@ -120,7 +120,9 @@ def bsvm(
         :class:`bayesvm.priors.LaplaceZero` (``method="vb"``: Alg. 3; ``"gibbs"``: Appendix B),
         :class:`~bayesvm.priors.SpikeSlab` (``"gibbs"``) or :class:`~bayesvm.priors.Lasso`
         (``"em"``: EM/ECME; ``"gibbs"``).  ``fit.inclusion`` then gives posterior inclusion
-        probabilities; coefficients and predictions are model averages.  Fixed-effect models only.
+        probabilities; coefficients and predictions are model averages.  Random-effect terms join as one
+        more Gaussian block with a learned (co)variance (all coefficients in one dense precision, so at most
+        2,000 of them).
     unpenalized
         Formula terms (as formulaic names them, e.g. ``["age", "sex"]``) kept out of the penalty or
         prior: they get the vague ``N(0, sigma_beta^2)`` like the intercept.

@@ -120,22 +120,24 @@ class LinearModel:
         )
 
     def selection_problem(self) -> SelectionProblem:
-        """Inputs of the selection engines (``prior`` set; no random effects)."""
-        d = self.design
-        X = self.standardized_X(d.X)
+        """Inputs of the selection engines (``prior`` set): ``X = [X_std, Z]`` with every random-effect term
+        dense (:func:`build_model` puts them there) and its variance components."""
+        base = self.problem()
+        X = np.asarray(base.D)
         selected = np.flatnonzero(self.penalized)
         if isinstance(self.prior, LaplaceZero):
             prior_scale = np.ones(selected.size)
         else:  # Polson & Scott: scale by each predictor's SD (1 after standardisation)
-            sd = X[:, selected].std(axis=0, ddof=1) if d.n > 1 else np.ones(selected.size)
+            sd = X[:, selected].std(axis=0, ddof=1) if self.design.n > 1 else np.ones(selected.size)
             prior_scale = np.where(sd > 0, sd, 1.0)
         return SelectionProblem(
-            y=d.y,
+            y=self.design.y,
             X=X,
             selected=selected,
-            fixed_precision=np.full(d.p, 1.0 / self.priors.fixed_variance),
+            fixed_precision=base.fixed_precision,
             prior=self.prior,
             prior_scale=prior_scale,
+            components=base.components,
         )
 
     def dense_offsets(self) -> dict[int, int]:
@@ -263,11 +265,6 @@ def validate_selection(design: Design, prior: object, unpenalized: object) -> tu
     for name in names:
         if not isinstance(name, str) or name not in terms:
             raise FormulaError(f"unpenalized term {name!r} is not a fixed-effect term of the formula; terms: {terms}")
-    if prior is not None and design.re_terms:
-        raise BayesvmError(
-            "selection priors apply to fixed-effect slopes of models without random effects in this version; "
-            f"drop the random-effect terms {[t.label for t in design.re_terms]} or the prior"
-        )
     return prior, names
 
 
@@ -328,6 +325,16 @@ def build_model(
             f"the dense design ({design.n} rows x {n_dense} columns)",
             "use fewer fixed-effect columns or move many-level factors into random-effect terms",
         )
+    if prior is not None and design.re_terms:  # the indicator updates need the dense joint precision
+        dense, blocked = tuple(range(len(design.re_terms))), ()
+        n_dense = p + sum(term.n_levels * term.k for term in design.re_terms)
+        if n_dense > max_dense_columns:
+            raise BayesvmError(
+                f"a selection prior with random effects works on the dense precision of all {n_dense} coefficients "
+                f"(each indicator update conditions on every other coefficient), more than {max_dense_columns}: "
+                "use fewer levels, drop the prior (penalty='learn' keeps the sparse path) or the random effects"
+            )
+        sparse = False
     if sparse:
         dense, blocked = tuple(range(len(design.re_terms))), ()
     return LinearModel(

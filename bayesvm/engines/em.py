@@ -58,7 +58,7 @@ class EMResult:
     elapsed: float
 
 
-def _component_mode(comp: VarianceComponent, u: np.ndarray) -> np.ndarray:
+def component_mode(comp: VarianceComponent, u: np.ndarray) -> np.ndarray:
     """Conditional mode of ``sigma^2`` (IG) or ``Sigma`` (IW) given the coefficients ``u`` (J x k)."""
     if comp.is_wishart:
         return (comp.prior_scale + u.T @ u) / (comp.prior_df + comp.n_levels + comp.k + 1.0)
@@ -120,7 +120,7 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions)
             new_d, new_b = gaussian_mean(D, omega, rhs, prior_dd, blocked, prior_b)  # M-step
-        covs = [_component_mode(c, component_values(c, new_d, new_b)) for c in problem.components]  # CM-steps
+        covs = [component_mode(c, component_values(c, new_d, new_b)) for c in problem.components]  # CM-steps
         f = D @ new_d
         if blocked is not None:
             f = f + np.sum(blocked.values * new_b[blocked.codes], axis=1)

@@ -56,10 +56,10 @@ from .vb import (
     VBResult,
     _prior_precisions,
     _second_moments,
-    _update_component,
     initial_component,
     lower_bound,
     sorted_by_level,
+    update_component,
 )
 
 
@@ -206,7 +206,7 @@ def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBR
         psi_q = prob.scale + dev.T @ dev + z_cov.sum(axis=0) + n * mu_cov
         # variance components
         seconds = [_second_moments(c, theta) for c in base.components]
-        components = [_update_component(c, s, p) for c, s, p in zip(base.components, seconds, components)]
+        components = [update_component(c, s, p) for c, s, p in zip(base.components, seconds, components)]
         bound = _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov, mu_mean, mu_cov, psi_q)
         if bounds and bound < bounds[-1] - 1e-8 * abs(bound):
             decreases.append(it)

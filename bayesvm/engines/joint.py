@@ -23,7 +23,13 @@ def log_prior(problem: VBProblem, theta_d: np.ndarray, theta_b: np.ndarray, covs
     lam = problem.fixed_precision
     fixed = lam > 0
     total = float(np.sum(0.5 * np.log(lam[fixed]) - 0.5 * LOG_2PI - 0.5 * lam[fixed] * theta_d[fixed] ** 2))
-    for comp, cov in zip(problem.components, covs):
+    return total + log_component_prior(problem.components, theta_d, theta_b, covs)
+
+
+def log_component_prior(components, theta_d: np.ndarray, theta_b: np.ndarray, covs: list[np.ndarray]) -> float:
+    """``sum_c [log N(u_c | 0, Sigma_c) + log p(Sigma_c)]`` over the variance components, with all constants."""
+    total = 0.0
+    for comp, cov in zip(components, covs):
         u = component_values(comp, theta_d, theta_b)  # (J, k)
         if comp.is_wishart:
             total += float(np.sum(stats.multivariate_normal(np.zeros(comp.k), cov).logpdf(u)))

@@ -16,20 +16,27 @@ CME step (ECME, ``nu`` learned): the exact conditional mode of the observed-data
 ``1/nu = (a + m - 1) / (b + sum_j H_eps(beta_j) / s_j)`` under ``1/nu ~ Gamma(a, b)``.  (The paper's
 printed ratio is upside down: the conditional of ``1/nu`` is ``Gamma(a + m, b + sum |beta_j| / s_j)``,
 whose mode is the ratio above.)
+
+Random-effect terms (issue 23): their prior precision ``Sigma_c^{-1}`` joins the M-step's weighted least
+squares, and a CM-step sets each ``Sigma_c`` to its conditional mode given the random effects
+(:func:`bayesvm.engines.em.component_mode`), so the objective, now with ``log N(u_c | 0, Sigma_c) +
+log p(Sigma_c)``, still increases at every iteration.  As in :mod:`bayesvm.engines.em`, the mode needs a
+variance prior with zero density at ``Sigma = 0`` (``bsvm`` uses the paper's inverse gamma for EM).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg as sla
 from scipy.special import gammaln
 
 from ..priors import Lasso
-from .em import MARGIN_FLOORS, SUPPORT_TOL, _smoothed_log_likelihood
-from .linalg import blas_threads, weighted_gram
+from .em import MARGIN_FLOORS, SUPPORT_TOL, _smoothed_log_likelihood, component_mode
+from .joint import log_component_prior
+from .linalg import blas_threads
 from .selection import LOG_2PI, SelectionProblem
 
 #: Slopes below ``ZERO_TOL (1 + max |beta|)`` at convergence are reported as exactly 0: MM approaches the
@@ -51,6 +58,7 @@ class LassoEMResult:
     converged: bool
     n_iter: int
     elapsed: float
+    covariances: list[np.ndarray] = field(default_factory=list)
 
     # the layout of :class:`bayesvm.engines.em.EMResult`, so results code reads both alike
     @property
@@ -63,7 +71,8 @@ class LassoEMResult:
 
     @property
     def components(self) -> list[np.ndarray]:
-        return []
+        """Mode of each random-effect term's (co)variance."""
+        return self.covariances
 
 
 def _huber(x: np.ndarray, eps: float) -> np.ndarray:
@@ -79,7 +88,7 @@ def fit_lasso_em(problem: SelectionProblem, tol: float = 1e-10, max_iter: int = 
         return _fit(problem, tol, max_iter)
 
 
-def _objective(problem: SelectionProblem, margin, beta, nu, eps) -> float:
+def _objective(problem: SelectionProblem, margin, beta, nu, eps, covs) -> float:
     prior, sel, s = problem.prior, problem.selected, problem.prior_scale
     free = problem.unselected[problem.fixed_precision[problem.unselected] > 0]
     lam = problem.fixed_precision[free]
@@ -89,7 +98,7 @@ def _objective(problem: SelectionProblem, margin, beta, nu, eps) -> float:
     if prior.nu is None:
         inv_nu = 1.0 / nu
         total += prior.a * np.log(prior.b) - gammaln(prior.a) + (prior.a - 1.0) * np.log(inv_nu) - prior.b * inv_nu
-    return float(total)
+    return float(total + log_component_prior(problem.components, beta, np.zeros((0, 0)), covs))
 
 
 def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
@@ -101,6 +110,7 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
     omega = np.ones(y.size)
     # start from the ridge-type solution with unit weights (beta = 0 would be a fixed point of plain EM)
     penalty_weight = np.ones(m)
+    covs = [np.eye(c.k) for c in problem.components]  # random-effect terms: CM-step after each M-step
     beta = None
     objective: list[float] = []
     stages: list[int] = []
@@ -109,13 +119,15 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
         eps = MARGIN_FLOORS[stage]
         lam = problem.fixed_precision.copy()
         lam[sel] = penalty_weight / (nu * s)
-        precision = weighted_gram(X, omega)
+        precision = problem.weighted_gram(omega)
         precision[np.diag_indices(q)] += lam
+        problem.add_component_precisions(precision, [np.linalg.inv(c) for c in covs])
         new = sla.cho_solve(sla.cho_factor(precision, lower=True), X.T @ (y * (1.0 + omega)))  # M-step
         if prior.nu is None:  # CME step
             nu = (prior.b + float(np.sum(_huber(new[sel], eps) / s))) / (prior.a + m - 1.0)
+        covs = [component_mode(c, new[c.index]) for c in problem.components]  # CM-steps (as engines.em)
         margin = 1.0 - y * (X @ new)
-        objective.append(_objective(problem, margin, new, nu, eps))
+        objective.append(_objective(problem, margin, new, nu, eps, covs))
         stages.append(stage)
         omega = 1.0 / np.maximum(np.abs(margin), eps)  # E-step, hinge
         penalty_weight = 1.0 / np.maximum(np.abs(new[sel]), eps)  # E-step, E[1/tau_j] / (nu s_j)
@@ -143,4 +155,5 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
         converged=converged,
         n_iter=len(objective),
         elapsed=time.perf_counter() - start,
+        covariances=covs,
     )

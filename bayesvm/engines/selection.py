@@ -29,21 +29,38 @@ Lower bound (written term by term in :func:`_lower_bound`; the printed one has t
 ``+ sum_k KL-free Bernoulli terms mu log(rho / mu) + (1 - mu) log((1 - rho) / (1 - mu))``
 ``+ (q/2)(1 + log 2 pi) + log|P^{-1}| / 2``.
 Every ``E[log b_k]``, ``E[1/b_k]`` and ``E[log sigma^2]`` cancels between ``log p`` and ``log q``.
+
+**Random effects** (issue 23): the columns of each random-effect term join ``theta`` as one more block, with
+``g = 1`` and prior precision ``E[Sigma^{-1}]`` of its ``q(Sigma)`` (inverse gamma, half-t or inverse
+Wishart: :func:`bayesvm.engines.vb.update_component`, Alg. 2 step 4).  They enter ``P`` beside the slopes,
+are updated after step 3 from ``E[u_j u_j']`` and add :func:`bayesvm.engines.vb.component_bound` to the bound;
+nothing else in Alg. 3 changes, because the indicators act on the slopes alone.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
 from scipy.special import expit, gammaln, logit, xlogy
 
 from ..priors import LaplaceZero, Lasso, SpikeSlab
 from .augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
 from .linalg import blas_threads, weighted_gram
 from .squarem import squarem_ascent
+from .vb import (
+    ComponentPosterior,
+    VarianceComponent,
+    component_bound,
+    decode_components,
+    encode_components,
+    initial_component,
+    update_component,
+)
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -67,6 +84,9 @@ class SelectionProblem:
     prior_scale
         ``(m,)`` ``s_k``: the penalised predictors' SDs on the engine's scale (Polson & Scott's
         ``sigma_j``; 1 after standardisation; 1 for Laplace-zero, as in Luts & Ormerod).
+    components
+        The random-effect terms: columns of X (``index``, ``(J, k)``) whose prior is ``N(0, Sigma)`` per level
+        with a learned ``Sigma`` (their ``fixed_precision`` entries are unused).
     """
 
     y: np.ndarray
@@ -75,6 +95,7 @@ class SelectionProblem:
     fixed_precision: np.ndarray
     prior: LaplaceZero | SpikeSlab | Lasso
     prior_scale: np.ndarray
+    components: tuple[VarianceComponent, ...] = ()
 
     @property
     def q(self) -> int:
@@ -86,9 +107,48 @@ class SelectionProblem:
 
     @property
     def unselected(self) -> np.ndarray:
+        """Columns with their own fixed normal prior: neither penalised nor in a random-effect term."""
         mask = np.ones(self.q, dtype=bool)
         mask[self.selected] = False
+        for comp in self.components:
+            mask[comp.index.ravel()] = False
         return np.flatnonzero(mask)
+
+    @property
+    def component_columns(self) -> np.ndarray:
+        """Columns of X in a random-effect term."""
+        return np.concatenate([np.zeros(0, dtype=int)] + [c.index.ravel() for c in self.components])
+
+    @cached_property
+    def _split(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, sp.csr_matrix]:
+        """Fixed-effect positions, component positions, the fixed columns and the (sparse) component columns."""
+        cols = self.component_columns
+        mask = np.ones(self.q, dtype=bool)
+        mask[cols] = False
+        fixed = np.flatnonzero(mask)
+        return fixed, cols, np.ascontiguousarray(self.X[:, fixed]), sp.csr_matrix(self.X[:, cols])
+
+    def weighted_gram(self, w: np.ndarray) -> np.ndarray:
+        """``X' diag(w) X``; with random effects by blocks, the random-effect columns sparse (each row meets one
+        level per term), so the cost is ``O(n p^2 + nnz(Z) p)`` instead of ``O(n q^2)``."""
+        if not self.components:
+            return weighted_gram(self.X, w)
+        fixed, cols, X_fixed, Z = self._split
+        gram = np.empty((self.q, self.q))
+        gram[np.ix_(fixed, fixed)] = weighted_gram(X_fixed, w)
+        zw = Z.T.multiply(w[None, :]).tocsr()
+        cross = np.asarray(zw @ X_fixed)
+        gram[np.ix_(cols, fixed)] = cross
+        gram[np.ix_(fixed, cols)] = cross.T
+        gram[np.ix_(cols, cols)] = (zw @ Z).toarray()
+        return gram
+
+    def add_component_precisions(self, precision: np.ndarray, covariances: list[np.ndarray]) -> None:
+        """``precision += blockdiag(Sigma_c^{-1} per level)`` for each random-effect term, in place; ``covariances``
+        holds each term's ``Sigma_c^{-1}`` (its expectation under VB, a draw's inverse under Gibbs)."""
+        for comp, inv in zip(self.components, covariances):
+            idx = comp.index
+            precision[idx[:, :, None], idx[:, None, :]] += inv[None, :, :]
 
 
 @dataclass
@@ -103,6 +163,8 @@ class SelectionVBResult:
         ``(q,)`` ``g``: 1 for unpenalised columns, ``mu_gamma`` for the penalised ones.
     expected_b, sigma2_shape, sigma2_scale
         ``E[b_k]`` and ``q(sigma^2) = IG(shape, scale)``.
+    components
+        ``q`` of each random-effect term's (co)variance.
     lower_bound
         After every sweep.
     """
@@ -119,6 +181,7 @@ class SelectionVBResult:
     n_iter: int
     decreases: list[int]
     elapsed: float
+    components: list[ComponentPosterior] = field(default_factory=list)
 
     @property
     def p_include(self) -> np.ndarray:
@@ -153,7 +216,7 @@ def fit_laplace_zero_vb(
 class _Sweep:
     """One full Alg. 3 sweep: the state it produced, ``q(theta)`` and the lower bound."""
 
-    state: tuple  # (chi, g, psi, sigma2_scale): everything the next sweep starts from
+    state: tuple  # (chi, g, psi, sigma2_scale, components): everything the next sweep starts from
     mean: np.ndarray
     cov: np.ndarray
     expected_b: np.ndarray
@@ -171,15 +234,16 @@ class _Alg3:
         self.logit_rho = logit(problem.prior.rho) if self.learn_gamma else np.inf
 
     def initial_state(self) -> tuple:
-        """``E[1/a] = 1``, every slope included, ``E[b] = 1``, ``E[1/sigma^2] = 1``."""
-        return np.ones(self.p.y.size), np.ones(self.p.q), np.ones(self.p.m), self.shape
+        """``E[1/a] = 1``, every slope included, ``E[b] = 1``, ``E[1/sigma^2] = 1``, ``E[Sigma^{-1}] = I``."""
+        components = [initial_component(c) for c in self.p.components]
+        return np.ones(self.p.y.size), np.ones(self.p.q), np.ones(self.p.m), self.shape, components
 
-    def sweep(self, chi: np.ndarray, g: np.ndarray, psi: np.ndarray, scale: float) -> _Sweep:
+    def sweep(self, chi: np.ndarray, g: np.ndarray, psi: np.ndarray, scale: float, components: list) -> _Sweep:
         problem, sel, s2 = self.p, self.p.selected, self.s2
         y, X, q = problem.y, problem.X, problem.q
         g = g.copy()
         w = inverse_a_mean(chi)
-        gram = weighted_gram(X, w)
+        gram = problem.weighted_gram(w)
         r = X.T @ (y * (1.0 + w))
         # steps 2-3: q(beta, v)
         omega_g = np.outer(g, g)
@@ -187,8 +251,10 @@ class _Alg3:
         inv_sigma2 = self.shape / scale
         prior_precision = problem.fixed_precision.copy()
         prior_precision[sel] = inv_sigma2 / np.sqrt(psi) / s2
+        prior_precision[problem.component_columns] = 0.0
         precision = gram * omega_g
         precision[np.diag_indices(q)] += prior_precision
+        problem.add_component_precisions(precision, [c.expected_precision() for c in components])
         chol = sla.cho_factor(precision, lower=True)
         cov = sla.cho_solve(chol, np.eye(q))
         mean = sla.cho_solve(chol, g * r)
@@ -212,19 +278,25 @@ class _Alg3:
         chi = update_chi(expected_sq)
         # step 11: q(sigma^2)
         scale = problem.prior.variance.b + 0.5 * float(np.sum(expected_b * second_v / s2))
+        # random-effect terms: Alg. 2 step 4 from E[u_j u_j'] (module docstring)
+        seconds = [_component_second(c, second) for c in problem.components]
+        components = [update_component(c, m, post) for c, m, post in zip(problem.components, seconds, components)]
         bound = _lower_bound(problem, chol, mean_f, expected_sq, chi, second, g, psi, expected_b, self.shape, scale)
-        return _Sweep((chi, g, psi, scale), mean, cov, expected_b, bound)
+        bound += sum(component_bound(c, post, m) for c, post, m in zip(problem.components, components, seconds))
+        return _Sweep((chi, g, psi, scale, components), mean, cov, expected_b, bound)
 
     # SQUAREM works on an unconstrained encoding of the state
-    def encode(self, chi, g, psi, scale) -> np.ndarray:
+    def encode(self, chi, g, psi, scale, components) -> np.ndarray:
         mu = np.clip(g[self.p.selected], 1e-12, 1.0 - 1e-12)
-        return np.concatenate([np.log(chi), logit(mu), np.log(psi), [np.log(scale)]])
+        return np.concatenate([np.log(chi), logit(mu), np.log(psi), [np.log(scale)], encode_components(components)])
 
-    def decode(self, x: np.ndarray) -> tuple:
+    def decode(self, x: np.ndarray, like: tuple) -> tuple:
         n, m = self.p.y.size, self.p.m
         g = np.ones(self.p.q)
         g[self.p.selected] = expit(x[n : n + m])
-        return np.maximum(np.exp(x[:n]), CHI_FLOOR), g, np.exp(x[n + m : n + 2 * m]), float(np.exp(x[-1]))
+        end = n + 2 * m
+        components = decode_components(x[end + 1 :], like[4])
+        return np.maximum(np.exp(x[:n]), CHI_FLOOR), g, np.exp(x[n + m : end]), float(np.exp(x[end])), components
 
 
 def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool = True) -> SelectionVBResult:
@@ -234,14 +306,14 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool 
     ascent = squarem_ascent(
         lambda state: alg.sweep(*state),
         lambda state: alg.encode(*state),
-        lambda x, like: alg.decode(x),
+        lambda x, like: alg.decode(x, like),
         alg.initial_state(),
         tol,
         max_iter,
         accelerate,
     )
     current = ascent.last
-    chi, g, psi, scale = current.state
+    chi, g, psi, scale, components = current.state
     return SelectionVBResult(
         mean=current.mean,
         cov=current.cov,
@@ -255,7 +327,14 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool 
         n_iter=ascent.n_sweeps,
         decreases=ascent.decreases,
         elapsed=time.perf_counter() - start,
+        components=components,
     )
+
+
+def _component_second(comp: VarianceComponent, second: np.ndarray) -> np.ndarray:
+    """``sum_j E[u_j u_j']`` (``k x k``) of a random-effect term from ``E[theta theta']``."""
+    idx = comp.index
+    return second[idx[:, :, None], idx[:, None, :]].sum(axis=0)
 
 
 def _lower_bound(problem, chol, mean_f, expected_sq, chi, second, g, psi, expected_b, shape, scale) -> float:

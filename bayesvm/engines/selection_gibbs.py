@@ -33,9 +33,9 @@ from scipy.special import expit, gammaln, logit
 
 from ..memory import check_memory
 from ..priors import LaplaceZero, Lasso, SpikeSlab
-from .gibbs import MARGIN_FLOOR, GibbsResult, run_chains
-from .joint import log_pseudo_likelihood
-from .linalg import blas_threads, weighted_gram
+from .gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains
+from .joint import log_component_prior, log_pseudo_likelihood
+from .linalg import blas_threads
 from .selection import LOG_2PI, SelectionProblem
 from .selection_moves import SwapMoves
 
@@ -79,7 +79,7 @@ def sample_selection(
     return SelectionGibbsResult(
         theta_d=np.stack([r["coef"] for r in runs]),
         theta_b=np.zeros((chains, draws, 0, 0)),
-        components=[],
+        components=[np.stack([r["components"][c] for r in runs]) for c in range(len(problem.components))],
         log_posterior=np.stack([r["lp"] for r in runs]),
         elapsed=time.perf_counter() - start,
         tune=tune,
@@ -107,11 +107,15 @@ def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, sh
     )
     moves = SwapMoves(y, X, problem.selected) if swaps and has_indicators and problem.m > 1 else None
     omega = np.exp(rng.normal(0.0, 0.5, y.size))  # over-dispersed start
+    components = problem.components
+    covs = [np.eye(c.k) for c in components]  # random-effect terms: Sigma_c, drawn after the coefficients
+    aux: list = [None] * len(components)
     out = {
         "coef": np.empty((draws, q)),
         "include": np.empty((draws, m), dtype=np.int8),
         "scale": np.empty(draws),
         "lp": np.empty(draws),
+        "components": [np.empty((draws, c.k, c.k)) for c in components],
     }
     steps = range(tune + draws * thin)
     if show:
@@ -119,12 +123,17 @@ def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, sh
 
         steps = tqdm(steps, desc="Gibbs", leave=False)
     for step in steps:
-        gram = weighted_gram(X, omega)
+        gram = problem.weighted_gram(omega)
+        # the random-effect blocks' prior precision joins G: their columns are never scaled by gamma, so every
+        # step below reads G + blockdiag(Sigma^{-1}) as the complete-data precision of the unpenalised part
+        problem.add_component_precisions(gram, [np.linalg.inv(cov) for cov in covs])
         r = X.T @ (y * (1.0 + omega))
         coef = state.update(gram, r)
         if moves is not None:  # on the posterior with omega (and b) integrated out; both drawn afresh next
             coef = moves.run(state, coef, rng)
             state.after_moves()
+        if components:  # Sigma_c | u_c (IG, half-t through its auxiliary variable, or IW)
+            covs = draw_components(components, [coef[c.index] for c in components], rng, aux)
         f = X @ coef
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
         kept = step - tune
@@ -133,7 +142,14 @@ def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, sh
             out["coef"][i] = coef
             out["include"][i] = state.gamma
             out["scale"][i] = state.scale
-            out["lp"][i] = log_pseudo_likelihood(y, f) + _log_fixed_prior(problem, coef) + state.log_prior(coef)
+            out["lp"][i] = (
+                log_pseudo_likelihood(y, f)
+                + _log_fixed_prior(problem, coef)
+                + state.log_prior(coef)
+                + log_component_prior(components, coef, np.zeros((0, 0)), covs)
+            )
+            for c, cov in enumerate(covs):
+                out["components"][c][i] = cov
     return out
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from .augmentation import update_chi
 from .linalg import GaussianPosterior, blas_threads, gaussian_from_natural
-from .vb import ComponentPosterior, VBProblem, VBResult, _second_moments, _update_component, lower_bound
+from .vb import ComponentPosterior, VBProblem, VBResult, _second_moments, lower_bound, update_component
 
 
 def partition_sums(D: np.ndarray, y: np.ndarray, mean: np.ndarray | None, cov: np.ndarray | None) -> tuple:
@@ -78,7 +78,7 @@ def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_i
             for comp, post in zip(problem.components, components):
                 precision[comp.index.ravel(), comp.index.ravel()] += post.expected_precision()[0, 0]
             theta = gaussian_from_natural(G + precision, r)
-            components = [_update_component(c, _second_moments(c, theta)) for c in problem.components]
+            components = [update_component(c, _second_moments(c, theta)) for c in problem.components]
     return VBResult(
         theta=theta, components=components, chi=np.zeros(0), lower_bound=np.array(bounds), converged=converged,
         n_iter=len(bounds), elapsed=time.perf_counter() - start, decreases=decreases,

@@ -26,7 +26,7 @@ from .augmentation import data_lower_bound, update_chi
 from .batches import PartitionBatches
 from .kernel_svi import StepSize, WindowRule, _natural_vector, validate_learning_rate
 from .linalg import gaussian_from_natural, runs_with_blas_threads
-from .vb import VBProblem, VBResult, _second_moments, _update_component, lower_bound
+from .vb import VBProblem, VBResult, _second_moments, lower_bound, update_component
 
 
 @dataclass
@@ -64,7 +64,7 @@ def fit_linear_svi(
     rule = validate_learning_rate(learning_rate)
     batches = PartitionBatches.in_memory(problem.D, problem.y, batch_size, rng) if batches is None else batches(rng)
     n, p = batches.n, problem.D.shape[1]
-    components = [_update_component(c, np.zeros((1, 1))) for c in problem.components]
+    components = [update_component(c, np.zeros((1, 1))) for c in problem.components]
 
     def prior_precision(components) -> np.ndarray:
         lam = np.asarray(problem.fixed_precision, dtype=float).copy()
@@ -114,7 +114,7 @@ def fit_linear_svi(
         theta = gaussian_from_natural(precision, eta)
         # q(sigma_u^2) given q(beta): exact (Alg. 2 step 4); the prior part of the precision follows it
         old = prior_precision(components)
-        components = [_update_component(c, _second_moments(c, theta)) for c in problem.components]
+        components = [update_component(c, _second_moments(c, theta)) for c in problem.components]
         precision = precision + np.diag(prior_precision(components) - old)
         theta = gaussian_from_natural(precision, eta)
         if it % window == 0:

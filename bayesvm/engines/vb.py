@@ -228,7 +228,7 @@ def _second_moments(comp: VarianceComponent, theta: GaussianPosterior) -> np.nda
     return mean.T @ mean + cov.sum(axis=0)
 
 
-def _update_component(
+def update_component(
     comp: VarianceComponent, second: np.ndarray, previous: ComponentPosterior | None = None
 ) -> ComponentPosterior:
     """Alg. 2 step 4 (IG; half-t through its auxiliary variable, given ``previous``) and its inverse-Wishart analogue."""
@@ -270,7 +270,7 @@ def _sparse_prior(problem: VBProblem, precisions: list[np.ndarray]) -> sp.csr_ma
     return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
 
 
-def _component_bound(comp: VarianceComponent, post: ComponentPosterior, second: np.ndarray) -> float:
+def component_bound(comp: VarianceComponent, post: ComponentPosterior, second: np.ndarray) -> float:
     """``E[log p(u | component)] + E[log p(component)] - E[log q(component)]``."""
     J, k = comp.n_levels, comp.k
     if not comp.is_wishart:
@@ -324,7 +324,7 @@ def lower_bound(
     total += 0.5 * theta.dim * (1.0 + LOG_2PI) - 0.5 * theta.logdet_precision
     # variance components: E[log p(u | .)] + E[log p(.)] - E[log q(.)]
     for comp, post, second in zip(problem.components, components, seconds):
-        total += _component_bound(comp, post, second)
+        total += component_bound(comp, post, second)
     return total
 
 
@@ -372,42 +372,52 @@ class _Sweeper:
         chi = update_chi(expected_sq)
         # (3) variance components: Alg. 2 step 4
         seconds = [_second_moments(c, theta) for c in problem.components]
-        components = [_update_component(c, s, p) for c, s, p in zip(problem.components, seconds, components)]
+        components = [update_component(c, s, p) for c, s, p in zip(problem.components, seconds, components)]
         # (4) lower bound of the complete q after the sweep
         bound = lower_bound(problem, y, theta, mean_f, expected_sq, chi, components, seconds)
         return _Sweep(theta, chi, components, bound)
 
     # SQUAREM works on an unconstrained encoding of the state
     def encode(self, chi: np.ndarray, components: list[ComponentPosterior]) -> np.ndarray:
-        parts = [np.log(chi)]
-        for post in components:
-            if post.scale.shape == (1, 1):
-                parts.append(0.5 * np.log(post.scale[0]))
-                if post.aux_rate is not None:
-                    parts.append([np.log(post.aux_rate)])
-                continue
-            chol = np.linalg.cholesky(post.scale)
-            parts.append(np.log(np.diag(chol)))
-            parts.append(chol[np.tril_indices_from(chol, -1)])
-        return np.concatenate(parts)
+        return np.concatenate([np.log(chi), encode_components(components)])
 
     def decode(self, x: np.ndarray, like: list[ComponentPosterior]) -> tuple[np.ndarray, list[ComponentPosterior]]:
         n = self.y.size
-        chi = np.maximum(np.exp(x[:n]), CHI_FLOOR)
-        pos, components = n, []
-        for post in like:
-            k = post.scale.shape[0]
-            chol = np.diag(np.exp(x[pos : pos + k]))
-            pos += k
-            m = k * (k - 1) // 2
-            chol[np.tril_indices(k, -1)] = x[pos : pos + m]
-            pos += m
-            aux_rate = None
+        return np.maximum(np.exp(x[:n]), CHI_FLOOR), decode_components(x[n:], like)
+
+
+def encode_components(components: list[ComponentPosterior]) -> np.ndarray:
+    """The components' ``q`` as an unconstrained vector (for SQUAREM): log-Cholesky of each scale, log of
+    each half-t auxiliary rate; the shapes are fixed by the data and not encoded."""
+    parts = [np.zeros(0)]
+    for post in components:
+        if post.scale.shape == (1, 1):
+            parts.append(0.5 * np.log(post.scale[0]))
             if post.aux_rate is not None:
-                aux_rate = float(np.exp(x[pos]))
-                pos += 1
-            components.append(ComponentPosterior(shape=post.shape, scale=chol @ chol.T, aux_rate=aux_rate))
-        return chi, components
+                parts.append([np.log(post.aux_rate)])
+            continue
+        chol = np.linalg.cholesky(post.scale)
+        parts.append(np.log(np.diag(chol)))
+        parts.append(chol[np.tril_indices_from(chol, -1)])
+    return np.concatenate(parts)
+
+
+def decode_components(x: np.ndarray, like: list[ComponentPosterior]) -> list[ComponentPosterior]:
+    """Inverse of :func:`encode_components`, shapes taken from ``like``."""
+    pos, components = 0, []
+    for post in like:
+        k = post.scale.shape[0]
+        chol = np.diag(np.exp(x[pos : pos + k]))
+        pos += k
+        m = k * (k - 1) // 2
+        chol[np.tril_indices(k, -1)] = x[pos : pos + m]
+        pos += m
+        aux_rate = None
+        if post.aux_rate is not None:
+            aux_rate = float(np.exp(x[pos]))
+            pos += 1
+        components.append(ComponentPosterior(shape=post.shape, scale=chol @ chol.T, aux_rate=aux_rate))
+    return components
 
 
 #: Monte Carlo error of a probe fit's bound from its variance terms, relative to the bound (measured:

@@ -146,7 +146,7 @@ def _as_chains(data_vars: dict, coords: dict) -> tuple[dict, dict]:
 def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
     """Gibbs under a selection prior: the indicators ``include`` (per slope) and the prior's scale."""
     result, prior = fit.result, fit.model.prior
-    if prior is None or not hasattr(result, "include"):
+    if prior is None or np.ndim(getattr(result, "include", None)) != 3:  # (VB's q(gamma) is not a chain)
         return
     dims = ("chain", "draw")
     names = [fit.model.design.x_names[j] for j in result.selected]

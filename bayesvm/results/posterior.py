@@ -74,15 +74,20 @@ class VariationalPosterior:
     def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``(1, size, ...)`` draws of ``theta_d``, ``theta_b`` and each component from q."""
         theta_d, theta_b = self.theta.sample(rng, size)
-        comps = []
-        for post in self.result.components:
-            if post.scale.shape == (1, 1):
-                var = stats.invgamma(a=post.shape, scale=post.scale[0, 0]).rvs(size=size, random_state=rng)
-                comps.append(var.reshape(size, 1, 1))
-            else:
-                sigma = stats.invwishart(df=post.shape, scale=post.scale).rvs(size=size, random_state=rng)
-                comps.append(sigma.reshape(size, *post.scale.shape))
-        return theta_d[None], theta_b[None], [c[None] for c in comps]
+        return theta_d[None], theta_b[None], _component_draws(self.result.components, rng, size)
+
+
+def _component_draws(components, rng: np.random.Generator, size: int) -> list[np.ndarray]:
+    """``(1, size, k, k)`` draws of each variance component from its ``q`` (inverse gamma or inverse Wishart)."""
+    comps = []
+    for post in components:
+        if post.scale.shape == (1, 1):
+            var = stats.invgamma(a=post.shape, scale=post.scale[0, 0]).rvs(size=size, random_state=rng)
+            comps.append(var.reshape(size, 1, 1))
+        else:
+            sigma = stats.invwishart(df=post.shape, scale=post.scale).rvs(size=size, random_state=rng)
+            comps.append(sigma.reshape(size, *post.scale.shape))
+    return [c[None] for c in comps]
 
 
 class SampledPosterior:
@@ -278,7 +283,12 @@ class SelectionPosterior:
         return (self.result.second_moment - np.outer(mean, mean))[:p, :p]
 
     def component_means(self) -> list[np.ndarray]:
-        return []
+        return [post.expected_covariance() for post in self.result.components]
+
+    def component_law(self, c: int) -> ComponentLaw:
+        """``q`` of random-effect term ``c``: inverse gamma (1 x 1) or inverse Wishart."""
+        post = self.result.components[c]
+        return ComponentLaw("inverse_wishart", shape=float(post.shape), scale=np.asarray(post.scale, dtype=float))
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
         D = D.toarray() if sp.issparse(D) else D
@@ -297,7 +307,7 @@ class SelectionPosterior:
         theta = rng.multivariate_normal(r.mean, r.cov, size=size, method="cholesky")
         keep = np.ones((size, r.mean.size))
         keep[:, r.selected] = rng.random((size, r.selected.size)) < r.p_include
-        return (keep * theta)[None], np.zeros((1, size, 0, 0)), []
+        return (keep * theta)[None], np.zeros((1, size, 0, 0)), _component_draws(r.components, rng, size)
 
 
 def posterior_view(result) -> VariationalPosterior | SampledPosterior | ModePosterior | MixturePosterior:

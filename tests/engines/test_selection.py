@@ -87,6 +87,12 @@ def _mc_bound(problem: SelectionProblem, res, draws=20000, seed=1) -> tuple[floa
     log_p += stats.norm(0, np.sqrt(s2[:, None] / b)).logpdf(theta[:, sel]).sum(axis=1)
     if prior.rho < 1:
         log_p += np.sum(np.where(gamma, np.log(prior.rho), np.log1p(-prior.rho)), axis=1)
+    for comp, post in zip(problem.components, res.components):  # random intercepts with an IG variance
+        q_c = stats.invgamma(a=post.shape, scale=post.scale[0, 0])
+        s2_c = q_c.rvs(size=draws, random_state=rng)
+        log_q += q_c.logpdf(s2_c)
+        log_p += stats.invgamma(a=comp.prior_a, scale=comp.prior_b).logpdf(s2_c)
+        log_p += stats.norm(0, np.sqrt(s2_c[:, None])).logpdf(theta[:, comp.index[:, 0]]).sum(axis=1)
     diff = log_p - log_q
     return float(diff.mean()), float(diff.std() / np.sqrt(draws))
 
