@@ -22,6 +22,7 @@ from .errors import (
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from . import datasets, docs, kernels, plots, priors
     from .checks import Checks, Diagnostics
+    from .control import Control
     from .fitting import bsvm
     from .pcvm_fit import pcvm
     from .results.fit import BSVMFit
@@ -36,6 +37,7 @@ _LAZY = {
     "load": (".results.storage", "load_fit"),
     "BSVMFit": (".results.fit", "BSVMFit"),
     "Checks": (".checks", "Checks"),
+    "Control": (".control", "Control"),
     "Diagnostics": (".checks", "Diagnostics"),
     "datasets": (".datasets", None),
     "priors": (".priors", None),
@@ -65,6 +67,7 @@ __all__ = [
     "load",
     "BSVMFit",
     "Checks",
+    "Control",
     "Diagnostics",
     "datasets",
     "priors",

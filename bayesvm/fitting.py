@@ -10,6 +10,7 @@ import pandas as pd
 
 from .arguments import as_count, as_flag, as_seed
 from .checks import Checks, Diagnostics, check_identifiability, singular_findings
+from .control import Control, resolve_control
 from .crossfit import record_call
 from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
@@ -30,35 +31,21 @@ PRIOR_METHODS = {LaplaceZero: ("vb", "gibbs"), SpikeSlab: ("gibbs",), Lasso: ("e
 def bsvm(
     formula: str,
     data: pd.DataFrame,
-    *,
     method: str = "vb",
     penalty: float | str | None = "learn",
     positive: object | None = None,
     missing: str = "error",
     standardize: bool = True,
     priors: PriorSet | None = None,
-    tol: float | None = None,
-    max_iter: int | None = None,
-    draws: int | str = 1000,
-    tune: int = 1000,
-    chains: int = 4,
-    thin: int = 1,
-    seed: int | None = None,
-    cores: int = 1,
-    progress: bool = True,
-    vb: str | None = None,
+    *,
     prior: LaplaceZero | SpikeSlab | Lasso | None = None,
     unpenalized: list[str] | None = None,
     kernel: Kernel | None = None,
-    inducing: int | str | np.ndarray | None = None,
-    inducing_method: str = "kmeans",
-    learn_inducing: bool = False,
-    batch_size: int = 100,
-    learning_rate: str | float = "robbins-monro",
-    imputation: str = "mi",
-    imputations: int = 20,
-    probes: int | None = None,
+    vb: str | None = None,
+    seed: int | None = None,
+    control: Control | None = None,
     checks: Checks | None = None,
+    **engine_options: object,
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
 
@@ -84,28 +71,18 @@ def bsvm(
         The response value coded +1; default: the second class in categorical or sorted order.
     missing
         ``"error"`` (default), ``"drop"`` (complete cases on the variables the formula uses) or
-        ``"impute"``: numeric main-effect predictors with missing values are imputed (see ``imputation``)
-        under a normal model with the other numeric main effects, assuming the values are missing
-        completely at random (MCAR).
-    imputation, imputations
-        With ``missing="impute"``. ``"mi"`` (default): multiple imputation from a normal model of the
-        numeric predictors given the class, ``z | y ~ N(mu_y, Sigma)``, sampled exactly; ``method="vb"``
-        fits each of ``imputations`` completed data sets and pools the posteriors (a mixture), and
-        ``method="gibbs"`` draws the imputations inside the chain (:mod:`bayesvm.engines.impute_mi`).
-        ``"joint"``: the paper's model (Luts & Ormerod 2014, section 3.3: VB Alg. 4, Gibbs Appendix C),
-        where the SVM pseudo-likelihood also informs the imputations; it inflates the imputed
-        predictor's coefficient (see :mod:`bayesvm.engines.impute_mi` for why).
+        ``"impute"``: numeric main-effect predictors with missing values are imputed under a normal model
+        with the other numeric main effects, assuming the values are missing completely at random (MCAR).
+        ``control.imputation`` chooses multiple imputation (``"mi"``, default: ``z | y ~ N(mu_y, Sigma)``
+        sampled exactly; ``method="vb"`` pools the completed-data fits, ``"gibbs"`` draws the imputations
+        inside the chain, :mod:`bayesvm.engines.impute_mi`) or the paper's joint model (``"joint"``,
+        Luts & Ormerod 2014 section 3.3, where the SVM pseudo-likelihood also informs the imputations and
+        inflates the imputed predictor's coefficient).
     standardize
         Centre and scale the numeric fixed-effect columns internally; results are reported
         on the original scale. With ``False`` the model is the paper's on the columns as given.
     priors
         Hyperparameters (:class:`bayesvm.priors.PriorSet`); paper defaults.
-    tol, max_iter
-        VB: stop when the relative increase of the lower bound is below ``tol`` (default 1e-8),
-        or after ``max_iter`` sweeps (default 500, 2000 with a Laplace-zero prior; then a
-        :class:`ConvergenceWarning`).  EM: a
-        stage stops when no coefficient moves by more than ``tol`` (default 1e-10) relative to
-        the largest; at most ``max_iter`` iterations over all continuation stages (default 20000).
     vb
         ``"accurate"``: EP for ``(beta, u)`` given the variance components, integrated over them
         (``bayesvm.engines.ep``): posterior means, SDs and variance components close to a long Gibbs
@@ -126,41 +103,39 @@ def bsvm(
     unpenalized
         Formula terms (as formulaic names them, e.g. ``["age", "sex"]``) kept out of the penalty or
         prior: they get the vague ``N(0, sigma_beta^2)`` like the intercept.
-    draws, tune, chains, thin, seed, cores, progress
-        Gibbs: kept draws per chain, tuning (burn-in) iterations, number of chains, thinning,
-        seed of the chains' ``SeedSequence``, processes to run chains in, and a progress bar
-        (tqdm, shown only on a terminal).  ``draws="auto"`` samples until every fixed effect and
-        variance-component SD has R-hat <= 1.01 and bulk ESS >= 400 (the chains side by side in one
-        process, in batches of 250 draws; at most 20,000 draws per chain or 10 minutes; the progress bar
-        shows R-hat and ESS as it goes; ``summary()`` says why it stopped).  ``seed`` also seeds k-means and minibatches of kernel fits.
+    seed
+        Seeds the Gibbs chains' ``SeedSequence``, k-means and minibatches of kernel fits, SVI and the
+        probes; ``None`` draws fresh entropy.
     kernel
         A kernel from :mod:`bayesvm.kernels` (e.g. ``RBF()``) fits the nonlinear Bayesian SVM of Wenzel
         et al. (2017): ``f ~ GP(0, k)`` on the formula's fixed-effect columns (no intercept column; inputs
         standardised when ``standardize``).  Hyperparameters marked ``learn`` are learned by maximising the
         lower bound.  ``method="vb"``: full-batch VB; ``"svi"``: stochastic VI.  Returns a
         :class:`~bayesvm.results.kernel_fit.KernelFit`.
-    inducing, inducing_method, learn_inducing
-        Kernel fits: the number of inducing points (default ``min(n, 100)``), ``"all"`` for batch VB
-        with the full kernel (section 4.1, O(n^3)), or an ``(M, d)`` array of locations on the inputs'
-        scale; locations by seeded k-means++ (``"kmeans"``) or a random subset (``"random"``);
-        ``learn_inducing=True`` optimises them with the hyperparameters (``method="vb"``).
-    batch_size, learning_rate
-        ``method="svi"``: rows per minibatch, and the step-size rule (``"robbins-monro"``:
-        ``rho_t = t^-0.51``; ``"adaptive"``: Ranganath et al. 2013; or a constant in (0, 1]).
+    control
+        Engine settings (:class:`bayesvm.Control`): iterations and tolerance, Gibbs ``draws`` / ``tune`` /
+        ``chains`` / ``thin`` / ``cores`` / ``progress``, SVI ``batch_size`` / ``learning_rate``, sparse
+        ``probes``, kernel ``inducing`` points, ``imputation`` / ``imputations``.
+    **engine_options
+        The same fields as keywords, e.g. ``bsvm(..., method="gibbs", draws=4000)`` (not both ways).
     checks
         What to do when an identifiability check fails (:class:`bayesvm.Checks`: separation, aliased
         columns, random-effect level counts; ``"ignore"``, ``"warn"`` or ``"stop"`` each, as lme4's
         ``glmerControl``).  Every finding is kept in ``fit.diagnostics`` and printed by ``summary()``.
-    probes
-        Mean-field VB on the sparse path (several grouping factors with many levels, e.g. crossed
-        ``(1|a) + (1|b)``): estimate the variance terms with this many Rao-Blackwellised Monte Carlo probes
-        and conjugate gradients instead of factorising the precision (:mod:`bayesvm.engines.sparse_probes`).
-        Means, and every covariance with the fixed effects, stay exact; the other variances carry a
-        Monte Carlo error that ``summary()`` reports.  For crossed factors with thousands of levels each,
-        where the exact fit costs a dense factorisation per sweep (``(levels)^3``).  32 is a good start;
-        the probes' random numbers come from ``seed`` (0 when ``seed`` is None), so a fit is reproducible.
     """
-    options = dict(locals())  # the call as given, for cross-fitting (bayesvm.crossfit)
+    control = resolve_control(control, engine_options)
+    tol, max_iter, draws, tune, chains, thin, cores, progress, batch_size, learning_rate, probes = (
+        control.tol, control.max_iter, control.draws, control.tune, control.chains, control.thin, control.cores,
+        control.progress, control.batch_size, control.learning_rate, control.probes,
+    )  # fmt: skip
+    inducing, inducing_method, learn_inducing = control.inducing, control.inducing_method, control.learn_inducing
+    imputation, imputations = control.imputation, control.imputations
+    options = {  # the call as given, for cross-fitting (bayesvm.crossfit); engine settings as keywords
+        "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive,
+        "missing": missing, "standardize": standardize, "priors": priors, "prior": prior,
+        "unpenalized": unpenalized, "kernel": kernel, "vb": vb, "seed": seed, "checks": checks,
+        **control.as_options(),
+    }  # fmt: skip
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
     seed = options["seed"] = as_seed(seed)

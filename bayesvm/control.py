@@ -1,0 +1,112 @@
+"""``Control``: how the engines run, kept apart from what the model is (as lme4's ``glmerControl``).
+
+``bsvm(formula, data, method=..., penalty=..., prior=..., missing=..., kernel=...)`` says what to fit;
+``control=bayesvm.Control(draws=4000, chains=4)`` says how long and how to run it.  Every field may also be
+given to ``bsvm()`` as a keyword (``bsvm(..., method="gibbs", draws=4000)``), as pymc's and bambi's
+samplers take them; giving the same field both ways is an error.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+from .errors import BayesvmError
+
+
+@dataclass(frozen=True)
+class Control:
+    """Engine settings of :func:`bayesvm.bsvm` (defaults in brackets).
+
+    Iterative engines (VB, EM, SVI)
+        ``tol`` (VB 1e-8: relative increase of the lower bound; EM 1e-10: largest coefficient change;
+        SVI 1e-4) and ``max_iter`` (VB 500 sweeps, 2000 with ``LaplaceZero``; EM 20,000; SVI 100,000).
+        ``None`` picks the engine's default.
+    Gibbs sampling
+        ``draws`` [1000] kept draws per chain, or ``"auto"``: sample until every fixed effect and
+        variance-component SD has R-hat <= 1.01 and bulk ESS >= 400 (batches of 250 draws, at most 20,000
+        per chain or 10 minutes); ``tune`` [1000] burn-in iterations; ``chains`` [4]; ``thin`` [1];
+        ``cores`` [1] processes to run chains in; ``progress`` [True] a tqdm bar on a terminal.
+    Stochastic VI (``method="svi"``)
+        ``batch_size`` [100] rows per minibatch; ``learning_rate`` [``"robbins-monro"``: ``t^-0.51``],
+        ``"adaptive"`` (Ranganath et al. 2013) or a constant in (0, 1].
+    Sparse mean-field VB (several grouping factors with many levels, e.g. crossed ``(1|a) + (1|b)``)
+        ``probes`` [None: exact]: estimate the variance terms with this many Rao-Blackwellised Monte Carlo
+        probes and conjugate gradients instead of factorising the precision
+        (:mod:`bayesvm.engines.sparse_probes`).  Means, and every covariance with the fixed effects, stay
+        exact; the other variances carry a Monte Carlo error that ``summary()`` reports.  For crossed
+        factors with thousands of levels each, where the exact fit costs ``(levels)^3`` per sweep; 32 is a
+        good start, seeded from ``seed`` (0 when None) so a fit is reproducible.
+    Kernel fits
+        ``inducing`` [``min(n, 100)``] inducing points, ``"all"`` (the full kernel) or an ``(M, d)`` array;
+        ``inducing_method`` [``"kmeans"``] or ``"random"``; ``learn_inducing`` [False] optimise them.
+    ``missing="impute"``
+        ``imputation`` [``"mi"``: multiple imputation, pooled] or ``"joint"`` (the paper's joint model,
+        Luts & Ormerod 2014 section 3.3); ``imputations`` [20] completed data sets for ``"mi"``.
+    """
+
+    tol: float | None = None
+    max_iter: int | None = None
+    draws: int | str = 1000
+    tune: int = 1000
+    chains: int = 4
+    thin: int = 1
+    cores: int = 1
+    progress: bool = True
+    batch_size: int = 100
+    learning_rate: str | float = "robbins-monro"
+    probes: int | None = None
+    inducing: int | str | np.ndarray | None = None
+    inducing_method: str = "kmeans"
+    learn_inducing: bool = False
+    imputation: str = "mi"
+    imputations: int = 20
+
+    def as_options(self) -> dict:
+        """The fields as ``bsvm()`` keywords (arrays kept as they are)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+CONTROL_FIELDS = tuple(f.name for f in fields(Control))
+
+
+def resolve_control(control: object, options: dict) -> Control:
+    """``control`` (or the defaults) with the keyword shorthand ``options`` applied.
+
+    Raises
+    ------
+    BayesvmError
+        ``control`` is not a :class:`Control`; a keyword is not a field (with the nearest field names);
+        or a field is given both in ``control`` and as a keyword.
+    """
+    if control is None:
+        control = Control()
+    elif not isinstance(control, Control):
+        raise BayesvmError(f"control must be a bayesvm.Control(...) (or None), got {type(control).__name__}")
+    unknown = [name for name in options if name not in CONTROL_FIELDS]
+    if unknown:
+        hints = {name: difflib.get_close_matches(name, CONTROL_FIELDS, n=1) for name in unknown}
+        said = "; ".join(
+            f"{name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") for name, hint in hints.items()
+        )
+        raise BayesvmError(
+            f"bsvm() got unknown argument(s) {said}; engine settings are the fields of bayesvm.Control: "
+            f"{', '.join(CONTROL_FIELDS)}"
+        )
+    defaults = asdict(Control())
+    twice = [
+        name
+        for name in options
+        if not _same(getattr(control, name), defaults[name]) and not _same(getattr(control, name), options[name])
+    ]
+    if twice:
+        raise BayesvmError(f"{twice} given both in control= and as keywords: give each once")
+    return replace(control, **options) if options else control
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
+    return type(a) is type(b) and a == b

@@ -1,0 +1,56 @@
+"""``bayesvm.Control`` and the smaller ``bsvm()`` signature (issue 23, item 4)."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+
+import bayesvm
+from bayesvm.control import CONTROL_FIELDS, Control, resolve_control
+from bayesvm.errors import BayesvmError
+
+
+def test_bsvm_has_at_most_fifteen_named_parameters():
+    params = inspect.signature(bayesvm.bsvm).parameters.values()
+    named = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    assert len(named) <= 15, [p.name for p in named]
+    assert not set(CONTROL_FIELDS) & {p.name for p in named}
+
+
+def test_keywords_and_control_give_the_same_fit():
+    data = bayesvm.datasets.load_toenail().head(300)
+    settings = dict(draws=60, tune=60, chains=2, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # short chains
+        by_keyword = bayesvm.bsvm("outcome ~ visit + treatment", data, method="gibbs", seed=3, **settings)
+        by_control = bayesvm.bsvm(
+            "outcome ~ visit + treatment", data, method="gibbs", seed=3, control=Control(**settings)
+        )
+    np.testing.assert_array_equal(by_keyword.result.theta_d, by_control.result.theta_d)
+    assert by_keyword.result.theta_d.shape == (2, 60, 3)
+
+
+def test_a_misspelt_setting_is_named_with_the_nearest_field():
+    with pytest.raises(BayesvmError, match=r"'draw' \(did you mean 'draws'\?\)"):
+        resolve_control(None, {"draw": 10})
+
+
+def test_a_setting_given_twice_is_refused_but_the_same_value_is_not():
+    with pytest.raises(BayesvmError, match="given both"):
+        resolve_control(Control(draws=10), {"draws": 20})
+    assert resolve_control(Control(draws=10), {"draws": 10}).draws == 10
+    assert resolve_control(Control(tune=5), {"draws": 20}) == Control(tune=5, draws=20)
+
+
+def test_control_must_be_a_control():
+    with pytest.raises(BayesvmError, match="bayesvm.Control"):
+        resolve_control({"draws": 10}, {})
+
+
+def test_bad_values_in_control_are_checked_by_bsvm():
+    data = bayesvm.datasets.load_toenail().head(100)
+    with pytest.raises(BayesvmError, match="draws"):
+        bayesvm.bsvm("outcome ~ visit", data, method="gibbs", control=Control(draws=-1))
