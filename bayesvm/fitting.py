@@ -562,8 +562,12 @@ def _check_imputation(model, method: str, vb: str, imputation: str, imputations:
         )
     if vb == "accurate":
         raise BayesvmError("vb='accurate' is not available with missing='impute'")
-    if model.prior is not None:
-        raise BayesvmError("missing='impute' cannot be combined with a selection prior in this version")
+    if model.prior is not None and imputation != "mi":
+        raise BayesvmError(
+            "a selection prior with missing='impute' uses multiple imputation (imputation='mi', the default): the "
+            "joint model's imputation step conditions on every coefficient, which this version's selection "
+            "samplers do not provide"
+        )
     if model.sparse:
         raise BayesvmError(
             "missing='impute' needs the dense random-effect layout; this model's random effects are too many "
@@ -581,6 +585,9 @@ def _fit_imputation(
 
     problem = model.imputation_problem(imputation)
     name = _data_name(data)
+    if model.prior is not None:
+        return _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed,
+                                      cores, progress, imputations)  # fmt: skip
     if imputation == "mi" and method == "vb":
         result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter)
         imputed = problem.design(result.imputation.z_mean)
@@ -607,6 +614,32 @@ def _fit_imputation(
         warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}", ConvergenceWarning, 4)
     if result.decreases:
         warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=4)
+    return fit
+
+
+def _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed, cores,
+                           progress, imputations) -> BSVMFit:  # fmt: skip
+    """A selection prior with multiple imputation: the selection sampler with imputation segments, or a
+    Laplace-zero VB fit per completed data set, pooled (:func:`bayesvm.engines.impute_mi.fit_mi_selection_vb`)."""
+    from .engines.impute_mi import fit_mi_selection_vb
+    from .engines.selection_gibbs import sample_selection
+
+    if not model.penalized.any():
+        raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
+    selection = model.selection_problem()
+    if method == "gibbs":
+        result = sample_selection(selection, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores,
+                                  progress=progress, imputation=problem)  # fmt: skip
+    else:
+        result = fit_mi_selection_vb(problem, selection, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter)
+    imputed = problem.design(result.imputation.z_mean)
+    fit = BSVMFit(model=model, problem=replace(problem.base, D=imputed), method=method, result=result, data_name=name,
+                  tol=None if method == "gibbs" else tol)  # fmt: skip
+    if method == "gibbs":
+        _warn_mcmc(fit)
+    elif not result.converged:
+        warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g} on at least one "
+                      "completed data set", ConvergenceWarning, 4)  # fmt: skip
     return fit
 
 

@@ -113,7 +113,7 @@ class ImputedVBResult(VBResult):
     design: np.ndarray = field(default=None, repr=False)  # D at the imputed means
 
 
-def _patterns(missing: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def missing_patterns(missing: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Rows grouped by their missingness pattern: ``(rows, missing-columns mask)``, complete rows left out."""
     rows = np.flatnonzero(missing.any(axis=1))
     if rows.size == 0:
@@ -148,7 +148,7 @@ def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBR
     K, gamma = prob.columns, prob.gamma
     codes = None if blocked is None else blocked.codes
     values = None if blocked is None else blocked.values
-    patterns = _patterns(prob.missing)
+    patterns = missing_patterns(prob.missing)
     mis_rows = np.flatnonzero(prob.missing.any(axis=1))
     # state
     z = prob.z.copy()  # means (observed values where observed)
@@ -260,7 +260,7 @@ def _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov,
         + multigammaln(0.5 * df_q, V)
         - 0.5 * float(np.sum((psi - psi_q) * lam))
     )  # E log p(Sigma) - E log q(Sigma), E log|Sigma| cancelled with the data term's
-    for rows, m in _patterns(prob.missing):  # entropies of q(z_{i,M}), one pattern at a time
+    for rows, m in missing_patterns(prob.missing):  # entropies of q(z_{i,M}), one pattern at a time
         logdet = np.linalg.slogdet(z_cov[rows][:, m][:, :, m])[1]
         total += 0.5 * rows.size * m.sum() * (1.0 + LOG_2PI) + 0.5 * float(np.sum(logdet))
     return float(total)
@@ -285,7 +285,7 @@ class ImputedGibbsDraws:
 MI_SETTLE, MI_KEEP, MI_THIN, MI_BURN = 20, 20, 5, 100
 
 
-def _storage_schedule(tune: int, draws: int, thin: int, segments: bool) -> np.ndarray:
+def storage_schedule(tune: int, draws: int, thin: int, segments: bool) -> np.ndarray:
     """Per iteration: the index of the stored draw, or -1 (tuning, thinning, settling after an imputation)."""
     if not segments:
         total = tune + draws * thin
@@ -301,8 +301,8 @@ def _storage_schedule(tune: int, draws: int, thin: int, segments: bool) -> np.nd
     return np.where(keep, index, -1)[:last]
 
 
-def _imputation_schedule(total: int, thin: int) -> np.ndarray:
-    """Per iteration: whether a new imputation starts (the segments of :func:`_storage_schedule`)."""
+def imputation_schedule(total: int, thin: int) -> np.ndarray:
+    """Per iteration: whether a new imputation starts (the segments of :func:`storage_schedule`)."""
     return np.arange(total) % (MI_SETTLE + MI_KEEP * thin) == 0
 
 
@@ -318,7 +318,7 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
     y, blocked = base.y, base.blocked
     n, V = prob.z.shape
     K, gamma = prob.columns, prob.gamma
-    patterns = _patterns(prob.missing)
+    patterns = missing_patterns(prob.missing)
     z = prob.z.copy()
     z[prob.missing] = rng.standard_normal(int(prob.missing.sum()))
     omega = np.exp(rng.normal(0.0, 0.5, n))
@@ -330,8 +330,8 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
 
         state = start_state(prob, rng)
         z = state.z
-    stored = _storage_schedule(tune, draws, thin, prob.mode == "mi")
-    new_imputation = _imputation_schedule(stored.size, thin) if prob.mode == "mi" else None
+    stored = storage_schedule(tune, draws, thin, prob.mode == "mi")
+    new_imputation = imputation_schedule(stored.size, thin) if prob.mode == "mi" else None
     total = stored.size
     out = {
         "theta_d": np.empty((draws, base.D.shape[1])),

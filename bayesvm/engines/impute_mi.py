@@ -38,10 +38,12 @@ import time
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.special import gammaln
 
-from .impute import ImputationProblem, ImputedGibbsDraws, ImputedGibbsResult, _patterns
-from .joint import log_prior
+from .impute import ImputationProblem, ImputedGibbsDraws, ImputedGibbsResult, missing_patterns
+from .joint import log_component_prior, log_prior, predictor_draws
 from .linalg import runs_with_blas_threads
+from .selection import SelectionProblem, fit_laplace_zero_vb
 from .vb import VBResult, _fit_vb
 
 
@@ -124,7 +126,7 @@ def sample_imputations(
     """``count`` draws of the imputation model's chain, ``thin`` sweeps apart after ``burn`` sweeps."""
     rng = np.random.default_rng(seed)
     y = problem.base.y
-    patterns = _patterns(problem.missing)
+    patterns = missing_patterns(problem.missing)
     state = start_state(problem, rng)
     z_out = np.empty((count,) + problem.z.shape)
     mu_out = np.empty((count, problem.V))
@@ -171,8 +173,6 @@ def fit_mi_vb(
     max_iter: int = 500,
 ) -> MultipleImputationResult:
     """Multiple imputation with a VB fit per completed data set (module docstring)."""
-    from ..results.posterior import VariationalPosterior, _f_rows
-
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     imp = sample_imputations(problem, imputations, burn, thin, rng)
@@ -184,14 +184,14 @@ def fit_mi_vb(
         D = problem.design(imp.z[m])
         fit = _fit_vb(replace(base, D=D), tol, max_iter, True)
         fits.append(fit)
-        d, b, c = VariationalPosterior(fit).draws(rng, draws_per_imputation)
-        theta_d.append(d[0])
-        theta_b.append(b[0])
-        comps.append([x[0] for x in c])
-        f = _f_rows(d[0], b[0], D, codes, values)
+        d, b = fit.theta.sample(rng, draws_per_imputation)
+        c = [post.sample(rng, draws_per_imputation) for post in fit.components]
+        theta_d.append(d)
+        theta_b.append(b)
+        comps.append(c)
+        f = predictor_draws(d, b, D, codes, values)
         hinge = -2.0 * np.maximum(1.0 - base.y[None, :] * f, 0.0).sum(axis=1)  # log pseudo-likelihood per draw
-        lp.append([hinge[s] + log_prior(base, d[0][s], b[0][s], [x[0][s] for x in c])
-                   for s in range(draws_per_imputation)])  # fmt: skip
+        lp.append([hinge[s] + log_prior(base, d[s], b[s], [x[s] for x in c]) for s in range(draws_per_imputation)])
     total = imputations * draws_per_imputation
     order = rng.permutation(total)
     chains = 4 if total % 4 == 0 else 1  # independent draws, shuffled: any split into chains is exchangeable
@@ -214,4 +214,82 @@ def fit_mi_vb(
             sigma=pooled([np.repeat(imp.sigma, draws_per_imputation, axis=0)]),
         ),
         fits=fits,
+    )  # fmt: skip
+
+
+@dataclass
+class PooledSelectionResult(MultipleImputationResult):
+    """Laplace-zero VB (Alg. 3) on ``M`` completed data sets, pooled as :class:`MultipleImputationResult`, with
+    the indicators ``include`` (``(chains, draws, m)``, drawn from each fit's ``q(gamma)``) and ``selected``."""
+
+    include: np.ndarray = None
+    selected: np.ndarray = None
+
+
+@runs_with_blas_threads(lambda problem, selection, **_: selection.q)
+def fit_mi_selection_vb(
+    problem: ImputationProblem,
+    selection: SelectionProblem,
+    imputations: int = 20,
+    draws_per_imputation: int = 100,
+    burn: int = 100,
+    thin: int = 5,
+    seed=None,
+    tol: float = 1e-8,
+    max_iter: int = 2000,
+) -> PooledSelectionResult:
+    """Multiple imputation with a Laplace-zero VB fit (:func:`bayesvm.engines.selection.fit_laplace_zero_vb`) per
+    completed data set; ``selection.X`` has the imputed columns of ``problem`` (same rows and column order).
+
+    The pooled draws carry ``log p`` = log pseudo-likelihood + the unpenalised coefficients' normal prior +
+    the random-effect terms' prior + the Laplace-zero prior at a draw of ``sigma_u^2`` from ``q``."""
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    imp = sample_imputations(problem, imputations, burn, thin, rng)
+    prior = selection.prior
+    free, sel = selection.unselected, selection.selected
+    fits, coefs, gammas, comps, lp = [], [], [], [], []
+    for m in range(imputations):
+        completed = replace(selection, X=problem.design(imp.z[m]))
+        fit = fit_laplace_zero_vb(completed, tol=tol, max_iter=max_iter)
+        fits.append(fit)
+        coef, gamma = fit.sample(rng, draws_per_imputation)
+        c = [post.sample(rng, draws_per_imputation) for post in fit.components]
+        sigma2 = fit.sigma2_scale / rng.gamma(fit.sigma2_shape, size=draws_per_imputation)
+        coefs.append(coef)
+        gammas.append(gamma)
+        comps.append(c)
+        f = coef @ completed.X.T
+        total = -2.0 * np.maximum(1.0 - selection.y[None, :] * f, 0.0).sum(axis=1)
+        lam = selection.fixed_precision[free]
+        total += 0.5 * np.sum(np.log(lam) - np.log(2.0 * np.pi) - lam * coef[:, free] ** 2, axis=1)
+        scale = np.sqrt(sigma2)[:, None] * selection.prior_scale[None, :]
+        on = gamma.astype(bool)
+        slopes = np.where(on, np.log(prior.rho) - np.log(2.0 * scale) - np.abs(coef[:, sel]) / scale, 0.0)
+        total += slopes.sum(axis=1) + (~on).sum(axis=1) * (np.log1p(-prior.rho) if prior.rho < 1 else 0.0)
+        a, b = prior.variance.a, prior.variance.b
+        total += a * np.log(b) - gammaln(a) - (a + 1.0) * np.log(sigma2) - b / sigma2
+        total += [log_component_prior(selection.components, coef[s], np.zeros((0, 0)), [x[s] for x in c])
+                  for s in range(draws_per_imputation)]  # fmt: skip
+        lp.append(total)
+    count = imputations * draws_per_imputation
+    order = rng.permutation(count)
+    chains = 4 if count % 4 == 0 else 1
+
+    def pooled(parts):
+        stacked = np.concatenate(parts)[order]
+        return stacked.reshape((chains, count // chains) + stacked.shape[1:])
+
+    z_mean = imp.z.mean(axis=0)
+    z_var = imp.z.var(axis=0, ddof=1) if imputations > 1 else np.zeros_like(z_mean)
+    z_var[~problem.missing] = 0.0
+    return PooledSelectionResult(
+        theta_d=pooled(coefs), theta_b=np.zeros((chains, count // chains, 0, 0)),
+        components=[pooled([c[k] for c in comps]) for k in range(len(selection.components))],
+        log_posterior=pooled(lp), elapsed=time.perf_counter() - start, tune=0, thin=1, seed=seed,
+        imputation=ImputedGibbsDraws(
+            z_mean=z_mean, z_var=z_var, mu=pooled([np.repeat(imp.mu, draws_per_imputation, axis=0)]),
+            sigma=pooled([np.repeat(imp.sigma, draws_per_imputation, axis=0)]),
+        ),
+        fits=fits, include=pooled(gammas), selected=sel,
     )  # fmt: skip

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from scipy import stats
 
 from . import variance_prior
@@ -39,6 +40,18 @@ def log_component_prior(components, theta_d: np.ndarray, theta_b: np.ndarray, co
             total += -0.5 * u.size * (LOG_2PI + np.log(s2)) - 0.5 * float(np.sum(u**2)) / s2
             total += float(variance_prior.log_density(comp, s2))
     return total
+
+
+def predictor_draws(theta_d: np.ndarray, theta_b: np.ndarray, D, codes, values) -> np.ndarray:
+    """Linear predictor for every draw: ``(draws, n)`` from ``theta_d (draws, q)``, ``theta_b (draws, J, K)``;
+    rows of an unseen level (code -1) get no blocked random effect."""
+    f = (D @ theta_d.T).T if sp.issparse(D) else theta_d @ D.T
+    if codes is not None and theta_b.size:
+        seen = codes >= 0
+        z = np.where(seen[:, None], values, 0.0)
+        idx = np.where(seen, codes, 0)
+        f = f + np.einsum("nk,snk->sn", z, theta_b[:, idx, :])
+    return f
 
 
 def component_values(comp: VarianceComponent, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:

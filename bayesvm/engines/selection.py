@@ -195,6 +195,15 @@ class SelectionVBResult:
         np.fill_diagonal(omega_g, g)
         return omega_g * (self.cov + np.outer(self.mean, self.mean))
 
+    def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(coefficients, gamma)``: ``theta ~ q(theta)`` and ``gamma ~ q(gamma)`` independently, as the
+        effective coefficients ``g o theta`` (``(size, q)``, exact zeros where excluded) and ``(size, m)``."""
+        theta = rng.multivariate_normal(self.mean, self.cov, size=size, method="cholesky")
+        gamma = rng.random((size, self.selected.size)) < self.p_include
+        keep = np.ones((size, self.mean.size))
+        keep[:, self.selected] = gamma
+        return keep * theta, gamma.astype(np.int8)
+
     @property
     def coef_mean(self) -> np.ndarray:
         """Model-averaged coefficients ``E_q[gamma v] = mu_gamma mu_v`` (the paper's classification rule)."""

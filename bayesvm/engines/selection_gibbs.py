@@ -24,7 +24,7 @@ and ``r = X' Y (1 + omega)``, formed once per iteration (one ``syrk``):
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -34,6 +34,17 @@ from scipy.special import expit, gammaln, logit
 from ..memory import check_memory
 from ..priors import LaplaceZero, Lasso, SpikeSlab
 from .gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains
+from .impute import (
+    MI_BURN,
+    MI_THIN,
+    ImputationProblem,
+    ImputedGibbsDraws,
+    ImputedGibbsResult,
+    imputation_schedule,
+    missing_patterns,
+    storage_schedule,
+)
+from .impute_mi import imputation_step, marginal_moments, start_state
 from .joint import log_component_prior, log_pseudo_likelihood
 from .linalg import blas_threads
 from .selection import LOG_2PI, SelectionProblem
@@ -54,6 +65,11 @@ class SelectionGibbsResult(GibbsResult):
     selected: np.ndarray = None
 
 
+@dataclass
+class ImputedSelectionGibbsResult(SelectionGibbsResult, ImputedGibbsResult):
+    """Selection Gibbs with multiple imputation inside the chain (``missing="impute"``, ``imputation="mi"``)."""
+
+
 def sample_selection(
     problem: SelectionProblem,
     draws: int = 1000,
@@ -64,19 +80,36 @@ def sample_selection(
     cores: int = 1,
     progress: bool = True,
     swaps: bool = True,
+    imputation: ImputationProblem | None = None,
 ) -> SelectionGibbsResult:
     """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``.
 
     ``swaps=False`` leaves out the swap moves of :mod:`bayesvm.engines.selection_moves` (the papers'
-    samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``)."""
+    samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``).  ``imputation`` (an
+    ``imputation="mi"`` problem on the same rows and columns as ``problem.X``) draws a new completed data
+    set every few iterations from the imputation model's own chain, as :mod:`bayesvm.engines.impute` does
+    for the linear sampler (the cut posterior of :mod:`bayesvm.engines.impute_mi`)."""
     start = time.perf_counter()
     check_memory(
         8.0 * chains * draws * (problem.q + problem.m + 2),
         f"storing {chains} x {draws} draws of {problem.q + problem.m} parameters",
         "use fewer draws or thin=k",
     )
-    runs = run_chains(partial(_run_chain, swaps=swaps), problem, draws, tune, thin, chains, seed, cores, progress)
-    return SelectionGibbsResult(
+    chain = partial(_run_chain, swaps=swaps, imputation=imputation)
+    runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
+    extra = {}
+    if imputation is not None:
+        kept = chains * draws
+        z_mean = sum(r["z_sum"] for r in runs) / kept
+        z_var = np.maximum(sum(r["z_sq"] for r in runs) / kept - z_mean**2, 0.0) * kept / max(kept - 1, 1)
+        z_var[~imputation.missing] = 0.0
+        mu, sigma = np.stack([r["mu"] for r in runs]), np.stack([r["sigma"] for r in runs])
+        extra = {
+            "imputation": ImputedGibbsDraws(z_mean=z_mean, z_var=z_var, mu=mu, sigma=sigma),
+            "imputation_mode": "mi",
+        }
+    result_type = SelectionGibbsResult if imputation is None else ImputedSelectionGibbsResult
+    return result_type(
         theta_d=np.stack([r["coef"] for r in runs]),
         theta_b=np.zeros((chains, draws, 0, 0)),
         components=[np.stack([r["components"][c] for r in runs]) for c in range(len(problem.components))],
@@ -88,15 +121,25 @@ def sample_selection(
         include=np.stack([r["include"] for r in runs]),
         scale=np.stack([r["scale"] for r in runs]),
         selected=problem.selected,
+        **extra,
     )
 
 
-def _run_chain(problem, draws, tune, thin, seed, show, swaps: bool = True) -> dict:
+def _run_chain(problem, draws, tune, thin, seed, show, swaps: bool = True, imputation=None) -> dict:
     with blas_threads(problem.q):
-        return _chain(problem, draws, tune, thin, seed, show, swaps)
+        return _chain(problem, draws, tune, thin, seed, show, swaps, imputation)
 
 
-def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, show: bool, swaps: bool) -> dict:
+def _chain(
+    problem: SelectionProblem,
+    draws: int,
+    tune: int,
+    thin: int,
+    seed,
+    show: bool,
+    swaps: bool,
+    imputation: ImputationProblem | None = None,
+) -> dict:
     rng = np.random.default_rng(seed)
     y, X = problem.y, problem.X
     q, m = problem.q, problem.m
@@ -117,12 +160,32 @@ def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, sh
         "lp": np.empty(draws),
         "components": [np.empty((draws, c.k, c.k)) for c in components],
     }
-    steps = range(tune + draws * thin)
+    stored = storage_schedule(tune, draws, thin, imputation is not None)
+    if imputation is not None:  # multiple imputation in segments (bayesvm.engines.impute, MI_SETTLE / MI_KEEP)
+        new_imputation = imputation_schedule(stored.size, thin)
+        patterns = missing_patterns(imputation.missing)
+        imputed = start_state(imputation, rng)
+        mu, sigma = np.zeros(imputation.V), np.eye(imputation.V)
+        out.update(
+            mu=np.empty((draws, imputation.V)),
+            sigma=np.empty((draws, imputation.V, imputation.V)),
+            z_sum=np.zeros(imputation.z.shape),
+            z_sq=np.zeros(imputation.z.shape),
+        )
+    steps = range(stored.size)
     if show:
         from tqdm.auto import tqdm
 
         steps = tqdm(steps, desc="Gibbs", leave=False)
     for step in steps:
+        if imputation is not None and new_imputation[step]:
+            for _ in range(MI_BURN if step == 0 else MI_THIN):
+                imputation_step(imputed, imputation, y, patterns, rng)
+            mu, sigma = marginal_moments(imputed.B, imputed.sigma, y)
+            problem = replace(problem, X=imputation.design(imputed.z))
+            X = problem.X
+            if moves is not None:
+                moves.X = X
         gram = problem.weighted_gram(omega)
         # the random-effect blocks' prior precision joins G: their columns are never scaled by gamma, so every
         # step below reads G + blockdiag(Sigma^{-1}) as the complete-data precision of the unpenalised part
@@ -136,9 +199,8 @@ def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, sh
             covs = draw_components(components, [coef[c.index] for c in components], rng, aux)
         f = X @ coef
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
-        kept = step - tune
-        if kept >= 0 and kept % thin == 0:
-            i = kept // thin
+        i = stored[step]
+        if i >= 0:
             out["coef"][i] = coef
             out["include"][i] = state.gamma
             out["scale"][i] = state.scale
@@ -150,6 +212,10 @@ def _chain(problem: SelectionProblem, draws: int, tune: int, thin: int, seed, sh
             )
             for c, cov in enumerate(covs):
                 out["components"][c][i] = cov
+            if imputation is not None:
+                out["mu"][i], out["sigma"][i] = mu, sigma
+                out["z_sum"] += imputed.z
+                out["z_sq"] += imputed.z**2
     return out
 
 

@@ -31,6 +31,7 @@ from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
+from scipy import stats
 from scipy.special import digamma, multigammaln
 
 from . import variance_prior
@@ -179,6 +180,14 @@ class ComponentPosterior:
         if self.scale.shape == (1, 1):
             return np.array([[self.shape / self.scale[0, 0]]])
         return self.shape * np.linalg.inv(self.scale)
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``(size, k, k)`` draws from ``q``: inverse gamma (``k = 1``) or inverse Wishart."""
+        if self.scale.shape == (1, 1):
+            var = stats.invgamma(a=self.shape, scale=self.scale[0, 0]).rvs(size=size, random_state=rng)
+            return np.reshape(var, (size, 1, 1))
+        sigma = stats.invwishart(df=self.shape, scale=self.scale).rvs(size=size, random_state=rng)
+        return np.reshape(sigma, (size,) + self.scale.shape)
 
     def expected_covariance(self) -> np.ndarray:
         """``E[sigma^2] = B / (A - 1)`` or ``E[Sigma] = Psi / (nu - k - 1)``; NaN where undefined."""

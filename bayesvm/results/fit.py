@@ -16,7 +16,6 @@ from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
 from ..engines.lasso_em import LassoEMResult
 from ..engines.selection import SelectionVBResult
-from ..engines.selection_gibbs import SelectionGibbsResult
 from ..engines.vb import VBProblem, VBResult
 from ..errors import BayesvmError
 from ..model import LinearModel
@@ -187,7 +186,7 @@ class BSVMFit:
             sd_v = np.sqrt(np.diag(result.cov)[sel])
             p_positive = p_include * norm.cdf(mean_v / sd_v)
             mean_if = mean_v * to_original
-        elif isinstance(result, SelectionGibbsResult):
+        elif np.ndim(getattr(result, "include", None)) == 3:  # draws: Gibbs, or VB pooled over imputations
             coef = result.theta_d[..., sel].reshape(-1, sel.size)
             gamma = result.include.reshape(-1, sel.size).astype(bool)
             p_positive = (coef > 0).mean(axis=0)

@@ -12,27 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import stats
 
 from ..engines.em import EMResult
 from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
+from ..engines.joint import predictor_draws
 from ..engines.lasso_em import LassoEMResult
 from ..engines.selection import SelectionVBResult
 from ..engines.vb import VBResult
 from .new_levels import ComponentLaw, discrete_law
 from .prediction import gaussian_average_probability, pseudo_probability
-
-
-def _f_rows(theta_d: np.ndarray, theta_b: np.ndarray, D, codes, values) -> np.ndarray:
-    """Linear predictor for every draw: ``(draws, n)`` from ``theta_d (draws, q)``, ``theta_b (draws, J, K)``."""
-    f = (D @ theta_d.T).T if sp.issparse(D) else theta_d @ D.T
-    if codes is not None and theta_b.size:
-        seen = codes >= 0
-        z = np.where(seen[:, None], values, 0.0)
-        idx = np.where(seen, codes, 0)
-        f = f + np.einsum("nk,snk->sn", z, theta_b[:, idx, :])
-    return f
 
 
 class VariationalPosterior:
@@ -78,16 +67,8 @@ class VariationalPosterior:
 
 
 def _component_draws(components, rng: np.random.Generator, size: int) -> list[np.ndarray]:
-    """``(1, size, k, k)`` draws of each variance component from its ``q`` (inverse gamma or inverse Wishart)."""
-    comps = []
-    for post in components:
-        if post.scale.shape == (1, 1):
-            var = stats.invgamma(a=post.shape, scale=post.scale[0, 0]).rvs(size=size, random_state=rng)
-            comps.append(var.reshape(size, 1, 1))
-        else:
-            sigma = stats.invwishart(df=post.shape, scale=post.scale).rvs(size=size, random_state=rng)
-            comps.append(sigma.reshape(size, *post.scale.shape))
-    return [c[None] for c in comps]
+    """``(1, size, k, k)`` draws of each variance component from its ``q``."""
+    return [post.sample(rng, size)[None] for post in components]
 
 
 class SampledPosterior:
@@ -133,7 +114,7 @@ class SampledPosterior:
             rows = slice(start, min(n, start + step))
             sub_codes = None if codes is None else codes[rows]
             sub_values = None if values is None else values[rows]
-            parts.append(reduce(_f_rows(theta_d, theta_b, D[rows], sub_codes, sub_values)))
+            parts.append(reduce(predictor_draws(theta_d, theta_b, D[rows], sub_codes, sub_values)))
         return parts
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +156,7 @@ class ModePosterior:
         return discrete_law(np.asarray(self.result.components[c], dtype=float)[None], np.ones(1))
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
-        f = _f_rows(self.result.theta_d[None], self.result.theta_b[None], D, codes, values)[0]
+        f = predictor_draws(self.result.theta_d[None], self.result.theta_b[None], D, codes, values)[0]
         return f, np.zeros_like(f)
 
     def probability(self, D, codes, values) -> np.ndarray:
@@ -303,11 +284,8 @@ class SelectionPosterior:
 
     def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``gamma ~ Bernoulli(mu_gamma)`` and ``theta ~ q(theta)``, independently; effective coefficients."""
-        r = self.result
-        theta = rng.multivariate_normal(r.mean, r.cov, size=size, method="cholesky")
-        keep = np.ones((size, r.mean.size))
-        keep[:, r.selected] = rng.random((size, r.selected.size)) < r.p_include
-        return (keep * theta)[None], np.zeros((1, size, 0, 0)), _component_draws(r.components, rng, size)
+        coef, _ = self.result.sample(rng, size)
+        return coef[None], np.zeros((1, size, 0, 0)), _component_draws(self.result.components, rng, size)
 
 
 def posterior_view(result) -> VariationalPosterior | SampledPosterior | ModePosterior | MixturePosterior:

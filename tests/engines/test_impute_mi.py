@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from bayesvm.engines.impute import ImputationProblem, _patterns
+from bayesvm.engines.impute import ImputationProblem, missing_patterns
 from bayesvm.engines.impute_mi import ImputationState, _inverse_wishart, imputation_step, marginal_moments
 
 RNG = np.random.default_rng(11)
@@ -60,7 +60,7 @@ def test_missing_values_are_drawn_from_the_conditional_normal():
     missing[:40, 0] = True
     missing[40:60, :2] = True
     problem = _problem(missing)
-    patterns = _patterns(missing)
+    patterns = missing_patterns(missing)
     B, S = TRUE_B.copy(), TRUE_SIGMA.copy()
     rows = {0: 5, 1: 45}  # one row of each pattern
     draws = {k: [] for k in rows}

@@ -151,10 +151,18 @@ def test_unknown_unpenalized_term_is_named(data):
         _fit(data, prior=LaplaceZero(), unpenalized=["age"])
 
 
-def test_random_effects_with_a_selection_prior_are_refused():
-    frame = pd.DataFrame({"y": [0, 1] * 10, "x": np.arange(20.0), "g": ["a", "b", "c", "d"] * 5})
-    with pytest.raises(BayesvmError, match=r"random-effect terms \['\(1 \| g\)'\]"):
-        bayesvm.bsvm("y ~ x + (1|g)", frame, prior=LaplaceZero())
+def test_a_selection_prior_with_too_many_random_effects_says_why():
+    """Random effects join the selection engines' dense precision: more than its column limit is refused with
+    the reason (the indicator updates condition on every coefficient) and what to do instead."""
+    from bayesvm.formula.bars import parse_formula
+    from bayesvm.formula.design import build_design
+    from bayesvm.model import build_model
+    from bayesvm.priors import PriorSet
+
+    frame = pd.DataFrame({"y": [0, 1] * 20, "x": np.arange(40.0), "g": [f"l{i}" for i in range(40)]})
+    design = build_design(parse_formula("y ~ x + (1|g)"), frame)
+    with pytest.raises(BayesvmError, match="dense precision of all 42 coefficients.*penalty='learn'"):
+        build_model(design, "learn", PriorSet(), True, max_dense_columns=30, prior=LaplaceZero())
 
 
 def test_prior_without_slopes_is_refused():
