@@ -511,7 +511,13 @@ def _check_prior_method(prior: object, method: str, penalty: object, vb: str) ->
             f"prior must be bayesvm.priors.LaplaceZero, SpikeSlab or Lasso (or None), got {type(prior).__name__}"
         )
     if method not in allowed:
-        raise BayesvmError(f"{type(prior).__name__} is fitted by method in {allowed}, not method={method!r}")
+        why = ""
+        if method == "em" and not isinstance(prior, Lasso):
+            why = (
+                ": a posterior mode does not exist under a point mass at zero (the density is infinite there, "
+                "so every slope's mode is 0)"
+            )
+        raise BayesvmError(f"{type(prior).__name__} is fitted by method in {allowed}, not method={method!r}{why}")
     if penalty != "learn":
         raise BayesvmError(
             f"prior={type(prior).__name__}(...) replaces the penalty: leave penalty at its default, got {penalty!r}"
@@ -557,8 +563,9 @@ def _check_imputation(model, method: str, vb: str, imputation: str, imputations:
     if not (isinstance(imputations, (int, np.integer)) and imputations >= 2):
         raise BayesvmError(f"imputations must be an integer >= 2, got {imputations!r}")
     if method not in ("vb", "gibbs"):
+        why = ": a posterior mode carries no uncertainty to pool over imputations" if method == "em" else ""
         raise BayesvmError(
-            f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}"
+            f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}{why}"
         )
     if vb == "accurate":
         raise BayesvmError("vb='accurate' is not available with missing='impute'")
