@@ -412,11 +412,16 @@ def _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate,
     """``method="svi"`` without a kernel: Wenzel et al. (2017), section 4.5 (``bayesvm.engines.svi``)."""
     from .engines.svi import fit_linear_svi
 
-    if model.design.re_terms:
-        raise BayesvmError(
-            "method='svi' fits fixed-effect models in this version: remove the random-effect terms "
-            f"{[t.bar.group for t in model.design.re_terms]} or use method='vb'"
-        )
+    terms = model.design.re_terms
+    if terms:  # every coefficient in SVI's one dense q (engines.svi): the random effects become dense columns
+        size = model.design.p + sum(term.n_levels * term.k for term in terms)
+        if size > MAX_DENSE_COLUMNS:
+            raise BayesvmError(
+                f"method='svi' keeps one dense q over all {size} coefficients (each step factorises its "
+                f"precision), more than {MAX_DENSE_COLUMNS}: use method='vb' (sparse structure) for this many "
+                "random-effect levels"
+            )
+        model = replace(model, dense_terms=tuple(range(len(terms))), blocked_terms=(), sparse=False)
     if model.prior is not None or model.design.imputation is not None or vb == "accurate":
         raise BayesvmError("method='svi' is not available with a selection prior, missing='impute' or vb='accurate'")
     _iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)

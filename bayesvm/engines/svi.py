@@ -1,15 +1,17 @@
 """Stochastic VI for the linear Bayesian SVM (Wenzel et al. 2017, section 4.5).
 
-The model and the mean-field family are those of :mod:`bayesvm.engines.vb` (Alg. 1-2 without random
-effects): ``q(beta) = N(mu, Sigma)``, ``q(a_i) = GIG(1/2, 1, chi_i)`` and, with a learned penalty,
-``q(sigma_u^2) = IG(A_q, B_q)``.  A step takes a minibatch ``S`` of ``s`` rows, sets their ``chi_i`` to
+The model and the mean-field family are those of :mod:`bayesvm.engines.vb` (Alg. 1-2):
+``q(beta, u) = N(mu, Sigma)``, ``q(a_i) = GIG(1/2, 1, chi_i)`` and, with a learned penalty or random-effect
+terms, ``q(sigma_u^2) = IG(A_q, B_q)`` / ``q(Sigma) = IW`` per component.  Random effects are global
+parameters here (every coefficient in one dense ``q``), so the stochastic natural gradient is that of the
+batch VB objective and SVI converges to the batch VB optimum; a minibatch informs only the levels it meets.  A step takes a minibatch ``S`` of ``s`` rows, sets their ``chi_i`` to
 the optimum ``E(1 - y_i x_i'beta)^2`` and moves the natural parameters of ``q(beta)`` towards the
 minibatch target (their eq. 14 with the sums scaled by ``n/s``)
 
     Lambda_hat = diag(prior precision) + (n/s) X_S' W_S X_S,    eta_hat = (n/s) X_S' y_S(1 + w_S),
 
 by a step ``rho_t`` (the rules of :mod:`bayesvm.engines.kernel_svi`).  ``q(sigma_u^2)`` is a function of
-``q(beta)`` alone, so it gets its exact coordinate update after every step (Alg. 2 step 4).  Memory and
+``q(beta)`` alone, so it gets its exact coordinate update after every step (Alg. 2 step 4; each component alike).  Memory and
 time per step are ``O(s p + p^3)``, independent of ``n``: the data can be streamed (``batches``).
 The stopping rule is the moving window of :mod:`bayesvm.engines.kernel_svi` on a fixed monitor set.
 """
@@ -26,7 +28,7 @@ from .augmentation import data_lower_bound, update_chi
 from .batches import PartitionBatches
 from .kernel_svi import StepSize, WindowRule, _natural_vector, validate_learning_rate
 from .linalg import gaussian_from_natural, runs_with_blas_threads
-from .vb import VBProblem, VBResult, _second_moments, lower_bound, update_component
+from .vb import VBProblem, VBResult, _prior_precisions, _second_moments, lower_bound, update_component
 
 
 @dataclass
@@ -52,27 +54,28 @@ def fit_linear_svi(
     seed: int | None = None,
     batches=None,
 ) -> SVIResult:
-    """Linear SVI (Wenzel et al. 2017, section 4.5) for a fixed-effect model (no random effects).
+    """Linear SVI (Wenzel et al. 2017, section 4.5); random-effect terms are columns of ``problem.D`` with their
+    variance components (no blocked factor), updated like the learned penalty.
 
     ``batches`` (optional): ``batches(rng) ->`` :class:`~bayesvm.engines.batches.PartitionBatches` over the
     partitions of out-of-core data (standardised design rows); otherwise the rows of ``problem.D``.
     """
-    if problem.blocked is not None or any(c.source >= 0 for c in problem.components):
-        raise BayesvmError("method='svi' without a kernel fits fixed-effect models only: remove the (... | g) terms")
+    if problem.blocked is not None:
+        raise BayesvmError(
+            "linear SVI keeps every coefficient in one dense q: put the random effects in D, not blocked"
+        )
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
     batches = PartitionBatches.in_memory(problem.D, problem.y, batch_size, rng) if batches is None else batches(rng)
     n, p = batches.n, problem.D.shape[1]
-    components = [update_component(c, np.zeros((1, 1))) for c in problem.components]
+    components = [update_component(c, np.zeros((c.k, c.k))) for c in problem.components]
 
     def prior_precision(components) -> np.ndarray:
-        lam = np.asarray(problem.fixed_precision, dtype=float).copy()
-        for comp, post in zip(problem.components, components):
-            lam[comp.index.ravel()] += post.expected_precision()[0, 0]
-        return lam
+        """``diag(lambda) + blockdiag(E[Sigma_c^{-1}])``: the fixed priors and every variance component's."""
+        return _prior_precisions(problem, [post.expected_precision() for post in components])[0]
 
-    precision, eta = np.diag(prior_precision(components)), np.zeros(p)
+    precision, eta = prior_precision(components), np.zeros(p)
     theta = gaussian_from_natural(precision, eta)
     steps, stop = StepSize(rule, warmup), WindowRule(tol)
     D_check, y_check = batches.monitor_rows(monitor, rng)
@@ -95,7 +98,7 @@ def fit_linear_svi(
         _, _, chi = local(Ds, ys)
         w = 1.0 / np.sqrt(chi)
         scale = n / ys.size
-        return np.diag(prior_precision(components)) + scale * (Ds * w[:, None]).T @ Ds, scale * Ds.T @ (ys * (1.0 + w))
+        return prior_precision(components) + scale * (Ds * w[:, None]).T @ Ds, scale * Ds.T @ (ys * (1.0 + w))
 
     if rule == "adaptive":
         primes = []
@@ -112,10 +115,12 @@ def fit_linear_svi(
         precision = (1.0 - rho) * precision + rho * P_hat
         eta = (1.0 - rho) * eta + rho * eta_hat
         theta = gaussian_from_natural(precision, eta)
-        # q(sigma_u^2) given q(beta): exact (Alg. 2 step 4); the prior part of the precision follows it
+        # each q(Sigma_c) given q(theta): exact (Alg. 2 step 4); the prior part of the precision follows it
         old = prior_precision(components)
-        components = [update_component(c, _second_moments(c, theta)) for c in problem.components]
-        precision = precision + np.diag(prior_precision(components) - old)
+        components = [
+            update_component(c, _second_moments(c, theta), post) for c, post in zip(problem.components, components)
+        ]
+        precision = precision + prior_precision(components) - old
         theta = gaussian_from_natural(precision, eta)
         if it % window == 0:
             checks.append(bound(D_check, y_check, n / y_check.size))
