@@ -175,6 +175,7 @@ CELLS = [
 ]
 
 
+@pytest.mark.once
 @pytest.mark.parametrize(
     "prior,random,missing,kernel,engine",
     CELLS,

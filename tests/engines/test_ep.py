@@ -17,6 +17,8 @@ from bayesvm.priors import InverseWishart, PriorSet
 from tests.conftest import simulate_grouped, simulate_logistic, simulate_quasi_separated
 from tests.engines.test_vb import schur_and_sparse
 
+pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
+
 
 def test_tilted_moments_match_quadrature():
     rng = np.random.default_rng(0)

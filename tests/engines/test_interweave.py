@@ -12,6 +12,8 @@ from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
 from tests.engines.intercept_quadrature import log_joint_grid
 
+pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
+
 
 def _problem(formula, data, penalty, priors=None):
     design = build_design(parse_formula(formula), data)

@@ -27,6 +27,8 @@ from bayesvm.priors import InverseGamma, LaplaceZero, Lasso, SpikeSlab
 
 from .model_enumeration import enumerate_models, grid, log_hinge, sampled_model_probabilities
 
+pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
+
 
 def _problem(n=400, p=50, k=5, size=1.5, seed=0, prior=None, intercept=True):
     rng = np.random.default_rng(seed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
@@ -21,6 +22,8 @@ from bayesvm.engines.selection_gibbs import sample_selection
 from bayesvm.priors import LaplaceZero, SpikeSlab
 
 from .model_enumeration import enumerate_models, sampled_model_probabilities
+
+pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
 
 
 def _problems(prior, n=40, seed=8):

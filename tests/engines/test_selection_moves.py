@@ -9,6 +9,7 @@ same check.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
@@ -19,6 +20,8 @@ from bayesvm.engines.selection_moves import SwapMoves, swap_weights
 from bayesvm.priors import InverseGamma, LaplaceZero, SpikeSlab
 
 from .model_enumeration import enumerate_models, sampled_model_probabilities
+
+pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
 
 
 def _correlated(p: int, prior, n: int = 30, seed: int = 4) -> SelectionProblem:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
@@ -23,6 +24,8 @@ from bayesvm.results.marginal_check import group_log_integrals
 
 from .model_enumeration import grid, sampled_model_probabilities
 from .test_selection import _mc_bound
+
+pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
 
 
 def _grouped(prior, p=2, n_levels=8, per_level=5, seed=2, intercept=False, variance=(2.0, 1.0)):
