@@ -236,7 +236,7 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
     if design.imputation is not None:
         _check_imputation(model, method, vb, imputation, imputations)
         return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
-                               imputation, imputations)  # fmt: skip
+                               imputation, imputations, vb)  # fmt: skip
     if model.prior is not None:
         return _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress)
     problem = model.problem()
@@ -572,8 +572,12 @@ def _check_imputation(model, method: str, vb: str, imputation: str, imputations:
         raise BayesvmError(
             f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}{why}"
         )
-    if vb == "accurate":
-        raise BayesvmError("vb='accurate' is not available with missing='impute'")
+    if vb == "accurate" and (imputation != "mi" or method != "vb" or model.prior is not None):
+        raise BayesvmError(
+            "vb='accurate' with missing='impute' fits each completed data set of multiple imputation "
+            "(imputation='mi', method='vb', no selection prior): the joint model's imputations depend on the "
+            "coefficients' mean-field factors"
+        )
     if model.prior is not None and imputation != "mi":
         raise BayesvmError(
             "a selection prior with missing='impute' uses multiple imputation (imputation='mi', the default): the "
@@ -588,7 +592,21 @@ def _check_imputation(model, method: str, vb: str, imputation: str, imputations:
 
 
 def _fit_imputation(
-    model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress, imputation, imputations
+    model,
+    method,
+    data,
+    tol,
+    max_iter,
+    draws,
+    tune,
+    chains,
+    thin,
+    seed,
+    cores,
+    progress,
+    imputation,
+    imputations,
+    vb=None,
 ) -> BSVMFit:
     """Multiple imputation (``bayesvm.engines.impute_mi``) or Alg. 4 / Appendix C (``bayesvm.engines.impute``);
     the fit's problem holds the rows at the imputed means."""
@@ -601,13 +619,19 @@ def _fit_imputation(
         return _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed,
                                       cores, progress, imputations)  # fmt: skip
     if imputation == "mi" and method == "vb":
-        result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter)
+        result = fit_mi_vb(
+            problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter, accurate=vb == "accurate"
+        )
         imputed = problem.design(result.imputation.z_mean)
         fit = BSVMFit(model=model, problem=replace(problem.base, D=imputed), method=method, result=result,
                       data_name=name, tol=tol)  # fmt: skip
         if not result.converged:
-            warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g} on at least one "
-                          "completed data set", ConvergenceWarning, 4)  # fmt: skip
+            what = (
+                "accurate VB (EP) did not converge"
+                if vb == "accurate"
+                else f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}"
+            )
+            warnings.warn(f"{what} on at least one completed data set", ConvergenceWarning, 4)
         return fit
     if method == "gibbs":
         result = sample_impute_gibbs(

@@ -307,6 +307,22 @@ class IntegratedResult:
     tails_ok: bool = True  # the mass beyond the lattice's edge is negligible (False: the integral is truncated)
     log_evidence: float = float("nan")  # EP's approximation of log p(y), the variance parameters integrated out
 
+    def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """``size`` draws of the mixture: a node by its weight, then ``theta`` from that node's Gaussian;
+        ``(theta_d (size, q), theta_b (size, J, K), [covariance (size, k, k) per component])``."""
+        counts = rng.multinomial(size, self.weights)
+        thetas_d, thetas_b, nodes = [], [], []
+        for k, (count, theta) in enumerate(zip(counts, self.thetas)):
+            if count:
+                d, b = theta.sample(rng, int(count))
+                thetas_d.append(d)
+                thetas_b.append(b)
+                nodes.append(np.full(int(count), k))
+        order = rng.permutation(size)
+        node = np.concatenate(nodes)[order]
+        covariances = [cov[node] for cov in self.covariances]
+        return np.concatenate(thetas_d)[order], np.concatenate(thetas_b)[order], covariances
+
     @property
     def variances(self) -> np.ndarray:
         """``(nodes, components)``: the first diagonal entry of each component's covariance."""

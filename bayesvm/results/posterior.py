@@ -224,20 +224,8 @@ class MixturePosterior:
 
     def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Draws from the mixture: a node by its weight, then theta from that node's Gaussian."""
-        counts = rng.multinomial(size, self.result.weights)
-        thetas_d, thetas_b, nodes = [], [], []
-        for k, (count, th) in enumerate(zip(counts, self.result.thetas)):
-            if count:
-                d, b = th.sample(rng, int(count))
-                thetas_d.append(d)
-                thetas_b.append(b)
-                nodes.append(np.full(int(count), k))
-        order = rng.permutation(size)
-        theta_d = np.concatenate(thetas_d)[order]
-        theta_b = np.concatenate(thetas_b)[order]
-        node = np.concatenate(nodes)[order]
-        comps = [cov[node][None] for cov in self.result.covariances]  # (1, size, k, k)
-        return theta_d[None], theta_b[None], comps
+        theta_d, theta_b, covariances = self.result.sample(rng, size)
+        return theta_d[None], theta_b[None], [cov[None] for cov in covariances]
 
 
 class SelectionPosterior:

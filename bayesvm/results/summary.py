@@ -158,15 +158,19 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         )
     if getattr(fit.result, "fits", None) is not None:  # VB on each completed data set (impute_mi)
         r = fit.result
+        accurate = getattr(r, "engine", "meanfield") == "accurate"
+        engine = (
+            "accurate VB (EP integrated over the variance parameters)" if accurate else f"mean-field VB (Alg. {alg})"
+        )
         info.update(
-            title=f"multiple imputation: mean-field VB (Alg. {alg}) on each of {len(r.fits)} completed data sets, "
-            "posteriors pooled",
+            title=f"multiple imputation: {engine} on each of {len(r.fits)} completed data sets, posteriors pooled",
             method="vb-mi",
+            accurate=accurate,
             imputations=len(r.fits),
             draws=int(r.theta_d.shape[0] * r.theta_d.shape[1]),
             sweeps=[f.n_iter for f in r.fits],
-            converged=r.converged,  # every completed-data VB fit met its tolerance
-            decreases=[k for k, f in enumerate(r.fits) if f.decreases],
+            converged=r.converged,  # every completed-data fit met its tolerance
+            decreases=[k for k, f in enumerate(r.fits) if getattr(f, "decreases", None)],
         )
     elif fit.posterior.kind == "mixture":
         r = fit.result
@@ -430,9 +434,10 @@ def _fit_line(info: dict) -> str:
         )
     if method == "vb-mi":
         sweeps = info["sweeps"]
+        kind, unit = ("accurate VB", "EP sweeps") if info.get("accurate") else ("mean-field VB", "sweeps")
         return (
-            f"Fit: {info['imputations']} completed data sets, one mean-field VB fit each ({min(sweeps)}-{max(sweeps)} "
-            f"sweeps), pooled into {info['draws']} draws (within- plus between-imputation spread); {ms}"
+            f"Fit: {info['imputations']} completed data sets, one {kind} fit each ({min(sweeps)}-{max(sweeps)} "
+            f"{unit}), pooled into {info['draws']} draws (within- plus between-imputation spread); {ms}"
         )
     if method == "gibbs":
         auto = f"\n  draws='auto': {info['stopping']}" if info.get("stopping") else ""
@@ -568,7 +573,7 @@ def _convergence_checks(info: dict) -> list[str]:
 def _approximation_checks(info: dict) -> list[str]:
     method = info["method"]
     out = []
-    if method in ("vb", "vb-mi", "svi"):
+    if method in ("vb", "vb-mi", "svi") and not info.get("accurate"):
         caveat = SELECTION_VB_CAVEAT if info.get("selected") is not None else VB_CAVEAT
         if method == "vb-mi":
             caveat = caveat.replace("q(beta, u)", "q(beta, u) per data set")

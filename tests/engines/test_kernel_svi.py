@@ -66,12 +66,20 @@ def test_linear_svi_converges_to_batch_vb(penalty):
     assert "Stochastic VI" in str(svi.summary())
 
 
-def test_linear_svi_engine_refuses_random_effects():
+def test_linear_svi_engine_refuses_a_blocked_factor():
+    """Random effects reach the linear SVI engine as dense columns (``bsvm`` moves them there; see
+    ``tests/test_combinations.py``); a Schur-blocked factor would be silently ignored, so it is refused."""
     import bayesvm
+    from bayesvm.engines.svi import fit_linear_svi
+    from bayesvm.fitting import build_design, build_model, parse_formula
+    from bayesvm.priors import PriorSet
 
     toenail = bayesvm.datasets.load_toenail()
-    with pytest.raises(BayesvmError, match="fixed-effect models"):
-        bayesvm.bsvm("outcome ~ time + (1 | patientID)", toenail, method="svi")
+    design = build_design(parse_formula("outcome ~ visit + (1 | patientID)"), toenail)
+    problem = build_model(design, "learn", PriorSet(), True).problem()
+    assert problem.blocked is not None
+    with pytest.raises(BayesvmError, match="dense q"):
+        fit_linear_svi(problem)
 
 
 def test_step_sizes_and_stopping_rule():
