@@ -124,19 +124,19 @@ def test_accurate_vb_with_multiple_imputation_agrees_with_gibbs():
     imputation Gibbs sampler: means within 0.35 Gibbs SD (issue 23's bar for the accurate fit)."""
     from tests.engines.test_impute import simulate
 
-    frame, _, _ = simulate(n=200, seed=3, groups=10)
-    formula = "y ~ x1 + x2 + x3 + (1 | g)"
-    accurate = bayesvm.bsvm(formula, frame, missing="impute", vb="accurate", imputations=10, seed=2)
-    gibbs = bayesvm.bsvm(formula, frame, missing="impute", method="gibbs", draws=2000, tune=500, chains=2, seed=4,
+    frame, _, _ = simulate(n=200, seed=3)
+    formula = "y ~ x1 + x2 + x3"  # (with random effects each accurate fit costs more; the matrix below runs one)
+    accurate = bayesvm.bsvm(formula, frame, missing="impute", vb="accurate", seed=2)
+    gibbs = bayesvm.bsvm(formula, frame, missing="impute", method="gibbs", draws=3000, tune=500, chains=2, seed=4,
                          progress=False)  # fmt: skip
     assert accurate.result.engine == "accurate" and accurate.converged
     sd = np.sqrt(np.diag(gibbs.fixef_cov))
-    gap = (accurate.fixef - gibbs.fixef).abs() / sd
+    gap = (accurate.fixef - gibbs.fixef).abs() / sd  # (20 imputations: Monte Carlo error about 0.1 SD)
     assert gap.max() < 0.35, gap
     ratio = np.sqrt(np.diag(accurate.fixef_cov)) / sd
-    assert np.all((ratio > 0.75) & (ratio < 1.3)), ratio  # the accurate fit's SDs, unlike mean-field's
+    assert np.all((ratio > 0.85) & (ratio < 1.2)), ratio  # the accurate fit's SDs, unlike mean-field's
     text = str(accurate.summary())
-    assert "accurate VB (EP integrated over the variance parameters) on each of 10 completed data sets" in text
+    assert "accurate VB (EP integrated over the variance parameters) on each of 20 completed data sets" in text
     assert "understates posterior" not in text
 
 
