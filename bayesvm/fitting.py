@@ -227,7 +227,7 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
     if method == "gibbs":
         _check_sampling(draws, tune, chains, thin, cores)
     if method == "svi":
-        return _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb)
+        return _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation, imputations)
     if draws == "auto" and (design.imputation is not None or model.prior is not None):
         raise BayesvmError(
             "draws='auto' runs the linear and mixed-model Gibbs sampler; the imputation and selection samplers "
@@ -408,7 +408,9 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
     return fit
 
 
-def _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb) -> BSVMFit:
+def _fit_linear_svi(
+    model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation="mi", imputations=20
+) -> BSVMFit:
     """``method="svi"`` without a kernel: Wenzel et al. (2017), section 4.5 (``bayesvm.engines.svi``)."""
     from .engines.svi import fit_linear_svi
 
@@ -422,9 +424,25 @@ def _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate,
                 "random-effect levels"
             )
         model = replace(model, dense_terms=tuple(range(len(terms))), blocked_terms=(), sparse=False)
-    if model.prior is not None or model.design.imputation is not None or vb == "accurate":
-        raise BayesvmError("method='svi' is not available with a selection prior, missing='impute' or vb='accurate'")
+    if model.prior is not None or vb == "accurate":
+        raise BayesvmError("method='svi' is not available with a selection prior or vb='accurate'")
     _iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)
+    if model.design.imputation is not None:  # multiple imputation, one SVI fit per completed data set, pooled
+        from .engines.impute_mi import fit_mi_vb
+
+        if imputation != "mi":
+            raise BayesvmError(
+                "method='svi' with missing='impute' uses multiple imputation (imputation='mi'): the joint model's "
+                "imputations are coordinate updates over every row, which minibatches do not visit together"
+            )
+        problem = model.imputation_problem("mi")
+        result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter, engine="svi",
+                           svi_options={"batch_size": batch_size, "learning_rate": learning_rate})  # fmt: skip
+        fit = BSVMFit(model=model, problem=replace(problem.base, D=problem.design(result.imputation.z_mean)),
+                      method="svi", result=result, data_name=_data_name(data), tol=tol)  # fmt: skip
+        if not result.converged:
+            warnings.warn("SVI stopped before converging on at least one completed data set", ConvergenceWarning, 4)
+        return fit
     problem = model.problem()
     result = fit_linear_svi(problem, batch_size=batch_size, max_iter=max_iter, tol=tol, learning_rate=learning_rate,
                             seed=seed)  # fmt: skip
@@ -620,8 +638,9 @@ def _fit_imputation(
                                       cores, progress, imputations)  # fmt: skip
     if imputation == "mi" and method == "vb":
         result = fit_mi_vb(
-            problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter, accurate=vb == "accurate"
-        )
+            problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter,
+            engine="accurate" if vb == "accurate" else "meanfield",
+        )  # fmt: skip
         imputed = problem.design(result.imputation.z_mean)
         fit = BSVMFit(model=model, problem=replace(problem.base, D=imputed), method=method, result=result,
                       data_name=name, tol=tol)  # fmt: skip

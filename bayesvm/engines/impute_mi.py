@@ -45,6 +45,7 @@ from .impute import ImputationProblem, ImputedGibbsDraws, ImputedGibbsResult, mi
 from .joint import log_component_prior, log_prior, predictor_draws
 from .linalg import runs_with_blas_threads
 from .selection import SelectionProblem, fit_laplace_zero_vb
+from .svi import fit_linear_svi
 from .vb import VBResult, _fit_vb
 
 
@@ -152,7 +153,7 @@ class MultipleImputationResult(ImputedGibbsResult):
 
     fits: list[VBResult] = None
     imputation_mode: str = "mi"
-    engine: str = "meanfield"  # or "accurate": the fit on each completed data set
+    engine: str = "meanfield"  # or "accurate", "svi": the fit on each completed data set
 
     @property
     def converged(self) -> bool:
@@ -173,11 +174,13 @@ def fit_mi_vb(
     seed=None,
     tol: float = 1e-8,
     max_iter: int = 500,
-    accurate: bool = False,
+    engine: str = "meanfield",
+    svi_options: dict | None = None,
 ) -> MultipleImputationResult:
-    """Multiple imputation with a VB fit per completed data set (module docstring); ``accurate=True`` fits
-    each by the accurate VB (:func:`bayesvm.engines.ep.fit_accurate`: EP integrated over the variance
-    parameters) and pools its mixture draws the same way."""
+    """Multiple imputation with a VB fit per completed data set (module docstring).  ``engine``:
+    ``"meanfield"`` (Alg. 1-2), ``"accurate"`` (:func:`bayesvm.engines.ep.fit_accurate`: EP integrated over the
+    variance parameters; its mixture draws are pooled the same way) or ``"svi"``
+    (:func:`bayesvm.engines.svi.fit_linear_svi` with ``svi_options``, each fit seeded from ``seed``)."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     imp = sample_imputations(problem, imputations, burn, thin, rng)
@@ -187,11 +190,15 @@ def fit_mi_vb(
     fits, theta_d, theta_b, comps, lp = [], [], [], [], []
     for m in range(imputations):
         D = problem.design(imp.z[m])
-        if accurate:
+        if engine == "accurate":
             fit = fit_accurate(replace(base, D=D))
             d, b, c = fit.sample(rng, draws_per_imputation)
         else:
-            fit = _fit_vb(replace(base, D=D), tol, max_iter, True)
+            if engine == "svi":
+                options = dict(svi_options or {}, seed=int(rng.integers(2**31)), tol=tol, max_iter=max_iter)
+                fit = fit_linear_svi(replace(base, D=D), **options)
+            else:
+                fit = _fit_vb(replace(base, D=D), tol, max_iter, True)
             d, b = fit.theta.sample(rng, draws_per_imputation)
             c = [post.sample(rng, draws_per_imputation) for post in fit.components]
         fits.append(fit)
@@ -222,7 +229,7 @@ def fit_mi_vb(
             z_mean=z_mean, z_var=z_var, mu=pooled([np.repeat(imp.mu, draws_per_imputation, axis=0)]),
             sigma=pooled([np.repeat(imp.sigma, draws_per_imputation, axis=0)]),
         ),
-        fits=fits, engine="accurate" if accurate else "meanfield",
+        fits=fits, engine=engine,
     )  # fmt: skip
 
 

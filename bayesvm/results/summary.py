@@ -158,14 +158,17 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         )
     if getattr(fit.result, "fits", None) is not None:  # VB on each completed data set (impute_mi)
         r = fit.result
-        accurate = getattr(r, "engine", "meanfield") == "accurate"
-        engine = (
-            "accurate VB (EP integrated over the variance parameters)" if accurate else f"mean-field VB (Alg. {alg})"
-        )
+        kind = getattr(r, "engine", "meanfield")
+        accurate = kind == "accurate"
+        engine = {
+            "accurate": "accurate VB (EP integrated over the variance parameters)",
+            "svi": "stochastic VI (Wenzel et al. 2017, section 4.5)",
+        }.get(kind, f"mean-field VB (Alg. {alg})")
         info.update(
             title=f"multiple imputation: {engine} on each of {len(r.fits)} completed data sets, posteriors pooled",
             method="vb-mi",
             accurate=accurate,
+            engine=kind,
             imputations=len(r.fits),
             draws=int(r.theta_d.shape[0] * r.theta_d.shape[1]),
             sweeps=[f.n_iter for f in r.fits],
@@ -434,7 +437,9 @@ def _fit_line(info: dict) -> str:
         )
     if method == "vb-mi":
         sweeps = info["sweeps"]
-        kind, unit = ("accurate VB", "EP sweeps") if info.get("accurate") else ("mean-field VB", "sweeps")
+        kind, unit = {"accurate": ("accurate VB", "EP sweeps"), "svi": ("SVI", "steps")}.get(
+            info.get("engine"), ("mean-field VB", "sweeps")
+        )
         return (
             f"Fit: {info['imputations']} completed data sets, one {kind} fit each ({min(sweeps)}-{max(sweeps)} "
             f"{unit}), pooled into {info['draws']} draws (within- plus between-imputation spread); {ms}"
