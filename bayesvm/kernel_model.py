@@ -146,13 +146,24 @@ def build_kernel_model(
     """Validate the design for a kernel fit, standardise the inputs and pick the inducing points."""
     if not isinstance(kernel, Kernel):
         raise BayesvmError(f"kernel must be a bayesvm.kernels kernel (RBF(), Matern52(), ...), got {kernel!r}")
+    if design.gp_terms:
+        raise BayesvmError(
+            f"kernel= makes the whole fixed part one Gaussian process, and the formula also has "
+            f"{[t.label for t in design.gp_terms]}: use one or the other (gp() terms compose with linear terms and "
+            "random effects; kernel= is the shorthand for y ~ gp(all inputs))"
+        )
     if design.re_terms:
         raise BayesvmError(
-            "random effects cannot be combined with a kernel in this version: remove the (... | group) terms "
-            f"{[t.bar.group for t in design.re_terms]} or fit a linear model"
+            "kernel= is the shorthand for a model whose whole fixed part is one Gaussian process, with no additive "
+            f"blocks beside it; for random effects {[t.bar.group_name for t in design.re_terms]} next to a nonlinear "
+            "effect write the GP as a formula term: y ~ gp(x1, x2) + (1 | g)"
         )
     if design.imputation is not None:
-        raise BayesvmError("missing='impute' is not available with a kernel; use missing='drop'")
+        raise BayesvmError(
+            "with kernel= every predictor is a GP input, and a GP is nonlinear in its inputs: the conditional of a "
+            "missing input is not Gaussian, so the imputation model does not apply; use missing='drop', or put the "
+            "imputed predictors in the linear part beside a gp() term: y ~ x_missing + gp(x1, x2)"
+        )
     if inducing_method not in INDUCING_METHODS:
         raise BayesvmError(f"inducing_method must be one of {INDUCING_METHODS}, got {inducing_method!r}")
     columns = tuple(j for j, name in enumerate(design.x_names) if name != "(Intercept)")

@@ -22,6 +22,21 @@ from .formula.design import Design, NewDesign
 from .memory import check_memory
 from .priors import HalfT, LaplaceZero, Lasso, PriorSet, SpikeSlab
 
+#: ``VarianceComponent.source`` of the learned penalty; random-effect term ``t`` has source ``t`` and
+#: ``gp()`` term ``i`` has source :func:`gp_source` ``(i) = -2 - i``.
+PENALTY_SOURCE = -1
+
+
+def gp_source(i: int) -> int:
+    """``VarianceComponent.source`` of the ``i``-th ``gp()`` term."""
+    return -2 - i
+
+
+def gp_index(source: int) -> int | None:
+    """The ``gp()`` term a component's ``source`` names, or ``None``."""
+    return -2 - source if source <= -2 else None
+
+
 #: Largest number of dense columns (fixed effects plus random effects outside the largest
 #: grouping factor) for the dense Schur complement; beyond it the sparse Cholesky path is used.
 MAX_DENSE_COLUMNS = 2000
@@ -148,6 +163,17 @@ class LinearModel:
             pos += self.design.re_terms[t].n_levels * self.design.re_terms[t].k
         return offsets
 
+    def gp_offsets(self) -> list[int]:
+        """Start of each ``gp()`` term's basis coefficients in ``theta_d`` (after the dense random effects)."""
+        pos = self.design.p + sum(
+            self.design.re_terms[t].n_levels * self.design.re_terms[t].k for t in self.dense_terms
+        )
+        out = []
+        for term in self.design.gp_terms:
+            out.append(pos)
+            pos += term.n_basis
+        return out
+
     def blocked_offsets(self) -> dict[int, int]:
         """Start of each blocked term within a level's block of ``theta_b``."""
         offsets, pos = {}, 0
@@ -160,12 +186,20 @@ class LinearModel:
     def standardized_X(self, X: np.ndarray) -> np.ndarray:
         return (X - self.center) / self.scale
 
-    def dense_matrix(self, X: np.ndarray, codes: tuple[np.ndarray, ...], values: tuple[np.ndarray, ...]):
-        """``[X_std, Z of the dense terms]`` for given rows (a CSR matrix on the sparse path)."""
+    def dense_matrix(
+        self,
+        X: np.ndarray,
+        codes: tuple[np.ndarray, ...],
+        values: tuple[np.ndarray, ...],
+        gp_bases: tuple[np.ndarray, ...] = (),
+    ):
+        """``[X_std, Z of the dense terms, gp() bases]`` for given rows (a CSR matrix on the sparse path)."""
         blocks = [self.design.re_terms[t].z_matrix(codes[t], values[t]) for t in self.dense_terms]
         if self.sparse:
-            return sp.hstack([sp.csr_matrix(self.standardized_X(X)), *blocks], format="csr")
-        return np.hstack([self.standardized_X(X), *(block.toarray() for block in blocks)])
+            return sp.hstack(
+                [sp.csr_matrix(self.standardized_X(X)), *blocks, *(sp.csr_matrix(b) for b in gp_bases)], format="csr"
+            )
+        return np.hstack([self.standardized_X(X), *(block.toarray() for block in blocks), *gp_bases])
 
     def blocked_factor(self, codes: tuple[np.ndarray, ...], values: tuple[np.ndarray, ...]) -> BlockedFactor | None:
         if not self.blocked_terms:
@@ -182,7 +216,7 @@ class LinearModel:
         d = self.design
         codes = tuple(term.codes for term in d.re_terms)
         values = tuple(term.values for term in d.re_terms)
-        D = self.dense_matrix(d.X, codes, values)
+        D = self.dense_matrix(d.X, codes, values, d.gp_bases)
         precision = np.zeros(D.shape[1])
         components: list[VarianceComponent] = []
         vague = 1.0 / self.priors.fixed_variance
@@ -209,6 +243,8 @@ class LinearModel:
             else:
                 index = (blocked_offsets[t] + np.arange(term.k))[None, :]
             components.append(self._component(t, index, t in blocked_offsets, term.n_levels, term.k))
+        for i, (term, start) in enumerate(zip(d.gp_terms, self.gp_offsets())):
+            components.append(self._gp_component(i, (start + np.arange(term.n_basis))[:, None]))
         return VBProblem(
             y=d.y,
             D=D,
@@ -233,9 +269,21 @@ class LinearModel:
         df, scale = self.priors.correlated.resolve(k)
         return VarianceComponent(name, index, blocked, n_levels, prior_df=df, prior_scale=scale, source=t)
 
+    def _gp_component(self, i: int, index: np.ndarray) -> VarianceComponent:
+        """The amplitude ``sigma_g^2`` of ``gp()`` term ``i``: its whitened coefficients ``v ~ N(0, sigma_g^2 I)``
+        (:mod:`bayesvm.formula.gp_terms`), with the random-effect variance prior (a half-t on ``sigma_g`` on the
+        decision function's scale, or the inverse gamma)."""
+        name, prior = self.design.gp_terms[i].label, self.priors.random
+        if isinstance(prior, HalfT):
+            return VarianceComponent(name, index, False, index.shape[0], prior_nu=prior.nu,
+                                     prior_t_scale=prior.scale, source=gp_source(i))  # fmt: skip
+        return VarianceComponent(name, index, False, index.shape[0], prior_a=prior.a, prior_b=prior.b,
+                                 source=gp_source(i))  # fmt: skip
+
     def new_inputs(self, new: NewDesign) -> tuple[np.ndarray, BlockedFactor | None]:
         """Dense matrix and blocked factor for new rows (unseen levels have code -1)."""
-        return self.dense_matrix(new.X, new.codes, new.values), self.blocked_factor(new.codes, new.values)
+        D = self.dense_matrix(new.X, new.codes, new.values, new.gp_bases)
+        return D, self.blocked_factor(new.codes, new.values)
 
     def fixed_transform(self) -> np.ndarray:
         """``T`` with ``beta_original = T beta_standardized``."""
@@ -316,7 +364,8 @@ def build_model(
         biggest = max(size, key=size.get)
         blocked = tuple(by_group[biggest])
     dense = tuple(t for t in range(len(design.re_terms)) if t not in blocked)
-    n_dense = p + sum(design.re_terms[t].n_levels * design.re_terms[t].k for t in dense)
+    n_gp = sum(term.n_basis for term in design.gp_terms)
+    n_dense = p + n_gp + sum(design.re_terms[t].n_levels * design.re_terms[t].k for t in dense)
     sparse = bool(design.re_terms) and n_dense > max_dense_columns
     if not sparse and design.X.shape[0] == design.n:  # (out-of-core designs hold no rows in memory)
         # the dense columns D, their weighted copy, the predictor's residuals and a row-sorted copy
@@ -327,7 +376,7 @@ def build_model(
         )
     if prior is not None and design.re_terms:  # the indicator updates need the dense joint precision
         dense, blocked = tuple(range(len(design.re_terms))), ()
-        n_dense = p + sum(term.n_levels * term.k for term in design.re_terms)
+        n_dense = p + n_gp + sum(term.n_levels * term.k for term in design.re_terms)
         if n_dense > max_dense_columns:
             raise BayesvmError(
                 f"a selection prior with random effects works on the dense precision of all {n_dense} coefficients "

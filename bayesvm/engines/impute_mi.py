@@ -240,6 +240,7 @@ class PooledSelectionResult(MultipleImputationResult):
 
     include: np.ndarray = None
     selected: np.ndarray = None
+    scale: np.ndarray = None  # (chains, draws) draws of sigma_u, the Laplace scale
 
 
 @runs_with_blas_threads(lambda problem, selection, **_: selection.q)
@@ -264,7 +265,7 @@ def fit_mi_selection_vb(
     imp = sample_imputations(problem, imputations, burn, thin, rng)
     prior = selection.prior
     free, sel = selection.unselected, selection.selected
-    fits, coefs, gammas, comps, lp = [], [], [], [], []
+    fits, coefs, gammas, comps, lp, scales = [], [], [], [], [], []
     for m in range(imputations):
         completed = replace(selection, X=problem.design(imp.z[m]))
         fit = fit_laplace_zero_vb(completed, tol=tol, max_iter=max_iter)
@@ -273,6 +274,7 @@ def fit_mi_selection_vb(
         c = [post.sample(rng, draws_per_imputation) for post in fit.components]
         sigma2 = fit.sigma2_scale / rng.gamma(fit.sigma2_shape, size=draws_per_imputation)
         coefs.append(coef)
+        scales.append(np.sqrt(sigma2))
         gammas.append(gamma)
         comps.append(c)
         f = coef @ completed.X.T
@@ -307,5 +309,5 @@ def fit_mi_selection_vb(
             z_mean=z_mean, z_var=z_var, mu=pooled([np.repeat(imp.mu, draws_per_imputation, axis=0)]),
             sigma=pooled([np.repeat(imp.sigma, draws_per_imputation, axis=0)]),
         ),
-        fits=fits, include=pooled(gammas), selected=sel,
+        fits=fits, include=pooled(gammas), selected=sel, scale=pooled(scales),
     )  # fmt: skip

@@ -85,8 +85,8 @@ class StepSize:
     #: fixed point of chi and q needs many effective sweeps (sum of rho), which a faster decay starves.
     kappa = 0.51
 
-    def __init__(self, rule: str | float, warmup: int):
-        self.rule, self.warmup, self.t = rule, warmup, 0
+    def __init__(self, rule: str | float, warmup: int, delay: float = 0.0):
+        self.rule, self.warmup, self.t, self.delay = rule, warmup, 0, float(delay)
         self.gbar: np.ndarray | None = None
         self.hbar = 0.0
         self.tau = float(max(warmup, 1))
@@ -99,7 +99,7 @@ class StepSize:
     def __call__(self, g: np.ndarray) -> float:
         self.t += 1
         if self.rule == "robbins-monro":
-            return float(self.t**-self.kappa)
+            return float((self.t + self.delay) ** -self.kappa)
         if not isinstance(self.rule, str):
             return float(self.rule)
         if self.gbar is None:

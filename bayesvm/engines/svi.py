@@ -10,7 +10,10 @@ minibatch target (their eq. 14 with the sums scaled by ``n/s``)
 
     Lambda_hat = diag(prior precision) + (n/s) X_S' W_S X_S,    eta_hat = (n/s) X_S' y_S(1 + w_S),
 
-by a step ``rho_t`` (the rules of :mod:`bayesvm.engines.kernel_svi`).  ``q(sigma_u^2)`` is a function of
+by a step ``rho_t`` (the rules of :mod:`bayesvm.engines.kernel_svi`; the Robbins-Monro rule with the delay
+``rho_t = (t + tau)^-kappa``, ``tau =`` :data:`STEP_DELAY`, of Hoffman et al. 2013: with ``rho_1 = 1`` the
+first minibatch alone set ``q``, its levels' random effects ``n/s`` times over-informed and the rest at the
+prior, and the variance components then took tens of thousands of steps to recover from that start).  ``q(sigma_u^2)`` is a function of
 ``q(beta)`` alone, so it gets its exact coordinate update after every step (Alg. 2 step 4; each component alike).  Memory and
 time per step are ``O(s p + p^3)``, independent of ``n``: the data can be streamed (``batches``).
 The stopping rule is the moving window of :mod:`bayesvm.engines.kernel_svi` on a fixed monitor set.
@@ -29,6 +32,9 @@ from .batches import PartitionBatches
 from .kernel_svi import StepSize, WindowRule, _natural_vector, validate_learning_rate
 from .linalg import gaussian_from_natural, runs_with_blas_threads
 from .vb import VBProblem, VBResult, _prior_precisions, _second_moments, lower_bound, update_component
+
+#: Delay ``tau`` of the Robbins-Monro step ``(t + tau)^-kappa`` (module docstring).
+STEP_DELAY = 20.0
 
 
 @dataclass
@@ -77,7 +83,7 @@ def fit_linear_svi(
 
     precision, eta = prior_precision(components), np.zeros(p)
     theta = gaussian_from_natural(precision, eta)
-    steps, stop = StepSize(rule, warmup), WindowRule(tol)
+    steps, stop = StepSize(rule, warmup, delay=STEP_DELAY), WindowRule(tol)
     D_check, y_check = batches.monitor_rows(monitor, rng)
     estimates: list[float] = []
     checks: list[float] = []

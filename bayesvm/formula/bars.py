@@ -1,4 +1,4 @@
-"""Split lme4-style random-effect bars off a model formula.
+"""Split lme4-style random-effect bars (and ``gp()`` terms, :mod:`.gp_terms`) off a model formula.
 
 formulaic reads ``|`` as a multipart-formula separator, so the random-effect terms
 ``(expr | group)`` and ``(expr || group)`` are removed here, at parenthesis depth one,
@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, replace
 
 from ..errors import FormulaError
+from .gp_terms import GpSpec, extract_gp_terms
 from .restricted import DOT, check_formula_part
 
 _NAME = r"(?:[A-Za-z_.][A-Za-z0-9_.]*|`[^`]+`)"
@@ -54,12 +55,13 @@ class Bar:
 
 @dataclass(frozen=True)
 class ParsedFormula:
-    """A formula split into response, fixed part and random-effect bars."""
+    """A formula split into response, fixed part, random-effect bars and Gaussian-process terms."""
 
     formula: str
     response: str
     fixed: str
     bars: tuple[Bar, ...]
+    gp_terms: tuple[GpSpec, ...] = ()
 
 
 def _strip_backticks(name: str) -> str:
@@ -144,6 +146,7 @@ def parse_formula(formula: str) -> ParsedFormula:
             f"formula {formula!r} has nothing on the right of '~'; use '~ 1' for an intercept-only model"
         )
 
+    rhs, gp_terms = extract_gp_terms(rhs, formula)
     bars: list[Bar] = []
     pieces, last = [], 0
     for start, end in _top_level_groups(rhs):
@@ -173,7 +176,9 @@ def parse_formula(formula: str) -> ParsedFormula:
         fixed = "1"
     for part in (fixed, *(bar.expr for bar in bars)):
         check_formula_part(part)
-    return ParsedFormula(formula=formula, response=_strip_backticks(lhs), fixed=fixed, bars=tuple(bars))
+    return ParsedFormula(
+        formula=formula, response=_strip_backticks(lhs), fixed=fixed, bars=tuple(bars), gp_terms=gp_terms
+    )
 
 
 def _depth_zero_text(inner: str) -> str:

@@ -33,6 +33,7 @@ from .frames import (
     coerce_like_training,
     plain_columns,
 )
+from .gp_terms import GpTerm, build_gp_term
 from .imputation import ImputationLayout, check_imputable, imputation_layout
 from .response import ResponseCoding, code_response
 
@@ -139,6 +140,10 @@ class Design:
         Columns of the formula's model matrix dropped as aliased (rank deficiency), each with its reason.
     x_keep
         Positions, in formulaic's model matrix, of the columns of X (``None``: all of them).
+    gp_terms
+        The formula's ``gp()`` terms (:mod:`bayesvm.formula.gp_terms`).
+    gp_bases
+        Their bases on the training rows, ``(n, m_t)`` each.
     """
 
     parsed: ParsedFormula
@@ -154,6 +159,8 @@ class Design:
     numeric_variables: frozenset[str] = frozenset()
     aliased: tuple[Aliased, ...] = ()
     x_keep: tuple[int, ...] | None = None
+    gp_terms: tuple[GpTerm, ...] = ()
+    gp_bases: tuple[np.ndarray, ...] = ()
 
     def response_of(self, newdata: pd.DataFrame) -> np.ndarray:
         """The response of new rows coded -1 / +1 (:meth:`ResponseCoding.encode_new`)."""
@@ -214,6 +221,7 @@ class Design:
         """
         newdata = as_frame(newdata, "newdata")
         needed = set(_required_variables(self.parsed.fixed, newdata, "newdata"))
+        needed |= {v for term in self.gp_terms for v in term.spec.variables}
         if include_random:
             for term in self.re_terms:
                 needed |= set(term.spec.required_variables) | set(term.bar.group)
@@ -250,7 +258,8 @@ class Design:
             codes.append(term.levels.get_indexer(labels))
             values.append(_materialize(term.spec, newdata, str(term.bar))[:, list(term.columns)])
             _check_finite(values[-1], term.term_names, "newdata")
-        return NewDesign(X=X, codes=tuple(codes), values=tuple(values), imputation_values=raw_values)
+        bases = tuple(term.basis(_gp_inputs(newdata, term.spec, "newdata")) for term in self.gp_terms)
+        return NewDesign(X=X, codes=tuple(codes), values=tuple(values), imputation_values=raw_values, gp_bases=bases)
 
 
 @dataclass(frozen=True)
@@ -261,6 +270,7 @@ class NewDesign:
     codes: tuple[np.ndarray, ...]
     values: tuple[np.ndarray, ...]
     imputation_values: np.ndarray | None = None  # raw values of the imputation variables, NaN where missing
+    gp_bases: tuple[np.ndarray, ...] = ()  # the gp() terms' bases of the new rows
 
 
 def _required_variables(formula: str, data: pd.DataFrame, what: str) -> list[str]:
@@ -413,13 +423,14 @@ def build_design(
         raise DataError(f"missing must be one of {MISSING_CHOICES}, got {missing!r}")
     bar_vars = [v for bar in parsed.bars for v in _required_variables(bar.expr, data, "data")]
     group_vars = [v for bar in parsed.bars for v in bar.group]
+    gp_vars = [v for spec in parsed.gp_terms for v in spec.variables]
     parsed = expand_dot(parsed, data.columns, group_vars)
     fixed_vars = _required_variables(parsed.fixed, data, "data")
-    used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars]))
+    used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars, *gp_vars]))
     _check_columns(data, set(used), "data")
     data = plain_columns(data, used, labels=(parsed.response,))
     check_column_kinds(data, used)
-    predictors = list(dict.fromkeys([*fixed_vars, *bar_vars]))
+    predictors = list(dict.fromkeys([*fixed_vars, *bar_vars, *gp_vars]))
     check_text_numbers(data, [v for v in predictors if v != parsed.response], _factor_wrapped(parsed))
     check_factor_sizes(data, [v for v in fixed_vars if v != parsed.response], len(data))
     numeric = frozenset(
@@ -432,7 +443,7 @@ def build_design(
     impute: list[str] = []
     if missing == "impute":
         bad = {name: _bad_mask(data[name]) for name in used}
-        impute = check_imputable(data, bad, parsed.response, group_vars, bar_vars)
+        impute = check_imputable(data, bad, parsed.response, group_vars, bar_vars, gp_vars)
         keep = np.ones(len(data), dtype=bool)
     else:
         keep = _check_missing(data, used, missing, "data")
@@ -503,6 +514,7 @@ def build_design(
                     values=values[:, list(cols)],
                 )
             )
+    gp_terms = tuple(build_gp_term(spec, _gp_inputs(frame, spec, "data")) for spec in parsed.gp_terms)
     return Design(
         parsed=parsed,
         response=response,
@@ -517,7 +529,23 @@ def build_design(
         numeric_variables=numeric,
         aliased=aliased,
         x_keep=keep,
+        gp_terms=gp_terms,
+        gp_bases=tuple(term.basis(_gp_inputs(frame, term.spec, "data")) for term in gp_terms),
     )
+
+
+def _gp_inputs(frame: pd.DataFrame, spec, what: str) -> np.ndarray:
+    """The raw inputs of a ``gp()`` term, ``(n, d)``; numeric columns only."""
+    for name in spec.variables:
+        column = frame[name]
+        if not pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype):
+            raise DesignError(
+                f"{spec.label}: input {name!r} is {column.dtype}, not numeric; a Gaussian process needs distances "
+                "between inputs (put a categorical variable in the linear part or a random-effect term)"
+            )
+    values = np.column_stack([frame[name].to_numpy(dtype=float, na_value=np.nan) for name in spec.variables])
+    _check_finite(values, list(spec.variables), what)
+    return values
 
 
 def _one_level_factors(frame: pd.DataFrame, variables: list[str], x_names, response: str) -> list[Aliased]:

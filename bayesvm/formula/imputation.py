@@ -58,7 +58,12 @@ class ImputationLayout:
 
 
 def check_imputable(
-    data: pd.DataFrame, bad: dict[str, np.ndarray], response: str, group_vars: list[str], bar_vars: list[str]
+    data: pd.DataFrame,
+    bad: dict[str, np.ndarray],
+    response: str,
+    group_vars: list[str],
+    bar_vars: list[str],
+    gp_vars: list[str] = (),
 ) -> list[str]:
     """Variables with missing values that may be imputed; raise naming rows for the rest."""
     names = [name for name, mask in bad.items() if mask.any()]
@@ -74,6 +79,12 @@ def check_imputable(
             raise DataError(
                 f"{name!r} has missing values (rows {rows}) and is used in a random-effect term: "
                 "only fixed-effect main effects can be imputed"
+            )
+        if name in gp_vars:
+            raise DataError(
+                f"{name!r} has missing values (rows {rows}) and is an input of a gp() term: the term's basis is "
+                "nonlinear in it, so its conditional given the rest is not Gaussian and the imputation model does "
+                "not apply; use missing='drop' for those rows or impute it before fitting"
             )
         if not pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype):
             raise DataError(

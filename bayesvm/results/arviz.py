@@ -19,6 +19,12 @@ import xarray as xr
 
 from ..arguments import as_count
 from ..memory import check_memory
+from ..model import PENALTY_SOURCE, gp_index
+
+
+def gp_variable(term) -> str:
+    """ArviZ name of a ``gp()`` term's coefficients, e.g. ``gp_age_bmi`` (its amplitude is ``sd_gp_age_bmi``)."""
+    return "gp_" + "_".join(term.spec.variables)
 
 
 def _import_arviz():
@@ -79,9 +85,16 @@ def _posterior_dataset(fit, draws: int, seed: int | None) -> xr.Dataset:
         coords[f"{group}_term"] = [name for term, _ in parts for name in term.term_names]
         values = np.concatenate([v for _, v in parts], axis=-1)
         data_vars[f"u_{group}"] = (dims + (group, f"{group}_term"), values)
+    for term, start in zip(design.gp_terms, model.gp_offsets()):
+        name = gp_variable(term)
+        coords[f"{name}_basis"] = np.arange(1, term.n_basis + 1)
+        data_vars[name] = (dims + (f"{name}_basis",), theta_d[..., start : start + term.n_basis])
     for comp, cov in zip(fit.problem.components, comps):
-        if comp.source < 0:  # the learned penalty: slopes ~ N(0, sd^2), alpha = 1 / (4 sd^2)
+        if comp.source == PENALTY_SOURCE:  # the learned penalty: slopes ~ N(0, sd^2), alpha = 1 / (4 sd^2)
             data_vars[PENALTY_SD] = (dims, np.sqrt(cov[..., 0, 0]))
+            continue
+        if gp_index(comp.source) is not None:  # a gp() term's amplitude
+            data_vars[f"sd_{gp_variable(design.gp_terms[gp_index(comp.source)])}"] = (dims, np.sqrt(cov[..., 0, 0]))
             continue
         term = design.re_terms[comp.source]
         sds = np.sqrt(np.diagonal(cov, axis1=-2, axis2=-1))
@@ -108,7 +121,14 @@ def _posterior_dataset(fit, draws: int, seed: int | None) -> xr.Dataset:
         if variable in dataset:
             dataset[variable].attrs["description"] = text
     for variable in dataset.data_vars:
-        if variable.startswith("sd_"):
+        if variable.startswith("sd_gp_"):
+            dataset[variable].attrs["description"] = f"amplitude (SD) of the Gaussian-process term {variable[3:]!r}"
+        elif variable.startswith("gp_"):
+            dataset[variable].attrs["description"] = (
+                f"whitened inducing-point coefficients of {variable!r} (g = basis @ coefficients; not interpretable "
+                f"one by one: exclude with var_names=['~{variable}'])"
+            )
+        elif variable.startswith("sd_"):
             dataset[variable].attrs["description"] = f"SD of the random effects of {variable[3:]!r}, per term"
         elif variable.startswith("u_"):
             dataset[variable].attrs["description"] = (
@@ -195,6 +215,8 @@ def _log_likelihood_dataset(fit, posterior: xr.Dataset) -> xr.Dataset:
     for term in design.re_terms:
         u = posterior[f"u_{term.group}"].sel({f"{term.group}_term": list(term.term_names)}).values
         f = f + np.einsum("nk,cdnk->cdn", term.values, u[:, :, term.codes, :])
+    for term, basis in zip(design.gp_terms, design.gp_bases):
+        f = f + np.tensordot(posterior[gp_variable(term)].values, basis, axes=([2], [1]))
     log_odds = 2.0 * np.maximum(1.0 + f, 0.0) - 2.0 * np.maximum(1.0 - f, 0.0)
     loglik = log_expit(design.y * log_odds)
     name = design.response.name
@@ -212,6 +234,7 @@ def _check_export_memory(fit, draws: int, log_likelihood: bool) -> None:
     total = int(np.prod(stored.shape[:2])) if stored is not None and stored.ndim == 3 else draws
     design = fit.model.design
     width = design.p + sum(term.n_levels * term.k for term in design.re_terms)
+    width += sum(term.n_basis for term in design.gp_terms)
     needed = 8.0 * total * (width + (design.n if log_likelihood else 0)) * 2
     check_memory(
         needed,

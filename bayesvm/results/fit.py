@@ -18,7 +18,7 @@ from ..engines.lasso_em import LassoEMResult
 from ..engines.selection import SelectionVBResult
 from ..engines.vb import VBProblem, VBResult
 from ..errors import BayesvmError
-from ..model import LinearModel
+from ..model import PENALTY_SOURCE, LinearModel, gp_index
 from ..priors import Lasso
 from .posterior import posterior_view
 
@@ -290,8 +290,11 @@ class BSVMFit:
         """Posterior means of the variance components (penalty variance first, if learned)."""
         out = []
         for comp, mean in zip(self.problem.components, self.posterior.component_means()):
-            if comp.source < 0:
+            if comp.source == PENALTY_SOURCE:
                 out.append(VarianceEstimate("penalty", ("slopes",), mean, comp.name))
+                continue
+            if gp_index(comp.source) is not None:  # a gp() term: its amplitude sigma_g^2
+                out.append(VarianceEstimate(comp.name, ("amplitude",), mean, comp.name))
                 continue
             term = self.model.design.re_terms[comp.source]
             out.append(VarianceEstimate(term.group, term.term_names, mean, comp.name))
@@ -301,7 +304,7 @@ class BSVMFit:
     def penalty_estimate(self) -> float | None:
         """Posterior mean of ``alpha = 1 / (4 sigma_u^2)`` when the penalty is learned (``E[1/sigma_u^2]/4``)."""
         for c, comp in enumerate(self.problem.components):
-            if comp.source >= 0:
+            if comp.source != PENALTY_SOURCE:
                 continue
             if isinstance(self.result, GibbsResult):
                 return float(np.mean(1.0 / self.result.components[c][..., 0, 0]) / 4.0)
@@ -327,6 +330,8 @@ class BSVMFit:
             if not include_random:
                 keep = np.zeros(D.shape[1])
                 keep[: model.design.p] = 1.0
+                for term, start in zip(model.design.gp_terms, model.gp_offsets()):  # g(x) is not a group effect
+                    keep[start : start + term.n_basis] = 1.0
                 D = D @ sp.diags(keep) if sp.issparse(D) else D * keep
                 blocked = None
             if model.design.imputation is not None:  # VB: Cov(z_i); Gibbs: the draws' variances
@@ -461,6 +466,15 @@ class BSVMFit:
         from .effects import probability_change
 
         return probability_change(self, column, values=values, newdata=newdata, by=by)
+
+    def gp_effect(
+        self, term: str | None = None, newdata: pd.DataFrame | None = None, points: int = 100, level: float = 0.95
+    ) -> pd.DataFrame:
+        """The fitted function of a ``gp()`` term with its credible band
+        (:func:`bayesvm.results.gp_effect.gp_effect`)."""
+        from .gp_effect import gp_effect
+
+        return gp_effect(self, term=term, newdata=newdata, points=points, level=level)
 
     def _row_labels(self, newdata) -> pd.Index:
         """The index of ``newdata`` (or of the training rows), so that predictions align with the data."""

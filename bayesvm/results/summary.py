@@ -11,6 +11,7 @@ from scipy.stats import norm
 from ..engines import variance_prior
 from ..engines.ep import accurate_failure
 from ..engines.sparse_schur import SchurSparsePosterior
+from ..model import PENALTY_SOURCE
 from .vb_check import KHAT_GOOD, KHAT_LIMIT, VBCheck
 
 #: ``summary()`` suggests ``probes`` when the exact sparse path factorised a dense complement this large
@@ -304,7 +305,7 @@ def _variance_prior_text(fit) -> str | None:
     """The prior of each random-effect variance, e.g. ``(1 | g): sigma ~ half-t(3, 2.5)``."""
     parts = []
     for comp in fit.problem.components:
-        if comp.source < 0:
+        if comp.source == PENALTY_SOURCE:
             continue
         if comp.is_wishart:
             parts.append(f"{comp.name}: Sigma ~ IW({comp.prior_df:g}, {np.round(comp.prior_scale, 3).tolist()})")

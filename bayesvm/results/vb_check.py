@@ -21,6 +21,7 @@ import pandas as pd
 from scipy import stats
 
 from ..engines.joint import log_prior, log_pseudo_likelihood
+from ..model import PENALTY_SOURCE
 from .marginal_check import integrable_component, marginal_log_ratios
 
 KHAT_GOOD = 0.5
@@ -196,7 +197,7 @@ def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
             weights = _normalised(log_weights)
             for comp, cov in zip(problem.components, covs):
                 if comp.k == 1:
-                    label = "penalty sigma_u^2" if comp.source < 0 else f"sigma^2 {comp.name}"
+                    label = "penalty sigma_u^2" if comp.source == PENALTY_SOURCE else f"sigma^2 {comp.name}"
                     mean = float(weights @ cov[:, 0, 0])
                     marginal.loc[label] = [mean, float(np.sqrt(weights @ (cov[:, 0, 0] - mean) ** 2))]
     return VBCheck(
