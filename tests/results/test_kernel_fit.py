@@ -86,8 +86,10 @@ def test_bad_kernel_options_raise(banana, kwargs, message):
 
 def test_random_effects_with_a_kernel_are_refused():
     toenail = bayesvm.datasets.load_toenail()
-    with pytest.raises(BayesvmError, match="random effects cannot be combined with a kernel"):
+    with pytest.raises(BayesvmError, match="write the GP as a formula term: y ~ gp"):
         bayesvm.bsvm("outcome ~ time + (1 | patientID)", toenail, kernel=RBF())
+    with pytest.raises(BayesvmError, match="use one or the other"):
+        bayesvm.bsvm("outcome ~ treatment + gp(time)", toenail, kernel=RBF())
     with pytest.raises(BayesvmError, match="only an intercept"):
         bayesvm.bsvm("outcome ~ 1", toenail, kernel=RBF())
 
