@@ -93,6 +93,25 @@ def test_cardiac_vignette_runs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "cardiac_imputation.png").stat().st_size > 1000
 
 
+@pytest.mark.once
+def test_clinical_gp_vignette_runs(tmp_path, monkeypatch, capsys):
+    """The statements of the gp() vignette (issue 23): accurate VB within 0.35 Gibbs SD with SDs within 15%,
+    mean-field shrinking g with SDs under 0.8 of Gibbs', the age shape recovered, and the toenail finding."""
+    namespace = _run("clinical_gp.md", tmp_path, monkeypatch)
+    comparison = namespace["comparison"]
+    accurate, meanfield = comparison["accurate VB"], comparison["mean-field VB"]
+    assert accurate["gap (Gibbs sd)"].abs().max() < 0.35, accurate
+    assert accurate["sd ratio"].sub(1).abs().max() < 0.15, accurate
+    ages = [label for label in comparison.index if label.startswith("g(")]
+    assert meanfield.loc[ages, "sd ratio"].max() < 0.8 and meanfield.loc[ages, "gap (Gibbs sd)"].abs().max() > 0.4
+    assert namespace["shape_correlation"] > 0.95
+    toe = namespace["toe_table"]
+    assert toe["Gibbs mean"].iloc[0] > 1.0 and toe["Gibbs mean"].iloc[-1] < -1.0  # the falling time course
+    assert toe["sd ratio"].sub(1).abs().max() < 0.15 and 0.35 < toe["accurate - Gibbs (sd)"].iloc[0] < 0.9
+    assert toe["accurate - Gibbs (sd)"].iloc[3:].abs().max() < 0.35
+    assert (tmp_path / "clinical_gp_age.png").stat().st_size > 1000
+
+
 def test_pcvm_vignette_runs(tmp_path, monkeypatch, capsys):
     namespace = _run("pcvm.md", tmp_path, monkeypatch)
     out = capsys.readouterr().out

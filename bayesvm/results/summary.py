@@ -113,7 +113,9 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     response = design.response
     n_pos = int((design.y > 0).sum())
     penalty = fit.model.penalty
-    if penalty is None:
+    if penalty is not None and hasattr(fit.model, "penalized") and not fit.model.penalized.any():
+        penalty_text = f"none to apply: every fixed effect keeps the vague N(0, {fit.model.priors.fixed_variance:g})"
+    elif penalty is None:
         penalty_text = f"none: vague N(0, {fit.model.priors.fixed_variance:g}) on every fixed effect"
     elif penalty == "learn":
         alpha = fit.penalty_estimate
@@ -270,6 +272,8 @@ SELECTION_GIBBS_TITLES = {
 
 def _documentation_topic(fit) -> str:
     """The shipped vignette closest to this fit (``python -m bayesvm docs NAME``)."""
+    if getattr(fit.model.design, "gp_terms", ()):
+        return "clinical_gp"
     if fit.model.design.imputation is not None:
         return "cardiac"
     if fit.model.prior is not None:
