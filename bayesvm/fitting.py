@@ -384,15 +384,16 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
         model = build_kernel_model(streamed.design, kernel, standardize, inducing, inducing_method, seed)
         problem = model.problem()
         locations = model.locations if model.locations is not None else problem.X
-        parts = streamed.parts(lambda X, model=model: model.inputs(X))
+        parts = streamed.parts(lambda new, model=model: model.inputs(new.X))
         result = fit_svi(problem, locations, batch_size=batch_size, max_iter=max_iter, tol=tol,
                          learning_rate=learning_rate, seed=seed,
                          batches=lambda rng: PartitionBatches(streamed.loader(parts), streamed.counts, batch_size, rng))  # fmt: skip
         fit = KernelFit(model=model, problem=problem, method=method, result=result, data_name=name, tol=tol)
     else:
-        model = build_model(streamed.design, penalty, PriorSet() if priors is None else priors, standardize)
+        model = _all_dense(build_model(streamed.design, penalty, PriorSet() if priors is None else priors, standardize),
+                           "out-of-core data stream the rows of one dense q")  # fmt: skip
         problem = model.problem()
-        parts = streamed.parts(model.standardized_X)
+        parts = streamed.parts(lambda new, model=model: model.dense_matrix(new.X, new.codes, new.values, new.gp_bases))
         if method == "vb":
             result = fit_streamed_vb(problem, lambda func, *args: streamed.map(parts, func, *args), tol=tol,
                                      max_iter=max_iter)  # fmt: skip
@@ -408,22 +409,29 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
     return fit
 
 
+def _all_dense(model, why: str):
+    """The model with every random-effect term in the dense columns (no Schur block, no sparse path), for the
+    engines that keep one dense ``q`` over all coefficients; refused beyond :data:`MAX_DENSE_COLUMNS`."""
+    terms = model.design.re_terms
+    if not terms:
+        return model
+    size = model.design.p + sum(t.n_levels * t.k for t in terms) + sum(t.n_basis for t in model.design.gp_terms)
+    if size > MAX_DENSE_COLUMNS:
+        raise BayesvmError(
+            f"{why} over all {size} coefficients (each step factorises its precision), more than "
+            f"{MAX_DENSE_COLUMNS}: use in-memory data with method='vb' (sparse structure) for this many "
+            "random-effect levels"
+        )
+    return replace(model, dense_terms=tuple(range(len(terms))), blocked_terms=(), sparse=False)
+
+
 def _fit_linear_svi(
     model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation="mi", imputations=20
 ) -> BSVMFit:
     """``method="svi"`` without a kernel: Wenzel et al. (2017), section 4.5 (``bayesvm.engines.svi``)."""
     from .engines.svi import fit_linear_svi
 
-    terms = model.design.re_terms
-    if terms:  # every coefficient in SVI's one dense q (engines.svi): the random effects become dense columns
-        size = model.design.p + sum(term.n_levels * term.k for term in terms)
-        if size > MAX_DENSE_COLUMNS:
-            raise BayesvmError(
-                f"method='svi' keeps one dense q over all {size} coefficients (each step factorises its "
-                f"precision), more than {MAX_DENSE_COLUMNS}: use method='vb' (sparse structure) for this many "
-                "random-effect levels"
-            )
-        model = replace(model, dense_terms=tuple(range(len(terms))), blocked_terms=(), sparse=False)
+    model = _all_dense(model, "method='svi' keeps one dense q")
     if model.prior is not None or vb == "accurate":
         raise BayesvmError("method='svi' is not available with a selection prior or vb='accurate'")
     _iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)

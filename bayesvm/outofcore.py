@@ -10,8 +10,12 @@ through :meth:`StreamedData.batches`, SVI).  Everything goes through ``dask.comp
 cluster unchanged.
 
 Requirements: text predictors or responses must be categorical with known categories
-(``ddf.categorize(columns=[...])``) so that every partition codes the same levels; random effects and
-``missing="impute"`` are not available out of core.
+(``ddf.categorize(columns=[...])``) so that every partition codes the same levels.  Random effects: the
+levels of each grouping factor are collected over every partition in the same reduction (sorted as in
+memory), and each partition's rows carry their codes, so the engines see the random effects as dense columns
+(at most :data:`bayesvm.model.MAX_DENSE_COLUMNS` coefficients in all).  A ``gp()`` term's basis
+(standardisation, inducing locations, centring) is set from the prototype rows.  ``missing="impute"`` is
+refused: its imputations are per-row parameters, which a pass over partitions cannot keep.
 """
 
 from __future__ import annotations
@@ -24,7 +28,15 @@ import pandas as pd
 
 from .errors import BayesvmError, DataError
 from .formula.bars import ParsedFormula
-from .formula.design import Design, _bad_mask, _required_variables, build_design
+from .formula.design import (
+    Design,
+    NewDesign,
+    _bad_mask,
+    _group_labels,
+    _required_variables,
+    _sorted_levels,
+    build_design,
+)
 from .formula.response import code_response
 
 #: Rows of the prototype design (taken from the first partition).
@@ -66,26 +78,55 @@ class StreamedDesign(Design):
         return self.column_mean, self.column_sd
 
 
-def _partition_rows(frame: pd.DataFrame, design: Design, used: list[str], missing: str) -> tuple:
-    """``(X, y)`` of one partition (complete rows for ``missing="drop"``)."""
-    if missing == "drop":
-        keep = np.ones(len(frame), dtype=bool)
-        for name in used:
-            keep &= ~_bad_mask(frame[name])
-        frame = frame.loc[keep]
+def _complete(frame: pd.DataFrame, used: list[str], missing: str) -> pd.DataFrame:
+    if missing != "drop":
+        return frame
+    keep = np.ones(len(frame), dtype=bool)
+    for name in used:
+        keep &= ~_bad_mask(frame[name])
+    return frame.loc[keep]
+
+
+def _empty_rows(design: Design) -> NewDesign:
+    return NewDesign(
+        X=np.zeros((0, design.p)),
+        codes=tuple(np.zeros(0, dtype=int) for _ in design.re_terms),
+        values=tuple(np.zeros((0, term.k)) for term in design.re_terms),
+        gp_bases=tuple(np.zeros((0, term.n_basis)) for term in design.gp_terms),
+    )
+
+
+def _partition_rows(frame: pd.DataFrame, design: Design, used: list[str], missing: str) -> tuple[NewDesign, np.ndarray]:
+    """``(rows, y)`` of one partition (complete rows for ``missing="drop"``): X, the random-effect codes and
+    values (levels of the whole frame) and the ``gp()`` bases."""
+    frame = _complete(frame, used, missing)
     if len(frame) == 0:
-        return np.zeros((0, design.p)), np.zeros(0)
-    X = design.rematerialize(frame, include_random=False).X
-    return X, design.response.encode(frame[design.parsed.response])
+        return _empty_rows(design), np.zeros(0)
+    return design.rematerialize(frame), design.response.encode(frame[design.parsed.response])
 
 
 def _partition_summary(frame: pd.DataFrame, design: Design, used: list[str], missing: str) -> dict:
+    """Counts of bad values, rows, column sums of X, the response and each grouping factor's levels."""
     bad = {name: int(_bad_mask(frame[name]).sum()) for name in used}
+    groups = tuple(dict.fromkeys(bar.group for bar in design.parsed.bars))
     if missing == "error" and any(bad.values()):
-        X, y = np.zeros((0, design.p)), np.zeros(0)
+        X, y, labels = np.zeros((0, design.p)), np.zeros(0), {g: pd.Index([]) for g in groups}
     else:
-        X, y = _partition_rows(frame, design, used, missing)
-    return {"bad": bad, "rows": len(y), "sum": X.sum(axis=0), "sumsq": (X * X).sum(axis=0), "y": y}
+        frame = _complete(frame, used, missing)
+        X = design.rematerialize(frame, include_random=False).X if len(frame) else np.zeros((0, design.p))
+        y = design.response.encode(frame[design.parsed.response]) if len(frame) else np.zeros(0)
+        labels = {g: pd.Index(_group_labels(frame, g).unique()) for g in groups}
+    return {"bad": bad, "rows": len(y), "sum": X.sum(axis=0), "sumsq": (X * X).sum(axis=0), "y": y, "labels": labels}
+
+
+def _with_levels(design: Design, frame: pd.DataFrame, summaries) -> Design:
+    """The prototype's random-effect terms with the levels of the whole frame (codes of the prototype rows)."""
+    terms = []
+    for term in design.re_terms:
+        seen = pd.Index([]).append([s["labels"][term.bar.group] for s in summaries]).unique()
+        levels = _sorted_levels(pd.Index(seen.astype(str)))
+        terms.append(replace(term, levels=levels, codes=levels.get_indexer(_group_labels(frame, term.bar.group))))
+    return replace(design, re_terms=tuple(terms))
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,8 +150,8 @@ class StreamedData:
         design, used, missing = self.design, list(self.used), self.missing
 
         def rows(part):
-            X, y = _partition_rows(part, design, used, missing)
-            return transform(X), y
+            new, y = _partition_rows(part, design, used, missing)
+            return transform(new), y
 
         tasks = [dask.delayed(rows)(part) for part in self.frame.to_delayed()]
         if 8.0 * self.design.n * self.design.p <= PERSIST_BYTES:
@@ -144,17 +185,25 @@ def reduce_partitions(results: list) -> object:
 def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, missing: str) -> StreamedData:
     """Prototype design, global checks and the full response vector for a dask frame."""
     dask = _dask()
-    if parsed.bars:
-        raise BayesvmError(
-            "random effects are not available for out-of-core (dask) data in this version: remove "
-            f"{[str(b) for b in parsed.bars]} or load the data into pandas"
-        )
     if missing not in ("error", "drop"):
-        raise DataError(f"out-of-core data take missing='error' or 'drop', not {missing!r}")
+        raise DataError(
+            f"out-of-core data take missing='error' or 'drop', not {missing!r}: imputed values are parameters of "
+            "every row, and a pass over the partitions keeps no per-row state"
+        )
     head = ddf.head(PROTOTYPE_ROWS, npartitions=1)
     if len(head) == 0:
         raise DataError("the first partition of the dask frame is empty")
-    used = list(dict.fromkeys([parsed.response, *_required_variables(parsed.fixed, head, "data")]))
+    used = list(
+        dict.fromkeys(
+            [
+                parsed.response,
+                *_required_variables(parsed.fixed, head, "data"),
+                *(v for bar in parsed.bars for v in _required_variables(bar.expr, head, "data")),
+                *(v for bar in parsed.bars for v in bar.group),
+                *(v for spec in parsed.gp_terms for v in spec.variables),
+            ]
+        )
+    )
     missing_cols = [c for c in used if c not in ddf.columns]
     if missing_cols:
         build_design(parsed, head, positive=positive, missing="drop", rank="keep")  # raises naming the column
@@ -205,6 +254,7 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
     if n < 2:
         raise DataError("fewer than 2 complete rows in the dask frame")
     y = np.concatenate([s["y"] for s in summaries])
+    prototype = _with_levels(prototype, proto, summaries)
     total = sum(s["sum"] for s in summaries)
     total_sq = sum(s["sumsq"] for s in summaries)
     fields = {f: getattr(prototype, f) for f in Design.__dataclass_fields__}

@@ -84,10 +84,55 @@ def test_streamed_kernel_svi_equals_in_memory(client, frame):
     np.testing.assert_allclose(streamed.predict(frame, kind="link"), memory.predict(frame, kind="link"), atol=1e-8)
 
 
+def _grouped(seed: int = 5, n: int = 600, levels: int = 30) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, levels, n)
+    X = rng.normal(size=(n, 2))
+    eta = X @ [1.0, -0.8] + rng.normal(0, 1, levels)[g] + np.sin(2 * X[:, 1])
+    frame = pd.DataFrame(X, columns=["a", "b"]).assign(
+        y=pd.Categorical(np.where(rng.random(n) < 1 / (1 + np.exp(-eta)), "yes", "no")),
+        g=pd.Categorical([f"g{j:02d}" for j in g]),
+        clinic=rng.integers(0, 5, n),  # a numeric grouping factor
+    )
+    frame.loc[frame.index[-40:], "g"] = "g00"  # (the last partition holds a level the first does not)
+    return frame
+
+
+def test_streamed_vb_with_random_effects_equals_in_memory_vb(client):
+    """Issue 23: dask data with random effects.  The levels come from every partition, the random effects
+    stream as dense columns, and the sweeps are those of in-memory mean-field VB: the same optimum."""
+    frame = _grouped()
+    ddf = dd.from_pandas(frame, npartitions=3)
+    formula = "y ~ a + b + (1 | g) + (1 | clinic)"
+    memory = bayesvm.bsvm(formula, frame, vb="meanfield", tol=1e-12)
+    streamed = bayesvm.bsvm(formula, ddf, tol=1e-12)
+    assert streamed.converged and streamed.model.design.groups == {"g": 30, "clinic": 5}
+    np.testing.assert_allclose(streamed.fixef, memory.fixef, atol=1e-5)
+    np.testing.assert_allclose(streamed.ranef["g"], memory.ranef["g"], atol=1e-5)
+    assert [v.mean[0, 0] for v in streamed.variance_components] == pytest.approx(
+        [v.mean[0, 0] for v in memory.variance_components], rel=1e-4
+    )
+    assert np.all(np.diff(streamed.lower_bound) >= -1e-8 * np.abs(streamed.lower_bound[1:]))
+    new = frame.head(6).assign(g=pd.Categorical(["g03", "g03", "g07", "g07", "g09", "g09"]))
+    np.testing.assert_allclose(streamed.predict(new, kind="link"), memory.predict(new, kind="link"), atol=1e-5)
+    assert "Groups" in str(streamed.summary())
+    svi = bayesvm.bsvm(formula, ddf, method="svi", seed=2, tol=1e-6)
+    sd = np.sqrt(np.diag(memory.fixef_cov))
+    assert svi.converged and np.max(np.abs(svi.fixef - memory.fixef) / sd) < 0.5
+
+
+def test_streamed_gp_term_with_random_effects_fits(client):
+    frame = _grouped()
+    fit = bayesvm.bsvm("y ~ a + gp(b, k=10) + (1 | g)", dd.from_pandas(frame, npartitions=3))
+    assert fit.converged and [v.label for v in fit.variance_components] == ["penalty", "(1 | g)", "gp(b)"]
+    effect = fit.gp_effect(newdata=pd.DataFrame({"b": [-2.0, 2.0]}))
+    assert effect["mean"].iloc[0] > effect["mean"].iloc[1] + 1.0  # -0.8 b + sin(2 b): 2.4 at b = -2, -2.4 at 2
+
+
 def test_streamed_errors_name_the_problem(client, frame):
     ddf = dd.from_pandas(frame, npartitions=2)
-    with pytest.raises(BayesvmError, match="random effects"):
-        bayesvm.bsvm("y ~ a + (1 | g)", ddf)
+    with pytest.raises(DataError, match="a pass over the partitions keeps no per-row state"):
+        bayesvm.bsvm("y ~ a + b", ddf, missing="impute")
     with pytest.raises(BayesvmError, match="method"):
         bayesvm.bsvm("y ~ a", ddf, method="gibbs")
     text = frame.assign(h=frame["g"].astype(str))

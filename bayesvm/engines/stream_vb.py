@@ -1,4 +1,4 @@
-"""Full-batch mean-field VB (Alg. 1-2 without random effects) by streaming over data partitions.
+"""Full-batch mean-field VB (Alg. 1-2) by streaming over data partitions.
 
 Each pass over the partitions computes, for the current ``q(beta) = N(mu, Sigma)``, per partition:
 ``e_i = (1 - y_i x_i'mu)^2 + x_i'Sigma x_i``, ``chi_i = max(e_i, floor)``, ``w_i = chi_i^(-1/2)`` and the
@@ -7,7 +7,9 @@ sums ``X'WX``, ``X'y(1 + w)`` and ``sum_i [y_i x_i'mu - 1 - sqrt(chi_i) + (chi_i
 records the bound of the complete ``q`` (``q(beta)``, the new ``q(a)``, ``q(sigma_u^2)``) and solves for
 the next ``q(beta)``.  These are exactly the sweeps of :func:`bayesvm.engines.vb.fit_vb` (without its
 SQUAREM acceleration, which would need ``chi`` for every row), one pass per sweep, with memory
-``O(p^2)`` on the driver; ``chi`` is never stored.
+``O(p^2)`` on the driver; ``chi`` is never stored.  Random effects stream as dense columns of the
+partitions' rows (``p`` counts them), each term with its variance component, updated like the penalty's
+(Alg. 2 step 4; the half-t through its auxiliary variable, inverse-Wishart terms alike).
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ import numpy as np
 
 from .augmentation import update_chi
 from .linalg import GaussianPosterior, blas_threads, gaussian_from_natural
-from .vb import ComponentPosterior, VBProblem, VBResult, _second_moments, lower_bound, update_component
+from .vb import (
+    VBProblem,
+    VBResult,
+    _prior_precisions,
+    _second_moments,
+    initial_component,
+    lower_bound,
+    update_component,
+)
 
 
 def partition_sums(D: np.ndarray, y: np.ndarray, mean: np.ndarray | None, cov: np.ndarray | None) -> tuple:
@@ -47,7 +57,9 @@ def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_i
     """
     start = time.perf_counter()
     p = problem.D.shape[1]
-    components = [ComponentPosterior(shape=c.prior_a, scale=np.eye(1) * c.prior_a) for c in problem.components]
+    if problem.blocked is not None:
+        raise ValueError("streamed VB keeps every coefficient in one dense q: no blocked factor")
+    components = [initial_component(c) for c in problem.components]
     theta: GaussianPosterior | None = None
     bounds: list[float] = []
     decreases: list[int] = []
@@ -74,11 +86,11 @@ def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_i
                         break
                 if len(bounds) >= max_iter:
                     break
-            precision = np.diag(problem.fixed_precision).astype(float)
-            for comp, post in zip(problem.components, components):
-                precision[comp.index.ravel(), comp.index.ravel()] += post.expected_precision()[0, 0]
+            precision = _prior_precisions(problem, [post.expected_precision() for post in components])[0]
             theta = gaussian_from_natural(G + precision, r)
-            components = [update_component(c, _second_moments(c, theta)) for c in problem.components]
+            components = [
+                update_component(c, _second_moments(c, theta), post) for c, post in zip(problem.components, components)
+            ]
     return VBResult(
         theta=theta, components=components, chi=np.zeros(0), lower_bound=np.array(bounds), converged=converged,
         n_iter=len(bounds), elapsed=time.perf_counter() - start, decreases=decreases,
