@@ -610,10 +610,13 @@ def _check_imputation(model, method: str, vb: str, imputation: str, imputations:
             "joint model's imputation step conditions on every coefficient, which this version's selection "
             "samplers do not provide"
         )
-    if model.sparse:
+    if model.sparse and (imputation != "mi" or vb == "accurate" or model.prior is not None):
         raise BayesvmError(
-            "missing='impute' needs the dense random-effect layout; this model's random effects are too many "
-            f"for it (more than {MAX_DENSE_COLUMNS} columns outside the largest grouping factor)"
+            f"this model's random effects are too many for a dense layout (more than {MAX_DENSE_COLUMNS} columns "
+            "outside the largest grouping factor), so it is fitted on the sparse path, where missing='impute' is "
+            "multiple imputation (imputation='mi', the default) with mean-field VB or Gibbs: the joint model's "
+            "imputation step needs the full posterior covariance of the imputed columns' coefficients with every "
+            "other coefficient, and the accurate and selection fits need dense precisions"
         )
 
 

@@ -383,6 +383,21 @@ def stack_draws(records: list[tuple], n_components: int) -> dict:
     }
 
 
+def sparse_coefficient_draw(
+    problem: VBProblem, omega: np.ndarray, precisions: list[np.ndarray], rng: np.random.Generator
+) -> np.ndarray:
+    """``theta | w, Sigma`` on the sparse path (Luts & Ormerod 2014, App. A, step 1): ``N(P^-1 C'y(1 + w), P^-1)``
+    with ``P = C' diag(w) C + prior``, by elimination onto a dense Schur complement where the problem's layout
+    allows it (crossed factors), else by a sparse Cholesky factor."""
+    D = problem.D
+    rhs = problem.y * (1.0 + omega)
+    prior = _sparse_prior(problem, precisions)
+    if problem.elimination is not None:
+        return schur_sparse_draw(problem.elimination, omega, rhs, prior, rng)
+    factor = SparseCholesky.factor((D.T @ sp.diags(omega) @ D + prior).tocsc())
+    return factor.solve(D.T @ rhs) + factor.sample_deviation(rng, 1)[0]
+
+
 def chain_draws(
     problem: VBProblem, tune: int, thin: int, seed: np.random.SeedSequence, interweave: bool = True, tick=None
 ):
@@ -411,13 +426,7 @@ def chain_draws(
     while True:
         precisions = [np.linalg.inv(c) for c in covs]
         if sparse:
-            rhs = y * (1.0 + omega)
-            prior = _sparse_prior(problem, precisions)
-            if problem.elimination is not None:  # crossed factors: dense Schur complement
-                theta_d = schur_sparse_draw(problem.elimination, omega, rhs, prior, rng)
-            else:
-                factor = SparseCholesky.factor((D.T @ sp.diags(omega) @ D + prior).tocsc())
-                theta_d = factor.solve(D.T @ rhs) + factor.sample_deviation(rng, 1)[0]
+            theta_d = sparse_coefficient_draw(problem, omega, precisions, rng)
             theta_b = np.zeros((0, 0))
             if mover is not None:  # before w | theta, which it needs (interweave module)
                 theta_d, theta_b, covs, _ = mover(theta_d, theta_b, covs, aux, D @ theta_d, rng)

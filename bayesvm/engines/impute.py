@@ -40,14 +40,15 @@ settled on the new completed data.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+import scipy.sparse as sp
 from scipy import stats
 from scipy.special import multigammaln
 
 from .augmentation import inverse_a_mean, update_chi
-from .gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains
+from .gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
 from .joint import component_values, log_prior, log_pseudo_likelihood
 from .linalg import blas_threads, gaussian_draw, gaussian_posterior
 from .vb import (
@@ -85,7 +86,13 @@ class ImputationProblem:
     def V(self) -> int:
         return self.z.shape[1]
 
-    def design(self, z: np.ndarray) -> np.ndarray:
+    def design(self, z: np.ndarray):
+        """The engine's design with the imputed columns at ``z`` (a CSR matrix on the sparse path)."""
+        if sp.issparse(self.base.D):  # the fixed-effect columns lead: rebuild them densely, keep the rest
+            width = int(np.max(self.columns)) + 1
+            head = self.base.D[:, :width].toarray()
+            head[:, self.columns] = self.alpha + self.gamma * z
+            return sp.hstack([sp.csr_matrix(head), self.base.D[:, width:]], format="csr")
         D = self.base.D.copy()
         D[:, self.columns] = self.alpha + self.gamma * z
         return D
@@ -354,8 +361,14 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
                 imputation_step(state, prob, y, patterns, rng)
             mu, sigma = marginal_moments(state.B, state.sigma, y)
         D = prob.design(z)
-        prior_dd, prior_b = _prior_precisions(base, [np.linalg.inv(c) for c in covs])
-        theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng)
+        if sp.issparse(D):  # (multiple imputation only: z changes at a new imputation, the layout with it)
+            if step == 0 or new_imputation[step]:
+                current = replace(base, D=D)
+            theta_d = sparse_coefficient_draw(current, omega, [np.linalg.inv(c) for c in covs], rng)
+            theta_b = np.zeros((0, 0))
+        else:
+            prior_dd, prior_b = _prior_precisions(base, [np.linalg.inv(c) for c in covs])
+            theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng)
         f = D @ theta_d
         if blocked is not None:
             f = f + np.sum(blocked.values * theta_b[blocked.codes], axis=1)
