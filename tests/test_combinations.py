@@ -208,6 +208,7 @@ CELLS = [
     for k in ("linear", "gp", "kernel")
     for e in ENGINES
     if not (k == "kernel" and (r or m) and p != "penalty")  # (the prior refusal comes first: kernel-only cells)
+    and not (k == "gp" and not r)  # (a gp() term alone is the random-intercept cells' path without the levels)
 ]
 
 
