@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -45,6 +46,9 @@ SUPPORT_TOL = 1e-6
 @dataclass
 class EMResult:
     """Mode ``(theta_d, theta_b)``, the components' modes and the objective per iteration."""
+
+    #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): a point: the mode.
+    posterior_form: ClassVar[str] = "mode"
 
     theta_d: np.ndarray
     theta_b: np.ndarray

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
@@ -286,6 +287,9 @@ class IntegratedResult:
     (``design="lattice"``; each node stands for its cell, used by the PSIS check to turn the
     mixture into a density) or on the 3-point Gauss-Hermite product grid (``design="gauss-hermite"``).
     """
+
+    #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): a mixture of Gaussians over nodes of the variance parameters.
+    posterior_form: ClassVar[str] = "mixture"
 
     nodes: np.ndarray  # (nodes, hyperparameters): phi
     covariances: list[np.ndarray]  # per component, (nodes, k, k)

@@ -23,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -300,6 +301,9 @@ class GibbsResult:
         ``(chains, draws)``: log pseudo-posterior ``-2 sum_i (1 - y_i f_i)_+ + log prior`` with every
         constant of the prior.
     """
+
+    #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): draws (chains x draws).
+    posterior_form: ClassVar[str] = "sampled"
 
     theta_d: np.ndarray
     theta_b: np.ndarray

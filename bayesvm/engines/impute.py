@@ -119,6 +119,14 @@ class ImputedVBResult(VBResult):
     sigma_scale: np.ndarray = None
     design: np.ndarray = field(default=None, repr=False)  # D at the imputed means
 
+    def imputation_moments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(z mean (n, V), z sd (n, V), E[mu], E[Sigma])`` on the standardised scale (``q(Sigma)`` is
+        inverse Wishart: its mean where it exists, else its scale)."""
+        V = self.mu_mean.size
+        sd = np.sqrt(np.diagonal(self.z_cov, axis1=1, axis2=2))
+        sigma = self.sigma_scale / (self.sigma_df - V - 1.0) if self.sigma_df > V + 1 else self.sigma_scale
+        return self.z_mean, sd, self.mu_mean, sigma
+
 
 def missing_patterns(missing: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Rows grouped by their missingness pattern: ``(rows, missing-columns mask)``, complete rows left out."""
@@ -422,6 +430,11 @@ class ImputedGibbsResult(GibbsResult):
 
     imputation: ImputedGibbsDraws = None
     imputation_mode: str = "joint"
+
+    def imputation_moments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(z mean (n, V), z sd (n, V), E[mu], E[Sigma])`` over the draws, standardised scale."""
+        draws = self.imputation
+        return draws.z_mean, np.sqrt(draws.z_var), draws.mu.mean(axis=(0, 1)), draws.sigma.mean(axis=(0, 1))
 
 
 def sample_impute_gibbs(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import scipy.linalg as sla
@@ -47,6 +48,9 @@ ZERO_TOL = 1e-7
 @dataclass
 class LassoEMResult:
     """Mode of the coefficients (exact zeros where the lasso sets them) and of ``nu``."""
+
+    #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): a point: the mode.
+    posterior_form: ClassVar[str] = "mode"
 
     coef: np.ndarray
     nu: float

@@ -42,6 +42,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import ClassVar
 
 import numpy as np
 import scipy.linalg as sla
@@ -168,6 +169,9 @@ class SelectionVBResult:
     lower_bound
         After every sweep.
     """
+
+    #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): q(gamma) x q(theta): a spike-and-Gaussian mixture per slope.
+    posterior_form: ClassVar[str] = "selection"
 
     mean: np.ndarray
     cov: np.ndarray

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -199,6 +200,9 @@ class ComponentPosterior:
 @dataclass
 class VBResult:
     """Plain outputs of :func:`fit_vb`."""
+
+    #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): a Gaussian q(theta) and q of each variance component.
+    posterior_form: ClassVar[str] = "variational"
 
     theta: GaussianPosterior | SparseGaussianPosterior | SchurSparsePosterior | ProbePosterior
     components: list[ComponentPosterior]

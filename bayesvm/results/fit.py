@@ -12,10 +12,7 @@ import scipy.sparse as sp
 from ..arguments import as_level
 from ..checks.findings import Diagnostics
 from ..engines.em import EMResult
-from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
-from ..engines.lasso_em import LassoEMResult
-from ..engines.selection import SelectionVBResult
 from ..engines.vb import VBProblem, VBResult
 from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE, LinearModel, gp_index
@@ -86,7 +83,7 @@ class BSVMFit:
             raise BayesvmError(
                 "check_vb() does not cover missing='impute' fits (their posterior includes the imputed values)"
             )
-        if isinstance(self.result, SelectionVBResult):
+        if self._form == "selection":
             raise BayesvmError(
                 "check_vb() checks Gaussian and grid-mixture q's; compare a Laplace-zero VB fit with method='gibbs'"
             )
@@ -105,6 +102,11 @@ class BSVMFit:
             )
         return self._vb_check
 
+    @property
+    def _form(self) -> str:
+        """The form of the engine's output (``posterior_form``: variational, sampled, mode, mixture, selection)."""
+        return getattr(self.result, "posterior_form", "")
+
     # ----- convergence ---------------------------------------------------------------
     @property
     def lower_bound(self) -> np.ndarray:
@@ -115,7 +117,7 @@ class BSVMFit:
     def converged(self) -> bool:
         """VB and EM: the stopping rule was met (multiple imputation: on every completed data set, whose
         posteriors differ by design, so no R-hat across them); Gibbs: every R-hat <= 1.01."""
-        if isinstance(self.result, GibbsResult) and getattr(self.result, "fits", None) is None:
+        if self._form == "sampled" and getattr(self.result, "fits", None) is None:
             from .diagnostics import mcmc_diagnostics
 
             return bool(mcmc_diagnostics(self)["r_hat"].max() <= 1.01)
@@ -124,7 +126,7 @@ class BSVMFit:
     @property
     def n_iter(self) -> int:
         """VB sweeps; Gibbs iterations per chain (tuning included)."""
-        if isinstance(self.result, GibbsResult):
+        if self._form == "sampled":
             return self.result.tune + self.result.draws * self.result.thin
         return self.result.n_iter
 
@@ -142,7 +144,7 @@ class BSVMFit:
     def support(self) -> pd.Index | None:
         """EM / ECME: labels of the training rows that are support vectors (``y f <= 1``, on or inside
         the margin); ``None`` for the Bayesian engines, where every row has a posterior weight."""
-        if not isinstance(self.result, (EMResult, LassoEMResult)):
+        if self._form != "mode":
             return None
         return self.model.design.row_index[self.result.support]
 
@@ -178,7 +180,7 @@ class BSVMFit:
             return None
         sel = np.flatnonzero(model.penalized)
         to_original = 1.0 / model.scale[sel]
-        if isinstance(result, SelectionVBResult):
+        if self._form == "selection":
             from scipy.stats import norm
 
             p_include = result.p_include
@@ -306,13 +308,7 @@ class BSVMFit:
         for c, comp in enumerate(self.problem.components):
             if comp.source != PENALTY_SOURCE:
                 continue
-            if isinstance(self.result, GibbsResult):
-                return float(np.mean(1.0 / self.result.components[c][..., 0, 0]) / 4.0)
-            if isinstance(self.result, EMResult):  # the mode of sigma_u^2, mapped to alpha
-                return float(1.0 / (4.0 * self.result.components[c][0, 0]))
-            if isinstance(self.result, IntegratedResult):  # E[1/sigma_u^2] over the grid of log sigma_u^2
-                return float(self.result.weights @ (1.0 / self.result.variances[:, c]) / 4.0)
-            return float(self.result.components[c].expected_precision()[0, 0] / 4.0)
+            return float(self.posterior.expected_precision(c)[0, 0] / 4.0)
         return None
 
     # ----- prediction ----------------------------------------------------------------

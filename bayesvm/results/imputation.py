@@ -12,8 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..engines.impute import ImputedGibbsResult, ImputedVBResult
-
 
 @dataclass(frozen=True)
 class ImputationReport:
@@ -52,16 +50,10 @@ class ImputationReport:
 
 def imputation_moments(fit) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(z mean (n, V), z sd (n, V), E[mu_z], E[Sigma_z])`` on the engine's standardised scale."""
-    result = fit.result
-    if isinstance(result, ImputedVBResult):
-        V = result.mu_mean.size
-        sd = np.sqrt(np.diagonal(result.z_cov, axis1=1, axis2=2))
-        sigma = result.sigma_scale / (result.sigma_df - V - 1.0) if result.sigma_df > V + 1 else result.sigma_scale
-        return result.z_mean, sd, result.mu_mean, sigma
-    if isinstance(result, ImputedGibbsResult):
-        draws = result.imputation
-        return draws.z_mean, np.sqrt(draws.z_var), draws.mu.mean(axis=(0, 1)), draws.sigma.mean(axis=(0, 1))
-    raise TypeError("not an imputation fit")
+    moments = getattr(fit.result, "imputation_moments", None)
+    if moments is None:
+        raise TypeError("not an imputation fit")
+    return moments()
 
 
 def build_report(fit) -> ImputationReport:

@@ -17,7 +17,6 @@ from ..engines.em import EMResult
 from ..engines.ep import IntegratedResult
 from ..engines.gibbs import GibbsResult
 from ..engines.joint import predictor_draws
-from ..engines.lasso_em import LassoEMResult
 from ..engines.selection import SelectionVBResult
 from ..engines.vb import VBResult
 from .new_levels import ComponentLaw, discrete_law
@@ -46,6 +45,10 @@ class VariationalPosterior:
 
     def component_means(self) -> list[np.ndarray]:
         return [post.expected_covariance() for post in self.result.components]
+
+    def expected_precision(self, c: int) -> np.ndarray:
+        """``E[Sigma_c^-1]`` under ``q``."""
+        return self.result.components[c].expected_precision()
 
     def component_law(self, c: int) -> ComponentLaw:
         """``q`` of component ``c``: inverse gamma (1 x 1) or inverse Wishart."""
@@ -99,6 +102,11 @@ class SampledPosterior:
     def component_means(self) -> list[np.ndarray]:
         return [c.mean(axis=(0, 1)) for c in self.result.components]
 
+    def expected_precision(self, c: int) -> np.ndarray:
+        """``E[Sigma_c^-1]`` over every draw."""
+        draws = self.result.components[c]
+        return np.linalg.inv(draws.reshape((-1,) + draws.shape[2:])).mean(axis=0)
+
     def component_law(self, c: int) -> ComponentLaw:
         """The chains' draws of component ``c``."""
         draws = self.result.components[c]
@@ -150,6 +158,10 @@ class ModePosterior:
 
     def component_means(self) -> list[np.ndarray]:
         return list(self.result.components)
+
+    def expected_precision(self, c: int) -> np.ndarray:
+        """The inverse of the mode of ``Sigma_c``."""
+        return np.linalg.inv(np.asarray(self.result.components[c], dtype=float))
 
     def component_law(self, c: int) -> ComponentLaw:
         """The mode of component ``c`` as a point mass."""
@@ -208,6 +220,10 @@ class MixturePosterior:
             return []
         return [np.tensordot(self.result.weights, cov, axes=1) for cov in self.result.covariances]
 
+    def expected_precision(self, c: int) -> np.ndarray:
+        """``E[Sigma_c^-1]`` over the nodes of the variance parameters."""
+        return np.tensordot(self.result.weights, np.linalg.inv(self.result.covariances[c]), axes=1)
+
     def component_law(self, c: int) -> ComponentLaw:
         """The hyperparameter nodes' values of component ``c`` with their weights."""
         return discrete_law(self.result.covariances[c], self.result.weights)
@@ -254,6 +270,10 @@ class SelectionPosterior:
     def component_means(self) -> list[np.ndarray]:
         return [post.expected_covariance() for post in self.result.components]
 
+    def expected_precision(self, c: int) -> np.ndarray:
+        """``E[Sigma_c^-1]`` under ``q``."""
+        return self.result.components[c].expected_precision()
+
     def component_law(self, c: int) -> ComponentLaw:
         """``q`` of random-effect term ``c``: inverse gamma (1 x 1) or inverse Wishart."""
         post = self.result.components[c]
@@ -276,17 +296,19 @@ class SelectionPosterior:
         return coef[None], np.zeros((1, size, 0, 0)), _component_draws(self.result.components, rng, size)
 
 
+#: The view of each output form an engine declares (``posterior_form``, the engines' output contract).
+VIEWS = {
+    "variational": lambda result: VariationalPosterior(result),
+    "sampled": lambda result: SampledPosterior(result),
+    "mode": lambda result: ModePosterior(result),
+    "mixture": lambda result: MixturePosterior(result),
+    "selection": lambda result: SelectionPosterior(result),
+}
+
+
 def posterior_view(result) -> VariationalPosterior | SampledPosterior | ModePosterior | MixturePosterior:
-    if isinstance(result, SelectionVBResult):
-        return SelectionPosterior(result)
-    if isinstance(result, LassoEMResult):
-        return ModePosterior(result)
-    if isinstance(result, IntegratedResult):
-        return MixturePosterior(result)
-    if isinstance(result, EMResult):
-        return ModePosterior(result)
-    if isinstance(result, VBResult):
-        return VariationalPosterior(result)
-    if isinstance(result, GibbsResult):
-        return SampledPosterior(result)
-    raise TypeError(f"no posterior view for {type(result).__name__}")
+    """The summaries of an engine's output, chosen by the form it declares (never by which engine ran)."""
+    form = getattr(result, "posterior_form", None)
+    if form not in VIEWS:
+        raise TypeError(f"{type(result).__name__} declares no posterior form of {sorted(VIEWS)}")
+    return VIEWS[form](result)

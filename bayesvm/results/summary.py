@@ -10,7 +10,6 @@ from scipy.stats import norm
 
 from ..engines import variance_prior
 from ..engines.ep import accurate_failure
-from ..engines.sparse_schur import SchurSparsePosterior
 from ..model import PENALTY_SOURCE
 from .vb_check import KHAT_GOOD, KHAT_LIMIT, VBCheck
 
@@ -223,7 +222,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         report = getattr(theta, "report", None)
         if report is not None:
             info["probes"] = report
-        elif isinstance(theta, SchurSparsePosterior) and theta.layout.q >= PROBES_HINT_COLUMNS:
+        elif getattr(getattr(theta, "layout", None), "q", 0) >= PROBES_HINT_COLUMNS:  # a dense Schur complement
             info["probes_hint"] = theta.layout.q
     if fit.posterior.kind in ("variational", "mixture"):
         info["psis"] = _vb_check(fit)
