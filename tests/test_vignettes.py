@@ -108,6 +108,7 @@ def test_clinical_gp_vignette_runs(tmp_path, monkeypatch, capsys):
     toe = namespace["toe_table"]
     assert toe["Gibbs mean"].iloc[0] > 1.0 and toe["Gibbs mean"].iloc[-1] < -1.0  # the falling time course
     assert toe["sd ratio"].sub(1).abs().max() < 0.15 and 0.35 < toe["accurate - Gibbs (sd)"].iloc[0] < 0.9
+    assert -0.8 < toe["accurate - Gibbs (sd)"].iloc[2] < -0.25  # month 3, as the text says
     assert toe["accurate - Gibbs (sd)"].iloc[3:].abs().max() < 0.35
     assert (tmp_path / "clinical_gp_age.png").stat().st_size > 1000
 

@@ -131,7 +131,7 @@ def test_sparse_path_multiple_imputation_gibbs_targets_the_dense_posterior():
 
     dense, sparse = _crossed_problems()
     runs = [
-        sample_impute_gibbs(problem, draws=1500, tune=300, chains=2, seed=seed, progress=False)
+        sample_impute_gibbs(problem, draws=700, tune=200, chains=2, seed=seed, progress=False)
         for problem, seed in ((dense, 1), (sparse, 2))
     ]
     means = [r.theta_d[..., :3].reshape(-1, 3).mean(axis=0) for r in runs]

@@ -13,6 +13,8 @@ from scipy.special import log_expit
 import bayesvm
 from bayesvm.errors import BayesvmError, DataError
 
+pytestmark = pytest.mark.once  # (the Python >= 3.12 run keeps the version-dependent export and storage tests)
+
 FORMULA = "y ~ x + gp(age, k=12) + (1 | g)"
 GRID = pd.DataFrame({"age": np.linspace(25.0, 75.0, 6)})
 
