@@ -29,6 +29,7 @@ BENCHMARKS = {
     "spam_sklearn": (["benchmarks.spam_sklearn"], "BayesianSVC against SVC + GridSearchCV over C", True),
     "toenail": (["benchmarks.toenail"], "toenail VB against statsmodels' BinomialBayesMixedGLM", True),
     "gibbs_mixing": (["benchmarks.gibbs_mixing"], "Gibbs mixing: toenail ESS, spam inclusion R-hat, acath", True),
+    "gp_terms": (["benchmarks.gp_terms"], "a gp() term on public data (Fair affairs) against LogisticRegression", True),
     "calibration": (["benchmarks.calibration"], "held-out log loss, Brier, ECE against the peers", False),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
     "kernel": (["benchmarks.kernel"], "kernel fits against Wenzel et al. (2017) and scikit-learn", False),
