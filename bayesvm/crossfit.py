@@ -5,6 +5,14 @@ rows the fit used and the options).  :func:`cross_fitted_predictions` refits the
 folds and lets each fold fit predict the rows it did not see, exactly as ``SVC(probability=True)`` does with
 its internal folds; :mod:`bayesvm.results.calibration` learns the probability map from those predictions.
 
+*Alignment.*  The map is learned on fold fits but applied to the full fit.  Where the posterior of ``f`` is near a
+change of shape (a hinge fit that a dominant binary predictor squeezes into narrow bands at ``|f| ~ 1``), fits
+on 80% of the rows can be squeezed less than the fit on all of them, and a map learned on their scale then
+misreads the full fit's.  Each fold's out-of-fold decision values are therefore carried onto the full fit's
+scale by matching quantiles, per side of the boundary, of the two fits' decision values on their own
+training rows (:func:`align_decision_values`): the fold's ranking is kept, its scale becomes the full
+fit's.  For a stable model the two sets of quantiles agree and the alignment is close to the identity.
+
 Folds are stratified by class and drawn with the fit's seed (0 if it had none).  A fold fit is the same model
 and engine with the checks' warnings silenced (the full fit already reported them) and, for Gibbs, at most
 2 chains of 500 tuning and 500 kept draws: the map needs each row's posterior mean and variance of ``f``,
@@ -33,6 +41,58 @@ class CrossFitError(BayesvmError):
 DEFAULT_FOLDS = 5
 #: Gibbs settings of a fold fit, at most
 FOLD_GIBBS = {"chains": 2, "tune": 500, "draws": 500}
+#: Quantiles matched by the alignment, and the fewest rows a side of the boundary needs for it
+ALIGN_QUANTILES = np.linspace(0.005, 0.995, 199)
+ALIGN_MIN_ROWS = 60
+#: Bounds on the factor that carries a fold's variances onto the full fit's scale
+ALIGN_SCALE_BOUNDS = (0.25, 4.0)
+
+
+def align_decision_values(values: np.ndarray, source: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Carry decision values from one fit's scale to another's by matching quantiles, per side of 0.
+
+    Parameters
+    ----------
+    values
+        Out-of-fold posterior means of ``f`` from a fold fit.
+    source
+        The fold fit's posterior means of ``f`` on its own training rows.
+    target
+        The full fit's posterior means of ``f`` on its training rows.
+
+    Returns
+    -------
+    aligned, scale
+        ``aligned``: on each side, ``|f|`` mapped through the fold's quantile function onto the full fit's
+        (``Q_target(F_source(|f|))``, linear interpolation between 199 quantiles; proportional below the first,
+        beyond the last continued with the ``scale`` below), with the sign kept, so no value changes side.  ``scale``: per value, the
+        ratio of the two sides' interquartile ranges (within :data:`ALIGN_SCALE_BOUNDS`), by which the
+        posterior SDs are carried over.  A side with fewer than :data:`ALIGN_MIN_ROWS` rows in either fit is
+        left as it is (scale 1).
+    """
+    values = np.asarray(values, dtype=float)
+    out, scale = values.copy(), np.ones(values.shape)
+    for positive in (True, False):
+        rows = (values > 0) == positive
+        a = np.abs(source[(source > 0) == positive])
+        b = np.abs(target[(target > 0) == positive])
+        if not rows.any() or min(a.size, b.size) < ALIGN_MIN_ROWS:
+            continue
+        qa, first = np.unique(np.quantile(a, ALIGN_QUANTILES), return_index=True)
+        qb = np.quantile(b, ALIGN_QUANTILES)[first]
+        if qa.size < 2:
+            continue
+        spread_a = np.subtract(*np.quantile(a, [0.75, 0.25]))
+        spread_b = np.subtract(*np.quantile(b, [0.75, 0.25]))
+        ratio = float(np.clip(spread_b / spread_a if spread_a > 0 else 1.0, *ALIGN_SCALE_BOUNDS))
+        x = np.abs(values[rows])
+        mapped = np.interp(x, qa, qb)
+        if qa[0] > 0:
+            mapped = np.where(x < qa[0], x * (qb[0] / qa[0]), mapped)
+        mapped = np.where(x > qa[-1], qb[-1] + ratio * (x - qa[-1]), mapped)
+        out[rows] = np.where(positive, mapped, -mapped)
+        scale[rows] = ratio
+    return out, scale
 
 
 @dataclass
@@ -135,7 +195,8 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
         raise CrossFitError(f"cross-fitting needs at least 2 rows of each class; the smaller class has {counts}")
     base = base if seed is None else seed
     fold_of = stratified_folds(y, folds, base)
-    out = pd.DataFrame({"mean": 0.0, "var": 0.0, "new_var": 0.0, "y": y, "fold": fold_of})
+    out = pd.DataFrame({"mean": 0.0, "var": 0.0, "new_var": 0.0, "y": y, "fold": fold_of, "unaligned_mean": 0.0})
+    target = _training_decision_values(fit, data)
     for k in range(folds):
         held = fold_of == k
         try:
@@ -143,13 +204,28 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
                 warnings.simplefilter("ignore")
                 fold_fit = function(call.formula, data.iloc[np.flatnonzero(~held)], **_fold_options(call, k, base))
                 mean, var, new_var = fold_fit.link_moments(data.iloc[np.flatnonzero(held)])
+                source = (
+                    None if target is None else _training_decision_values(fold_fit, data.iloc[np.flatnonzero(~held)])
+                )
         except BayesvmError as exc:
             raise CrossFitError(
                 f"cross-fitting for the probability calibration: the fit on folds other than {k + 1} of {folds} "
                 f"failed ({exc})"
             ) from None
+        out.loc[held, "unaligned_mean"] = mean
+        if source is not None:
+            mean, factor = align_decision_values(mean, source, target)
+            var, new_var = var * factor**2, new_var * factor**2
         out.loc[held, "mean"], out.loc[held, "var"], out.loc[held, "new_var"] = mean, var, new_var
     return out
+
+
+def _training_decision_values(fit, rows: pd.DataFrame) -> np.ndarray | None:
+    """A fit's posterior means of ``f`` on its own training rows (``None`` where it cannot predict them)."""
+    try:
+        return np.asarray(fit.link_moments(rows)[0], dtype=float)
+    except BayesvmError:
+        return None
 
 
 def _with_fold(part: pd.DataFrame, folds: int, seed: int, partition_info=None) -> pd.DataFrame:

@@ -15,15 +15,17 @@ posterior variance of ``f`` (which the approximations and the pseudo-likelihood 
 directions).  For the linear map ``g(f) = a_side f`` and a fixed ``theta``, (1) is exactly
 ``P(a f + e > 0)`` with ``e ~ N(0, 1)`` and ``f ~ N(m, c v + s)``: the probit model on the decision scale,
 as Wenzel et al. (2017, section 4.4) use with ``a = c = 1``.  The flexible map lets ``log g'`` step
-smoothly at ``|f| = 0.5, 1, 1.5`` and propagates the variance through the secant slope ``g(m) / m`` in place of ``a``
-(so that a wide predictive, such as a new group level's, tends to ``Phi(m / sqrt(V))`` whatever the bends).
+smoothly at ``|f| = 0.5, 1, 1.5``; the adaptive map at five quantiles of ``|m|`` on each side (a hinge fit
+can squeeze ``f`` into narrow bands where the risk still varies steeply).  Both propagate the variance
+through the secant slope ``g(m) / m`` in place of ``a`` (so that a wide predictive, such as a new group
+level's, tends to ``Phi(m / sqrt(V))`` whatever the bends).
 
 *How theta is learned.*  Like ``SVC(probability=True)`` (Platt 1999), from out-of-sample predictions of the
 training rows: the same model is refitted on K - 1 folds and predicts the held-out fold
 (:mod:`bayesvm.crossfit`), giving ``(m_i, v_i, E s_i, y_i)`` for every row.  Unlike Platt scaling, theta
 gets a posterior: the probit log-likelihood of those predictions plus normal priors centred on the unit
 probit link (``log a, log c ~ N(0, 1)``, each step of ``log g'`` ``~ N(0, 0.75^2)``), a Laplace fit per map
-family, the two families averaged by their Laplace evidence, and (1) averaged over each family's posterior
+family, the three families averaged by their Laplace evidence, and (1) averaged over each family's posterior
 with fixed antithetic draws.
 
 *Why it never flips a class.*  ``g(m)`` has the sign of ``m`` for every ``theta`` and the denominator is
@@ -50,32 +52,63 @@ STEP_PRIOR_SD = 0.75
 #: Knots of the flexible map on ``|f|`` (the hinge's margin is at 1) and the width of their smooth steps
 KNOTS = np.array([0.5, 1.0, 1.5])
 KNOT_WIDTH = 0.1
+#: Quantiles of ``|m|`` on each side where the adaptive map's knots sit, and the smallest share of rows a
+#: side needs for them (fewer: no adaptive map)
+ADAPTIVE_QUANTILES = np.arange(1, 6) / 6.0
+ADAPTIVE_MIN_ROWS = 60
 #: Draws from each map's Laplace posterior that the probability averages over (antithetic pairs, fixed)
 MAP_DRAWS = 32
-FAMILIES = ("linear", "flexible")
-_GRID = np.linspace(0.0, 6.0, 601)
-_STEPS = expit((_GRID[:, None] - KNOTS[None, :]) / KNOT_WIDTH)  # (grid, knots)
-_HALF = np.random.default_rng(20171).standard_normal((MAP_DRAWS // 2, 9))
+FAMILIES = ("linear", "flexible", "adaptive")
+_GRID = np.linspace(0.0, 6.0, 1201)
+_FIXED_KNOTS = np.vstack([KNOTS, np.full(KNOTS.size, KNOT_WIDTH)])  # (location, width) per knot
+_HALF = np.random.default_rng(20171).standard_normal((MAP_DRAWS // 2, 1 + 4 * ADAPTIVE_QUANTILES.size))
 _UNIT_DRAWS = np.vstack([_HALF, -_HALF])
 
 
-def _width(family: str) -> int:
-    return 3 if family == "linear" else 3 + 2 * KNOTS.size
+def _width(family: str, knots: int = KNOTS.size) -> int:
+    return 3 if family == "linear" else 3 + 2 * knots
 
 
-def _prior_sd(family: str) -> np.ndarray:
+def _prior_sd(family: str, knots: int = KNOTS.size) -> np.ndarray:
     if family == "linear":
         return np.full(3, PRIOR_SD)
-    side = np.r_[PRIOR_SD, np.full(KNOTS.size, STEP_PRIOR_SD)]
+    side = np.r_[PRIOR_SD, np.full(knots, STEP_PRIOR_SD)]
     return np.r_[side, side, PRIOR_SD]
 
 
-def _side_link(params: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``g`` and ``g'`` at ``x = |m| >= 0`` for one side: ``log g'(x) = log a + sum_k eta_k step((x - t_k) / w)``."""
+def adaptive_knots(mean: np.ndarray) -> np.ndarray | None:
+    """Knots of the adaptive map: ``(side, location/width, knot)``, at quantiles of ``|m|`` on each side.
+
+    A hinge fit can squeeze ``f`` into a narrow band (a dominant binary predictor puts most rows at
+    ``|f| ~ 1``, and the risk then varies steeply within the band); fixed knots cannot follow that, knots at
+    the data's quantiles can.  Each knot's step is as wide as 0.3 of the median spacing of its side's knots
+    (at least 0.01, twice the integration grid's step), so neighbouring steps overlap little.  ``None`` when a side has fewer than
+    ``ADAPTIVE_MIN_ROWS`` rows or its quantiles are not distinct.
+    """
+    sides = []
+    for rows in (mean > 0, ~(mean > 0)):
+        x = np.abs(mean[rows])
+        if x.size < ADAPTIVE_MIN_ROWS:
+            return None
+        where = np.quantile(x, ADAPTIVE_QUANTILES)
+        spacing = np.diff(where)
+        if np.any(spacing <= 1e-9) or where[-1] >= _GRID[-1]:
+            return None
+        sides.append(np.vstack([where, np.full(where.size, max(0.3 * float(np.median(spacing)), 0.01))]))
+    return np.stack(sides)
+
+
+def _side_link(params: np.ndarray, x: np.ndarray, knots: np.ndarray = _FIXED_KNOTS) -> tuple[np.ndarray, np.ndarray]:
+    """``g`` and ``g'`` at ``x = |m| >= 0`` for one side: ``log g'(x) = log a + sum_k eta_k step((x - t_k) / w_k)``.
+
+    ``knots`` holds the locations ``t_k`` (row 0) and widths ``w_k`` (row 1); ``g`` is the integral of
+    ``g'`` from 0 (trapezoids on a fixed grid, linear beyond it).
+    """
     if params.size == 1:
         slope = np.exp(params[0])
         return slope * x, np.full_like(x, slope)
-    log_slope = params[0] + _STEPS @ params[1:]
+    steps = expit((_GRID[:, None] - knots[0][None, :]) / knots[1][None, :])
+    log_slope = params[0] + steps @ params[1:]
     slope = np.exp(log_slope)
     integral = np.concatenate([[0.0], np.cumsum(0.5 * (slope[1:] + slope[:-1]) * np.diff(_GRID))])
     inside = np.minimum(x, _GRID[-1])
@@ -89,10 +122,13 @@ def _split(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     return theta[:half], theta[half : 2 * half], float(theta[-1])
 
 
-def probit_probability(mean: np.ndarray, var: np.ndarray, theta: np.ndarray, new_var=None) -> np.ndarray:
-    """Equation (1) for one map ``theta`` (either family): ``Phi(g(m) / sqrt(1 + (g(m) / m)^2 (c v + s)))``.
+def probit_probability(
+    mean: np.ndarray, var: np.ndarray, theta: np.ndarray, new_var=None, knots: np.ndarray | None = None
+) -> np.ndarray:
+    """Equation (1) for one map ``theta`` (any family): ``Phi(g(m) / sqrt(1 + (g(m) / m)^2 (c v + s)))``.
 
-    ``new_var`` is ``None``, an array of ``E[s]`` per row, or ``(values (rows, S), weights (S,))``.
+    ``new_var`` is ``None``, an array of ``E[s]`` per row, or ``(values (rows, S), weights (S,))``;
+    ``knots`` the adaptive map's knots per side (:func:`adaptive_knots`; ``None``: the fixed knots).
     """
     positive, negative, log_c = _split(theta)
     out = np.empty(mean.shape)
@@ -100,10 +136,14 @@ def probit_probability(mean: np.ndarray, var: np.ndarray, theta: np.ndarray, new
         s_values, s_weights = (np.zeros((mean.size, 1)) if new_var is None else new_var[:, None]), np.ones(1)
     else:
         s_values, s_weights = new_var
-    for params, rows, sign in ((positive, mean > 0, 1.0), (negative, ~(mean > 0), -1.0)):
+    side_knots = (_FIXED_KNOTS, _FIXED_KNOTS) if knots is None else knots
+    for params, rows, sign, where in (
+        (positive, mean > 0, 1.0, side_knots[0]),
+        (negative, ~(mean > 0), -1.0, side_knots[1]),
+    ):
         if rows.any():
             x = np.abs(mean[rows])
-            g, slope = _side_link(params, x)
+            g, slope = _side_link(params, x, where)
             # the secant slope g(m) / m carries the spread: exact for the linear map, and for a wide
             # predictive (a new group level) it tends to Phi(m / sqrt(V)) whatever the map's local bends
             slope = np.where(x > 1e-12, g / np.maximum(x, 1e-300), slope)
@@ -112,9 +152,9 @@ def probit_probability(mean: np.ndarray, var: np.ndarray, theta: np.ndarray, new
     return out
 
 
-def _negative_log_posterior(theta: np.ndarray, mean, var, new_var, y, prior_sd) -> float:
+def _negative_log_posterior(theta: np.ndarray, mean, var, new_var, y, prior_sd, knots=None) -> float:
     """``-log p(y | theta) - log p(theta)`` (the prior's normalising constant included, for the evidence)."""
-    p = probit_probability(mean, var, theta, np.broadcast_to(new_var, mean.shape).astype(float))
+    p = probit_probability(mean, var, theta, np.broadcast_to(new_var, mean.shape).astype(float), knots)
     p = np.clip(np.where(y > 0, p, 1.0 - p), 1e-300, 1.0)
     prior = 0.5 * np.sum((theta / prior_sd) ** 2) + np.sum(np.log(np.sqrt(2.0 * np.pi) * prior_sd))
     return float(-np.log(p).sum() + prior)
@@ -144,17 +184,21 @@ class MapPosterior:
     mode: np.ndarray
     cov: np.ndarray
     log_evidence: float
+    #: the adaptive family's knots (:func:`adaptive_knots`); ``None`` for the other families
+    knots: np.ndarray | None = None
 
 
 @dataclass
 class CalibrationMap:
     """The learned map from the posterior of ``f`` to ``P(y = +1)`` (equation (1) of this module).
 
-    Two families of monotone, sign-preserving maps ``g`` are fitted and averaged by their posterior
+    Three families of monotone, sign-preserving maps ``g`` are fitted and averaged by their posterior
     probabilities (Laplace evidence, equal prior odds): ``linear``, ``g(f) = a_side f``
-    (``theta = (log a_+, log a_-, log c)``), and ``flexible``, whose log slope steps smoothly at
+    (``theta = (log a_+, log a_-, log c)``); ``flexible``, whose log slope steps smoothly at
     ``|f| = 0.5, 1, 1.5`` on each side (the hinge puts many rows at the margin ``|f| = 1``, where the
-    relation between ``f`` and the risk often bends).  Small or well-described data keep the linear map.
+    relation between ``f`` and the risk often bends); and ``adaptive``, whose steps sit at five quantiles of
+    the predictions' ``|f|`` on each side (:func:`adaptive_knots`).  Small or well-described data keep the
+    linear map.
 
     Attributes
     ----------
@@ -195,21 +239,23 @@ class CalibrationMap:
         if self.n == 0:
             return f"the prior's unit probit map on f (a = c = 1): {self.source}"
         a_pos, a_neg = self.slopes
-        flexible = dict(zip([m.family for m in self.maps], self.weights)).get("flexible", 0.0)
+        weights = dict(zip([m.family for m in self.maps], self.weights))
+        bent = ", ".join(f"{weights.get(family, 0.0):.2f} on the {family}" for family in FAMILIES[1:])
         return (
             f"probit map on f (slopes {a_pos:.3g} for f > 0, {a_neg:.3g} for f < 0, variance factor "
-            f"{self.variance_factor:.3g}; posterior weight {flexible:.2f} on the flexible map), learned from "
+            f"{self.variance_factor:.3g}; posterior weight {bent} map), learned from "
             f"{self.n:,} {self.source} predictions"
         )
 
 
-def _fit_family(family: str, mean, var, new_var, y, start: np.ndarray | None) -> MapPosterior | None:
-    prior_sd = _prior_sd(family)
+def _fit_family(family: str, mean, var, new_var, y, start: np.ndarray | None, knots=None) -> MapPosterior | None:
+    n_knots = KNOTS.size if knots is None else knots.shape[-1]
+    prior_sd = _prior_sd(family, n_knots)
 
     def objective(theta):
-        return _negative_log_posterior(theta, mean, var, new_var, y, prior_sd)
+        return _negative_log_posterior(theta, mean, var, new_var, y, prior_sd, knots)
 
-    x0 = np.zeros(_width(family)) if start is None else start
+    x0 = np.zeros(_width(family, n_knots)) if start is None else start
     theta = minimize(objective, x0, method="L-BFGS-B").x
     hessian = _hessian(objective, theta)
     try:
@@ -218,7 +264,7 @@ def _fit_family(family: str, mean, var, new_var, y, start: np.ndarray | None) ->
         return None
     log_det = 2.0 * np.sum(np.log(np.diag(factor[0])))
     evidence = -objective(theta) - 0.5 * log_det + 0.5 * theta.size * np.log(2.0 * np.pi)
-    return MapPosterior(family, theta, cho_solve(factor, np.eye(theta.size)), float(evidence))
+    return MapPosterior(family, theta, cho_solve(factor, np.eye(theta.size)), float(evidence), knots)
 
 
 def prior_map(source: str = "prior only (too few rows to learn from)", predictions=None) -> CalibrationMap:
@@ -241,9 +287,13 @@ def fit_calibration_map(predictions: pd.DataFrame, source: str) -> CalibrationMa
     linear = _fit_family("linear", mean, var, new_var, y, None)
     if linear is None:  # no curvature at the optimum: the prior alone
         return prior_map(f"{source} (no information in {y.size} predictions)", predictions)
-    steps = np.zeros(KNOTS.size)
-    start = np.r_[linear.mode[0], steps, linear.mode[1], steps, linear.mode[2]]
-    maps = [linear] + [m for m in [_fit_family("flexible", mean, var, new_var, y, start)] if m is not None]
+    maps = [linear]
+    for family, knots in (("flexible", None), ("adaptive", adaptive_knots(mean))):
+        if family == "adaptive" and knots is None:
+            continue
+        steps = np.zeros(KNOTS.size if knots is None else knots.shape[-1])
+        start = np.r_[linear.mode[0], steps, linear.mode[1], steps, linear.mode[2]]
+        maps += [m for m in [_fit_family(family, mean, var, new_var, y, start, knots)] if m is not None]
     evidence = np.array([m.log_evidence for m in maps])
     weights = np.exp(evidence - evidence.max())
     return CalibrationMap(maps, weights / weights.sum(), source, int(y.size), predictions)
@@ -280,7 +330,8 @@ def calibrated_probability(
         k = posterior.mode.size
         root = np.linalg.cholesky(posterior.cov + 1e-12 * np.eye(k))
         draws = posterior.mode + _UNIT_DRAWS[:, :k] @ root.T
-        out += weight * np.mean([probit_probability(mean, var, theta, new_var) for theta in draws], axis=0)
+        knots = getattr(posterior, "knots", None)  # fits saved before the adaptive family have none
+        out += weight * np.mean([probit_probability(mean, var, theta, new_var, knots) for theta in draws], axis=0)
     # keep the class exact where rounding meets 1/2 (a posterior mean of f within ~1e-16 of 0)
     above = np.nextafter(0.5, 1.0)
     return np.where(mean > 0, np.clip(out, above, 1.0), np.clip(out, 0.0, 0.5))

@@ -36,16 +36,20 @@ finite = st.floats(-30, 30, allow_nan=False)
 @given(
     mean=st.lists(finite, min_size=1, max_size=20),
     log_var=st.floats(-12, 6),
-    theta=st.lists(st.floats(-3, 3), min_size=12, max_size=12),
+    theta=st.lists(st.floats(-3, 3), min_size=25, max_size=25),
     spread=st.floats(1e-6, 4.0),
     new_var=st.floats(0.0, 50.0),
     weight=st.floats(0.0, 1.0),
+    knots=st.lists(st.floats(0.001, 5.0), min_size=5, max_size=5, unique=True),
+    knot_width=st.floats(0.005, 1.0),
 )
-def test_the_map_never_flips_a_class(mean, log_var, theta, spread, new_var, weight):
+def test_the_map_never_flips_a_class(mean, log_var, theta, spread, new_var, weight, knots, knot_width):
     mean = np.asarray(mean)
+    where = np.vstack([np.sort(knots), np.full(5, knot_width)])
     maps = [MapPosterior("linear", np.asarray(theta[:3]), np.eye(3) * spread, 0.0),
-            MapPosterior("flexible", np.asarray(theta[3:]), np.eye(9) * spread, 0.0)]  # fmt: skip
-    cmap = CalibrationMap(maps, np.array([1.0 - weight, weight]), "test", 0)
+            MapPosterior("flexible", np.asarray(theta[3:12]), np.eye(9) * spread, 0.0),
+            MapPosterior("adaptive", np.asarray(theta[12:]), np.eye(13) * spread, 0.0, np.stack([where, where]))]  # fmt: skip
+    cmap = CalibrationMap(maps, np.array([1.0 - weight, weight / 2, weight / 2]), "test", 0)
     var = np.full(mean.size, np.exp(log_var))
     law = (np.full((mean.size, 3), new_var) * [0.5, 1.0, 2.0], np.array([0.2, 0.5, 0.3]))
     for prob in (calibrated_probability(cmap, mean, var), calibrated_probability(cmap, mean, var, law)):
@@ -81,7 +85,7 @@ def test_map_recovers_known_slopes_and_variance_factor():
 
 
 def test_flexible_map_is_chosen_for_a_bent_link_and_recovers_it():
-    """Risk flat inside the margin and steep at |f| = 1, as hinge fits often show: the flexible map wins."""
+    """Risk flat inside the margin and steep at |f| = 1, as hinge fits often show: a bent map wins."""
     rng = np.random.default_rng(3)
     n = 20_000
     mean, var = rng.normal(0, 1.2, n), np.full(n, 0.05)
@@ -90,7 +94,8 @@ def test_flexible_map_is_chosen_for_a_bent_link_and_recovers_it():
     y = np.where(rng.random(n) < ndtr(bent), 1.0, -1.0)
     frame = pd.DataFrame({"mean": mean, "var": var, "new_var": 0.0, "y": y})
     cmap = fit_calibration_map(frame, "test")
-    assert cmap.weights[1] > 0.99
+    assert [m.family for m in cmap.maps] == ["linear", "flexible", "adaptive"]
+    assert cmap.weights[0] < 0.01  # the flexible and adaptive maps share the rest
     grid = np.linspace(-2.5, 2.5, 51)
     truth = ndtr(np.sign(grid) * (0.2 * np.minimum(np.abs(grid), 0.8) + 2.0 * np.clip(np.abs(grid) - 0.8, 0, 0.5)
                                   + 0.5 * np.maximum(np.abs(grid) - 1.3, 0)))  # fmt: skip
@@ -98,6 +103,51 @@ def test_flexible_map_is_chosen_for_a_bent_link_and_recovers_it():
     linear_only = CalibrationMap(cmap.maps[:1], np.ones(1), "test", n)
     linear_error = np.max(np.abs(calibrated_probability(linear_only, grid, np.zeros_like(grid)) - truth))
     assert error < 0.07 and error < 0.5 * linear_error, (error, linear_error)
+
+
+def test_adaptive_map_follows_risk_inside_a_squeezed_band():
+    """A hinge fit dominated by one binary predictor puts f in narrow bands around +-1 (f = +-1 + small terms),
+    while the risk still varies steeply inside each band.  The fixed knots cannot follow that; the knots at
+    the data's quantiles can, the evidence prefers them, and held-out log loss improves on both other maps."""
+    rng = np.random.default_rng(11)
+
+    def simulate(n):
+        side = np.where(rng.random(n) < 0.6, 1.0, -1.0)
+        within = rng.normal(0.0, 0.02, n)
+        mean = side + within
+        # steep inside each band, on the band's side of 1/2 (a sign-preserving map can only reach such risks)
+        risk = ndtr(np.where(side > 0, 1.0 + 14.0 * within, -1.0 + 12.0 * within))
+        y = np.where(rng.random(n) < risk, 1.0, -1.0)
+        return pd.DataFrame({"mean": mean, "var": 1e-3, "new_var": 0.0, "y": y}), risk
+
+    train, _ = simulate(3000)
+    test, risk = simulate(3000)
+    cmap = fit_calibration_map(train, "test")
+    families = [m.family for m in cmap.maps]
+    assert families == ["linear", "flexible", "adaptive"]
+    assert cmap.weights[2] > 0.99, cmap.weights
+    knots = cmap.maps[2].knots
+    assert knots.shape == (2, 2, 5) and np.all((knots[:, 0] > 0.95) & (knots[:, 0] < 1.05))
+    y, mean, var = test["y"].to_numpy(), test["mean"].to_numpy(), test["var"].to_numpy()
+
+    def loss(cm):
+        return probability_scores(y, calibrated_probability(cm, mean, var))["log_loss"]
+
+    others = [CalibrationMap([m], np.ones(1), "test", 3000) for m in cmap.maps[:2]]
+    truth = probability_scores(y, risk)["log_loss"]
+    assert loss(cmap) < min(loss(m) for m in others) - 0.005
+    assert loss(cmap) < truth + 0.01, (loss(cmap), truth)
+    # the adaptive map is sign-preserving like the others, and fits learned before it existed still load
+    assert np.all((calibrated_probability(cmap, mean, var) > 0.5) == (mean > 0))
+
+
+def test_adaptive_map_needs_rows_on_both_sides():
+    from bayesvm.results.calibration import ADAPTIVE_MIN_ROWS, adaptive_knots
+
+    mean = np.r_[np.linspace(0.1, 2.0, 500), -np.linspace(0.1, 2.0, ADAPTIVE_MIN_ROWS - 1)]
+    assert adaptive_knots(mean) is None
+    assert adaptive_knots(np.r_[mean, -0.05]).shape == (2, 2, 5)
+    assert adaptive_knots(np.r_[np.ones(300), -np.ones(300)]) is None  # no distinct quantiles
 
 
 def test_map_laplace_covariance_matches_the_posterior_spread():

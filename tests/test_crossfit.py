@@ -1,0 +1,73 @@
+"""Cross-fitting's alignment of fold fits onto the full fit's scale (bayesvm.crossfit)."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bayesvm.crossfit import ALIGN_MIN_ROWS, align_decision_values
+
+
+def test_alignment_is_the_identity_between_equal_fits():
+    rng = np.random.default_rng(0)
+    values = rng.normal(0.3, 1.2, 500)
+    aligned, scale = align_decision_values(values[:100], values, values)
+    np.testing.assert_allclose(aligned, values[:100], atol=0.02)
+    np.testing.assert_allclose(scale, 1.0)
+
+
+def test_alignment_undoes_a_squeeze_towards_the_margin():
+    """A fold fit squeezed towards |f| = 1 (f = 1 + 0.5 (f_full - 1)) is carried back onto the full fit's scale,
+    each side with its own factor, and its variances with the squeeze's inverse square."""
+    rng = np.random.default_rng(1)
+    full = np.r_[rng.normal(1.0, 0.3, 4000), rng.normal(-1.0, 0.2, 3000)]
+    full = full[np.abs(full) > 0.05]
+    squeezed = np.sign(full) * (1.0 + 0.5 * (np.abs(full) - 1.0))
+    held_full = np.r_[rng.normal(1.0, 0.3, 300), rng.normal(-1.0, 0.2, 300)]
+    held_full = held_full[np.abs(held_full) > 0.3]
+    held = np.sign(held_full) * (1.0 + 0.5 * (np.abs(held_full) - 1.0))
+    aligned, scale = align_decision_values(held, squeezed, full)
+    np.testing.assert_allclose(aligned, held_full, atol=0.03)
+    np.testing.assert_allclose(scale, 2.0, rtol=0.05)
+
+
+def test_alignment_leaves_a_thin_side_alone():
+    rng = np.random.default_rng(2)
+    source = np.r_[rng.normal(1, 0.3, 500), -rng.uniform(0.1, 2, ALIGN_MIN_ROWS - 1)]
+    target = 2.0 * source
+    values = np.array([0.8, -0.5, -1.5])
+    aligned, scale = align_decision_values(values, source, target)
+    assert aligned[0] > 1.2 and scale[0] > 1.5  # the positive side is rescaled
+    np.testing.assert_array_equal(aligned[1:], values[1:])  # too few negative rows: unchanged
+    np.testing.assert_array_equal(scale[1:], 1.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.floats(-50, 50, allow_nan=False), min_size=1, max_size=30),
+    shift=st.floats(-1.0, 1.0),
+    stretch=st.floats(0.05, 20.0),
+    seed=st.integers(0, 2**16),
+)
+def test_alignment_never_moves_a_value_across_the_boundary(values, shift, stretch, seed):
+    rng = np.random.default_rng(seed)
+    source = rng.normal(shift, 1.0, 400)
+    target = stretch * rng.normal(-shift, 1.0, 400)
+    values = np.asarray(values)
+    aligned, scale = align_decision_values(values, source, target)
+    np.testing.assert_array_equal(aligned > 0, values > 0)
+    assert np.all(np.isfinite(aligned)) and np.all((scale >= 0.25) & (scale <= 4.0))
+
+
+def test_cross_fitted_predictions_keep_each_folds_ranking():
+    import bayesvm
+    from bayesvm.crossfit import cross_fitted_predictions
+    from tests.conftest import simulate_logistic
+
+    data, formula = simulate_logistic(400, 3, seed=5)
+    fit = bayesvm.bsvm(formula, data, vb="meanfield", seed=1)
+    frame = cross_fitted_predictions(fit, folds=4, seed=1)
+    assert {"mean", "var", "new_var", "y", "fold", "unaligned_mean"} <= set(frame.columns)
+    for _, fold in frame.groupby("fold"):
+        order = np.argsort(fold["unaligned_mean"].to_numpy())
+        assert np.all(np.diff(fold["mean"].to_numpy()[order]) >= -1e-12)
+        np.testing.assert_array_equal(fold["mean"] > 0, fold["unaligned_mean"] > 0)
