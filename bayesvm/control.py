@@ -35,7 +35,7 @@ class Control:
     Sparse mean-field VB (several grouping factors with many levels, e.g. crossed ``(1|a) + (1|b)``)
         ``probes`` [None: exact]: estimate the variance terms with this many Rao-Blackwellised Monte Carlo
         probes and conjugate gradients instead of factorising the precision
-        (:mod:`bayesvm.engines.sparse_probes`).  Means, and every covariance with the fixed effects, stay
+        (:mod:`bayesvm.linalg.probes`).  Means, and every covariance with the fixed effects, stay
         exact; the other variances carry a Monte Carlo error that ``summary()`` reports.  For crossed
         factors with thousands of levels each, where the exact fit costs ``(levels)^3`` per sweep; 32 is a
         good start, seeded from ``seed`` (0 when None) so a fit is reproducible.

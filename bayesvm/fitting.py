@@ -15,9 +15,9 @@ from .crossfit import record_call
 from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
-from .kernel_model import build_kernel_model
 from .kernels import Kernel
 from .model import MAX_DENSE_COLUMNS, build_model
+from .model.kernel import build_kernel_model
 from .outofcore import is_dask_frame
 from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .results.fit import BSVMFit
@@ -75,7 +75,7 @@ def bsvm(
         with the other numeric main effects, assuming the values are missing completely at random (MCAR).
         ``control.imputation`` chooses multiple imputation (``"mi"``, default: ``z | y ~ N(mu_y, Sigma)``
         sampled exactly; ``method="vb"`` pools the completed-data fits, ``"gibbs"`` draws the imputations
-        inside the chain, :mod:`bayesvm.engines.impute_mi`) or the paper's joint model (``"joint"``,
+        inside the chain, :mod:`bayesvm.engines.imputation.multiple`) or the paper's joint model (``"joint"``,
         Luts & Ormerod 2014 section 3.3, where the SVM pseudo-likelihood also informs the imputations and
         inflates the imputed predictor's coefficient).
     standardize
@@ -85,7 +85,7 @@ def bsvm(
         Hyperparameters (:class:`bayesvm.priors.PriorSet`); paper defaults.
     vb
         ``"accurate"``: EP for ``(beta, u)`` given the variance components, integrated over them
-        (``bayesvm.engines.ep``): posterior means, SDs and variance components close to a long Gibbs
+        (``bayesvm.engines.linear.ep``): posterior means, SDs and variance components close to a long Gibbs
         run, for models with up to six variance hyperparameters (a correlated ``k x k`` term counts
         ``k (k + 1) / 2``).  ``"meanfield"``: the paper's factorisation (Alg. 1-2; fast, but SDs too narrow
         and variance components shrunk).  ``None`` (default): ``"accurate"`` where it applies and the data
@@ -218,10 +218,10 @@ def _check_checks(checks: object) -> Checks:
 def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, thin, seed, cores, progress, probes,
                 imputation, imputations, batch_size, learning_rate):  # fmt: skip
     """The engine for a linear model (``bsvm`` without a kernel, in-memory data)."""
-    from .engines.em import fit_em
-    from .engines.ep import AccurateFitError, accurate_failure, fit_accurate
-    from .engines.gibbs import sample_gibbs
-    from .engines.vb import fit_vb
+    from .engines.linear.em import fit_em
+    from .engines.linear.ep import AccurateFitError, accurate_failure, fit_accurate
+    from .engines.linear.gibbs import sample_gibbs
+    from .engines.linear.vb import fit_vb
 
     design = model.design
     if method == "gibbs":
@@ -306,7 +306,7 @@ AUTO_ACCURATE_MAX_ROWS = 20_000
 def _warn_oversized(problem) -> None:
     """Warn before an exact sparse fit whose crossed factors leave a dense complement too large to factorise
     densely: the general sparse factorisation then takes hours, where ``probes`` takes minutes."""
-    from .engines.sparse_schur import oversized_dense_complement
+    from .linalg.schur import oversized_dense_complement
 
     if problem.probes is not None or not problem.is_sparse or problem.elimination is not None:
         return
@@ -352,7 +352,7 @@ def default_vb(problem) -> tuple[str, str | None]:
     path (several large grouping factors, where each EP sweep is a sparse factorisation) and above
     ``AUTO_ACCURATE_MAX_ROWS`` rows.
     """
-    from .engines.ep import MAX_HYPERPARAMETERS, Hyperparameters
+    from .engines.linear.ep import MAX_HYPERPARAMETERS, Hyperparameters
 
     if problem.is_sparse:
         return "meanfield", "several large grouping factors (sparse path)"
@@ -367,9 +367,9 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
                   batch_size, learning_rate, prior, vb, kernel, inducing, inducing_method) -> BSVMFit:  # fmt: skip
     """Out-of-core (dask) data: full-batch VB by one pass over the partitions per sweep, or SVI over them."""
     from .engines.batches import PartitionBatches
-    from .engines.kernel_svi import fit_svi
-    from .engines.stream_vb import fit_streamed_vb
-    from .engines.svi import fit_linear_svi
+    from .engines.kernel.svi import fit_svi
+    from .engines.linear.stream_vb import fit_streamed_vb
+    from .engines.linear.svi import fit_linear_svi
     from .outofcore import build_streamed
 
     allowed = ("svi",) if kernel is not None else ("vb", "svi")
@@ -428,15 +428,15 @@ def _all_dense(model, why: str):
 def _fit_linear_svi(
     model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation="mi", imputations=20
 ) -> BSVMFit:
-    """``method="svi"`` without a kernel: Wenzel et al. (2017), section 4.5 (``bayesvm.engines.svi``)."""
-    from .engines.svi import fit_linear_svi
+    """``method="svi"`` without a kernel: Wenzel et al. (2017), section 4.5 (``bayesvm.engines.linear.svi``)."""
+    from .engines.linear.svi import fit_linear_svi
 
     model = _all_dense(model, "method='svi' keeps one dense q")
     if model.prior is not None or vb == "accurate":
         raise BayesvmError("method='svi' is not available with a selection prior or vb='accurate'")
     _iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)
     if model.design.imputation is not None:  # multiple imputation, one SVI fit per completed data set, pooled
-        from .engines.impute_mi import fit_mi_vb
+        from .engines.imputation.multiple import fit_mi_vb
 
         if imputation != "mi":
             raise BayesvmError(
@@ -462,9 +462,9 @@ def _fit_linear_svi(
 
 def _fit_kernel(formula, data, *, method, positive, missing, standardize, tol, max_iter, seed, kernel, inducing,
                 inducing_method, learn_inducing, batch_size, learning_rate, penalty, prior, vb) -> KernelFit:  # fmt: skip
-    """``bsvm(..., kernel=...)``: Wenzel et al. (2017), sections 4.1-4.4 (``bayesvm.engines.kernel_vb``)."""
-    from .engines.kernel_svi import fit_svi
-    from .engines.kernel_vb import fit_batch, fit_inducing
+    """``bsvm(..., kernel=...)``: Wenzel et al. (2017), sections 4.1-4.4 (``bayesvm.engines.kernel.vb``)."""
+    from .engines.kernel.svi import fit_svi
+    from .engines.kernel.vb import fit_batch, fit_inducing
 
     if method not in ("vb", "svi"):
         raise BayesvmError(f"a kernel model is fitted by method='vb' or 'svi', not {method!r}")
@@ -559,9 +559,9 @@ def _check_prior_method(prior: object, method: str, penalty: object, vb: str) ->
 
 def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress) -> BSVMFit:
     """Dispatch a selection prior to its engine (Alg. 3, Appendix B, Polson & Scott sections 3-4)."""
-    from .engines.lasso_em import fit_lasso_em
-    from .engines.selection import fit_laplace_zero_vb
-    from .engines.selection_gibbs import sample_selection
+    from .engines.selection.gibbs import sample_selection
+    from .engines.selection.lasso_em import fit_lasso_em
+    from .engines.selection.vb import fit_laplace_zero_vb
 
     if not model.penalized.any():
         raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
@@ -637,10 +637,10 @@ def _fit_imputation(
     imputations,
     vb=None,
 ) -> BSVMFit:
-    """Multiple imputation (``bayesvm.engines.impute_mi``) or Alg. 4 / Appendix C (``bayesvm.engines.impute``);
+    """Multiple imputation (``bayesvm.engines.imputation.multiple``) or Alg. 4 / Appendix C (``bayesvm.engines.imputation.joint_model``);
     the fit's problem holds the rows at the imputed means."""
-    from .engines.impute import fit_impute_vb, sample_impute_gibbs
-    from .engines.impute_mi import fit_mi_vb
+    from .engines.imputation.joint_model import fit_impute_vb, sample_impute_gibbs
+    from .engines.imputation.multiple import fit_mi_vb
 
     problem = model.imputation_problem(imputation)
     name = _data_name(data)
@@ -686,9 +686,9 @@ def _fit_imputation(
 def _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed, cores,
                            progress, imputations) -> BSVMFit:  # fmt: skip
     """A selection prior with multiple imputation: the selection sampler with imputation segments, or a
-    Laplace-zero VB fit per completed data set, pooled (:func:`bayesvm.engines.impute_mi.fit_mi_selection_vb`)."""
-    from .engines.impute_mi import fit_mi_selection_vb
-    from .engines.selection_gibbs import sample_selection
+    Laplace-zero VB fit per completed data set, pooled (:func:`bayesvm.engines.imputation.multiple.fit_mi_selection_vb`)."""
+    from .engines.imputation.multiple import fit_mi_selection_vb
+    from .engines.selection.gibbs import sample_selection
 
     if not model.penalized.any():
         raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")

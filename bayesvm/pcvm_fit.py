@@ -1,7 +1,7 @@
 """``pcvm()``: the probabilistic classification vector machine (Chen, Tino & Yao) with the formula interface.
 
-Inputs and kernel as for ``bsvm(..., kernel=...)`` (:mod:`bayesvm.kernel_model`); the engines are in
-:mod:`bayesvm.engines.pcvm`.  The result is a :class:`PCVMFit`, a :class:`~bayesvm.results.fit.BSVMFit`.
+Inputs and kernel as for ``bsvm(..., kernel=...)`` (:mod:`bayesvm.model.kernel`); the engines are in
+:mod:`bayesvm.engines.kernel.pcvm`.  The result is a :class:`PCVMFit`, a :class:`~bayesvm.results.fit.BSVMFit`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from scipy.stats import norm
 
 from .arguments import as_count, as_flag, as_level, as_seed
 from .crossfit import record_call
-from .engines.kernel_vb import ROW_CHUNK, KernelProblem
-from .engines.pcvm import BIAS_PRECISION, fit_pcvm_ep, fit_pcvm_laplace
-from .engines.pcvm_em import fit_pcvm_em
+from .engines.kernel.pcvm import BIAS_PRECISION, fit_pcvm_ep, fit_pcvm_laplace
+from .engines.kernel.pcvm_em import fit_pcvm_em
+from .engines.kernel.vb import ROW_CHUNK
 from .errors import BayesvmError
 from .formula.bars import parse_formula
 from .formula.design import build_design
-from .kernel_model import build_kernel_model
 from .kernels import RBF, Kernel
+from .model.kernel import build_kernel_model
+from .model.problems import KernelProblem
 from .results.kernel_fit import KernelFit
 
 PCVM_METHODS = ("laplace", "ep", "em")
@@ -178,7 +179,7 @@ def pcvm(
         ``"ep"``: the same selection, then expectation propagation (section II-D) for the posterior of the
         selected weights, with the leave-one-out error estimate (eq. 9) in ``summary()``;
         ``"em"``: the original PCVM (their PCVM_EM, for comparison): every training row starts as a basis
-        function and EM prunes them (:mod:`bayesvm.engines.pcvm_em`); O(N^3) per early iteration.
+        function and EM prunes them (:mod:`bayesvm.engines.kernel.pcvm_em`); O(N^3) per early iteration.
     max_iter
         Selection steps at most (default 2000), or EM iterations for ``"em"`` (default 5000).
     seed

@@ -4,11 +4,11 @@ Min bulk ESS (ArviZ) over the fixed effects and variance-component SDs, per draw
 sampling, run here in one process:
 
 * toenail, ``outcome ~ visit * treatment + (1 | patientID)``, 4 chains x (1,000 tune + 2,500 draws), one core:
-  the default sampler (with the rescaling moves of :mod:`bayesvm.engines.interweave`) next to the paper's
+  the default sampler (with the rescaling moves of :mod:`bayesvm.engines.linear.interweave`) next to the paper's
   sampler (``_interweave=False``), and bambi's NUTS on the logistic GLMM of the same formula where bambi is
   installed;
 * spam with ``LaplaceZero()`` and ``SpikeSlab()``, 4 x (1,000 + 1,000): the largest R-hat of the inclusion
-  indicators with the swap moves of :mod:`bayesvm.engines.selection_moves` (the default) and without
+  indicators with the swap moves of :mod:`bayesvm.engines.selection.moves` (the default) and without
   (``swaps=False``, the papers' samplers);
 * acath, ``sigdz ~ age + sex + log_dur + log_chol`` (as ``benchmarks.acath_impute``) with ``missing="impute"`` (joint
   imputation Gibbs, no moves yet): min ESS and max R-hat.
@@ -25,7 +25,7 @@ import warnings
 import numpy as np
 
 import bayesvm
-from bayesvm.engines import gibbs
+from bayesvm.engines.linear import gibbs
 from bayesvm.results.diagnostics import mcmc_diagnostics
 
 TOENAIL = "outcome ~ visit * treatment + (1 | patientID)"
@@ -74,7 +74,7 @@ def _spam_selection(spam, prior, swaps: bool) -> tuple[np.ndarray, float]:
     """R-hat of every inclusion indicator, and the seconds, of a 4 x (1000 + 1000) selection Gibbs fit."""
     import arviz as az
 
-    from bayesvm.engines import selection_gibbs
+    from bayesvm.engines.selection import gibbs as selection_gibbs
 
     original = selection_gibbs.sample_selection
 

@@ -30,10 +30,11 @@ import time
 
 import numpy as np
 
-from bayesvm.engines import compiled_rows
-from bayesvm.engines.gibbs import sample_gibbs
-from bayesvm.engines.linalg import BlockedFactor
-from bayesvm.engines.vb import VarianceComponent, VBProblem, fit_vb
+from bayesvm.engines.linear import compiled_rows
+from bayesvm.engines.linear.gibbs import sample_gibbs
+from bayesvm.engines.linear.vb import fit_vb
+from bayesvm.linalg.dense import BlockedFactor
+from bayesvm.model.problems import VarianceComponent, VBProblem
 
 
 def _labels(rng, X, extra=0.0):
@@ -174,7 +175,7 @@ def nested_case(n: int, m: int, rng, sweeps: int = 3) -> list[dict]:
     convergence with CHOLMOD (when scikit-sparse is installed)."""
     import os
 
-    from bayesvm.engines import sparse
+    from bayesvm.linalg import sparse
 
     problem = nested_problem(n, m, 10, rng)
     times = {}
@@ -287,10 +288,10 @@ def _kernel_data(n: int, rng) -> tuple[np.ndarray, np.ndarray]:
 def _kernel_svi_run(n: int, seed: int, queue) -> None:
     import resource
 
-    from bayesvm.engines.kernel_svi import fit_svi
-    from bayesvm.engines.kernel_vb import KernelProblem
-    from bayesvm.kernel_model import choose_locations
+    from bayesvm.engines.kernel.svi import fit_svi
     from bayesvm.kernels import RBF
+    from bayesvm.model.kernel import choose_locations
+    from bayesvm.model.problems import KernelProblem
 
     rng = np.random.default_rng(seed)
     X, y = _kernel_data(n, rng)

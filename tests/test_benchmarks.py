@@ -6,7 +6,7 @@ from benchmarks.scale import main
 
 
 def test_scale_benchmark_small(capsys):
-    from bayesvm.engines import sparse
+    from bayesvm.linalg import sparse
 
     rows = main(["--small"])
     # dense, one factor VB and Gibbs, crossed (probes against exact and goal, sweep, fit), nested (CHOLMOD against

@@ -1,6 +1,6 @@
 """Blocks that compose (issue 23): a selection prior with random effects, through ``bsvm()``.
 
-The engine-level exactness checks are in ``tests/engines/test_selection_random.py``; here the whole route
+The engine-level exactness checks are in ``tests/engines/selection/test_selection_random.py``; here the whole route
 runs on simulated data: VB and Gibbs agree, and every result method works on the combined fit.
 """
 
@@ -122,7 +122,7 @@ def test_svi_refuses_more_random_effects_than_its_dense_q_holds():
 def test_accurate_vb_with_multiple_imputation_agrees_with_gibbs():
     """``vb="accurate"`` on each completed data set, pooled, targets the same cut posterior as the multiple-
     imputation Gibbs sampler: means within 0.35 Gibbs SD (issue 23's bar for the accurate fit)."""
-    from tests.engines.test_impute import simulate
+    from tests.engines.imputation.test_joint_model import simulate
 
     frame, _, _ = simulate(n=200, seed=3)
     formula = "y ~ x1 + x2 + x3"  # (with random effects each accurate fit costs more; the matrix below runs one)
@@ -143,7 +143,7 @@ def test_accurate_vb_with_multiple_imputation_agrees_with_gibbs():
 def test_svi_with_multiple_imputation_matches_mean_field_on_the_same_imputations():
     """``method="svi"`` with ``missing="impute"``: one SVI fit per completed data set, pooled; the completed data
     sets are those of the mean-field fit with the same seed, and SVI reaches each batch optimum."""
-    from tests.engines.test_impute import simulate
+    from tests.engines.imputation.test_joint_model import simulate
 
     frame, _, _ = simulate(n=1000, seed=5)
     formula = "y ~ x1 + x2 + x3"

@@ -82,7 +82,7 @@ def test_summary_suggests_probes_for_a_large_dense_complement(sparse_path, monke
 def test_warns_before_an_exact_fit_that_would_factorise_a_huge_dense_complement(sparse_path, monkeypatch):
     """Crossed factors whose dense complement is too large for the dense factorisation fall back to the general
     sparse one (hours at scale): the fit says so first and names ``probes``; nested factors do not warn."""
-    from bayesvm.engines import sparse_schur
+    from bayesvm.linalg import schur as sparse_schur
 
     monkeypatch.setattr(sparse_schur, "MAX_SCHUR_COLUMNS", 50)
     data = _crossed(1500, 60)

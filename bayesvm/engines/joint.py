@@ -10,8 +10,9 @@ import numpy as np
 import scipy.sparse as sp
 from scipy import stats
 
+from ..model.problems import VarianceComponent, VBProblem
 from . import variance_prior
-from .vb import LOG_2PI, VarianceComponent, VBProblem
+from .linear.vb import LOG_2PI
 
 
 def log_pseudo_likelihood(y: np.ndarray, f: np.ndarray) -> float:

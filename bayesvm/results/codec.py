@@ -35,6 +35,43 @@ from ..errors import BayesvmError
 
 #: Classes whose instances may be stored: those defined in these packages (and nowhere else).
 ALLOWED_MODULES = ("bayesvm", "formulaic")
+#: Where classes stored by earlier layouts live now (files written before the engines were split by family
+#: and the linear algebra moved to :mod:`bayesvm.linalg`): old module -> new module.  Only the module part
+#: of a class path is translated, and only to another module of this package.
+MOVED_MODULES = {
+    "bayesvm.engines.linalg": "bayesvm.linalg.dense",
+    "bayesvm.engines.sparse": "bayesvm.linalg.sparse",
+    "bayesvm.engines.sparse_schur": "bayesvm.linalg.schur",
+    "bayesvm.engines.sparse_probes": "bayesvm.linalg.probes",
+    "bayesvm.engines.vb": "bayesvm.engines.linear.vb",
+    "bayesvm.engines.gibbs": "bayesvm.engines.linear.gibbs",
+    "bayesvm.engines.compiled_rows": "bayesvm.engines.linear.compiled_rows",
+    "bayesvm.engines.interweave": "bayesvm.engines.linear.interweave",
+    "bayesvm.engines.em": "bayesvm.engines.linear.em",
+    "bayesvm.engines.ep": "bayesvm.engines.linear.ep",
+    "bayesvm.engines.svi": "bayesvm.engines.linear.svi",
+    "bayesvm.engines.stream_vb": "bayesvm.engines.linear.stream_vb",
+    "bayesvm.engines.selection": "bayesvm.engines.selection.vb",
+    "bayesvm.engines.selection_gibbs": "bayesvm.engines.selection.gibbs",
+    "bayesvm.engines.selection_moves": "bayesvm.engines.selection.moves",
+    "bayesvm.engines.lasso_em": "bayesvm.engines.selection.lasso_em",
+    "bayesvm.engines.impute": "bayesvm.engines.imputation.joint_model",
+    "bayesvm.engines.impute_mi": "bayesvm.engines.imputation.multiple",
+    "bayesvm.engines.kernel_vb": "bayesvm.engines.kernel.vb",
+    "bayesvm.engines.kernel_svi": "bayesvm.engines.kernel.svi",
+    "bayesvm.engines.pcvm": "bayesvm.engines.kernel.pcvm",
+    "bayesvm.engines.pcvm_em": "bayesvm.engines.kernel.pcvm_em",
+}
+#: Classes that moved to another module of a different name (engine inputs now in the model layer): old
+#: ``module:qualname`` -> new ``module:qualname``
+MOVED_CLASSES = {
+    "bayesvm.engines.vb:VarianceComponent": "bayesvm.model.problems:VarianceComponent",
+    "bayesvm.engines.vb:VBProblem": "bayesvm.model.problems:VBProblem",
+    "bayesvm.engines.selection:SelectionProblem": "bayesvm.model.problems:SelectionProblem",
+    "bayesvm.engines.impute:ImputationProblem": "bayesvm.model.problems:ImputationProblem",
+    "bayesvm.engines.kernel_vb:KernelProblem": "bayesvm.model.problems:KernelProblem",
+}
+MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
 #: Builtin bases a stored object may subclass (its value is stored beside its attributes).
 _BUILTIN_BASES = (str, int, float, tuple, frozenset)
 _SPARSE_FORMATS = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "coo": sp.coo_matrix}
@@ -398,6 +435,10 @@ def _resolve_class(name: object) -> type:
         p.isidentifier() and not p.startswith("__") for p in [*module_name.split("."), *parts]
     ):
         raise StorageError(f"the file names the class {name!r}, which a saved fit never holds")
+    if name in MOVED_CLASSES:  # a file from an earlier layout
+        module_name, qualname = MOVED_CLASSES[name].split(":")
+        parts = qualname.split(".")
+    module_name = MOVED_MODULES.get(module_name, module_name)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError:

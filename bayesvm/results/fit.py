@@ -11,11 +11,12 @@ import scipy.sparse as sp
 
 from ..arguments import as_level
 from ..checks.findings import Diagnostics
-from ..engines.em import EMResult
-from ..engines.gibbs import GibbsResult
-from ..engines.vb import VBProblem, VBResult
+from ..engines.linear.em import EMResult
+from ..engines.linear.gibbs import GibbsResult
+from ..engines.linear.vb import VBResult
 from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE, LinearModel, gp_index
+from ..model.problems import VBProblem
 from ..priors import Lasso
 from .posterior import posterior_view
 

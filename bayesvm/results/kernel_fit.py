@@ -15,9 +15,10 @@ import pandas as pd
 from scipy.stats import norm
 
 from ..arguments import as_level
-from ..engines.kernel_vb import KernelProblem, KernelVBResult
+from ..engines.kernel.vb import KernelVBResult
 from ..errors import BayesvmError
-from ..kernel_model import KernelModel
+from ..model.kernel import KernelModel
+from ..model.problems import KernelProblem
 from .fit import BSVMFit
 from .prediction import gaussian_average_probability
 

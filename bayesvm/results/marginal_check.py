@@ -19,7 +19,7 @@ contributes ``2 s_i (u - b_i)``.  Between consecutive sorted breakpoints the exp
     I_j = sum_intervals exp(a + c^2 sigma^2 / 2) [Phi((hi - m) / sigma) - Phi((lo - m) / sigma)].
 
 Then ``log p(y, theta_d, phi) = sum_j log I_j + log p(theta_d | phi) + log p(phi)`` (``phi`` the
-variance parameters of :class:`bayesvm.engines.ep.Hyperparameters`), and q's marginal is
+variance parameters of :class:`bayesvm.engines.linear.ep.Hyperparameters`), and q's marginal is
 the Gaussian of ``theta_d`` times q of ``phi`` (mean-field: the inverse-gamma / inverse-Wishart
 factors; accurate: the node mixture over its cells).  PSIS of the ratio gives the marginal k-hat.
 """
@@ -31,8 +31,9 @@ import scipy.linalg as sla
 from scipy import stats
 from scipy.special import log_ndtr, logsumexp
 
-from ..engines.ep import Hyperparameters
-from ..engines.vb import LOG_2PI, VBProblem
+from ..engines.linear.ep import Hyperparameters
+from ..engines.linear.vb import LOG_2PI
+from ..model.problems import VBProblem
 
 #: Draws x groups x (largest group + 1) values processed at a time: about a dozen arrays of this
 #: many doubles are alive at once (~400 MB at 4e6).

@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..engines.em import EMResult
-from ..engines.ep import IntegratedResult
-from ..engines.gibbs import GibbsResult
 from ..engines.joint import predictor_draws
-from ..engines.selection import SelectionVBResult
-from ..engines.vb import VBResult
+from ..engines.linear.em import EMResult
+from ..engines.linear.ep import IntegratedResult
+from ..engines.linear.gibbs import GibbsResult
+from ..engines.linear.vb import VBResult
+from ..engines.selection.vb import SelectionVBResult
 from .new_levels import ComponentLaw, discrete_law
 from .prediction import gaussian_average_probability, pseudo_probability
 

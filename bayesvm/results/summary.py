@@ -9,7 +9,7 @@ import pandas as pd
 from scipy.stats import norm
 
 from ..engines import variance_prior
-from ..engines.ep import accurate_failure
+from ..engines.linear.ep import accurate_failure
 from ..model import PENALTY_SOURCE
 from .vb_check import KHAT_GOOD, KHAT_LIMIT, VBCheck
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from bayesvm.engines.vb import VBProblem, VBResult
+from bayesvm.engines.linear.vb import VBResult
+from bayesvm.model.problems import VBProblem
 
 
 def dense_covariance(theta) -> tuple[np.ndarray, np.ndarray]:

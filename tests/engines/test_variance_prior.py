@@ -10,7 +10,7 @@ from scipy import integrate, stats
 from scipy.special import digamma
 
 from bayesvm.engines import variance_prior
-from bayesvm.engines.vb import ComponentPosterior
+from bayesvm.engines.linear.vb import ComponentPosterior
 
 HALF_T = SimpleNamespace(prior_nu=3.0, prior_t_scale=2.5, prior_a=0.0, prior_b=0.0, n_levels=12)
 INV_GAMMA = SimpleNamespace(prior_nu=0.0, prior_t_scale=0.0, prior_a=0.01, prior_b=0.01, n_levels=12)

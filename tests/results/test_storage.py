@@ -159,6 +159,47 @@ def test_an_untouched_rewrite_loads(em_file, tmp_path):
     np.testing.assert_array_equal(same.predict(_frame(seed=2)), fit.predict(_frame(seed=2)))
 
 
+@pytest.mark.parametrize(
+    "name", ["accurate-vb", "gibbs", "laplace-zero-vb", "impute-mi-vb", "impute-joint-vb", "kernel-vb"]
+)
+def test_files_from_the_flat_engine_layout_load(name, tmp_path):
+    """Fits saved before the engines were split by family name classes such as ``bayesvm.engines.vb:VBResult``;
+    they load into today's classes, with the same predictions."""
+    from bayesvm.results.codec import MOVED_CLASSES, MOVED_MODULES
+
+    fit, new = _make(name)
+    path = fit.save(tmp_path / "new.bsvm")
+    new_to_old = {new: old for old, new in MOVED_MODULES.items()}
+    new_to_old_classes = {new: old for old, new in MOVED_CLASSES.items()}
+    renamed = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("$") == "obj":
+                module, qualname = node["cls"].split(":")
+                if node["cls"] in new_to_old_classes:
+                    node["cls"] = new_to_old_classes[node["cls"]]
+                    renamed.append(node["cls"])
+                elif module in new_to_old:
+                    node["cls"] = f"{new_to_old[module]}:{qualname}"
+                    renamed.append(node["cls"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    def flatten(entries):
+        graph = json.loads(entries["graph.json"])
+        walk(graph)
+        entries["graph.json"] = json.dumps(graph).encode()
+
+    old = bayesvm.load(_rewrite(path, tmp_path / "old.bsvm", flatten))
+    assert renamed and all(n.split(":")[0] in MOVED_MODULES or n in MOVED_CLASSES for n in renamed), renamed
+    np.testing.assert_array_equal(old.predict(new, kind="pseudo"), fit.predict(new, kind="pseudo"))
+    assert type(old.result) is type(fit.result)
+
+
 @pytest.mark.parametrize("cls", ["os:system", "builtins:eval", "subprocess:Popen", "bayesvm.results.fit:np"])
 def test_classes_outside_bayesvm_and_formulaic_are_refused(em_file, tmp_path, cls):
     def change(graph):

@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 import bayesvm
-import bayesvm.engines.vb
+import bayesvm.engines.linear.vb
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
@@ -46,7 +46,7 @@ def test_log_density_of_q_matches_scipy(limit):
     data = simulate_grouped(n_groups=6, per_group=5, p=2, seed=3)
     design = build_design(parse_formula("y ~ x1 + (1 + x1 | g) + (1 | h)"), data)
     problem = build_model(design, None, PriorSet(), True, max_dense_columns=limit).problem()
-    theta = bayesvm.engines.vb.fit_vb(problem, max_iter=5).theta
+    theta = bayesvm.engines.linear.vb.fit_vb(problem, max_iter=5).theta
     theta_d, theta_b = theta.sample(np.random.default_rng(1), 7)
     mean, cov = dense_covariance(theta)
     joint = np.concatenate([theta_d, theta_b.reshape(7, -1)], axis=1)
@@ -203,7 +203,7 @@ def test_inverse_wishart_prior_has_every_constant():
     from scipy import stats
 
     fit = bayesvm.bsvm("y ~ x + (1 + x | g)", _correlated_data(), vb="meanfield")
-    from bayesvm.engines.ep import Hyperparameters
+    from bayesvm.engines.linear.ep import Hyperparameters
 
     hyper = Hyperparameters(fit.problem.components)
     comp = next(c for c in fit.problem.components if c.is_wishart)

@@ -1,0 +1,429 @@
+"""Missing predictors imputed inside the model: VB (Luts & Ormerod 2014, Alg. 4) and Gibbs (Appendix C).
+
+Generalised from the paper's single-penalty model to every model the VB and Gibbs engines fit
+(any penalty, random effects on the dense/Schur path).  The imputation variables are numeric
+main effects; on the engine's scale each is ``z_j`` (its observed values centred and scaled) and
+its design column is ``alpha_j + gamma_j z_j``, so with ``b = gamma o theta_K`` (``K``: their
+positions in ``theta_d``) the linear predictor is ``f_i = r_i + z_i' b`` with ``r_i`` free of ``z``.
+
+Imputation model (MCAR): ``z_i ~ N(mu, Sigma)``, ``mu ~ N(0, s_mu^2 I)``, ``Sigma ~ IW(nu, Psi)``.
+
+VB factorisation ``q(theta) q(a) q(components) prod_i q(z_{i,M_i}) q(mu) q(Sigma)``; with
+``Lambda = E[Sigma^{-1}] = nu_q Psi_q^{-1}`` the updates, derived here, are:
+
+* ``q(theta)``: the usual update with the design rows at ``E[z_i]`` and the precision increased by
+  ``sum_i w_i Cov(c_i)`` (Alg. 4 step 3; only the imputed columns' block);
+* ``q(z_{i,M}) = N(P_i^{-1} l_i, P_i^{-1})``, ``P_i = Lambda_MM + w_i E[b b']_MM``,
+  ``l_i = (Lambda m_mu)_M - Lambda_MO z_O + y_i (1 + w_i) E[b]_M - w_i (E[r_i b]_M + E[b b']_MO z_O)``
+  (steps 6-7; ``E[r_i b]`` includes ``Cov(r_i, b)``, which the paper's ``[Omega]_{-1,1}`` keeps only
+  for the intercept);
+* ``chi_i = E[(1 - y_i f_i)^2] = (1 - y_i E f_i)^2 + Var_theta(E_z f_i) + tr(E[b b'] Cov(z_i))`` (step 10);
+* ``q(mu) = N(S (Lambda sum_i E z_i), S)``, ``S = (s_mu^{-2} I + n Lambda)^{-1}`` (step 13);
+* ``q(Sigma) = IW(nu + n, Psi + n S + sum_i [(E z_i - m_mu)(E z_i - m_mu)' + Cov z_i])`` (step 14).
+
+Lower bound: the regression bound of :func:`bayesvm.engines.linear.vb.lower_bound` (its data term with the
+``E[(1 - y f)^2]`` above) plus, with ``T = sum_i E[(z_i - mu)(z_i - mu)']``,
+``-n V log(2 pi) / 2 - tr(Lambda T) / 2`` (``E log|Sigma|`` cancels against ``q(Sigma)``),
+``E log p(mu) - E log q(mu)``, ``E log p(Sigma) - E log q(Sigma)`` without ``E log|Sigma|``, and the
+entropies ``sum_i [|M_i| (1 + log 2 pi) + log|Cov z_{i,M}|] / 2``.
+
+Gibbs (Appendix C): ``theta``, ``1/a``, components as in :mod:`bayesvm.engines.linear.gibbs` with the current
+``z``; then ``z_{i,M} ~ N(P_i^{-1} l_i, P_i^{-1})`` with the draws in place of the expectations,
+``mu | z, Sigma`` and ``Sigma | z, mu ~ IW(nu + n, Psi + sum_i (z_i - mu)(z_i - mu)')``.
+
+With ``ImputationProblem.mode == "mi"`` the same chain runs multiple imputation instead
+(:mod:`bayesvm.engines.imputation.multiple`): ``z`` comes from the imputation model's own chain, renewed every
+``MI_SETTLE + MI_KEEP * thin`` iterations, and draws are stored only after the ``(theta, a)`` chain has
+settled on the new completed data.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import scipy.sparse as sp
+from scipy import stats
+from scipy.special import multigammaln
+
+from ...linalg.dense import blas_threads, gaussian_draw, gaussian_posterior
+from ...model.problems import ImputationProblem
+from ..augmentation import inverse_a_mean, update_chi
+from ..joint import component_values, log_prior, log_pseudo_likelihood
+from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
+from ..linear.vb import (
+    LOG_2PI,
+    VBResult,
+    _prior_precisions,
+    _second_moments,
+    initial_component,
+    lower_bound,
+    update_component,
+)
+
+
+@dataclass
+class ImputedVBResult(VBResult):
+    """VB output plus ``q(z_mis)``, ``q(mu)`` and ``q(Sigma)`` (rows in the caller's order)."""
+
+    z_mean: np.ndarray = None  # (n, V): observed values and imputed means, standardised
+    z_cov: np.ndarray = None  # (n, V, V): Cov(z_i) (zero rows/cols where observed)
+    mu_mean: np.ndarray = None
+    mu_cov: np.ndarray = None
+    sigma_df: float = 0.0
+    sigma_scale: np.ndarray = None
+    design: np.ndarray = field(default=None, repr=False)  # D at the imputed means
+
+    def imputation_moments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(z mean (n, V), z sd (n, V), E[mu], E[Sigma])`` on the standardised scale (``q(Sigma)`` is
+        inverse Wishart: its mean where it exists, else its scale)."""
+        V = self.mu_mean.size
+        sd = np.sqrt(np.diagonal(self.z_cov, axis1=1, axis2=2))
+        sigma = self.sigma_scale / (self.sigma_df - V - 1.0) if self.sigma_df > V + 1 else self.sigma_scale
+        return self.z_mean, sd, self.mu_mean, sigma
+
+
+def missing_patterns(missing: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Rows grouped by their missingness pattern: ``(rows, missing-columns mask)``, complete rows left out."""
+    rows = np.flatnonzero(missing.any(axis=1))
+    if rows.size == 0:
+        return []
+    keys, inverse = np.unique(missing[rows], axis=0, return_inverse=True)
+    return [(rows[inverse.ravel() == k], keys[k]) for k in range(keys.shape[0])]
+
+
+def _conditional(lam, h, Ebb, Eb, Erb, w, y, z, rows, mis):
+    """``P_i`` and ``l_i`` of ``z_{i,M}`` for the rows of one pattern (vectorised over rows)."""
+    obs = ~mis
+    P = lam[np.ix_(mis, mis)][None] + w[rows, None, None] * Ebb[np.ix_(mis, mis)][None]
+    zo = z[np.ix_(rows, obs)]
+    lin = h[mis][None] - zo @ lam[np.ix_(mis, obs)].T
+    lin = lin + (y[rows] * (1.0 + w[rows]))[:, None] * Eb[mis][None]
+    lin = lin - w[rows, None] * (Erb[:, mis] + zo @ Ebb[np.ix_(mis, obs)].T)
+    return P, lin
+
+
+def fit_impute_vb(problem: ImputationProblem, tol: float = 1e-8, max_iter: int = 500) -> ImputedVBResult:
+    """Alg. 4, generalised (module docstring), with the BLAS threading of :func:`linalg.blas_threads`."""
+    with blas_threads(problem.base.D.shape[1]):
+        return _fit_vb(problem, tol, max_iter)
+
+
+def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBResult:
+    start = time.perf_counter()
+    order, prob = problem.sorted()
+    base = prob.base
+    y, blocked = base.y, base.blocked
+    n, V = prob.z.shape
+    K, gamma = prob.columns, prob.gamma
+    codes = None if blocked is None else blocked.codes
+    values = None if blocked is None else blocked.values
+    patterns = missing_patterns(prob.missing)
+    mis_rows = np.flatnonzero(prob.missing.any(axis=1))
+    # state
+    z = prob.z.copy()  # means (observed values where observed)
+    z_cov = np.zeros((n, V, V))
+    chi = np.ones(n)
+    components = [initial_component(c) for c in base.components]
+    sigma_df = prob.df + n
+    psi_q = prob.scale + np.cov(z, rowvar=False).reshape(V, V) * n
+    mu_mean, mu_cov = z.mean(axis=0), np.eye(V) / n
+    bounds: list[float] = []
+    decreases: list[int] = []
+    converged = False
+    for it in range(max_iter):
+        w = inverse_a_mean(chi)
+        lam = sigma_df * np.linalg.inv(psi_q)
+        # q(theta): rows at E[z]; precision + sum_i w_i Cov(c_i)
+        D = prob.design(z)
+        prior_dd, prior_b = _prior_precisions(base, [c.expected_precision() for c in components])
+        extra = np.einsum("i,ijk->jk", w[mis_rows], z_cov[mis_rows]) * np.outer(gamma, gamma)
+        prior_dd[np.ix_(K, K)] += extra
+        theta = gaussian_posterior(D, w, y * (1.0 + w), prior_dd, blocked, prior_b)
+        # q(z_{i,M})
+        Eb = gamma * theta.mean_d[K]
+        Ebb = np.outer(gamma, gamma) * (theta.cov_d[np.ix_(K, K)] + np.outer(theta.mean_d[K], theta.mean_d[K]))
+        if mis_rows.size:
+            D0 = D[mis_rows].copy()
+            D0[:, K] = prob.alpha
+            mean_r = D0 @ theta.mean_d
+            resid = D0
+            if codes is not None and theta.mean_b.size:
+                zb, lvl = values[mis_rows], codes[mis_rows]
+                mean_r = mean_r + np.sum(zb * theta.mean_b[lvl], axis=1)
+                resid = D0 - np.einsum("nk,nkq->nq", zb, theta.gain[lvl])
+            cov_rb = (resid @ theta.cov_d[:, K]) * gamma
+            Erb_all = np.zeros((n, V))
+            Erb_all[mis_rows] = mean_r[:, None] * Eb[None] + cov_rb
+            h = lam @ mu_mean
+            for rows, mis in patterns:
+                P, lin = _conditional(lam, h, Ebb, Eb, Erb_all[rows], w, y, z, rows, mis)
+                cov = np.linalg.inv(P)
+                z[np.ix_(rows, mis)] = np.einsum("nij,nj->ni", cov, lin)
+                block = np.zeros((rows.size, V, V))
+                block[:, mis[:, None] & mis[None, :]] = cov.reshape(rows.size, -1)
+                z_cov[rows] = block
+        # q(a)
+        D = prob.design(z)
+        mean_f, var_f = theta.predictor(D, codes, values)
+        var_f = var_f + np.einsum("jk,ijk->i", Ebb, z_cov)
+        expected_sq = (1.0 - y * mean_f) ** 2 + var_f
+        chi = update_chi(expected_sq)
+        # q(mu), q(Sigma)
+        mu_cov = np.linalg.inv(np.eye(V) / prob.mean_variance + n * lam)
+        mu_mean = mu_cov @ lam @ z.sum(axis=0)
+        dev = z - mu_mean
+        psi_q = prob.scale + dev.T @ dev + z_cov.sum(axis=0) + n * mu_cov
+        # variance components
+        seconds = [_second_moments(c, theta) for c in base.components]
+        components = [update_component(c, s, p) for c, s, p in zip(base.components, seconds, components)]
+        bound = _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov, mu_mean, mu_cov, psi_q)
+        if bounds and bound < bounds[-1] - 1e-8 * abs(bound):
+            decreases.append(it)
+        bounds.append(bound)
+        if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) < tol * abs(bounds[-1]):
+            converged = True
+            break
+    if order is not None:
+        back = np.argsort(order)
+        z, z_cov, chi, D = z[back], z_cov[back], chi[back], D[back]
+    return ImputedVBResult(
+        theta=theta,
+        components=components,
+        chi=chi,
+        lower_bound=np.asarray(bounds),
+        converged=converged,
+        n_iter=len(bounds),
+        elapsed=time.perf_counter() - start,
+        decreases=decreases,
+        z_mean=z,
+        z_cov=z_cov,
+        mu_mean=mu_mean,
+        mu_cov=mu_cov,
+        sigma_df=sigma_df,
+        sigma_scale=psi_q,
+        design=D,
+    )
+
+
+def _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov, mu_mean, mu_cov, psi_q) -> float:
+    """Regression bound + imputation-model bound (module docstring), every constant kept."""
+    base = prob.base
+    n, V = z.shape
+    # regression part, with E[(1 - y f)^2] including the imputation variance
+    total = lower_bound(base, base.y, theta, mean_f, expected_sq, chi, components, seconds)
+    # imputation model
+    df_q = prob.df + n
+    lam = df_q * np.linalg.inv(psi_q)
+    dev = z - mu_mean
+    T = dev.T @ dev + z_cov.sum(axis=0) + n * mu_cov
+    total += -0.5 * n * V * LOG_2PI - 0.5 * float(np.sum(lam * T))  # E log p(z | mu, Sigma) w/o E log|Sigma|
+    s2 = prob.mean_variance
+    total += -0.5 * V * np.log(2 * np.pi * s2) - 0.5 * (mu_mean @ mu_mean + np.trace(mu_cov)) / s2  # E log p(mu)
+    total += 0.5 * V * (1.0 + LOG_2PI) + 0.5 * np.linalg.slogdet(mu_cov)[1]  # entropy of q(mu)
+    nu, psi = prob.df, prob.scale
+    total += (
+        0.5 * nu * np.linalg.slogdet(psi)[1]
+        - 0.5 * df_q * np.linalg.slogdet(psi_q)[1]
+        - 0.5 * (nu - df_q) * V * np.log(2.0)
+        - multigammaln(0.5 * nu, V)
+        + multigammaln(0.5 * df_q, V)
+        - 0.5 * float(np.sum((psi - psi_q) * lam))
+    )  # E log p(Sigma) - E log q(Sigma), E log|Sigma| cancelled with the data term's
+    for rows, m in missing_patterns(prob.missing):  # entropies of q(z_{i,M}), one pattern at a time
+        logdet = np.linalg.slogdet(z_cov[rows][:, m][:, :, m])[1]
+        total += 0.5 * rows.size * m.sum() * (1.0 + LOG_2PI) + 0.5 * float(np.sum(logdet))
+    return float(total)
+
+
+# ----- Gibbs (Appendix C) -----------------------------------------------------------------------
+@dataclass
+class ImputedGibbsDraws:
+    """Imputation output of the Gibbs chains (rows in the caller's order)."""
+
+    z_mean: np.ndarray  # (n, V) posterior means (observed values where observed), standardised
+    z_var: np.ndarray  # (n, V) posterior variances (0 where observed)
+    mu: np.ndarray  # (chains, draws, V)
+    sigma: np.ndarray  # (chains, draws, V, V)
+
+
+#: Multiple imputation inside Gibbs (``mode="mi"``): a new imputation every ``MI_SETTLE + MI_KEEP * thin``
+#: iterations (``MI_THIN`` steps of the imputation chain apart, ``MI_BURN`` before the first); the first
+#: ``MI_SETTLE`` iterations after each are not stored, so the (theta, a) chain forgets the previous imputation.
+#: Updating z every iteration instead (the naive "cut" sampler) is not valid: a depends on z, and theta
+#: drawn with a stale a was 2 posterior SDs off on simulated data (Plummer 2015 describes the same failure).
+MI_SETTLE, MI_KEEP, MI_THIN, MI_BURN = 20, 20, 5, 100
+
+
+def storage_schedule(tune: int, draws: int, thin: int, segments: bool) -> np.ndarray:
+    """Per iteration: the index of the stored draw, or -1 (tuning, thinning, settling after an imputation)."""
+    if not segments:
+        total = tune + draws * thin
+        kept = np.arange(total) - tune
+        return np.where((kept >= 0) & (kept % thin == 0), kept // thin, -1)
+    length = MI_SETTLE + MI_KEEP * thin
+    total = tune + length * (-(-draws // MI_KEEP)) + length
+    position = np.arange(total) % length
+    keep = (np.arange(total) >= tune) & (position >= MI_SETTLE) & ((position - MI_SETTLE) % thin == 0)
+    index = np.cumsum(keep) - 1
+    keep &= index < draws
+    last = int(np.flatnonzero(keep)[-1]) + 1
+    return np.where(keep, index, -1)[:last]
+
+
+def imputation_schedule(total: int, thin: int) -> np.ndarray:
+    """Per iteration: whether a new imputation starts (the segments of :func:`storage_schedule`)."""
+    return np.arange(total) % (MI_SETTLE + MI_KEEP * thin) == 0
+
+
+def run_impute_chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, show: bool) -> dict:
+    with blas_threads(problem.base.D.shape[1]):
+        return _chain(problem, draws, tune, thin, seed, show)
+
+
+def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, show: bool) -> dict:
+    rng = np.random.default_rng(seed)
+    order, prob = problem.sorted()
+    base = prob.base
+    y, blocked = base.y, base.blocked
+    n, V = prob.z.shape
+    K, gamma = prob.columns, prob.gamma
+    patterns = missing_patterns(prob.missing)
+    z = prob.z.copy()
+    z[prob.missing] = rng.standard_normal(int(prob.missing.sum()))
+    omega = np.exp(rng.normal(0.0, 0.5, n))
+    covs = [np.eye(c.k) * np.exp(rng.normal(0.0, 0.5)) for c in base.components]
+    aux: list = [None] * len(base.components)  # half-t auxiliary variables
+    mu, sigma = np.zeros(V), np.eye(V)
+    if prob.mode == "mi":
+        from .multiple import imputation_step, marginal_moments, start_state
+
+        state = start_state(prob, rng)
+        z = state.z
+    stored = storage_schedule(tune, draws, thin, prob.mode == "mi")
+    new_imputation = imputation_schedule(stored.size, thin) if prob.mode == "mi" else None
+    total = stored.size
+    out = {
+        "theta_d": np.empty((draws, base.D.shape[1])),
+        "theta_b": None,
+        "components": [np.empty((draws, c.k, c.k)) for c in base.components],
+        "log_posterior": np.empty(draws),
+        "mu": np.empty((draws, V)),
+        "sigma": np.empty((draws, V, V)),
+        "z_sum": np.zeros((n, V)),
+        "z_sq": np.zeros((n, V)),
+    }
+    steps = range(total)
+    if show:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc="Gibbs", leave=False)
+    for step in steps:
+        if new_imputation is not None and new_imputation[step]:  # the imputation model's own chain (impute_mi)
+            for _ in range(MI_BURN if step == 0 else MI_THIN):
+                imputation_step(state, prob, y, patterns, rng)
+            mu, sigma = marginal_moments(state.B, state.sigma, y)
+        D = prob.design(z)
+        if sp.issparse(D):  # (multiple imputation only: z changes at a new imputation, the layout with it)
+            if step == 0 or new_imputation[step]:
+                current = replace(base, D=D)
+            theta_d = sparse_coefficient_draw(current, omega, [np.linalg.inv(c) for c in covs], rng)
+            theta_b = np.zeros((0, 0))
+        else:
+            prior_dd, prior_b = _prior_precisions(base, [np.linalg.inv(c) for c in covs])
+            theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng)
+        f = D @ theta_d
+        if blocked is not None:
+            f = f + np.sum(blocked.values * theta_b[blocked.codes], axis=1)
+        omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
+        covs = draw_components(
+            base.components, [component_values(c, theta_d, theta_b) for c in base.components], rng, aux
+        )
+        if prob.mode != "mi":
+            # z_{i,M} | rest
+            b = gamma * theta_d[K]
+            r = f - z @ b
+            prec = np.linalg.inv(sigma)
+            h = prec @ mu
+            bb = np.outer(b, b)
+            for rows, mis in patterns:
+                P, lin = _conditional(prec, h, bb, b, r[rows, None] * b[None], omega, y, z, rows, mis)
+                chol = np.linalg.cholesky(P)
+                mean = np.linalg.solve(P, lin[..., None])[..., 0]
+                eps = rng.standard_normal(lin.shape)
+                dev = np.linalg.solve(np.swapaxes(chol, 1, 2), eps[..., None])[..., 0]  # L^{-T} eps
+                z[np.ix_(rows, mis)] = mean + dev
+            # mu | z, Sigma and Sigma | z, mu
+            mu_cov = np.linalg.inv(np.eye(V) / prob.mean_variance + n * prec)
+            mu = rng.multivariate_normal(mu_cov @ prec @ z.sum(axis=0), mu_cov)
+            dev = z - mu
+            sigma = np.atleast_2d(
+                stats.invwishart(df=prob.df + n, scale=prob.scale + dev.T @ dev).rvs(random_state=rng)
+            )
+        if stored[step] >= 0:
+            i = stored[step]
+            out["theta_d"][i] = theta_d
+            if out["theta_b"] is None:
+                out["theta_b"] = np.empty((draws,) + theta_b.shape)
+            out["theta_b"][i] = theta_b
+            for store, cov in zip(out["components"], covs):
+                store[i] = cov
+            f_now = prob.design(z) @ theta_d + (f - D @ theta_d)
+            out["log_posterior"][i] = log_pseudo_likelihood(y, f_now) + log_prior(base, theta_d, theta_b, covs)
+            out["mu"][i], out["sigma"][i] = mu, sigma
+            out["z_sum"] += z
+            out["z_sq"] += z * z
+    if order is not None:
+        back = np.argsort(order)
+        out["z_sum"], out["z_sq"] = out["z_sum"][back], out["z_sq"][back]
+    return out
+
+
+@dataclass
+class ImputedGibbsResult(GibbsResult):
+    """Gibbs draws of the regression plus the imputation summaries (:class:`ImputedGibbsDraws`)."""
+
+    imputation: ImputedGibbsDraws = None
+    imputation_mode: str = "joint"
+
+    def imputation_moments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(z mean (n, V), z sd (n, V), E[mu], E[Sigma])`` over the draws, standardised scale."""
+        draws = self.imputation
+        return draws.z_mean, np.sqrt(draws.z_var), draws.mu.mean(axis=(0, 1)), draws.sigma.mean(axis=(0, 1))
+
+
+def sample_impute_gibbs(
+    problem: ImputationProblem,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 4,
+    thin: int = 1,
+    seed: int | None = None,
+    cores: int = 1,
+    progress: bool = True,
+) -> ImputedGibbsResult:
+    """Run ``chains`` Appendix-C chains (in parallel processes when ``cores > 1``)."""
+    start = time.perf_counter()
+    runs = run_chains(run_impute_chain, problem, draws, tune, thin, chains, seed, cores, progress)
+    kept = chains * draws
+    z_mean = sum(r["z_sum"] for r in runs) / kept
+    z_var = np.maximum(sum(r["z_sq"] for r in runs) / kept - z_mean**2, 0.0) * kept / max(kept - 1, 1)
+    z_var[~problem.missing] = 0.0
+    return ImputedGibbsResult(
+        theta_d=np.stack([r["theta_d"] for r in runs]),
+        theta_b=np.stack([r["theta_b"] for r in runs]),
+        components=[np.stack([r["components"][c] for r in runs]) for c in range(len(problem.base.components))],
+        log_posterior=np.stack([r["log_posterior"] for r in runs]),
+        elapsed=time.perf_counter() - start,
+        tune=tune,
+        thin=thin,
+        seed=seed,
+        imputation=ImputedGibbsDraws(
+            z_mean=z_mean,
+            z_var=z_var,
+            mu=np.stack([r["mu"] for r in runs]),
+            sigma=np.stack([r["sigma"] for r in runs]),
+        ),
+        imputation_mode=problem.mode,
+    )

@@ -1,0 +1,184 @@
+"""Partial non-centring moves for the variance components of the Gibbs sampler.
+
+The Gibbs sampler of Luts & Ormerod (2014, Appendix A) is *centred*: it draws the random effects ``u``
+given their covariance ``Sigma`` and ``Sigma`` given ``u``.  Where the data say little about a level
+(toenail: 179 of 294 patients never change class) its ``u_j`` follows ``Sigma`` closely and ``Sigma | u``
+is narrow, so the pair crawls; for the informative levels the centred form is the right one.  Partial
+non-centring (Papaspiliopoulos, Roberts & Skold 2007) rescales the variance together with the random
+effects of the uninformative levels only: here the set ``S`` of levels whose rows all have one class,
+fixed once from the data.  For coordinate ``k`` of a component this is a draw from the group
+``{u_jk -> d u_jk for j in S, Sigma -> D Sigma D}``, ``D = diag(1, .., d, .., 1)``, ``d > 0``, by the
+generalised Gibbs step of Liu & Sabatti (2000, Theorem 1; left-Haar measure ``dd / d``), the group form of
+interweaving (Yu & Meng 2011).
+
+The move is made with the augmentation variables integrated out, on the hinge pseudo-posterior
+``pi(theta, Sigma | y)``; the sampler then draws the weights ``w | theta`` afresh before anything uses them
+(a partially collapsed step: van Dyk & Park 2008).  With ``f_i = a_i + d b_i`` (``b_i`` the part of row
+``i``'s predictor from coordinate ``k`` of the levels in ``S``) the move's density is
+
+    pi(d) propto exp(-2 sum_i (1 - y_i (a_i + d b_i))_+)
+                 prod_{j in S} p(D u_j | D Sigma D) d        (Jacobian of u_jk)
+                 prod_{j not in S} p(u_j | D Sigma D)
+                 p(D Sigma D) d^(k+1) / d                    (Jacobian of Sigma, Haar measure)
+
+Each ``p(D u_j | D Sigma D) d = p(u_j | Sigma)`` is constant in ``d``; each kept level gives
+``-log d - u_j' (D Sigma D)^-1 u_j / 2``, a quadratic in ``1/d``; the Jacobian of ``Sigma -> D Sigma D`` is
+``d^(k+1)`` (the diagonal entry twice, the ``k - 1`` off-diagonal pairs once).  For a single-column
+component (``k = 1``, ``s = sigma^2``) the prior term is ``p(d^2 s)``: the inverse gamma of the paper, or the
+half-t's ``IG(nu/2, nu/a)`` given its auxiliary variable ``a`` (which the move leaves fixed); for an
+inverse-Wishart term ``log p(D Sigma D) = -(nu + k + 1) log d - tr(Psi (D Sigma D)^-1) / 2 + const``.  The
+move leaves ``pi(theta, Sigma | y)`` invariant, so the chain keeps its target (checked against quadrature
+and against the paper's sampler in ``tests/engines/linear/test_interweave.py``).  ``log d`` is drawn by slice
+sampling (Neal 2003), exactly.  The learned penalty's component is left alone (its few slopes mix well).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import variance_prior
+from ..joint import component_values
+
+#: Slice sampler: initial bracket width on ``log d`` and the most stepping-out and shrinking steps.
+SLICE_WIDTH = 0.5
+SLICE_STEPS = 50
+
+
+def _inverse_quadratic(weights: np.ndarray, k: int) -> tuple[float, float, float]:
+    """``(w_kk, w_k., w_rest)`` such that ``sum_ab weights_ab s_a s_b = w_kk / d^2 + w_k. / d + w_rest`` for
+    ``s = (1, .., 1/d, .., 1)`` (the ``k``-th entry ``1/d``)."""
+    rest = np.ones(weights.shape[0], dtype=bool)
+    rest[k] = False
+    return float(weights[k, k]), float(2.0 * np.sum(weights[k, rest])), float(np.sum(weights[np.ix_(rest, rest)]))
+
+
+def _prior_terms(comp, cov: np.ndarray, k: int, aux) -> tuple[float, tuple[float, float, float], float]:
+    """``log p(D Sigma D) = -power * log d - 0.5 * quadratic(1/d) + const`` as ``(power, quadratic, variance)``
+    (module docstring): for a single column ``IG(shape, rate)`` in ``d^2 s`` gives ``power = 2 (shape + 1)``
+    and ``quadratic = (2 rate / s, 0, 0)``; an inverse Wishart gives ``power = nu + k + 1`` and the quadratic of
+    ``Psi * Sigma^-1``."""
+    if not comp.is_wishart:
+        if variance_prior.is_half_t(comp):
+            a = comp.prior_t_scale**2 if aux is None else aux  # None before the first draw, as in draw()
+            shape, rate = 0.5 * comp.prior_nu, comp.prior_nu / a
+        else:
+            shape, rate = comp.prior_a, comp.prior_b
+        return 2.0 * (shape + 1.0), (2.0 * rate / float(cov[0, 0]), 0.0, 0.0), float(cov[0, 0])
+    weights = comp.prior_scale * np.linalg.inv(cov)
+    return comp.prior_df + comp.k + 1.0, _inverse_quadratic(weights, k), 0.0
+
+
+def _slice_sample(log_density, x0: float, rng: np.random.Generator) -> float:
+    """One slice-sampling update of a univariate density (stepping out, then shrinkage; Neal 2003)."""
+    level = log_density(x0) - rng.exponential()
+    left = x0 - SLICE_WIDTH * rng.random()
+    right = left + SLICE_WIDTH
+    for _ in range(SLICE_STEPS):
+        if log_density(left) <= level:
+            break
+        left -= SLICE_WIDTH
+    for _ in range(SLICE_STEPS):
+        if log_density(right) <= level:
+            break
+        right += SLICE_WIDTH
+    for _ in range(SLICE_STEPS):
+        x = left + (right - left) * rng.random()
+        if log_density(x) > level:
+            return x
+        if x < x0:
+            left = x
+        else:
+            right = x
+    return x0  # the bracket shrank onto x0 (a density this narrow is already sampled by staying)
+
+
+def single_class_levels(problem, comp) -> np.ndarray:
+    """``(J,)`` mask of the levels of ``comp`` whose rows all have one class (for the penalty component, whose
+    "levels" are slopes, every one): the data barely inform these random effects, so they are rescaled with
+    the variance while the others keep their values (partial non-centring: Papaspiliopoulos et al. 2007)."""
+    if comp.source < 0:
+        return np.ones(comp.n_levels, dtype=bool)
+    y = problem.y
+    if comp.blocked:
+        codes, J = problem.blocked.codes, problem.blocked.n_levels
+        positive = np.bincount(codes, weights=(y > 0).astype(float), minlength=J)
+        count = np.bincount(codes, minlength=J)
+        return (positive == 0) | (positive == count)
+    column_rows = sp.csc_matrix(problem.D[:, comp.index[:, 0]])
+    column_rows.data = np.ones_like(column_rows.data)
+    positive = np.asarray(column_rows.T @ (y > 0).astype(float)).ravel()
+    count = np.asarray(column_rows.sum(axis=0)).ravel()
+    return (positive == 0) | (positive == count)
+
+
+class ScaleMoves:
+    """The rescaling moves of a problem's variance components (module docstring), with the level subsets fixed
+    once from the data."""
+
+    def __init__(self, problem):
+        self.problem = problem
+        self.subsets = [single_class_levels(problem, comp) for comp in problem.components]
+        self.row_masks = []
+        for comp, subset in zip(problem.components, self.subsets):
+            if comp.blocked:
+                self.row_masks.append(subset[problem.blocked.codes])
+            else:
+                self.row_masks.append(None)
+
+    def _contribution(self, c: int, k: int, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
+        """``b_i``: row ``i``'s part of ``f`` from coordinate ``k`` of the rescaled levels of component ``c``."""
+        comp, subset, problem = self.problem.components[c], self.subsets[c], self.problem
+        if comp.blocked:
+            blocked = problem.blocked
+            column = int(comp.index[0, k])
+            return np.where(self.row_masks[c], blocked.values[:, column] * theta_b[blocked.codes, column], 0.0)
+        columns = comp.index[subset, k]
+        part = problem.D[:, columns] @ theta_d[columns]
+        return np.asarray(part).ravel() if sp.issparse(problem.D) else part
+
+    def __call__(self, theta_d, theta_b, covs, aux, f, rng):
+        """One move per coordinate of every component; returns ``(theta_d, theta_b, covs, f)`` (new arrays).
+
+        ``f`` is the linear predictor at ``(theta_d, theta_b)``.  The caller must draw the augmentation weights
+        given the returned coefficients before using them (module docstring).
+        """
+        problem = self.problem
+        y = problem.y
+        theta_d, theta_b, f = theta_d.copy(), theta_b.copy(), f.copy()
+        covs = [c.copy() for c in covs]
+        for c, comp in enumerate(problem.components):
+            subset = self.subsets[c]
+            if comp.source < 0 or not np.any(subset):  # the learned penalty's few slopes already mix well
+                continue
+            for k in range(comp.k):
+                b = self._contribution(c, k, theta_d, theta_b)
+                rows = np.flatnonzero(b)
+                if rows.size == 0:  # the coordinate is zero everywhere: nothing to rescale
+                    continue
+                margin, slope = 1.0 - y[rows] * (f[rows] - b[rows]), y[rows] * b[rows]
+                values = component_values(comp, theta_d, theta_b)[~subset]
+                # the levels that keep their values: p(u_kept | D Sigma D), n_kept log d and a quadratic in 1/d
+                n_kept = values.shape[0]
+                kept = _inverse_quadratic((values.T @ values) * np.linalg.inv(covs[c]), k)
+                power, prior, _ = _prior_terms(comp, covs[c], k, aux[c])
+                q2, q1, _ = (kept[0] + prior[0], kept[1] + prior[1], 0.0)
+                exponent = comp.k + 1 - n_kept - power  # on log d: p(D Sigma D) d^(k+1) / d, times d of d = e^t
+
+                def log_density(t, margin=margin, slope=slope, q2=q2, q1=q1, exponent=exponent):
+                    d = np.exp(t)
+                    hinge = float(np.sum(np.maximum(margin - d * slope, 0.0)))
+                    return -2.0 * hinge - 0.5 * (q2 / (d * d) + q1 / d) + exponent * t
+
+                t = _slice_sample(log_density, 0.0, rng)
+                d = float(np.exp(t))
+                if comp.blocked:
+                    level_rows = subset
+                    theta_b[level_rows, comp.index[0, k]] *= d
+                else:
+                    theta_d[comp.index[subset, k]] *= d
+                scale = np.ones(comp.k)
+                scale[k] = d
+                covs[c] = covs[c] * np.outer(scale, scale)
+                f = f + (d - 1.0) * b
+        return theta_d, theta_b, covs, f

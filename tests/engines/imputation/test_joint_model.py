@@ -1,0 +1,199 @@
+"""Imputation engines (Alg. 4 generalised, Appendix C): the bound is monotone and exact, VB and Gibbs
+agree on the imputed values, and imputation beats complete cases on simulated MCAR data."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+import bayesvm
+from bayesvm.engines.imputation.joint_model import fit_impute_vb
+from bayesvm.errors import ConvergenceWarning
+from bayesvm.formula.bars import parse_formula
+from bayesvm.formula.design import build_design
+from bayesvm.model import build_model
+from bayesvm.priors import PriorSet
+from tests.engines.mc_bound import scalar_component_terms
+
+from ..mc_bound import dense_covariance
+
+
+def simulate(n=300, rho=0.8, frac=0.3, seed=0, groups=0):
+    rng = np.random.default_rng(seed)
+    x1 = rng.standard_normal(n)
+    x2 = rho * x1 + np.sqrt(1 - rho**2) * rng.standard_normal(n)
+    x3 = rng.standard_normal(n)
+    eta = 0.2 + 1.0 * x1 - 1.0 * x2 + 0.5 * x3
+    if groups:
+        g = rng.integers(0, groups, n)
+        eta = eta + rng.normal(0, 1.0, groups)[g]
+    y = (rng.random(n) < 1 / (1 + np.exp(-2 * eta))).astype(int)
+    frame = pd.DataFrame({"x1": x1, "x2": x2, "x3": x3, "y": y})
+    if groups:
+        frame["g"] = [f"g{k}" for k in g]
+    truth = frame["x2"].copy()
+    hide = rng.random(n) < frac
+    frame.loc[hide, "x2"] = np.nan
+    return frame, truth, hide
+
+
+def _problem(formula, frame, penalty="learn"):
+    design = build_design(parse_formula(formula), frame, missing="impute")
+    model = build_model(design, penalty, PriorSet(), True)
+    return model.imputation_problem()
+
+
+def _mc_bound(problem, res, draws=4000, seed=3):
+    """E_q[log p(y, a, theta, components, z, mu, Sigma) - log q] from draws of every factor (scipy densities)."""
+    rng = np.random.default_rng(seed)
+    base = problem.base
+    y, n, V = base.y, problem.z.shape[0], problem.z.shape[1]
+    mean, cov = dense_covariance(res.theta)
+    q = res.theta.mean_d.size
+    th = rng.multivariate_normal(mean, cov, size=draws, method="cholesky")
+    log_q = stats.multivariate_normal(mean, cov).logpdf(th)
+    td, tb = th[:, :q], th[:, q:].reshape((draws,) + res.theta.mean_b.shape)
+    # z: observed values fixed, missing entries from q(z_{i,M})
+    z = np.repeat(res.z_mean[None], draws, axis=0)
+    for i in np.flatnonzero(problem.missing.any(axis=1)):
+        m = problem.missing[i]
+        dist = stats.multivariate_normal(res.z_mean[i, m], res.z_cov[i][np.ix_(m, m)])
+        zi = dist.rvs(size=draws, random_state=rng).reshape(draws, m.sum())
+        z[:, i, m] = zi
+        log_q += dist.logpdf(zi).reshape(draws)
+    D = base.D
+    f = np.einsum("nq,sq->sn", D, td)
+    cols = problem.columns
+    f += np.einsum("snv,sv->sn", (problem.alpha + problem.gamma * z) - D[:, cols][None], td[:, cols])
+    if base.blocked is not None:
+        f += np.einsum("nk,snk->sn", base.blocked.values, tb[:, base.blocked.codes, :])
+    root = np.sqrt(res.chi)
+    a = stats.geninvgauss(p=0.5, b=root, scale=root).rvs(size=(draws, n), random_state=rng)
+    log_q += stats.geninvgauss(p=0.5, b=root, scale=root).logpdf(a).sum(axis=1)
+    log_p = np.sum(-0.5 * np.log(2 * np.pi * a) - (1 + a - y * f) ** 2 / (2 * a), axis=1)
+    lam = base.fixed_precision
+    fixed = lam > 0
+    log_p += stats.norm(0, 1 / np.sqrt(lam[fixed])).logpdf(td[:, fixed]).sum(axis=1)
+    for comp, post in zip(base.components, res.components):
+        coefs = tb[:, :, comp.index[0]] if comp.blocked else td[:, comp.index]
+        s2, terms = scalar_component_terms(comp, post, draws, rng)
+        log_p += terms
+        log_p += stats.norm(0, np.sqrt(s2)[:, None, None]).logpdf(coefs).sum(axis=(1, 2))
+    q_mu = stats.multivariate_normal(res.mu_mean, res.mu_cov)
+    mu = q_mu.rvs(size=draws, random_state=rng).reshape(draws, V)
+    log_q += q_mu.logpdf(mu)
+    log_p += stats.multivariate_normal(np.zeros(V), problem.mean_variance * np.eye(V)).logpdf(mu)
+    q_sig = stats.invwishart(df=res.sigma_df, scale=res.sigma_scale)
+    sig = q_sig.rvs(size=draws, random_state=rng).reshape(draws, V, V)
+    log_q += q_sig.logpdf(np.moveaxis(sig, 0, -1)) if V > 1 else q_sig.logpdf(sig[:, 0, 0])
+    log_p += stats.invwishart(df=problem.df, scale=problem.scale).logpdf(
+        np.moveaxis(sig, 0, -1) if V > 1 else sig[:, 0, 0]
+    )
+    chol = np.linalg.cholesky(sig)
+    dev = z - mu[:, None, :]
+    sol = np.linalg.solve(chol[:, None], dev[..., None])[..., 0]
+    logdet = 2 * np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)
+    log_p += np.sum(-0.5 * V * np.log(2 * np.pi) - 0.5 * logdet[:, None] - 0.5 * np.sum(sol**2, axis=2), axis=1)
+    diff = log_p - log_q
+    return float(diff.mean()), float(diff.std() / np.sqrt(draws))
+
+
+@pytest.mark.parametrize(
+    ("formula", "groups", "penalty"),
+    [("y ~ x1 + x2 + x3", 0, "learn"), ("y ~ x1 + x2 + x3 + (1 | g)", 8, None), ("y ~ x2 + x3", 0, 0.5)],
+)
+def test_bound_monotone_and_equal_to_monte_carlo(formula, groups, penalty):
+    frame, _, _ = simulate(n=80, seed=1, groups=groups)
+    problem = _problem(formula, frame, penalty)
+    res = fit_impute_vb(problem, max_iter=400)
+    assert res.converged
+    bound = res.lower_bound
+    assert np.diff(bound).min() >= -1e-8 * abs(bound[-1])
+    estimate, se = _mc_bound(problem, res)
+    assert abs(bound[-1] - estimate) < 3 * se, (bound[-1], estimate, se)
+
+
+def test_monte_carlo_check_detects_a_wrong_bound():
+    frame, _, _ = simulate(n=80, seed=1)
+    problem = _problem("y ~ x1 + x2 + x3", frame)
+    res = fit_impute_vb(problem, max_iter=400)
+    estimate, se = _mc_bound(problem, res)
+    n_missing = int(problem.missing.sum())
+    # the paper's printed bound has + |M_i| log(2 pi) / 2 where the entropy has (1 + log 2 pi) |M_i| / 2
+    assert abs(res.lower_bound[-1] - 0.5 * n_missing - estimate) > 3 * se
+
+
+def _fit(frame, formula, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return bayesvm.bsvm(formula, frame, **kwargs)
+
+
+@pytest.mark.parametrize("imputation", ["mi", "joint"])
+def test_imputed_values_track_the_hidden_truth(imputation):
+    frame, truth, hide = simulate(n=600, seed=2)
+    imputed = _fit(frame, "y ~ x1 + x2 + x3", missing="impute", imputation=imputation, seed=1)
+    rows = imputed.imputation_report().rows
+    assert len(rows) == hide.sum()
+    assert np.corrcoef(rows["mean"], truth[hide])[0, 1] > 0.6
+    # the imputation model found the correlation 0.8 of x1 and x2
+    assert imputed.imputation_report().correlation.loc["x1", "x2"] == pytest.approx(0.8, abs=0.08)
+
+
+def test_multiple_imputation_beats_complete_cases_on_the_imputed_coefficient():
+    """Closer to the full-data fit than complete cases, on average over four data sets and on each of the first
+    two (measured on ten seeds at n = 600: closer on all ten, mean |error| 0.046 against 0.064; at n = 300 on
+    seven of ten, 0.115 against 0.131)."""
+    formula = "y ~ x1 + x2 + x3"
+    errors = []
+    for seed in range(4):
+        frame, truth, _ = simulate(n=600, seed=seed)
+        reference = _fit(frame.assign(x2=truth), formula).fixef["x2"]
+        imputed = _fit(frame, formula, missing="impute", seed=seed).fixef["x2"]
+        complete = _fit(frame, formula, missing="drop").fixef["x2"]
+        errors.append((abs(imputed - reference), abs(complete - reference)))
+    errors = np.array(errors)
+    assert errors[:, 0].mean() < errors[:, 1].mean(), errors
+    assert (errors[:2, 0] < errors[:2, 1]).all(), errors
+
+
+def test_the_papers_joint_model_inflates_the_imputed_coefficient():
+    """Why ``imputation="mi"`` is the default: the paper's model imputes with the unnormalised pseudo-likelihood
+    exp(-2 hinge), whose normaliser over y grows with |f|; imputed values are pulled beyond the margin and the
+    imputed predictor's coefficient grows (Gibbs shows the same, so it is the model, not VB)."""
+    frame, truth, _ = simulate(n=600, seed=2)
+    formula = "y ~ x1 + x2 + x3"
+    reference = _fit(frame.assign(x2=truth), formula).fixef["x2"]
+    joint = _fit(frame, formula, missing="impute", imputation="joint").fixef["x2"]
+    complete = _fit(frame, formula, missing="drop").fixef["x2"]
+    assert abs(joint) > abs(reference) + 0.1  # inflated
+    assert abs(joint - reference) > 2 * abs(complete - reference)
+
+
+@pytest.mark.parametrize("imputation", ["mi", "joint"])
+def test_vb_and_gibbs_imputations_agree(imputation):
+    frame, _, hide = simulate(n=150, seed=4)
+    formula = "y ~ x1 + x2 + x3"
+    vb = _fit(frame, formula, missing="impute", imputation=imputation, seed=3)
+    gibbs = _fit(frame, formula, missing="impute", imputation=imputation, method="gibbs", draws=1500, tune=500,
+                 chains=2, seed=5)  # fmt: skip
+    a, b = vb.imputation_report().rows, gibbs.imputation_report().rows
+    gap = (a["mean"] - b["mean"]).abs() / b["sd"]
+    if imputation == "joint":
+        assert gap.max() < 0.5, gap.max()
+    else:  # VB's imputed means average 20 draws: Monte Carlo SE sd / sqrt(20) (Gibbs's 3000 draws add little)
+        z = gap / np.sqrt(1 / 20 + 1 / 3000)
+        assert z.max() < 4.0 and z.mean() < 1.2, (z.max(), z.mean())
+    ratio = (a["sd"] / b["sd"]).median()
+    print(f"{imputation}: VB / Gibbs imputation SD ratio (median): {ratio:.2f}")
+    assert 0.5 < ratio < 1.2
+    if imputation == "mi":  # the same cut posterior: the imputations do not depend on the SVM
+        assert 0.8 < ratio < 1.2
+        sd_vb, sd_gibbs = vb.summary().fixed["sd"], gibbs.summary().fixed["sd"]
+        coef_gap = ((vb.fixef - gibbs.fixef).abs() / sd_gibbs).max()
+        print(f"mi: coefficient gap {coef_gap:.2f} Gibbs SDs; SD ratio {(sd_vb / sd_gibbs).round(2).tolist()}")
+        assert coef_gap < 0.5

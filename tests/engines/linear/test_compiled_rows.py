@@ -1,0 +1,112 @@
+"""The compiled Gibbs row pass (``bayesvm.engines.linear.compiled_rows``) against its uncompiled source and the exact
+inverse-Gaussian distribution; the sampler-level comparisons with the numpy path are in ``test_gibbs.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from bayesvm.engines.linear import compiled_rows
+
+
+def _rows(n, q, K, J, seed):
+    rng = np.random.default_rng(seed)
+    D = rng.standard_normal((n, q))
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    codes = np.sort(rng.integers(3, 3 + J, n))  # levels 3.. (level0 = 3 below)
+    values = rng.standard_normal((n, K))
+    theta_d, theta_b = rng.standard_normal(q) * 0.5, rng.standard_normal((3 + J, K))
+    return D, y, codes, values, theta_d, theta_b, rng.standard_normal(n), rng.random(n)
+
+
+def _run(kernel, D, y, codes, values, theta_d, theta_b, normals, uniforms, J):
+    n, q = D.shape
+    K = values.shape[1]
+    out = {
+        "omega": np.empty(n),
+        "gram": np.full((q, q), 7.0),  # garbage: the pass zeroes its accumulators
+        "product": np.full(q, 7.0),
+        "blocks": np.full((J, K, K), 7.0),
+        "cross": np.full((J, K, q), 7.0),
+        "rhs_b": np.full((J, K), 7.0),
+    }
+    out["hinge"] = kernel(
+        D, y, codes, values, theta_d, theta_b, normals, uniforms, 1e-12, 3, out["omega"], out["gram"],
+        out["product"], out["blocks"], out["cross"], out["rhs_b"],
+    )  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("K", [0, 1, 2])
+def test_compiled_pass_equals_its_source_and_the_definitions(K):
+    """numba's ``row_pass`` returns what its uncompiled source returns, and both equal the definitions: ``f``,
+    the hinge sum, the inverse-Gaussian transform, ``D' W D``, ``D' r`` and the per-level sums."""
+    n, q, J = 700, 3, 25  # 700 rows: several blocks of BLOCK_ROWS, the last one partial
+    D, y, codes, values, theta_d, theta_b, normals, uniforms = _rows(n, q, K, J, seed=K)
+    if K == 0:
+        codes = np.zeros(0, dtype=np.int64)
+    compiled = _run(compiled_rows.row_pass, D, y, codes, values, theta_d, theta_b, normals, uniforms, J)
+    source = _run(compiled_rows._row_pass, D, y, codes, values, theta_d, theta_b, normals, uniforms, J)
+    for name in compiled:
+        np.testing.assert_allclose(compiled[name], source[name], rtol=1e-13, atol=1e-13, err_msg=name)
+    f = D @ theta_d + (np.einsum("ik,ik->i", values, theta_b[codes]) if K else 0.0)
+    mean = 1.0 / np.maximum(np.abs(1.0 - y * f), 1e-12)
+    omega = np.array([compiled_rows.inverse_gaussian_scalar(m, a, b) for m, a, b in zip(mean, normals, uniforms)])
+    r = y * (1.0 + omega)
+    np.testing.assert_allclose(compiled["omega"], omega, rtol=1e-12)
+    assert compiled["hinge"] == pytest.approx(np.maximum(1.0 - y * f, 0.0).sum(), rel=1e-12)
+    np.testing.assert_allclose(compiled["gram"], D.T @ (omega[:, None] * D), rtol=1e-12)
+    np.testing.assert_allclose(compiled["product"], D.T @ r, rtol=1e-12)
+    if K:
+        local = codes - 3
+        blocks = np.zeros((J, K, K))
+        np.add.at(blocks, local, omega[:, None, None] * values[:, :, None] * values[:, None, :])
+        cross = np.zeros((J, K, q))
+        np.add.at(cross, local, omega[:, None, None] * values[:, :, None] * D[:, None, :])
+        rhs_b = np.zeros((J, K))
+        np.add.at(rhs_b, local, values * r[:, None])
+        np.testing.assert_allclose(compiled["blocks"], blocks, rtol=1e-12)
+        np.testing.assert_allclose(compiled["cross"], cross, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(compiled["rhs_b"], rhs_b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("margin", [1e-9, 0.05, 1.0, 3.0])
+def test_compiled_pass_draws_inverse_gaussian_latent_variables(margin):
+    """Rows whose margin ``|1 - y f|`` is ``margin`` get ``omega ~ InverseGaussian(1 / margin, 1)``."""
+    n = 60_000
+    rng = np.random.default_rng(11)
+    D, y = np.ones((n, 1)), np.ones(n)
+    theta_d = np.array([1.0 - margin])
+    out = _run(
+        compiled_rows.row_pass, D, y, np.zeros(0, dtype=np.int64), np.zeros((n, 0)), theta_d, np.zeros((0, 0)),
+        rng.standard_normal(n), rng.random(n), 0,
+    )  # fmt: skip
+    assert stats.kstest(out["omega"], stats.invgauss(mu=1.0 / margin, scale=1.0).cdf).pvalue > 1e-3
+
+
+def test_environment_switch(monkeypatch):
+    assert compiled_rows.available()  # numba is in the test extras
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "0")
+    assert not compiled_rows.available()
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "1")
+    assert compiled_rows.available()
+
+
+def test_compiles_without_a_disk_cache(monkeypatch):
+    """Where numba has no writable cache location (``cache=True`` raises at decoration), the function is compiled
+    without a cache rather than breaking the import."""
+    import numba
+
+    real = numba.njit
+
+    def njit(**options):
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function: no locator available")
+        return real(**options)
+
+    monkeypatch.setattr(numba, "njit", njit)
+    square = compiled_rows._compile(lambda x: x * x)
+    assert square(3.0) == 9.0
+    assert type(square._cache).__name__ == "NullCache"  # compiled, not cached
+    assert type(compiled_rows.row_pass._cache).__name__ == "FunctionCache"  # the normal case: cached on disk

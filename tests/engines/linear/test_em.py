@@ -1,0 +1,96 @@
+"""EM / ECME posterior modes: the classical SVM for a fixed penalty, monotone objective."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.svm import SVC
+
+import bayesvm
+from bayesvm.engines.linear.em import fit_em
+from bayesvm.formula import build_design, parse_formula
+from bayesvm.model import build_model
+from bayesvm.priors import PriorSet
+from tests.conftest import simulate_grouped
+from tests.engines.linear.test_vb import schur_and_sparse
+
+
+def _overlapping(seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((200, 3))
+    y = np.where(X @ [1.0, -1.0, 0.5] + 0.4 * rng.standard_normal(200) + 0.2 > 0, 1, -1)
+    return X, y
+
+
+def _acath():
+    frame = bayesvm.datasets.load_acath().dropna(subset=["tvdlm"]).head(600)
+    X = np.column_stack([frame["age"], frame["sex"], np.log1p(frame["cad.dur"])])
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    return X, np.where(frame["tvdlm"] == 1, 1, -1)
+
+
+@pytest.mark.parametrize("dataset", ["overlapping", "acath"])
+@pytest.mark.parametrize("alpha", [0.5, 0.1])
+def test_mode_equals_linear_svc(dataset, alpha):
+    X, y = _overlapping(0) if dataset == "overlapping" else _acath()
+    data = pd.DataFrame(X, columns=["a", "b", "c"]).assign(y=y)
+    fit = bayesvm.bsvm("y ~ a + b + c", data, method="em", penalty=alpha, standardize=False)
+    svc = SVC(kernel="linear", C=1.0 / (2.0 * alpha), tol=1e-10).fit(X, y)
+    ours = fit.fixef.to_numpy()
+    np.testing.assert_allclose(ours, np.concatenate([svc.intercept_, svc.coef_[0]]), atol=1e-5)
+    # support vectors: SVC's dual-active rows (margin and inside), up to points exactly on the margin
+    theirs = set(svc.support_)
+    mine = set(fit.support)
+    assert len(theirs ^ mine) <= 2, sorted(theirs ^ mine)
+
+    # the SVM objective sum hinge + alpha ||beta||^2: ours is at least as low as libsvm's
+    def svm_objective(coef):
+        return np.maximum(0.0, 1.0 - y * (coef[0] + X @ coef[1:])).sum() + alpha * coef[1:] @ coef[1:]
+
+    assert svm_objective(ours) <= svm_objective(np.concatenate([svc.intercept_, svc.coef_[0]])) + 1e-9
+    # EM is MM for the smoothed objective of each continuation stage: monotone within a stage
+    for stage in np.unique(fit.result.stage):
+        path = fit.objective[fit.result.stage == stage]
+        assert np.all(np.diff(path) >= -1e-9 * abs(path[-1])), stage
+    np.testing.assert_array_equal(fit.predict(data) == 1, svc.decision_function(X) > 0)
+
+
+def test_ecme_learns_the_penalty_and_stays_monotone():
+    X, y = _overlapping(2)
+    data = pd.DataFrame(X, columns=["a", "b", "c"]).assign(y=y)
+    design = build_design(parse_formula("y ~ a + b + c"), data)
+    problem = build_model(design, "learn", PriorSet(), True).problem()
+    result = fit_em(problem)
+    assert result.converged
+    for stage in np.unique(result.stage):
+        path = result.objective[result.stage == stage]
+        assert np.all(np.diff(path) >= -1e-9 * abs(path[-1])), stage
+    # the CM step: sigma_u^2 is the conditional mode given the slopes
+    slopes = result.theta_d[1:]
+    a, b = 0.01, 0.01
+    np.testing.assert_allclose(result.components[0][0, 0], (b + 0.5 * slopes @ slopes) / (a + 1.5 + 1.0), rtol=1e-8)
+
+
+def test_separable_data_mode_is_the_hard_margin_limit():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.uniform(1, 3, 20), rng.uniform(-3, -1, 20)])
+    data = pd.DataFrame({"x": x, "y": np.where(x > 0, 1, -1)})
+    fit = bayesvm.bsvm("y ~ x", data, method="em", penalty=1e-3, standardize=False)
+    svc = SVC(kernel="linear", C=1.0 / (2e-3), tol=1e-10).fit(x[:, None], data["y"])
+    np.testing.assert_allclose(fit.fixef.to_numpy(), [svc.intercept_[0], svc.coef_[0, 0]], atol=1e-5)
+    assert np.all(np.isfinite(fit.objective))
+
+
+@pytest.mark.parametrize("path", ["sparse", "sparse-general"])
+def test_sparse_path_mode_equals_the_schur_path(path, monkeypatch):
+    """ECME on crossed factors: both sparse solvers follow the Schur path's iterates (the same deterministic map)."""
+    data = simulate_grouped(n_groups=25, per_group=6, p=2, seed=3)
+    data["h"] = [f"h{k}" for k in np.random.default_rng(0).integers(0, 12, len(data))]
+    design = build_design(parse_formula("y ~ x1 + x2 + (1 | g) + (1 | h)"), data)
+    problems = schur_and_sparse(design, 1.0, True, path, monkeypatch, priors=PriorSet.paper())
+    schur, sparse = (fit_em(problems[name], max_iter=300) for name in ("schur", path))
+    np.testing.assert_allclose(sparse.objective, schur.objective, rtol=1e-8)
+    np.testing.assert_allclose(sparse.margin, schur.margin, atol=1e-6)
+    for a, b in zip(sparse.components, schur.components):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
