@@ -52,6 +52,8 @@ STEP_PRIOR_SD = 0.75
 #: Knots of the flexible map on ``|f|`` (the hinge's margin is at 1) and the width of their smooth steps
 KNOTS = np.array([0.5, 1.0, 1.5])
 KNOT_WIDTH = 0.1
+#: Bounds on the prior centre of ``log a`` set from the predictions' scale (:func:`decision_scale_center`)
+SCALE_CENTER_BOUNDS = (-12.0, 5.0)
 #: Quantiles of ``|m|`` on each side where the adaptive map's knots sit, and the smallest share of rows a
 #: side needs for them (fewer: no adaptive map)
 ADAPTIVE_QUANTILES = np.arange(1, 6) / 6.0
@@ -152,11 +154,11 @@ def probit_probability(
     return out
 
 
-def _negative_log_posterior(theta: np.ndarray, mean, var, new_var, y, prior_sd, knots=None) -> float:
+def _negative_log_posterior(theta: np.ndarray, mean, var, new_var, y, prior_sd, knots=None, center=0.0) -> float:
     """``-log p(y | theta) - log p(theta)`` (the prior's normalising constant included, for the evidence)."""
     p = probit_probability(mean, var, theta, np.broadcast_to(new_var, mean.shape).astype(float), knots)
     p = np.clip(np.where(y > 0, p, 1.0 - p), 1e-300, 1.0)
-    prior = 0.5 * np.sum((theta / prior_sd) ** 2) + np.sum(np.log(np.sqrt(2.0 * np.pi) * prior_sd))
+    prior = 0.5 * np.sum(((theta - center) / prior_sd) ** 2) + np.sum(np.log(np.sqrt(2.0 * np.pi) * prior_sd))
     return float(-np.log(p).sum() + prior)
 
 
@@ -248,14 +250,43 @@ class CalibrationMap:
         )
 
 
-def _fit_family(family: str, mean, var, new_var, y, start: np.ndarray | None, knots=None) -> MapPosterior | None:
+def decision_scale_center(mean: np.ndarray) -> tuple[float, float]:
+    """Prior centres of ``(log a_+, log a_-)``: ``-log`` of the median ``|m|`` on each side, within
+    :data:`SCALE_CENTER_BOUNDS` (0 for a side without rows).
+
+    The unit probit link is the right prior guess when ``f`` lives on the hinge's scale (most rows near the
+    margin ``|f| = 1``).  On separable data the hinge posterior's scale is not identified and a learned
+    penalty lets ``f`` run to thousands; ``log a ~ N(0, 1)`` would then hold the map at ``a ~ 1`` (``a =
+    1/500`` is 6 prior SDs away) and give certainties the out-of-sample predictions do not support.  Centring
+    the prior on the predictions' own scale keeps the map's prior weakly informative on that scale; for a
+    fit on the hinge's scale the centre is close to 0.
+    """
+    out = []
+    for rows in (mean > 0, mean < 0):
+        size = np.abs(mean[rows])
+        size = size[size > 0]
+        out.append(float(np.clip(-np.log(np.median(size)), *SCALE_CENTER_BOUNDS)) if size.size else 0.0)
+    return out[0], out[1]
+
+
+def _center(family: str, n_knots: int, scale_center: tuple[float, float]) -> np.ndarray:
+    if family == "linear":
+        return np.array([scale_center[0], scale_center[1], 0.0])
+    steps = np.zeros(n_knots)
+    return np.r_[scale_center[0], steps, scale_center[1], steps, 0.0]
+
+
+def _fit_family(
+    family: str, mean, var, new_var, y, start: np.ndarray | None, knots=None, scale_center=(0.0, 0.0)
+) -> MapPosterior | None:
     n_knots = KNOTS.size if knots is None else knots.shape[-1]
     prior_sd = _prior_sd(family, n_knots)
+    center = _center(family, n_knots, scale_center)
 
     def objective(theta):
-        return _negative_log_posterior(theta, mean, var, new_var, y, prior_sd, knots)
+        return _negative_log_posterior(theta, mean, var, new_var, y, prior_sd, knots, center)
 
-    x0 = np.zeros(_width(family, n_knots)) if start is None else start
+    x0 = center.copy() if start is None else start
     theta = minimize(objective, x0, method="L-BFGS-B").x
     hessian = _hessian(objective, theta)
     try:
@@ -284,7 +315,8 @@ def fit_calibration_map(predictions: pd.DataFrame, source: str) -> CalibrationMa
     var = np.maximum(predictions["var"].to_numpy(float), 0.0)
     new_var = predictions["new_var"].to_numpy(float)
     y = predictions["y"].to_numpy(float)
-    linear = _fit_family("linear", mean, var, new_var, y, None)
+    scale_center = decision_scale_center(mean)
+    linear = _fit_family("linear", mean, var, new_var, y, None, scale_center=scale_center)
     if linear is None:  # no curvature at the optimum: the prior alone
         return prior_map(f"{source} (no information in {y.size} predictions)", predictions)
     maps = [linear]
@@ -293,7 +325,7 @@ def fit_calibration_map(predictions: pd.DataFrame, source: str) -> CalibrationMa
             continue
         steps = np.zeros(KNOTS.size if knots is None else knots.shape[-1])
         start = np.r_[linear.mode[0], steps, linear.mode[1], steps, linear.mode[2]]
-        maps += [m for m in [_fit_family(family, mean, var, new_var, y, start, knots)] if m is not None]
+        maps += [m for m in [_fit_family(family, mean, var, new_var, y, start, knots, scale_center)] if m is not None]
     evidence = np.array([m.log_evidence for m in maps])
     weights = np.exp(evidence - evidence.max())
     return CalibrationMap(maps, weights / weights.sum(), source, int(y.size), predictions)

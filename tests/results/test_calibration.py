@@ -141,6 +141,31 @@ def test_adaptive_map_follows_risk_inside_a_squeezed_band():
     assert np.all((calibrated_probability(cmap, mean, var) > 0.5) == (mean > 0))
 
 
+def test_map_prior_follows_the_scale_of_runaway_decision_values():
+    """Separable training data under a learned penalty let f run to the thousands; the map's prior is centred
+    on the predictions' own scale, so the learned slope recovers the true link there (a ~ 1/1000) instead of
+    staying near the unit link and calling every row certain."""
+    from bayesvm.results.calibration import decision_scale_center
+
+    rng = np.random.default_rng(4)
+    n = 600
+    latent = rng.normal(0.0, 1.5, n)
+    y = np.where(rng.random(n) < ndtr(1.2 * latent), 1.0, -1.0)
+    frame = pd.DataFrame({"mean": 1000.0 * latent, "var": 1e-6, "new_var": 0.0, "y": y})
+    center = decision_scale_center(frame["mean"].to_numpy())
+    assert all(-8.0 < c < -6.0 for c in center)  # -log(median |m|) ~ -log(1000)
+    slopes = fit_calibration_map(frame, "test").slopes
+    assert all(0.6e-3 < a < 2.4e-3 for a in slopes), slopes
+    test_latent = rng.normal(0.0, 1.5, 4000)
+    test_y = np.where(rng.random(4000) < ndtr(1.2 * test_latent), 1.0, -1.0)
+    prob = calibrated_probability(fit_calibration_map(frame, "test"), 1000.0 * test_latent, np.full(4000, 1e-6))
+    truth = probability_scores(test_y, ndtr(1.2 * test_latent))["log_loss"]
+    assert probability_scores(test_y, prob)["log_loss"] < truth + 0.02
+    # on the hinge's own scale the centre stays near the unit link
+    hinge = rng.normal(0.0, 1.0, 2000)
+    assert all(abs(c) < 0.5 for c in decision_scale_center(hinge))
+
+
 def test_adaptive_map_needs_rows_on_both_sides():
     from bayesvm.results.calibration import ADAPTIVE_MIN_ROWS, adaptive_knots
 
