@@ -70,6 +70,8 @@ MOVED_CLASSES = {
     "bayesvm.engines.selection:SelectionProblem": "bayesvm.model.problems:SelectionProblem",
     "bayesvm.engines.impute:ImputationProblem": "bayesvm.model.problems:ImputationProblem",
     "bayesvm.engines.kernel_vb:KernelProblem": "bayesvm.model.problems:KernelProblem",
+    "bayesvm.engines.impute_mi:ImputationState": "bayesvm.engines.imputation.normal_model:ImputationState",
+    "bayesvm.engines.impute_mi:ImputationDraws": "bayesvm.engines.imputation.normal_model:ImputationDraws",
 }
 MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
 #: Builtin bases a stored object may subclass (its value is stored beside its attributes).

@@ -61,6 +61,7 @@ from ..linear.vb import (
     lower_bound,
     update_component,
 )
+from .normal_model import imputation_step, marginal_moments, missing_patterns, start_state
 
 
 @dataclass
@@ -82,15 +83,6 @@ class ImputedVBResult(VBResult):
         sd = np.sqrt(np.diagonal(self.z_cov, axis1=1, axis2=2))
         sigma = self.sigma_scale / (self.sigma_df - V - 1.0) if self.sigma_df > V + 1 else self.sigma_scale
         return self.z_mean, sd, self.mu_mean, sigma
-
-
-def missing_patterns(missing: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Rows grouped by their missingness pattern: ``(rows, missing-columns mask)``, complete rows left out."""
-    rows = np.flatnonzero(missing.any(axis=1))
-    if rows.size == 0:
-        return []
-    keys, inverse = np.unique(missing[rows], axis=0, return_inverse=True)
-    return [(rows[inverse.ravel() == k], keys[k]) for k in range(keys.shape[0])]
 
 
 def _conditional(lam, h, Ebb, Eb, Erb, w, y, z, rows, mis):
@@ -297,8 +289,6 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
     aux: list = [None] * len(base.components)  # half-t auxiliary variables
     mu, sigma = np.zeros(V), np.eye(V)
     if prob.mode == "mi":
-        from .multiple import imputation_step, marginal_moments, start_state
-
         state = start_state(prob, rng)
         z = state.z
     stored = storage_schedule(tune, draws, thin, prob.mode == "mi")

@@ -42,19 +42,17 @@ from scipy.special import expit, gammaln, logit
 
 from ...linalg.dense import blas_threads
 from ...memory import check_memory
-from ...model.problems import SelectionProblem
+from ...model.problems import ImputationProblem, SelectionProblem
 from ...priors import LaplaceZero, Lasso, SpikeSlab
 from ..imputation.joint_model import (
     MI_BURN,
     MI_THIN,
-    ImputationProblem,
     ImputedGibbsDraws,
     ImputedGibbsResult,
     imputation_schedule,
-    missing_patterns,
     storage_schedule,
 )
-from ..imputation.multiple import imputation_step, marginal_moments, start_state
+from ..imputation.normal_model import imputation_step, marginal_moments, missing_patterns, start_state
 from ..joint import log_component_prior, log_pseudo_likelihood
 from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains
 from .moves import SwapMoves

@@ -6,8 +6,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from bayesvm.engines.imputation.joint_model import missing_patterns
-from bayesvm.engines.imputation.multiple import ImputationState, _inverse_wishart, imputation_step, marginal_moments
+from bayesvm.engines.imputation.normal_model import (
+    ImputationState,
+    _inverse_wishart,
+    imputation_step,
+    marginal_moments,
+    missing_patterns,
+)
 from bayesvm.model.problems import ImputationProblem
 
 RNG = np.random.default_rng(11)

@@ -15,7 +15,8 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
-from bayesvm.engines.imputation.multiple import fit_mi_selection_vb, sample_imputations
+from bayesvm.engines.imputation.multiple import fit_mi_selection_vb
+from bayesvm.engines.imputation.normal_model import sample_imputations
 from bayesvm.engines.selection.gibbs import sample_selection
 from bayesvm.model.problems import ImputationProblem, SelectionProblem
 from bayesvm.priors import LaplaceZero, SpikeSlab
