@@ -52,6 +52,9 @@ STEP_PRIOR_SD = 0.75
 #: Knots of the flexible map on ``|f|`` (the hinge's margin is at 1) and the width of their smooth steps
 KNOTS = np.array([0.5, 1.0, 1.5])
 KNOT_WIDTH = 0.1
+#: Most predictions a map is learned from (:func:`fit_calibration_map`), and the seed of the subset beyond it
+MAP_MAX_ROWS = 50_000
+MAP_SUBSET_SEED = 2017
 #: Bounds on the prior centre of ``log a`` set from the predictions' scale (:func:`decision_scale_center`)
 SCALE_CENTER_BOUNDS = (-12.0, 5.0)
 #: Quantiles of ``|m|`` on each side where the adaptive map's knots sit, and the smallest share of rows a
@@ -304,13 +307,34 @@ def prior_map(source: str = "prior only (too few rows to learn from)", predictio
     return CalibrationMap([linear], np.ones(1), source, 0, predictions)
 
 
+def _stratified_subset(predictions: pd.DataFrame, size: int) -> pd.DataFrame:
+    """``size`` rows drawn without replacement, each class in its share (seeded: the same rows every time)."""
+    rng = np.random.default_rng(MAP_SUBSET_SEED)
+    y = predictions["y"].to_numpy(float)
+    keep = []
+    for label in (1.0, -1.0):
+        rows = np.flatnonzero(y == label)
+        take = int(round(size * rows.size / y.size))
+        keep.append(rng.choice(rows, size=min(take, rows.size), replace=False))
+    return predictions.iloc[np.sort(np.concatenate(keep))]
+
+
 def fit_calibration_map(predictions: pd.DataFrame, source: str) -> CalibrationMap:
     """Posterior of the map given out-of-sample predictions (columns ``mean``, ``var``, ``new_var``, ``y``).
 
     Each family: the mode by L-BFGS on the log posterior (probit log-likelihood of the predictions plus
     the normal priors), the covariance and the Laplace evidence from its finite-difference Hessian.  The
     flexible family starts at the linear mode (its steps at 0).
+
+    Each evaluation of the log posterior passes over every prediction, and the bent families take a few
+    hundred evaluations, so beyond :data:`MAP_MAX_ROWS` predictions the map is learned from a fixed random
+    subset of that many (stratified by class, seeded): a map of at most 13 parameters is pinned down long
+    before that, and its Laplace posterior is then a little wider than all the rows would make it, never
+    narrower.  The map's ``n`` and its description say how many rows it used.
     """
+    if len(predictions) > MAP_MAX_ROWS:
+        predictions = _stratified_subset(predictions, MAP_MAX_ROWS)
+        source = f"{source} (a random {MAP_MAX_ROWS:,} of them)"
     mean = predictions["mean"].to_numpy(float)
     var = np.maximum(predictions["var"].to_numpy(float), 0.0)
     new_var = predictions["new_var"].to_numpy(float)

@@ -166,6 +166,23 @@ def test_map_prior_follows_the_scale_of_runaway_decision_values():
     assert all(abs(c) < 0.5 for c in decision_scale_center(hinge))
 
 
+def test_large_prediction_sets_are_subsampled_by_class(monkeypatch):
+    from bayesvm.results import calibration
+
+    monkeypatch.setattr(calibration, "MAP_MAX_ROWS", 2000)
+    rng = np.random.default_rng(8)
+    n = 9000
+    mean = rng.normal(0.5, 1.5, n)
+    y = np.where(rng.random(n) < ndtr(0.8 * mean), 1.0, -1.0)
+    frame = pd.DataFrame({"mean": mean, "var": 0.01, "new_var": 0.0, "y": y})
+    cmap = fit_calibration_map(frame, "test")
+    assert cmap.n == 2000 and "a random 2,000 of them" in cmap.describe()
+    assert abs(np.mean(cmap.predictions["y"] > 0) - np.mean(y > 0)) < 0.002  # the classes keep their shares
+    assert all(abs(a - 0.8) < 0.15 for a in cmap.slopes)
+    again = fit_calibration_map(frame, "test")  # the same subset every time
+    np.testing.assert_array_equal(again.predictions.index, cmap.predictions.index)
+
+
 def test_adaptive_map_needs_rows_on_both_sides():
     from bayesvm.results.calibration import ADAPTIVE_MIN_ROWS, adaptive_knots
 
