@@ -78,7 +78,7 @@ def test_other_selection_priors_with_random_intercept_sample(prior):
 def test_lasso_em_with_random_intercept_increases_its_objective():
     data = _grouped_frame(seed=4, n=200, levels=20)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # stopped at max_iter: the variance's EM is slow (as engines.em's)
+        warnings.simplefilter("ignore")  # stopped at max_iter: the variance's EM is slow (as engines.linear.em's)
         fit = bayesvm.bsvm(FORMULA, data, prior=Lasso(), method="em", max_iter=400)
     objective = fit.result.objective
     stages = fit.result.stage

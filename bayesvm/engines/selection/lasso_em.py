@@ -130,7 +130,7 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
         new = sla.cho_solve(sla.cho_factor(precision, lower=True), X.T @ (y * (1.0 + omega)))  # M-step
         if prior.nu is None:  # CME step
             nu = (prior.b + float(np.sum(_huber(new[sel], eps) / s))) / (prior.a + m - 1.0)
-        covs = [component_mode(c, new[c.index]) for c in problem.components]  # CM-steps (as engines.em)
+        covs = [component_mode(c, new[c.index]) for c in problem.components]  # CM-steps (as engines.linear.em)
         margin = 1.0 - y * (X @ new)
         objective.append(_objective(problem, margin, new, nu, eps, covs))
         stages.append(stage)
