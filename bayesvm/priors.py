@@ -174,7 +174,9 @@ class SpikeSlab:
     ``gamma_j ~ Bernoulli(pi)``; an included slope is ``N(0, nu^2 s_j^2)`` with ``s_j`` the SD of its
     predictor (1 after standardisation); an excluded one is exactly 0.  ``nu = 100`` (the paper's
     choice) makes the slab nearly flat, so included coefficients are hardly shrunk.  Fitted by
-    ``method="gibbs"`` (model moves from the collapsed conditional, eq. 17).
+    ``method="gibbs"`` (model moves from the collapsed conditional, eq. 17) or ``method="vb"`` (a
+    spike-and-Gaussian factor per slope, Carbonetto & Stephens 2012:
+    :mod:`bayesvm.engines.selection.spike_slab_vb`).
     """
 
     pi: float = 0.01

@@ -70,7 +70,7 @@ def squarem_ascent(
         x1, x2 = encode(first.state), encode(state)
         r, v = x1 - x0, x2 - 2.0 * x1 + x0
         norm_v = np.linalg.norm(v)
-        if norm_v == 0.0:
+        if norm_v == 0.0 or not np.isfinite(norm_v):
             x0_known = x2
             continue
         step = min(-1.0, -np.linalg.norm(r) / norm_v)

@@ -28,6 +28,14 @@ SELECTION_VB_CAVEAT = (
     "Approximation: mean-field VB with q(beta, v) q(sigma_u^2) q(a) q(b) q(gamma); it understates posterior\n"
     "SDs and its inclusion probabilities are more extreme (nearer 0 or 1) than Gibbs's: compare with method='gibbs'."
 )
+SPIKE_SLAB_VB_TITLE = (
+    "mean-field variational Bayes with a spike-and-Gaussian factor per slope (Carbonetto & Stephens 2012)"
+)
+SPIKE_SLAB_VB_CAVEAT = (
+    "Approximation: mean-field VB with q(beta_free, u) prod_k q(beta_k, gamma_k) q(a) q(variance components); it\n"
+    "understates posterior SDs, ignores correlations between slopes (with correlated predictors it tends to keep\n"
+    "one of a group) and its inclusion probabilities are more extreme than Gibbs's: compare with method='gibbs'."
+)
 VB_CAVEAT = (
     "Approximation: mean-field VB with q(beta, u) q(a) q(variance components); it understates posterior\n"
     "SDs (about half of Gibbs's without random effects) and shrinks variance components: compare with\n"
@@ -131,6 +139,10 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     title = METHOD_TITLES.get(fit.method, fit.method).format(alg=alg, em="ECME" if learned else "EM")
     if prior is not None and fit.method == "gibbs":
         title = SELECTION_GIBBS_TITLES[type(prior).__name__]
+    spike_slab_vb = type(prior).__name__ == "SpikeSlab" and fit.method == "vb"
+    if spike_slab_vb:
+        title = SPIKE_SLAB_VB_TITLE
+        alg = "of Carbonetto & Stephens 2012"
     info = {
         "method": fit.method,
         "title": title,
@@ -153,6 +165,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     }
     if inclusion is not None and not inclusion["p_include"].isna().all():
         info.update(selected=fit.selected, n_penalized=len(inclusion))
+        info["caveat"] = SPIKE_SLAB_VB_CAVEAT if spike_slab_vb else SELECTION_VB_CAVEAT
     mode = getattr(fit.result, "imputation_mode", None)
     if mode == "mi":
         info["imputed"] = info["imputed"].replace(
@@ -165,7 +178,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         engine = {
             "accurate": "accurate VB (EP integrated over the variance parameters)",
             "svi": "stochastic VI (Wenzel et al. 2017, section 4.5)",
-        }.get(kind, f"mean-field VB (Alg. {alg})")
+        }.get(kind, f"mean-field VB ({'the factors' if spike_slab_vb else 'Alg.'} {alg})")
         info.update(
             title=f"multiple imputation: {engine} on each of {len(r.fits)} completed data sets, posteriors pooled",
             method="vb-mi",
@@ -287,7 +300,7 @@ def _prior_text(fit) -> str:
     name = type(prior).__name__
     if name == "LaplaceZero":
         text = f"Laplace-zero, rho = {prior.rho:g}: slope = gamma v, gamma ~ Bernoulli(rho), v ~ Laplace(0, sigma_u)"
-        if hasattr(result, "sigma2_shape"):
+        if getattr(result, "sigma2_shape", None) is not None:
             text += f"; E[sigma_u^2] = {result.sigma2_scale / (result.sigma2_shape - 1.0):.4g}"
         elif hasattr(result, "scale"):
             text += f"; E[sigma_u] = {float(np.mean(result.scale)):.4g}"
@@ -583,7 +596,7 @@ def _approximation_checks(info: dict) -> list[str]:
     method = info["method"]
     out = []
     if method in ("vb", "vb-mi", "svi") and not info.get("accurate"):
-        caveat = SELECTION_VB_CAVEAT if info.get("selected") is not None else VB_CAVEAT
+        caveat = info.get("caveat", VB_CAVEAT)
         if method == "vb-mi":
             caveat = caveat.replace("q(beta, u)", "q(beta, u) per data set")
         out.append(_verdict("NOTE", "approximation", " ".join(caveat.replace("Approximation: ", "").split())))

@@ -42,10 +42,12 @@ from scipy.special import gammaln
 
 from ...linalg.dense import runs_with_blas_threads
 from ...model.problems import ImputationProblem, SelectionProblem
+from ...priors import SpikeSlab
 from ..joint import log_component_prior, log_prior, predictor_draws
 from ..linear.ep import fit_accurate
 from ..linear.svi import fit_linear_svi
 from ..linear.vb import VBResult, _fit_vb
+from ..selection.spike_slab_vb import fit_spike_slab_vb
 from ..selection.vb import fit_laplace_zero_vb
 from .joint_model import ImputedGibbsDraws, ImputedGibbsResult
 from .normal_model import sample_imputations
@@ -143,12 +145,12 @@ def fit_mi_vb(
 
 @dataclass
 class PooledSelectionResult(MultipleImputationResult):
-    """Laplace-zero VB (Alg. 3) on ``M`` completed data sets, pooled as :class:`MultipleImputationResult`, with
+    """Selection-prior VB (Laplace-zero, Alg. 3; spike-and-slab) on ``M`` completed data sets, pooled as :class:`MultipleImputationResult`, with
     the indicators ``include`` (``(chains, draws, m)``, drawn from each fit's ``q(gamma)``) and ``selected``."""
 
     include: np.ndarray = None
     selected: np.ndarray = None
-    scale: np.ndarray = None  # (chains, draws) draws of sigma_u, the Laplace scale
+    scale: np.ndarray = None  # (chains, draws) draws of sigma_u, the Laplace scale (None for spike-and-slab)
 
 
 @runs_with_blas_threads(lambda problem, selection, **_: selection.q)
@@ -163,38 +165,37 @@ def fit_mi_selection_vb(
     tol: float = 1e-8,
     max_iter: int = 2000,
 ) -> PooledSelectionResult:
-    """Multiple imputation with a Laplace-zero VB fit (:func:`bayesvm.engines.selection.vb.fit_laplace_zero_vb`) per
-    completed data set; ``selection.X`` has the imputed columns of ``problem`` (same rows and column order).
+    """Multiple imputation with a selection-prior VB fit per completed data set (Laplace-zero:
+    :func:`bayesvm.engines.selection.vb.fit_laplace_zero_vb`; spike-and-slab:
+    :func:`bayesvm.engines.selection.spike_slab_vb.fit_spike_slab_vb`); ``selection.X`` has the imputed columns of
+    ``problem`` (same rows and column order).
 
     The pooled draws carry ``log p`` = log pseudo-likelihood + the unpenalised coefficients' normal prior +
-    the random-effect terms' prior + the Laplace-zero prior at a draw of ``sigma_u^2`` from ``q``."""
+    the random-effect terms' prior + the slopes' prior (Laplace-zero: at a draw of ``sigma_u^2`` from ``q``)."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     imp = sample_imputations(problem, imputations, burn, thin, rng)
     prior = selection.prior
     free, sel = selection.unselected, selection.selected
     fits, coefs, gammas, comps, lp, scales = [], [], [], [], [], []
+    fit_one = fit_spike_slab_vb if isinstance(prior, SpikeSlab) else fit_laplace_zero_vb
     for m in range(imputations):
         completed = replace(selection, X=problem.design(imp.z[m]))
-        fit = fit_laplace_zero_vb(completed, tol=tol, max_iter=max_iter)
+        fit = fit_one(completed, tol=tol, max_iter=max_iter)
         fits.append(fit)
         coef, gamma = fit.sample(rng, draws_per_imputation)
         c = [post.sample(rng, draws_per_imputation) for post in fit.components]
-        sigma2 = fit.sigma2_scale / rng.gamma(fit.sigma2_shape, size=draws_per_imputation)
         coefs.append(coef)
-        scales.append(np.sqrt(sigma2))
         gammas.append(gamma)
         comps.append(c)
         f = coef @ completed.X.T
         total = -2.0 * np.maximum(1.0 - selection.y[None, :] * f, 0.0).sum(axis=1)
         lam = selection.fixed_precision[free]
         total += 0.5 * np.sum(np.log(lam) - np.log(2.0 * np.pi) - lam * coef[:, free] ** 2, axis=1)
-        scale = np.sqrt(sigma2)[:, None] * selection.prior_scale[None, :]
-        on = gamma.astype(bool)
-        slopes = np.where(on, np.log(prior.rho) - np.log(2.0 * scale) - np.abs(coef[:, sel]) / scale, 0.0)
-        total += slopes.sum(axis=1) + (~on).sum(axis=1) * (np.log1p(-prior.rho) if prior.rho < 1 else 0.0)
-        a, b = prior.variance.a, prior.variance.b
-        total += a * np.log(b) - gammaln(a) - (a + 1.0) * np.log(sigma2) - b / sigma2
+        slopes, scale = _slope_log_prior(selection, fit, coef[:, sel], gamma.astype(bool), rng)
+        total += slopes
+        if scale is not None:
+            scales.append(scale)
         total += [log_component_prior(selection.components, coef[s], np.zeros((0, 0)), [x[s] for x in c])
                   for s in range(draws_per_imputation)]  # fmt: skip
         lp.append(total)
@@ -217,5 +218,22 @@ def fit_mi_selection_vb(
             z_mean=z_mean, z_var=z_var, mu=pooled([np.repeat(imp.mu, draws_per_imputation, axis=0)]),
             sigma=pooled([np.repeat(imp.sigma, draws_per_imputation, axis=0)]),
         ),
-        fits=fits, include=pooled(gammas), selected=sel, scale=pooled(scales),
+        fits=fits, include=pooled(gammas), selected=sel, scale=pooled(scales) if scales else None,
     )  # fmt: skip
+
+
+def _slope_log_prior(selection: SelectionProblem, fit, slopes: np.ndarray, on: np.ndarray, rng: np.random.Generator):
+    """Log prior density of each draw's penalised slopes (``(draws, m)``, exact zeros where ``on`` is False) and,
+    for Laplace-zero, the draws of ``sigma_u`` (``None`` for spike-and-slab)."""
+    prior, size = selection.prior, slopes.shape[0]
+    if isinstance(prior, SpikeSlab):
+        sd = prior.nu * selection.prior_scale[None, :]
+        dens = np.log(prior.pi) - 0.5 * np.log(2.0 * np.pi) - np.log(sd) - 0.5 * (slopes / sd) ** 2
+        return np.where(on, dens, np.log1p(-prior.pi)).sum(axis=1), None
+    sigma2 = fit.sigma2_scale / rng.gamma(fit.sigma2_shape, size=size)
+    scale = np.sqrt(sigma2)[:, None] * selection.prior_scale[None, :]
+    total = np.where(on, np.log(prior.rho) - np.log(2.0 * scale) - np.abs(slopes) / scale, 0.0).sum(axis=1)
+    total += (~on).sum(axis=1) * (np.log1p(-prior.rho) if prior.rho < 1 else 0.0)
+    a, b = prior.variance.a, prior.variance.b
+    total += a * np.log(b) - gammaln(a) - (a + 1.0) * np.log(sigma2) - b / sigma2
+    return total, np.sqrt(sigma2)

@@ -66,7 +66,8 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 
 @dataclass
 class SelectionVBResult:
-    """Laplace-zero VB (Alg. 3) output.
+    """Output of a selection-prior VB fit: Laplace-zero (Alg. 3) or spike-and-slab
+    (:mod:`bayesvm.engines.selection.spike_slab_vb`).
 
     Attributes
     ----------
@@ -75,7 +76,8 @@ class SelectionVBResult:
     include
         ``(q,)`` ``g``: 1 for unpenalised columns, ``mu_gamma`` for the penalised ones.
     expected_b, sigma2_shape, sigma2_scale
-        ``E[b_k]`` and ``q(sigma^2) = IG(shape, scale)``.
+        ``E[b_k]`` and ``q(sigma^2) = IG(shape, scale)`` (Laplace-zero; ``None`` for the spike-and-slab fit of
+        :mod:`bayesvm.engines.selection.spike_slab_vb`, whose slab variance is fixed).
     components
         ``q`` of each random-effect term's (co)variance.
     lower_bound
@@ -89,9 +91,9 @@ class SelectionVBResult:
     cov: np.ndarray
     include: np.ndarray
     selected: np.ndarray
-    expected_b: np.ndarray
-    sigma2_shape: float
-    sigma2_scale: float
+    expected_b: np.ndarray | None
+    sigma2_shape: float | None
+    sigma2_scale: float | None
     lower_bound: np.ndarray
     converged: bool
     n_iter: int
