@@ -25,7 +25,7 @@ from .results.kernel_fit import KernelFit
 
 METHODS = ("vb", "gibbs", "em", "svi")
 #: Engines available for each selection prior.
-PRIOR_METHODS = {LaplaceZero: ("vb", "gibbs"), SpikeSlab: ("vb", "gibbs"), Lasso: ("em", "gibbs")}
+PRIOR_METHODS = {LaplaceZero: ("vb", "gibbs"), SpikeSlab: ("vb", "gibbs"), Lasso: ("vb", "em", "gibbs")}
 
 
 def bsvm(
@@ -97,7 +97,7 @@ def bsvm(
         :class:`bayesvm.priors.LaplaceZero` (``method="vb"``: Alg. 3; ``"gibbs"``: Appendix B),
         :class:`~bayesvm.priors.SpikeSlab` (``"vb"``: Carbonetto & Stephens's
         factorisation; ``"gibbs"``) or :class:`~bayesvm.priors.Lasso`
-        (``"em"``: EM/ECME; ``"gibbs"``).  ``fit.inclusion`` then gives posterior inclusion
+        (``"vb"``: Park & Casella's scale mixture; ``"em"``: EM/ECME; ``"gibbs"``).  ``fit.inclusion`` then gives posterior inclusion
         probabilities; coefficients and predictions are model averages.  Random-effect terms join as one
         more Gaussian block with a learned (co)variance (all coefficients in one dense precision, so at most
         2,000 of them).
@@ -562,6 +562,7 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
     """Dispatch a selection prior to its engine (Alg. 3, Appendix B, Polson & Scott sections 3-4)."""
     from .engines.selection.gibbs import sample_selection
     from .engines.selection.lasso_em import fit_lasso_em
+    from .engines.selection.lasso_vb import fit_lasso_vb
     from .engines.selection.spike_slab_vb import fit_spike_slab_vb
     from .engines.selection.vb import fit_laplace_zero_vb
 
@@ -580,7 +581,7 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
         result = fit_lasso_em(problem, tol=tol, max_iter=max_iter)
         what = "EM"
     else:
-        fit_vb = fit_spike_slab_vb if isinstance(model.prior, SpikeSlab) else fit_laplace_zero_vb
+        fit_vb = {SpikeSlab: fit_spike_slab_vb, Lasso: fit_lasso_vb}.get(type(model.prior), fit_laplace_zero_vb)
         result = fit_vb(problem, tol=tol, max_iter=max_iter)
         what = "VB"
     fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name, tol=tol)

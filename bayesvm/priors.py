@@ -197,7 +197,8 @@ class Lasso:
     under ``1/nu ~ Gamma(a, b)`` (shape ``a``, rate ``b``; default ``Gamma(1, 1)``).  The pseudo-posterior
     is ``exp(-2 sum hinge - sum |beta_j| / (nu s_j))``, so its mode minimises the L1-penalised hinge loss
     ``sum hinge + sum |beta_j| / (2 nu s_j)``.  Fitted by ``method="em"`` (EM, or ECME when ``nu``
-    is learned) and ``method="gibbs"``.  The lasso has no mass at zero: a Gibbs fit reports no
+    is learned), ``method="gibbs"`` and ``method="vb"`` (Park & Casella's normal scale mixture:
+    :mod:`bayesvm.engines.selection.lasso_vb`).  The lasso has no mass at zero: a Gibbs fit reports no
     inclusion probabilities.
     """
 

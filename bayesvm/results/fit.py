@@ -189,6 +189,8 @@ class BSVMFit:
             sd_v = np.sqrt(np.diag(result.cov)[sel])
             p_positive = p_include * norm.cdf(mean_v / sd_v)
             mean_if = mean_v * to_original
+            if isinstance(model.prior, Lasso):  # Gaussian q(theta): no mass at zero
+                p_include = np.full(sel.size, np.nan)
         elif np.ndim(getattr(result, "include", None)) == 3:  # draws: Gibbs, or VB pooled over imputations
             coef = result.theta_d[..., sel].reshape(-1, sel.size)
             gamma = result.include.reshape(-1, sel.size).astype(bool)

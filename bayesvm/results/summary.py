@@ -310,6 +310,10 @@ def _prior_text(fit) -> str:
         text = "lasso: slopes ~ Laplace(0, nu s_j)"
         if prior.nu is not None:
             text += f", nu = {prior.nu:g}"
+        elif getattr(result, "scale_law", None) is not None:
+            text += (
+                f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g})), E[nu] = {result.scale_law.mean_inverse:.4g}"
+            )
         elif hasattr(result, "nu"):
             text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g})), mode {result.nu:.4g}"
         else:

@@ -133,8 +133,8 @@ def test_arviz_export_and_save_load(gibbs_fit, tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"prior": SpikeSlab(), "method": "vb"}, "SpikeSlab is fitted by method in"),
-        ({"prior": Lasso(), "method": "vb"}, "Lasso is fitted by method in"),
+        ({"prior": SpikeSlab(), "method": "em"}, "SpikeSlab is fitted by method in"),
+        ({"prior": Lasso(), "method": "svi"}, "Lasso is fitted by method in"),
         ({"prior": LaplaceZero(), "method": "em"}, "LaplaceZero is fitted by method in"),
         ({"prior": LaplaceZero(), "penalty": 0.5}, "replaces the penalty"),
         ({"prior": LaplaceZero(), "vb": "accurate"}, "accurate"),

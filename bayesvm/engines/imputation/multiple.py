@@ -42,11 +42,12 @@ from scipy.special import gammaln
 
 from ...linalg.dense import runs_with_blas_threads
 from ...model.problems import ImputationProblem, SelectionProblem
-from ...priors import SpikeSlab
+from ...priors import Lasso, SpikeSlab
 from ..joint import log_component_prior, log_prior, predictor_draws
 from ..linear.ep import fit_accurate
 from ..linear.svi import fit_linear_svi
 from ..linear.vb import VBResult, _fit_vb
+from ..selection.lasso_vb import fit_lasso_vb
 from ..selection.spike_slab_vb import fit_spike_slab_vb
 from ..selection.vb import fit_laplace_zero_vb
 from .joint_model import ImputedGibbsDraws, ImputedGibbsResult
@@ -178,7 +179,7 @@ def fit_mi_selection_vb(
     prior = selection.prior
     free, sel = selection.unselected, selection.selected
     fits, coefs, gammas, comps, lp, scales = [], [], [], [], [], []
-    fit_one = fit_spike_slab_vb if isinstance(prior, SpikeSlab) else fit_laplace_zero_vb
+    fit_one = {SpikeSlab: fit_spike_slab_vb, Lasso: fit_lasso_vb}.get(type(prior), fit_laplace_zero_vb)
     for m in range(imputations):
         completed = replace(selection, X=problem.design(imp.z[m]))
         fit = fit_one(completed, tol=tol, max_iter=max_iter)
@@ -223,9 +224,19 @@ def fit_mi_selection_vb(
 
 
 def _slope_log_prior(selection: SelectionProblem, fit, slopes: np.ndarray, on: np.ndarray, rng: np.random.Generator):
-    """Log prior density of each draw's penalised slopes (``(draws, m)``, exact zeros where ``on`` is False) and,
-    for Laplace-zero, the draws of ``sigma_u`` (``None`` for spike-and-slab)."""
+    """Log prior density of each draw's penalised slopes (``(draws, m)``, exact zeros where ``on`` is False) and
+    the draws of the learned scale: ``sigma_u`` for Laplace-zero, ``nu`` for a lasso with a learned scale (``None``
+    for spike-and-slab and a fixed lasso scale)."""
     prior, size = selection.prior, slopes.shape[0]
+    if isinstance(prior, Lasso):
+        kappa = (fit.scale_law.sample(rng, size) if prior.nu is None else np.full(size, 1.0 / prior.nu))[:, None]
+        s = selection.prior_scale[None, :]
+        total = np.sum(np.log(kappa / (2.0 * s)) - kappa * np.abs(slopes) / s, axis=1)
+        if prior.nu is not None:
+            return total, None
+        k = kappa[:, 0]  # the Gamma(a, b) prior of kappa = 1 / nu
+        total += prior.a * np.log(prior.b) - gammaln(prior.a) + (prior.a - 1.0) * np.log(k) - prior.b * k
+        return total, 1.0 / k
     if isinstance(prior, SpikeSlab):
         sd = prior.nu * selection.prior_scale[None, :]
         dens = np.log(prior.pi) - 0.5 * np.log(2.0 * np.pi) - np.log(sd) - 0.5 * (slopes / sd) ** 2

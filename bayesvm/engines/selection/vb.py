@@ -100,6 +100,8 @@ class SelectionVBResult:
     decreases: list[int]
     elapsed: float
     components: list[ComponentPosterior] = field(default_factory=list)
+    #: Lasso with a learned scale: ``q(kappa)`` of ``kappa = 1 / nu`` (:class:`bayesvm.engines.selection.lasso_vb.ScaleMoments`)
+    scale_law: object = None
 
     @property
     def p_include(self) -> np.ndarray:
