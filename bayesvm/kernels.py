@@ -83,6 +83,10 @@ class Kernel:
         """Fill data-dependent defaults (e.g. the median-distance lengthscale)."""
         return self
 
+    def fixed(self) -> Kernel:
+        """The same kernel with nothing learned (``learn=False``)."""
+        return replace(self, learn=False)
+
     def describe(self) -> str:
         """``Name(param=value, ...)`` with 4 significant digits."""
         from dataclasses import fields
@@ -342,6 +346,9 @@ class Sum(Kernel):
 
     def resolved(self, X, rng):
         return replace(self, kernels=tuple(k.resolved(X, rng) for k in self.kernels))
+
+    def fixed(self) -> Sum:
+        return replace(self, kernels=tuple(k.fixed() for k in self.kernels), learn_weights=False)
 
     def matrix(self, X1, X2=None):
         return sum(w * k.matrix(X1, X2) for w, k in zip(self.weights, self.kernels))

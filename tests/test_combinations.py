@@ -204,12 +204,10 @@ MATH = {
 def _expected(prior: str, random: bool, missing: bool, nonlinear: str, engine: str) -> str:
     """``"fit"``, ``"math"`` (refused for a mathematical reason) or ``"pending"`` (not built yet: issue 23).
     A ``gp()`` term is one more variance component on dense columns: it composes exactly as the linear model."""
-    if nonlinear == "kernel":
-        if prior != "penalty" and engine in ("vb", "svi", "accurate"):
+    if nonlinear == "kernel":  # Gibbs, EM and accurate VB on the whitened features (engines/kernel/features.py)
+        if prior != "penalty" or random or missing:  # write the GP as a gp() term (or impute linearly)
             return "math"
-        if (random or missing) and engine in ("vb", "svi"):  # write the GP as a gp() term (or impute linearly)
-            return "math"
-        return "fit" if (engine in ("vb", "svi") and not random and not missing and prior == "penalty") else "pending"
+        return "fit"
     if engine == "em" and prior in ("laplace-zero", "spike-slab"):
         return "math"
     if engine == "em" and missing:
@@ -261,7 +259,8 @@ def test_combination_matrix(prior, random, missing, nonlinear, engine):
         options["prior"] = PRIORS[prior]
     if missing:
         options.update(missing="impute", imputations=3)
-    if nonlinear == "kernel":
+    if nonlinear == "kernel":  # (the kernel's variance is the penalty)
+        options.pop("penalty", None)
         options.update(kernel=bayesvm.kernels.RBF(), inducing=20)
     data = _matrix_frame(missing)
     if expected == "fit":

@@ -15,23 +15,44 @@ def _blocks(path: Path) -> list[str]:
     return BLOCK.findall(path.read_text())
 
 
-def _run(name: str, tmp_path: Path, monkeypatch) -> dict:
-    """Execute the vignette's blocks in one namespace, in a temporary working directory."""
+#: Replicate counts cut in the default run (CI keeps the suite under 15 minutes on 2 cores): each vignette's random
+#: splits and long chains, as ``{text as written: text run}``.  Every key must occur exactly once, so an edit of the
+#: vignette that drops one fails here.  ``--runslow`` runs the vignettes exactly as written; the findings asserted
+#: below hold in both runs.
+QUICK = {
+    "toenail.md": {
+        "for split in range(100):": "for split in range(25):",
+        "draws=8000,": "draws=3000,",
+        "for split in range(10):": "for split in range(5):",
+    },
+    "spam.md": {"SPLITS = 10\n": "SPLITS = 4\n"},
+    "cardiac.md": {"SPLITS = 10\n": "SPLITS = 4\n"},
+}
+
+
+def _blocks_to_run(name: str, full: bool) -> list[str]:
+    text = (VIGNETTES / name).read_text()
+    if not full:
+        for written, run in QUICK.get(name, {}).items():
+            assert text.count(written) == 1, f"{name}: {written!r} should occur once (tests/test_vignettes.py QUICK)"
+            text = text.replace(written, run)
+    return BLOCK.findall(text)
+
+
+def _run(name: str, tmp_path: Path, monkeypatch, request) -> dict:
+    """Execute the vignette's blocks in one namespace, in a temporary working directory (with the replicate counts
+    of :data:`QUICK` unless ``--runslow``)."""
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__vignette__"}
-    for block in _blocks(VIGNETTES / name):
+    for block in _blocks_to_run(name, request.config.getoption("--runslow")):
         exec(compile(block, name, "exec"), namespace)
     return namespace
 
 
 @pytest.mark.parametrize("name", ["toenail.md"])
-def test_vignette_runs(name, tmp_path, monkeypatch, capsys):
-    blocks = _blocks(VIGNETTES / name)
-    assert blocks, f"{name} has no python blocks"
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__vignette__"}
-    for block in blocks:
-        exec(compile(block, f"{name}", "exec"), namespace)
+def test_vignette_runs(name, tmp_path, monkeypatch, capsys, request):
+    assert _blocks(VIGNETTES / name), f"{name} has no python blocks"
+    namespace = _run(name, tmp_path, monkeypatch, request)
     out = capsys.readouterr().out
     assert "Random effects" in out and "lower bound" in out
     ber = namespace["ber"]
@@ -58,8 +79,8 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys):
     assert (three["mean BER"] < 0.2).all() and three["mean BER"].max() - three["mean BER"].min() < 0.02
 
 
-def test_spam_vignette_runs(tmp_path, monkeypatch, capsys):
-    namespace = _run("spam.md", tmp_path, monkeypatch)
+def test_spam_vignette_runs(tmp_path, monkeypatch, capsys, request):
+    namespace = _run("spam.md", tmp_path, monkeypatch, request)
     out = capsys.readouterr().out
     assert "Selected (p_include > 0.5)" in out
     vb, gibbs = namespace["vb"], namespace["gibbs"]
@@ -74,8 +95,8 @@ def test_spam_vignette_runs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "spam_inclusion.png").stat().st_size > 1000
 
 
-def test_cardiac_vignette_runs(tmp_path, monkeypatch, capsys):
-    namespace = _run("cardiac.md", tmp_path, monkeypatch)
+def test_cardiac_vignette_runs(tmp_path, monkeypatch, capsys, request):
+    namespace = _run("cardiac.md", tmp_path, monkeypatch, request)
     out = capsys.readouterr().out
     assert "Imputed: log_chol 1246 value(s)" in out
     # the findings the text states
@@ -94,10 +115,10 @@ def test_cardiac_vignette_runs(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.once
-def test_clinical_gp_vignette_runs(tmp_path, monkeypatch, capsys):
+def test_clinical_gp_vignette_runs(tmp_path, monkeypatch, capsys, request):
     """The statements of the gp() vignette (issue 23): accurate VB within 0.35 Gibbs SD with SDs within 15%,
     mean-field shrinking g with SDs under 0.8 of Gibbs', the age shape recovered, and the toenail finding."""
-    namespace = _run("clinical_gp.md", tmp_path, monkeypatch)
+    namespace = _run("clinical_gp.md", tmp_path, monkeypatch, request)
     comparison = namespace["comparison"]
     accurate, meanfield = comparison["accurate VB"], comparison["mean-field VB"]
     assert accurate["gap (Gibbs sd)"].abs().max() < 0.35, accurate
@@ -113,8 +134,8 @@ def test_clinical_gp_vignette_runs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "clinical_gp_age.png").stat().st_size > 1000
 
 
-def test_pcvm_vignette_runs(tmp_path, monkeypatch, capsys):
-    namespace = _run("pcvm.md", tmp_path, monkeypatch)
+def test_pcvm_vignette_runs(tmp_path, monkeypatch, capsys, request):
+    namespace = _run("pcvm.md", tmp_path, monkeypatch, request)
     out = capsys.readouterr().out
     assert "expectation propagation" in out and "leave-one-out" in out
     # the findings the text states
@@ -126,8 +147,8 @@ def test_pcvm_vignette_runs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "pcvm_banana.png").stat().st_size > 1000
 
 
-def test_kernel_vignette_runs(tmp_path, monkeypatch, capsys):
-    namespace = _run("kernel.md", tmp_path, monkeypatch)
+def test_kernel_vignette_runs(tmp_path, monkeypatch, capsys, request):
+    namespace = _run("kernel.md", tmp_path, monkeypatch, request)
     out = capsys.readouterr().out
     assert "Kernel Bayesian SVM fit by VB with 100 inducing points" in out and "Stochastic VI" in out
     # the findings the text states
@@ -138,8 +159,8 @@ def test_kernel_vignette_runs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "kernel_banana.png").stat().st_size > 1000
 
 
-def test_data_fight_back_vignette_runs(tmp_path, monkeypatch, capsys):
-    namespace = _run("data_fight_back.md", tmp_path, monkeypatch)
+def test_data_fight_back_vignette_runs(tmp_path, monkeypatch, capsys, request):
+    namespace = _run("data_fight_back.md", tmp_path, monkeypatch, request)
     out = capsys.readouterr().out
     # the findings the text reports, each naming its culprit
     assert "quasi-complete separation: '(Intercept)', 'b'" in out and "penalty=None gives every fixed effect" in out

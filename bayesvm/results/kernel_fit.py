@@ -28,6 +28,19 @@ ENGINE_TITLES = {
     "batch": "batch VB with the full kernel (Wenzel et al. 2017, section 4.1)",
     "inducing": "VB with {M} inducing points, full batch (Wenzel et al. 2017, section 4.2)",
     "svi": "stochastic VB with {M} inducing points (Wenzel et al. 2017, Alg. 1)",
+    "gibbs": "Gibbs sampling of the GP at {where} (whitened features; Polson & Scott 2011)",
+    "em": "posterior mode by EM of the GP at {where} (whitened features; Polson & Scott 2011)",
+    "accurate": "accurate VB (EP) of the GP at {where} (whitened features)",
+}
+#: Engines whose trace is a lower bound on log p(y)
+ENGINE_BOUNDS = ("batch", "inducing", "svi")
+#: What each engine's q(f) is, for the summary's approximation line
+APPROXIMATIONS = {
+    "gibbs": "none for f given the hyperparameters (MCMC draws of v; f = A'v at the training rows, the exact test "
+    "conditional at new rows); the hyperparameters are not integrated",
+    "em": "a posterior mode: predict_interval() carries only the prior variance the inducing points leave "
+    "unexplained, not the uncertainty of v",
+    "accurate": "EP's Gaussian q(v) (the hinge sites matched in their first two moments)",
 }
 
 
@@ -173,10 +186,8 @@ class KernelFit(BSVMFit):
         return KernelSummary(self)
 
     def __repr__(self) -> str:
-        return (
-            f"<KernelFit {self.result.engine}: {self.formula!r}, n={self.model.design.n}, "
-            f"lower bound {self.lower_bound[-1]:.4f}>"
-        )
+        bound = f", lower bound {self.lower_bound[-1]:.4f}" if self.result.engine in ENGINE_BOUNDS else ""
+        return f"<KernelFit {self.result.engine}: {self.formula!r}, n={self.model.design.n}{bound}>"
 
 
 class KernelSummary:
@@ -187,7 +198,12 @@ class KernelSummary:
         self.hyperparameters = fit.hyperparameters
         response = design.response
         self.info = {
-            "title": ENGINE_TITLES[r.engine].format(M=len(r.locations)),
+            "title": ENGINE_TITLES[r.engine].format(
+                M=len(r.locations),
+                where=f"the {len(r.locations)} training inputs"
+                if r.batch_locations
+                else f"{len(r.locations)} inducing locations",
+            ),
             "formula": fit.formula,
             "data": fit.data_name,
             "response": response.name,
@@ -206,7 +222,10 @@ class KernelSummary:
             "n_iter": r.n_iter,
             "converged": fit.converged,
             "elapsed": r.elapsed,
-            "lower_bound": float(r.lower_bound[-1]),
+            "lower_bound": float(r.lower_bound[-1]) if r.lower_bound.size else None,
+            "hyperparameters_from": r.hyperparameters_from,
+            "batch_locations": r.engine == "batch" or r.batch_locations,
+            "chains": r.chain_diagnostics,
             "monitor": float(r.monitor_bounds[-1]) if r.monitor_bounds.size else None,
             "stopping": r.stopping,
             "batch_size": r.batch_size,
@@ -229,15 +248,33 @@ class KernelSummary:
             lines.append(
                 " Dropped rows with missing values (" + ", ".join(f"{k}: {v}" for k, v in i["n_dropped"].items()) + ")"
             )
+        if i["hyperparameters_from"]:
+            lines.append(
+                f"Kernel hyperparameters{'' if i['batch_locations'] else ' and inducing locations'} fixed at the "
+                f"values of the VB fit ({ENGINE_TITLES[i['hyperparameters_from']].format(M=i['n_inducing'])}; "
+                "learned there by maximising its lower bound, ML-II)"
+            )
         if len(self.hyperparameters):
             what = "learned by maximising the lower bound" if i["learned"] else "fixed"
             body = self.hyperparameters.to_string(float_format=lambda v: f"{v:.4g}")
             lines.append(f"Hyperparameters ({what}; standardised inputs):")
             lines += ["  " + line for line in body.splitlines()]
-        if i["engine"] != "batch":
+        if not i["batch_locations"]:
             lines.append(f"Inducing points: {i['n_inducing']} ({i['inducing_method']})")
         status = "converged" if i["converged"] else "NOT converged"
-        if i["engine"] == "svi":
+        engine = i["engine"]
+        if engine == "gibbs":
+            table = i["chains"]
+            lines.append(
+                f"Sampling: {i['n_iter']} draws per chain; over the decision values at {len(table)} training rows "
+                f"max R-hat {table['r_hat'].max():.3f}, min bulk ESS {table['ess_bulk'].min():.0f}, min tail ESS "
+                f"{table['ess_tail'].min():.0f}; {i['elapsed']:.2f} s"
+            )
+        elif engine == "em":
+            lines.append(f"Convergence: {status} after {i['n_iter']} EM iterations; {i['elapsed']:.2f} s")
+        elif engine == "accurate":
+            lines.append(f"Convergence: EP {status} after {i['n_iter']} sweeps; {i['elapsed']:.2f} s")
+        elif i["engine"] == "svi":
             lines.append(
                 f"Stochastic VI: {i['n_iter']} steps of {i['batch_size']} rows; {status}: {i['stopping']}; "
                 f"lower bound on the monitor rows {i['monitor']:.4f}; {i['elapsed']:.2f} s"
@@ -249,7 +286,7 @@ class KernelSummary:
             )
         if i["decreases"]:
             lines.append(f"Warning: the lower bound decreased at iteration(s) {i['decreases'][:10]}")
-        lines.append("Approximation: mean-field q(f) q(a) (Wenzel et al. 2017).")
+        lines.append(f"Approximation: {APPROXIMATIONS.get(engine, 'mean-field q(f) q(a) (Wenzel et al. 2017)')}.")
         calibration = i.get("calibration")
         lines.append(
             "Probabilities (predict(kind='prob')): "

@@ -67,7 +67,7 @@ def test_coefficients_are_refused_with_a_clear_error(fit):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"method": "gibbs"}, "method='vb' or 'svi'"),
+        ({"method": "em", "vb": "accurate"}, "goes with method='vb'"),
         ({"penalty": 1.0}, "do not apply to a kernel"),
         ({"inducing": "some"}, "inducing must be"),
         ({"inducing": np.zeros((3, 5))}, "shape"),

@@ -83,13 +83,18 @@ class KernelVBResult:
     converged: bool
     n_iter: int
     elapsed: float
-    engine: str  # "batch" | "inducing" | "svi"
+    engine: str  # "batch" | "inducing" | "svi"; "gibbs" | "em" | "accurate" on the whitened features
     decreases: list[int] = field(default_factory=list)
     hyper_trace: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     hyper_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     stopping: str = ""
     batch_size: int | None = None
     monitor_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: Gibbs / EM / accurate fits (``engine``) on the whitened features: the VB engine whose ML-II hyperparameters
+    #: and locations they keep fixed, and (Gibbs) R-hat and ESS of the decision values at some training rows
+    hyperparameters_from: str = ""
+    chain_diagnostics: object = None
+    batch_locations: bool = False  # the locations are the training inputs (inducing="all")
 
     def __post_init__(self) -> None:
         self._chol = _cholesky(self.kernel.matrix(self.locations) + self.jitter * np.eye(len(self.locations)))
