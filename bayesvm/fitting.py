@@ -91,13 +91,14 @@ def bsvm(
         and variance components shrunk).  ``None`` (default): ``"accurate"`` where it applies and the data
         have at most 20,000 rows on one large grouping factor or none, otherwise ``"meanfield"``
         (:func:`default_vb`; ``summary()`` says which and why).  Selection priors, ``missing="impute"``,
-        kernels, ``method="svi"`` and out-of-core data use mean-field VB.
+        kernels, ``method="svi"`` and out-of-core data use mean-field VB unless ``vb="accurate"`` is asked for
+        (a kernel: EP on its whitened features at the VB fit's hyperparameters).
     prior
         A selection / shrinkage prior for the penalised slopes instead of ``penalty``:
         :class:`bayesvm.priors.LaplaceZero` (``method="vb"``: Alg. 3; ``"gibbs"``: Appendix B),
         :class:`~bayesvm.priors.SpikeSlab` (``"vb"``: Carbonetto & Stephens's
-        factorisation; ``"gibbs"``) or :class:`~bayesvm.priors.Lasso`
-        (``"vb"``: Park & Casella's scale mixture; ``"em"``: EM/ECME; ``"gibbs"``).  ``fit.inclusion`` then gives posterior inclusion
+        factorisation; ``"gibbs"``) or :class:`~bayesvm.priors.Lasso` (``"vb"``: Park & Casella's scale
+        mixture; ``"em"``: EM/ECME; ``"gibbs"``).  ``fit.inclusion`` then gives posterior inclusion
         probabilities; coefficients and predictions are model averages.  Random-effect terms join as one
         more Gaussian block with a learned (co)variance (all coefficients in one dense precision, so at most
         2,000 of them).
@@ -111,7 +112,9 @@ def bsvm(
         A kernel from :mod:`bayesvm.kernels` (e.g. ``RBF()``) fits the nonlinear Bayesian SVM of Wenzel
         et al. (2017): ``f ~ GP(0, k)`` on the formula's fixed-effect columns (no intercept column; inputs
         standardised when ``standardize``).  Hyperparameters marked ``learn`` are learned by maximising the
-        lower bound.  ``method="vb"``: full-batch VB; ``"svi"``: stochastic VI.  Returns a
+        lower bound.  ``method="vb"``: full-batch VB; ``"svi"``: stochastic VI; ``"gibbs"``, ``"em"`` and
+        ``vb="accurate"``: the linear engines on the whitened inducing-point features at a fixed kernel (learned
+        hyperparameters from VB first; :mod:`bayesvm.engines.kernel.features`).  Returns a
         :class:`~bayesvm.results.kernel_fit.KernelFit`.
     control
         Engine settings (:class:`bayesvm.Control`): iterations and tolerance, Gibbs ``draws`` / ``tune`` /
