@@ -13,7 +13,13 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
 
 
+#: Test files whose tests take tens of seconds each, run first: pytest-xdist hands tests out in collection order, and
+#: a long test started last leaves the other workers idle while it ends.
+HEAVY_FIRST = ("tests/test_vignettes.py", "tests/test_properties.py", "tests/engines/linear/test_ep.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not item.nodeid.startswith(HEAVY_FIRST))  # stable: the order within each group kept
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")

@@ -25,6 +25,7 @@ QUICK = {
         "draws=8000,": "draws=3000,",
         "for split in range(10):": "for split in range(5):",
     },
+    "pcvm.md": {"splits_=3)": "splits_=2)"},
     "spam.md": {"SPLITS = 10\n": "SPLITS = 4\n"},
     "cardiac.md": {"SPLITS = 10\n": "SPLITS = 4\n"},
 }
