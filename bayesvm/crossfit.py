@@ -161,8 +161,10 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
     Returns
     -------
     DataFrame
-        ``mean``, ``var`` (posterior of ``f`` under the fold fit), ``new_var`` (``E[s]``, the variance a group
-        level the fold never saw adds), ``y`` (+1/-1) and ``fold``, one row per training row.
+        ``mean``, ``var`` (posterior of ``f`` under the fold fit, aligned onto the full fit's scale),
+        ``new_var`` (``E[s]``, the variance a group level the fold never saw adds), ``y`` (+1/-1), ``fold`` and
+        ``unaligned_mean``, one row per training row; ``attrs["alignment"]`` names the folds left unaligned
+        (a fit that could not predict its own training rows), if any.
 
     Raises
     ------
@@ -197,6 +199,7 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
     fold_of = stratified_folds(y, folds, base)
     out = pd.DataFrame({"mean": 0.0, "var": 0.0, "new_var": 0.0, "y": y, "fold": fold_of, "unaligned_mean": 0.0})
     target = _training_decision_values(fit, data)
+    unaligned: list[int] = []
     for k in range(folds):
         held = fold_of == k
         try:
@@ -216,7 +219,14 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
         if source is not None:
             mean, factor = align_decision_values(mean, source, target)
             var, new_var = var * factor**2, new_var * factor**2
+        else:
+            unaligned.append(k + 1)
         out.loc[held, "mean"], out.loc[held, "var"], out.loc[held, "new_var"] = mean, var, new_var
+    if unaligned:  # said in the map's description (CalibrationMap.describe)
+        whose = "the full fit" if target is None else f"the fit on folds other than {unaligned}"
+        out.attrs["alignment"] = (
+            f"fold(s) {unaligned} not carried onto the full fit's scale: {whose} could not predict its own training rows"
+        )
     return out
 
 

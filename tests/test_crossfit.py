@@ -71,3 +71,31 @@ def test_cross_fitted_predictions_keep_each_folds_ranking():
         order = np.argsort(fold["unaligned_mean"].to_numpy())
         assert np.all(np.diff(fold["mean"].to_numpy()[order]) >= -1e-12)
         np.testing.assert_array_equal(fold["mean"] > 0, fold["unaligned_mean"] > 0)
+    assert "alignment" not in frame.attrs
+
+
+def test_a_fold_left_unaligned_is_named_in_the_map(monkeypatch):
+    """A fit that cannot predict its own training rows leaves its fold unaligned, and the map's description says
+    which (the probabilities are still learned, from the fold's own scale)."""
+    import bayesvm
+    import bayesvm.crossfit as crossfit
+    from tests.conftest import simulate_logistic
+
+    data, formula = simulate_logistic(300, 2, seed=6)
+    fit = bayesvm.bsvm(formula, data, vb="meanfield", seed=1)
+    calls = {"folds": 0}
+    real = crossfit._training_decision_values
+
+    def failing_second(some_fit, rows):
+        if some_fit is fit:
+            return real(some_fit, rows)
+        calls["folds"] += 1
+        return None if calls["folds"] % 3 == 2 else real(some_fit, rows)  # every second fold fit of three fails
+
+    monkeypatch.setattr(crossfit, "_training_decision_values", failing_second)
+    frame = crossfit.cross_fitted_predictions(fit, folds=3, seed=1)
+    assert frame.attrs["alignment"].startswith("fold(s) [2] not carried onto the full fit's scale")
+    held = frame["fold"] == 1
+    np.testing.assert_array_equal(frame.loc[held, "mean"], frame.loc[held, "unaligned_mean"])
+    assert not np.array_equal(frame.loc[~held, "mean"], frame.loc[~held, "unaligned_mean"])
+    assert "fold(s) [2] not carried onto the full fit's scale" in fit.calibrate(folds=3, seed=1).describe()

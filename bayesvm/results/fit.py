@@ -551,7 +551,10 @@ class BSVMFit:
                 )
                 self._calibration = prior_map(f"prior only: {exc}")
                 return self._calibration
-            cmap = fit_calibration_map(predictions, f"{predictions['fold'].max() + 1}-fold cross-fitted")
+            source = f"{predictions['fold'].max() + 1}-fold cross-fitted"
+            if "alignment" in predictions.attrs:
+                source += f" ({predictions.attrs['alignment']})"
+            cmap = fit_calibration_map(predictions, source)
         else:
             cmap = fit_calibration_map(self._held_out_predictions(newdata), "held-out")
         self._calibration = cmap
