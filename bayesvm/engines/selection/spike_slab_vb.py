@@ -24,6 +24,19 @@ Given ``w_i = E[1/a_i]``, the expected augmented log-likelihood is ``theta' r - 
 * ``q(a_i) = GIG(1/2, 1, chi_i)``, ``chi_i = (1 - y_i E f_i)^2 + Var f_i``, ``E f = X_F m_F + X_S b``,
   ``Var f_i = x_iF' P_F^{-1} x_iF + sum_k x_ik^2 (alpha_k (s_k^2 + mu_k^2) - b_k^2)``.
 
+Starts.  The coordinate ascent has local optima: slopes updated one at a time from 0 let the first of two
+correlated predictors take the shared effect, and the inclusion probabilities then lock in.  On the Fair affairs
+data (statsmodels; age and years married correlate 0.89) the start at 0 ends 44 nats below the start from the joint
+fit, in a model whose EP evidence is 42 nats below the one Gibbs samples.  The ascent therefore runs from two starts
+and keeps the higher bound: every slope included with ``mu`` from mean-field VB of the model with all slopes in
+their slabs (one Gaussian over every coefficient), and the start at 0.  Then model moves: for each slope in turn,
+its factor is switched in (``alpha = 1``) or out (``alpha = 0``) and held there for up to :data:`SCREEN_SWEEPS`
+sweeps of the other updates; where that constrained ascent's bound beats the optimum's, the free ascent continues
+from it and the new optimum is kept if higher, in passes until none rises (at most :data:`FLIP_PASSES`).  On
+every second row of Fair the two starts end at -4016.8 (6 slopes) and two moves reach -4004.3, the 4-slope model
+Gibbs samples (the fixed-model mean-field bounds, -4015.8 and -4003.3, rank them the same).  Each kept move appends
+to the trace its bounds from the first that beats the optimum it leaves, so the trace stays non-decreasing.
+
 Lower bound: the data term of :func:`bayesvm.engines.augmentation.data_lower_bound`, the fixed normal priors
 ``sum [log lambda_j - log 2 pi - lambda_j E theta_j^2] / 2``, the entropy of ``q(theta_F)``, each random-effect
 term's :func:`~bayesvm.engines.linear.vb.component_bound`, and per slope (their eq. 11 with the Bernoulli terms)
@@ -49,6 +62,11 @@ from ..linear.vb import component_bound, decode_components, encode_components, i
 from ..squarem import squarem_ascent
 from .vb import LOG_2PI, SelectionVBResult, _component_second
 
+#: Sweeps of the all-slopes-included Gaussian fit that gives the first start (at most; it stops when chi is stable)
+JOINT_START_SWEEPS = 100
+#: Passes of single-slope model moves after the ascent, and the sweeps that screen each move
+FLIP_PASSES = 5
+SCREEN_SWEEPS = 12
 #: Inclusion probabilities are kept inside [ALPHA_FLOOR, 1 - ALPHA_FLOOR] (their logits stay finite for SQUAREM)
 ALPHA_FLOOR = 1e-12
 
@@ -95,7 +113,36 @@ class _CoordinateAscent:
         components = [initial_component(c) for c in self.p.components]
         return np.ones(self.p.y.size), np.full(self.p.m, 1.0 - ALPHA_FLOOR), np.zeros(self.p.m), components
 
-    def sweep(self, chi: np.ndarray, alpha: np.ndarray, mu_s: np.ndarray, components: list) -> _Sweep:
+    def joint_state(self, sweeps: int = JOINT_START_SWEEPS) -> tuple:
+        """Every slope included, ``mu`` and ``chi`` from mean-field VB of the model with all slopes in their slabs
+        (one Gaussian ``q`` over every coefficient, Alg. 1 with ``E[Sigma^{-1}] = I``), run to a stable ``chi``."""
+        p, sel = self.p, self.p.selected
+        components = [initial_component(c) for c in p.components]
+        prior = p.fixed_precision.copy()
+        prior[p.component_columns] = 0.0
+        prior[sel] = self.tau
+        chi = np.ones(p.y.size)
+        for _ in range(sweeps):
+            w = inverse_a_mean(chi)
+            precision = p.weighted_gram(w)
+            precision[np.diag_indices(p.q)] += prior
+            p.add_component_precisions(precision, [c.expected_precision() for c in components])
+            chol = sla.cho_factor(precision, lower=True)
+            mean = sla.cho_solve(chol, p.X.T @ (p.y * (1.0 + w)))
+            f_mean = p.X @ mean
+            f_var = np.einsum("ij,ji->i", p.X, sla.cho_solve(chol, p.X.T))
+            new_chi = update_chi((1.0 - p.y * f_mean) ** 2 + f_var)
+            done = np.max(np.abs(new_chi - chi) / chi) < 1e-6
+            chi = new_chi
+            if done:
+                break
+        return chi, np.full(p.m, 1.0 - ALPHA_FLOOR), mean[sel].copy(), components
+
+    def sweep(
+        self, chi: np.ndarray, alpha: np.ndarray, mu_s: np.ndarray, components: list, clamp: int | None = None
+    ) -> _Sweep:
+        """One sweep of every coordinate update; ``clamp``: a slope whose inclusion probability stays as given (a
+        model move's constrained ascent)."""
         p, free, sel = self.p, self.free, self.p.selected
         y, q = p.y, p.q
         w = inverse_a_mean(chi)
@@ -121,7 +168,8 @@ class _CoordinateAscent:
         for j in range(sel.size):
             mu_s[j] = s2[j] * (base[j] - (g_ss[j] @ b - g_ss[j, j] * b[j]))
             eta = self.logit_pi + 0.5 * np.log(self.tau[j] * s2[j]) + 0.5 * mu_s[j] ** 2 / s2[j]
-            alpha[j] = np.clip(expit(eta), ALPHA_FLOOR, 1.0 - ALPHA_FLOOR)
+            if j != clamp:
+                alpha[j] = np.clip(expit(eta), ALPHA_FLOOR, 1.0 - ALPHA_FLOOR)
             b[j] = alpha[j] * mu_s[j]
         # q(Sigma_c) from E[u u']
         mean = np.zeros(q)
@@ -176,16 +224,55 @@ class _CoordinateAscent:
 def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool) -> SelectionVBResult:
     start = time.perf_counter()
     ascent_map = _CoordinateAscent(problem)
-    ascent = squarem_ascent(
-        lambda state: ascent_map.sweep(*state),
-        lambda state: ascent_map.encode(*state),
-        lambda x, like: ascent_map.decode(x, like),
-        ascent_map.initial_state(),
-        tol,
-        max_iter,
-        accelerate,
-    )
-    current = ascent.last
+    runs = [
+        squarem_ascent(
+            lambda state: ascent_map.sweep(*state),
+            lambda state: ascent_map.encode(*state),
+            lambda x, like: ascent_map.decode(x, like),
+            initial,
+            tol,
+            max_iter,
+            accelerate,
+        )
+        for initial in (ascent_map.joint_state(), ascent_map.initial_state())
+    ]
+    ascent = max(runs, key=lambda run: run.bounds[-1])  # the better of the two local optima
+    bounds, decreases, sweeps = list(ascent.bounds), list(ascent.decreases), sum(run.n_sweeps for run in runs)
+    current, converged = ascent.last, ascent.converged
+    for _ in range(FLIP_PASSES):  # model moves: one slope in or out, kept where the bound rises
+        moved = False
+        for k in range(problem.m):
+            chi, alpha, mu, components = current.state
+            flipped = alpha.copy()
+            flipped[k] = ALPHA_FLOOR if alpha[k] > 0.5 else 1.0 - ALPHA_FLOOR
+            screen = squarem_ascent(
+                lambda state, k=k: ascent_map.sweep(*state, clamp=k),
+                lambda state: ascent_map.encode(*state),
+                lambda x, like: ascent_map.decode(x, like),
+                (chi, flipped, mu, components),
+                tol,
+                SCREEN_SWEEPS,
+                accelerate,
+            )
+            sweeps += screen.n_sweeps
+            if screen.bounds[-1] <= bounds[-1]:
+                continue
+            run = squarem_ascent(
+                lambda state: ascent_map.sweep(*state),
+                lambda state: ascent_map.encode(*state),
+                lambda x, like: ascent_map.decode(x, like),
+                screen.last.state,
+                tol,
+                max_iter,
+                accelerate,
+            )
+            sweeps += run.n_sweeps
+            if run.bounds[-1] > bounds[-1] + tol * abs(bounds[-1]):
+                decreases += [len(bounds) + d for d in run.decreases]
+                bounds += screen.bounds[next(i for i, b in enumerate(screen.bounds) if b > bounds[-1]) :] + run.bounds
+                current, converged, moved = run.last, run.converged, True
+        if not moved:
+            break
     return SelectionVBResult(
         mean=current.mean,
         cov=current.cov,
@@ -194,10 +281,10 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool)
         expected_b=None,
         sigma2_shape=None,
         sigma2_scale=None,
-        lower_bound=np.asarray(ascent.bounds),
-        converged=ascent.converged,
-        n_iter=ascent.n_sweeps,
-        decreases=ascent.decreases,
+        lower_bound=np.asarray(bounds),
+        converged=converged,
+        n_iter=sweeps,
+        decreases=decreases,
         elapsed=time.perf_counter() - start,
         components=current.state[3],
     )
