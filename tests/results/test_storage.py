@@ -44,12 +44,15 @@ FITS = {
     "laplace-zero-vb": ("y ~ x1 + x2 + f", {"prior": priors.LaplaceZero()}, False),
     "spike-slab-gibbs": ("y ~ x1 + x2", {"prior": priors.SpikeSlab(), **GIBBS}, False),
     "lasso-em": ("y ~ x1 + x2", {"prior": priors.Lasso(), "method": "em"}, False),
+    "spike-slab-vb": ("y ~ x1 + x2 + (1 | g)", {"prior": priors.SpikeSlab(0.3)}, False),
+    "lasso-vb": ("y ~ x1 + x2", {"prior": priors.Lasso()}, False),
     "impute-mi-vb": ("y ~ x1 + x2", {"missing": "impute", "imputations": 3}, True),
     "impute-joint-vb": ("y ~ x1 + x2", {"missing": "impute", "imputation": "joint"}, True),
     "impute-gibbs": ("y ~ x1 + x2", {"missing": "impute", **GIBBS}, True),
     "svi": ("y ~ x1 + x2", {"method": "svi"}, False),
     "kernel-vb": ("y ~ x1 + x2", {"kernel": kernels.RBF(), "inducing": 20, "seed": 0}, False),
     "kernel-svi": ("y ~ x1 + x2", {"kernel": kernels.RBF(), "method": "svi", "max_iter": 100, "seed": 0}, False),
+    "kernel-gibbs": ("y ~ x1 + x2", {"kernel": kernels.RBF(), "inducing": 10, **GIBBS}, False),
 }
 
 
