@@ -36,13 +36,14 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         ``"learn"`` learns the penalty (slopes share ``sigma^2 ~ IG``); a float ``alpha`` is the
         SVM objective ``sum hinge + alpha ||beta||^2``, i.e. ``SVC(C=1/(2 alpha))``.
     prior : None or a :mod:`bayesvm.priors` selection prior
-        ``LaplaceZero()`` (``method="vb"`` or ``"gibbs"``), ``SpikeSlab()`` (``"gibbs"``) or ``Lasso()``
-        (``"em"`` or ``"gibbs"``) instead of ``penalty``; ``coef_`` are then model averages and
+        ``LaplaceZero()`` (``method="vb"`` or ``"gibbs"``), ``SpikeSlab()`` (``"vb"`` or ``"gibbs"``) or
+        ``Lasso()`` (``"vb"``, ``"em"`` or ``"gibbs"``) instead of ``penalty``; ``coef_`` are then model averages and
         ``result_.inclusion`` holds the inclusion probabilities.
     kernel : None, "rbf", "matern52" or a :mod:`bayesvm.kernels` kernel
         ``None``: the linear SVM.  Otherwise the nonlinear Bayesian SVM of Wenzel et al. (2017) with that
         kernel (hyperparameters learned by the lower bound; ``"rbf"`` is ``RBF()``); ``method`` is then
-        ``"vb"`` or ``"svi"`` and, as for scikit-learn's kernel SVC, there is no ``coef_``.
+        ``"vb"``, ``"svi"``, ``"gibbs"`` or ``"em"`` (the last two at the hyperparameters VB learns) and, as
+        for scikit-learn's kernel SVC, there is no ``coef_``.
     inducing : None, int or "all"
         Kernel fits: inducing points (default ``min(n, 100)``; ``"all"``: batch VB with the full kernel).
     missing : {"error", "drop", "impute"}
