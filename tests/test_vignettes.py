@@ -116,6 +116,7 @@ def test_cardiac_vignette_runs(tmp_path, monkeypatch, capsys, request):
 
 
 @pytest.mark.once
+@pytest.mark.slow  # (53 s: the gp() engines' agreement it states is tested in tests/results/test_gp_effect.py)
 def test_clinical_gp_vignette_runs(tmp_path, monkeypatch, capsys, request):
     """The statements of the gp() vignette (issue 23): accurate VB within 0.35 Gibbs SD with SDs within 15%,
     mean-field shrinking g with SDs under 0.8 of Gibbs', the age shape recovered, and the toenail finding."""
@@ -135,6 +136,7 @@ def test_clinical_gp_vignette_runs(tmp_path, monkeypatch, capsys, request):
     assert (tmp_path / "clinical_gp_age.png").stat().st_size > 1000
 
 
+@pytest.mark.slow  # (90 s: the PCVM engines' checks are in tests/engines/kernel/test_pcvm*.py)
 def test_pcvm_vignette_runs(tmp_path, monkeypatch, capsys, request):
     namespace = _run("pcvm.md", tmp_path, monkeypatch, request)
     out = capsys.readouterr().out
