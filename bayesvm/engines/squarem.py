@@ -85,3 +85,17 @@ def squarem_ascent(
         else:
             x0_known = x2  # the next cycle starts from the second sweep's state
     return out
+
+
+def ascend(coordinates, state: tuple, tol: float, max_iter: int, accelerate: bool = True) -> Ascent:
+    """:func:`squarem_ascent` of a coordinate-ascent object with ``sweep(*state)``, ``encode(*state)`` and
+    ``decode(x, like)`` methods (the selection VB engines)."""
+    return squarem_ascent(
+        lambda s: coordinates.sweep(*s),
+        lambda s: coordinates.encode(*s),
+        lambda x, like: coordinates.decode(x, like),
+        state,
+        tol,
+        max_iter,
+        accelerate,
+    )

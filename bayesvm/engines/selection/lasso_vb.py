@@ -47,7 +47,7 @@ from ...model.problems import SelectionProblem
 from ...priors import Lasso
 from ..augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
 from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
-from ..squarem import squarem_ascent
+from ..squarem import ascend
 from .vb import LOG_2PI, SelectionVBResult, _component_second
 
 #: Points of the quadrature in ``log kappa`` for ``q(kappa)``, and its half-width in units of the curvature's SD
@@ -215,15 +215,7 @@ class _CoordinateAscent:
 def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool) -> SelectionVBResult:
     start = time.perf_counter()
     ascent_map = _CoordinateAscent(problem)
-    ascent = squarem_ascent(
-        lambda state: ascent_map.sweep(*state),
-        lambda state: ascent_map.encode(*state),
-        lambda x, like: ascent_map.decode(x, like),
-        ascent_map.initial_state(),
-        tol,
-        max_iter,
-        accelerate,
-    )
+    ascent = ascend(ascent_map, ascent_map.initial_state(), tol, max_iter, accelerate)
     current = ascent.last
     return SelectionVBResult(
         mean=current.mean,

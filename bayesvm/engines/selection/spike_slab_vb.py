@@ -59,7 +59,7 @@ from ...model.problems import SelectionProblem
 from ...priors import SpikeSlab
 from ..augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
 from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
-from ..squarem import squarem_ascent
+from ..squarem import ascend, squarem_ascent
 from .vb import LOG_2PI, SelectionVBResult, _component_second
 
 #: Sweeps of the all-slopes-included Gaussian fit that gives the first start (at most; it stops when chi is stable)
@@ -225,16 +225,8 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool)
     start = time.perf_counter()
     ascent_map = _CoordinateAscent(problem)
     runs = [
-        squarem_ascent(
-            lambda state: ascent_map.sweep(*state),
-            lambda state: ascent_map.encode(*state),
-            lambda x, like: ascent_map.decode(x, like),
-            initial,
-            tol,
-            max_iter,
-            accelerate,
-        )
-        for initial in (ascent_map.joint_state(), ascent_map.initial_state())
+        ascend(ascent_map, start, tol, max_iter, accelerate)
+        for start in (ascent_map.joint_state(), ascent_map.initial_state())
     ]
     ascent = max(runs, key=lambda run: run.bounds[-1])  # the better of the two local optima
     bounds, decreases, sweeps = list(ascent.bounds), list(ascent.decreases), sum(run.n_sweeps for run in runs)
@@ -257,15 +249,7 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool)
             sweeps += screen.n_sweeps
             if screen.bounds[-1] <= bounds[-1]:
                 continue
-            run = squarem_ascent(
-                lambda state: ascent_map.sweep(*state),
-                lambda state: ascent_map.encode(*state),
-                lambda x, like: ascent_map.decode(x, like),
-                screen.last.state,
-                tol,
-                max_iter,
-                accelerate,
-            )
+            run = ascend(ascent_map, screen.last.state, tol, max_iter, accelerate)
             sweeps += run.n_sweeps
             if run.bounds[-1] > bounds[-1] + tol * abs(bounds[-1]):
                 decreases += [len(bounds) + d for d in run.decreases]

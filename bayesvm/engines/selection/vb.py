@@ -59,7 +59,7 @@ from ..linear.vb import (
     initial_component,
     update_component,
 )
-from ..squarem import squarem_ascent
+from ..squarem import ascend
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -232,15 +232,7 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool 
     """Coordinate ascent on Alg. 3 in SQUAREM cycles with the monotone safeguard (:mod:`bayesvm.engines.squarem`)."""
     start = time.perf_counter()
     alg = _Alg3(problem)
-    ascent = squarem_ascent(
-        lambda state: alg.sweep(*state),
-        lambda state: alg.encode(*state),
-        lambda x, like: alg.decode(x, like),
-        alg.initial_state(),
-        tol,
-        max_iter,
-        accelerate,
-    )
+    ascent = ascend(alg, alg.initial_state(), tol, max_iter, accelerate)
     current = ascent.last
     chi, g, psi, scale, components = current.state
     return SelectionVBResult(

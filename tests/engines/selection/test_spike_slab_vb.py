@@ -19,7 +19,7 @@ from bayesvm.engines.selection.gibbs import sample_selection
 from bayesvm.engines.selection.spike_slab_vb import _CoordinateAscent, fit_spike_slab_vb
 from bayesvm.priors import SpikeSlab
 
-from .test_selection import _problem
+from .test_selection import _problem, random_intercept_terms
 from .test_selection_random import _grouped
 
 pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
@@ -54,12 +54,8 @@ def _mc_bound(problem, res, draws=20000, seed=1) -> tuple[float, float]:
     prior = problem.prior
     sd = prior.nu * problem.prior_scale
     log_p += np.sum(np.where(gamma, np.log(prior.pi) + stats.norm(0, sd).logpdf(slab), np.log1p(-prior.pi)), axis=1)
-    for comp, post in zip(problem.components, res.components):  # random intercepts with an IG variance
-        q_c = stats.invgamma(a=post.shape, scale=post.scale[0, 0])
-        s2_c = q_c.rvs(size=draws, random_state=rng)
-        log_q += q_c.logpdf(s2_c)
-        log_p += stats.invgamma(a=comp.prior_a, scale=comp.prior_b).logpdf(s2_c)
-        log_p += stats.norm(0, np.sqrt(s2_c[:, None])).logpdf(theta[:, comp.index[:, 0]]).sum(axis=1)
+    terms_p, terms_q = random_intercept_terms(problem, res, theta, rng)
+    log_p, log_q = log_p + terms_p, log_q + terms_q
     diff = log_p - log_q
     return float(diff.mean()), float(diff.std() / np.sqrt(draws))
 
