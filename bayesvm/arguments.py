@@ -70,3 +70,28 @@ def as_flag(value: object, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise BayesvmError(f"{name} must be True or False, got {value!r}")
     return bool(value)
+
+
+def iteration_defaults(method: str, tol, max_iter, batch_size, vb_max_iter: int) -> tuple[float, int]:
+    """``(tol, max_iter)`` of the kernel / SVI / streamed engines (defaults filled in), all validated."""
+    if not (isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size >= 1):
+        raise BayesvmError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if max_iter is None:
+        max_iter = 100000 if method == "svi" else vb_max_iter
+    if tol is None:
+        tol = 1e-4 if method == "svi" else 1e-8
+    check_iterations(max_iter, tol)
+    return tol, max_iter
+
+
+def check_iterations(max_iter, tol) -> None:
+    if not (isinstance(max_iter, int) and not isinstance(max_iter, bool) and max_iter >= 1):
+        raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not (isinstance(tol, (int, float)) and tol > 0):
+        raise BayesvmError(f"tol must be a positive number, got {tol!r}")
+
+
+def data_name(data: object) -> str:
+    rows = len(data) if hasattr(data, "__len__") else "?"
+    name = getattr(data, "attrs", {}).get("name") if hasattr(data, "attrs") else None
+    return f"{name} ({rows} rows)" if name else f"{rows} rows"

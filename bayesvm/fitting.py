@@ -8,13 +8,14 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from .arguments import as_count, as_flag, as_seed
+from .arguments import as_count, as_flag, as_seed, check_iterations, data_name, iteration_defaults
 from .checks import Checks, Diagnostics, check_identifiability, singular_findings
 from .control import Control, resolve_control
 from .crossfit import record_call
 from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
+from .kernel_fitting import fit_kernel
 from .kernels import Kernel
 from .model import MAX_DENSE_COLUMNS, build_model
 from .model.kernel import build_kernel_model
@@ -170,9 +171,9 @@ def bsvm(
             inducing_method=inducing_method,
         ))  # fmt: skip
     if kernel is None:
-        _check_iterations(max_iter, tol)
+        check_iterations(max_iter, tol)
     else:
-        return _recorded(options, _fit_kernel(
+        return _recorded(options, fit_kernel(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
             tol=tol, max_iter=max_iter, seed=seed, kernel=kernel, inducing=inducing,
             inducing_method=inducing_method, learn_inducing=learn_inducing, batch_size=batch_size,
@@ -257,12 +258,12 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
             progress=progress,
             monitor=_reported_quantities(model, problem),
         )
-        fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data))
+        fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data))
         _warn_mcmc(fit)
         return fit
     if method == "em":
         result = fit_em(problem, tol=tol, max_iter=max_iter)
-        fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
+        fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data), tol=tol)
         if not result.converged:
             warnings.warn(
                 f"EM stopped after {result.n_iter} iterations without converging", ConvergenceWarning, stacklevel=3
@@ -282,11 +283,11 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
             if not result.converged:
                 warnings.warn(accurate_failure(result), ConvergenceWarning, stacklevel=3)
             return BSVMFit(
-                model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol
+                model=model, problem=problem, method=method, result=result, data_name=data_name(data), tol=tol
             )
     _warn_oversized(problem)
     result = fit_vb(problem, tol=tol, max_iter=max_iter)
-    fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
+    fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data), tol=tol)
     fit.vb_note = why
     if not result.converged:
         warnings.warn(
@@ -382,9 +383,9 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
         raise BayesvmError(f"out-of-core (dask) data are fitted by method in {allowed}, not {method!r}")
     if prior is not None or vb == "accurate":
         raise BayesvmError("out-of-core (dask) data take neither a selection prior nor vb='accurate' in this version")
-    tol, max_iter = _iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=500)
+    tol, max_iter = iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=500)
     streamed = build_streamed(parse_formula(formula), data, positive, missing)
-    name = _data_name(data)
+    name = data_name(data)
     if kernel is not None:
         model = build_kernel_model(streamed.design, kernel, standardize, inducing, inducing_method, seed)
         problem = model.problem()
@@ -439,7 +440,7 @@ def _fit_linear_svi(
     model = _all_dense(model, "method='svi' keeps one dense q")
     if model.prior is not None or vb == "accurate":
         raise BayesvmError("method='svi' is not available with a selection prior or vb='accurate'")
-    _iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)
+    iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)
     if model.design.imputation is not None:  # multiple imputation, one SVI fit per completed data set, pooled
         from .engines.imputation.multiple import fit_mi_vb
 
@@ -452,149 +453,17 @@ def _fit_linear_svi(
         result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter, engine="svi",
                            svi_options={"batch_size": batch_size, "learning_rate": learning_rate})  # fmt: skip
         fit = BSVMFit(model=model, problem=replace(problem.base, D=problem.design(result.imputation.z_mean)),
-                      method="svi", result=result, data_name=_data_name(data), tol=tol)  # fmt: skip
+                      method="svi", result=result, data_name=data_name(data), tol=tol)  # fmt: skip
         if not result.converged:
             warnings.warn("SVI stopped before converging on at least one completed data set", ConvergenceWarning, 4)
         return fit
     problem = model.problem()
     result = fit_linear_svi(problem, batch_size=batch_size, max_iter=max_iter, tol=tol, learning_rate=learning_rate,
                             seed=seed)  # fmt: skip
-    fit = BSVMFit(model=model, problem=problem, method="svi", result=result, data_name=_data_name(data), tol=tol)
+    fit = BSVMFit(model=model, problem=problem, method="svi", result=result, data_name=data_name(data), tol=tol)
     if not result.converged:
         warnings.warn(f"SVI stopped before converging ({result.stopping})", ConvergenceWarning, stacklevel=4)
     return fit
-
-
-def _fit_kernel(formula, data, *, method, positive, missing, standardize, tol, max_iter, seed, kernel, inducing,
-                inducing_method, learn_inducing, batch_size, learning_rate, penalty, prior, vb, sampling) -> KernelFit:  # fmt: skip
-    """``bsvm(..., kernel=...)``: Wenzel et al. (2017), sections 4.1-4.4 (``bayesvm.engines.kernel.vb``); Gibbs, EM
-    and accurate VB fit the same model as a linear one on its whitened features
-    (``bayesvm.engines.kernel.features``), the hyperparameters fixed (learned ones first by VB's ML-II)."""
-    from .engines.kernel.svi import fit_svi
-    from .engines.kernel.vb import fit_batch, fit_inducing
-
-    if method not in ("vb", "svi", "gibbs", "em"):
-        raise BayesvmError(f"a kernel model is fitted by method='vb', 'svi', 'gibbs' or 'em', not {method!r}")
-    if penalty != "learn" or prior is not None:
-        raise BayesvmError(
-            "penalty= and prior= do not apply to a kernel fit: the kernel's variance is the penalty "
-            "(learned when the kernel's learn includes 'variance')"
-        )
-    if vb == "accurate" and method != "vb":
-        raise BayesvmError(f"vb='accurate' goes with method='vb', not {method!r}")
-    if learn_inducing and (method == "svi" or isinstance(inducing, str)):
-        raise BayesvmError("learn_inducing=True needs method='vb' with inducing points (not 'all')")
-    tol, max_iter = _iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=1000)
-    parsed = parse_formula(formula)
-    design = build_design(parsed, data, positive=positive, missing=missing, rank="keep")
-    model = build_kernel_model(design, kernel, standardize, inducing, inducing_method, seed)
-    problem = model.problem()
-    on_features = method in ("gibbs", "em") or vb == "accurate"
-    kernel_fixed, hyper_source = model.kernel, ""
-    locations = model.locations if model.locations is not None else problem.X
-    if method == "svi":
-        result = fit_svi(problem, locations, batch_size=batch_size, max_iter=max_iter, tol=tol,
-                         learning_rate=learning_rate, seed=seed)  # fmt: skip
-    elif on_features and not (model.kernel.log_params().size or learn_inducing):
-        result = None  # nothing to learn: the features' engine runs at the given kernel
-    elif model.locations is None:
-        result = fit_batch(problem, tol=tol, max_iter=max_iter)
-    else:
-        result = fit_inducing(problem, model.locations, tol=tol, max_iter=max_iter, learn_locations=learn_inducing)
-    learning_seconds = 0.0
-    if result is not None:
-        _warn_kernel_vb(result)
-        kernel_fixed, locations, hyper_source = result.kernel, result.locations, result.engine
-        learning_seconds = result.elapsed
-    if on_features:
-        engine = "accurate" if vb == "accurate" else method
-        result = _fit_kernel_features(problem, kernel_fixed.fixed(), locations, engine, tol, seed, sampling,
-                                      hyper_source, batch=model.locations is None)  # fmt: skip
-        result.elapsed += learning_seconds  # (the VB fit that learned the hyperparameters included)
-    fit = KernelFit(model=model, problem=problem, method=method, result=result, data_name=_data_name(data), tol=tol)
-    if method == "gibbs":
-        from .results.diagnostics import mcmc_problems
-
-        message = mcmc_problems(result.chain_diagnostics, sampling["chains"], sampling["draws"])
-        if message:
-            warnings.warn(message, ConvergenceWarning, stacklevel=3)
-    return fit
-
-
-#: Training rows (evenly spaced) whose decision values a kernel Gibbs fit reports R-hat and ESS for
-CHECKED_ROWS = 25
-
-
-def _warn_kernel_vb(result) -> None:
-    if not result.converged:
-        warnings.warn(
-            f"the kernel fit stopped before converging ({result.stopping or 'max_iter reached'}); increase max_iter",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
-    if result.decreases:
-        warnings.warn(f"the lower bound decreased at iteration(s) {result.decreases[:10]}", RuntimeWarning, 4)
-
-
-def _fit_kernel_features(problem, kernel, locations, engine: str, tol: float, seed, sampling: dict, hyper_source: str,
-                         batch: bool):  # fmt: skip
-    """Gibbs, EM or accurate VB of a kernel model on its whitened features (``bayesvm.engines.kernel.features``) at a
-    fixed kernel and inducing locations (``hyper_source``: the VB engine that learned them, ``""`` when given): the
-    linear engine's output turned into a kernel result with the moments of ``v``.  Its ``lower_bound`` is empty:
-    only the VB engines compute one."""
-    from .engines.kernel.features import feature_problem, kernel_jitter
-    from .engines.kernel.vb import KernelVBResult
-    from .engines.linear.em import fit_em
-    from .engines.linear.ep import accurate_failure, fit_accurate
-    from .engines.linear.gibbs import sample_gibbs
-    from .results.diagnostics import draw_diagnostics
-    from .results.posterior import posterior_view
-
-    jitter = kernel_jitter(kernel, locations)
-    features = feature_problem(problem, kernel, locations, jitter)
-    m = features.D.shape[1]
-    diagnostics = None
-    if engine == "gibbs":
-        linear = sample_gibbs(features, seed=seed, **sampling)
-        draws = linear.theta_d.reshape(-1, m)
-        converged, n_iter = True, int(linear.theta_d.shape[1])
-        rows = np.unique(np.linspace(0, problem.n - 1, min(problem.n, CHECKED_ROWS)).astype(int))
-        diagnostics = draw_diagnostics(linear.theta_d @ features.D[rows].T, [f"f[row {i + 1}]" for i in rows])
-        mean, cov = draws.mean(axis=0), np.atleast_2d(np.cov(draws, rowvar=False))
-    else:
-        linear = fit_em(features, tol=tol, max_iter=20000) if engine == "em" else fit_accurate(features)
-        view = posterior_view(linear)
-        mean = view.means()[0]
-        cov = np.zeros((m, m)) if engine == "em" else view.fixed_cov(m)  # a mode: v has no spread
-        converged, n_iter = bool(linear.converged), int(linear.n_iter)
-        if engine == "em" and not converged:
-            warnings.warn(f"EM stopped after {n_iter} iterations without converging", ConvergenceWarning, 4)
-        if engine == "accurate" and not converged:
-            warnings.warn(accurate_failure(linear), ConvergenceWarning, 4)
-    return KernelVBResult(
-        kernel=kernel, locations=locations, jitter=jitter, mean=np.asarray(mean, dtype=float), cov=cov, chi=None,
-        lower_bound=np.zeros(0), converged=converged, n_iter=n_iter, elapsed=linear.elapsed, engine=engine,
-        hyperparameters_from=hyper_source, chain_diagnostics=diagnostics, batch_locations=batch,
-    )  # fmt: skip
-
-
-def _iteration_defaults(method: str, tol, max_iter, batch_size, vb_max_iter: int) -> tuple[float, int]:
-    """``(tol, max_iter)`` of the kernel / SVI / streamed engines (defaults filled in), all validated."""
-    if not (isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size >= 1):
-        raise BayesvmError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if max_iter is None:
-        max_iter = 100000 if method == "svi" else vb_max_iter
-    if tol is None:
-        tol = 1e-4 if method == "svi" else 1e-8
-    _check_iterations(max_iter, tol)
-    return tol, max_iter
-
-
-def _check_iterations(max_iter, tol) -> None:
-    if not (isinstance(max_iter, int) and not isinstance(max_iter, bool) and max_iter >= 1):
-        raise BayesvmError(f"max_iter must be a positive integer, got {max_iter!r}")
-    if not (isinstance(tol, (int, float)) and tol > 0):
-        raise BayesvmError(f"tol must be a positive number, got {tol!r}")
 
 
 def _check_sampling(draws, tune, chains, thin, cores) -> None:
@@ -644,7 +513,7 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
     if not model.penalized.any():
         raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
     problem = model.selection_problem()
-    name = _data_name(data)
+    name = data_name(data)
     if method == "gibbs":
         result = sample_selection(
             problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress
@@ -722,7 +591,7 @@ def _fit_imputation(
     from .engines.imputation.multiple import fit_mi_vb
 
     problem = model.imputation_problem(imputation)
-    name = _data_name(data)
+    name = data_name(data)
     if model.prior is not None:
         return _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed,
                                       cores, progress, imputations)  # fmt: skip
@@ -811,9 +680,3 @@ def _warn_mcmc(fit: BSVMFit) -> None:
     disagreement = inclusion_disagreement(fit)
     if disagreement:
         warnings.warn(disagreement, ConvergenceWarning, stacklevel=4)
-
-
-def _data_name(data: object) -> str:
-    rows = len(data) if hasattr(data, "__len__") else "?"
-    name = getattr(data, "attrs", {}).get("name") if hasattr(data, "attrs") else None
-    return f"{name} ({rows} rows)" if name else f"{rows} rows"
