@@ -45,9 +45,10 @@ from scipy.special import gammaln, logsumexp
 from ...linalg.dense import blas_threads
 from ...model.problems import SelectionProblem
 from ...priors import Lasso
-from ..augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
+from ..augmentation import CHI_FLOOR
 from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
 from ..squarem import ascend
+from .message import MessageSweep
 from .vb import LOG_2PI, SelectionVBResult, _component_second
 
 #: Points of the quadrature in ``log kappa`` for ``q(kappa)``, and its half-width in units of the curvature's SD
@@ -122,15 +123,25 @@ def fit_lasso_vb(
 
 @dataclass
 class _Sweep:
-    state: tuple  # (chi, E[beta_S^2], T, components)
+    """The factors one sweep (or one SVI step) produced; ``state`` and ``bound`` are set by
+    :class:`~bayesvm.engines.selection.message.MessageSweep` after ``q(a)``."""
+
+    rest: tuple  # (E[beta_S^2], T, components)
     mean: np.ndarray
     cov: np.ndarray
     inv_tau: np.ndarray
     kappa: ScaleMoments
-    bound: float
+    prior_bound: float
+    second: np.ndarray  # E[theta theta']
+    state: tuple = ()  # (chi, E[beta_S^2], T, components)
+    bound: float = float("nan")
+
+    @property
+    def include(self) -> np.ndarray:
+        return np.ones(self.mean.size)
 
 
-class _CoordinateAscent:
+class _CoordinateAscent(MessageSweep):
     def __init__(self, problem: SelectionProblem):
         self.p = problem
         prior = problem.prior
@@ -149,9 +160,10 @@ class _CoordinateAscent:
         components = [initial_component(c) for c in self.p.components]
         return np.ones(self.p.y.size), self.s2.copy(), float(self.p.m), components
 
-    def sweep(self, chi: np.ndarray, second_beta: np.ndarray, T: float, components: list) -> _Sweep:
+    def update(self, gram: np.ndarray, r: np.ndarray, second_beta: np.ndarray, T: float, components: list) -> _Sweep:
+        """``q(kappa)``, ``q(tau)``, ``q(theta)`` and ``q(Sigma_c)`` in turn, given the rows' message ``(G, r)``."""
         p, sel = self.p, self.p.selected
-        y, X, q = p.y, p.X, p.q
+        q = p.q
         kappa = self.kappa(T)
         # q(tau_k) = GIG(1/2, a_k, b_k)
         a_k, b_k = kappa.second / self.s2, np.maximum(second_beta, 1e-300)
@@ -159,8 +171,7 @@ class _CoordinateAscent:
         root = np.sqrt(a_k * b_k)
         e_tau = np.sqrt(b_k / a_k) * (1.0 + 1.0 / root)
         # q(theta)
-        w = inverse_a_mean(chi)
-        precision = p.weighted_gram(w)
+        precision = gram.copy()
         prior = p.fixed_precision.copy()
         prior[p.component_columns] = 0.0
         prior[sel] = inv_tau
@@ -168,20 +179,15 @@ class _CoordinateAscent:
         p.add_component_precisions(precision, [c.expected_precision() for c in components])
         chol = sla.cho_factor(precision, lower=True)
         cov = sla.cho_solve(chol, np.eye(q))
-        mean = sla.cho_solve(chol, X.T @ (y * (1.0 + w)))
+        mean = sla.cho_solve(chol, r)
         second = cov + np.outer(mean, mean)
         seconds = [_component_second(c, second) for c in p.components]
         components = [update_component(c, m, post) for c, m, post in zip(p.components, seconds, components)]
-        # q(a)
-        mean_f = X @ mean
-        expected_sq = 1.0 - 2.0 * y * mean_f + np.einsum("ij,ij->i", X @ second, X)
-        chi = update_chi(expected_sq)
         new_second_beta = np.diag(second)[sel].copy()
-        # the bound at (q(kappa), q(tau), q(theta), q(Sigma), q(a)) just formed
-        total = data_lower_bound(y, mean_f, expected_sq, chi)
+        # the bound at (q(kappa), q(tau), q(theta), q(Sigma)) just formed, without the data term
         fixed = p.unselected
         lam = p.fixed_precision[fixed]
-        total += 0.5 * float(np.sum(np.log(lam) - LOG_2PI - lam * np.diag(second)[fixed]))
+        total = 0.5 * float(np.sum(np.log(lam) - LOG_2PI - lam * np.diag(second)[fixed]))
         total += 0.5 * q * (1.0 + LOG_2PI) - float(np.sum(np.log(np.diag(chol[0]))))
         log_z = np.log(2.0) + 0.5 * np.log(np.pi / 2.0) - root - 0.5 * np.log(a_k)
         total += float(
@@ -201,7 +207,12 @@ class _CoordinateAscent:
             total += -2.0 * p.m * kappa.mean_log + 0.5 * T * kappa.second
         total += sum(component_bound(c, post, m) for c, post, m in zip(p.components, components, seconds))
         new_T = float(np.sum(e_tau / self.s2))
-        return _Sweep((chi, new_second_beta, new_T, components), mean, cov, inv_tau, kappa, float(total))
+        return _Sweep((new_second_beta, new_T, components), mean, cov, inv_tau, kappa, float(total), second)
+
+    def row_moments(self, factors: _Sweep, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``E f = X m`` and ``E (1 - y f)^2 = 1 - 2 y E f + x' E[theta theta'] x``."""
+        mean_f = X @ factors.mean
+        return mean_f, 1.0 - 2.0 * y * mean_f + np.einsum("ij,ij->i", X @ factors.second, X)
 
     def encode(self, chi, second_beta, T, components) -> np.ndarray:
         return np.concatenate([np.log(chi), np.log(second_beta), [np.log(T)], encode_components(components)])

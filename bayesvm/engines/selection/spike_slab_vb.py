@@ -57,9 +57,10 @@ from scipy.special import expit, logit, xlogy
 from ...linalg.dense import blas_threads
 from ...model.problems import SelectionProblem
 from ...priors import SpikeSlab
-from ..augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
+from ..augmentation import CHI_FLOOR, inverse_a_mean, update_chi
 from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
 from ..squarem import ascend, squarem_ascent
+from .message import MessageSweep
 from .vb import LOG_2PI, SelectionVBResult, _component_second
 
 #: Sweeps of the all-slopes-included Gaussian fit that gives the first start (at most; it stops when chi is stable)
@@ -91,14 +92,23 @@ def fit_spike_slab_vb(
 
 @dataclass
 class _Sweep:
-    state: tuple  # (chi, alpha, mu_S, components)
+    """The factors one sweep (or one SVI step) produced; ``state`` and ``bound`` are set by
+    :class:`~bayesvm.engines.selection.message.MessageSweep` after ``q(a)``."""
+
+    rest: tuple  # (alpha, mu_S, components)
     mean: np.ndarray
     cov: np.ndarray
     include: np.ndarray
-    bound: float
+    prior_bound: float
+    mean_f: np.ndarray  # m_F, the free block's mean
+    cov_f: np.ndarray  # P_F^{-1}
+    b: np.ndarray  # E[beta_S] = alpha o mu
+    var_s: np.ndarray  # Var(beta_S)
+    state: tuple = ()  # (chi, alpha, mu_S, components)
+    bound: float = float("nan")
 
 
-class _CoordinateAscent:
+class _CoordinateAscent(MessageSweep):
     def __init__(self, problem: SelectionProblem):
         self.p = problem
         sel = problem.selected
@@ -138,16 +148,14 @@ class _CoordinateAscent:
                 break
         return chi, np.full(p.m, 1.0 - ALPHA_FLOOR), mean[sel].copy(), components
 
-    def sweep(
-        self, chi: np.ndarray, alpha: np.ndarray, mu_s: np.ndarray, components: list, clamp: int | None = None
-    ) -> _Sweep:
-        """One sweep of every coordinate update; ``clamp``: a slope whose inclusion probability stays as given (a
-        model move's constrained ascent)."""
+    def update(
+        self, gram: np.ndarray, r: np.ndarray, alpha: np.ndarray, mu_s: np.ndarray, components: list,
+        clamp: int | None = None,
+    ) -> _Sweep:  # fmt: skip
+        """Every coordinate update but ``q(a)``, given the rows' message ``(G, r)``; ``clamp``: a slope whose
+        inclusion probability stays as given (a model move's constrained ascent)."""
         p, free, sel = self.p, self.free, self.p.selected
-        y, q = p.y, p.q
-        w = inverse_a_mean(chi)
-        gram = p.weighted_gram(w)
-        r = p.X.T @ (y * (1.0 + w))
+        q = p.q
         alpha, mu_s = alpha.copy(), mu_s.copy()
         b = alpha * mu_s
         # q(theta_F): the free block given E[beta_S]
@@ -180,27 +188,32 @@ class _CoordinateAscent:
         second = cov + np.outer(mean, mean)  # (free block: E[theta_F theta_F'], used for the components only)
         seconds = [_component_second(c, second) for c in p.components]
         components = [update_component(c, m, post) for c, m, post in zip(p.components, seconds, components)]
-        # q(a)
-        var_s = alpha * (s2 + mu_s**2) - b**2
-        f_mean = self.X_free @ mean_f + self.X_sel @ b
-        f_var = np.einsum("ij,ij->i", self.X_free @ cov_f, self.X_free) + (self.X_sel**2) @ var_s
-        expected_sq = (1.0 - y * f_mean) ** 2 + f_var
-        chi = update_chi(expected_sq)
         include = np.ones(q)
         include[sel] = alpha
-        bound = self._bound(chol, mean_f, cov_f, f_mean, expected_sq, chi, alpha, mu_s, s2)
+        bound = self._prior_bound(chol, mean_f, cov_f, alpha, mu_s, s2)
         bound += sum(component_bound(c, post, m) for c, post, m in zip(p.components, components, seconds))
-        return _Sweep((chi, alpha, mu_s, components), mean, cov, include, bound)
+        var_s = alpha * (s2 + mu_s**2) - b**2
+        return _Sweep((alpha, mu_s, components), mean, cov, include, bound, mean_f, cov_f, b, var_s)
 
-    def _bound(self, chol, mean_f, cov_f, f_mean, expected_sq, chi, alpha, mu_s, s2) -> float:
-        """``log p(y; q)`` (module docstring), every constant kept."""
+    def row_moments(self, factors: _Sweep, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``E f`` and ``E (1 - y f)^2`` at the rows ``X``: ``E f = X_F m_F + X_S b``, ``Var f_i = x_iF' P_F^{-1} x_iF
+        + sum_k x_ik^2 Var(beta_k)``."""
+        if X is self.p.X:
+            X_free, X_sel = self.X_free, self.X_sel
+        else:
+            X_free, X_sel = X[:, self.free], X[:, self.p.selected]
+        f_mean = X_free @ factors.mean_f + X_sel @ factors.b
+        f_var = np.einsum("ij,ij->i", X_free @ factors.cov_f, X_free) + (X_sel**2) @ factors.var_s
+        return f_mean, (1.0 - y * f_mean) ** 2 + f_var
+
+    def _prior_bound(self, chol, mean_f, cov_f, alpha, mu_s, s2) -> float:
+        """The lower bound without the data term (module docstring), every constant kept."""
         p = self.p
-        total = data_lower_bound(p.y, f_mean, expected_sq, chi)
         fixed = p.unselected  # columns with their own normal prior, as positions among the free block
         where = np.searchsorted(self.free, fixed)
         lam = p.fixed_precision[fixed]
         second = np.diag(cov_f)[where] + mean_f[where] ** 2
-        total += 0.5 * float(np.sum(np.log(lam) - LOG_2PI - lam * second))
+        total = 0.5 * float(np.sum(np.log(lam) - LOG_2PI - lam * second))
         total += 0.5 * self.free.size * (1.0 + LOG_2PI) - float(np.sum(np.log(np.diag(chol[0]))))
         pi = p.prior.pi
         total += float(

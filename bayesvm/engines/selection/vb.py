@@ -21,7 +21,7 @@ Factorisation ``q(beta, v) q(sigma^2) prod_i q(a_i) prod_k q(b_k) q(gamma_k)``. 
 * step 10: ``chi_i = 1 - 2 y_i x_i'(g o mu) + x_i' (Omega_g o E[theta theta']) x_i``, ``w_i = chi_i^{-1/2}``;
 * step 11: ``q(sigma^2) = IG(A + m/2, B + sum_k E[b_k] E[v_k^2] / (2 s_k^2))``.
 
-Lower bound (written term by term in :func:`_lower_bound`; the printed one has typos, e.g. its
+Lower bound (written term by term in :func:`_prior_bound` and the data term; the printed one has typos, e.g. its
 ``-1' mu_b^{-1} / 2`` is ``-1' mu_b^{-1}`` when every term is kept):
 ``data(E f, E (1 - y f)^2, chi) + sum_j [log lambda_j - log 2 pi - lambda_j E theta_j^2] / 2``
 ``+ sum_k [-log(2 pi)/2 - log s_k + log(pi/2)/2 - sqrt(psi_k) + E[b_k](psi_k - E[v_k^2] E[1/sigma^2] / s_k^2) / 2]``
@@ -50,7 +50,7 @@ from scipy.special import expit, gammaln, logit, xlogy
 from ...linalg.dense import blas_threads
 from ...model.problems import SelectionProblem, VarianceComponent
 from ...priors import LaplaceZero
-from ..augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
+from ..augmentation import CHI_FLOOR
 from ..linear.vb import (
     ComponentPosterior,
     component_bound,
@@ -60,6 +60,7 @@ from ..linear.vb import (
     update_component,
 )
 from ..squarem import ascend
+from .message import MessageSweep
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -143,16 +144,24 @@ def fit_laplace_zero_vb(
 
 @dataclass
 class _Sweep:
-    """One full Alg. 3 sweep: the state it produced, ``q(theta)`` and the lower bound."""
+    """The factors one Alg. 3 sweep (or one SVI step) produced; ``state`` and ``bound`` are set by
+    :class:`~bayesvm.engines.selection.message.MessageSweep` after ``q(a)``."""
 
-    state: tuple  # (chi, g, psi, sigma2_scale, components): everything the next sweep starts from
+    rest: tuple  # (g, psi, sigma2_scale, components)
     mean: np.ndarray
     cov: np.ndarray
     expected_b: np.ndarray
-    bound: float
+    prior_bound: float
+    second: np.ndarray  # E[theta theta']
+    state: tuple = ()  # (chi, g, psi, sigma2_scale, components): everything the next sweep starts from
+    bound: float = float("nan")
+
+    @property
+    def include(self) -> np.ndarray:
+        return self.rest[0]
 
 
-class _Alg3:
+class _Alg3(MessageSweep):
     """Alg. 3 as a map from the state ``(chi, g, psi, B_q)`` to the next sweep."""
 
     def __init__(self, problem: SelectionProblem):
@@ -167,13 +176,13 @@ class _Alg3:
         components = [initial_component(c) for c in self.p.components]
         return np.ones(self.p.y.size), np.ones(self.p.q), np.ones(self.p.m), self.shape, components
 
-    def sweep(self, chi: np.ndarray, g: np.ndarray, psi: np.ndarray, scale: float, components: list) -> _Sweep:
+    def update(
+        self, gram: np.ndarray, r: np.ndarray, g: np.ndarray, psi: np.ndarray, scale: float, components: list
+    ) -> _Sweep:
+        """Alg. 3 steps 2-7 and 11 and the random-effect terms, given the rows' message ``(G, r)``."""
         problem, sel, s2 = self.p, self.p.selected, self.s2
-        y, X, q = problem.y, problem.X, problem.q
+        q = problem.q
         g = g.copy()
-        w = inverse_a_mean(chi)
-        gram = problem.weighted_gram(w)
-        r = X.T @ (y * (1.0 + w))
         # steps 2-3: q(beta, v)
         omega_g = np.outer(g, g)
         np.fill_diagonal(omega_g, g)
@@ -198,21 +207,23 @@ class _Alg3:
                 cross = gram[k] * second[k]
                 eta = self.logit_rho + mean[k] * r[k] - 0.5 * cross[k] - (cross @ g - cross[k] * g[k])
                 g[k] = expit(eta)
-        # step 10: q(a)
-        omega_g = np.outer(g, g)
-        np.fill_diagonal(omega_g, g)
-        mean_f = X @ (g * mean)
-        second_f = np.einsum("ij,ij->i", X @ (omega_g * second), X)
-        expected_sq = 1.0 - 2.0 * y * mean_f + second_f
-        chi = update_chi(expected_sq)
         # step 11: q(sigma^2)
         scale = problem.prior.variance.b + 0.5 * float(np.sum(expected_b * second_v / s2))
         # random-effect terms: Alg. 2 step 4 from E[u_j u_j'] (module docstring)
         seconds = [_component_second(c, second) for c in problem.components]
         components = [update_component(c, m, post) for c, m, post in zip(problem.components, seconds, components)]
-        bound = _lower_bound(problem, chol, mean_f, expected_sq, chi, second, g, psi, expected_b, self.shape, scale)
+        bound = _prior_bound(problem, chol, second, g, psi, expected_b, self.shape, scale)
         bound += sum(component_bound(c, post, m) for c, post, m in zip(problem.components, components, seconds))
-        return _Sweep((chi, g, psi, scale, components), mean, cov, expected_b, bound)
+        return _Sweep((g, psi, scale, components), mean, cov, expected_b, bound, second)
+
+    def row_moments(self, factors: _Sweep, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Step 10's ``E f = X (g o mu)`` and ``E (1 - y f)^2 = 1 - 2 y E f + x' (Omega_g o E[theta theta']) x``."""
+        g = factors.include
+        omega_g = np.outer(g, g)
+        np.fill_diagonal(omega_g, g)
+        mean_f = X @ (g * factors.mean)
+        second_f = np.einsum("ij,ij->i", X @ (omega_g * factors.second), X)
+        return mean_f, 1.0 - 2.0 * y * mean_f + second_f
 
     # SQUAREM works on an unconstrained encoding of the state
     def encode(self, chi, g, psi, scale, components) -> np.ndarray:
@@ -258,17 +269,15 @@ def _component_second(comp: VarianceComponent, second: np.ndarray) -> np.ndarray
     return second[idx[:, :, None], idx[:, None, :]].sum(axis=0)
 
 
-def _lower_bound(problem, chol, mean_f, expected_sq, chi, second, g, psi, expected_b, shape, scale) -> float:
-    """``log p(y; q)`` of Alg. 3, every constant kept (see the module docstring)."""
+def _prior_bound(problem, chol, second, g, psi, expected_b, shape, scale) -> float:
+    """``log p(y; q)`` of Alg. 3 without the data term, every constant kept (see the module docstring)."""
     prior = problem.prior
     sel, free = problem.selected, problem.unselected
     a_prior, b_prior = prior.variance.a, prior.variance.b
     inv_sigma2 = shape / scale
-    # E[log p(y, a | theta, gamma)] - E[log q(a)]
-    total = data_lower_bound(problem.y, mean_f, expected_sq, chi)
     # E[log p(beta)] for the unpenalised coefficients
     lam = problem.fixed_precision[free]
-    total += 0.5 * float(np.sum(np.log(lam) - LOG_2PI - lam * np.diag(second)[free]))
+    total = 0.5 * float(np.sum(np.log(lam) - LOG_2PI - lam * np.diag(second)[free]))
     # E[log p(v | b, sigma^2) + log p(b) - log q(b)], E[log sigma^2] moved to the sigma^2 term
     second_v = np.diag(second)[sel]
     s2 = problem.prior_scale**2
