@@ -26,7 +26,11 @@ from .results.kernel_fit import KernelFit
 
 METHODS = ("vb", "gibbs", "em", "svi")
 #: Engines available for each selection prior.
-PRIOR_METHODS = {LaplaceZero: ("vb", "gibbs"), SpikeSlab: ("vb", "gibbs"), Lasso: ("vb", "em", "gibbs")}
+PRIOR_METHODS = {
+    LaplaceZero: ("vb", "gibbs", "svi"),
+    SpikeSlab: ("vb", "gibbs", "svi"),
+    Lasso: ("vb", "em", "gibbs", "svi"),
+}
 
 
 def bsvm(
@@ -438,11 +442,17 @@ def _fit_linear_svi(
     from .engines.linear.svi import fit_linear_svi
 
     model = _all_dense(model, "method='svi' keeps one dense q")
-    if model.prior is not None or vb == "accurate":
-        raise BayesvmError("method='svi' is not available with a selection prior or vb='accurate'")
+    if vb == "accurate":
+        raise BayesvmError(
+            "method='svi' is stochastic mean-field VB and vb='accurate' asks for expectation propagation instead: "
+            "they are two different fits; use method='vb', vb='accurate' or method='svi' alone"
+        )
     iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)
+    options = {"batch_size": batch_size, "learning_rate": learning_rate}
+    if model.prior is not None and not model.penalized.any():
+        raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
     if model.design.imputation is not None:  # multiple imputation, one SVI fit per completed data set, pooled
-        from .engines.imputation.multiple import fit_mi_vb
+        from .engines.imputation.multiple import fit_mi_selection_vb, fit_mi_vb
 
         if imputation != "mi":
             raise BayesvmError(
@@ -450,12 +460,25 @@ def _fit_linear_svi(
                 "imputations are coordinate updates over every row, which minibatches do not visit together"
             )
         problem = model.imputation_problem("mi")
-        result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter, engine="svi",
-                           svi_options={"batch_size": batch_size, "learning_rate": learning_rate})  # fmt: skip
+        if model.prior is not None:
+            result = fit_mi_selection_vb(problem, model.selection_problem(), imputations=imputations, seed=seed,
+                                         tol=tol, max_iter=max_iter, engine="svi", svi_options=options)  # fmt: skip
+        else:
+            result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter, engine="svi",
+                               svi_options=options)  # fmt: skip
         fit = BSVMFit(model=model, problem=replace(problem.base, D=problem.design(result.imputation.z_mean)),
                       method="svi", result=result, data_name=data_name(data), tol=tol)  # fmt: skip
         if not result.converged:
             warnings.warn("SVI stopped before converging on at least one completed data set", ConvergenceWarning, 4)
+        return fit
+    if model.prior is not None:
+        from .engines.selection.svi import fit_selection_svi
+
+        result = fit_selection_svi(model.selection_problem(), max_iter=max_iter, tol=tol, seed=seed, **options)
+        fit = BSVMFit(model=model, problem=model.problem(), method="svi", result=result, data_name=data_name(data),
+                      tol=tol)  # fmt: skip
+        if not result.converged:
+            warnings.warn(f"SVI stopped before converging ({result.stopping})", ConvergenceWarning, stacklevel=4)
         return fit
     problem = model.problem()
     result = fit_linear_svi(problem, batch_size=batch_size, max_iter=max_iter, tol=tol, learning_rate=learning_rate,

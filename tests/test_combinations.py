@@ -212,8 +212,8 @@ def _expected(prior: str, random: bool, missing: bool, nonlinear: str, engine: s
         return "math"
     if engine == "em" and missing:
         return "math"
-    allowed = {"penalty": {"vb", "accurate", "gibbs", "em", "svi"}, "laplace-zero": {"vb", "gibbs"},
-               "spike-slab": {"vb", "gibbs"}, "lasso": {"vb", "gibbs", "em"}}[prior]  # fmt: skip
+    allowed = {"penalty": {"vb", "accurate", "gibbs", "em", "svi"}, "laplace-zero": {"vb", "gibbs", "svi"},
+               "spike-slab": {"vb", "gibbs", "svi"}, "lasso": {"vb", "gibbs", "em", "svi"}}[prior]  # fmt: skip
     if engine not in allowed:
         return "pending"
     return "fit"

@@ -31,6 +31,16 @@ SELECTION_VB_CAVEAT = (
 SPIKE_SLAB_VB_TITLE = (
     "mean-field variational Bayes with a spike-and-Gaussian factor per slope (Carbonetto & Stephens 2012)"
 )
+#: The mean-field family of each selection prior's VB and SVI fits (the title names the engine in front of it).
+SELECTION_VB_FAMILIES = {
+    "LaplaceZero": "the factors of Luts & Ormerod 2014, Alg. 3",
+    "SpikeSlab": "a spike-and-Gaussian factor per slope (Carbonetto & Stephens 2012)",
+    "Lasso": "Park & Casella's (2008) normal scale mixture for the Laplace slopes",
+}
+LASSO_VB_CAVEAT = (
+    "Approximation: mean-field VB with q(beta, u) q(tau) q(1/nu) q(a) q(variance components); it understates\n"
+    "posterior SDs and shrinks the variance components: compare with method='gibbs' before relying on the intervals."
+)
 SPIKE_SLAB_VB_CAVEAT = (
     "Approximation: mean-field VB with q(beta_free, u) prod_k q(beta_k, gamma_k) q(a) q(variance components); it\n"
     "understates posterior SDs, ignores correlations between slopes (with correlated predictors it tends to keep\n"
@@ -139,10 +149,14 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     title = METHOD_TITLES.get(fit.method, fit.method).format(alg=alg, em="ECME" if learned else "EM")
     if prior is not None and fit.method == "gibbs":
         title = SELECTION_GIBBS_TITLES[type(prior).__name__]
-    spike_slab_vb = type(prior).__name__ == "SpikeSlab" and fit.method == "vb"
+    spike_slab_vb = type(prior).__name__ == "SpikeSlab" and fit.method in ("vb", "svi")
     if spike_slab_vb:
         title = SPIKE_SLAB_VB_TITLE
         alg = "of Carbonetto & Stephens 2012"
+    if prior is not None and fit.method == "svi":
+        title = f"stochastic variational inference (Wenzel et al. 2017, section 4.5) with {SELECTION_VB_FAMILIES[type(prior).__name__]}"
+    elif type(prior).__name__ == "Lasso" and fit.method == "vb":
+        title = f"mean-field variational Bayes with {SELECTION_VB_FAMILIES['Lasso']}"
     info = {
         "method": fit.method,
         "title": title,
@@ -166,6 +180,8 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     if inclusion is not None and not inclusion["p_include"].isna().all():
         info.update(selected=fit.selected, n_penalized=len(inclusion))
         info["caveat"] = SPIKE_SLAB_VB_CAVEAT if spike_slab_vb else SELECTION_VB_CAVEAT
+    elif type(prior).__name__ == "Lasso":
+        info["caveat"] = LASSO_VB_CAVEAT
     mode = getattr(fit.result, "imputation_mode", None)
     if mode == "mi":
         info["imputed"] = info["imputed"].replace(

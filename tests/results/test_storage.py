@@ -46,6 +46,11 @@ FITS = {
     "lasso-em": ("y ~ x1 + x2", {"prior": priors.Lasso(), "method": "em"}, False),
     "spike-slab-vb": ("y ~ x1 + x2 + (1 | g)", {"prior": priors.SpikeSlab(0.3)}, False),
     "lasso-vb": ("y ~ x1 + x2", {"prior": priors.Lasso()}, False),
+    "spike-slab-svi": (
+        "y ~ x1 + x2 + (1 | g)",
+        {"prior": priors.SpikeSlab(0.3), "method": "svi", "max_iter": 400},
+        False,
+    ),
     "impute-mi-vb": ("y ~ x1 + x2", {"missing": "impute", "imputations": 3}, True),
     "impute-joint-vb": ("y ~ x1 + x2", {"missing": "impute", "imputation": "joint"}, True),
     "impute-gibbs": ("y ~ x1 + x2", {"missing": "impute", **GIBBS}, True),

@@ -49,6 +49,7 @@ from ..linear.svi import fit_linear_svi
 from ..linear.vb import VBResult, _fit_vb
 from ..selection.lasso_vb import fit_lasso_vb
 from ..selection.spike_slab_vb import fit_spike_slab_vb
+from ..selection.svi import fit_selection_svi
 from ..selection.vb import fit_laplace_zero_vb
 from .joint_model import ImputedGibbsDraws, ImputedGibbsResult
 from .normal_model import sample_imputations
@@ -146,7 +147,7 @@ def fit_mi_vb(
 
 @dataclass
 class PooledSelectionResult(MultipleImputationResult):
-    """Selection-prior VB (Laplace-zero, Alg. 3; spike-and-slab) on ``M`` completed data sets, pooled as :class:`MultipleImputationResult`, with
+    """Selection-prior VB or SVI (Laplace-zero, Alg. 3; spike-and-slab; lasso) on ``M`` completed data sets, pooled as :class:`MultipleImputationResult`, with
     the indicators ``include`` (``(chains, draws, m)``, drawn from each fit's ``q(gamma)``) and ``selected``."""
 
     include: np.ndarray = None
@@ -165,11 +166,14 @@ def fit_mi_selection_vb(
     seed=None,
     tol: float = 1e-8,
     max_iter: int = 2000,
+    engine: str = "vb",
+    svi_options: dict | None = None,
 ) -> PooledSelectionResult:
     """Multiple imputation with a selection-prior VB fit per completed data set (Laplace-zero:
     :func:`bayesvm.engines.selection.vb.fit_laplace_zero_vb`; spike-and-slab:
     :func:`bayesvm.engines.selection.spike_slab_vb.fit_spike_slab_vb`); ``selection.X`` has the imputed columns of
-    ``problem`` (same rows and column order).
+    ``problem`` (same rows and column order).  ``engine="svi"``: :func:`bayesvm.engines.selection.svi.fit_selection_svi`
+    with ``svi_options`` instead, each fit seeded from ``seed``.
 
     The pooled draws carry ``log p`` = log pseudo-likelihood + the unpenalised coefficients' normal prior +
     the random-effect terms' prior + the slopes' prior (Laplace-zero: at a draw of ``sigma_u^2`` from ``q``)."""
@@ -182,7 +186,11 @@ def fit_mi_selection_vb(
     fit_one = {SpikeSlab: fit_spike_slab_vb, Lasso: fit_lasso_vb}.get(type(prior), fit_laplace_zero_vb)
     for m in range(imputations):
         completed = replace(selection, X=problem.design(imp.z[m]))
-        fit = fit_one(completed, tol=tol, max_iter=max_iter)
+        if engine == "svi":
+            options = dict(svi_options or {}, seed=int(rng.integers(2**31)), tol=tol, max_iter=max_iter)
+            fit = fit_selection_svi(completed, **options)
+        else:
+            fit = fit_one(completed, tol=tol, max_iter=max_iter)
         fits.append(fit)
         coef, gamma = fit.sample(rng, draws_per_imputation)
         c = [post.sample(rng, draws_per_imputation) for post in fit.components]
@@ -220,6 +228,7 @@ def fit_mi_selection_vb(
             sigma=pooled([np.repeat(imp.sigma, draws_per_imputation, axis=0)]),
         ),
         fits=fits, include=pooled(gammas), selected=sel, scale=pooled(scales) if scales else None,
+        engine="svi" if engine == "svi" else "meanfield",
     )  # fmt: skip
 
 

@@ -214,6 +214,11 @@ class _CoordinateAscent(MessageSweep):
         mean_f = X @ factors.mean
         return mean_f, 1.0 - 2.0 * y * mean_f + np.einsum("ij,ij->i", X @ factors.second, X)
 
+    def fields(self, factors: _Sweep) -> dict:
+        """The result's prior-specific fields from the last factors."""
+        return dict(include=np.ones(self.p.q), expected_b=factors.inv_tau, sigma2_shape=None, sigma2_scale=None,
+                    components=factors.rest[2], scale_law=factors.kappa if self.learn else None)  # fmt: skip
+
     def encode(self, chi, second_beta, T, components) -> np.ndarray:
         return np.concatenate([np.log(chi), np.log(second_beta), [np.log(T)], encode_components(components)])
 
@@ -231,16 +236,11 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool)
     return SelectionVBResult(
         mean=current.mean,
         cov=current.cov,
-        include=np.ones(problem.q),
         selected=problem.selected,
-        expected_b=current.inv_tau,
-        sigma2_shape=None,
-        sigma2_scale=None,
         lower_bound=np.asarray(ascent.bounds),
         converged=ascent.converged,
         n_iter=ascent.n_sweeps,
         decreases=ascent.decreases,
         elapsed=time.perf_counter() - start,
-        components=current.state[3],
-        scale_law=current.kappa if ascent_map.learn else None,
+        **ascent_map.fields(current),
     )

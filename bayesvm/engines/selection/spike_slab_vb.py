@@ -206,6 +206,11 @@ class _CoordinateAscent(MessageSweep):
         f_var = np.einsum("ij,ij->i", X_free @ factors.cov_f, X_free) + (X_sel**2) @ factors.var_s
         return f_mean, (1.0 - y * f_mean) ** 2 + f_var
 
+    def fields(self, factors: _Sweep) -> dict:
+        """The result's prior-specific fields from the last factors."""
+        return dict(include=factors.include.copy(), expected_b=None, sigma2_shape=None, sigma2_scale=None,
+                    components=factors.rest[2])  # fmt: skip
+
     def _prior_bound(self, chol, mean_f, cov_f, alpha, mu_s, s2) -> float:
         """The lower bound without the data term (module docstring), every constant kept."""
         p = self.p
@@ -273,15 +278,11 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool)
     return SelectionVBResult(
         mean=current.mean,
         cov=current.cov,
-        include=current.include.copy(),
         selected=problem.selected,
-        expected_b=None,
-        sigma2_shape=None,
-        sigma2_scale=None,
         lower_bound=np.asarray(bounds),
         converged=converged,
         n_iter=sweeps,
         decreases=decreases,
         elapsed=time.perf_counter() - start,
-        components=current.state[3],
+        **ascent_map.fields(current),
     )

@@ -225,6 +225,12 @@ class _Alg3(MessageSweep):
         second_f = np.einsum("ij,ij->i", X @ (omega_g * factors.second), X)
         return mean_f, 1.0 - 2.0 * y * mean_f + second_f
 
+    def fields(self, factors: _Sweep) -> dict:
+        """The result's prior-specific fields from the last factors."""
+        g, _, scale, components = factors.rest
+        return dict(include=g.copy(), expected_b=factors.expected_b, sigma2_shape=self.shape, sigma2_scale=scale,
+                    components=components)  # fmt: skip
+
     # SQUAREM works on an unconstrained encoding of the state
     def encode(self, chi, g, psi, scale, components) -> np.ndarray:
         mu = np.clip(g[self.p.selected], 1e-12, 1.0 - 1e-12)
@@ -245,21 +251,16 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool 
     alg = _Alg3(problem)
     ascent = ascend(alg, alg.initial_state(), tol, max_iter, accelerate)
     current = ascent.last
-    chi, g, psi, scale, components = current.state
     return SelectionVBResult(
         mean=current.mean,
         cov=current.cov,
-        include=g.copy(),
         selected=problem.selected,
-        expected_b=current.expected_b,
-        sigma2_shape=alg.shape,
-        sigma2_scale=scale,
         lower_bound=np.asarray(ascent.bounds),
         converged=ascent.converged,
         n_iter=ascent.n_sweeps,
         decreases=ascent.decreases,
         elapsed=time.perf_counter() - start,
-        components=components,
+        **alg.fields(current),
     )
 
 

@@ -1,0 +1,138 @@
+"""Stochastic VI for the selection priors (Laplace-zero, spike-and-slab, lasso): Wenzel et al. (2017, section 4.5)
+applied to the rows' message of :mod:`bayesvm.engines.selection.message`.
+
+Every factor of a selection VB engine other than ``q(a)`` sees the rows only through ``(G, r)``,
+``G = X' W X``, ``r = X' Y (1 + w)``.  A step takes a minibatch ``S`` of ``s`` rows, sets their ``chi_i`` to the
+optimum ``E (1 - y_i f_i)^2`` under the current factors (the engine's ``row_moments``), forms the unbiased estimate
+``(n/s) (X_S' W_S X_S, X_S' Y_S (1 + w_S))``, moves the running message towards it by ``rho_t``,
+
+    G <- (1 - rho_t) G + rho_t G_hat,    r <- (1 - rho_t) r + rho_t r_hat,
+
+and runs the engine's coordinate updates once given the running message (its ``update``: the same code as a batch
+sweep).  The step sizes and the stopping rule are those of :mod:`bayesvm.engines.linear.svi` (Robbins-Monro
+``(t + tau)^-kappa`` with the delay ``tau =`` :data:`~bayesvm.engines.linear.svi.STEP_DELAY`; a moving window of the
+bound on a fixed monitor set).
+
+Why this is SVI.  ``q(theta)`` (Laplace-zero, lasso) and ``q(theta_F)`` (spike-and-slab) are Gaussian with natural
+parameters ``(prior precision + G, r)`` minus the other slopes' terms, so averaging the message is the natural-
+gradient step of Hoffman et al. (2013) on them, as :mod:`bayesvm.engines.linear.svi` averages the precision and
+re-adds the prior.  The other factors (``q(gamma)``, ``q(beta_k, gamma_k)``, ``q(b)``, ``q(tau)``, ``q(sigma^2)``,
+``q(kappa)``, ``q(Sigma)``) take their exact coordinate update given the current Gaussian factor, as linear SVI's
+``q(sigma_u^2)`` does.  At a fixed point the running message equals its expectation over minibatches, the full-data
+message at the current ``q``, so the fixed points are those of the batch coordinate ascent
+(``tests/engines/selection/test_svi.py`` checks that SVI reaches the batch optimum).
+
+The start is the batch start: every ``E[1/a_i] = 1`` (the first minibatch's message at ``w = 1``) and the engine's
+initial factors.  The batch spike-and-slab fit also runs from the all-slopes Gaussian fit and tries single-slope
+model moves (:mod:`bayesvm.engines.selection.spike_slab_vb`); both need full passes over the rows, so SVI runs from
+the first start only and its result carries that in ``stopping``.  Memory and time per step are
+``O(s q + q^3 + m q)``, independent of ``n``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...linalg.dense import blas_threads
+from ...model.problems import SelectionProblem
+from ...priors import Lasso, SpikeSlab
+from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
+from ..batches import PartitionBatches
+from ..kernel.svi import StepSize, WindowRule, _natural_vector, validate_learning_rate
+from ..linear.svi import STEP_DELAY
+from .lasso_vb import _CoordinateAscent as LassoAscent
+from .message import minibatch_message
+from .spike_slab_vb import _CoordinateAscent as SpikeSlabAscent
+from .vb import SelectionVBResult, _Alg3
+
+#: Said in ``stopping`` of a spike-and-slab SVI fit (module docstring).
+ONE_START = "one start (every slope included at 0): no joint start or model moves, which need full passes"
+
+
+@dataclass
+class SelectionSVIResult(SelectionVBResult):
+    """:class:`~bayesvm.engines.selection.vb.SelectionVBResult` plus the stochastic run's record; ``lower_bound``
+    holds the minibatch estimates of the bound (noisy: they are not a monotone trace)."""
+
+    stopping: str = ""
+    batch_size: int = 0
+    monitor_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def coordinate_object(problem: SelectionProblem):
+    """The selection prior's coordinate-ascent object (``update``, ``row_moments``, ``fields``)."""
+    return {SpikeSlab: SpikeSlabAscent, Lasso: LassoAscent}.get(type(problem.prior), _Alg3)(problem)
+
+
+def fit_selection_svi(
+    problem: SelectionProblem,
+    *,
+    batch_size: int = 100,
+    max_iter: int = 100000,
+    tol: float = 1e-4,
+    window: int = 50,
+    monitor: int = 1000,
+    learning_rate: str | float = "robbins-monro",
+    warmup: int = 10,
+    seed: int | None = None,
+) -> SelectionSVIResult:
+    """SVI of the selection prior's mean-field family (module docstring); arguments as
+    :func:`bayesvm.engines.linear.svi.fit_linear_svi`."""
+    with blas_threads(problem.q):
+        return _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, warmup, seed)
+
+
+def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, warmup, seed) -> SelectionSVIResult:
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    rule = validate_learning_rate(learning_rate)
+    ascent = coordinate_object(problem)
+    batches = PartitionBatches.in_memory(problem.X, problem.y, batch_size, rng)
+    n = batches.n
+    X_check, y_check = batches.monitor_rows(monitor, rng)
+    steps, stop = StepSize(rule, warmup, delay=STEP_DELAY), WindowRule(tol)
+    rest = ascent.initial_state()[1:]
+
+    def bound(factors, X, y) -> float:
+        """The whole bound with the data term estimated from the rows ``X`` (each ``chi_i`` at its optimum)."""
+        f_mean, expected_sq = ascent.row_moments(factors, X, y)
+        data = data_lower_bound(y, f_mean, expected_sq, update_chi(expected_sq))
+        return factors.prior_bound + (n / y.size) * data
+
+    def estimate(factors, X, y) -> tuple[np.ndarray, np.ndarray]:
+        """The minibatch's message at ``chi`` optimal under ``factors`` (``w = 1`` before the first update)."""
+        w = np.ones(y.size) if factors is None else inverse_a_mean(update_chi(ascent.row_moments(factors, X, y)[1]))
+        return minibatch_message(X, y, w, n / y.size)
+
+    gram, r = estimate(None, *batches.next())  # the batch start's message, E[1/a] = 1, estimated
+    factors = ascent.update(gram, r, *rest)
+    if rule == "adaptive":
+        steps.prime([_natural_vector(*estimate(factors, *batches.next())) - _natural_vector(gram, r)
+                     for _ in range(warmup)])  # fmt: skip
+    estimates: list[float] = []
+    checks: list[float] = []
+    converged, it = False, 0
+    for it in range(1, max_iter + 1):
+        Xs, ys = batches.next()
+        estimates.append(bound(factors, Xs, ys))
+        gram_hat, r_hat = estimate(factors, Xs, ys)
+        rho = steps(_natural_vector(gram_hat, r_hat) - _natural_vector(gram, r))
+        gram = (1.0 - rho) * gram + rho * gram_hat
+        r = (1.0 - rho) * r + rho * r_hat
+        factors = ascent.update(gram, r, *factors.rest)
+        if it % window == 0:
+            checks.append(bound(factors, X_check, y_check))
+            if stop.done(checks):
+                converged = True
+                break
+    if not converged:
+        stop.message = f"stopped at max_iter = {max_iter} steps before the window rule was met"
+    stopping = stop.message + (f"; {ONE_START}" if isinstance(problem.prior, SpikeSlab) else "")
+    return SelectionSVIResult(
+        mean=factors.mean, cov=factors.cov, selected=problem.selected, lower_bound=np.array(estimates),
+        converged=converged, n_iter=it, decreases=[], elapsed=time.perf_counter() - t0,
+        **ascent.fields(factors), stopping=stopping, batch_size=batches.size, monitor_bounds=np.array(checks),
+    )  # fmt: skip
