@@ -150,14 +150,17 @@ class _CoordinateAscent(MessageSweep):
 
     def update(
         self, gram: np.ndarray, r: np.ndarray, alpha: np.ndarray, mu_s: np.ndarray, components: list,
-        clamp: int | None = None,
+        clamp: int | np.ndarray | None = None,
     ) -> _Sweep:  # fmt: skip
-        """Every coordinate update but ``q(a)``, given the rows' message ``(G, r)``; ``clamp``: a slope whose
-        inclusion probability stays as given (a model move's constrained ascent)."""
+        """Every coordinate update but ``q(a)``, given the rows' message ``(G, r)``; ``clamp``: the slope(s) (an index
+        or a mask) whose inclusion probabilities stay as given (a model move's constrained ascent; SVI's start)."""
         p, free, sel = self.p, self.free, self.p.selected
         q = p.q
         alpha, mu_s = alpha.copy(), mu_s.copy()
         b = alpha * mu_s
+        held = np.zeros(p.m, dtype=bool)
+        if clamp is not None:
+            held[clamp] = True
         # q(theta_F): the free block given E[beta_S]
         full_precision = np.zeros((q, q))
         full_precision[np.ix_(free, free)] = gram[np.ix_(free, free)]
@@ -176,7 +179,7 @@ class _CoordinateAscent(MessageSweep):
         for j in range(sel.size):
             mu_s[j] = s2[j] * (base[j] - (g_ss[j] @ b - g_ss[j, j] * b[j]))
             eta = self.logit_pi + 0.5 * np.log(self.tau[j] * s2[j]) + 0.5 * mu_s[j] ** 2 / s2[j]
-            if j != clamp:
+            if not held[j]:
                 alpha[j] = np.clip(expit(eta), ALPHA_FLOOR, 1.0 - ALPHA_FLOOR)
             b[j] = alpha[j] * mu_s[j]
         # q(Sigma_c) from E[u u']

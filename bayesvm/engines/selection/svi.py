@@ -23,10 +23,15 @@ message at the current ``q``, so the fixed points are those of the batch coordin
 (``tests/engines/selection/test_svi.py`` checks that SVI reaches the batch optimum).
 
 The start is the batch start: every ``E[1/a_i] = 1`` (the first minibatch's message at ``w = 1``) and the engine's
-initial factors.  The batch spike-and-slab fit also runs from the all-slopes Gaussian fit and tries single-slope
-model moves (:mod:`bayesvm.engines.selection.spike_slab_vb`); both need full passes over the rows, so SVI runs from
-the first start only and its result carries that in ``stopping``.  Memory and time per step are
-``O(s q + q^3 + m q)``, independent of ``n``.
+initial factors.  Memory and time per step are ``O(s q + q^3 + m q)``, independent of ``n``.
+
+Spike-and-slab: the inclusion probabilities are held at 1 (every slope in its slab) until the window rule is first
+met, then released: the stochastic form of the batch fit's joint start.  Released from the first step, each
+``q(beta_k, gamma_k)`` is set from the first few minibatches' noisy message and the slope-by-slope updates lock in:
+on the Fair affairs data (statsmodels; 4,450 training rows) SVI so ended in a model 27 nats below the batch optimum
+on the full bound from 3 of 3 seeds; with the hold, 15 of 20 runs (10 seeds, minibatches of 100 and 500 rows) end in
+the batch optimum and the rest in local optima 27-33 nats lower.  The batch fit's single-slope model moves need
+full passes over the rows and are not made; ``stopping`` says so.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from .spike_slab_vb import _CoordinateAscent as SpikeSlabAscent
 from .vb import SelectionVBResult, _Alg3
 
 #: Said in ``stopping`` of a spike-and-slab SVI fit (module docstring).
-ONE_START = "one start (every slope included at 0): no joint start or model moves, which need full passes"
+NO_MOVES = "no single-slope model moves (the batch fit's; they need full passes over the rows)"
 
 
 @dataclass
@@ -115,6 +120,8 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
     estimates: list[float] = []
     checks: list[float] = []
     converged, it = False, 0
+    hold = {"clamp": np.ones(problem.m, dtype=bool)} if isinstance(problem.prior, SpikeSlab) else {}
+    held_for = 0
     for it in range(1, max_iter + 1):
         Xs, ys = batches.next()
         estimates.append(bound(factors, Xs, ys))
@@ -122,17 +129,21 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
         rho = steps(_natural_vector(gram_hat, r_hat) - _natural_vector(gram, r))
         gram = (1.0 - rho) * gram + rho * gram_hat
         r = (1.0 - rho) * r + rho * r_hat
-        factors = ascent.update(gram, r, *factors.rest)
+        factors = ascent.update(gram, r, *factors.rest, **hold)
         if it % window == 0:
             checks.append(bound(factors, X_check, y_check))
             if stop.done(checks):
-                converged = True
-                break
+                if not hold:
+                    converged = True
+                    break
+                hold, held_for, checks = {}, it, []  # the slopes released (module docstring)
     if not converged:
         stop.message = f"stopped at max_iter = {max_iter} steps before the window rule was met"
-    stopping = stop.message + (f"; {ONE_START}" if isinstance(problem.prior, SpikeSlab) else "")
+    if isinstance(problem.prior, SpikeSlab):
+        held = f"every slope held in its slab for the first {held_for} steps" if held_for else "slopes never released"
+        stop.message += f"; {held}; {NO_MOVES}"
     return SelectionSVIResult(
         mean=factors.mean, cov=factors.cov, selected=problem.selected, lower_bound=np.array(estimates),
         converged=converged, n_iter=it, decreases=[], elapsed=time.perf_counter() - t0,
-        **ascent.fields(factors), stopping=stopping, batch_size=batches.size, monitor_bounds=np.array(checks),
+        **ascent.fields(factors), stopping=stop.message, batch_size=batches.size, monitor_bounds=np.array(checks),
     )  # fmt: skip

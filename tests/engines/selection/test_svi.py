@@ -12,7 +12,7 @@ from bayesvm.engines.augmentation import inverse_a_mean
 from bayesvm.engines.selection.lasso_vb import fit_lasso_vb
 from bayesvm.engines.selection.message import minibatch_message
 from bayesvm.engines.selection.spike_slab_vb import fit_spike_slab_vb
-from bayesvm.engines.selection.svi import ONE_START, coordinate_object, fit_selection_svi
+from bayesvm.engines.selection.svi import NO_MOVES, coordinate_object, fit_selection_svi
 from bayesvm.engines.selection.vb import SelectionVBResult, fit_laplace_zero_vb
 from bayesvm.engines.squarem import ascend
 from bayesvm.priors import LaplaceZero, Lasso, SpikeSlab
@@ -100,7 +100,7 @@ def test_svi_reaches_a_batch_optimum(name, random):
         assert svi.scale_law.mean_inverse == pytest.approx(batch.scale_law.mean_inverse, rel=0.05)
     if name == "laplace-zero":
         assert svi.sigma2_scale == pytest.approx(batch.sigma2_scale, rel=0.1)
-    assert (ONE_START in svi.stopping) == (name == "spike-slab")
+    assert (NO_MOVES in svi.stopping) == (name == "spike-slab")
     # the selection: the batch fit's, with both signals in
     if name != "lasso":
         assert np.array_equal(svi.p_include > 0.5, batch.p_include > 0.5)
@@ -116,3 +116,20 @@ def test_svi_through_bsvm_with_imputation_pools_one_fit_per_completed_data_set()
     batch = bayesvm.bsvm("y ~ a + b + c + d + e", frame, prior=Lasso(), missing="impute", imputations=3, seed=1)
     np.testing.assert_allclose(fit.fixef, batch.fixef, atol=0.05)
     assert "stochastic VI (Wenzel et al. 2017, section 4.5) on each of 3 completed data sets" in str(fit.summary())
+
+
+def test_spike_slab_svi_holds_the_slopes_in_until_the_gaussian_fit_settles():
+    """On the Fair affairs data (statsmodels; age and years married correlate 0.89) SVI released from the first
+    step ended 27 nats below the batch optimum, with age out; holding every slope in its slab until the window rule
+    is first met (the stochastic joint start) reaches the batch fit's model from this seed (15 of 20 runs do)."""
+    import statsmodels.api as sm
+
+    frame = sm.datasets.fair.load_pandas().data
+    frame["y"] = np.where(frame["affairs"] > 0, "yes", "no")
+    train = frame[~(np.random.default_rng(0).random(len(frame)) < 0.3)]
+    formula = "y ~ rate_marriage + age + yrs_married + children + religious + educ + occupation + occupation_husb"
+    batch = bayesvm.bsvm(formula, train, prior=SpikeSlab(pi=0.5))
+    svi = fit_selection_svi(batch.model.selection_problem(), batch_size=500, seed=0)
+    assert "every slope held in its slab for the first" in svi.stopping
+    np.testing.assert_array_equal(svi.include > 0.5, batch.result.include > 0.5)
+    assert batch.selected == ["rate_marriage", "age", "yrs_married", "religious"]
