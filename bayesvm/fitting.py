@@ -698,6 +698,12 @@ def _warn_mcmc(fit: BSVMFit) -> None:
     from .results.diagnostics import inclusion_disagreement, mcmc_diagnostics, mcmc_problems
 
     message = mcmc_problems(mcmc_diagnostics(fit), fit.result.chains, fit.result.draws)
+    stopping = getattr(fit.result, "stopping", None) or ""
+    if stopping.startswith("stopped at the cap"):  # draws="auto" ran out before its targets: say so once
+        from .engines.linear.gibbs import AUTO_ESS, AUTO_RHAT
+
+        cap = f"draws='auto' {stopping}, short of R-hat <= {AUTO_RHAT} and bulk ESS >= {AUTO_ESS} for every quantity"
+        message = f"{cap}; {message}" if message else cap
     if message:
         warnings.warn(message, ConvergenceWarning, stacklevel=4)
     disagreement = inclusion_disagreement(fit)

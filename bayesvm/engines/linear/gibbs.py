@@ -411,10 +411,10 @@ def chain_draws(
     every ``thin`` iterations, for as long as it is asked (``draws="auto"`` keeps asking until the chains
     agree).  ``tick()`` is called once per iteration (a progress bar).
 
-    Each iteration: ``theta | w, Sigma`` (Luts & Ormerod 2014, App. A, step 1); with ``interweave``, one
-    rescaling move of ``(theta, Sigma)`` per coordinate of every random-effect term, ``w`` integrated out
-    (:mod:`bayesvm.engines.linear.interweave`; False gives the paper's sampler, kept for comparison); ``w | theta``
-    (step 2); ``Sigma | theta`` (step 3).
+    Each iteration: ``theta | w, Sigma`` (Luts & Ormerod 2014, App. A, step 1); with ``interweave``, with ``w``
+    integrated out, one rescaling move of ``(theta, Sigma)`` per coordinate of every random-effect term, one global
+    rescaling and one update of each fixed-effect coefficient given the rest (:mod:`bayesvm.engines.linear.interweave`;
+    False gives the paper's sampler, kept for comparison); ``w | theta`` (step 2); ``Sigma | theta`` (step 3).
     """
     rng = np.random.default_rng(seed)
     _, problem = sorted_by_level(problem)

@@ -1,4 +1,5 @@
-"""Partial non-centring moves for the variance components of the Gibbs sampler.
+"""Moves that the Gibbs sampler makes with the augmentation variables integrated out: partial non-centring of the
+variance components, a global rescaling, and each fixed-effect coefficient given the rest.
 
 The Gibbs sampler of Luts & Ormerod (2014, Appendix A) is *centred*: it draws the random effects ``u``
 given their covariance ``Sigma`` and ``Sigma`` given ``u``.  Where the data say little about a level
@@ -30,6 +31,25 @@ inverse-Wishart term ``log p(D Sigma D) = -(nu + k + 1) log d - tr(Psi (D Sigma 
 move leaves ``pi(theta, Sigma | y)`` invariant, so the chain keeps its target (checked against quadrature
 and against the paper's sampler in ``tests/engines/linear/test_interweave.py``).  ``log d`` is drawn by slice
 sampling (Neal 2003), exactly.  The learned penalty's component is left alone (its few slopes mix well).
+
+Global rescaling (issue 24; the parameter expansion of Liu & Wu 1999 in the group form of Liu & Sabatti 2000):
+every coefficient times ``d`` and every covariance (the learned penalty's too) times ``d^2``, so ``f -> d f``.
+A coefficient in a variance component keeps its conditional density with the Jacobian
+(``p(d u | d^2 Sigma) d^dim = p(u | Sigma)``); a coefficient with a fixed ``N(0, 1/lambda_j)`` prior gives
+``-lambda_j d^2 theta_j^2 / 2 + log d``; a single-column variance gives ``log p(d^2 s) + 2 log d``; a ``k x k``
+inverse-Wishart term gives ``-(nu + k + 1) k log d - tr(Psi Sigma^-1) / (2 d^2) + k (k + 1) log d`` (the
+Jacobian of ``Sigma -> d^2 Sigma`` on its ``k (k + 1) / 2`` entries); with the Haar measure ``dd / d`` and
+``d = e^t`` the density of ``t`` is the product of these and ``exp(-2 sum_i (1 - d y_i f_i)_+)``.  This is the
+direction in which the augmented sampler crawls: on toenail the patient SD's bulk ESS rose from 323 to about
+1,100-1,400 of 10,000 draws.
+
+Fixed-effect coordinates (a partially collapsed Gibbs step, van Dyk & Park 2008): each coefficient of a column
+outside the random-effect terms, in turn, from ``pi(theta_j | theta_-j, Sigma, y)`` with ``w`` integrated out,
+``exp(-2 sum_i (1 - y_i f_i)_+ - lambda_j theta_j^2 / 2)`` (``lambda_j`` the fixed prior precision or, for a
+penalised slope, ``1 / sigma_u^2``), by slice sampling with width :data:`COORDINATE_WIDTH` ``/ ||x_j||``.  The
+joint draw ``theta | w`` moves the coefficients together but only as far as ``w`` lets them; these steps break
+that dependence (toenail's ``visit:treatment`` from about 800 to about 1,250).  All moves are checked against
+quadrature and against the paper's sampler in ``tests/engines/linear/test_interweave.py``.
 """
 
 from __future__ import annotations
@@ -43,6 +63,9 @@ from ..joint import component_values
 #: Slice sampler: initial bracket width on ``log d`` and the most stepping-out and shrinking steps.
 SLICE_WIDTH = 0.5
 SLICE_STEPS = 50
+#: Slice width of a fixed-effect coefficient's update, in units of ``1 / ||x_j||`` (4 measured within 5% of the
+#: fewest density evaluations on toenail, about 6 per update; 2 took 20% more)
+COORDINATE_WIDTH = 4.0
 
 
 def _inverse_quadratic(weights: np.ndarray, k: int) -> tuple[float, float, float]:
@@ -69,19 +92,19 @@ def _prior_terms(comp, cov: np.ndarray, k: int, aux) -> tuple[float, tuple[float
     return comp.prior_df + comp.k + 1.0, _inverse_quadratic(weights, k), 0.0
 
 
-def _slice_sample(log_density, x0: float, rng: np.random.Generator) -> float:
+def _slice_sample(log_density, x0: float, rng: np.random.Generator, width: float = SLICE_WIDTH) -> float:
     """One slice-sampling update of a univariate density (stepping out, then shrinkage; Neal 2003)."""
     level = log_density(x0) - rng.exponential()
-    left = x0 - SLICE_WIDTH * rng.random()
-    right = left + SLICE_WIDTH
+    left = x0 - width * rng.random()
+    right = left + width
     for _ in range(SLICE_STEPS):
         if log_density(left) <= level:
             break
-        left -= SLICE_WIDTH
+        left -= width
     for _ in range(SLICE_STEPS):
         if log_density(right) <= level:
             break
-        right += SLICE_WIDTH
+        right += width
     for _ in range(SLICE_STEPS):
         x = left + (right - left) * rng.random()
         if log_density(x) > level:
@@ -125,6 +148,21 @@ class ScaleMoves:
                 self.row_masks.append(subset[problem.blocked.codes])
             else:
                 self.row_masks.append(None)
+        fixed = np.ones(problem.D.shape[1], dtype=bool)
+        for comp in problem.components:
+            if not comp.blocked and comp.source >= 0:
+                fixed[comp.index.ravel()] = False
+        self.columns = []  # (column, its nonzero rows, values there, y times values, slice width)
+        for j in np.flatnonzero(fixed):
+            column = problem.D[:, j]
+            column = np.asarray(column.todense()).ravel() if sp.issparse(column) else np.asarray(column)
+            rows = np.flatnonzero(column)
+            x = np.ascontiguousarray(column[rows])
+            self.columns.append((j, rows, x, problem.y[rows] * x, COORDINATE_WIDTH / np.sqrt(float(x @ x))))
+        self.free = np.ones(problem.D.shape[1], dtype=bool)  # columns with a fixed normal prior
+        for comp in problem.components:
+            if not comp.blocked:
+                self.free[comp.index.ravel()] = False
 
     def _contribution(self, c: int, k: int, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
         """``b_i``: row ``i``'s part of ``f`` from coordinate ``k`` of the rescaled levels of component ``c``."""
@@ -138,6 +176,56 @@ class ScaleMoves:
         return np.asarray(part).ravel() if sp.issparse(problem.D) else part
 
     def __call__(self, theta_d, theta_b, covs, aux, f, rng):
+        out = self._moves(theta_d, theta_b, covs, aux, f, rng)
+        out = self.global_move(*out[:3], aux, out[3], rng)
+        return self.coordinate_moves(*out[:3], aux, out[3], rng)
+
+    def coordinate_moves(self, theta_d, theta_b, covs, aux, f, rng):
+        """Each fixed-effect coefficient given the others, ``w`` integrated out, by slice sampling."""
+        theta_d, f = theta_d.copy(), f.copy()
+        precision = self.problem.fixed_precision.astype(float).copy()
+        for comp, cov in zip(self.problem.components, covs):
+            if comp.source < 0:  # the learned penalty: one variance over single-column "levels" (the slopes)
+                precision[comp.index.ravel()] += 1.0 / cov[0, 0]
+        for j, rows, x, slope, width in self.columns:
+            old = float(theta_d[j])
+            base = 1.0 - self.problem.y[rows] * f[rows] + old * slope
+            lam = precision[j]
+
+            def log_density(t, base=base, slope=slope, lam=lam):
+                return -2.0 * float(np.maximum(base - t * slope, 0.0).sum()) - 0.5 * lam * t * t
+
+            new = _slice_sample(log_density, old, rng, width)
+            f[rows] += (new - old) * x
+            theta_d[j] = new
+        return theta_d, theta_b, covs, f
+
+    def global_move(self, theta_d, theta_b, covs, aux, f, rng):
+        """Every coefficient times ``d`` and every covariance times ``d^2``, ``w`` integrated out (module docstring)."""
+        problem = self.problem
+        margin = problem.y * f
+        lam = problem.fixed_precision[self.free]
+        fixed_sq = float(np.sum(lam * theta_d[self.free] ** 2))
+        exponent, quadratic = float(np.sum(self.free)), 0.0
+        for comp, cov, a in zip(problem.components, covs, aux):
+            k = comp.k
+            if comp.is_wishart:
+                exponent += k * (k + 1) - (comp.prior_df + k + 1.0) * k
+                quadratic += float(np.sum(comp.prior_scale * np.linalg.inv(cov)))
+            else:
+                power, (q2, _, _), _ = _prior_terms(comp, cov, 0, a)
+                exponent += 2.0 - power
+                quadratic += q2
+
+        def log_density(t):
+            d = np.exp(t)
+            hinge = float(np.sum(np.maximum(1.0 - d * margin, 0.0)))
+            return -2.0 * hinge - 0.5 * (d * d * fixed_sq + quadratic / (d * d)) + exponent * t
+
+        d = float(np.exp(_slice_sample(log_density, 0.0, rng)))
+        return theta_d * d, theta_b * d, [c * d * d for c in covs], f * d
+
+    def _moves(self, theta_d, theta_b, covs, aux, f, rng):
         """One move per coordinate of every component; returns ``(theta_d, theta_b, covs, f)`` (new arrays).
 
         ``f`` is the linear predictor at ``(theta_d, theta_b)``.  The caller must draw the augmentation weights

@@ -29,7 +29,7 @@ def test_auto_stops_when_every_reported_quantity_has_converged():
 def test_auto_stops_at_the_cap_and_says_so(monkeypatch):
     monkeypatch.setattr(gibbs, "AUTO_MAX_DRAWS", gibbs.AUTO_BATCH)
     monkeypatch.setattr(gibbs, "AUTO_ESS", 10**9)  # unreachable
-    with pytest.warns(bayesvm.ConvergenceWarning):
+    with pytest.warns(bayesvm.ConvergenceWarning, match="draws='auto' stopped at the cap of 250 draws per chain"):
         fit = bayesvm.bsvm("y ~ x + (1 | g)", _data(), method="gibbs", draws="auto", tune=50, seed=1)
     assert fit.result.draws == gibbs.AUTO_BATCH
     assert "stopped at the cap of 250 draws per chain" in fit.result.stopping

@@ -64,10 +64,18 @@ def test_gibbs_with_moves_matches_quadrature(priors):
         np.testing.assert_allclose(sampled, exact, atol=0.06 * spread)
 
 
-def test_moves_and_paper_sampler_agree_on_a_correlated_term():
-    """Inverse-Wishart term: the sampler with the moves against the paper's (verified) sampler."""
+@pytest.mark.parametrize(
+    "formula,penalty",
+    [("y ~ x + (1 + x | g)", None), ("y ~ x + x2 + (1 | g)", "learn")],
+    ids=["inverse-wishart", "learned-penalty-half-t"],
+)
+def test_moves_and_paper_sampler_agree(formula, penalty):
+    """The sampler with every move (partial and global rescaling, the fixed-effect coordinates) against the paper's
+    (verified) sampler: an inverse-Wishart term; a learned penalty (its slopes' coordinate moves use its variance)
+    with a half-t intercept term."""
     data = _grouped(seed=4, groups=12, size=6)
-    problem = _problem("y ~ x + (1 + x | g)", data, None)
+    data["x2"] = np.random.default_rng(7).standard_normal(len(data)) + 0.5 * data["x"]
+    problem = _problem(formula, data, penalty)
     with_moves = sample_gibbs(problem, draws=1500, tune=300, chains=4, seed=5, progress=False)
     paper = sample_gibbs(problem, draws=1500, tune=300, chains=4, seed=6, progress=False, _interweave=False)
     for a, b in (
