@@ -134,7 +134,6 @@ def test_arviz_export_and_save_load(gibbs_fit, tmp_path):
     ("kwargs", "match"),
     [
         ({"prior": SpikeSlab(), "method": "em"}, "SpikeSlab is fitted by method in"),
-        ({"prior": Lasso(), "method": "svi"}, "Lasso is fitted by method in"),
         ({"prior": LaplaceZero(), "method": "em"}, "LaplaceZero is fitted by method in"),
         ({"prior": LaplaceZero(), "penalty": 0.5}, "replaces the penalty"),
         ({"prior": LaplaceZero(), "vb": "accurate"}, "accurate"),

@@ -126,3 +126,55 @@ if numba is not None:
     row_pass = _compile(_row_pass)
 else:  # never called: callers check available()
     row_pass = None
+
+
+def _hinge_slice(a, b, c, log_scale, x0, width, exponential, uniforms, steps):
+    """One slice-sampling update (stepping out, then shrinkage; Neal 2003) of the densities of the Gibbs sampler's
+    moves with the augmentation integrated out (:mod:`bayesvm.engines.linear.interweave`):
+
+        log p(t) = -2 sum_i max(0, a_i - d b_i) + c_0 d^2 + c_1 / d + c_2 / d^2 + c_3 t,
+
+    ``d = e^t`` (``log_scale``: the rescaling moves) or ``d = t`` (a coefficient's update; ``c_1 = c_2 = 0``).
+    The random numbers are given: ``exponential`` sets the slice's level, ``uniforms[0]`` places the bracket and
+    ``uniforms[1:]`` are the shrinkage proposals, so this compiled loop and the numpy path
+    (:func:`bayesvm.engines.linear.interweave.hinge_slice` without numba) make the same draw.
+    """
+
+    def log_density(t):
+        d = np.exp(t) if log_scale else t
+        total = 0.0
+        for i in range(a.size):
+            margin = a[i] - d * b[i]
+            if margin > 0.0:
+                total += margin
+        out = -2.0 * total + c[0] * d * d + c[3] * t
+        if c[1] != 0.0 or c[2] != 0.0:
+            out += c[1] / d + c[2] / (d * d)
+        return out
+
+    level = log_density(x0) - exponential
+    left = x0 - width * uniforms[0]
+    right = left + width
+    for _ in range(steps):
+        if log_density(left) <= level:
+            break
+        left -= width
+    for _ in range(steps):
+        if log_density(right) <= level:
+            break
+        right += width
+    for s in range(1, uniforms.size):
+        x = left + (right - left) * uniforms[s]
+        if log_density(x) > level:
+            return x
+        if x < x0:
+            left = x
+        else:
+            right = x
+    return x0
+
+
+if numba is not None:
+    hinge_slice = _compile(_hinge_slice)
+else:  # never called: callers check available()
+    hinge_slice = None

@@ -59,6 +59,7 @@ import scipy.sparse as sp
 
 from .. import variance_prior
 from ..joint import component_values
+from . import compiled_rows
 
 #: Slice sampler: initial bracket width on ``log d`` and the most stepping-out and shrinking steps.
 SLICE_WIDTH = 0.5
@@ -92,10 +93,12 @@ def _prior_terms(comp, cov: np.ndarray, k: int, aux) -> tuple[float, tuple[float
     return comp.prior_df + comp.k + 1.0, _inverse_quadratic(weights, k), 0.0
 
 
-def _slice_sample(log_density, x0: float, rng: np.random.Generator, width: float = SLICE_WIDTH) -> float:
-    """One slice-sampling update of a univariate density (stepping out, then shrinkage; Neal 2003)."""
-    level = log_density(x0) - rng.exponential()
-    left = x0 - width * rng.random()
+def slice_sample_drawn(log_density, x0: float, width: float, exponential: float, uniforms: np.ndarray) -> float:
+    """One slice-sampling update of a univariate density (stepping out, then shrinkage; Neal 2003) with its random
+    numbers given: ``exponential`` sets the level, ``uniforms[0]`` places the bracket, ``uniforms[1:]`` are the
+    shrinkage proposals (at most ``uniforms.size - 1``; then ``x0`` stays)."""
+    level = log_density(x0) - exponential
+    left = x0 - width * uniforms[0]
     right = left + width
     for _ in range(SLICE_STEPS):
         if log_density(left) <= level:
@@ -105,8 +108,8 @@ def _slice_sample(log_density, x0: float, rng: np.random.Generator, width: float
         if log_density(right) <= level:
             break
         right += width
-    for _ in range(SLICE_STEPS):
-        x = left + (right - left) * rng.random()
+    for u in uniforms[1:]:
+        x = left + (right - left) * u
         if log_density(x) > level:
             return x
         if x < x0:
@@ -114,6 +117,25 @@ def _slice_sample(log_density, x0: float, rng: np.random.Generator, width: float
         else:
             right = x
     return x0  # the bracket shrank onto x0 (a density this narrow is already sampled by staying)
+
+
+def hinge_slice(a, b, c, log_scale: bool, x0: float, width: float, rng: np.random.Generator) -> float:
+    """One slice update of ``log p(t) = -2 sum_i max(0, a_i - d b_i) + c_0 d^2 + c_1 / d + c_2 / d^2 + c_3 t`` with
+    ``d = e^t`` (``log_scale``) or ``d = t``: compiled (:func:`bayesvm.engines.linear.compiled_rows.hinge_slice`)
+    where numba is installed, else by numpy on the same random numbers (the same draw)."""
+    exponential, uniforms = rng.exponential(), rng.random(SLICE_STEPS + 1)
+    c = np.asarray(c, dtype=float)
+    if compiled_rows.available():
+        return float(compiled_rows.hinge_slice(a, b, c, log_scale, x0, width, exponential, uniforms, SLICE_STEPS))
+
+    def log_density(t):
+        d = np.exp(t) if log_scale else t
+        out = -2.0 * float(np.maximum(a - d * b, 0.0).sum()) + c[0] * d * d + c[3] * t
+        if c[1] != 0.0 or c[2] != 0.0:
+            out += c[1] / d + c[2] / (d * d)
+        return out
+
+    return slice_sample_drawn(log_density, x0, width, exponential, uniforms)
 
 
 def single_class_levels(problem, comp) -> np.ndarray:
@@ -157,6 +179,7 @@ class ScaleMoves:
             column = problem.D[:, j]
             column = np.asarray(column.todense()).ravel() if sp.issparse(column) else np.asarray(column)
             rows = np.flatnonzero(column)
+            rows = slice(None) if rows.size == column.size else rows  # (a slice reads the rows without a copy)
             x = np.ascontiguousarray(column[rows])
             self.columns.append((j, rows, x, problem.y[rows] * x, COORDINATE_WIDTH / np.sqrt(float(x @ x))))
         self.free = np.ones(problem.D.shape[1], dtype=bool)  # columns with a fixed normal prior
@@ -187,16 +210,13 @@ class ScaleMoves:
         for comp, cov in zip(self.problem.components, covs):
             if comp.source < 0:  # the learned penalty: one variance over single-column "levels" (the slopes)
                 precision[comp.index.ravel()] += 1.0 / cov[0, 0]
+        margin = self.problem.y * f
         for j, rows, x, slope, width in self.columns:
             old = float(theta_d[j])
-            base = 1.0 - self.problem.y[rows] * f[rows] + old * slope
-            lam = precision[j]
-
-            def log_density(t, base=base, slope=slope, lam=lam):
-                return -2.0 * float(np.maximum(base - t * slope, 0.0).sum()) - 0.5 * lam * t * t
-
-            new = _slice_sample(log_density, old, rng, width)
+            base = 1.0 - margin[rows] + old * slope
+            new = hinge_slice(base, slope, (-0.5 * precision[j], 0.0, 0.0, 0.0), False, old, width, rng)
             f[rows] += (new - old) * x
+            margin[rows] += (new - old) * slope
             theta_d[j] = new
         return theta_d, theta_b, covs, f
 
@@ -217,12 +237,9 @@ class ScaleMoves:
                 exponent += 2.0 - power
                 quadratic += q2
 
-        def log_density(t):
-            d = np.exp(t)
-            hinge = float(np.sum(np.maximum(1.0 - d * margin, 0.0)))
-            return -2.0 * hinge - 0.5 * (d * d * fixed_sq + quadratic / (d * d)) + exponent * t
-
-        d = float(np.exp(_slice_sample(log_density, 0.0, rng)))
+        ones = np.ones(margin.size)
+        d = float(np.exp(hinge_slice(ones, margin, (-0.5 * fixed_sq, 0.0, -0.5 * quadratic, exponent), True, 0.0,
+                                     SLICE_WIDTH, rng)))  # fmt: skip
         return theta_d * d, theta_b * d, [c * d * d for c in covs], f * d
 
     def _moves(self, theta_d, theta_b, covs, aux, f, rng):
@@ -253,12 +270,7 @@ class ScaleMoves:
                 q2, q1, _ = (kept[0] + prior[0], kept[1] + prior[1], 0.0)
                 exponent = comp.k + 1 - n_kept - power  # on log d: p(D Sigma D) d^(k+1) / d, times d of d = e^t
 
-                def log_density(t, margin=margin, slope=slope, q2=q2, q1=q1, exponent=exponent):
-                    d = np.exp(t)
-                    hinge = float(np.sum(np.maximum(margin - d * slope, 0.0)))
-                    return -2.0 * hinge - 0.5 * (q2 / (d * d) + q1 / d) + exponent * t
-
-                t = _slice_sample(log_density, 0.0, rng)
+                t = hinge_slice(margin, slope, (0.0, -0.5 * q1, -0.5 * q2, exponent), True, 0.0, SLICE_WIDTH, rng)
                 d = float(np.exp(t))
                 if comp.blocked:
                     level_rows = subset

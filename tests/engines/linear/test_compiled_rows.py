@@ -110,3 +110,27 @@ def test_compiles_without_a_disk_cache(monkeypatch):
     assert square(3.0) == 9.0
     assert type(square._cache).__name__ == "NullCache"  # compiled, not cached
     assert type(compiled_rows.row_pass._cache).__name__ == "FunctionCache"  # the normal case: cached on disk
+
+
+@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
+@pytest.mark.parametrize("log_scale", [False, True], ids=["coefficient", "rescaling"])
+def test_compiled_slice_step_equals_the_numpy_path_on_the_same_random_numbers(log_scale, monkeypatch):
+    """The compiled slice step of the moves with the augmentation integrated out, its uncompiled source and the
+    numpy path (``interweave.hinge_slice`` with numba switched off) make the same draw from the same seed."""
+    from bayesvm.engines.linear.interweave import SLICE_STEPS, hinge_slice
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        a, b = rng.normal(1.0, 1.0, 60), rng.normal(0.0, 1.0, 60)
+        c = (-0.25, 0.0, 0.0, 0.0) if not log_scale else (-0.1, -0.3, -0.2, -1.5)
+        x0, width, seed = float(rng.normal()), 0.3, int(rng.integers(2**31))
+        monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "0")
+        expected = hinge_slice(a, b, c, log_scale, x0, width, np.random.default_rng(seed))
+        monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "1")
+        assert hinge_slice(a, b, c, log_scale, x0, width, np.random.default_rng(seed)) == pytest.approx(expected)
+        draws = np.random.default_rng(seed)
+        exponential, uniforms = draws.exponential(), draws.random(SLICE_STEPS + 1)
+        source = compiled_rows._hinge_slice(
+            a, b, np.asarray(c), log_scale, x0, width, exponential, uniforms, SLICE_STEPS
+        )
+        assert source == pytest.approx(expected, rel=1e-12, abs=1e-12)
