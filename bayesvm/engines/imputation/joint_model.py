@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
@@ -52,6 +53,7 @@ from ...model.problems import ImputationProblem
 from ..augmentation import inverse_a_mean, update_chi
 from ..joint import component_values, log_prior, log_pseudo_likelihood
 from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
+from ..linear.interweave import ScaleMoves
 from ..linear.vb import (
     LOG_2PI,
     VBResult,
@@ -269,12 +271,20 @@ def imputation_schedule(total: int, thin: int) -> np.ndarray:
     return np.arange(total) % (MI_SETTLE + MI_KEEP * thin) == 0
 
 
-def run_impute_chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, show: bool) -> dict:
+def run_impute_chain(
+    problem: ImputationProblem, draws: int, tune: int, thin: int, seed, show: bool, moves: bool = True
+) -> dict:
     with blas_threads(problem.base.D.shape[1]):
-        return _chain(problem, draws, tune, thin, seed, show)
+        return _chain(problem, draws, tune, thin, seed, show, moves)
 
 
-def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, show: bool) -> dict:
+def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, show: bool, moves: bool = True) -> dict:
+    """One chain of Appendix C (``mode="joint"``) or of the cut multiple-imputation posterior (``mode="mi"``).
+
+    Each iteration: ``theta | w, z``; with ``moves``, the moves of :mod:`bayesvm.engines.linear.interweave` on
+    ``(theta, Sigma)`` given the completed design, ``w`` integrated out (the completed data enter the hinge
+    posterior only through the design, so each move keeps ``p(theta, Sigma | z, y)`` and with it the joint target);
+    ``w | theta``; ``Sigma | theta``; then the imputations.  ``moves=False`` is the paper's sampler."""
     rng = np.random.default_rng(seed)
     order, prob = problem.sorted()
     base = prob.base
@@ -305,6 +315,7 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
         "z_sq": np.zeros((n, V)),
     }
     steps = range(total)
+    mover = None
     if show:
         from tqdm.auto import tqdm
 
@@ -326,6 +337,10 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
         f = D @ theta_d
         if blocked is not None:
             f = f + np.sum(blocked.values * theta_b[blocked.codes], axis=1)
+        if moves:  # before w | theta, which they need (interweave module); the design is this iteration's
+            if mover is None or mover.problem.D is not D:
+                mover = ScaleMoves(current if sp.issparse(D) else replace(base, D=D))
+            theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
         covs = draw_components(
             base.components, [component_values(c, theta_d, theta_b) for c in base.components], rng, aux
@@ -392,10 +407,13 @@ def sample_impute_gibbs(
     seed: int | None = None,
     cores: int = 1,
     progress: bool = True,
+    _moves: bool = True,
 ) -> ImputedGibbsResult:
-    """Run ``chains`` Appendix-C chains (in parallel processes when ``cores > 1``)."""
+    """Run ``chains`` Appendix-C chains (in parallel processes when ``cores > 1``); ``_moves=False`` runs the paper's
+    sampler (kept for comparison: ``benchmarks/gibbs_mixing.py``)."""
     start = time.perf_counter()
-    runs = run_chains(run_impute_chain, problem, draws, tune, thin, chains, seed, cores, progress)
+    chain = run_impute_chain if _moves else partial(run_impute_chain, moves=False)
+    runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
     kept = chains * draws
     z_mean = sum(r["z_sum"] for r in runs) / kept
     z_var = np.maximum(sum(r["z_sq"] for r in runs) / kept - z_mean**2, 0.0) * kept / max(kept - 1, 1)
