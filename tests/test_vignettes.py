@@ -22,7 +22,6 @@ def _blocks(path: Path) -> list[str]:
 QUICK = {
     "toenail.md": {
         "for split in range(100):": "for split in range(25):",
-        "draws=8000,": "draws=3000,",
         "for split in range(10):": "for split in range(5):",
     },
     "pcvm.md": {"splits_=3)": "splits_=2)"},
