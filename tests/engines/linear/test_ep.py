@@ -95,7 +95,7 @@ def test_simulated_random_intercepts_match_gibbs(groups, per_group):
     )
     formula = "y ~ x + (1 | g)"
     accurate = bayesvm.bsvm(formula, data, penalty=None, vb="accurate")
-    _compare(accurate, _gibbs(formula, data, penalty=None, draws=8000, tune=2000), 0.5, 0.25, 0.25)
+    _compare(accurate, _gibbs(formula, data, penalty=None, draws=4000, tune=1000), 0.5, 0.25, 0.25)  # (moves: ESS x 3)
 
 
 def test_toenail_meets_the_bar_against_gibbs(toenail):
@@ -124,7 +124,7 @@ def test_two_components_learned_penalty_and_random_intercept(toenail):
     formula = "outcome ~ visit * treatment + (1 | patientID)"
     accurate = bayesvm.bsvm(formula, toenail, vb="accurate")  # penalty="learn": two variance components
     assert accurate.result.nodes.shape[1] == 2
-    gibbs = _gibbs(formula, toenail, draws=6000, tune=2000)
+    gibbs = _gibbs(formula, toenail, draws=3000, tune=1000)  # (the moves: ESS per draw x 3-4)
     gibbs_sd = np.sqrt(np.diag(gibbs.fixef_cov))
     assert np.all(np.abs(accurate.fixef - gibbs.fixef) < 0.5 * gibbs_sd)
     assert np.all(np.abs(np.sqrt(np.diag(accurate.fixef_cov)) / gibbs_sd - 1) < 0.25)
