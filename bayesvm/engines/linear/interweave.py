@@ -179,6 +179,8 @@ class ScaleMoves:
             column = problem.D[:, j]
             column = np.asarray(column.todense()).ravel() if sp.issparse(column) else np.asarray(column)
             rows = np.flatnonzero(column)
+            if rows.size == 0:  # an all-zero column: its coefficient is drawn from its prior by theta | w alone
+                continue
             rows = slice(None) if rows.size == column.size else rows  # (a slice reads the rows without a copy)
             x = np.ascontiguousarray(column[rows])
             self.columns.append((j, rows, x, problem.y[rows] * x, COORDINATE_WIDTH / np.sqrt(float(x @ x))))
