@@ -7,9 +7,10 @@ sampling, run here in one process:
   the default sampler (with the rescaling moves of :mod:`bayesvm.engines.linear.interweave`) next to the paper's
   sampler (``_interweave=False``), and bambi's NUTS on the logistic GLMM of the same formula where bambi is
   installed;
-* spam with ``LaplaceZero()`` and ``SpikeSlab()``, 4 x (1,000 + 1,000): the largest R-hat of the inclusion
-  indicators with the swap moves of :mod:`bayesvm.engines.selection.moves` (the default) and without
-  (``swaps=False``, the papers' samplers);
+* spam with ``LaplaceZero()`` and ``SpikeSlab()``, 4 x (1,000 + 1,000): the largest R-hat and smallest bulk ESS of
+  the inclusion indicators with the default moves (the swaps of :mod:`bayesvm.engines.selection.moves` and the
+  updates of :mod:`bayesvm.engines.selection.marginal_pairs`), with the swaps alone (``pairs=False``) and with
+  neither (the papers' samplers);
 * acath, ``sigdz ~ age + sex + log_dur + log_chol`` (as ``benchmarks.acath_impute``) with ``missing="impute"`` (joint
   imputation Gibbs), 4 x (1,000 + 1,000): min ESS and max R-hat with the moves of
   :mod:`bayesvm.engines.linear.interweave` (the default) and without (``_moves=False``, the paper's Appendix C).
@@ -73,8 +74,9 @@ def _bambi_toenail() -> tuple[float, float] | None:
     return float(min(float(np.min(ess[v])) for v in names)), seconds
 
 
-def _spam_selection(spam, prior, swaps: bool) -> tuple[np.ndarray, float]:
-    """R-hat of every inclusion indicator, and the seconds, of a 4 x (1000 + 1000) selection Gibbs fit."""
+def _spam_selection(spam, prior, swaps: bool, pairs: bool) -> tuple[np.ndarray, np.ndarray, float]:
+    """R-hat and bulk ESS of every inclusion indicator, and the seconds, of a 4 x (1000 + 1000) selection Gibbs
+    fit."""
     import arviz as az
 
     from bayesvm.engines.selection import gibbs as selection_gibbs
@@ -82,7 +84,7 @@ def _spam_selection(spam, prior, swaps: bool) -> tuple[np.ndarray, float]:
     original = selection_gibbs.sample_selection
 
     def sampler(*args, **kwargs):
-        return original(*args, swaps=swaps, **kwargs)
+        return original(*args, swaps=swaps, pairs=pairs, **kwargs)
 
     selection_gibbs.sample_selection = sampler
     try:
@@ -92,8 +94,10 @@ def _spam_selection(spam, prior, swaps: bool) -> tuple[np.ndarray, float]:
         seconds = time.perf_counter() - start
     finally:
         selection_gibbs.sample_selection = original
-    include = fit.result.include.astype(float)  # (chains, draws, slopes)
-    return np.asarray(az.rhat(az.convert_to_dataset({"include": include}))["include"].values, dtype=float), seconds
+    include = az.convert_to_dataset({"include": fit.result.include.astype(float)})  # (chains, draws, slopes)
+    rhat = np.asarray(az.rhat(include)["include"].values, dtype=float)
+    ess = np.asarray(az.ess(include, method="bulk")["include"].values, dtype=float)
+    return rhat, ess, seconds
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -124,13 +128,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         return
     spam = bayesvm.datasets.load_spam()
+    variants = (("default", True, True), ("swaps only", True, False), ("papers' sampler", False, False))
     for prior in (bayesvm.priors.LaplaceZero(), bayesvm.priors.SpikeSlab()):
-        for swaps in (True, False):
-            rhat, seconds = _spam_selection(spam, prior, swaps)
+        for label, swaps, pairs in variants:
+            rhat, ess, seconds = _spam_selection(spam, prior, swaps, pairs)
             print(
-                f"spam, {type(prior).__name__} Gibbs{'' if swaps else ' without swaps'}, 4 x (1000 + 1000): max R-hat "
-                f"of the inclusion indicators {np.nanmax(rhat):.3f} ({int(np.sum(rhat > 1.05))} of {rhat.size} above "
-                f"1.05); {seconds:.1f} s"
+                f"spam, {type(prior).__name__} Gibbs ({label}), 4 x (1000 + 1000): inclusion indicators max R-hat "
+                f"{np.nanmax(rhat):.3f} ({int(np.sum(rhat > 1.05))} of {rhat.size} above 1.05), min bulk ESS "
+                f"{np.nanmin(ess):.0f}; {seconds:.1f} s"
             )
     from bayesvm.engines.imputation import joint_model
     from benchmarks.acath_impute import FORMULA, data

@@ -111,7 +111,7 @@ def _row_pass(
     return hinge
 
 
-def _compile(func):
+def compile_nogil(func):
     """``numba.njit(nogil=True)`` with the compiled code cached on disk; where numba finds no writable cache
     location it refuses ``cache=True`` at decoration time, and the function is then compiled on first use in
     each process instead of breaking ``import bayesvm``."""
@@ -122,8 +122,8 @@ def _compile(func):
 
 
 if numba is not None:
-    inverse_gaussian_scalar = _compile(inverse_gaussian_scalar)
-    row_pass = _compile(_row_pass)
+    inverse_gaussian_scalar = compile_nogil(inverse_gaussian_scalar)
+    row_pass = compile_nogil(_row_pass)
 else:  # never called: callers check available()
     row_pass = None
 
@@ -175,6 +175,6 @@ def _hinge_slice(a, b, c, log_scale, x0, width, exponential, uniforms, steps):
 
 
 if numba is not None:
-    hinge_slice = _compile(_hinge_slice)
+    hinge_slice = compile_nogil(_hinge_slice)
 else:  # never called: callers check available()
     hinge_slice = None

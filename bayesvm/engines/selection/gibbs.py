@@ -26,8 +26,10 @@ step above conditions on it -- spike-and-slab's collapsed model moves integrate 
 with the slopes -- and ``Sigma_c | u_c`` is drawn after the coefficients (:func:`bayesvm.engines.linear.gibbs.
 draw_components`).  With ``imputation`` the chain runs in segments, a new completed data set from the
 imputation model's own chain at the start of each (:mod:`bayesvm.engines.imputation.joint_model`, ``MI_SETTLE``).  After
-the prior's step, the swap moves of :mod:`bayesvm.engines.selection.moves` run on the posterior with
-``omega`` integrated out.
+the prior's step, two kinds of model moves run on the posterior with ``omega`` integrated out: the swaps of
+:mod:`bayesvm.engines.selection.moves` and a sweep of exact ``(gamma_k, beta_k)`` updates
+(:mod:`bayesvm.engines.selection.marginal_pairs`), which stop the indicators sticking to what ``omega``
+remembers on many rows; then ``omega`` (and Laplace-zero's ``b``) is drawn afresh.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from ..imputation.joint_model import (
 from ..imputation.normal_model import imputation_step, marginal_moments, missing_patterns, start_state
 from ..joint import log_component_prior, log_pseudo_likelihood
 from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains
+from .marginal_pairs import MarginalPairs
 from .moves import SwapMoves
 from .vb import LOG_2PI
 
@@ -89,11 +92,13 @@ def sample_selection(
     progress: bool = True,
     swaps: bool = True,
     imputation: ImputationProblem | None = None,
+    pairs: bool = True,
 ) -> SelectionGibbsResult:
     """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``.
 
-    ``swaps=False`` leaves out the swap moves of :mod:`bayesvm.engines.selection.moves` (the papers'
-    samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``).  ``imputation`` (an
+    ``swaps=False`` leaves out the swap moves of :mod:`bayesvm.engines.selection.moves` and ``pairs=False`` the
+    updates of :mod:`bayesvm.engines.selection.marginal_pairs` (both off: the papers' samplers, kept for the
+    comparison in ``benchmarks/gibbs_mixing.py``).  ``imputation`` (an
     ``imputation="mi"`` problem on the same rows and columns as ``problem.X``) draws a new completed data
     set every few iterations from the imputation model's own chain, as :mod:`bayesvm.engines.imputation.joint_model` does
     for the linear sampler (the cut posterior of :mod:`bayesvm.engines.imputation.multiple`)."""
@@ -103,7 +108,7 @@ def sample_selection(
         f"storing {chains} x {draws} draws of {problem.q + problem.m} parameters",
         "use fewer draws or thin=k",
     )
-    chain = partial(_run_chain, swaps=swaps, imputation=imputation)
+    chain = partial(_run_chain, swaps=swaps, pairs=pairs, imputation=imputation)
     runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
     extra = {}
     if imputation is not None:
@@ -133,9 +138,9 @@ def sample_selection(
     )
 
 
-def _run_chain(problem, draws, tune, thin, seed, show, swaps: bool = True, imputation=None) -> dict:
+def _run_chain(problem, draws, tune, thin, seed, show, swaps: bool = True, pairs: bool = True, imputation=None) -> dict:
     with blas_threads(problem.q):
-        return _chain(problem, draws, tune, thin, seed, show, swaps, imputation)
+        return _chain(problem, draws, tune, thin, seed, show, swaps, imputation, pairs)
 
 
 def _chain(
@@ -147,6 +152,7 @@ def _chain(
     show: bool,
     swaps: bool,
     imputation: ImputationProblem | None = None,
+    pairs: bool = True,
 ) -> dict:
     rng = np.random.default_rng(seed)
     y, X = problem.y, problem.X
@@ -157,6 +163,7 @@ def _chain(
         isinstance(problem.prior, LaplaceZero) and problem.prior.rho < 1
     )
     moves = SwapMoves(y, X, problem.selected) if swaps and has_indicators and problem.m > 1 else None
+    marginal = MarginalPairs(y, X, problem.selected) if pairs and has_indicators else None
     omega = np.exp(rng.normal(0.0, 0.5, y.size))  # over-dispersed start
     components = problem.components
     covs = [np.eye(c.k) for c in components]  # random-effect terms: Sigma_c, drawn after the coefficients
@@ -196,6 +203,8 @@ def _chain(
             X = problem.X
             if moves is not None:
                 moves.X = X
+            if marginal is not None:
+                marginal.X = X
         gram = problem.weighted_gram(omega)
         # the random-effect blocks' prior precision joins G: their columns are never scaled by gamma, so every
         # step below reads G + blockdiag(Sigma^{-1}) as the complete-data precision of the unpenalised part
@@ -204,6 +213,9 @@ def _chain(
         coef = state.update(gram, r)
         if moves is not None:  # on the posterior with omega (and b) integrated out; both drawn afresh next
             coef = moves.run(state, coef, rng)
+        if marginal is not None:
+            coef = marginal.run(state, coef, rng, np.diag(gram)[problem.selected])
+        if moves is not None or marginal is not None:
             state.after_moves()
         if components:  # Sigma_c | u_c (IG, half-t through its auxiliary variable, or IW)
             covs = draw_components(components, [coef[c.index] for c in components], rng, aux)
@@ -306,8 +318,22 @@ class _LaplaceZeroStep:
         self.theta[sel[j]], self.theta[sel[k]] = sign * self.theta[sel[k]], sign * self.theta[sel[j]]
         self.gamma[j], self.gamma[k] = 0, 1
 
+    def pair_priors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The included slopes' priors ``Laplace(0, sigma s_j)`` (``b_j`` integrated out) and ``logit(rho)``, for
+        :class:`bayesvm.engines.selection.marginal_pairs.MarginalPairs`."""
+        m = self.p.m
+        inv_scale = 1.0 / (np.sqrt(self.sigma2) * self.p.prior_scale)
+        return np.zeros(m), inv_scale, np.full(m, self.logit_rho)
+
+    def apply_pairs(self, include: np.ndarray, value: np.ndarray) -> None:
+        """Sets ``(gamma, v)``; an excluded ``v_j`` is drawn from its Laplace prior."""
+        sel, moved = self.p.selected, include >= 0
+        prior_draws = self.rng.laplace(0.0, np.sqrt(self.sigma2) * self.p.prior_scale)
+        self.gamma[moved] = include[moved]
+        self.theta[sel[moved]] = np.where(include[moved] == 1, value[moved], prior_draws[moved])
+
     def after_moves(self) -> None:
-        """``b | v, sigma^2`` afresh: the swaps moved ``(gamma, v)`` with ``b`` integrated out."""
+        """``b | v, sigma^2`` afresh: the moves changed ``(gamma, v)`` with ``b`` integrated out."""
         v = self.theta[self.p.selected]
         self.b = self.rng.wald(np.sqrt(self.sigma2 * self.s2) / np.maximum(np.abs(v), 1e-300), 1.0)
 
@@ -394,6 +420,16 @@ class _SpikeSlabStep:
 
     def apply_swap(self, j: int, k: int, sign: float, coef: np.ndarray) -> None:
         self.gamma[j], self.gamma[k] = 0, 1
+
+    def pair_priors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The slab precisions ``1 / (nu^2 s_j^2)`` and ``logit(pi)``, for
+        :class:`bayesvm.engines.selection.marginal_pairs.MarginalPairs`."""
+        m = self.p.m
+        return np.asarray(self.slab, dtype=float), np.zeros(m), np.full(m, self.logit_pi)
+
+    def apply_pairs(self, include: np.ndarray, value: np.ndarray) -> None:
+        moved = include >= 0
+        self.gamma[moved] = include[moved]
 
     def after_moves(self) -> None:
         """Nothing was integrated out but ``omega`` (the coefficients are drawn afresh each update)."""

@@ -106,7 +106,7 @@ def test_compiles_without_a_disk_cache(monkeypatch):
         return real(**options)
 
     monkeypatch.setattr(numba, "njit", njit)
-    square = compiled_rows._compile(lambda x: x * x)
+    square = compiled_rows.compile_nogil(lambda x: x * x)
     assert square(3.0) == 9.0
     assert type(square._cache).__name__ == "NullCache"  # compiled, not cached
     assert type(compiled_rows.row_pass._cache).__name__ == "FunctionCache"  # the normal case: cached on disk

@@ -74,7 +74,7 @@ def test_spike_slab_with_swaps_matches_enumeration(monkeypatch):
     problem = _correlated(3, prior)
     exact = _spike_slab_exact(problem, prior)
     made = _counting_moves(monkeypatch)
-    result = sample_selection(problem, draws=8000, tune=500, chains=2, seed=3, progress=False)
+    result = sample_selection(problem, draws=8000, tune=500, chains=2, seed=3, progress=False, pairs=False)
     sampled = sampled_model_probabilities(result, 3)
     se = np.sqrt(exact * (1 - exact) / 2000)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
@@ -88,13 +88,13 @@ def test_a_swap_that_ignores_the_likelihood_is_caught(monkeypatch):
     problem = _correlated(3, prior)
     exact = _spike_slab_exact(problem, prior)
     monkeypatch.setattr(selection_moves, "hinge_log_likelihood", lambda y, f: 0.0)
-    result = sample_selection(problem, draws=8000, tune=500, chains=2, seed=3, progress=False)
+    result = sample_selection(problem, draws=8000, tune=500, chains=2, seed=3, progress=False, pairs=False)
     sampled = sampled_model_probabilities(result, 3)
     se = np.sqrt(exact * (1 - exact) / 2000)
     assert not np.all(np.abs(sampled - exact) < 4 * se + 0.01)
 
 
-def test_laplace_zero_with_swaps_matches_enumeration():
+def test_laplace_zero_with_swaps_and_pairs_matches_enumeration():
     prior = LaplaceZero(rho=0.4, variance=InverseGamma(2.0, 1.0))
     problem = _correlated(2, prior, n=20, seed=6)
     log_s2 = np.linspace(-8, 6, 141)
@@ -110,7 +110,7 @@ def test_laplace_zero_with_swaps_matches_enumeration():
         return base + float(logsumexp(logsumexp(log_lik[None] + log_lap, axis=1) + np.log(cell) + log_w))
 
     exact = enumerate_models(problem, log_prior_of_model)
-    result = sample_selection(problem, draws=12000, tune=1000, chains=2, seed=5, progress=False)
+    result = sample_selection(problem, draws=6000, tune=500, chains=2, seed=5, progress=False)
     sampled = sampled_model_probabilities(result, 2)
     se = np.sqrt(exact * (1 - exact) / 2000)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))

@@ -69,7 +69,7 @@ def test_spike_slab_gibbs_with_multiple_imputation_matches_the_cut_posterior():
     )
     exact = per_imputation.mean(axis=0)
     se_exact = per_imputation.std(axis=0, ddof=1) / np.sqrt(per_imputation.shape[0])
-    result = sample_selection(selection, draws=6000, tune=300, chains=2, seed=4, progress=False, imputation=imputation)
+    result = sample_selection(selection, draws=3000, tune=300, chains=2, seed=4, progress=False, imputation=imputation)
     sampled = sampled_model_probabilities(result, 2)
     se = np.sqrt(se_exact**2 + exact * (1 - exact) / 1500)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))

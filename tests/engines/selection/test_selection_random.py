@@ -109,7 +109,7 @@ def test_spike_slab_gibbs_with_random_intercept_matches_enumeration():
     logs = np.array(logs)
     exact = np.exp(logs - logsumexp(logs))
     exact_s2 = float(exact @ np.array(s2_means))
-    result = sample_selection(problem, draws=6000, tune=500, chains=2, seed=7, progress=False)
+    result = sample_selection(problem, draws=3000, tune=500, chains=2, seed=7, progress=False)
     sampled = sampled_model_probabilities(result, 2)
     se = np.sqrt(exact * (1 - exact) / 1500)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))

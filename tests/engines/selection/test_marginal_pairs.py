@@ -1,0 +1,129 @@
+"""The ``(gamma_k, beta_k)`` updates with the augmentation integrated out
+(:mod:`bayesvm.engines.selection.marginal_pairs`) against exact answers.
+
+* the segments' integral equals quadrature of ``exp(-2 sum hinge) x prior``, whatever the first window;
+* the draws follow that density (Kolmogorov-Smirnov against its quadrature CDF);
+* the compiled sweep makes the numpy sweep's draws on the same uniforms;
+* a sampler whose only model moves are these updates (no swaps) matches exact enumeration of the models, and a
+  prior constant left out of the inclusion odds is caught by the same check.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from bayesvm.engines.linear import compiled_rows
+from bayesvm.engines.selection import marginal_pairs
+from bayesvm.engines.selection.gibbs import sample_selection
+from bayesvm.engines.selection.marginal_pairs import SlopePrior, _window, draw_pair, segments
+from bayesvm.model.problems import SelectionProblem
+from bayesvm.priors import SpikeSlab
+
+from ..model_enumeration import sampled_model_probabilities
+from .test_moves import _correlated, _spike_slab_exact
+
+pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
+
+PRIORS = [SlopePrior(precision=0.7), SlopePrior(scale=1.3)]
+
+
+def _case(seed: int = 0, n: int = 12):
+    rng = np.random.default_rng(seed)
+    return rng.normal(0.5, 1.0, n), rng.normal(0.0, 1.0, n)
+
+
+def _log_density(a, b, prior):
+    def log_density(t):
+        value = -2.0 * np.sum(np.maximum(0.0, a - b * t))
+        return value - (0.5 * prior.precision * t * t if prior.precision > 0 else abs(t) / prior.scale)
+
+    return log_density
+
+
+@pytest.mark.parametrize("prior", PRIORS, ids=["gaussian", "laplace"])
+@pytest.mark.parametrize("window", [(0.0, np.inf), (0.3, 0.05), (-4.0, 0.5)])
+def test_segment_integral_matches_quadrature(prior, window):
+    a, b = _case()
+    log_density = _log_density(a, b, prior)
+    kinks = list(np.clip(a / b, -49, 49)) + [0.0]
+    exact = np.log(integrate.quad(lambda t: np.exp(log_density(t)), -50, 50, points=kinks, limit=500)[0])
+    pieces, log_masses, _ = _window(a, b, prior, *window)
+    assert np.log(np.sum(np.exp(log_masses))) == pytest.approx(exact, abs=1e-7)
+    full = segments(a, b, prior).log_masses()
+    assert np.log(np.sum(np.exp(full))) == pytest.approx(exact, abs=1e-7)
+
+
+@pytest.mark.parametrize("prior", PRIORS, ids=["gaussian", "laplace"])
+def test_draws_follow_the_density(prior):
+    a, b = _case(1)
+    log_density = _log_density(a, b, prior)
+    grid = np.linspace(-10, 10, 40001)
+    density = np.exp([log_density(t) for t in grid])
+    cdf = integrate.cumulative_trapezoid(density, grid, initial=0.0)
+    cdf /= cdf[-1]
+    rng = np.random.default_rng(2)
+    draws = np.array([draw_pair(a, b, prior, 50.0, rng.random(3), 0.3, 1.0)[1] for _ in range(4000)])
+    assert stats.kstest(draws, lambda x: np.interp(x, grid, cdf)).pvalue > 0.01
+
+
+def test_inclusion_probability_is_the_evidence_ratio():
+    """``P(gamma = 1) = expit(log odds + log Z_1 - log Z_0)``: the sampled frequency at odds set to give 1/2."""
+    a, b = _case(3)
+    prior = SlopePrior(precision=0.7)
+    log_density = _log_density(a, b, prior)
+    z1 = integrate.quad(lambda t: np.exp(log_density(t)), -50, 50, points=list(np.clip(a / b, -49, 49)), limit=500)[0]
+    log_z1 = np.log(z1) + prior.log_constant()
+    log_z0 = -2.0 * np.sum(np.maximum(0.0, a))
+    rng = np.random.default_rng(4)
+    odds = log_z0 - log_z1  # P(include) = 1/2
+    included = np.mean([draw_pair(a, b, prior, odds, rng.random(3))[0] for _ in range(6000)])
+    assert abs(included - 0.5) < 4 * np.sqrt(0.25 / 6000)
+
+
+@pytest.mark.skipif(not compiled_rows.available(), reason="numba not installed")
+@pytest.mark.parametrize("prior_type", ["spike-slab", "laplace-zero"])
+def test_compiled_sweep_makes_the_numpy_draws(monkeypatch, prior_type):
+    from bayesvm.priors import InverseGamma, LaplaceZero
+
+    rng = np.random.default_rng(1)
+    n = 200
+    X = rng.standard_normal((n, 6))
+    X[:, 3] = np.where(rng.random(n) < 0.8, 0.0, X[:, 3])  # a sparse column: only its rows are visited
+    y = np.where(rng.random(n) < 1 / (1 + np.exp(-X[:, 0] + X[:, 1])), 1.0, -1.0)
+    X = np.column_stack([np.ones(n), X])
+    prior = SpikeSlab(pi=0.4, nu=1.5) if prior_type == "spike-slab" else LaplaceZero(0.4, InverseGamma(2.0, 1.0))
+    problem = SelectionProblem(
+        y=y, X=X, selected=np.arange(1, 7), fixed_precision=np.r_[0.01, np.zeros(6)], prior=prior,
+        prior_scale=np.ones(6),
+    )  # fmt: skip
+    compiled = sample_selection(problem, draws=20, tune=0, chains=1, seed=3, progress=False, swaps=False)
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "0")
+    plain = sample_selection(problem, draws=20, tune=0, chains=1, seed=3, progress=False, swaps=False)
+    np.testing.assert_allclose(compiled.theta_d, plain.theta_d, atol=1e-7)
+    np.testing.assert_array_equal(compiled.include, plain.include)
+
+
+def _pairs_only(problem, seed=3):
+    return sample_selection(problem, draws=3000, tune=300, chains=2, seed=seed, progress=False, swaps=False)
+
+
+def test_spike_slab_with_marginal_pairs_matches_enumeration():
+    prior = SpikeSlab(pi=0.4, nu=1.5)
+    problem = _correlated(3, prior)
+    exact = _spike_slab_exact(problem, prior)
+    sampled = sampled_model_probabilities(_pairs_only(problem), 3)
+    se = np.sqrt(exact * (1 - exact) / 2000)
+    assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
+
+
+def test_a_wrong_prior_constant_is_caught(monkeypatch):
+    """The same check fails when the slab's normalising constant is left out of the inclusion odds."""
+    prior = SpikeSlab(pi=0.4, nu=1.5)
+    problem = _correlated(3, prior)
+    exact = _spike_slab_exact(problem, prior)
+    monkeypatch.setattr(marginal_pairs, "LOG_2PI", 0.0)
+    sampled = sampled_model_probabilities(_pairs_only(problem), 3)
+    se = np.sqrt(exact * (1 - exact) / 2000)
+    assert not np.all(np.abs(sampled - exact) < 4 * se + 0.01)
