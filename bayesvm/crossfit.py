@@ -90,6 +90,8 @@ def align_decision_values(values: np.ndarray, source: np.ndarray, target: np.nda
         if qa[0] > 0:
             mapped = np.where(x < qa[0], x * (qb[0] / qa[0]), mapped)
         mapped = np.where(x > qa[-1], qb[-1] + ratio * (x - qa[-1]), mapped)
+        # a value that underflows (a subnormal |f| times a ratio below 1) or meets a zero quantile keeps its side
+        mapped = np.where(x > 0, np.maximum(mapped, np.nextafter(0.0, 1.0)), mapped)
         out[rows] = np.where(positive, mapped, -mapped)
         scale[rows] = ratio
     return out, scale

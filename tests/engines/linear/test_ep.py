@@ -175,7 +175,7 @@ def test_correlated_slopes_match_gibbs():
     formula = "y ~ x + (1 + x | g)"
     accurate = bayesvm.bsvm(formula, data, penalty=None, vb="accurate")
     assert accurate.result.nodes.shape[1] == 3 and accurate.result.design == "lattice"
-    gibbs = _gibbs(formula, data, penalty=None, draws=4000, tune=1000)
+    gibbs = _gibbs(formula, data, penalty=None, draws=2000, tune=1000)
     _compare(accurate, gibbs, 0.25, 0.15)
     ours, theirs = accurate.variance_components[0].mean, gibbs.variance_components[0].mean
     assert np.all(np.abs(ours - theirs) < 0.15 * np.sqrt(np.outer(np.diag(theirs), np.diag(theirs)))), (ours, theirs)

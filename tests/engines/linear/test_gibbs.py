@@ -98,7 +98,7 @@ def test_random_intercept_matches_independent_metropolis(prior):
     variance prior is written here independently: scipy's half-t on sigma, or IG(0.01, 0.01) on sigma^2."""
     data = _small_data(n=40, seed=5)
     priors = PriorSet.paper() if prior == "paper" else PriorSet()
-    problem, result = _gibbs("y ~ x + (1 | g)", data, penalty=None, draws=6000, tune=1000, priors=priors)
+    problem, result = _gibbs("y ~ x + (1 | g)", data, penalty=None, draws=3000, tune=1000, priors=priors)
     design = build_design(parse_formula("y ~ x + (1 | g)"), data)
     X, y = design.X, design.y
     (term,) = design.re_terms
@@ -208,7 +208,7 @@ def test_sparse_path_sampler_agrees_with_schur_path(path, monkeypatch):
     design = build_design(parse_formula("y ~ x + (1 | g) + (1 | h)"), data)
     problems = schur_and_sparse(design, 0.5, False, path, monkeypatch)
     runs = {
-        limit: sample_gibbs(problems[name], draws=3000, tune=300, chains=2, seed=limit + 1, progress=False)
+        limit: sample_gibbs(problems[name], draws=2000, tune=300, chains=2, seed=limit + 1, progress=False)
         for name, limit in (("schur", 2000), (path, 0))
     }
     # same layout either way: theta_d = [beta, u_g, u_h] on the sparse path; [beta, u_h] + blocked u_g otherwise
