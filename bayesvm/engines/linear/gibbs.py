@@ -566,7 +566,16 @@ PARENT_CHECK_SECONDS = 0.5
 
 def _end_with_parent(parent: int) -> None:
     """Chain-worker initializer: a daemon thread ends the worker once its parent is gone (terminated, killed
-    or crashed: the worker is then re-parented and ``os.getppid()`` changes), so no chain outlives its run."""
+    or crashed: the worker is then re-parented and ``os.getppid()`` changes), so no chain outlives its run.
+
+    The worker is forked inside :func:`_sigterm_raises`, so it would inherit the handler that turns SIGTERM
+    into ``SystemExit``; the pool's worker loop catches that as a chain's result and goes back to its queue (or
+    dies holding the queue's lock, and the parent then hangs at exit joining the pool).  So SIGTERM (what
+    :func:`_stop_workers` sends) is restored to its default, ending the worker at once, and Ctrl-C, which a
+    terminal sends to the whole process group, is ignored here: the parent ends the workers.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
         while True:
@@ -597,9 +606,14 @@ def _sigterm_raises():
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Terminate every worker process of ``pool`` now and drop the queued chains."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
         if process.is_alive():
             process.terminate()
+    for process in processes:
+        process.join(timeout=5.0)
+        if process.is_alive():
+            process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
 
 
