@@ -190,6 +190,35 @@ def _segment_draw(lower, upper, kappa, precision, uniform):
     return lower + uniform * width
 
 
+def _evidence(a, b, precision, inv_scale, log_constant, center, half_width, cutoff):
+    """The segments of one slope on its window, their log masses (with the largest, ``top``, and
+    ``sum exp(log_masses - top)``), the window's half width and ``log Z_1 - log Z_0``."""
+    lower, upper, alpha, kappa, log_masses, half_width, log_z0 = _pair_window(
+        a, b, precision, inv_scale, center, half_width, cutoff
+    )
+    top = -math.inf
+    for s in range(log_masses.size):
+        top = max(top, log_masses[s])
+    total = 0.0
+    for s in range(log_masses.size):
+        total += math.exp(log_masses[s] - top)
+    log_bf = log_constant + top + math.log(total) - log_z0
+    return lower, upper, kappa, log_masses, top, total, half_width, log_bf
+
+
+def _draw_value(lower, upper, kappa, log_masses, top, total, precision, u_segment, u_value):
+    """A segment by its mass, then the value on it (``marginal_pairs.draw_value``)."""
+    target = u_segment * total
+    running = 0.0
+    chosen = log_masses.size - 1
+    for s in range(log_masses.size):
+        running += math.exp(log_masses[s] - top)
+        if running > target:
+            chosen = s
+            break
+    return _segment_draw(lower[chosen], upper[chosen], kappa[chosen], precision, u_value)
+
+
 def _pair_sweep(
     margin, col_ptr, row_idx, yx, selected, coef, order, precision, inv_scale, log_constant, log_odds, widths,
     uniforms, include, value, cutoff, shrink,
@@ -208,29 +237,14 @@ def _pair_sweep(
         current = coef[k]
         for i in range(stop - start):
             a[i] = margin[row_idx[start + i]] + b[i] * current
-        lower, upper, alpha, kappa, log_masses, half_width, log_z0 = _pair_window(
-            a, b, precision[j], inv_scale[j], current, widths[j], cutoff
+        lower, upper, kappa, log_masses, top, total, half_width, log_bf = _evidence(
+            a, b, precision[j], inv_scale[j], log_constant[j], current, widths[j], cutoff
         )
         widths[j] = shrink * half_width
-        top = -math.inf
-        for s in range(log_masses.size):
-            top = max(top, log_masses[s])
-        total = 0.0
-        for s in range(log_masses.size):
-            total += math.exp(log_masses[s] - top)
-        log_z1 = log_constant[j] + top + math.log(total)
-        odds = log_odds[j] + log_z1 - log_z0
+        odds = log_odds[j] + log_bf
         new = 0.0
         if uniforms[j, 0] < 1.0 / (1.0 + math.exp(-odds)):
-            target = uniforms[j, 1] * total
-            running = 0.0
-            chosen = log_masses.size - 1
-            for s in range(log_masses.size):
-                running += math.exp(log_masses[s] - top)
-                if running > target:
-                    chosen = s
-                    break
-            new = _segment_draw(lower[chosen], upper[chosen], kappa[chosen], precision[j], uniforms[j, 2])
+            new = _draw_value(lower, upper, kappa, log_masses, top, total, precision[j], uniforms[j, 1], uniforms[j, 2])
             include[j] = 1
         else:
             include[j] = 0
@@ -238,6 +252,57 @@ def _pair_sweep(
         for i in range(stop - start):
             margin[row_idx[start + i]] = a[i] - b[i] * new
         coef[k] = new
+
+
+def _exchange_sweep(
+    margin, col_ptr, row_idx, yx, selected, coef, gamma, pairs, precision, inv_scale, log_constant, log_odds,
+    widths, uniforms, include, value, cutoff, shrink,
+):  # fmt: skip
+    """The exchanges of :meth:`marginal_pairs.MarginalPairs.exchange` (same arguments as :func:`_pair_sweep`, with
+    ``gamma`` the current indicators, updated in place, and ``pairs`` the ``(n, 2)`` pairs of slopes)."""
+    for t in range(pairs.shape[0]):
+        j = pairs[t, 0]
+        k = pairs[t, 1]
+        if gamma[j] == gamma[k] or col_ptr[j + 1] == col_ptr[j] or col_ptr[k + 1] == col_ptr[k]:
+            continue
+        if gamma[k] == 1:  # j is the included one
+            j, k = k, j
+        cj = selected[j]
+        ck = selected[k]
+        start_j, stop_j = col_ptr[j], col_ptr[j + 1]
+        start_k, stop_k = col_ptr[k], col_ptr[k + 1]
+        b_j = yx[start_j:stop_j]
+        b_k = yx[start_k:stop_k]
+        a_j = np.empty(stop_j - start_j)
+        for i in range(stop_j - start_j):  # slope j out: both slopes at 0
+            a_j[i] = margin[row_idx[start_j + i]] + b_j[i] * coef[cj]
+            margin[row_idx[start_j + i]] = a_j[i]
+        a_k = np.empty(stop_k - start_k)
+        for i in range(stop_k - start_k):
+            a_k[i] = margin[row_idx[start_k + i]]
+        low_j, up_j, kap_j, mass_j, top_j, tot_j, width_j, bf_j = _evidence(
+            a_j, b_j, precision[j], inv_scale[j], log_constant[j], coef[cj], widths[j], cutoff
+        )
+        low_k, up_k, kap_k, mass_k, top_k, tot_k, width_k, bf_k = _evidence(
+            a_k, b_k, precision[k], inv_scale[k], log_constant[k], 0.0, widths[k], cutoff
+        )
+        widths[j] = shrink * width_j
+        widths[k] = shrink * width_k
+        logit = (log_odds[j] + bf_j) - (log_odds[k] + bf_k)
+        if uniforms[t, 0] < 1.0 / (1.0 + math.exp(-logit)):  # j stays in, with a new value
+            new = _draw_value(low_j, up_j, kap_j, mass_j, top_j, tot_j, precision[j], uniforms[t, 1], uniforms[t, 2])
+            for i in range(stop_j - start_j):
+                margin[row_idx[start_j + i]] = a_j[i] - b_j[i] * new
+            coef[cj] = new
+            include[j], value[j], include[k], value[k] = 1, new, 0, 0.0
+        else:  # k in, j out
+            new = _draw_value(low_k, up_k, kap_k, mass_k, top_k, tot_k, precision[k], uniforms[t, 1], uniforms[t, 2])
+            for i in range(stop_k - start_k):
+                margin[row_idx[start_k + i]] = a_k[i] - b_k[i] * new
+            coef[cj] = 0.0
+            coef[ck] = new
+            gamma[j], gamma[k] = 0, 1
+            include[j], value[j], include[k], value[k] = 0, 0.0, 1, new
 
 
 if compiled_rows.numba is not None:
@@ -249,6 +314,9 @@ if compiled_rows.numba is not None:
     _inverse_log_ndtr = compiled_rows.compile_nogil(_inverse_log_ndtr)
     _segment_draw = compiled_rows.compile_nogil(_segment_draw)
     _pair_window = pair_window
+    _evidence = compiled_rows.compile_nogil(_evidence)
+    _draw_value = compiled_rows.compile_nogil(_draw_value)
     pair_sweep = compiled_rows.compile_nogil(_pair_sweep)
+    exchange_sweep = compiled_rows.compile_nogil(_exchange_sweep)
 else:  # never called: callers check compiled_rows.available()
-    pair_window = pair_sweep = None
+    pair_window = pair_sweep = exchange_sweep = None

@@ -29,7 +29,9 @@ imputation model's own chain at the start of each (:mod:`bayesvm.engines.imputat
 the prior's step, two kinds of model moves run on the posterior with ``omega`` integrated out: the swaps of
 :mod:`bayesvm.engines.selection.moves` and a sweep of exact ``(gamma_k, beta_k)`` updates
 (:mod:`bayesvm.engines.selection.marginal_pairs`), which stop the indicators sticking to what ``omega``
-remembers on many rows; then ``omega`` (and Laplace-zero's ``b``) is drawn afresh.
+remembers on many rows, and that module's exchanges between an included and an excluded slope with both
+integrated out (near-substitutes such as spam's ``font`` and ``charHash``); then ``omega`` (and Laplace-zero's
+``b``) is drawn afresh.
 """
 
 from __future__ import annotations
@@ -93,12 +95,14 @@ def sample_selection(
     swaps: bool = True,
     imputation: ImputationProblem | None = None,
     pairs: bool = True,
+    exchanges: bool = True,
 ) -> SelectionGibbsResult:
     """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``.
 
-    ``swaps=False`` leaves out the swap moves of :mod:`bayesvm.engines.selection.moves` and ``pairs=False`` the
-    updates of :mod:`bayesvm.engines.selection.marginal_pairs` (both off: the papers' samplers, kept for the
-    comparison in ``benchmarks/gibbs_mixing.py``).  ``imputation`` (an
+    ``swaps=False`` leaves out the swap moves of :mod:`bayesvm.engines.selection.moves`, ``pairs=False`` the
+    updates of :mod:`bayesvm.engines.selection.marginal_pairs` and ``exchanges=False`` its exchanges (all off: the
+    papers' samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``; the exchanges run only with the
+    pairs, since on their own they never change the number of slopes included).  ``imputation`` (an
     ``imputation="mi"`` problem on the same rows and columns as ``problem.X``) draws a new completed data
     set every few iterations from the imputation model's own chain, as :mod:`bayesvm.engines.imputation.joint_model` does
     for the linear sampler (the cut posterior of :mod:`bayesvm.engines.imputation.multiple`)."""
@@ -108,7 +112,7 @@ def sample_selection(
         f"storing {chains} x {draws} draws of {problem.q + problem.m} parameters",
         "use fewer draws or thin=k",
     )
-    chain = partial(_run_chain, swaps=swaps, pairs=pairs, imputation=imputation)
+    chain = partial(_run_chain, swaps=swaps, pairs=pairs, exchanges=exchanges, imputation=imputation)
     runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
     extra = {}
     if imputation is not None:
@@ -138,9 +142,12 @@ def sample_selection(
     )
 
 
-def _run_chain(problem, draws, tune, thin, seed, show, swaps: bool = True, pairs: bool = True, imputation=None) -> dict:
+def _run_chain(
+    problem, draws, tune, thin, seed, show, swaps: bool = True, pairs: bool = True, exchanges: bool = True,
+    imputation=None,
+) -> dict:  # fmt: skip
     with blas_threads(problem.q):
-        return _chain(problem, draws, tune, thin, seed, show, swaps, imputation, pairs)
+        return _chain(problem, draws, tune, thin, seed, show, swaps, imputation, pairs, exchanges)
 
 
 def _chain(
@@ -153,6 +160,7 @@ def _chain(
     swaps: bool,
     imputation: ImputationProblem | None = None,
     pairs: bool = True,
+    exchanges: bool = True,
 ) -> dict:
     rng = np.random.default_rng(seed)
     y, X = problem.y, problem.X
@@ -215,6 +223,8 @@ def _chain(
             coef = moves.run(state, coef, rng)
         if marginal is not None:
             coef = marginal.run(state, coef, rng, np.diag(gram)[problem.selected])
+            if exchanges:
+                coef = marginal.exchange(state, coef, rng)
         if moves is not None or marginal is not None:
             state.after_moves()
         if components:  # Sigma_c | u_c (IG, half-t through its auxiliary variable, or IW)

@@ -127,3 +127,63 @@ def test_a_wrong_prior_constant_is_caught(monkeypatch):
     sampled = sampled_model_probabilities(_pairs_only(problem), 3)
     se = np.sqrt(exact * (1 - exact) / 2000)
     assert not np.all(np.abs(sampled - exact) < 4 * se + 0.01)
+
+
+class _FakeStep:
+    """The step interface of :class:`MarginalPairs` for two slopes with fixed priors (slope 0 included)."""
+
+    def __init__(self, precision, inv_scale, log_odds):
+        self.gamma = np.array([1, 0])
+        self.priors = (np.asarray(precision, float), np.asarray(inv_scale, float), np.asarray(log_odds, float))
+        self.include = self.value = None
+
+    def pair_priors(self):
+        return self.priors
+
+    def apply_pairs(self, include, value):
+        self.include, self.value = include.copy(), value.copy()
+
+
+@pytest.mark.parametrize("numba_on", ["1", "0"], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("prior", PRIORS, ids=["gaussian", "laplace"])
+def test_exchange_draws_the_pair_given_one_in(monkeypatch, prior, numba_on):
+    """From ``(slope 0 in, slope 1 out)``, an exchange keeps slope 0 with the probability that quadrature of the
+    two one-slope models gives (the other coefficient, an intercept, held fixed) and draws the included value
+    from its density: the mean over the draws of each model matches the quadrature mean."""
+    if numba_on == "1" and not compiled_rows.available():
+        pytest.skip("numba not installed")
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, numba_on)
+    rng = np.random.default_rng(7)
+    n = 40
+    x = rng.standard_normal((n, 2))
+    x[:, 1] = 0.8 * x[:, 0] + 0.6 * x[:, 1]  # correlated near-substitutes
+    y = np.where(rng.random(n) < 1 / (1 + np.exp(-1.5 * x[:, 0])), 1.0, -1.0)
+    X = np.column_stack([np.ones(n), x])
+    precision = [prior.precision] * 2
+    inv_scale = [0.0 if prior.precision > 0 else 1.0 / prior.scale] * 2
+    log_odds = [0.4, -0.3]
+    evidence, means = [], []
+    for k in (1, 2):
+        log_density = _log_density(1.0 - y * 0.2, y * X[:, k], prior)  # intercept fixed at 0.2
+        kinks = list(np.clip((1.0 - y * 0.2) / (y * X[:, k]), -29, 29)) + [0.0]
+        mass = integrate.quad(lambda t, f=log_density: np.exp(f(t)), -30, 30, points=kinks, limit=500)[0]
+        first = integrate.quad(lambda t, f=log_density: t * np.exp(f(t)), -30, 30, points=kinks, limit=500)[0]
+        evidence.append(np.log(mass) + prior.log_constant() + log_odds[k - 1])
+        means.append(first / mass)
+    keep = 1.0 / (1.0 + np.exp(evidence[1] - evidence[0]))
+    pairs = marginal_pairs.MarginalPairs(y, X, np.array([1, 2]))
+    kept, values = [], []
+    draws = 3000
+    for _ in range(draws):
+        step = _FakeStep(precision, inv_scale, log_odds)
+        coef = np.array([0.2, 0.5, 0.0])
+        pairs.exchange(step, coef, rng)
+        assert step.include.tolist() in ([1, 0], [0, 1])
+        assert coef[1] == step.value[0] and coef[2] == step.value[1]
+        kept.append(step.include[0] == 1)
+        values.append(step.value[0] if kept[-1] else step.value[1])
+    kept, values = np.array(kept), np.array(values)
+    assert abs(kept.mean() - keep) < 4 * np.sqrt(keep * (1 - keep) / draws), (kept.mean(), keep)
+    for model, mean in ((kept, means[0]), (~kept, means[1])):
+        se = values[model].std() / np.sqrt(model.sum())
+        assert abs(values[model].mean() - mean) < 4 * se, (values[model].mean(), mean)
