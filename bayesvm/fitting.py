@@ -385,8 +385,15 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
     allowed = ("svi",) if kernel is not None else ("vb", "svi")
     if method not in allowed:
         raise BayesvmError(f"out-of-core (dask) data are fitted by method in {allowed}, not {method!r}")
-    if prior is not None or vb == "accurate":
-        raise BayesvmError("out-of-core (dask) data take neither a selection prior nor vb='accurate' in this version")
+    if vb == "accurate":
+        raise BayesvmError(
+            "out-of-core (dask) data are fitted by mean-field VB or SVI, not vb='accurate': expectation propagation "
+            "keeps two site parameters for every row, and a pass over the partitions keeps no per-row state"
+        )
+    if prior is not None:
+        if kernel is not None:
+            raise BayesvmError("a selection prior selects slopes, and a kernel fit has no slopes to penalise")
+        _check_prior_method(prior, method, penalty, vb)
     tol, max_iter = iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=500)
     streamed = build_streamed(parse_formula(formula), data, positive, missing)
     name = data_name(data)
@@ -400,11 +407,14 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
                          batches=lambda rng: PartitionBatches(streamed.loader(parts), streamed.counts, batch_size, rng))  # fmt: skip
         fit = KernelFit(model=model, problem=problem, method=method, result=result, data_name=name, tol=tol)
     else:
-        model = _all_dense(build_model(streamed.design, penalty, PriorSet() if priors is None else priors, standardize),
-                           "out-of-core data stream the rows of one dense q")  # fmt: skip
+        model = _all_dense(build_model(streamed.design, penalty, PriorSet() if priors is None else priors, standardize,
+                                       prior=prior), "out-of-core data stream the rows of one dense q")  # fmt: skip
         problem = model.problem()
         parts = streamed.parts(lambda new, model=model: model.dense_matrix(new.X, new.codes, new.values, new.gp_bases))
-        if method == "vb":
+        if prior is not None:
+            result = _fit_streamed_selection(model, method, streamed, parts, tol, max_iter, seed, batch_size,
+                                             learning_rate)  # fmt: skip
+        elif method == "vb":
             result = fit_streamed_vb(problem, lambda func, *args: streamed.map(parts, func, *args), tol=tol,
                                      max_iter=max_iter)  # fmt: skip
         else:
@@ -417,6 +427,30 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
         warnings.warn(f"the fit stopped before converging ({getattr(result, 'stopping', '') or 'max_iter'})",
                       ConvergenceWarning, stacklevel=3)  # fmt: skip
     return fit
+
+
+def _fit_streamed_selection(model, method, streamed, parts, tol, max_iter, seed, batch_size, learning_rate):
+    """A selection prior on out-of-core data: its VB with one pass over the partitions per sweep
+    (:mod:`bayesvm.engines.selection.stream_vb`), or its SVI on minibatches drawn partition by partition."""
+    from .engines.batches import PartitionBatches
+    from .engines.selection.stream_vb import fit_streamed_selection_vb
+    from .engines.selection.svi import fit_selection_svi
+
+    if not model.penalized.any():
+        raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
+    problem = model.selection_problem()
+    if not isinstance(model.prior, LaplaceZero):  # slab / lasso scale: each column's SD over every row (as in memory)
+        sd = model.design.column_moments()[1][problem.selected] / model.scale[problem.selected]
+        problem = replace(problem, prior_scale=np.where(sd > 0, sd, 1.0))
+    if method == "vb":
+        result = fit_streamed_selection_vb(problem, lambda func, *args: streamed.map(parts, func, *args), tol=tol,
+                                           max_iter=max_iter)  # fmt: skip
+        if result.decreases:
+            warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, 4)
+        return result
+    return fit_selection_svi(problem, batch_size=batch_size, max_iter=max_iter, tol=tol, learning_rate=learning_rate,
+                             seed=seed, batches=lambda rng: PartitionBatches(streamed.loader(parts), streamed.counts,
+                                                                             batch_size, rng))  # fmt: skip
 
 
 def _all_dense(model, why: str):

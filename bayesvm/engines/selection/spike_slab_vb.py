@@ -108,6 +108,20 @@ class _Sweep:
     bound: float = float("nan")
 
 
+@dataclass
+class SlabFit:
+    """``q(theta) = N(mean, P^{-1})`` of the model with every slope in its slab (``chol``: ``P``'s factor)."""
+
+    mean: np.ndarray
+    chol: tuple
+
+    def row_chi(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``q(a)``'s ``chi`` at the rows ``X``: ``(1 - y E f)^2 + Var f``, floored."""
+        f_mean = X @ self.mean
+        f_var = np.einsum("ij,ji->i", X, sla.cho_solve(self.chol, X.T))
+        return update_chi((1.0 - y * f_mean) ** 2 + f_var)
+
+
 class _CoordinateAscent(MessageSweep):
     def __init__(self, problem: SelectionProblem):
         self.p = problem
@@ -126,27 +140,34 @@ class _CoordinateAscent(MessageSweep):
     def joint_state(self, sweeps: int = JOINT_START_SWEEPS) -> tuple:
         """Every slope included, ``mu`` and ``chi`` from mean-field VB of the model with all slopes in their slabs
         (one Gaussian ``q`` over every coefficient, Alg. 1 with ``E[Sigma^{-1}] = I``), run to a stable ``chi``."""
-        p, sel = self.p, self.p.selected
-        components = [initial_component(c) for c in p.components]
-        prior = p.fixed_precision.copy()
-        prior[p.component_columns] = 0.0
-        prior[sel] = self.tau
+        p = self.p
         chi = np.ones(p.y.size)
         for _ in range(sweeps):
             w = inverse_a_mean(chi)
-            precision = p.weighted_gram(w)
-            precision[np.diag_indices(p.q)] += prior
-            p.add_component_precisions(precision, [c.expected_precision() for c in components])
-            chol = sla.cho_factor(precision, lower=True)
-            mean = sla.cho_solve(chol, p.X.T @ (p.y * (1.0 + w)))
-            f_mean = p.X @ mean
-            f_var = np.einsum("ij,ji->i", p.X, sla.cho_solve(chol, p.X.T))
-            new_chi = update_chi((1.0 - p.y * f_mean) ** 2 + f_var)
+            slab = self.slab_fit(p.weighted_gram(w), p.X.T @ (p.y * (1.0 + w)))
+            new_chi = slab.row_chi(p.X, p.y)
             done = np.max(np.abs(new_chi - chi) / chi) < 1e-6
             chi = new_chi
             if done:
                 break
-        return chi, np.full(p.m, 1.0 - ALPHA_FLOOR), mean[sel].copy(), components
+        return self.joint_start(chi, slab)
+
+    def slab_fit(self, gram: np.ndarray, r: np.ndarray) -> SlabFit:
+        """One Alg. 1 update of ``q(theta)`` with every slope in its slab, from the rows' message ``(G, r)``."""
+        p, sel = self.p, self.p.selected
+        prior = p.fixed_precision.copy()
+        prior[p.component_columns] = 0.0
+        prior[sel] = self.tau
+        precision = gram.copy()
+        precision[np.diag_indices(p.q)] += prior
+        p.add_component_precisions(precision, [initial_component(c).expected_precision() for c in p.components])
+        chol = sla.cho_factor(precision, lower=True)
+        return SlabFit(mean=sla.cho_solve(chol, r), chol=chol)
+
+    def joint_start(self, rows, slab: SlabFit) -> tuple:
+        """The state of the first start: ``rows`` (``chi``, or a streamed engine's message) and ``slab``'s slopes."""
+        components = [initial_component(c) for c in self.p.components]
+        return rows, np.full(self.p.m, 1.0 - ALPHA_FLOOR), slab.mean[self.p.selected].copy(), components
 
     def update(
         self, gram: np.ndarray, r: np.ndarray, alpha: np.ndarray, mu_s: np.ndarray, components: list,
@@ -243,11 +264,18 @@ class _CoordinateAscent(MessageSweep):
 
 
 def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool) -> SelectionVBResult:
-    start = time.perf_counter()
-    ascent_map = _CoordinateAscent(problem)
+    return search(_CoordinateAscent(problem), problem, tol, max_iter, accelerate, time.perf_counter())
+
+
+def search(
+    ascent_map, problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool, start: float
+) -> SelectionVBResult:
+    """The two starts, then the model moves (module docstring) on ``ascent_map``: this module's coordinate ascent,
+    or :class:`bayesvm.engines.selection.stream_vb.StreamedSweep` (whose state holds the rows' message in place of
+    ``chi``; ``accelerate=False``)."""
     runs = [
-        ascend(ascent_map, start, tol, max_iter, accelerate)
-        for start in (ascent_map.joint_state(), ascent_map.initial_state())
+        ascend(ascent_map, first, tol, max_iter, accelerate)
+        for first in (ascent_map.joint_state(), ascent_map.initial_state())
     ]
     ascent = max(runs, key=lambda run: run.bounds[-1])  # the better of the two local optima
     bounds, decreases, sweeps = list(ascent.bounds), list(ascent.decreases), sum(run.n_sweeps for run in runs)

@@ -83,19 +83,24 @@ def fit_selection_svi(
     learning_rate: str | float = "robbins-monro",
     warmup: int = 10,
     seed: int | None = None,
+    batches=None,
 ) -> SelectionSVIResult:
     """SVI of the selection prior's mean-field family (module docstring); arguments as
-    :func:`bayesvm.engines.linear.svi.fit_linear_svi`."""
+    :func:`bayesvm.engines.linear.svi.fit_linear_svi` (``batches(rng)``: the minibatches of out-of-core data,
+    whose rows ``problem`` does not hold)."""
     with blas_threads(problem.q):
-        return _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, warmup, seed)
+        return _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, warmup, seed, batches)
 
 
-def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, warmup, seed) -> SelectionSVIResult:
+def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, warmup, seed, batches=None):
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
     ascent = coordinate_object(problem)
-    batches = PartitionBatches.in_memory(problem.X, problem.y, batch_size, rng)
+    if batches is None:
+        batches = PartitionBatches.in_memory(problem.X, problem.y, batch_size, rng)
+    else:
+        batches = batches(rng)
     n = batches.n
     X_check, y_check = batches.monitor_rows(monitor, rng)
     steps, stop = StepSize(rule, warmup, delay=STEP_DELAY), WindowRule(tol)
