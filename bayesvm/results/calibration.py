@@ -65,6 +65,7 @@ ADAPTIVE_MIN_ROWS = 60
 MAP_DRAWS = 32
 FAMILIES = ("linear", "flexible", "adaptive")
 _GRID = np.linspace(0.0, 6.0, 1201)
+_GRID_STEP = float(_GRID[1] - _GRID[0])
 _FIXED_KNOTS = np.vstack([KNOTS, np.full(KNOTS.size, KNOT_WIDTH)])  # (location, width) per knot
 _HALF = np.random.default_rng(20171).standard_normal((MAP_DRAWS // 2, 1 + 4 * ADAPTIVE_QUANTILES.size))
 _UNIT_DRAWS = np.vstack([_HALF, -_HALF])
@@ -116,9 +117,17 @@ def _side_link(params: np.ndarray, x: np.ndarray, knots: np.ndarray = _FIXED_KNO
     log_slope = params[0] + steps @ params[1:]
     slope = np.exp(log_slope)
     integral = np.concatenate([[0.0], np.cumsum(0.5 * (slope[1:] + slope[:-1]) * np.diff(_GRID))])
-    inside = np.minimum(x, _GRID[-1])
-    g = np.interp(inside, _GRID, integral) + slope[-1] * np.maximum(x - _GRID[-1], 0.0)
-    return g, np.interp(inside, _GRID, slope)
+    cell, frac = _grid_cells(x)
+    g = integral[cell] + frac * (integral[cell + 1] - integral[cell]) + slope[-1] * np.maximum(x - _GRID[-1], 0.0)
+    return g, slope[cell] + frac * (slope[cell + 1] - slope[cell])
+
+
+def _grid_cells(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cell of the uniform ``_GRID`` holding each ``min(x, 6)`` and the position in it (what ``np.interp``
+    finds by bisection, here by one division: the optimiser calls this a few thousand times per map)."""
+    position = np.minimum(x, _GRID[-1]) / _GRID_STEP
+    cell = np.minimum(position.astype(np.intp), _GRID.size - 2)
+    return cell, position - cell
 
 
 def _split(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
