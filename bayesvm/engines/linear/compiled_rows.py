@@ -174,7 +174,32 @@ def _hinge_slice(a, b, c, log_scale, x0, width, exponential, uniforms, steps):
     return x0
 
 
+def _coordinate_sweep(
+    theta, f, margin, columns, col_ptr, row_idx, x_values, slope_values, widths, precision, exponentials, uniforms,
+    steps,
+):  # fmt: skip
+    """The coordinate moves of :meth:`bayesvm.engines.linear.interweave.ScaleMoves.coordinate_moves` in one compiled
+    loop: column ``columns[t]`` (its rows ``row_idx[col_ptr[t]:col_ptr[t + 1]]``, values ``x`` and ``y x`` there) by
+    :func:`_hinge_slice` (compiled) with ``c = (-precision[t] / 2, 0, 0, 0)``, on the random numbers the numpy path draws
+    for it (``exponentials[t]``, ``uniforms[t]``); ``theta``, ``f`` and ``margin = y f`` are updated in place."""
+    c = np.zeros(4)
+    for t in range(columns.size):
+        j = columns[t]
+        start, stop = col_ptr[t], col_ptr[t + 1]
+        old = theta[j]
+        base = np.empty(stop - start)
+        for i in range(start, stop):
+            base[i - start] = 1.0 - margin[row_idx[i]] + old * slope_values[i]
+        c[0] = -0.5 * precision[t]
+        new = hinge_slice(base, slope_values[start:stop], c, False, old, widths[t], exponentials[t], uniforms[t], steps)
+        for i in range(start, stop):
+            f[row_idx[i]] += (new - old) * x_values[i]
+            margin[row_idx[i]] += (new - old) * slope_values[i]
+        theta[j] = new
+
+
 if numba is not None:
     hinge_slice = compile_nogil(_hinge_slice)
+    coordinate_sweep = compile_nogil(_coordinate_sweep)
 else:  # never called: callers check available()
-    hinge_slice = None
+    hinge_slice = coordinate_sweep = None

@@ -184,6 +184,15 @@ class ScaleMoves:
             rows = slice(None) if rows.size == column.size else rows  # (a slice reads the rows without a copy)
             x = np.ascontiguousarray(column[rows])
             self.columns.append((j, rows, x, problem.y[rows] * x, COORDINATE_WIDTH / np.sqrt(float(x @ x))))
+        # the same columns as one sparse-column layout for the compiled sweep (compiled_rows.coordinate_sweep)
+        all_rows = np.arange(problem.y.size)
+        row_lists = [all_rows[rows] for _, rows, _, _, _ in self.columns]
+        self.sweep_columns = np.array([j for j, *_ in self.columns], dtype=np.intp)
+        self.sweep_ptr = np.concatenate([[0], np.cumsum([r.size for r in row_lists])]).astype(np.intp)
+        self.sweep_rows = np.concatenate(row_lists).astype(np.intp) if row_lists else np.zeros(0, dtype=np.intp)
+        self.sweep_x = np.concatenate([c[2] for c in self.columns]) if self.columns else np.zeros(0)
+        self.sweep_slope = np.concatenate([c[3] for c in self.columns]) if self.columns else np.zeros(0)
+        self.sweep_widths = np.array([c[4] for c in self.columns], dtype=float)
         self.free = np.ones(problem.D.shape[1], dtype=bool)  # columns with a fixed normal prior
         for comp in problem.components:
             if not comp.blocked:
@@ -213,6 +222,16 @@ class ScaleMoves:
             if comp.source < 0:  # the learned penalty: one variance over single-column "levels" (the slopes)
                 precision[comp.index.ravel()] += 1.0 / cov[0, 0]
         margin = self.problem.y * f
+        if compiled_rows.available():  # one compiled loop, on the random numbers the loop below draws, in its order
+            draws = [(rng.exponential(), rng.random(SLICE_STEPS + 1)) for _ in self.columns]
+            exponentials = np.array([e for e, _ in draws])
+            uniforms = np.array([u for _, u in draws]).reshape(len(draws), SLICE_STEPS + 1)
+            compiled_rows.coordinate_sweep(
+                theta_d, f, margin, self.sweep_columns, self.sweep_ptr, self.sweep_rows, self.sweep_x,
+                self.sweep_slope, self.sweep_widths, precision[self.sweep_columns], exponentials, uniforms,
+                SLICE_STEPS,
+            )  # fmt: skip
+            return theta_d, theta_b, covs, f
         for j, rows, x, slope, width in self.columns:
             old = float(theta_d[j])
             base = 1.0 - margin[rows] + old * slope

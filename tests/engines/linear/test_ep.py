@@ -81,7 +81,7 @@ def _compare(accurate, gibbs, mean_sd, sd_rel, var_rel=None):
 def test_without_random_effects_matches_gibbs():
     data, formula = simulate_logistic(200, 10)
     accurate = bayesvm.bsvm(formula, data, vb="accurate")
-    _compare(accurate, _gibbs(formula, data, draws=6000, tune=1000), 0.25, 0.15)
+    _compare(accurate, _gibbs(formula, data, draws=3000, tune=500), 0.25, 0.15)
 
 
 @pytest.mark.parametrize("groups, per_group", [(8, 60), (150, 3)])  # few large groups; many small groups
@@ -95,7 +95,7 @@ def test_simulated_random_intercepts_match_gibbs(groups, per_group):
     )
     formula = "y ~ x + (1 | g)"
     accurate = bayesvm.bsvm(formula, data, penalty=None, vb="accurate")
-    _compare(accurate, _gibbs(formula, data, penalty=None, draws=4000, tune=1000), 0.5, 0.25, 0.25)  # (moves: ESS x 3)
+    _compare(accurate, _gibbs(formula, data, penalty=None, draws=2000, tune=500), 0.5, 0.25, 0.25)  # (moves: ESS x 3)
 
 
 def test_toenail_meets_the_bar_against_gibbs(toenail):
@@ -105,7 +105,7 @@ def test_toenail_meets_the_bar_against_gibbs(toenail):
     elapsed = time.perf_counter() - start
     print(f"accurate VB on toenail: {elapsed:.2f} s")
     assert elapsed < 2.0  # about 0.5-0.95 s here; the margin absorbs this machine's timing noise
-    gibbs = _gibbs(formula, toenail, penalty=None, draws=4000, tune=1000)  # the moves: ESS/draw x 2.9
+    gibbs = _gibbs(formula, toenail, penalty=None, draws=2500, tune=1000)  # the moves: min ESS about 1,200
     _compare(accurate, gibbs, 0.5, 0.25, 0.25)
     # the marginal PSIS check passes the accurate fit, and its importance-weighted estimates move to Gibbs
     with warnings.catch_warnings():
@@ -124,7 +124,7 @@ def test_two_components_learned_penalty_and_random_intercept(toenail):
     formula = "outcome ~ visit * treatment + (1 | patientID)"
     accurate = bayesvm.bsvm(formula, toenail, vb="accurate")  # penalty="learn": two variance components
     assert accurate.result.nodes.shape[1] == 2
-    gibbs = _gibbs(formula, toenail, draws=3000, tune=1000)  # (the moves: ESS per draw x 3-4)
+    gibbs = _gibbs(formula, toenail, draws=2000, tune=500)  # (the moves: ESS per draw x 3-4)
     gibbs_sd = np.sqrt(np.diag(gibbs.fixef_cov))
     assert np.all(np.abs(accurate.fixef - gibbs.fixef) < 0.5 * gibbs_sd)
     assert np.all(np.abs(np.sqrt(np.diag(accurate.fixef_cov)) / gibbs_sd - 1) < 0.25)
