@@ -19,7 +19,6 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -565,14 +564,13 @@ PARENT_CHECK_SECONDS = 0.5
 
 
 def _end_with_parent(parent: int) -> None:
-    """Chain-worker initializer: a daemon thread ends the worker once its parent is gone (terminated, killed
-    or crashed: the worker is then re-parented and ``os.getppid()`` changes), so no chain outlives its run.
+    """Set up a chain worker: a daemon thread ends it once its parent is gone (terminated, killed or crashed:
+    the worker is then re-parented and ``os.getppid()`` changes), so no chain outlives its run.
 
-    The worker is forked inside :func:`_sigterm_raises`, so it would inherit the handler that turns SIGTERM
-    into ``SystemExit``; the pool's worker loop catches that as a chain's result and goes back to its queue (or
-    dies holding the queue's lock, and the parent then hangs at exit joining the pool).  So SIGTERM (what
-    :func:`_stop_workers` sends) is restored to its default, ending the worker at once, and Ctrl-C, which a
-    terminal sends to the whole process group, is ignored here: the parent ends the workers.
+    The worker is forked inside :func:`_sigterm_raises`, so it would inherit the handler that turns SIGTERM into
+    ``SystemExit``; SIGTERM (what :func:`_stop_workers` sends) is restored to its default, ending the worker at
+    once, and Ctrl-C, which a terminal sends to the whole process group, is ignored here: the parent ends the
+    workers.
     """
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -586,10 +584,24 @@ def _end_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="bayesvm-parent-watch", daemon=True).start()
 
 
+def _chain_worker(chain, args: tuple, parent: int, send) -> None:
+    """A chain worker process: run ``chain(*args)`` and send ``("ok", result)`` or ``("error", exception)``."""
+    _end_with_parent(parent)
+    try:
+        message = ("ok", chain(*args))
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent, which raises it
+        message = ("error", exc)
+    try:
+        send.send(message)
+    except Exception as exc:  # an exception that does not pickle: its text
+        send.send(("error", RuntimeError(f"{type(message[1]).__name__}: {message[1]} ({exc})")))
+    send.close()
+
+
 @contextmanager
 def _sigterm_raises():
     """In the main thread, SIGTERM raises ``SystemExit`` (as Ctrl-C raises ``KeyboardInterrupt``), so that the
-    pool below is torn down instead of the process dying with its workers still running."""
+    workers below are ended instead of the process dying with them still running."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -604,9 +616,8 @@ def _sigterm_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Terminate every worker process of ``pool`` now and drop the queued chains."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
+def _stop_workers(processes) -> None:
+    """Terminate every worker process now (SIGTERM, then SIGKILL after 5 seconds)."""
     for process in processes:
         if process.is_alive():
             process.terminate()
@@ -614,37 +625,78 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         process.join(timeout=5.0)
         if process.is_alive():
             process.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
+            process.join(timeout=5.0)
 
 
 def run_chains(chain, problem, draws: int, tune: int, thin: int, chains: int, seed, cores: int, progress: bool):
     """``chain(problem, draws, tune, thin, seed_sequence, show)`` for each of ``chains`` independent seeds
-    spawned from ``SeedSequence(seed)``: in ``min(cores, chains)`` processes when ``cores > 1`` (the same
-    draws as serially), with a tqdm bar on a terminal.  Shared by every Gibbs engine.
+    spawned from ``SeedSequence(seed)``: in ``min(cores, chains)`` processes at a time when ``cores > 1`` (the
+    same draws as serially), with a tqdm bar on a terminal.  Shared by every Gibbs engine.
 
-    On Ctrl-C or SIGTERM the worker processes are terminated before the exception propagates, and a worker
-    whose parent disappears (e.g. killed) ends itself within a second.
+    Each chain runs in its own process and sends its draws back through a pipe; nothing else (no pool, no
+    manager thread) stands between the parent and its workers.  On Ctrl-C or SIGTERM the workers are terminated
+    before the exception propagates, and a worker whose parent disappears (e.g. killed) ends itself within a
+    second.  A chain's exception is raised in the parent; a worker that dies without a result raises
+    ``RuntimeError``.
     """
     seeds = np.random.SeedSequence(seed).spawn(chains)
     show = progress and sys.stderr.isatty()
-    if cores > 1 and chains > 1:
-        pool = ProcessPoolExecutor(
-            max_workers=min(cores, chains), initializer=_end_with_parent, initargs=(os.getpid(),)
-        )
-        try:
-            with _sigterm_raises():
-                futures = [pool.submit(chain, problem, draws, tune, thin, s, False) for s in seeds]
-                if show:
-                    from tqdm.auto import tqdm
+    if cores <= 1 or chains <= 1:
+        return [chain(problem, draws, tune, thin, s, show) for s in seeds]
+    import multiprocessing
+    from multiprocessing.connection import wait
 
-                    futures = tqdm(futures, desc=f"Gibbs ({chains} chains)", leave=False)
-                results = [f.result() for f in futures]
-        except BaseException:
-            _stop_workers(pool)
-            raise
-        pool.shutdown(wait=True)
-        return results
-    return [chain(problem, draws, tune, thin, s, show) for s in seeds]
+    context = multiprocessing.get_context()
+    results: list = [None] * chains
+    waiting = list(range(chains))
+    running: dict = {}  # receiving end -> (chain index, process)
+    bar = None
+    if show:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=chains, desc=f"Gibbs ({chains} chains)", leave=False)
+    try:
+        with _sigterm_raises():
+            while waiting or running:
+                while waiting and len(running) < min(cores, chains):
+                    i = waiting.pop(0)
+                    receive, send = context.Pipe(duplex=False)
+                    process = context.Process(
+                        target=_chain_worker,
+                        args=(chain, (problem, draws, tune, thin, seeds[i], False), os.getpid(), send),
+                        name=f"bayesvm-chain-{i}",
+                        daemon=True,
+                    )
+                    process.start()
+                    send.close()
+                    running[receive] = (i, process)
+                for receive in wait(list(running)):
+                    i, process = running[receive]  # (still listed: an interrupt during recv ends it too)
+                    try:
+                        status, payload = receive.recv()
+                    except EOFError:
+                        process.join()
+                        raise RuntimeError(
+                            f"the process of Gibbs chain {i + 1} ended without a result (exit code "
+                            f"{process.exitcode}); memory may have run out: try fewer cores or draws"
+                        ) from None
+                    del running[receive]
+                    receive.close()
+                    process.join()
+                    if status == "error":
+                        raise payload
+                    results[i] = payload
+                    if bar is not None:
+                        bar.update()
+    except BaseException:
+        _stop_workers([process for _, process in running.values()])
+        for receive in running:
+            receive.close()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return results
 
 
 def sample_gibbs(

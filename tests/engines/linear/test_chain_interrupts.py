@@ -14,9 +14,11 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 SCRIPT = textwrap.dedent(
     """
-    import os, sys
+    import faulthandler, os, signal, sys
     import numpy as np, pandas as pd
     import bayesvm
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's diagnosis if the parent does not end
 
     rng = np.random.default_rng(0)
     n = 400
@@ -54,7 +56,7 @@ def _alive(pid: int) -> bool:
 def _start_and_find_workers(tmp_path):
     script = tmp_path / "chains.py"
     script.write_text(SCRIPT)
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert parent.stdout.readline().strip() == "ready"
     deadline = time.time() + 60
     workers: set[int] = set()
@@ -81,7 +83,15 @@ def test_workers_end_with_the_parent(tmp_path, how):
     parent, workers = _start_and_find_workers(tmp_path)
     try:
         os.kill(parent.pid, how)
-        parent.wait(timeout=30)
+        try:
+            parent.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.kill(parent.pid, signal.SIGUSR1)  # faulthandler: where every thread of the parent is
+            time.sleep(1.0)
+            parent.kill()
+            raise AssertionError(
+                f"the parent did not end after {signal.Signals(how).name}:\n{parent.stderr.read()}"
+            ) from None
         assert _gone_within(workers, 10), f"chain workers still running after {signal.Signals(how).name}"
     finally:
         for pid in workers:

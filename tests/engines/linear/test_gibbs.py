@@ -3,6 +3,7 @@ marginal pseudo-posterior exp(-2 sum hinge) x prior (the augmentation integrates
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -161,9 +162,30 @@ def test_parallel_chains_equal_serial_chains():
     data = _small_data()
     design = build_design(parse_formula("y ~ x + (1 | g)"), data)
     problem = build_model(design, None, PriorSet(), True).problem()
-    serial = sample_gibbs(problem, draws=30, tune=5, chains=2, seed=3, cores=1, progress=False)
-    parallel = sample_gibbs(problem, draws=30, tune=5, chains=2, seed=3, cores=2, progress=False)
+    serial = sample_gibbs(problem, draws=30, tune=5, chains=3, seed=3, cores=1, progress=False)
+    parallel = sample_gibbs(problem, draws=30, tune=5, chains=3, seed=3, cores=2, progress=False)  # 2, then 1
     np.testing.assert_array_equal(serial.theta_d, parallel.theta_d)
+
+
+def _failing_chain(problem, draws, tune, thin, seed, show):
+    if seed.spawn_key[-1] == 1:
+        raise ValueError("chain 2 failed")
+    return {"draws": draws}
+
+
+def _dying_chain(problem, draws, tune, thin, seed, show):
+    os._exit(3)
+
+
+def test_a_chain_worker_failure_is_raised_in_the_parent():
+    """A chain's exception reaches the caller; a worker that dies without a result is named, not waited on."""
+    from bayesvm.engines.linear.gibbs import run_chains
+
+    assert run_chains(_failing_chain, None, 5, 0, 1, 1, 0, 2, False) == [{"draws": 5}]
+    with pytest.raises(ValueError, match="chain 2 failed"):
+        run_chains(_failing_chain, None, 5, 0, 1, 3, 0, 2, False)
+    with pytest.raises(RuntimeError, match="chain 1 ended without a result"):
+        run_chains(_dying_chain, None, 5, 0, 1, 2, 0, 2, False)
 
 
 def test_vb_means_close_to_gibbs_without_random_effects(capsys):
