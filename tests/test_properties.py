@@ -98,7 +98,7 @@ def _fit_or_refused(data: pd.DataFrame, **kwargs):
     return fit
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**MODELS)
 def test_fit_is_an_error_or_finite_and_monotone(data, fixed, random, penalty):
     formula = "y ~ " + fixed + (" + " + random if random else "")
@@ -117,7 +117,7 @@ def test_fit_is_an_error_or_finite_and_monotone(data, fixed, random, penalty):
     pd.testing.assert_frame_equal(data, before)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**MODELS)
 def test_default_accurate_fit_is_an_error_or_finite(data, fixed, random, penalty):
     """The default variational fit (accurate VB: EP integrated over the variance components)."""
@@ -144,7 +144,7 @@ SELECTION = [
 ]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=data_sets(), fixed=st.sampled_from(FIXED), engine=st.sampled_from(SELECTION))
 def test_selection_fit_is_an_error_or_finite(data, fixed, engine):
     method, prior = engine

@@ -34,8 +34,9 @@ collapsed Gibbs step (van Dyk & Park 2008), valid because the sampler draws ever
 that keeps one of them must pass through "both in" or "both out" to switch, and both are improbable.  An
 exchange takes a pair of slopes ``(j, k)``, chosen in a way that does not depend on the state (each slope in
 random order as ``j``, with a partner ``k`` drawn with probability proportional to ``|corr(x_j, x_k)| + 0.01``,
-the swaps' weights of :mod:`bayesvm.engines.selection.moves`), and, when exactly one of them is included, draws the block ``(gamma_j, beta_j, gamma_k, beta_k)`` from its
-conditional given the rest *and* given that exactly one is included.  The event is a function of the block that
+the swaps' weights of :mod:`bayesvm.engines.selection.moves`), and, when exactly one of them is included,
+draws the block ``(gamma_j, beta_j, gamma_k, beta_k)`` from its conditional given the rest *and* given that
+exactly one is included.  The event is a function of the block that
 the draw keeps, so the step leaves the posterior invariant (it is a Gibbs step on the posterior restricted to
 the event).  With both slopes at 0 (margins ``a``), the two models' probabilities are
 ``pi_j (1 - pi_k) Z_1j exp(-2 sum_i max(0, a_i))`` and the same with ``j, k`` exchanged, so

@@ -64,6 +64,7 @@ def test_gibbs_with_moves_matches_quadrature(priors):
         np.testing.assert_allclose(sampled, exact, atol=0.06 * spread)
 
 
+@pytest.mark.slow  # (57 s; the moves' exactness runs by default in test_gibbs_with_moves_matches_quadrature)
 @pytest.mark.parametrize(
     "formula,penalty",
     [("y ~ x + (1 + x | g)", None), ("y ~ x + x2 + (1 | g)", "learn")],
