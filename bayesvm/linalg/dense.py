@@ -25,7 +25,7 @@ import functools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -44,10 +44,25 @@ SINGLE_THREAD_BELOW = 512
 THREADS_ABOVE_WORK = 1e9
 
 
+#: How many :func:`blas_threads` contexts that hold BLAS at one thread are open (BLAS limits are process-wide):
+#: inside one, :func:`small_lapack` has nothing to do.
+_SINGLE_THREADED = [0]
+
+
+@contextmanager
+def _one_blas_thread():
+    with threadpool_limits(limits=1, user_api="blas"):
+        _SINGLE_THREADED[0] += 1
+        try:
+            yield
+        finally:
+            _SINGLE_THREADED[0] -= 1
+
+
 def blas_threads(n_columns: int, n_rows: int = 0) -> AbstractContextManager:
     """Context in which an engine runs: one BLAS thread for small dense blocks, the default otherwise."""
     if n_columns < SINGLE_THREAD_BELOW and float(n_rows) * n_columns**2 < THREADS_ABOVE_WORK:
-        return threadpool_limits(limits=1, user_api="blas")
+        return _one_blas_thread()
     return nullcontext()
 
 
@@ -60,7 +75,7 @@ def small_lapack(q: int) -> AbstractContextManager:
     """One BLAS thread for LAPACK on a small ``q x q`` matrix inside a threaded engine: right after a
     threaded product OpenBLAS can stall a small ``dpotri`` for tens of milliseconds (measured 79 ms on
     50 x 50; 0.2 ms single-threaded)."""
-    if q < SINGLE_THREAD_BELOW:
+    if q < SINGLE_THREAD_BELOW and not _SINGLE_THREADED[0]:  # (a threadpoolctl limit costs ~60 us)
         return _controller().limit(limits=1, user_api="blas")
     return nullcontext()
 
@@ -77,6 +92,10 @@ def runs_with_blas_threads(size: Callable[..., int]) -> Callable:
         return engine
 
     return decorate
+
+
+#: Entries of ``rows`` below which :meth:`BlockedFactor.weighted_sum` weights the rows densely.
+SMALL_WEIGHTED_SUM = 200_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,8 +132,12 @@ class BlockedFactor:
 
     def weighted_sum(self, weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``sum_{i in level j} weights_i rows_i`` for every level: ``J x r`` from ``rows`` (``n x r``), one
-        sparse-dense product (measured 7x faster than ``np.add.reduceat`` at a million rows)."""
+        sparse-dense product (measured 7x faster than ``np.add.reduceat`` at a million rows).  Below
+        :data:`SMALL_WEIGHTED_SUM` entries the rows are weighted first and summed by the cached indicator (building
+        a weighted sparse matrix costs ~100 us, most of an EP site update on a few hundred rows)."""
         ind = self._indicator
+        if rows.size < SMALL_WEIGHTED_SUM:
+            return ind @ (rows * weights[:, None])
         weighted = sp.csr_matrix((weights[ind.indices], ind.indices, ind.indptr), shape=ind.shape)
         return weighted @ rows
 

@@ -561,6 +561,8 @@ def sample_until_converged(
 
 #: Seconds between a chain worker's checks that its parent process is still alive.
 PARENT_CHECK_SECONDS = 0.5
+#: Seconds the parent waits on its workers' pipes before it looks at pending signals again.
+SIGNAL_CHECK_SECONDS = 0.25
 
 
 def _end_with_parent(parent: int) -> None:
@@ -574,6 +576,7 @@ def _end_with_parent(parent: int) -> None:
     """
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])  # (a mask is inherited from the forking thread)
 
     def watch() -> None:
         while True:
@@ -670,7 +673,10 @@ def run_chains(chain, problem, draws: int, tune: int, thin: int, chains: int, se
                     process.start()
                     send.close()
                     running[receive] = (i, process)
-                for receive in wait(list(running)):
+                # a timeout, so that the main thread wakes up to run a pending Ctrl-C / SIGTERM handler: the kernel
+                # may deliver a process-directed signal to another thread (BLAS, numba), which leaves a select()
+                # without timeout asleep in the main thread (seen as a hang under load)
+                for receive in wait(list(running), timeout=SIGNAL_CHECK_SECONDS):
                     i, process = running[receive]  # (still listed: an interrupt during recv ends it too)
                     try:
                         status, payload = receive.recv()

@@ -124,7 +124,7 @@ def test_two_components_learned_penalty_and_random_intercept(toenail):
     formula = "outcome ~ visit * treatment + (1 | patientID)"
     accurate = bayesvm.bsvm(formula, toenail, vb="accurate")  # penalty="learn": two variance components
     assert accurate.result.nodes.shape[1] == 2
-    gibbs = _gibbs(formula, toenail, draws=2000, tune=500)  # (the moves: ESS per draw x 3-4)
+    gibbs = _gibbs(formula, toenail, draws=1000, tune=500)  # (the moves: ESS per draw x 3-4; min ESS ~600)
     gibbs_sd = np.sqrt(np.diag(gibbs.fixef_cov))
     assert np.all(np.abs(accurate.fixef - gibbs.fixef) < 0.5 * gibbs_sd)
     assert np.all(np.abs(np.sqrt(np.diag(accurate.fixef_cov)) / gibbs_sd - 1) < 0.25)
@@ -175,7 +175,7 @@ def test_correlated_slopes_match_gibbs():
     formula = "y ~ x + (1 + x | g)"
     accurate = bayesvm.bsvm(formula, data, penalty=None, vb="accurate")
     assert accurate.result.nodes.shape[1] == 3 and accurate.result.design == "lattice"
-    gibbs = _gibbs(formula, data, penalty=None, draws=2000, tune=1000)
+    gibbs = _gibbs(formula, data, penalty=None, draws=1000, tune=500)  # ratios within 0.05 of 2,000 + 1,000 draws
     _compare(accurate, gibbs, 0.25, 0.15)
     ours, theirs = accurate.variance_components[0].mean, gibbs.variance_components[0].mean
     assert np.all(np.abs(ours - theirs) < 0.15 * np.sqrt(np.outer(np.diag(theirs), np.diag(theirs)))), (ours, theirs)

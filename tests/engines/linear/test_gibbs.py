@@ -184,7 +184,7 @@ def test_a_chain_worker_failure_is_raised_in_the_parent():
     assert run_chains(_failing_chain, None, 5, 0, 1, 1, 0, 2, False) == [{"draws": 5}]
     with pytest.raises(ValueError, match="chain 2 failed"):
         run_chains(_failing_chain, None, 5, 0, 1, 3, 0, 2, False)
-    with pytest.raises(RuntimeError, match="chain 1 ended without a result"):
+    with pytest.raises(RuntimeError, match="chain [12] ended without a result"):  # whichever is seen first
         run_chains(_dying_chain, None, 5, 0, 1, 2, 0, 2, False)
 
 
