@@ -81,6 +81,7 @@ def test_selection_with_random_intercept_results(laplace_zero_fits, tmp_path):
     new_level = data.head(4).assign(g="unseen")
     for fit in (vb, gibbs):
         assert fit.ranef["g"].shape == (40, 1)
+        fit.calibrate(folds=2)  # (the default 5 folds: tests/results/test_calibration.py)
         zeroed = fit.predict(new_level, kind="prob", new_levels="zero")
         integrated = fit.predict(new_level, kind="prob")
         assert np.all(np.isfinite(integrated)) and not np.allclose(zeroed, integrated)
@@ -100,6 +101,7 @@ def test_other_selection_priors_with_random_intercept_sample(prior):
     data = _grouped_frame(seed=4, n=200, levels=20)
     fit = bayesvm.bsvm(FORMULA, data, prior=prior, method="gibbs", draws=300, tune=300, seed=2, progress=False)
     assert fit.variance_components[0].mean[0, 0] > 0.1
+    fit.calibrate(folds=2)
     assert np.all(np.isfinite(fit.predict(data.head(5), kind="prob")))
 
 
@@ -267,6 +269,7 @@ def test_combination_matrix(prior, random, missing, nonlinear, engine):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # short chains and capped iterations
             fit = bayesvm.bsvm(formula, data, **options)
+        assert fit.calibrate(folds=2).n == len(data)  # every cell's fold refits (2 of them: the suite's time)
         probabilities = fit.predict(data.head(6).assign(b=data["b"].fillna(0.0).head(6)), kind="prob")
         assert np.all(np.isfinite(probabilities)) and np.all((probabilities > 0) & (probabilities < 1))
         assert "Bayesian" in str(fit.summary())

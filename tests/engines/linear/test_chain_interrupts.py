@@ -15,6 +15,14 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 SCRIPT = textwrap.dedent(
     """
     import faulthandler, os, signal, sys
+
+    # a terminal's process: Ctrl-C unblocked and raising KeyboardInterrupt.  A test runner's worker can hand its
+    # children SIGINT blocked (inherited through fork and exec; seen under pytest-xdist), and a blocked signal
+    # is never delivered: this is reported, then undone before numpy starts its threads (they inherit the mask)
+    blocked = sorted(signal.Signals(s).name for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    print(f"inherited: SIGINT handler {signal.getsignal(signal.SIGINT)}, blocked {blocked}", file=sys.stderr)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import numpy as np, pandas as pd
     import bayesvm
 
