@@ -111,7 +111,12 @@ def _parser() -> argparse.ArgumentParser:
     engine.add_argument("--tune", type=int, default=1000, help="Gibbs tuning iterations")
     engine.add_argument("--chains", type=int, default=4, help="Gibbs chains")
     engine.add_argument("--thin", type=int, default=1, help="keep every THIN-th Gibbs draw")
-    engine.add_argument("--cores", type=int, default=1, help="processes for the Gibbs chains")
+    engine.add_argument(
+        "--cores",
+        type=int,
+        default=None,
+        help="processes for the Gibbs chains (default: one per chain, up to the CPUs)",
+    )
     engine.add_argument("--seed", type=int, default=None, help="random seed (Gibbs, probes, SVI, inducing points)")
     engine.add_argument("--tol", type=float, default=None, help="convergence tolerance (VB, EM)")
     engine.add_argument("--max-iter", type=int, default=None, help="iteration cap (VB, EM, SVI)")

@@ -23,6 +23,21 @@ def as_count(value: object, name: str, low: int = 1) -> int:
     return int(value)
 
 
+def default_cores(chains: int) -> int:
+    """``cores=None``: one process per chain, up to the CPUs this process may run on, where chain workers are
+    forked (Linux up to Python 3.13); 1 where they would be spawned (macOS, Windows, a ``forkserver`` default): a
+    spawned worker re-imports the user's script, which would then need an ``if __name__ == "__main__":`` guard.
+    The draws do not depend on it (the chains' seeds are fixed before they are handed out)."""
+    import multiprocessing
+    import os
+
+    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    if method != "fork":
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(int(chains), cpus))
+
+
 def as_positive(value: object, name: str) -> float:
     """``value`` as a finite ``float > 0``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not 0 < float(value) < np.inf:

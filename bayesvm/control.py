@@ -28,7 +28,9 @@ class Control:
         ``draws`` [1000] kept draws per chain, or ``"auto"``: sample until every fixed effect and
         variance-component SD has R-hat <= 1.01 and bulk ESS >= 400 (batches of 250 draws, at most 20,000
         per chain or 10 minutes); ``tune`` [1000] burn-in iterations; ``chains`` [4]; ``thin`` [1];
-        ``cores`` [1] processes to run chains in; ``progress`` [True] a tqdm bar on a terminal.
+        ``cores`` [None: one process per chain up to the CPUs available where processes fork (Linux), else 1;
+        :func:`bayesvm.arguments.default_cores`] processes to run chains in (the draws do not depend on it);
+        ``progress`` [True] a tqdm bar on a terminal.
     Stochastic VI (``method="svi"``)
         ``batch_size`` [100] rows per minibatch; ``learning_rate`` [``"robbins-monro"``: ``t^-0.51``],
         ``"adaptive"`` (Ranganath et al. 2013) or a constant in (0, 1].
@@ -53,7 +55,7 @@ class Control:
     tune: int = 1000
     chains: int = 4
     thin: int = 1
-    cores: int = 1
+    cores: int | None = None
     progress: bool = True
     batch_size: int = 100
     learning_rate: str | float = "robbins-monro"

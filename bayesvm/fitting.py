@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from .arguments import as_count, as_flag, as_seed, check_iterations, data_name, iteration_defaults
+from .arguments import as_count, as_flag, as_seed, check_iterations, data_name, default_cores, iteration_defaults
 from .checks import Checks, Diagnostics, check_identifiability, singular_findings
 from .control import Control, resolve_control
 from .crossfit import record_call
@@ -149,7 +149,8 @@ def bsvm(
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
     seed = options["seed"] = as_seed(seed)
     standardize, progress = as_flag(standardize, "standardize"), as_flag(progress, "progress")
-    chains, thin, cores = (as_count(v, k) for k, v in (("chains", chains), ("thin", thin), ("cores", cores)))
+    chains, thin = as_count(chains, "chains"), as_count(thin, "thin")
+    cores = default_cores(chains) if cores is None else as_count(cores, "cores")
     draws = "auto" if isinstance(draws, str) and draws == "auto" else as_count(draws, "draws")
     tune = as_count(tune, "tune", low=0)
     max_iter = None if max_iter is None else as_count(max_iter, "max_iter")

@@ -54,3 +54,32 @@ def test_bad_values_in_control_are_checked_by_bsvm():
     data = bayesvm.datasets.load_toenail().head(100)
     with pytest.raises(BayesvmError, match="draws"):
         bayesvm.bsvm("outcome ~ visit", data, method="gibbs", control=Control(draws=-1))
+
+
+def test_default_cores_one_process_per_chain_where_workers_fork(monkeypatch):
+    import multiprocessing
+    import os
+
+    from bayesvm.arguments import default_cores
+
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "fork")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert default_cores(4) == min(4, cpus) and default_cores(1) == 1
+    for method in ("spawn", "forkserver"):  # a spawned worker re-imports the user's script
+        monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False, m=method: m)
+        assert default_cores(4) == 1
+
+
+def test_default_cores_give_the_draws_of_one_core():
+    import numpy as np
+    import pandas as pd
+
+    import bayesvm
+
+    rng = np.random.default_rng(2)
+    data = pd.DataFrame({"x": rng.standard_normal(80), "g": rng.integers(0, 6, 80)})
+    data["y"] = (data["x"] + rng.logistic(size=80) > 0).astype(int)
+    kw = dict(method="gibbs", draws=40, tune=20, chains=2, seed=5, progress=False)
+    default = bayesvm.bsvm("y ~ x + (1 | g)", data, **kw)
+    serial = bayesvm.bsvm("y ~ x + (1 | g)", data, cores=1, **kw)
+    np.testing.assert_array_equal(default.result.theta_d, serial.result.theta_d)
