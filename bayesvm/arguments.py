@@ -27,12 +27,13 @@ def default_cores(chains: int) -> int:
     """``cores=None``: one process per chain, up to the CPUs this process may run on, where chain workers are
     forked (Linux up to Python 3.13); 1 where they would be spawned (macOS, Windows, a ``forkserver`` default): a
     spawned worker re-imports the user's script, which would then need an ``if __name__ == "__main__":`` guard.
-    The draws do not depend on it (the chains' seeds are fixed before they are handed out)."""
+    Also 1 inside a daemonic process (a ``multiprocessing.Pool`` worker, e.g. a parallel cross-validation's),
+    which may not start processes of its own.  The draws do not depend on it (the chains' seeds are fixed before they are handed out)."""
     import multiprocessing
     import os
 
     method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
-    if method != "fork":
+    if method != "fork" or multiprocessing.current_process().daemon:  # a daemonic worker may not start processes
         return 1
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(int(chains), cpus))

@@ -70,6 +70,31 @@ def test_default_cores_one_process_per_chain_where_workers_fork(monkeypatch):
         assert default_cores(4) == 1
 
 
+def _fit_in_a_pool_worker(seed: int) -> float:
+    import numpy as np
+    import pandas as pd
+
+    import bayesvm
+
+    rng = np.random.default_rng(seed)
+    data = pd.DataFrame({"x": rng.standard_normal(60)})
+    data["y"] = (data["x"] + rng.logistic(size=60) > 0).astype(int)
+    fit = bayesvm.bsvm("y ~ x", data, method="gibbs", draws=30, tune=10, chains=2, seed=seed, progress=False)
+    return float(fit.fixef["x"])
+
+
+def test_default_cores_in_a_daemonic_pool_worker():
+    """A multiprocessing.Pool worker (as in a parallel cross-validation) may not start processes: the default runs
+    its chains in it, one after the other."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        slope = pool.apply(_fit_in_a_pool_worker, (3,))
+    assert slope == _fit_in_a_pool_worker(3)
+
+
 def test_default_cores_give_the_draws_of_one_core():
     import numpy as np
     import pandas as pd
