@@ -10,8 +10,9 @@ sampling, run here in one process:
   installed;
 * spam with ``LaplaceZero()`` and ``SpikeSlab()``, 4 x (1,000 + 1,000): the largest R-hat and smallest bulk ESS of
   the inclusion indicators with the default moves (the swaps of :mod:`bayesvm.engines.selection.moves`, the
-  updates and the exchanges of :mod:`bayesvm.engines.selection.marginal_pairs`), without the exchanges
-  (``exchanges=False``) and with none of them (the papers' samplers);
+  updates and the exchanges of :mod:`bayesvm.engines.selection.marginal_pairs`, the line moves of
+  :mod:`bayesvm.engines.selection.directions`, which run by default with Laplace-zero), with the line moves
+  (``lines=True``; off: ``lines=False``) the other way round, and with none of the moves (the papers' samplers);
 * acath, ``sigdz ~ age + sex + log_dur + log_chol`` (as ``benchmarks.acath_impute``) with ``missing="impute"`` (joint
   imputation Gibbs), 4 x (1,000 + 1,000): min ESS and max R-hat with the moves of
   :mod:`bayesvm.engines.linear.interweave` (the default) and without (``_moves=False``, the paper's Appendix C).
@@ -78,7 +79,9 @@ def _bambi_toenail() -> tuple[float, float] | None:
     return float(min(float(np.min(ess[v])) for v in names)), seconds
 
 
-def _spam_selection(spam, prior, swaps: bool, pairs: bool, exchanges: bool) -> tuple[np.ndarray, np.ndarray, float]:
+def _spam_selection(
+    spam, prior, swaps: bool, pairs: bool, exchanges: bool, lines: bool | None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """R-hat and bulk ESS of every inclusion indicator, and the seconds, of a 4 x (1000 + 1000) selection Gibbs
     fit."""
     import arviz as az
@@ -88,7 +91,7 @@ def _spam_selection(spam, prior, swaps: bool, pairs: bool, exchanges: bool) -> t
     original = selection_gibbs.sample_selection
 
     def sampler(*args, **kwargs):
-        return original(*args, swaps=swaps, pairs=pairs, exchanges=exchanges, **kwargs)
+        return original(*args, swaps=swaps, pairs=pairs, exchanges=exchanges, lines=lines, **kwargs)
 
     selection_gibbs.sample_selection = sampler
     try:
@@ -136,14 +139,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         return
     spam = bayesvm.datasets.load_spam()
-    variants = (
-        ("default", True, True, True),
-        ("without exchanges", True, True, False),
-        ("papers' sampler", False, False, False),
-    )
     for prior in (bayesvm.priors.LaplaceZero(), bayesvm.priors.SpikeSlab()):
-        for label, swaps, pairs, exchanges in variants:
-            rhat, ess, seconds = _spam_selection(spam, prior, swaps, pairs, exchanges)
+        default_lines = isinstance(prior, bayesvm.priors.LaplaceZero)  # (the engine's lines=None)
+        variants = (
+            ("default", True, True, True, None),
+            ("without line moves" if default_lines else "with line moves", True, True, True, not default_lines),
+            ("papers' sampler", False, False, False, False),
+        )
+        for label, swaps, pairs, exchanges, lines in variants:
+            rhat, ess, seconds = _spam_selection(spam, prior, swaps, pairs, exchanges, lines)
             print(
                 f"spam, {type(prior).__name__} Gibbs ({label}), 4 x (1000 + 1000): inclusion indicators max R-hat "
                 f"{np.nanmax(rhat):.3f} ({int(np.sum(rhat > 1.05))} of {rhat.size} above 1.05), min bulk ESS "

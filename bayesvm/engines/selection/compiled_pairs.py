@@ -62,7 +62,7 @@ def _segment_log_mass(lower, upper, alpha, kappa, precision):
 
 def _pair_window(a, b, precision, inv_scale, center, half_width, cutoff):
     """``(lower, upper, alpha, kappa, log_masses, half_width, log_z0)`` of the segments on the first window around
-    ``center`` whose tangent tail bounds are below ``exp(-cutoff)`` of its mass (``marginal_pairs._window``);
+    ``center`` whose tangent tail bounds are below ``exp(-cutoff)`` of its mass (``marginal_pairs.window``);
     ``inv_scale`` is ``1 / s`` of a Laplace prior (0 with a Gaussian one)."""
     n = a.size
     log_z0 = 0.0

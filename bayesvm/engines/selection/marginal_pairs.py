@@ -34,7 +34,10 @@ collapsed Gibbs step (van Dyk & Park 2008), valid because the sampler draws ever
 that keeps one of them must pass through "both in" or "both out" to switch, and both are improbable.  An
 exchange takes a pair of slopes ``(j, k)``, chosen in a way that does not depend on the state (each slope in
 random order as ``j``, with a partner ``k`` drawn with probability proportional to ``|corr(x_j, x_k)| + 0.01``,
-the swaps' weights of :mod:`bayesvm.engines.selection.moves`), and, when exactly one of them is included,
+the swaps' weights of :mod:`bayesvm.engines.selection.moves`, plus ``max(0, -corr(gamma_j, gamma_k))`` over the
+chain's own tuning draws, learned half way through tuning and at its end and then fixed: spam's ``font`` and
+``charHash`` replace each other (indicator correlation -0.95) although their columns correlate 0.18, so by the
+columns alone the pair was proposed 0.2 times per iteration and switched 20-40 times in 1,000 draws), and, when exactly one of them is included,
 draws the block ``(gamma_j, beta_j, gamma_k, beta_k)`` from its conditional given the rest *and* given that
 exactly one is included.  The event is a function of the block that
 the draw keeps, so the step leaves the posterior invariant (it is a Gibbs step on the posterior restricted to
@@ -150,6 +153,9 @@ class Segments:
 #: window are sorted.  The log density is concave, so beyond ``u`` it lies below its tangent at ``u``.
 TAIL_CUTOFF = 36.0
 
+#: The fewest tuning iterations that learn the exchanges' partner weights (:meth:`MarginalPairs.observe`).
+MIN_TUNE = 40
+
 #: The first window's half width in conditional SDs of the slope given ``omega`` (:meth:`MarginalPairs.run`).
 WINDOW_SDS = 8.0
 
@@ -158,16 +164,23 @@ WINDOW_SHRINK = 0.75
 
 
 def segments(
-    a: np.ndarray, b: np.ndarray, prior: SlopePrior, lower: float = -np.inf, upper: float = np.inf
+    a: np.ndarray,
+    b: np.ndarray,
+    prior: SlopePrior,
+    lower: float = -np.inf,
+    upper: float = np.inf,
+    linear: float = 0.0,
 ) -> Segments:
-    """The segments on ``[lower, upper]`` of ``-2 sum_i max(0, a_i - b_i beta) + log prior(beta)`` (prior constant
-    left out), for rows with ``b_i != 0`` (module docstring); only the kinks inside the interval are sorted."""
+    """The segments on ``[lower, upper]`` of ``-2 sum_i max(0, a_i - b_i beta) + log prior(beta) + linear beta``
+    (prior constant left out), for rows with ``b_i != 0`` (module docstring); only the kinks inside the interval
+    are sorted.  ``linear`` is 0 for one slope; the line moves of :mod:`bayesvm.engines.selection.directions`
+    carry the Gaussian priors' cross terms in it."""
     if lower == -np.inf:
         active = b > 0.0
     else:  # in the hinge just right of ``lower``
         active = a - b * lower > 0.0
     alpha0 = -2.0 * float(np.sum(a, where=active))
-    kappa0 = 2.0 * float(np.sum(b, where=active))
+    kappa0 = 2.0 * float(np.sum(b, where=active)) + linear
     if lower == -np.inf and upper == np.inf:
         a_in, b_in = a, b
     else:  # the rows whose hinge changes state inside the interval
@@ -199,13 +212,13 @@ def segments(
     )
 
 
-def _window(a, b, prior, center: float, half_width: float) -> tuple[Segments, np.ndarray, float]:
+def window(a, b, prior, center: float, half_width: float, linear: float = 0.0) -> tuple[Segments, np.ndarray, float]:
     """Segments on a window around ``center`` wide enough that the tangent bounds of both tails are below
     ``exp(-TAIL_CUTOFF)`` of the window's mass (the window doubles until they are), their log masses and the
     window's half width."""
     while True:
         lower, upper = center - half_width, center + half_width
-        pieces = segments(a, b, prior, lower, upper)
+        pieces = segments(a, b, prior, lower, upper, linear)
         log_masses = pieces.log_masses()
         total = _logsumexp(log_masses)
         lam = pieces.precision
@@ -229,7 +242,7 @@ def slope_evidence(
 ) -> tuple[float, Segments, np.ndarray, float]:
     """``log Z_1 - log Z_0`` of one slope (module docstring), with the segments on its window, their log masses
     and the window's half width (``center`` and ``half_width`` give the first window, as in :func:`draw_pair`)."""
-    pieces, log_masses, half_width = _window(a, b, prior, center, half_width)
+    pieces, log_masses, half_width = window(a, b, prior, center, half_width)
     log_z0 = -2.0 * float(np.sum(np.maximum(0.0, a)))
     log_z1 = prior.log_constant() + _logsumexp(log_masses)
     return log_z1 - log_z0, pieces, log_masses, half_width
@@ -280,8 +293,12 @@ class MarginalPairs:
     (:func:`bayesvm.engines.selection.compiled_pairs.pair_sweep`) on the same uniforms.
     """
 
-    def __init__(self, y: np.ndarray, X: np.ndarray, selected: np.ndarray):
+    def __init__(self, y: np.ndarray, X: np.ndarray, selected: np.ndarray, tune: int = 0):
         self.y, self.selected = y, selected
+        m = selected.size
+        self.affinity = np.zeros((m, m))  # the exchanges' learned partner weights (:meth:`observe`)
+        self.start, self.checkpoints = tune // 4, (tune // 2, tune) if tune >= MIN_TUNE else ()
+        self.count, self.total, self.outer = 0, np.zeros(m), np.zeros((m, m))
         self.X = X
 
     @property
@@ -299,6 +316,25 @@ class MarginalPairs:
         rows, cols = np.nonzero(columns.T)  # column-major order: rows of slope 0, then slope 1, ...
         self.row_idx = cols.astype(np.int64)
         self.yx = self.y[self.row_idx] * columns.T[rows, cols]
+
+    def observe(self, step: int, gamma: np.ndarray) -> None:
+        """Accumulate the tuning iterations' indicators; at the checkpoints (half way, end of tuning) set the
+        exchanges' affinity ``max(0, -corr(gamma_j, gamma_k))``: slopes that replace each other in the chain's own
+        tuning draws (module docstring, "Exchanges").  Fixed after tuning."""
+        if step >= self.start and step < max(self.checkpoints, default=0):
+            g = np.asarray(gamma, dtype=float)
+            self.count += 1
+            self.total += g
+            self.outer += np.outer(g, g)
+        if step + 1 in self.checkpoints and self.count > 1:
+            mean = self.total / self.count
+            cov = self.outer / self.count - np.outer(mean, mean)
+            sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                corr = np.where(np.outer(sd, sd) > 1e-12, cov / np.outer(sd, sd), 0.0)
+            self.affinity = np.maximum(0.0, -corr)
+            np.fill_diagonal(self.affinity, 0.0)
+            self.partners = None
 
     def run(self, step, coef: np.ndarray, rng: np.random.Generator, precisions: np.ndarray | None = None) -> np.ndarray:
         """One sweep; returns the new effective coefficients (``coef`` is updated in place).
@@ -360,7 +396,7 @@ class MarginalPairs:
             self.widths = np.full(m, np.inf)
         margin = 1.0 - self.y * (self._X @ coef)
         if self.partners is None:
-            weights, _ = swap_weights(self._X, sel)
+            weights = swap_weights(self._X, sel)[0] + self.affinity
             self.partners = np.cumsum(weights, axis=1) / weights.sum(axis=1, keepdims=True)
         first = rng.permutation(m)
         picks = rng.random(m)

@@ -17,7 +17,7 @@ from scipy import integrate, stats
 from bayesvm.engines.linear import compiled_rows
 from bayesvm.engines.selection import marginal_pairs
 from bayesvm.engines.selection.gibbs import sample_selection
-from bayesvm.engines.selection.marginal_pairs import SlopePrior, _window, draw_pair, segments
+from bayesvm.engines.selection.marginal_pairs import SlopePrior, draw_pair, segments, window
 from bayesvm.model.problems import SelectionProblem
 from bayesvm.priors import SpikeSlab
 
@@ -43,13 +43,13 @@ def _log_density(a, b, prior):
 
 
 @pytest.mark.parametrize("prior", PRIORS, ids=["gaussian", "laplace"])
-@pytest.mark.parametrize("window", [(0.0, np.inf), (0.3, 0.05), (-4.0, 0.5)])
-def test_segment_integral_matches_quadrature(prior, window):
+@pytest.mark.parametrize("span", [(0.0, np.inf), (0.3, 0.05), (-4.0, 0.5)])
+def test_segment_integral_matches_quadrature(prior, span):
     a, b = _case()
     log_density = _log_density(a, b, prior)
     kinks = list(np.clip(a / b, -49, 49)) + [0.0]
     exact = np.log(integrate.quad(lambda t: np.exp(log_density(t)), -50, 50, points=kinks, limit=500)[0])
-    pieces, log_masses, _ = _window(a, b, prior, *window)
+    pieces, log_masses, _ = window(a, b, prior, *span)
     assert np.log(np.sum(np.exp(log_masses))) == pytest.approx(exact, abs=1e-7)
     full = segments(a, b, prior).log_masses()
     assert np.log(np.sum(np.exp(full))) == pytest.approx(exact, abs=1e-7)
@@ -187,3 +187,24 @@ def test_exchange_draws_the_pair_given_one_in(monkeypatch, prior, numba_on):
     for model, mean in ((kept, means[0]), (~kept, means[1])):
         se = values[model].std() / np.sqrt(model.sum())
         assert abs(values[model].mean() - mean) < 4 * se, (values[model].mean(), mean)
+
+
+def test_exchange_partners_learn_slopes_that_replace_each_other():
+    """Slopes 0 and 1 replace each other in the tuning draws (their columns are independent): the exchanges then
+    propose the pair most of the time; the weights are fixed after tuning."""
+    rng = np.random.default_rng(0)
+    n = 200
+    X = rng.standard_normal((n, 3))
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    pairs = marginal_pairs.MarginalPairs(y, X, np.arange(3), tune=100)
+    for step in range(100):
+        first = rng.random() < 0.5
+        pairs.observe(step, np.array([first, not first, rng.random() < 0.5], dtype=np.int8))
+    assert pairs.affinity[0, 1] == pytest.approx(1.0) and pairs.affinity[1, 0] == pytest.approx(1.0)
+    assert pairs.affinity[0, 2] < 0.3 and np.all(np.diag(pairs.affinity) == 0)
+    learned = pairs.affinity.copy()
+    for step in range(100, 150):  # kept draws: nothing changes
+        pairs.observe(step, np.array([1, 1, 0], dtype=np.int8))
+    np.testing.assert_array_equal(pairs.affinity, learned)
+    weights = marginal_pairs.swap_weights(X, np.arange(3))[0] + pairs.affinity
+    assert weights[0, 1] / weights[0].sum() > 0.75

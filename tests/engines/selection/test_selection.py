@@ -199,7 +199,7 @@ def test_laplace_zero_gibbs_model_probabilities_match_enumeration():
         return base + float(logsumexp(inner + log_w))
 
     exact = enumerate_models(problem, log_prior_of_model)
-    result = sample_selection(problem, draws=8000, tune=1000, chains=2, seed=5, progress=False)
+    result = sample_selection(problem, draws=4000, tune=1000, chains=2, seed=5, progress=False)
     sampled = sampled_model_probabilities(result, 2)
     se = np.sqrt(exact * (1 - exact) / 2000)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
