@@ -20,7 +20,8 @@ coefficients on the line ``c + t d`` and moves to ``c + t d``, on the posterior 
 So the conditional of ``t`` is the segments' density of :func:`bayesvm.engines.selection.marginal_pairs.segments`
 (``linear`` carrying the Gaussian cross terms and the Laplace rows' linear parts), drawn exactly.
 
-The direction ``d`` is drawn from ``N(0, C)`` restricted to the unpenalised and the included slopes: the draw
+The direction ``d`` is drawn from ``N(0, C)`` restricted to the unpenalised coefficients with a proper prior (a
+flat one could leave the line's density improper) and the included slopes: the draw
 does not depend on the coefficients, so the move leaves their conditional invariant (hit-and-run with a
 state-independent direction distribution), and the sampler redraws ``omega`` and ``b`` from their full
 conditionals right after it (a partially collapsed Gibbs step, van Dyk & Park 2008).  ``C`` is the covariance of
@@ -28,6 +29,12 @@ the coefficients over the chain's own tuning iterations (estimated at half way a
 then fixed), so the lines follow the ridges; before the first estimate, and with fewer than
 :data:`MIN_TUNE` tuning iterations, there are no line moves.  ``tests/engines/selection/test_directions.py``
 checks a sampler with only these moves against the exact posterior of the model probabilities.
+
+Measured on spam, 4 x (1,000 + 1,000) with Laplace-zero (``/tmp``-free: ``python -m benchmarks.gibbs_mixing``
+prints seed 1): the largest R-hat of the inclusion indicators over seeds 1-4 went from 1.11-1.23 to 1.04-1.11,
+together with the exchanges' learned partners (:meth:`bayesvm.engines.selection.marginal_pairs.MarginalPairs.observe`).
+Spike-and-slab redraws its coefficients from their collapsed conditional every iteration; there the lines did not
+lower R-hat over three seeds and cost 20% more time, so they run by default with Laplace-zero only.
 """
 
 from __future__ import annotations
