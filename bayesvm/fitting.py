@@ -249,7 +249,7 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
         return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
                                imputation, imputations, vb)  # fmt: skip
     if model.prior is not None:
-        return _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress)
+        return _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress, vb)
     problem = model.problem()
     if method == "gibbs":
         result = sample_gibbs(
@@ -556,12 +556,14 @@ def _check_prior_method(prior: object, method: str, penalty: object, vb: str) ->
         raise BayesvmError(
             f"prior={type(prior).__name__}(...) replaces the penalty: leave penalty at its default, got {penalty!r}"
         )
-    if vb == "accurate":
-        raise BayesvmError("vb='accurate' is not available with a selection prior; use method='gibbs'")
 
 
-def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress) -> BSVMFit:
-    """Dispatch a selection prior to its engine (Alg. 3, Appendix B, Polson & Scott sections 3-4)."""
+def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
+                   vb=None) -> BSVMFit:  # fmt: skip
+    """Dispatch a selection prior to its engine (Alg. 3, Appendix B, Polson & Scott sections 3-4; ``vb="accurate"``:
+    EP with a site per slope, :mod:`bayesvm.engines.selection.ep`)."""
+    from .engines.linear.ep import accurate_failure
+    from .engines.selection.ep import fit_selection_accurate
     from .engines.selection.gibbs import sample_selection
     from .engines.selection.lasso_em import fit_lasso_em
     from .engines.selection.lasso_vb import fit_lasso_vb
@@ -578,6 +580,12 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
         )
         fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name)
         _warn_mcmc(fit)
+        return fit
+    if method == "vb" and vb == "accurate":
+        result = fit_selection_accurate(problem)
+        fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name, tol=tol)
+        if not result.converged:
+            warnings.warn(accurate_failure(result), ConvergenceWarning, stacklevel=4)
         return fit
     if method == "em":
         result = fit_lasso_em(problem, tol=tol, max_iter=max_iter)

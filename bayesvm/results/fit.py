@@ -84,9 +84,10 @@ class BSVMFit:
             raise BayesvmError(
                 "check_vb() does not cover missing='impute' fits (their posterior includes the imputed values)"
             )
-        if self._form == "selection":
+        if self.model.prior is not None:
             raise BayesvmError(
-                "check_vb() checks Gaussian and grid-mixture q's; compare a Laplace-zero VB fit with method='gibbs'"
+                "check_vb() checks q against the pseudo-posterior of the normal-prior models; compare a selection "
+                "prior's VB fit with method='gibbs'"
             )
         if self.posterior.kind not in ("variational", "mixture"):
             raise BayesvmError(f"check_vb() checks variational fits; this fit used method={self.method!r}")
@@ -190,6 +191,12 @@ class BSVMFit:
             p_positive = p_include * norm.cdf(mean_v / sd_v)
             mean_if = mean_v * to_original
             if isinstance(model.prior, Lasso):  # Gaussian q(theta): no mass at zero
+                p_include = np.full(sel.size, np.nan)
+        elif self._form == "mixture":  # accurate VB: each slope's tilted distribution, averaged over the nodes
+            slopes = result.slopes
+            p_include, p_positive = slopes.p_include, slopes.p_positive
+            mean_if = slopes.mean_if_included * to_original
+            if isinstance(model.prior, Lasso):  # no mass at zero
                 p_include = np.full(sel.size, np.nan)
         elif np.ndim(getattr(result, "include", None)) == 3:  # draws: Gibbs, or VB pooled over imputations
             coef = result.theta_d[..., sel].reshape(-1, sel.size)

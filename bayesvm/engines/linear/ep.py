@@ -280,6 +280,20 @@ def _log_wishart_constant(df: float, scale: np.ndarray) -> float:
 
 
 @dataclass
+class SlopeMarginals:
+    """A selection prior's slopes under the accurate fit (:mod:`bayesvm.engines.selection.ep`), averaged over the
+    nodes: the inclusion probability, ``P(beta > 0)`` and the mean given inclusion (engine scale), from each
+    slope's tilted distribution; ``scale`` the posterior mean of the prior's learned scale (``sigma_u`` for
+    Laplace-zero, ``nu`` for the lasso; ``None`` when fixed)."""
+
+    selected: np.ndarray
+    p_include: np.ndarray
+    p_positive: np.ndarray
+    mean_if_included: np.ndarray
+    scale: float | None = None
+
+
+@dataclass
 class IntegratedResult:
     """Mixture over nodes of the hyperparameters: ``weights[k]``, ``covariances[c][k]``, ``thetas[k]``.
 
@@ -310,6 +324,7 @@ class IntegratedResult:
     failed_nodes: int = 0  # nodes where EP did not converge even with strong damping (the fit is not converged)
     tails_ok: bool = True  # the mass beyond the lattice's edge is negligible (False: the integral is truncated)
     log_evidence: float = float("nan")  # EP's approximation of log p(y), the variance parameters integrated out
+    slopes: SlopeMarginals | None = None  # a selection prior's slopes (None without one)
 
     def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``size`` draws of the mixture: a node by its weight, then ``theta`` from that node's Gaussian;
@@ -414,7 +429,6 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
             log_evidence=state.log_evidence,
         )
     hyper = Hyperparameters(problem.components)
-    d = hyper.size
     cache: dict[tuple, EPState] = {}
     schedule = [0]  # the damping that last worked: neighbouring nodes start there (EP_ATTEMPTS)
     solved: list[tuple[np.ndarray, EPState]] = []  # converged evaluations, for warm starts
@@ -447,9 +461,72 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
         return cache[key].log_evidence + hyper.log_prior(phi)
 
     # the mean-field values start the search (VB shrinks variances, so the mode lies above)
-    phi_vb = hyper.start(warm.components)
+    grid = integrate(log_post, hyper.start(warm.components), hyper.start(warm.components, inflate=0.5), n_nodes, span)
+    nodes, keep, weights, logp = grid.nodes, grid.keep, grid.weights, grid.logp
+    states = []
+    for t in nodes:  # the cache holds every node; a node's key can differ in the last digit from its first
+        key = tuple(np.round(t, 12))  # evaluation's (phi* + axes @ z against a matrix product), so look it up
+        if key not in cache:  # through log_post, which fills the cache where needed
+            log_post(t)
+        states.append(cache[key])
+    chi = sum(wk * _chi(problem, st) for wk, st, k in zip(weights, states, keep) if k) / weights[keep].sum()
+    covs = [hyper.covariances(t) for t in nodes[keep]]
+    return IntegratedResult(
+        nodes=nodes[keep],
+        covariances=[np.stack([c[j] for c in covs]) for j in range(len(problem.components))],
+        weights=weights[keep] / weights[keep].sum(),
+        thetas=[st.theta for st, k in zip(states, keep) if k],
+        node_log_posterior=logp[keep],
+        chi=_unsort(chi, order),
+        has_component=True,
+        converged=bool(np.all(np.isfinite(logp))) and grid.tails_ok,
+        n_iter=n_iter,
+        elapsed=time.perf_counter() - start,
+        axes=grid.axes,
+        step=grid.step,
+        design=grid.design,
+        center=grid.center,
+        lattice=grid.lattice[keep],
+        hyperparameters=hyper,
+        failed_nodes=int(np.sum(~np.isfinite(logp))),
+        tails_ok=grid.tails_ok,
+        log_evidence=grid.log_evidence,
+    )
+
+
+@dataclass
+class HyperGrid:
+    """Nodes of the hyperparameters ``phi = center + axes @ z`` and their normalised weights (see
+    :func:`integrate`); ``keep`` marks the nodes whose weight matters."""
+
+    nodes: np.ndarray
+    lattice: np.ndarray
+    logp: np.ndarray
+    log_rule: np.ndarray
+    weights: np.ndarray
+    keep: np.ndarray
+    axes: np.ndarray
+    step: float
+    design: str
+    center: np.ndarray
+    tails_ok: bool
+
+    @property
+    def log_evidence(self) -> float:
+        return _log_evidence(self.logp, self.log_rule, self.axes, self.step, self.design)
+
+
+def integrate(log_post, start: np.ndarray, start_search: np.ndarray, n_nodes: int = 21, span: float = 4.0) -> HyperGrid:
+    """Integrate over hyperparameters ``phi`` given ``log p(phi | y)`` up to a constant (module docstring).
+
+    One hyperparameter: a scan from ``start`` extended until its best point is interior, then a bounded line
+    search; several: Nelder-Mead from ``start_search``.  Then the axes of the Hessian at the mode, the
+    lattice (or Gauss-Hermite) nodes, evaluated outwards from the mode, and a lattice grown until its tails
+    are negligible.  ``log_post`` is called once per node (the callers cache their EP fits).
+    """
+    d = int(np.size(start))
     if d == 1:
-        scan = list(phi_vb[0] + np.linspace(-1.0, 3.0, 9))
+        scan = list(float(start[0]) + np.linspace(-1.0, 3.0, 9))
         values = [log_post(t) for t in scan]
         for _ in range(40):  # extend the scan until the best point is interior
             best = int(np.argmax(values))
@@ -468,7 +545,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
         )
         phi_star = np.array([float(opt.x)])
     else:
-        start_phi = hyper.start(warm.components, inflate=0.5)
+        start_phi = np.asarray(start_search, dtype=float)
         simplex = np.vstack([start_phi, start_phi + 0.5 * np.eye(d)])  # steps of the scale of posterior SDs
         opt = minimize(
             lambda t: -log_post(t),
@@ -494,35 +571,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float) -> IntegratedRe
     weights = np.exp(log_weights - log_weights.max())
     weights /= weights.sum()
     keep = weights > 1e-10 if design == "lattice" else weights > 0
-    states = []
-    for t in nodes:  # the cache holds every node; a node's key can differ in the last digit from its first
-        key = tuple(np.round(t, 12))  # evaluation's (phi* + axes @ z against a matrix product), so look it up
-        if key not in cache:  # through log_post, which fills the cache where needed
-            log_post(t)
-        states.append(cache[key])
-    chi = sum(wk * _chi(problem, st) for wk, st, k in zip(weights, states, keep) if k) / weights[keep].sum()
-    covs = [hyper.covariances(t) for t in nodes[keep]]
-    return IntegratedResult(
-        nodes=nodes[keep],
-        covariances=[np.stack([c[j] for c in covs]) for j in range(len(problem.components))],
-        weights=weights[keep] / weights[keep].sum(),
-        thetas=[st.theta for st, k in zip(states, keep) if k],
-        node_log_posterior=logp[keep],
-        chi=_unsort(chi, order),
-        has_component=True,
-        converged=bool(np.all(np.isfinite(logp))) and tails_ok,
-        n_iter=n_iter,
-        elapsed=time.perf_counter() - start,
-        axes=axes,
-        step=step,
-        design=design,
-        center=phi_star,
-        lattice=lattice[keep],
-        hyperparameters=hyper,
-        failed_nodes=int(np.sum(~np.isfinite(logp))),
-        tails_ok=tails_ok,
-        log_evidence=_log_evidence(logp, log_rule, axes, step, design),
-    )
+    return HyperGrid(nodes, lattice, logp, log_rule, weights, keep, axes, step, design, phi_star, tails_ok)
 
 
 def _log_evidence(logp: np.ndarray, log_rule: np.ndarray, axes: np.ndarray, step: float, design: str) -> float:

@@ -1,0 +1,414 @@
+"""Accurate VB for selection priors: expectation propagation with one site per slope, integrated over the
+variance parameters and the prior's scale.
+
+Model (the selection engines' layout, :class:`bayesvm.model.problems.SelectionProblem`): ``theta`` holds every
+column of ``X``; the unpenalised coefficients have ``N(0, 1/lambda_j)``, each random-effect term ``N(0, Sigma_c)``
+per level, and each penalised slope ``beta_k`` its own prior ``s_k(beta_k)``:
+
+* spike-and-slab (Polson & Scott 2011, eq. 16): ``(1 - pi) delta_0 + pi N(0, S_k)``, ``S_k = nu^2 s_k^2``;
+* lasso (Polson & Scott's ``alpha = 1``): ``Laplace(0, b_k)``, ``b_k = nu s_k``, density ``exp(-|beta| / b) / (2 b)``;
+* Laplace-zero (Luts & Ormerod 2014, section 3.2): ``(1 - rho) delta_0 + rho Laplace(0, sigma_u)``
+  (``v ~ N(0, sigma_u^2 / b)``, ``b ~ IG(1, 1/2)`` is that Laplace: ``sigma_u^2 / b`` is exponential with mean
+  ``2 sigma_u^2``).
+
+Given the hyperparameters, the pseudo-posterior is ``N(theta; 0, Lambda^-1) prod_i t_i(f_i) prod_k s_k(beta_k)``
+with the hinge sites ``t_i`` of :mod:`bayesvm.engines.linear.ep`.  EP (Minka 2001) gives every site a Gaussian
+``exp(-tau f^2 / 2 + nu f)``; a slope's site acts on the projection ``beta_k = e_k' theta``, so the sites are
+rows of ``C = [X; E]`` and the posterior precision is ``C' diag(tau) C + Lambda``: one dense Cholesky
+(:func:`bayesvm.linalg.dense.gaussian_posterior`).  Each slope's tilted distribution ``N(beta; m, v) s(beta)``
+under its cavity ``N(m, v)`` has closed-form moments (derived here):
+
+* a spike-and-slab site is a mixture of the point mass (weight ``(1 - pi) N(m; 0, v)``) and the Gaussian
+  ``N(m S / (v + S), v S / (v + S))`` (weight ``pi N(m; 0, v + S)``);
+* a Laplace site splits at 0: ``N(beta; m, v) e^{-beta / b} = e^{-m/b + v/(2 b^2)} N(beta; m - v/b, v)`` on
+  ``beta > 0`` and ``e^{m/b + v/(2 b^2)} N(beta; m + v/b, v)`` on ``beta < 0``, so its normaliser is
+  ``[e^{-m/b + v/(2b^2)} Phi((m - v/b)/sqrt v) + e^{m/b + v/(2b^2)} Phi(-(m + v/b)/sqrt v)] / (2 b)`` and its moments
+  are those of the two truncated normals;
+* a Laplace-zero site is the point mass (weight ``(1 - rho) N(m; 0, v)``) and that Laplace piece (weight ``rho``
+  times its normaliser).
+
+A tilted variance above the cavity's (the spike and the slab both carrying mass) would need a negative site
+precision; the site's precision is kept at 0 there, as for the hinge sites.  The posterior inclusion probability
+of a slope is its tilted weight of the slab, ``P(beta > 0)`` and the mean given inclusion come from the same
+tilted distribution (Hernandez-Lobato, Hernandez-Lobato & Dupont 2013 use the same site approximation for
+spike-and-slab linear models).
+
+The selected slopes have no Gaussian prior of their own; for a finite determinant they carry the tiny precision
+:data:`SLOPE_BASE_PRECISION`, and the EP evidence (Rasmussen & Williams 2006, eq. 3.65 with every site a row of
+``C``) is corrected for it by ``m/2 log(2 pi / kappa)``: ``N(beta; 0, 1/kappa)`` is ``(2 pi / kappa)^(-1/2)``
+to relative ``kappa beta^2 / 2`` over the slopes' range.
+
+The hyperparameters ``phi`` -- each random-effect term's (:class:`bayesvm.engines.linear.ep.Hyperparameters`),
+``log sigma_u^2`` for Laplace-zero (prior ``IG(A_u, B_u)``), ``log nu`` for a lasso with a learned scale
+(``1/nu ~ Gamma(a, b)``) -- are integrated on the lattice of :func:`bayesvm.engines.linear.ep.integrate`
+(spike-and-slab and a fixed lasso scale have none of their own).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import gammaln, log_ndtr
+
+from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
+from ...model.problems import SelectionProblem
+from ...priors import LaplaceZero, Lasso, SpikeSlab
+from ..linear.ep import (
+    EP_ATTEMPTS,
+    EP_TOL,
+    Hyperparameters,
+    IntegratedResult,
+    SlopeMarginals,
+    integrate,
+    tilted_moments,
+)
+
+LOG_2PI = float(np.log(2.0 * np.pi))
+#: Prior precision the selected slopes carry beside their sites (``N(0, 10^8)``, the vague prior of the
+#: unpenalised coefficients); the evidence is corrected for it.
+SLOPE_BASE_PRECISION = 1e-8
+
+
+# ----- the slope sites ---------------------------------------------------------------------------------
+@dataclass
+class SlopeTilted:
+    """Moments of each slope's tilted distribution ``N(beta; m, v) s(beta) / Z``."""
+
+    log_z: np.ndarray
+    mean: np.ndarray
+    var: np.ndarray
+    p_include: np.ndarray  # the slab's weight (1 for the lasso)
+    p_positive: np.ndarray  # P(beta > 0)
+    mean_if_included: np.ndarray  # the mean of the slab part
+
+
+def _log_normal(x: np.ndarray, var: np.ndarray) -> np.ndarray:
+    return -0.5 * (LOG_2PI + np.log(var) + x**2 / var)
+
+
+def _laplace_tilted(m: np.ndarray, v: np.ndarray, b: np.ndarray):
+    """``log Z``, mean, variance and ``P(beta > 0)`` of ``N(beta; m, v) exp(-|beta| / b) / (2 b)`` (module
+    docstring: two truncated normals)."""
+    s = np.sqrt(v)
+    mu_p, mu_n = m - v / b, m + v / b  # the pieces' means on beta > 0 and beta < 0
+    a_p, a_n = mu_p / s, -mu_n / s  # standardised distances inside each piece
+    log_wp = -m / b + v / (2.0 * b**2) + log_ndtr(a_p)
+    log_wn = m / b + v / (2.0 * b**2) + log_ndtr(a_n)
+    log_sum = np.logaddexp(log_wp, log_wn)
+    p_pos = np.exp(log_wp - log_sum)
+    lam_p = np.exp(-0.5 * a_p**2 - 0.5 * LOG_2PI - log_ndtr(a_p))  # phi / Phi (inverse Mills ratio)
+    lam_n = np.exp(-0.5 * a_n**2 - 0.5 * LOG_2PI - log_ndtr(a_n))
+    mean_p = mu_p + s * lam_p  # N(mu_p, v) truncated to beta > 0
+    var_p = v * np.clip(1.0 - a_p * lam_p - lam_p**2, 0.0, 1.0)
+    mean_n = mu_n - s * lam_n  # N(mu_n, v) truncated to beta < 0
+    var_n = v * np.clip(1.0 - a_n * lam_n - lam_n**2, 0.0, 1.0)
+    mean = p_pos * mean_p + (1.0 - p_pos) * mean_n
+    second = p_pos * (var_p + mean_p**2) + (1.0 - p_pos) * (var_n + mean_n**2)
+    return log_sum - np.log(2.0 * b), mean, np.maximum(second - mean**2, 0.0), p_pos
+
+
+def slope_tilted(prior, m: np.ndarray, v: np.ndarray, width: np.ndarray) -> SlopeTilted:
+    """Tilted moments of each slope's site under its cavity ``N(m, v)``; ``width`` is the slab variance
+    ``S_k`` (spike-and-slab) or the Laplace scale ``b_k`` (lasso, Laplace-zero)."""
+    if isinstance(prior, SpikeSlab):
+        S = width
+        log_w0 = np.log1p(-prior.pi) + _log_normal(m, v)
+        log_w1 = np.log(prior.pi) + _log_normal(m, v + S)
+        log_z = np.logaddexp(log_w0, log_w1)
+        p = np.exp(log_w1 - log_z)
+        slab_mean, slab_var = m * S / (v + S), v * S / (v + S)
+        mean = p * slab_mean
+        var = np.maximum(p * (slab_var + slab_mean**2) - mean**2, 0.0)
+        p_pos = p * np.exp(log_ndtr(slab_mean / np.sqrt(slab_var)))
+        return SlopeTilted(log_z, mean, var, p, p_pos, slab_mean)
+    log_l, mean_l, var_l, pos_l = _laplace_tilted(m, v, width)
+    if isinstance(prior, Lasso):
+        return SlopeTilted(log_l, mean_l, var_l, np.ones_like(m), pos_l, mean_l)
+    rho = prior.rho
+    log_w0 = np.log1p(-rho) + _log_normal(m, v) if rho < 1 else np.full_like(m, -np.inf)
+    log_w1 = np.log(rho) + log_l
+    log_z = np.logaddexp(log_w0, log_w1)
+    p = np.exp(log_w1 - log_z)
+    mean = p * mean_l
+    var = np.maximum(p * (var_l + mean_l**2) - mean**2, 0.0)
+    return SlopeTilted(log_z, mean, var, p, p * pos_l, mean_l)
+
+
+# ----- the prior's scale --------------------------------------------------------------------------------
+def scale_size(prior) -> int:
+    """How many hyperparameters the prior's scale adds: ``log sigma_u^2`` (Laplace-zero), ``log nu`` (lasso with
+    a learned scale), none otherwise."""
+    return int(isinstance(prior, LaplaceZero) or (isinstance(prior, Lasso) and prior.nu is None))
+
+
+def slope_widths(problem: SelectionProblem, phi_scale: np.ndarray) -> np.ndarray:
+    """Per slope: the slab variance ``nu^2 s_k^2`` (spike-and-slab) or the Laplace scale (``nu s_k``; Laplace-zero:
+    ``sigma_u``, its ``s_k`` being 1)."""
+    prior, s = problem.prior, problem.prior_scale
+    if isinstance(prior, SpikeSlab):
+        return (prior.nu * s) ** 2
+    if isinstance(prior, LaplaceZero):
+        return np.exp(0.5 * phi_scale[0]) * s
+    nu = prior.nu if prior.nu is not None else float(np.exp(phi_scale[0]))
+    return nu * s
+
+
+def scale_log_prior(prior, phi_scale: np.ndarray) -> float:
+    """``log p(phi_scale)`` with its Jacobian: ``IG(A_u, B_u)`` of ``sigma_u^2 = e^phi`` (Laplace-zero) or
+    ``Gamma(a, b)`` of ``kappa = 1/nu = e^-phi`` (lasso)."""
+    if not phi_scale.size:
+        return 0.0
+    t = float(phi_scale[0])
+    if isinstance(prior, LaplaceZero):
+        a, b = prior.variance.a, prior.variance.b
+        return a * np.log(b) - gammaln(a) - a * t - b * np.exp(-t)  # (-a - 1) t - b e^-t, plus t from d sigma^2
+    kappa = np.exp(-t)
+    return prior.a * np.log(prior.b) - gammaln(prior.a) + prior.a * np.log(kappa) - prior.b * kappa
+
+
+def scale_value(prior, phi_scale: np.ndarray) -> float:
+    """The scale reported in ``summary()``: ``sigma_u`` (Laplace-zero) or ``nu`` (lasso)."""
+    return float(np.exp(0.5 * phi_scale[0]) if isinstance(prior, LaplaceZero) else np.exp(phi_scale[0]))
+
+
+# ----- EP at fixed hyperparameters ------------------------------------------------------------------------
+@dataclass
+class SelectionEPState:
+    theta: GaussianPosterior
+    tau: np.ndarray  # the sites' precisions: rows, then slopes
+    nu: np.ndarray
+    log_evidence: float
+    n_iter: int
+    tilted: SlopeTilted | None
+    converged: bool = True
+
+
+def prior_precision(problem: SelectionProblem, precisions: list[np.ndarray]) -> tuple[np.ndarray, float]:
+    """``Lambda`` (``q x q``) and ``log |Lambda|``: the unpenalised coefficients' ``lambda_j``, each random-effect
+    term's ``Sigma_c^-1`` per level, :data:`SLOPE_BASE_PRECISION` on the selected slopes."""
+    lam = problem.fixed_precision.astype(float).copy()
+    lam[problem.selected] = SLOPE_BASE_PRECISION
+    in_component = np.zeros(problem.q, dtype=bool)
+    for comp in problem.components:
+        in_component[comp.index.ravel()] = True
+    lam[in_component] = 0.0
+    Lambda = np.diag(lam)
+    logdet = float(np.sum(np.log(lam[~in_component])))
+    for comp, precision in zip(problem.components, precisions):
+        idx = comp.index
+        Lambda[idx[:, :, None], idx[:, None, :]] = precision[None]
+        logdet += comp.n_levels * float(np.linalg.slogdet(precision)[1])
+    return Lambda, logdet
+
+
+def run_selection_ep(
+    problem: SelectionProblem,
+    precisions: list[np.ndarray],
+    widths: np.ndarray,
+    tau: np.ndarray,
+    nu: np.ndarray,
+    max_iter: int = 200,
+    tol: float = EP_TOL,
+    damping: float = 0.7,
+) -> SelectionEPState:
+    """Parallel EP over the hinge rows and the slope sites at fixed hyperparameters (module docstring).
+
+    ``tau``, ``nu``: the sites' parameters, the ``n`` rows first, then the ``m`` slopes."""
+    X, y, sel, n = problem.X, problem.y, problem.selected, problem.X.shape[0]
+    C = np.vstack([X, np.eye(problem.q)[sel]])  # the sites' projections: rows, then the slopes
+    Lambda, logdet_prior = prior_precision(problem, precisions)
+    tau, nu = tau.copy(), nu.copy()
+
+    def solve(tau, nu):
+        theta = gaussian_posterior(C, tau, nu, Lambda, None, None)
+        return theta, theta.predictor(C, None, None)
+
+    def cavity(mean_f, var_f, tau, nu):
+        cav_prec = 1.0 / var_f - tau
+        ok = cav_prec > 1e-10
+        m = np.where(ok, (mean_f / var_f - nu) / np.where(ok, cav_prec, 1.0), mean_f)
+        v = np.where(ok, 1.0 / np.where(ok, cav_prec, 1.0), var_f)
+        return ok, m, v
+
+    previous, converged, sweeps = None, False, 0
+    for _ in range(max_iter):
+        sweeps += 1
+        theta, (mean_f, var_f) = solve(tau, nu)
+        ok, m, v = cavity(mean_f, var_f, tau, nu)
+        _, row_mean, row_var = tilted_moments(y, m[:n], v[:n])
+        slopes = slope_tilted(problem.prior, m[n:], v[n:], widths)
+        t_mean = np.concatenate([row_mean, slopes.mean])
+        t_var = np.maximum(np.concatenate([row_var, slopes.var]), 1e-300)
+        new_tau = 1.0 / t_var - 1.0 / v
+        new_tau[:n] = np.maximum(new_tau[:n], 0.0)  # (a hinge site is log-concave: clipping is only rounding)
+        new_nu = t_mean / t_var - m / v
+        tau = np.where(ok, (1 - damping) * tau + damping * new_tau, tau)
+        nu = np.where(ok, (1 - damping) * nu + damping * new_nu, nu)
+        if previous is not None and np.max(np.abs(mean_f - previous)) < tol * (1.0 + np.max(np.abs(mean_f))):
+            converged = True
+            break
+        previous = mean_f
+    theta, (mean_f, var_f) = solve(tau, nu)
+    cav_prec = np.maximum(1.0 / var_f - tau, 1e-12)
+    m, v = (mean_f / var_f - nu) / cav_prec, 1.0 / cav_prec
+    log_z_rows, _, _ = tilted_moments(y, m[:n], v[:n])
+    slopes = slope_tilted(problem.prior, m[n:], v[n:], widths)
+    log_z = np.concatenate([log_z_rows, slopes.log_z])
+    log_evidence = (  # Rasmussen & Williams eq. 3.65, every site a row of C, then the slopes' base prior removed
+        0.5 * logdet_prior
+        - 0.5 * theta.logdet_precision
+        + 0.5 * float(nu @ mean_f)
+        + float(np.sum(log_z + 0.5 * np.log1p(v * tau) - 0.5 * (m / v + nu) ** 2 / (1.0 / v + tau) + 0.5 * m**2 / v))
+        + 0.5 * sel.size * (LOG_2PI - np.log(SLOPE_BASE_PRECISION))
+    )
+    converged = converged and bool(np.isfinite(log_evidence))
+    return SelectionEPState(theta, tau, nu, float(log_evidence), sweeps, slopes, converged)
+
+
+# ----- integrated over the hyperparameters --------------------------------------------------------------
+def fit_selection_accurate(problem: SelectionProblem, n_nodes: int = 21, span: float = 4.0) -> IntegratedResult:
+    """EP for ``theta`` with the selection prior's sites, integrated over the variance parameters and the prior's
+    scale (module docstring).
+
+    Returns
+    -------
+    IntegratedResult
+        The mixture over nodes of ``phi`` (each node's ``q(theta)`` over the columns of ``X``), with ``slopes``:
+        each penalised slope's inclusion probability, ``P(beta > 0)`` and mean given inclusion, averaged over the
+        nodes, and the prior's learned scale.
+    """
+    with blas_threads(problem.q, problem.X.shape[0]):
+        return _fit(problem, n_nodes, span)
+
+
+def _start(problem: SelectionProblem):
+    """The mean-field VB fit of the same model: the starting point of the search over ``phi``."""
+    from .lasso_vb import fit_lasso_vb
+    from .spike_slab_vb import fit_spike_slab_vb
+    from .vb import fit_laplace_zero_vb
+
+    fit = {SpikeSlab: fit_spike_slab_vb, Lasso: fit_lasso_vb}.get(type(problem.prior), fit_laplace_zero_vb)
+    warm = fit(problem, tol=1e-6, max_iter=300)
+    if isinstance(problem.prior, LaplaceZero):
+        scale = [np.log(warm.sigma2_scale / warm.sigma2_shape)]
+    elif scale_size(problem.prior):
+        scale = [np.log(warm.scale_law.mean_inverse)]
+    else:
+        scale = []
+    return warm, np.array(scale, dtype=float)
+
+
+def _fit(problem: SelectionProblem, n_nodes: int, span: float) -> IntegratedResult:
+    start = time.perf_counter()
+    n, m = problem.X.shape[0], problem.m
+    hyper = Hyperparameters(problem.components)
+    n_scale = scale_size(problem.prior)
+    warm, phi_scale0 = _start(problem)
+    widths0 = slope_widths(problem, phi_scale0)
+    tau0 = np.concatenate([np.ones(n), 1.0 / np.maximum(widths0 if isinstance(problem.prior, SpikeSlab)
+                                                         else 2.0 * widths0**2, 1e-8)])  # fmt: skip
+    nu0 = np.concatenate([2.0 * problem.y, np.zeros(m)])  # E[1/a] = 1 (chi = 1) and the slopes' prior width
+    cache: dict[tuple, SelectionEPState] = {}
+    solved: list[tuple[np.ndarray, SelectionEPState]] = []
+    counter = {"sweeps": 0}
+
+    def evaluate(phi: np.ndarray) -> SelectionEPState:
+        key = tuple(np.round(phi, 12))
+        if key in cache:
+            return cache[key]
+        precisions = hyper.precisions(phi[: hyper.size])
+        widths = slope_widths(problem, phi[hyper.size :])
+        warm_states = [min(solved, key=lambda s: np.sum((s[0] - phi) ** 2))[1]] if solved else []
+        state = None
+        for start_state in [*warm_states, None]:
+            for damping, sweeps in EP_ATTEMPTS:
+                tau, nu = (tau0, nu0) if start_state is None else (start_state.tau, start_state.nu)
+                try:
+                    state = run_selection_ep(problem, precisions, widths, tau, nu, max_iter=sweeps, damping=damping)
+                except np.linalg.LinAlgError:
+                    continue
+                counter["sweeps"] += state.n_iter
+                if state.converged:
+                    solved.append((phi, state))
+                    cache[key] = state
+                    return state
+        if state is None:
+            state = SelectionEPState(None, tau0, nu0, -np.inf, 0, None, False)
+        state.log_evidence = -np.inf  # EP failed here: no weight, and the fit is reported as not converged
+        cache[key] = state
+        return state
+
+    def log_post(phi) -> float:
+        phi = np.atleast_1d(np.asarray(phi, dtype=float))
+        state = evaluate(phi)
+        return (
+            state.log_evidence + hyper.log_prior(phi[: hyper.size]) + scale_log_prior(problem.prior, phi[hyper.size :])
+        )
+
+    d = hyper.size + n_scale
+    if d == 0:
+        state = evaluate(np.zeros(0))
+        if state.theta is None:
+            from ..linear.ep import AccurateFitError
+
+            raise AccurateFitError("accurate VB: expectation propagation did not converge for this selection model")
+        return _result(problem, hyper, [state], np.zeros((1, 0)), np.ones(1), np.zeros(1), counter["sweeps"],
+                       start, None, state.converged)  # fmt: skip
+    phi0 = np.concatenate([hyper.start(warm.components), phi_scale0])
+    phi0_search = np.concatenate([hyper.start(warm.components, inflate=0.5), phi_scale0])
+    grid = integrate(log_post, phi0, phi0_search, n_nodes, span)
+    keep = grid.keep
+    states = [evaluate(np.asarray(t, dtype=float)) for t in grid.nodes[keep]]
+    weights = grid.weights[keep] / grid.weights[keep].sum()
+    converged = bool(np.all(np.isfinite(grid.logp))) and grid.tails_ok
+    return _result(problem, hyper, states, grid.nodes[keep], weights, grid.logp[keep], counter["sweeps"], start,
+                   grid, converged)  # fmt: skip
+
+
+def _result(problem, hyper, states, nodes, weights, logp, sweeps, start, grid, converged) -> IntegratedResult:
+    n = problem.X.shape[0]
+    tilted = [st.tilted for st in states]
+    p_include = sum(w * t.p_include for w, t in zip(weights, tilted))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_if = sum(w * t.p_include * t.mean_if_included for w, t in zip(weights, tilted)) / p_include
+    scale = None
+    if scale_size(problem.prior):
+        scale = float(sum(w * scale_value(problem.prior, t[hyper.size :]) for w, t in zip(weights, nodes)))
+    slopes = SlopeMarginals(
+        selected=problem.selected,
+        p_include=p_include,
+        p_positive=sum(w * t.p_positive for w, t in zip(weights, tilted)),
+        mean_if_included=mean_if,
+        scale=scale,
+    )
+    chi = sum(w * _chi(problem.y, st.theta, problem.X) for w, st in zip(weights, states))
+    covs = [hyper.covariances(t[: hyper.size]) for t in nodes]
+    return IntegratedResult(
+        nodes=nodes,
+        covariances=[np.stack([c[j] for c in covs]) for j in range(len(problem.components))],
+        weights=np.asarray(weights, dtype=float),
+        thetas=[st.theta for st in states],
+        node_log_posterior=np.asarray(logp, dtype=float),
+        chi=chi[:n],
+        has_component=bool(problem.components),
+        converged=converged,
+        n_iter=sweeps,
+        elapsed=time.perf_counter() - start,
+        axes=None if grid is None else grid.axes,
+        step=1.0 if grid is None else grid.step,
+        design="lattice" if grid is None else grid.design,
+        center=None if grid is None else grid.center,
+        lattice=None if grid is None else grid.lattice[grid.keep],
+        hyperparameters=hyper,
+        failed_nodes=0 if grid is None else int(np.sum(~np.isfinite(grid.logp))),
+        tails_ok=True if grid is None else grid.tails_ok,
+        log_evidence=float(states[0].log_evidence) if grid is None else grid.log_evidence,
+        slopes=slopes,
+    )
+
+
+def _chi(y: np.ndarray, theta: GaussianPosterior, X: np.ndarray) -> np.ndarray:
+    mean_f, var_f = theta.predictor(X, None, None)
+    return (1.0 - y * mean_f) ** 2 + var_f
