@@ -103,7 +103,8 @@ def bsvm(
         :class:`bayesvm.priors.LaplaceZero` (``method="vb"``: Alg. 3; ``"gibbs"``: Appendix B),
         :class:`~bayesvm.priors.SpikeSlab` (``"vb"``: Carbonetto & Stephens's
         factorisation; ``"gibbs"``) or :class:`~bayesvm.priors.Lasso` (``"vb"``: Park & Casella's scale
-        mixture; ``"em"``: EM/ECME; ``"gibbs"``).  ``fit.inclusion`` then gives posterior inclusion
+        mixture; ``"em"``: EM/ECME; ``"gibbs"``; any of them with ``vb="accurate"``: EP with a site per slope,
+        :mod:`bayesvm.engines.selection.ep`).  ``fit.inclusion`` then gives posterior inclusion
         probabilities; coefficients and predictions are model averages.  Random-effect terms join as one
         more Gaussian block with a learned (co)variance (all coefficients in one dense precision, so at most
         2,000 of them).
@@ -612,11 +613,11 @@ def _check_imputation(model, method: str, vb: str, imputation: str, imputations:
         raise BayesvmError(
             f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}{why}"
         )
-    if vb == "accurate" and (imputation != "mi" or method != "vb" or model.prior is not None):
+    if vb == "accurate" and (imputation != "mi" or method != "vb"):
         raise BayesvmError(
             "vb='accurate' with missing='impute' fits each completed data set of multiple imputation "
-            "(imputation='mi', method='vb', no selection prior): the joint model's imputations depend on the "
-            "coefficients' mean-field factors"
+            "(imputation='mi', method='vb'): the joint model's imputations depend on the coefficients' mean-field "
+            "factors"
         )
     if model.prior is not None and imputation != "mi":
         raise BayesvmError(
@@ -660,7 +661,7 @@ def _fit_imputation(
     name = data_name(data)
     if model.prior is not None:
         return _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed,
-                                      cores, progress, imputations)  # fmt: skip
+                                      cores, progress, imputations, vb)  # fmt: skip
     if imputation == "mi" and method == "vb":
         result = fit_mi_vb(
             problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter,
@@ -698,7 +699,7 @@ def _fit_imputation(
 
 
 def _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed, cores,
-                           progress, imputations) -> BSVMFit:  # fmt: skip
+                           progress, imputations, vb=None) -> BSVMFit:  # fmt: skip
     """A selection prior with multiple imputation: the selection sampler with imputation segments, or a
     selection VB fit per completed data set, pooled (:func:`bayesvm.engines.imputation.multiple.fit_mi_selection_vb`)."""
     from .engines.imputation.multiple import fit_mi_selection_vb
@@ -711,15 +712,17 @@ def _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, t
         result = sample_selection(selection, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores,
                                   progress=progress, imputation=problem)  # fmt: skip
     else:
-        result = fit_mi_selection_vb(problem, selection, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter)
+        result = fit_mi_selection_vb(problem, selection, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter,
+                                     engine="accurate" if vb == "accurate" else "vb")  # fmt: skip
     imputed = problem.design(result.imputation.z_mean)
     fit = BSVMFit(model=model, problem=replace(problem.base, D=imputed), method=method, result=result, data_name=name,
                   tol=None if method == "gibbs" else tol)  # fmt: skip
     if method == "gibbs":
         _warn_mcmc(fit)
     elif not result.converged:
-        warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g} on at least one "
-                      "completed data set", ConvergenceWarning, 4)  # fmt: skip
+        what = ("accurate VB (EP) did not converge" if vb == "accurate"
+                else f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}")  # fmt: skip
+        warnings.warn(f"{what} on at least one completed data set", ConvergenceWarning, 4)
     return fit
 
 

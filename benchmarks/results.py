@@ -31,6 +31,11 @@ BENCHMARKS = {
     "gibbs_mixing": (["benchmarks.gibbs_mixing"], "Gibbs mixing: toenail ESS, spam inclusion R-hat, acath", True),
     "gp_terms": (["benchmarks.gp_terms"], "a gp() term on public data (Fair affairs) against LogisticRegression", True),
     "calibration": (["benchmarks.calibration"], "held-out log loss, Brier, ECE against the peers", False),
+    "selection_accuracy": (
+        ["benchmarks.selection_accuracy"],
+        "selection priors: accurate and mean-field VB against Gibbs",
+        False,
+    ),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
     "kernel": (["benchmarks.kernel"], "kernel fits against Wenzel et al. (2017) and scikit-learn", False),
     "pcvm": (["benchmarks.pcvm"], "PCVM against SVC and the paper's tables", False),

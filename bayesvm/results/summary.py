@@ -205,6 +205,9 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             "accurate": "accurate VB (EP integrated over the variance parameters)",
             "svi": "stochastic VI (Wenzel et al. 2017, section 4.5)",
         }.get(kind, f"mean-field VB ({'the factors' if spike_slab_vb else 'Alg.'} {alg})")
+        if accurate and prior is not None:
+            info["caveat"] = SELECTION_EP_CAVEAT
+            engine = "accurate VB (EP with a site per slope, integrated over the variance parameters)"
         info.update(
             title=f"multiple imputation: {engine} on each of {len(r.fits)} completed data sets, posteriors pooled",
             method="vb-mi",
@@ -637,9 +640,7 @@ def _convergence_checks(info: dict) -> list[str]:
 def _approximation_checks(info: dict) -> list[str]:
     method = info["method"]
     out = []
-    if (method in ("vb", "vb-mi", "svi") and not info.get("accurate")) or (
-        method == "vb-accurate" and "caveat" in info
-    ):
+    if (method in ("vb", "vb-mi", "svi") and not info.get("accurate")) or info.get("caveat") == SELECTION_EP_CAVEAT:
         caveat = info.get("caveat", VB_CAVEAT)
         if method == "vb-mi":
             caveat = caveat.replace("q(beta, u)", "q(beta, u) per data set")

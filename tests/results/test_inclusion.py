@@ -108,6 +108,13 @@ def test_accurate_fit_reports_inclusion_saves_and_exports(data, tmp_path):
     idata = fit.to_inference_data(draws=200)
     beta = idata.posterior["beta"] if hasattr(idata, "posterior") else idata["posterior"]["beta"]
     assert beta.shape == (4, 50, 11)  # (independent draws from q as VB_CHAINS = 4 chains)
+    # the draws carry each slope to its tilted distribution (a Gaussian copula): exact zeros as often as the slope
+    # is excluded, the same means as q
+    theta_d, _, _ = fit.result.sample(np.random.default_rng(1), 20000)
+    selected = fit.result.slopes.selected
+    zero = (theta_d[:, selected] == 0).mean(axis=0)
+    np.testing.assert_allclose(zero, 1.0 - fit.result.slopes.p_include, atol=0.01)
+    np.testing.assert_allclose(theta_d.mean(axis=0), fit.posterior.means()[0], atol=0.02)
 
 
 def test_lasso_mode_inclusion_marks_exact_zeros(data):

@@ -47,6 +47,7 @@ from ..joint import log_component_prior, log_prior, predictor_draws
 from ..linear.ep import fit_accurate
 from ..linear.svi import fit_linear_svi
 from ..linear.vb import VBResult, _fit_vb
+from ..selection.ep import fit_selection_accurate
 from ..selection.lasso_vb import fit_lasso_vb
 from ..selection.spike_slab_vb import fit_spike_slab_vb
 from ..selection.svi import fit_selection_svi
@@ -173,7 +174,9 @@ def fit_mi_selection_vb(
     :func:`bayesvm.engines.selection.vb.fit_laplace_zero_vb`; spike-and-slab:
     :func:`bayesvm.engines.selection.spike_slab_vb.fit_spike_slab_vb`); ``selection.X`` has the imputed columns of
     ``problem`` (same rows and column order).  ``engine="svi"``: :func:`bayesvm.engines.selection.svi.fit_selection_svi`
-    with ``svi_options`` instead, each fit seeded from ``seed``.
+    with ``svi_options`` instead, each fit seeded from ``seed``; ``engine="accurate"``:
+    :func:`bayesvm.engines.selection.ep.fit_selection_accurate` (its draws carry each slope to its tilted
+    distribution, and the prior's scale is the draw's node).
 
     The pooled draws carry ``log p`` = log pseudo-likelihood + the unpenalised coefficients' normal prior +
     the random-effect terms' prior + the slopes' prior (Laplace-zero: at a draw of ``sigma_u^2`` from ``q``)."""
@@ -186,14 +189,22 @@ def fit_mi_selection_vb(
     fit_one = {SpikeSlab: fit_spike_slab_vb, Lasso: fit_lasso_vb}.get(type(prior), fit_laplace_zero_vb)
     for m in range(imputations):
         completed = replace(selection, X=problem.design(imp.z[m]))
-        if engine == "svi":
-            options = dict(svi_options or {}, seed=int(rng.integers(2**31)), tol=tol, max_iter=max_iter)
-            fit = fit_selection_svi(completed, **options)
+        scale_draws = None
+        if engine == "accurate":
+            fit = fit_selection_accurate(completed)
+            coef, _, c, node = fit.sample_nodes(rng, draws_per_imputation)
+            gamma = (coef[:, sel] != 0).astype(np.int8)
+            if fit.slopes.node_scale is not None:
+                scale_draws = fit.slopes.node_scale[node]
         else:
-            fit = fit_one(completed, tol=tol, max_iter=max_iter)
+            if engine == "svi":
+                options = dict(svi_options or {}, seed=int(rng.integers(2**31)), tol=tol, max_iter=max_iter)
+                fit = fit_selection_svi(completed, **options)
+            else:
+                fit = fit_one(completed, tol=tol, max_iter=max_iter)
+            coef, gamma = fit.sample(rng, draws_per_imputation)
+            c = [post.sample(rng, draws_per_imputation) for post in fit.components]
         fits.append(fit)
-        coef, gamma = fit.sample(rng, draws_per_imputation)
-        c = [post.sample(rng, draws_per_imputation) for post in fit.components]
         coefs.append(coef)
         gammas.append(gamma)
         comps.append(c)
@@ -201,7 +212,7 @@ def fit_mi_selection_vb(
         total = -2.0 * np.maximum(1.0 - selection.y[None, :] * f, 0.0).sum(axis=1)
         lam = selection.fixed_precision[free]
         total += 0.5 * np.sum(np.log(lam) - np.log(2.0 * np.pi) - lam * coef[:, free] ** 2, axis=1)
-        slopes, scale = _slope_log_prior(selection, fit, coef[:, sel], gamma.astype(bool), rng)
+        slopes, scale = _slope_log_prior(selection, fit, coef[:, sel], gamma.astype(bool), rng, scale_draws)
         total += slopes
         if scale is not None:
             scales.append(scale)
@@ -228,17 +239,24 @@ def fit_mi_selection_vb(
             sigma=pooled([np.repeat(imp.sigma, draws_per_imputation, axis=0)]),
         ),
         fits=fits, include=pooled(gammas), selected=sel, scale=pooled(scales) if scales else None,
-        engine="svi" if engine == "svi" else "meanfield",
+        engine=engine if engine in ("svi", "accurate") else "meanfield",
     )  # fmt: skip
 
 
-def _slope_log_prior(selection: SelectionProblem, fit, slopes: np.ndarray, on: np.ndarray, rng: np.random.Generator):
+def _slope_log_prior(selection: SelectionProblem, fit, slopes: np.ndarray, on: np.ndarray, rng: np.random.Generator,
+                     scale_draws: np.ndarray | None = None):  # fmt: skip
     """Log prior density of each draw's penalised slopes (``(draws, m)``, exact zeros where ``on`` is False) and
     the draws of the learned scale: ``sigma_u`` for Laplace-zero, ``nu`` for a lasso with a learned scale (``None``
-    for spike-and-slab and a fixed lasso scale)."""
+    for spike-and-slab and a fixed lasso scale); ``scale_draws`` gives those draws (the accurate fit's nodes) instead
+    of drawing them from the fit's ``q``."""
     prior, size = selection.prior, slopes.shape[0]
     if isinstance(prior, Lasso):
-        kappa = (fit.scale_law.sample(rng, size) if prior.nu is None else np.full(size, 1.0 / prior.nu))[:, None]
+        if prior.nu is not None:
+            kappa = np.full(size, 1.0 / prior.nu)[:, None]
+        elif scale_draws is not None:
+            kappa = 1.0 / scale_draws[:, None]
+        else:
+            kappa = fit.scale_law.sample(rng, size)[:, None]
         s = selection.prior_scale[None, :]
         total = np.sum(np.log(kappa / (2.0 * s)) - kappa * np.abs(slopes) / s, axis=1)
         if prior.nu is not None:
@@ -250,7 +268,7 @@ def _slope_log_prior(selection: SelectionProblem, fit, slopes: np.ndarray, on: n
         sd = prior.nu * selection.prior_scale[None, :]
         dens = np.log(prior.pi) - 0.5 * np.log(2.0 * np.pi) - np.log(sd) - 0.5 * (slopes / sd) ** 2
         return np.where(on, dens, np.log1p(-prior.pi)).sum(axis=1), None
-    sigma2 = fit.sigma2_scale / rng.gamma(fit.sigma2_shape, size=size)
+    sigma2 = scale_draws**2 if scale_draws is not None else fit.sigma2_scale / rng.gamma(fit.sigma2_shape, size=size)
     scale = np.sqrt(sigma2)[:, None] * selection.prior_scale[None, :]
     total = np.where(on, np.log(prior.rho) - np.log(2.0 * scale) - np.abs(slopes) / scale, 0.0).sum(axis=1)
     total += (~on).sum(axis=1) * (np.log1p(-prior.rho) if prior.rho < 1 else 0.0)

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
@@ -68,6 +68,9 @@ from .vb import (
     sorted_by_level,
     sparse_posterior,
 )
+
+if TYPE_CHECKING:
+    from ..selection.ep import SlopeMarginals
 
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -280,20 +283,6 @@ def _log_wishart_constant(df: float, scale: np.ndarray) -> float:
 
 
 @dataclass
-class SlopeMarginals:
-    """A selection prior's slopes under the accurate fit (:mod:`bayesvm.engines.selection.ep`), averaged over the
-    nodes: the inclusion probability, ``P(beta > 0)`` and the mean given inclusion (engine scale), from each
-    slope's tilted distribution; ``scale`` the posterior mean of the prior's learned scale (``sigma_u`` for
-    Laplace-zero, ``nu`` for the lasso; ``None`` when fixed)."""
-
-    selected: np.ndarray
-    p_include: np.ndarray
-    p_positive: np.ndarray
-    mean_if_included: np.ndarray
-    scale: float | None = None
-
-
-@dataclass
 class IntegratedResult:
     """Mixture over nodes of the hyperparameters: ``weights[k]``, ``covariances[c][k]``, ``thetas[k]``.
 
@@ -324,11 +313,18 @@ class IntegratedResult:
     failed_nodes: int = 0  # nodes where EP did not converge even with strong damping (the fit is not converged)
     tails_ok: bool = True  # the mass beyond the lattice's edge is negligible (False: the integral is truncated)
     log_evidence: float = float("nan")  # EP's approximation of log p(y), the variance parameters integrated out
-    slopes: SlopeMarginals | None = None  # a selection prior's slopes (None without one)
+    #: a selection prior's slopes (:class:`bayesvm.engines.selection.ep.SlopeMarginals`; None without one)
+    slopes: SlopeMarginals | None = None
 
     def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``size`` draws of the mixture: a node by its weight, then ``theta`` from that node's Gaussian;
-        ``(theta_d (size, q), theta_b (size, J, K), [covariance (size, k, k) per component])``."""
+        ``(theta_d (size, q), theta_b (size, J, K), [covariance (size, k, k) per component])``.  Under a
+        selection prior each slope is then carried to its own tilted distribution (exact zeros included) by
+        :meth:`bayesvm.engines.selection.ep.SlopeMarginals.carry`."""
+        return self.sample_nodes(rng, size)[:3]
+
+    def sample_nodes(self, rng: np.random.Generator, size: int):
+        """:meth:`sample` and the node of each draw."""
         counts = rng.multinomial(size, self.weights)
         thetas_d, thetas_b, nodes = [], [], []
         for k, (count, theta) in enumerate(zip(counts, self.thetas)):
@@ -340,7 +336,10 @@ class IntegratedResult:
         order = rng.permutation(size)
         node = np.concatenate(nodes)[order]
         covariances = [cov[node] for cov in self.covariances]
-        return np.concatenate(thetas_d)[order], np.concatenate(thetas_b)[order], covariances
+        theta_d = np.concatenate(thetas_d)[order]
+        if self.slopes is not None:
+            theta_d = self.slopes.carry(theta_d, node, self.thetas)
+        return theta_d, np.concatenate(thetas_b)[order], covariances, node
 
     @property
     def variances(self) -> np.ndarray:

@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaln, log_ndtr
+from scipy.special import gammaln, log_ndtr, ndtr, ndtri
 
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
 from ...model.problems import SelectionProblem
@@ -60,7 +60,6 @@ from ..linear.ep import (
     EP_TOL,
     Hyperparameters,
     IntegratedResult,
-    SlopeMarginals,
     integrate,
     tilted_moments,
 )
@@ -82,6 +81,9 @@ class SlopeTilted:
     p_include: np.ndarray  # the slab's weight (1 for the lasso)
     p_positive: np.ndarray  # P(beta > 0)
     mean_if_included: np.ndarray  # the mean of the slab part
+    cavity_mean: np.ndarray = None
+    cavity_var: np.ndarray = None
+    width: np.ndarray = None
 
 
 def _log_normal(x: np.ndarray, var: np.ndarray) -> np.ndarray:
@@ -112,6 +114,12 @@ def _laplace_tilted(m: np.ndarray, v: np.ndarray, b: np.ndarray):
 def slope_tilted(prior, m: np.ndarray, v: np.ndarray, width: np.ndarray) -> SlopeTilted:
     """Tilted moments of each slope's site under its cavity ``N(m, v)``; ``width`` is the slab variance
     ``S_k`` (spike-and-slab) or the Laplace scale ``b_k`` (lasso, Laplace-zero)."""
+    tilted = _slope_tilted(prior, m, v, width)
+    tilted.cavity_mean, tilted.cavity_var, tilted.width = m, v, width
+    return tilted
+
+
+def _slope_tilted(prior, m: np.ndarray, v: np.ndarray, width: np.ndarray) -> SlopeTilted:
     if isinstance(prior, SpikeSlab):
         S = width
         log_w0 = np.log1p(-prior.pi) + _log_normal(m, v)
@@ -134,6 +142,72 @@ def slope_tilted(prior, m: np.ndarray, v: np.ndarray, width: np.ndarray) -> Slop
     mean = p * mean_l
     var = np.maximum(p * (var_l + mean_l**2) - mean**2, 0.0)
     return SlopeTilted(log_z, mean, var, p, p * pos_l, mean_l)
+
+
+def _laplace_quantile(u: np.ndarray, m: np.ndarray, v: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The inverse CDF of the Laplace site's tilted distribution (two truncated normals, module docstring)."""
+    s = np.sqrt(v)
+    mu_p, mu_n = m - v / b, m + v / b
+    _, _, _, p_pos = _laplace_tilted(m, v, b)
+    w_neg = 1.0 - p_pos
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q_neg = np.clip(u / w_neg, 0.0, 1.0)  # N(mu_n, v) below 0: P(X < x | X < 0) = q
+        x_neg = mu_n + s * ndtri(q_neg * ndtr(-mu_n / s))
+        q_pos = np.clip((u - w_neg) / p_pos, 0.0, 1.0)  # N(mu_p, v) above 0: P(X > x | X > 0) = 1 - q
+        x_pos = mu_p - s * ndtri((1.0 - q_pos) * ndtr(mu_p / s))
+    return np.where(u < w_neg, np.minimum(x_neg, 0.0), np.maximum(x_pos, 0.0))
+
+
+def slope_quantile(prior, tilted: SlopeTilted, u: np.ndarray) -> np.ndarray:
+    """``F^-1(u)`` of each slope's tilted distribution (``u`` broadcasts against the slopes), exactly 0 on the point
+    mass: spike-and-slab ``(1 - p) delta_0 + p N(a, c)``; Laplace-zero ``(1 - p) delta_0 + p`` (the Laplace site's
+    tilted); the lasso's Laplace tilted alone."""
+    m, v, width, p = tilted.cavity_mean, tilted.cavity_var, tilted.width, tilted.p_include
+    if isinstance(prior, Lasso):
+        return _laplace_quantile(u, m, v, width)
+    spike = 1.0 - p
+    if isinstance(prior, SpikeSlab):
+        a, c = m * width / (v + width), v * width / (v + width)
+        below = p * ndtr(-a / np.sqrt(c))  # the slab's mass below 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            low = a + np.sqrt(c) * ndtri(np.clip(u / p, 0.0, 1.0))
+            high = a + np.sqrt(c) * ndtri(np.clip((u - spike) / p, 0.0, 1.0))
+        return np.where(u < below, np.minimum(low, 0.0), np.where(u < below + spike, 0.0, np.maximum(high, 0.0)))
+    below = p * (1.0 - _laplace_tilted(m, v, width)[3])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = _laplace_quantile(np.clip(u / p, 0.0, 1.0), m, v, width)
+        high = _laplace_quantile(np.clip((u - spike) / p, 0.0, 1.0), m, v, width)
+    return np.where(u < below, low, np.where(u < below + spike, 0.0, high))
+
+
+@dataclass
+class SlopeMarginals:
+    """A selection prior's slopes under the accurate fit, averaged over the nodes: the inclusion probability,
+    ``P(beta > 0)`` and the mean given inclusion (engine scale), from each slope's tilted distribution; ``scale``
+    the posterior mean of the prior's learned scale (``sigma_u`` for Laplace-zero, ``nu`` for the lasso; ``None``
+    when fixed), ``node_scale`` its value at each node; ``tilted`` each node's tilted distributions."""
+
+    prior: object
+    selected: np.ndarray
+    p_include: np.ndarray
+    p_positive: np.ndarray
+    mean_if_included: np.ndarray
+    tilted: list[SlopeTilted]
+    scale: float | None = None
+    node_scale: np.ndarray | None = None
+
+    def carry(self, theta_d: np.ndarray, node: np.ndarray, thetas: list[GaussianPosterior]) -> np.ndarray:
+        """Draws of ``q(theta)`` with each slope carried to its tilted distribution: ``beta = F^-1(Phi(z))`` with
+        ``z`` the slope's standardised Gaussian draw at its node (a Gaussian copula: the marginals are EP's tilted
+        distributions, point mass included, and the dependence is that of ``q``)."""
+        out = theta_d.copy()
+        sel = self.selected
+        for k in np.unique(node):
+            rows = node == k
+            mean, sd = thetas[k].mean_d[sel], np.sqrt(thetas[k].variance()[sel])
+            u = ndtr((theta_d[np.ix_(rows, sel)] - mean) / sd)
+            out[np.ix_(rows, sel)] = slope_quantile(self.prior, self.tilted[k], u)
+        return out
 
 
 # ----- the prior's scale --------------------------------------------------------------------------------
@@ -312,7 +386,7 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float) -> IntegratedResu
     nu0 = np.concatenate([2.0 * problem.y, np.zeros(m)])  # E[1/a] = 1 (chi = 1) and the slopes' prior width
     cache: dict[tuple, SelectionEPState] = {}
     solved: list[tuple[np.ndarray, SelectionEPState]] = []
-    counter = {"sweeps": 0}
+    counter = {"sweeps": 0, "first": 0}  # first: the damping that last worked (neighbouring nodes start there)
 
     def evaluate(phi: np.ndarray) -> SelectionEPState:
         key = tuple(np.round(phi, 12))
@@ -323,7 +397,7 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float) -> IntegratedResu
         warm_states = [min(solved, key=lambda s: np.sum((s[0] - phi) ** 2))[1]] if solved else []
         state = None
         for start_state in [*warm_states, None]:
-            for damping, sweeps in EP_ATTEMPTS:
+            for damping, sweeps in EP_ATTEMPTS[counter["first"] :]:
                 tau, nu = (tau0, nu0) if start_state is None else (start_state.tau, start_state.nu)
                 try:
                     state = run_selection_ep(problem, precisions, widths, tau, nu, max_iter=sweeps, damping=damping)
@@ -332,6 +406,7 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float) -> IntegratedResu
                 counter["sweeps"] += state.n_iter
                 if state.converged:
                     solved.append((phi, state))
+                    counter["first"] = next(i for i, (d, _) in enumerate(EP_ATTEMPTS) if d == damping)
                     cache[key] = state
                     return state
         if state is None:
@@ -373,15 +448,19 @@ def _result(problem, hyper, states, nodes, weights, logp, sweeps, start, grid, c
     p_include = sum(w * t.p_include for w, t in zip(weights, tilted))
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_if = sum(w * t.p_include * t.mean_if_included for w, t in zip(weights, tilted)) / p_include
-    scale = None
+    scale = node_scale = None
     if scale_size(problem.prior):
-        scale = float(sum(w * scale_value(problem.prior, t[hyper.size :]) for w, t in zip(weights, nodes)))
+        node_scale = np.array([scale_value(problem.prior, t[hyper.size :]) for t in nodes])
+        scale = float(np.dot(weights, node_scale))
     slopes = SlopeMarginals(
+        prior=problem.prior,
         selected=problem.selected,
         p_include=p_include,
         p_positive=sum(w * t.p_positive for w, t in zip(weights, tilted)),
         mean_if_included=mean_if,
+        tilted=tilted,
         scale=scale,
+        node_scale=node_scale,
     )
     chi = sum(w * _chi(problem.y, st.theta, problem.X) for w, st in zip(weights, states))
     covs = [hyper.covariances(t[: hyper.size]) for t in nodes]
