@@ -426,7 +426,7 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
                                                                          rng))  # fmt: skip
         fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=name, tol=tol)
     if not result.converged:
-        warnings.warn(f"the fit stopped before converging ({getattr(result, 'stopping', '') or 'max_iter'})",
+        warnings.warn(f"the fit stopped before converging ({result.stopping or 'max_iter'})",
                       ConvergenceWarning, stacklevel=3)  # fmt: skip
     return fit
 
@@ -598,7 +598,7 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
     fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name, tol=tol)
     if not result.converged:
         warnings.warn(f"{what} stopped after {result.n_iter} iterations without converging", ConvergenceWarning, 4)
-    if getattr(result, "decreases", None):
+    if result.decreases:
         warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=4)
     return fit
 
@@ -744,7 +744,7 @@ def _warn_mcmc(fit: BSVMFit) -> None:
     from .results.diagnostics import inclusion_disagreement, mcmc_diagnostics, mcmc_problems
 
     message = mcmc_problems(mcmc_diagnostics(fit), fit.result.chains, fit.result.draws)
-    stopping = getattr(fit.result, "stopping", None) or ""
+    stopping = fit.result.stopping or ""
     if stopping.startswith("stopped at the cap"):  # draws="auto" ran out before its targets: say so once
         from .engines.linear.gibbs import AUTO_ESS, AUTO_RHAT
 

@@ -23,6 +23,7 @@ from .formula.bars import parse_formula
 from .formula.design import build_design
 from .kernels import RBF, Kernel
 from .model.kernel import build_kernel_model
+from .model.output import EngineOutput
 from .model.problems import KernelProblem
 from .results.kernel_fit import KernelFit
 
@@ -30,7 +31,7 @@ PCVM_METHODS = ("laplace", "ep", "em")
 
 
 @dataclass(eq=False)
-class PCVMResult:
+class PCVMResult(EngineOutput):
     """Selected relevance vectors and the Gaussian posterior ``N(mean, cov)`` of ``(w_0, w_active)``."""
 
     kernel: Kernel

@@ -25,7 +25,7 @@ def _axes(ax):
 def _no_lower_bound(fit) -> str:
     """Why a fit has no lower-bound trace, and which fit has one."""
     kind = getattr(getattr(fit, "posterior", None), "kind", "")
-    if getattr(fit.result, "fits", None) is not None:
+    if fit.result.fits is not None:
         return (
             "a multiple-imputation fit has one lower bound per completed data set, not one for the pooled "
             "posterior: plot fit.result.fits[k].lower_bound"

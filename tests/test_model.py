@@ -69,3 +69,31 @@ def test_fits_that_would_not_fit_in_memory_are_refused_up_front(monkeypatch):
     monkeypatch.setattr(bayesvm.memory, "available_memory", lambda: 10**7)
     with pytest.raises(BayesvmError, match=r"draws.*thin"):
         bayesvm.bsvm("y ~ x1 + x2", data, method="gibbs", draws=10**6, chains=4)
+
+
+def test_every_engine_returns_an_engine_output():
+    """Issue 23: one output type.  Every engine's result class (each ``*Result`` of ``bayesvm.engines`` and the
+    PCVM's) derives from :class:`bayesvm.model.output.EngineOutput` and declares a posterior form; an optional part
+    an engine does not compute reads as the contract's default, and any other missing attribute still raises."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import bayesvm.engines
+    from bayesvm.engines.linear.em import EMResult
+    from bayesvm.model.output import EMPTY_TRACE, OPTIONAL_PARTS, EngineOutput
+    from bayesvm.pcvm_fit import PCVMResult
+
+    classes = {PCVMResult}
+    for info in pkgutil.walk_packages(bayesvm.engines.__path__, "bayesvm.engines."):
+        module = importlib.import_module(info.name)
+        classes |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                    if c.__name__.endswith("Result") and c.__module__ == module.__name__}  # fmt: skip
+    assert len(classes) >= 15
+    for klass in classes:
+        assert issubclass(klass, EngineOutput), klass
+    result = EMResult.__new__(EMResult)  # an EM mode has no lower bound, indicators or imputations
+    assert result.lower_bound is EMPTY_TRACE and result.include is None and result.fits is None
+    assert set(OPTIONAL_PARTS) >= {"lower_bound", "objective", "include", "fits", "imputation", "stopping"}
+    with pytest.raises(AttributeError, match="no attribute 'scale'"):
+        _ = result.scale

@@ -166,7 +166,7 @@ def _as_chains(data_vars: dict, coords: dict) -> tuple[dict, dict]:
 def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
     """Gibbs under a selection prior: the indicators ``include`` (per slope) and the prior's scale."""
     result, prior = fit.result, fit.model.prior
-    if prior is None or np.ndim(getattr(result, "include", None)) != 3:  # (VB's q(gamma) is not a chain)
+    if prior is None or np.ndim(result.include) != 3:  # (VB's q(gamma) is not a chain)
         return
     dims = ("chain", "draw")
     names = [fit.model.design.x_names[j] for j in result.selected]
@@ -182,7 +182,7 @@ def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
 
 def _imputation_variables(fit, data_vars: dict, coords: dict) -> None:
     """Gibbs with ``missing="impute"``: the imputation model's mean and correlation draws, original scale."""
-    draws = getattr(fit.result, "imputation", None)
+    draws = fit.result.imputation
     if draws is None or not hasattr(draws, "mu"):
         return
     m, s, _, _ = fit.model.imputation_scaling()
@@ -261,7 +261,7 @@ def fit_to_datasets(fit, draws: int = 1000, seed: int | None = 0, log_likelihood
     groups = {"posterior": posterior, "observed_data": observed}
     if log_likelihood:
         groups["log_likelihood"] = _log_likelihood_dataset(fit, posterior)
-    log_post = getattr(fit.result, "log_posterior", None)
+    log_post = fit.result.log_posterior
     if log_post is not None:
         groups["sample_stats"] = xr.Dataset(
             {"lp": (("chain", "draw"), log_post)},

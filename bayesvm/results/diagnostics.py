@@ -109,7 +109,7 @@ INCLUSION_RHAT = 1.05
 def inclusion_disagreement(fit) -> str | None:
     """A warning text naming the slopes whose inclusion probabilities disagree across Gibbs chains (selection
     priors with mass at zero), with each chain's range; None when they agree or there is nothing to compare."""
-    include = getattr(fit.result, "include", None)
+    include = fit.result.include
     inclusion = fit.inclusion
     if include is None or inclusion is None or include.ndim != 3 or include.shape[0] < 2:
         return None

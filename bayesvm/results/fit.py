@@ -80,7 +80,7 @@ class BSVMFit:
         """
         if self.model.design.X.shape[0] != self.model.design.n:
             raise BayesvmError("check_vb() needs the training rows in memory; this fit streamed out-of-core data")
-        if getattr(self.result, "z_cov", None) is not None or getattr(self.result, "imputation", None) is not None:
+        if self.result.z_cov is not None or self.result.imputation is not None:
             raise BayesvmError(
                 "check_vb() does not cover missing='impute' fits (their posterior includes the imputed values)"
             )
@@ -107,19 +107,19 @@ class BSVMFit:
     @property
     def _form(self) -> str:
         """The form of the engine's output (``posterior_form``: variational, sampled, mode, mixture, selection)."""
-        return getattr(self.result, "posterior_form", "")
+        return self.result.posterior_form
 
     # ----- convergence ---------------------------------------------------------------
     @property
     def lower_bound(self) -> np.ndarray:
         """Lower bound ``log p(y; q)`` after every sweep (VB; empty for other engines)."""
-        return getattr(self.result, "lower_bound", np.zeros(0))
+        return self.result.lower_bound
 
     @property
     def converged(self) -> bool:
         """VB and EM: the stopping rule was met (multiple imputation: on every completed data set, whose
         posteriors differ by design, so no R-hat across them); Gibbs: every R-hat <= 1.01."""
-        if self._form == "sampled" and getattr(self.result, "fits", None) is None:
+        if self._form == "sampled" and self.result.fits is None:
             from .diagnostics import mcmc_diagnostics
 
             return bool(mcmc_diagnostics(self)["r_hat"].max() <= 1.01)
@@ -140,7 +140,7 @@ class BSVMFit:
     @property
     def objective(self) -> np.ndarray:
         """EM / ECME: ``log p(theta, components | y)`` up to a constant, per iteration (empty otherwise)."""
-        return getattr(self.result, "objective", np.zeros(0))
+        return self.result.objective
 
     @property
     def support(self) -> pd.Index | None:
@@ -198,7 +198,7 @@ class BSVMFit:
             mean_if = slopes.mean_if_included * to_original
             if isinstance(model.prior, Lasso):  # no mass at zero
                 p_include = np.full(sel.size, np.nan)
-        elif np.ndim(getattr(result, "include", None)) == 3:  # draws: Gibbs, or VB pooled over imputations
+        elif np.ndim(result.include) == 3:  # draws: Gibbs, or VB pooled over imputations
             coef = result.theta_d[..., sel].reshape(-1, sel.size)
             gamma = result.include.reshape(-1, sel.size).astype(bool)
             p_positive = (coef > 0).mean(axis=0)
@@ -341,7 +341,7 @@ class BSVMFit:
                 D = D @ sp.diags(keep) if sp.issparse(D) else D * keep
                 blocked = None
             if model.design.imputation is not None:  # VB: Cov(z_i); Gibbs: the draws' variances
-                z_cov = getattr(self.result, "z_cov", None)
+                z_cov = self.result.z_cov
                 if z_cov is None:
                     from .imputation import imputation_moments
 

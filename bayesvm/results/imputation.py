@@ -50,7 +50,7 @@ class ImputationReport:
 
 def imputation_moments(fit) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(z mean (n, V), z sd (n, V), E[mu_z], E[Sigma_z])`` on the engine's standardised scale."""
-    moments = getattr(fit.result, "imputation_moments", None)
+    moments = fit.result.imputation_moments
     if moments is None:
         raise TypeError("not an imputation fit")
     return moments()
@@ -91,7 +91,7 @@ def build_report(fit) -> ImputationReport:
         }
     )
     return ImputationReport(variables=table, correlation=corr, rows=rows, method=fit.method,
-                            model=getattr(fit.result, "imputation_mode", "joint"))  # fmt: skip
+                            model=fit.result.imputation_mode or "joint")  # fmt: skip
 
 
 def conditional_imputation(fit, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -192,14 +192,14 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         info["caveat"] = SPIKE_SLAB_VB_CAVEAT if spike_slab_vb else SELECTION_VB_CAVEAT
     elif type(prior).__name__ == "Lasso":
         info["caveat"] = LASSO_VB_CAVEAT
-    mode = getattr(fit.result, "imputation_mode", None)
+    mode = fit.result.imputation_mode
     if mode == "mi":
         info["imputed"] = info["imputed"].replace(
             "joint normal model of", "multiple imputation from a normal model given the class of"
         )
-    if getattr(fit.result, "fits", None) is not None:  # VB on each completed data set (impute_mi)
+    if fit.result.fits is not None:  # VB on each completed data set (impute_mi)
         r = fit.result
-        kind = getattr(r, "engine", "meanfield")
+        kind = r.engine
         accurate = kind == "accurate"
         engine = {
             "accurate": "accurate VB (EP integrated over the variance parameters)",
@@ -217,7 +217,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             draws=int(r.theta_d.shape[0] * r.theta_d.shape[1]),
             sweeps=[f.n_iter for f in r.fits],
             converged=r.converged,  # every completed-data fit met its tolerance
-            decreases=[k for k, f in enumerate(r.fits) if getattr(f, "decreases", None)],
+            decreases=[k for k, f in enumerate(r.fits) if f.decreases],
         )
     elif fit.posterior.kind == "mixture":
         r = fit.result
@@ -245,7 +245,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             tune=r.tune,
             thin=r.thin,
             seed=r.seed,
-            stopping=getattr(r, "stopping", None),
+            stopping=r.stopping,
             max_rhat=float(diagnostics["r_hat"].max()),
             min_ess=float(diagnostics["ess_bulk"].min()),
             problems="; ".join(
@@ -297,11 +297,7 @@ def _vb_check(fit) -> VBCheck | str:
     if check is None:
         if fit.model.design.X.shape[0] != fit.model.design.n:
             return "no PSIS check for out-of-core data (the check needs every training row in memory)"
-        if (
-            getattr(fit.result, "z_cov", None) is not None
-            or getattr(fit.result, "include", None) is not None
-            or fit.model.prior is not None
-        ):
+        if fit.result.z_cov is not None or fit.result.include is not None or fit.model.prior is not None:
             return "no PSIS check for imputation or selection fits (compare with method='gibbs')"
         n = fit.model.design.n
         if n * AUTO_CHECK_DRAWS > AUTO_CHECK_MAX_VALUES:
@@ -337,7 +333,7 @@ def _prior_text(fit) -> str:
     name = type(prior).__name__
     if name == "LaplaceZero":
         text = f"Laplace-zero, rho = {prior.rho:g}: slope = gamma v, gamma ~ Bernoulli(rho), v ~ Laplace(0, sigma_u)"
-        if getattr(result, "slopes", None) is not None:  # accurate VB
+        if result.slopes is not None:  # accurate VB
             text += f"; E[sigma_u] = {result.slopes.scale:.4g}"
         elif getattr(result, "sigma2_shape", None) is not None:
             text += f"; E[sigma_u^2] = {result.sigma2_scale / (result.sigma2_shape - 1.0):.4g}"
@@ -349,7 +345,7 @@ def _prior_text(fit) -> str:
         text = "lasso: slopes ~ Laplace(0, nu s_j)"
         if prior.nu is not None:
             text += f", nu = {prior.nu:g}"
-        elif getattr(result, "slopes", None) is not None:  # accurate VB
+        elif result.slopes is not None:  # accurate VB
             text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g})), E[nu] = {result.slopes.scale:.4g}"
         elif getattr(result, "scale_law", None) is not None:
             text += (

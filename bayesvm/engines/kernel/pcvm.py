@@ -46,6 +46,7 @@ from scipy import linalg
 from scipy.special import expit, log_ndtr
 
 from ...linalg.dense import runs_with_blas_threads
+from ...model.output import EngineOutput
 
 LAMBDA = np.sqrt(8.0 / np.pi)
 BETA = 3.0
@@ -144,7 +145,7 @@ def _linearisation(Phi_S: np.ndarray, w: np.ndarray, t: np.ndarray) -> tuple[np.
 
 
 @dataclass
-class PCVMLaplaceResult:
+class PCVMLaplaceResult(EngineOutput):
     """Selected basis functions (indices into the candidate centres), their precisions and the Laplace posterior."""
 
     active: np.ndarray
@@ -331,7 +332,7 @@ def fit_pcvm_laplace(
 # expectation propagation (section II-D)
 # ------------------------------------------------------------------------------------------
 @dataclass
-class PCVMEPResult:
+class PCVMEPResult(EngineOutput):
     """EP posterior ``N(mean, cov)`` of ``(w_0, w_active)`` and the leave-one-out error estimate (eq. 9)."""
 
     mean: np.ndarray

@@ -39,11 +39,12 @@ from scipy import linalg
 from scipy.special import log_ndtr
 
 from ...linalg.dense import runs_with_blas_threads
+from ...model.output import EngineOutput
 from .pcvm import BIAS_PRECISION
 
 
 @dataclass
-class PCVMEMResult:
+class PCVMEMResult(EngineOutput):
     """MAP weights of the surviving basis functions and the curvature covariance at the mode."""
 
     active: np.ndarray  # candidate indices (columns 1: of Phi) still in the model

@@ -55,6 +55,7 @@ from scipy import linalg, optimize
 from ...errors import BayesvmError
 from ...kernels import Kernel
 from ...linalg.dense import runs_with_blas_threads
+from ...model.output import EngineOutput
 from ...model.problems import KernelProblem
 from ..augmentation import data_lower_bound, update_chi
 from ..squarem import squarem_ascent
@@ -70,7 +71,7 @@ JITTER = 1e-6
 
 
 @dataclass(eq=False)
-class KernelVBResult:
+class KernelVBResult(EngineOutput):
     """Outputs of the kernel engines; ``q(v) = N(mean, cov)`` at the inducing ``locations``."""
 
     kernel: Kernel

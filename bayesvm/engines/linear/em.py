@@ -33,6 +33,7 @@ from ...errors import BayesvmError
 from ...linalg.dense import blas_threads, gaussian_mean
 from ...linalg.schur import schur_sparse_mean
 from ...linalg.sparse import SparseCholesky
+from ...model.output import EngineOutput
 from ...model.problems import VarianceComponent, VBProblem, sorted_by_level
 from .. import variance_prior
 from ..joint import component_values, log_prior
@@ -54,7 +55,7 @@ SUPPORT_TOL = 1e-6
 
 
 @dataclass
-class EMResult:
+class EMResult(EngineOutput):
     """Mode ``(theta_d, theta_b)``, the components' modes and the objective per iteration."""
 
     #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): a point: the mode.

@@ -57,6 +57,7 @@ from ...errors import BayesvmError
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
 from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
+from ...model.output import EngineOutput
 from .. import variance_prior
 from .vb import (
     ComponentPosterior,
@@ -283,7 +284,7 @@ def _log_wishart_constant(df: float, scale: np.ndarray) -> float:
 
 
 @dataclass
-class IntegratedResult:
+class IntegratedResult(EngineOutput):
     """Mixture over nodes of the hyperparameters: ``weights[k]``, ``covariances[c][k]``, ``thetas[k]``.
 
     The nodes are ``phi = center + axes @ z`` with ``z`` on a lattice of spacing ``step``

@@ -43,6 +43,7 @@ from ...linalg.dense import (
 from ...linalg.schur import schur_sparse_draw
 from ...linalg.sparse import SparseCholesky
 from ...memory import check_memory
+from ...model.output import EngineOutput
 from ...model.problems import VBProblem, sorted_by_level
 from .. import variance_prior
 from ..joint import component_values, log_prior, log_pseudo_likelihood
@@ -287,7 +288,7 @@ class DenseRows:
 
 
 @dataclass
-class GibbsResult:
+class GibbsResult(EngineOutput):
     """Stored draws (after tuning and thinning).
 
     Attributes

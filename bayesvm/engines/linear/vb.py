@@ -38,6 +38,7 @@ from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
 from ...linalg.probes import ProbePosterior, probe_posterior
 from ...linalg.schur import SchurSparsePosterior, schur_sparse_posterior
 from ...linalg.sparse import SparseGaussianPosterior, sparse_gaussian_posterior
+from ...model.output import EngineOutput
 from ...model.problems import VarianceComponent, VBProblem, sorted_by_level
 from .. import variance_prior
 from ..augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
@@ -91,7 +92,7 @@ class ComponentPosterior:
 
 
 @dataclass
-class VBResult:
+class VBResult(EngineOutput):
     """Plain outputs of :func:`fit_vb`."""
 
     #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): a Gaussian q(theta) and q of each variance component.

@@ -27,11 +27,12 @@ under its cavity ``N(m, v)`` has closed-form moments (derived here):
 * a Laplace-zero site is the point mass (weight ``(1 - rho) N(m; 0, v)``) and that Laplace piece (weight ``rho``
   times its normaliser).
 
-A tilted variance above the cavity's (the spike and the slab both carrying mass) would need a negative site
-precision; the site's precision is kept at 0 there, as for the hinge sites.  The posterior inclusion probability
-of a slope is its tilted weight of the slab, ``P(beta > 0)`` and the mean given inclusion come from the same
-tilted distribution (Hernandez-Lobato, Hernandez-Lobato & Dupont 2013 use the same site approximation for
-spike-and-slab linear models).
+A tilted variance above the cavity's (the spike and the slab both carrying mass) needs a negative site
+precision; it is kept (the moments then match) unless the sites together make ``q`` improper, after which every
+slope site's precision is kept at 0 or above for the rest of the run (as the hinge sites' always are).  The posterior
+inclusion probability of a slope is its tilted weight of the slab, ``P(beta > 0)`` and the mean given inclusion come
+from the same tilted distribution (Hernandez-Lobato, Hernandez-Lobato & Dupont 2013 use the same site approximation
+for spike-and-slab linear models).
 
 The selected slopes have no Gaussian prior of their own; for a finite determinant they carry the tiny precision
 :data:`SLOPE_BASE_PRECISION`, and the EP evidence (Rasmussen & Williams 2006, eq. 3.65 with every site a row of
@@ -257,6 +258,7 @@ class SelectionEPState:
     n_iter: int
     tilted: SlopeTilted | None
     converged: bool = True
+    clipped: bool = False  # the slope sites' precisions were floored at 0 (negative ones had made q improper)
 
 
 def prior_precision(problem: SelectionProblem, precisions: list[np.ndarray]) -> tuple[np.ndarray, float]:
@@ -307,9 +309,22 @@ def run_selection_ep(
         return ok, m, v
 
     previous, converged, sweeps = None, False, 0
+    floor = -np.inf  # the slope sites' precision floor: 0 once a negative one made q improper
+
+    def solve_proper(tau, nu):
+        nonlocal floor
+        try:
+            return tau, solve(tau, nu)
+        except np.linalg.LinAlgError:
+            if floor == 0.0:
+                raise
+            floor = 0.0
+            tau = np.concatenate([tau[:n], np.maximum(tau[n:], 0.0)])
+            return tau, solve(tau, nu)
+
     for _ in range(max_iter):
         sweeps += 1
-        theta, (mean_f, var_f) = solve(tau, nu)
+        tau, (theta, (mean_f, var_f)) = solve_proper(tau, nu)
         ok, m, v = cavity(mean_f, var_f, tau, nu)
         _, row_mean, row_var = tilted_moments(y, m[:n], v[:n])
         slopes = slope_tilted(problem.prior, m[n:], v[n:], widths)
@@ -317,6 +332,7 @@ def run_selection_ep(
         t_var = np.maximum(np.concatenate([row_var, slopes.var]), 1e-300)
         new_tau = 1.0 / t_var - 1.0 / v
         new_tau[:n] = np.maximum(new_tau[:n], 0.0)  # (a hinge site is log-concave: clipping is only rounding)
+        new_tau[n:] = np.maximum(new_tau[n:], floor)
         new_nu = t_mean / t_var - m / v
         tau = np.where(ok, (1 - damping) * tau + damping * new_tau, tau)
         nu = np.where(ok, (1 - damping) * nu + damping * new_nu, nu)
@@ -324,7 +340,7 @@ def run_selection_ep(
             converged = True
             break
         previous = mean_f
-    theta, (mean_f, var_f) = solve(tau, nu)
+    tau, (theta, (mean_f, var_f)) = solve_proper(tau, nu)
     cav_prec = np.maximum(1.0 / var_f - tau, 1e-12)
     m, v = (mean_f / var_f - nu) / cav_prec, 1.0 / cav_prec
     log_z_rows, _, _ = tilted_moments(y, m[:n], v[:n])
@@ -338,7 +354,7 @@ def run_selection_ep(
         + 0.5 * sel.size * (LOG_2PI - np.log(SLOPE_BASE_PRECISION))
     )
     converged = converged and bool(np.isfinite(log_evidence))
-    return SelectionEPState(theta, tau, nu, float(log_evidence), sweeps, slopes, converged)
+    return SelectionEPState(theta, tau, nu, float(log_evidence), sweeps, slopes, converged, clipped=floor == 0.0)
 
 
 # ----- integrated over the hyperparameters --------------------------------------------------------------

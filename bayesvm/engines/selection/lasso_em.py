@@ -35,6 +35,7 @@ import scipy.linalg as sla
 from scipy.special import gammaln
 
 from ...linalg.dense import blas_threads
+from ...model.output import EngineOutput
 from ...model.problems import SelectionProblem
 from ...priors import Lasso
 from ..joint import log_component_prior
@@ -47,7 +48,7 @@ ZERO_TOL = 1e-7
 
 
 @dataclass
-class LassoEMResult:
+class LassoEMResult(EngineOutput):
     """Mode of the coefficients (exact zeros where the lasso sets them) and of ``nu``."""
 
     #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): a point: the mode.

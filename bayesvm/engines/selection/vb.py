@@ -48,6 +48,7 @@ import scipy.linalg as sla
 from scipy.special import expit, gammaln, logit, xlogy
 
 from ...linalg.dense import blas_threads
+from ...model.output import EngineOutput
 from ...model.problems import SelectionProblem, VarianceComponent
 from ...priors import LaplaceZero
 from ..augmentation import CHI_FLOOR
@@ -66,7 +67,7 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 @dataclass
-class SelectionVBResult:
+class SelectionVBResult(EngineOutput):
     """Output of a selection-prior VB fit: Laplace-zero (Alg. 3) or spike-and-slab
     (:mod:`bayesvm.engines.selection.spike_slab_vb`).
 

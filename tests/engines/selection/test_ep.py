@@ -142,3 +142,26 @@ def test_a_model_without_hyperparameters_is_one_ep_fit():
     np.testing.assert_allclose(result.thetas[0].mean_d, state.theta.mean_d, atol=1e-4)
     assert result.slopes.p_include == pytest.approx(state.tilted.p_include, abs=1e-4)
     assert result.log_evidence == pytest.approx(state.log_evidence, abs=1e-3)
+
+
+def test_negative_slope_precisions_that_make_q_improper_are_floored(monkeypatch):
+    """A spike-and-slab site whose tilted variance exceeds its cavity's gets a negative precision; where such sites
+    together make the precision indefinite (spam does), EP floors every slope site's precision at 0 and goes on.
+    Simulated here by a solver that refuses any negative slope precision, as an indefinite Cholesky would."""
+    problem = _two_coefficients(SpikeSlab(pi=0.3, nu=1.5), effect=0.25)  # ambiguous slope: a negative site
+    width = slope_widths(problem, np.zeros(0))
+    n = problem.X.shape[0]
+    start = (np.r_[np.ones(n), 1.0], np.r_[2.0 * problem.y, 0.0])
+    free = run_selection_ep(problem, [], width, *start, max_iter=500)
+    assert free.tau[n:].min() < 0 and not free.clipped
+    real = selection_ep.gaussian_posterior
+
+    def indefinite(C, tau, nu, *rest):
+        if np.any(tau[n:] < 0):
+            raise np.linalg.LinAlgError("the posterior precision is not positive definite")
+        return real(C, tau, nu, *rest)
+
+    monkeypatch.setattr(selection_ep, "gaussian_posterior", indefinite)
+    floored = run_selection_ep(problem, [], width, *start, max_iter=500)
+    assert floored.clipped and floored.converged and floored.tau[n:].min() >= 0.0
+    assert np.isfinite(floored.log_evidence) and 0.0 < floored.tilted.p_include[0] < 1.0
