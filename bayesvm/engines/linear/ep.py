@@ -111,6 +111,40 @@ class EPState:
     converged: bool = True
 
 
+def cavities(mean_f: np.ndarray, var_f: np.ndarray, tau: np.ndarray, nu: np.ndarray):
+    """``(ok, m, v)``: each site's cavity ``N(m, v)`` (the marginal of its projection with the site removed); ``ok``
+    marks the sites whose cavity is proper (elsewhere the marginal stands in and the site is not updated)."""
+    cav_prec = 1.0 / var_f - tau
+    ok = cav_prec > 1e-10
+    m = np.where(ok, (mean_f / var_f - nu) / np.where(ok, cav_prec, 1.0), mean_f)
+    v = np.where(ok, 1.0 / np.where(ok, cav_prec, 1.0), var_f)
+    return ok, m, v
+
+
+def damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping: float, floor: np.ndarray | float = 0.0):
+    """The sites that match each tilted distribution's moments (``tau = 1/t_var - 1/v``, at least ``floor``;
+    ``nu = t_mean/t_var - m/v``), a fraction ``damping`` of the way from the current ones."""
+    new_tau = np.maximum(1.0 / t_var - 1.0 / v, floor)
+    new_nu = t_mean / t_var - m / v
+    tau = np.where(ok, (1 - damping) * tau + damping * new_tau, tau)
+    nu = np.where(ok, (1 - damping) * nu + damping * new_nu, nu)
+    return tau, nu
+
+
+def final_cavities(mean_f: np.ndarray, var_f: np.ndarray, tau: np.ndarray, nu: np.ndarray):
+    """``(m, v)``: every site's cavity at convergence, for the evidence (a proper one everywhere)."""
+    cav_prec = np.maximum(1.0 / var_f - tau, 1e-12)
+    return (mean_f / var_f - nu) / cav_prec, 1.0 / cav_prec
+
+
+def ep_log_evidence(logdet_prior: float, logdet_precision: float, tau, nu, mean_f, log_z, m, v) -> float:
+    """EP's ``log Z`` (Rasmussen & Williams 2006, eq. 3.65, with a general prior precision ``Lambda`` and every site a
+    projection ``f = C theta``): ``log|Lambda|/2 - log|P|/2 + nu' C mu / 2 + sum_i [log Z_i + log(1 + v_i tau_i)/2
+    - (m_i/v_i + nu_i)^2 / (2 (1/v_i + tau_i)) + m_i^2 / (2 v_i)]``."""
+    sites = log_z + 0.5 * np.log1p(v * tau) - 0.5 * (m / v + nu) ** 2 / (1.0 / v + tau) + 0.5 * m**2 / v
+    return 0.5 * logdet_prior - 0.5 * logdet_precision + 0.5 * float(nu @ mean_f) + float(np.sum(sites))
+
+
 def run_ep(
     problem: VBProblem,
     precisions: list[np.ndarray],
@@ -130,36 +164,22 @@ def run_ep(
     for _ in range(max_iter):
         sweeps += 1
         theta, (mean_f, var_f) = posterior(tau, nu)
-        cav_prec = 1.0 / var_f - tau
-        cav_lin = mean_f / var_f - nu
-        ok = cav_prec > 1e-10
-        m = np.where(ok, cav_lin / np.where(ok, cav_prec, 1.0), mean_f)
-        v = np.where(ok, 1.0 / np.where(ok, cav_prec, 1.0), var_f)
-        log_z, t_mean, t_var = tilted_moments(y, m, v)
-        new_tau = np.maximum(1.0 / t_var - 1.0 / v, 0.0)
-        new_nu = t_mean / t_var - m / v
-        tau = np.where(ok, (1 - damping) * tau + damping * new_tau, tau)
-        nu = np.where(ok, (1 - damping) * nu + damping * new_nu, nu)
+        ok, m, v = cavities(mean_f, var_f, tau, nu)
+        _, t_mean, t_var = tilted_moments(y, m, v)
+        tau, nu = damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping)
         if previous is not None and np.max(np.abs(mean_f - previous)) < tol * (1.0 + np.max(np.abs(mean_f))):
             converged = True
             break
         previous = mean_f
     theta, (mean_f, var_f) = posterior(tau, nu)
-    cav_prec = np.maximum(1.0 / var_f - tau, 1e-12)
-    m, v = (mean_f / var_f - nu) / cav_prec, 1.0 / cav_prec
+    m, v = final_cavities(mean_f, var_f, tau, nu)
     log_z, _, _ = tilted_moments(y, m, v)
     # log |Lambda|: fixed precisions and the component's precision on its coefficients
     lam = problem.fixed_precision
     logdet_prior = float(np.sum(np.log(lam[lam > 0])))
     for comp, precision in zip(problem.components, precisions):
         logdet_prior += comp.n_levels * float(np.linalg.slogdet(precision)[1])
-    nu_c_mu = float(nu @ mean_f)
-    log_evidence = (
-        0.5 * logdet_prior
-        - 0.5 * theta.logdet_precision
-        + 0.5 * nu_c_mu
-        + float(np.sum(log_z + 0.5 * np.log1p(v * tau) - 0.5 * (m / v + nu) ** 2 / (1.0 / v + tau) + 0.5 * m**2 / v))
-    )
+    log_evidence = ep_log_evidence(logdet_prior, theta.logdet_precision, tau, nu, mean_f, log_z, m, v)
     converged = converged and bool(np.isfinite(log_evidence))
     return EPState(theta=theta, tau=tau, nu=nu, log_evidence=log_evidence, n_iter=sweeps, converged=converged)
 

@@ -61,6 +61,10 @@ from ..linear.ep import (
     EP_TOL,
     Hyperparameters,
     IntegratedResult,
+    cavities,
+    damped_sites,
+    ep_log_evidence,
+    final_cavities,
     integrate,
     tilted_moments,
 )
@@ -301,13 +305,6 @@ def run_selection_ep(
         theta = gaussian_posterior(C, tau, nu, Lambda, None, None)
         return theta, theta.predictor(C, None, None)
 
-    def cavity(mean_f, var_f, tau, nu):
-        cav_prec = 1.0 / var_f - tau
-        ok = cav_prec > 1e-10
-        m = np.where(ok, (mean_f / var_f - nu) / np.where(ok, cav_prec, 1.0), mean_f)
-        v = np.where(ok, 1.0 / np.where(ok, cav_prec, 1.0), var_f)
-        return ok, m, v
-
     previous, converged, sweeps = None, False, 0
     floor = -np.inf  # the slope sites' precision floor: 0 once a negative one made q improper
 
@@ -325,34 +322,26 @@ def run_selection_ep(
     for _ in range(max_iter):
         sweeps += 1
         tau, (theta, (mean_f, var_f)) = solve_proper(tau, nu)
-        ok, m, v = cavity(mean_f, var_f, tau, nu)
+        ok, m, v = cavities(mean_f, var_f, tau, nu)
         _, row_mean, row_var = tilted_moments(y, m[:n], v[:n])
         slopes = slope_tilted(problem.prior, m[n:], v[n:], widths)
         t_mean = np.concatenate([row_mean, slopes.mean])
         t_var = np.maximum(np.concatenate([row_var, slopes.var]), 1e-300)
-        new_tau = 1.0 / t_var - 1.0 / v
-        new_tau[:n] = np.maximum(new_tau[:n], 0.0)  # (a hinge site is log-concave: clipping is only rounding)
-        new_tau[n:] = np.maximum(new_tau[n:], floor)
-        new_nu = t_mean / t_var - m / v
-        tau = np.where(ok, (1 - damping) * tau + damping * new_tau, tau)
-        nu = np.where(ok, (1 - damping) * nu + damping * new_nu, nu)
+        # a hinge site is log-concave (its floor 0 is only rounding); a slope site's precision may be negative
+        site_floor = np.concatenate([np.zeros(n), np.full(m.size - n, floor)])
+        tau, nu = damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping, site_floor)
         if previous is not None and np.max(np.abs(mean_f - previous)) < tol * (1.0 + np.max(np.abs(mean_f))):
             converged = True
             break
         previous = mean_f
     tau, (theta, (mean_f, var_f)) = solve_proper(tau, nu)
-    cav_prec = np.maximum(1.0 / var_f - tau, 1e-12)
-    m, v = (mean_f / var_f - nu) / cav_prec, 1.0 / cav_prec
+    m, v = final_cavities(mean_f, var_f, tau, nu)
     log_z_rows, _, _ = tilted_moments(y, m[:n], v[:n])
     slopes = slope_tilted(problem.prior, m[n:], v[n:], widths)
     log_z = np.concatenate([log_z_rows, slopes.log_z])
-    log_evidence = (  # Rasmussen & Williams eq. 3.65, every site a row of C, then the slopes' base prior removed
-        0.5 * logdet_prior
-        - 0.5 * theta.logdet_precision
-        + 0.5 * float(nu @ mean_f)
-        + float(np.sum(log_z + 0.5 * np.log1p(v * tau) - 0.5 * (m / v + nu) ** 2 / (1.0 / v + tau) + 0.5 * m**2 / v))
-        + 0.5 * sel.size * (LOG_2PI - np.log(SLOPE_BASE_PRECISION))
-    )
+    # every site a row of C (ep_log_evidence), then the slopes' base prior removed (module docstring)
+    log_evidence = ep_log_evidence(logdet_prior, theta.logdet_precision, tau, nu, mean_f, log_z, m, v)
+    log_evidence += 0.5 * sel.size * (LOG_2PI - np.log(SLOPE_BASE_PRECISION))
     converged = converged and bool(np.isfinite(log_evidence))
     return SelectionEPState(theta, tau, nu, float(log_evidence), sweeps, slopes, converged, clipped=floor == 0.0)
 
