@@ -587,6 +587,7 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
         fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name, tol=tol)
         if not result.converged:
             warnings.warn(accurate_failure(result), ConvergenceWarning, stacklevel=4)
+        _warn_floored_sites(model, [result])
         return fit
     if method == "em":
         result = fit_lasso_em(problem, tol=tol, max_iter=max_iter)
@@ -601,6 +602,20 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
     if result.decreases:
         warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=4)
     return fit
+
+
+def _warn_floored_sites(model, results) -> None:
+    from .results.summary import floored_slopes
+
+    culprits = floored_slopes(model, results)
+    if culprits:
+        warnings.warn(
+            f"accurate VB: the EP sites of {', '.join(culprits)} could not match their tilted moments (a negative "
+            "site precision made q improper, so it was held at 0): the approximation is off, for those slopes most; "
+            "check the inclusion probabilities with method='gibbs'",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
 
 
 def _check_imputation(model, method: str, vb: str, imputation: str, imputations: int) -> None:
@@ -717,6 +732,8 @@ def _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, t
     imputed = problem.design(result.imputation.z_mean)
     fit = BSVMFit(model=model, problem=replace(problem.base, D=imputed), method=method, result=result, data_name=name,
                   tol=None if method == "gibbs" else tol)  # fmt: skip
+    if vb == "accurate" and method != "gibbs":
+        _warn_floored_sites(model, result.fits)
     if method == "gibbs":
         _warn_mcmc(fit)
     elif not result.converged:

@@ -226,7 +226,7 @@ def test_accurate_selection_with_multiple_imputation_agrees_with_gibbs():
     inclusion = (accurate.inclusion["p_include"] - gibbs.inclusion["p_include"]).abs()
     assert inclusion.max() < 0.1, pd.DataFrame({"accurate": accurate.inclusion["p_include"], "gap": inclusion})
     text = str(accurate.summary())
-    assert "accurate VB (EP with a site per slope" in text and "confirm those with method='gibbs'" in text
+    assert "accurate VB (EP with a site per slope" in text and "confirm with method='gibbs'" in text
 
 
 def test_svi_with_multiple_imputation_matches_mean_field_on_the_same_imputations():

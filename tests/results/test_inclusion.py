@@ -98,7 +98,7 @@ def test_accurate_fit_reports_inclusion_saves_and_exports(data, tmp_path):
         fit.fixef[table.index], table["p_include"] * table["mean_if_included"].fillna(0.0), atol=1e-3
     )
     text = str(fit.summary())
-    assert "EP with a site per slope" in text and "confirm those with method='gibbs'" in text
+    assert "EP with a site per slope" in text and "confirm with method='gibbs'" in text
     with pytest.raises(BayesvmError, match="method='gibbs'"):
         fit.check_vb()
     path = tmp_path / "accurate.bsvm"
@@ -207,3 +207,30 @@ def test_priors_validate_their_hyperparameters():
         SpikeSlab(pi=1.0)
     with pytest.raises(BayesvmError, match="nu"):
         Lasso(nu=-1.0)
+
+
+def test_floored_ep_sites_are_named_in_a_warning_and_the_summary(monkeypatch):
+    """Where the slope sites' negative precisions make q improper (spam's spike-and-slab fit), EP holds them at 0
+    and their moments are not matched: one warning and the summary name those columns.  Simulated by a solver that
+    refuses any negative slope precision, as an indefinite Cholesky would."""
+    from bayesvm.engines.selection import ep as selection_ep
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=40)
+    frame = pd.DataFrame({"x": x, "y": np.where(rng.random(40) < 1 / (1 + np.exp(-(0.3 + 0.25 * x))), "b", "a")})
+    real = selection_ep.gaussian_posterior
+
+    def indefinite(C, tau, nu, *rest):
+        if np.any(tau[C.shape[0] - 1 :] < 0):  # the last site is the slope's
+            raise np.linalg.LinAlgError("the posterior precision is not positive definite")
+        return real(C, tau, nu, *rest)
+
+    monkeypatch.setattr(selection_ep, "gaussian_posterior", indefinite)
+    with pytest.warns(ConvergenceWarning, match="the EP sites of x could not match their tilted moments"):
+        fit = bayesvm.bsvm("y ~ x", frame, prior=SpikeSlab(pi=0.3, nu=1.5), vb="accurate")
+    assert "WARNING  EP sites: the sites of x could not match" in str(fit.summary())
+    monkeypatch.setattr(selection_ep, "gaussian_posterior", real)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # the same fit without the refusal: no warning
+        fit = bayesvm.bsvm("y ~ x", frame, prior=SpikeSlab(pi=0.3, nu=1.5), vb="accurate")
+    assert fit.result.slopes.floored_weight.max() == 0.0 and "EP sites" not in str(fit.summary())

@@ -200,6 +200,16 @@ class SlopeMarginals:
     tilted: list[SlopeTilted]
     scale: float | None = None
     node_scale: np.ndarray | None = None
+    #: per slope, the posterior weight of the nodes where its site had to be floored at precision 0 (a negative one
+    #: made q improper there), so that its tilted moments are not matched: its numbers are unreliable
+    floored_weight: np.ndarray | None = None
+
+    @property
+    def unreliable(self) -> np.ndarray:
+        """The slopes (positions among the selected) whose site was floored at nodes of more than 10% weight."""
+        if self.floored_weight is None:
+            return np.zeros(0, dtype=int)
+        return np.flatnonzero(self.floored_weight > 0.1)
 
     def carry(self, theta_d: np.ndarray, node: np.ndarray, thetas: list[GaussianPosterior]) -> np.ndarray:
         """Draws of ``q(theta)`` with each slope carried to its tilted distribution: ``beta = F^-1(Phi(z))`` with
@@ -263,6 +273,7 @@ class SelectionEPState:
     tilted: SlopeTilted | None
     converged: bool = True
     clipped: bool = False  # the slope sites' precisions were floored at 0 (negative ones had made q improper)
+    floored: np.ndarray | None = None  # the slopes whose site sits at that floor (its moments are not matched)
 
 
 def prior_precision(problem: SelectionProblem, precisions: list[np.ndarray]) -> tuple[np.ndarray, float]:
@@ -343,7 +354,9 @@ def run_selection_ep(
     log_evidence = ep_log_evidence(logdet_prior, theta.logdet_precision, tau, nu, mean_f, log_z, m, v)
     log_evidence += 0.5 * sel.size * (LOG_2PI - np.log(SLOPE_BASE_PRECISION))
     converged = converged and bool(np.isfinite(log_evidence))
-    return SelectionEPState(theta, tau, nu, float(log_evidence), sweeps, slopes, converged, clipped=floor == 0.0)
+    clipped = floor == 0.0
+    floored = (tau[n:] <= 0.0) if clipped else np.zeros(sel.size, dtype=bool)
+    return SelectionEPState(theta, tau, nu, float(log_evidence), sweeps, slopes, converged, clipped, floored)
 
 
 # ----- integrated over the hyperparameters --------------------------------------------------------------
@@ -415,7 +428,7 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float) -> IntegratedResu
                     cache[key] = state
                     return state
         if state is None:
-            state = SelectionEPState(None, tau0, nu0, -np.inf, 0, None, False)
+            state = SelectionEPState(None, tau0, nu0, -np.inf, 0, None, False, floored=np.zeros(m, dtype=bool))
         state.log_evidence = -np.inf  # EP failed here: no weight, and the fit is reported as not converged
         cache[key] = state
         return state
@@ -466,6 +479,7 @@ def _result(problem, hyper, states, nodes, weights, logp, sweeps, start, grid, c
         tilted=tilted,
         scale=scale,
         node_scale=node_scale,
+        floored_weight=sum(w * st.floored.astype(float) for w, st in zip(weights, states)),
     )
     chi = sum(w * _chi(problem.y, st.theta, problem.X) for w, st in zip(weights, states))
     covs = [hyper.covariances(t[: hyper.size]) for t in nodes]
