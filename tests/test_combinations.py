@@ -217,7 +217,7 @@ def test_accurate_selection_with_multiple_imputation_agrees_with_gibbs():
     frame = frame.assign(x4=np.random.default_rng(8).standard_normal(len(frame)))  # a null predictor
     formula, prior = "y ~ x1 + x2 + x3 + x4", SpikeSlab(pi=0.3, nu=3.0)
     accurate = bayesvm.bsvm(formula, frame, prior=prior, missing="impute", vb="accurate", seed=2)
-    gibbs = bayesvm.bsvm(formula, frame, prior=prior, missing="impute", method="gibbs", draws=2000, tune=500,
+    gibbs = bayesvm.bsvm(formula, frame, prior=prior, missing="impute", method="gibbs", draws=1000, tune=300,
                          chains=2, seed=4, progress=False)  # fmt: skip
     assert accurate.result.engine == "accurate" and accurate.converged
     sd = np.sqrt(np.diag(gibbs.fixef_cov))
@@ -297,8 +297,12 @@ CELLS = [
 
 def _cell(p, r, m, k, e):
     """Accurate VB of a gp() term with random effects integrates EP over three variance parameters: 25-65 s on
-    this data, run outside CI (``--runslow``)."""
-    marks = [pytest.mark.slow] if (k == "gp" and r and e == "accurate") else []
+    this data, run outside CI (``--runslow``); so do a selection prior's accurate fits with random effects and
+    imputation (EP over the variance and the prior's scale on each of 3 completed data sets, and again in each of
+    the 2 fold refits: 7-15 s each; the same cells without random effects, and the accurate selection fit pooled
+    over imputations against Gibbs, run in CI)."""
+    slow = k == "gp" and r and e == "accurate" or (p != "penalty" and r and m and e == "accurate")
+    marks = [pytest.mark.slow] if slow else []
     cell_id = f"{p}-{'re' if r else 'fixed'}-{'impute' if m else 'complete'}-{k}-{e}"
     return pytest.param(p, r, m, k, e, marks=marks, id=cell_id)
 
