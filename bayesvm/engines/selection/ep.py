@@ -500,7 +500,7 @@ def _result(problem, hyper, states, nodes, weights, logp, sweeps, start, grid, c
         center=None if grid is None else grid.center,
         lattice=None if grid is None else grid.lattice[grid.keep],
         hyperparameters=hyper,
-        failed_nodes=0 if grid is None else int(np.sum(~np.isfinite(grid.logp))),
+        failed_nodes=int(not converged) if grid is None else int(np.sum(~np.isfinite(grid.logp))),
         tails_ok=True if grid is None else grid.tails_ok,
         log_evidence=float(states[0].log_evidence) if grid is None else grid.log_evidence,
         slopes=slopes,
