@@ -25,7 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .control import Control
     from .fitting import bsvm
     from .pcvm_fit import pcvm
+    from .results.base import Fit
     from .results.fit import BSVMFit
+    from .results.kernel_fit import KernelFit
     from .results.storage import load_fit as load
 
 __version__ = "0.1.0"
@@ -35,7 +37,9 @@ _LAZY = {
     "bsvm": (".fitting", "bsvm"),
     "pcvm": (".pcvm_fit", "pcvm"),
     "load": (".results.storage", "load_fit"),
+    "Fit": (".results.base", "Fit"),
     "BSVMFit": (".results.fit", "BSVMFit"),
+    "KernelFit": (".results.kernel_fit", "KernelFit"),
     "Checks": (".checks", "Checks"),
     "Control": (".control", "Control"),
     "Diagnostics": (".checks", "Diagnostics"),
@@ -65,7 +69,9 @@ __all__ = [
     "bsvm",
     "pcvm",
     "load",
+    "Fit",
     "BSVMFit",
+    "KernelFit",
     "Checks",
     "Control",
     "Diagnostics",

@@ -128,4 +128,6 @@ def _fit_kernel_features(problem, kernel, locations, engine: str, tol: float, se
         kernel=kernel, locations=locations, jitter=jitter, mean=np.asarray(mean, dtype=float), cov=cov, chi=None,
         lower_bound=np.zeros(0), converged=converged, n_iter=n_iter, elapsed=linear.elapsed, engine=engine,
         hyperparameters_from=hyper_source, chain_diagnostics=diagnostics, batch_locations=batch,
+        weight_draws=linear.theta_d if engine == "gibbs" else None,
+        log_posterior=linear.log_posterior if engine == "gibbs" else None,
     )  # fmt: skip

@@ -54,6 +54,14 @@ class PCVMResult(EngineOutput):
         """``[1, y_j k(x, x_j)]`` for the relevance vectors ``j`` (their eq. 1)."""
         return np.column_stack([np.ones(len(X)), self.kernel.matrix(X, self.centres) * self.centre_labels[None, :]])
 
+    #: a Gaussian approximation ``N(mean, cov)`` of the weights' posterior (Laplace or EP)
+    posterior_form = "variational"
+    weight_draws = None
+
+    def features(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(B, r)`` with ``f(x) = B w`` exactly (``r = 0``): the basis of the relevance vectors."""
+        return self.basis(X), np.zeros(len(X))
+
     def predictor(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of ``f(x) = Phi(x)' w`` under the approximate posterior."""
         mean, var = np.empty(len(X)), np.empty(len(X))
@@ -74,6 +82,10 @@ class PCVMFit(KernelFit):
 
     def _pseudo(self, mean, var, law, rows, extra) -> np.ndarray:
         return norm.cdf(mean / np.sqrt(1.0 + var))
+
+    def log_likelihood(self, y: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """The PCVM's probit likelihood ``log Phi(y f)`` (Chen, Tino & Yao, eq. 2; broadcast over draws of ``f``)."""
+        return norm.logcdf(y * f)
 
     @property
     def relevance_vectors(self) -> pd.DataFrame:
@@ -141,7 +153,7 @@ class PCVMSummary:
             )
         if r.loo_error is not None:
             lines.append(f"EP leave-one-out error estimate (eq. 9): {r.loo_error:.4f}")
-        calibration = getattr(fit, "_calibration", None)
+        calibration = fit._calibration
         lines.append(
             "Probabilities (predict(kind='prob')): "
             + (f"calibrated, {calibration.describe()}." if calibration is not None else

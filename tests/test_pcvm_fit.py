@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 import bayesvm
 from bayesvm.errors import BayesvmError
 from bayesvm.kernels import RBF
-from bayesvm.results.fit import BSVMFit
+from bayesvm.results.arviz import fit_to_datasets
+from bayesvm.results.base import Fit
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +24,7 @@ def banana():
 def test_pcvm_is_sparse_and_accurate_on_banana(banana, method):
     train, test = banana
     fit = bayesvm.pcvm("label ~ x1 + x2", train, kernel=RBF(lengthscale=0.5, learn=False), method=method)
-    assert isinstance(fit, BSVMFit)
+    assert isinstance(fit, Fit)
     vectors = fit.relevance_vectors
     assert 3 <= len(vectors) <= 40 and (vectors["weight"] >= 0).all()
     assert set(vectors.index) <= set(train.index)
@@ -37,6 +39,10 @@ def test_pcvm_is_sparse_and_accurate_on_banana(banana, method):
         assert "MAP by EM with top-down pruning" in text and fit.result.converged
     if method == "ep":
         assert "leave-one-out" in text and 0 <= fit.result.loo_error < 0.3
+    groups = fit_to_datasets(fit, draws=200)  # draws of f = basis @ w, w ~ N(mean, cov); the probit likelihood
+    f = groups["posterior"]["f"].values
+    y = fit.model.design.y
+    np.testing.assert_allclose(groups["log_likelihood"]["label"].values, norm.logcdf(y * f))
 
 
 def test_pcvm_options_are_checked(banana):

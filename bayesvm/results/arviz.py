@@ -18,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 from ..arguments import as_count
+from ..errors import BayesvmError
 from ..memory import check_memory
 from ..model import PENALTY_SOURCE, gp_index
 
@@ -200,30 +201,33 @@ def _imputation_variables(fit, data_vars: dict, coords: dict) -> None:
 
 
 def _log_likelihood_dataset(fit, posterior: xr.Dataset) -> xr.Dataset:
-    """Each observation's log normalised pseudo-likelihood ``log p(y_i | f_i)`` per draw.
-
-    A pseudo-likelihood: ``p(+1 | f) = e^{-2(1-f)_+} / (e^{-2(1-f)_+} + e^{-2(1+f)_+})`` normalises the hinge
-    loss over the two classes, but the model was fitted with the unnormalised ``e^{-2(1 - y f)_+}``, so
-    LOO / WAIC computed from it compare models on this scale only, not as true predictive densities.
-    """
-    from scipy.special import log_expit
-
+    """Each observation's log normalised pseudo-likelihood ``log p(y_i | f_i)`` per draw of the coefficients."""
     design = fit.model.design
     beta = posterior["beta"].values
-    chains, draws = beta.shape[:2]
     f = np.tensordot(beta, design.X, axes=([2], [1]))  # (chain, draw, n), original scale
     for term in design.re_terms:
         u = posterior[f"u_{term.group}"].sel({f"{term.group}_term": list(term.term_names)}).values
         f = f + np.einsum("nk,cdnk->cdn", term.values, u[:, :, term.codes, :])
     for term, basis in zip(design.gp_terms, design.gp_bases):
         f = f + np.tensordot(posterior[gp_variable(term)].values, basis, axes=([2], [1]))
-    log_odds = 2.0 * np.maximum(1.0 + f, 0.0) - 2.0 * np.maximum(1.0 - f, 0.0)
-    loglik = log_expit(design.y * log_odds)
-    name = design.response.name
+    return _row_log_likelihood(fit, f)
+
+
+def _row_log_likelihood(fit, f: np.ndarray) -> xr.Dataset:
+    """``log p(y_i | f_i)`` at draws ``f`` (chain, draw, n) of the decision values at the training rows: the fit's
+    own (:meth:`bayesvm.results.base.Fit.log_likelihood`).
+
+    For the SVMs a pseudo-likelihood: ``p(+1 | f) = e^{-2(1-f)_+} / (e^{-2(1-f)_+} + e^{-2(1+f)_+})`` normalises the
+    hinge loss over the two classes, but the model was fitted with the unnormalised ``e^{-2(1 - y f)_+}``, so
+    LOO / WAIC computed from it compare models on this scale only, not as true predictive densities.
+    """
+    design = fit.model.design
+    chains, draws = f.shape[:2]
+    loglik = fit.log_likelihood(design.y, f)
     return xr.Dataset(
-        {name: (("chain", "draw", "obs"), loglik)},
+        {design.response.name: (("chain", "draw", "obs"), loglik)},
         coords={"chain": np.arange(chains), "draw": np.arange(draws), "obs": np.asarray(design.row_index)},
-        attrs={"note": "normalised hinge pseudo-likelihood, not a true likelihood"},
+        attrs={"note": fit.log_likelihood.__doc__.strip().splitlines()[0]},
     )
 
 
@@ -244,23 +248,83 @@ def _check_export_memory(fit, draws: int, log_likelihood: bool) -> None:
     )
 
 
-def fit_to_datasets(fit, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True) -> dict[str, xr.Dataset]:
-    """The groups as plain ``xarray.Dataset`` objects.
-
-    VB fits get ``draws`` draws from q; Gibbs fits use their stored draws (``draws`` ignored).
-    """
-    draws = as_count(draws, "draws")
-    design = fit.model.design
+def linear_groups(fit, draws: int, seed: int | None, log_likelihood: bool) -> dict[str, xr.Dataset]:
+    """``posterior`` (coefficients, random effects, variance components, selection and imputation draws) and
+    ``log_likelihood`` of a linear or mixed fit (:class:`bayesvm.results.fit.BSVMFit`)."""
     _check_export_memory(fit, draws, log_likelihood)
-    observed = xr.Dataset(
-        {design.response.name: (("obs",), design.y)},
-        coords={"obs": np.asarray(design.row_index)},
-        attrs={"positive_class": str(design.response.positive), "negative_class": str(design.response.negative)},
-    )
     posterior = _posterior_dataset(fit, draws, seed)
-    groups = {"posterior": posterior, "observed_data": observed}
+    groups = {"posterior": posterior}
     if log_likelihood:
         groups["log_likelihood"] = _log_likelihood_dataset(fit, posterior)
+    return groups
+
+
+def kernel_groups(fit, draws: int, seed: int | None, log_likelihood: bool) -> dict[str, xr.Dataset]:
+    """``posterior`` of a kernel fit (:class:`bayesvm.results.kernel_fit.KernelFit`): draws of the decision values
+    ``f`` at the training rows; ``constant_data``: the kernel's hyperparameters (point estimates, ML-II, not
+    integrated); ``log_likelihood`` at each draw.
+
+    ``f = B w + e`` (:meth:`features` of the engine output): ``w`` are the Gibbs draws of the weights, or draws from
+    their Gaussian ``q`` (VB, EP, the PCVM's Laplace / EP fits; an EM mode is one draw of one chain); ``e`` is the
+    prior variance the inducing points leave unexplained, drawn independently per row (so each row's marginal is
+    exactly ``q(f_i)``, as in ``predict_interval()``; it is 0 at the training rows of batch fits and PCVMs).
+    """
+    result, design = fit.result, fit.model.design
+    if fit.problem.X.shape[0] != design.n:
+        raise BayesvmError("the ArviZ export needs the training rows in memory; this fit streamed out-of-core data")
+    rng = np.random.default_rng(seed)
+    B, residual = result.features(fit.problem.X)
+    if result.weight_draws is not None:
+        weights = np.asarray(result.weight_draws, dtype=float)
+    elif fit._form == "mode":
+        weights = np.asarray(result.mean, dtype=float)[None, None]
+    else:
+        weights = gaussian_draws(result.mean, result.cov, rng, draws)[None]
+    chains, n_draws = weights.shape[:2]
+    check_memory(
+        8.0 * chains * n_draws * design.n * (3 if log_likelihood else 2),
+        f"the ArviZ export ({chains * n_draws:,} draws of f at {design.n:,} rows)",
+        "export fewer draws (draws=...), or leave out the log-likelihood (log_likelihood=False)",
+    )
+    f = weights @ B.T
+    if fit._form != "mode" and np.any(residual > 0):
+        f += np.sqrt(residual) * rng.standard_normal(f.shape)
+    coords = {"chain": np.arange(chains), "draw": np.arange(n_draws), "obs": np.asarray(design.row_index)}
+    data_vars = {"f": (("chain", "draw", "obs"), f)}
+    if fit._form != "sampled":
+        data_vars, coords = _as_chains(data_vars, coords)
+    posterior = xr.Dataset(data_vars, coords=coords, attrs={"inference_library": "bayesvm", "method": fit.method})
+    posterior["f"].attrs["description"] = "decision value f at the training rows (SVM decision scale, not log-odds)"
+    groups = {"posterior": posterior}
+    labels = list(fit.hyperparameters.index)
+    if labels:
+        groups["constant_data"] = xr.Dataset(
+            {"hyperparameter": (("parameter",), fit.hyperparameters.to_numpy(float))}, coords={"parameter": labels}
+        )
+    if log_likelihood:
+        groups["log_likelihood"] = _row_log_likelihood(fit, posterior["f"].values)
+    return groups
+
+
+def gaussian_draws(mean: np.ndarray, cov: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
+    """``size`` draws from ``N(mean, cov)`` (``cov`` positive semi-definite: through its eigendecomposition, so a
+    direction without spread stays at the mean)."""
+    values, vectors = np.linalg.eigh(np.asarray(cov, dtype=float))
+    root = vectors * np.sqrt(np.clip(values, 0.0, None))
+    return np.asarray(mean, dtype=float) + rng.standard_normal((size, values.size)) @ root.T
+
+
+def shared_groups(fit, posterior: xr.Dataset) -> dict[str, xr.Dataset]:
+    """The groups every fit has: ``observed_data``, ``sample_stats`` (``lp`` per draw, where the engine records
+    one) and ``lower_bound`` (the VB engines' bound per sweep)."""
+    design = fit.model.design
+    groups = {
+        "observed_data": xr.Dataset(
+            {design.response.name: (("obs",), design.y)},
+            coords={"obs": np.asarray(design.row_index)},
+            attrs={"positive_class": str(design.response.positive), "negative_class": str(design.response.negative)},
+        )
+    }
     log_post = fit.result.log_posterior
     if log_post is not None:
         groups["sample_stats"] = xr.Dataset(
@@ -275,6 +339,10 @@ def fit_to_datasets(fit, draws: int = 1000, seed: int | None = 0, log_likelihood
     return groups
 
 
-def fit_to_inference_data(fit, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True):
-    """ArviZ object for ``fit`` (see module docstring)."""
-    return make_container(fit_to_datasets(fit, draws=draws, seed=seed, log_likelihood=log_likelihood))
+def fit_to_datasets(fit, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True) -> dict[str, xr.Dataset]:
+    """The groups of ``fit.to_inference_data()`` as plain ``xarray.Dataset`` objects.
+
+    VB fits get ``draws`` draws from q; Gibbs fits use their stored draws (``draws`` ignored).
+    """
+    groups = fit._inference_groups(as_count(draws, "draws"), seed, log_likelihood)
+    return {**groups, **shared_groups(fit, groups["posterior"])}

@@ -1,8 +1,10 @@
-"""Results of a kernel (nonlinear) Bayesian SVM: the package's result type, without coefficients.
+"""The kernel (nonlinear) view of a fit: :class:`KernelFit`, on the shared :class:`~bayesvm.results.base.Fit`.
 
-:class:`KernelFit` is a :class:`~bayesvm.results.fit.BSVMFit`: ``predict``, ``predict_interval``,
-``summary``, ``lower_bound``, ``converged``, ``elapsed`` and ``save`` behave as for linear fits.  A
-kernel fit has no coefficients, so ``fixef`` and ``ranef`` raise a clear error.
+``predict``, ``predict_interval``, ``calibration``, ``probability_change``, ``summary``, ``lower_bound``,
+``converged``, ``elapsed``, ``save`` and ``to_inference_data`` behave as for linear fits (they are the base's).
+What a kernel fit has in their place of coefficients: ``kernel``, ``hyperparameters`` and ``inducing_points``.
+It has no ``fixef`` or ``ranef`` (``f`` is a Gaussian process, not a linear predictor); asking for one gives an
+``AttributeError`` that says what to use instead.
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ from ..engines.kernel.vb import KernelVBResult
 from ..errors import BayesvmError
 from ..model.kernel import KernelModel
 from ..model.problems import KernelProblem
-from .fit import BSVMFit
-from .prediction import gaussian_average_probability
+from .base import Fit
 
 PROBABILITIES = ("pseudo", "probit")
 
@@ -57,18 +58,18 @@ class KernelPosterior:
 
 
 @dataclass(eq=False)
-class KernelFit(BSVMFit):
+class KernelFit(Fit):
     """A fitted kernel Bayesian SVM (``bsvm(..., kernel=...)``)."""
 
     model: KernelModel
     problem: KernelProblem
+    method: str
     result: KernelVBResult
+    data_name: str = "data"
+    tol: float = 1e-8
 
-    def __post_init__(self) -> None:
-        self.posterior = KernelPosterior(self.result)
-        self._vb_check = None
-        self._calibration = None
-        self.call = None
+    def _make_posterior(self):
+        return KernelPosterior(self.result)
 
     # ----- what a kernel fit has ---------------------------------------------------------
     @property
@@ -88,51 +89,10 @@ class KernelFit(BSVMFit):
         Z = self.result.locations * self.model.scale + self.model.center
         return pd.DataFrame(Z, columns=self.model.input_names)
 
-    @property
-    def converged(self) -> bool:
-        return bool(self.result.converged)
+    def _inference_groups(self, draws: int, seed: int | None, log_likelihood: bool) -> dict:
+        from .arviz import kernel_groups
 
-    # ----- what it has not ---------------------------------------------------------------
-    def _no_coefficients(self, what: str):
-        raise BayesvmError(
-            f"{what} is not defined for a kernel fit: f is a Gaussian process, not a linear predictor; "
-            "use predict(), predict_interval() or fit.hyperparameters"
-        )
-
-    @property
-    def fixef(self):
-        self._no_coefficients("fixef")
-
-    @property
-    def fixef_cov(self):
-        self._no_coefficients("fixef_cov")
-
-    @property
-    def ranef(self):
-        self._no_coefficients("ranef")
-
-    @property
-    def ranef_sd(self):
-        self._no_coefficients("ranef_sd")
-
-    @property
-    def variance_components(self) -> list:
-        return []
-
-    @property
-    def penalty_estimate(self) -> None:
-        return None
-
-    def check_vb(self, draws: int = 1000, seed: int | None = 0):
-        raise BayesvmError(
-            "check_vb() covers linear models; a kernel fit's q is checked by its lower bound (fit.lower_bound)"
-        )
-
-    def to_inference_data(self, *args, **kwargs):
-        raise BayesvmError(
-            "ArviZ export covers linear models in this version; for a kernel fit use predict_interval() for "
-            "the posterior of f and fit.lower_bound for convergence"
-        )
+        return kernel_groups(self, draws, seed, log_likelihood)
 
     # ----- prediction ----------------------------------------------------------------------
     def _inputs(self, newdata: pd.DataFrame | None) -> np.ndarray:
@@ -145,9 +105,6 @@ class KernelFit(BSVMFit):
         mean, var = self.posterior.link(self._inputs(newdata))
         return mean, var, None, None, None
 
-    def _pseudo(self, mean, var, law, rows, extra) -> np.ndarray:
-        return gaussian_average_probability(mean, var)
-
     def predict(
         self,
         newdata: pd.DataFrame | None = None,
@@ -156,7 +113,7 @@ class KernelFit(BSVMFit):
         new_levels: str = "integrate",
         probability: str | None = None,
     ) -> np.ndarray:
-        """Predict new (or the training) rows: as :meth:`BSVMFit.predict` (``kind="prob"`` is the calibrated
+        """Predict new (or the training) rows: as :meth:`Fit.predict` (``kind="prob"`` is the calibrated
         probability, ``"pseudo"`` the raw pseudo-likelihood averaged over ``q(f)``).
 
         ``include_random`` and ``new_levels`` are ignored (a kernel fit has no random effects).
@@ -188,6 +145,23 @@ class KernelFit(BSVMFit):
     def __repr__(self) -> str:
         bound = f", lower bound {self.lower_bound[-1]:.4f}" if self.result.engine in ENGINE_BOUNDS else ""
         return f"<KernelFit {self.result.engine}: {self.formula!r}, n={self.model.design.n}{bound}>"
+
+    def __getattr__(self, name: str):
+        """Only called for a name the fit does not have: say where a linear-model attribute went."""
+        if name in LINEAR_ONLY and not name.startswith("__"):
+            raise AttributeError(
+                f"{type(self).__name__!r} has no {name!r}: {name} is a linear model's (coefficients, random effects, "
+                "selection, imputation); a kernel fit's f is a Gaussian process: use predict(), predict_interval(), "
+                "probability_change(), hyperparameters or to_inference_data()"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+#: Attributes of the linear / mixed view that a kernel fit does not have (for the error that says so)
+LINEAR_ONLY = frozenset(
+    {"fixef", "fixef_cov", "ranef", "ranef_sd", "variance_components", "penalty_estimate", "inclusion", "selected",
+     "check_vb", "imputation_report", "plot_imputation", "plot_inclusion", "gp_effect", "support"}
+)  # fmt: skip
 
 
 class KernelSummary:
@@ -230,7 +204,7 @@ class KernelSummary:
             "stopping": r.stopping,
             "batch_size": r.batch_size,
             "decreases": list(r.decreases),
-            "calibration": None if getattr(fit, "_calibration", None) is None else fit._calibration.describe(),
+            "calibration": None if fit._calibration is None else fit._calibration.describe(),
         }
 
     def __str__(self) -> str:

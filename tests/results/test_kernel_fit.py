@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 
 import bayesvm
-from bayesvm.errors import BayesvmError, FormulaError
+from bayesvm.errors import BayesvmError, ConvergenceWarning, FormulaError
 from bayesvm.kernels import RBF, Constant, Matern52
+from bayesvm.results.arviz import fit_to_datasets, group_names
+from bayesvm.results.base import Fit
 from bayesvm.results.fit import BSVMFit
 from bayesvm.results.kernel_fit import KernelFit
 
@@ -29,7 +33,7 @@ def fit(banana):
 
 def test_kernel_fit_predicts_banana_well(fit, banana):
     _, test = banana
-    assert isinstance(fit, KernelFit) and isinstance(fit, BSVMFit)
+    assert isinstance(fit, KernelFit) and isinstance(fit, Fit) and not isinstance(fit, BSVMFit)
     error = np.mean(fit.predict(test) != test["label"])
     assert error < 0.14  # Raetsch's banana: SVM about 0.115, a linear rule about 0.45
     prob = fit.predict(test, kind="prob")
@@ -56,12 +60,61 @@ def test_summary_reports_kernel_hyperparameters_and_inducing_points(fit):
     assert len(fit.hyperparameters) == 2 and fit.inducing_points.shape == (40, 2)
 
 
-def test_coefficients_are_refused_with_a_clear_error(fit):
-    for what in ("fixef", "ranef"):
-        with pytest.raises(BayesvmError, match="not defined for a kernel fit"):
+def test_a_kernel_fit_has_no_coefficients_and_says_what_to_use(fit):
+    for what in ("fixef", "ranef", "check_vb", "inclusion"):
+        assert not hasattr(fit, what)
+        with pytest.raises(AttributeError, match="kernel fit's f is a Gaussian process: use predict"):
             getattr(fit, what)
-    with pytest.raises(BayesvmError, match="ArviZ"):
-        fit.to_inference_data()
+    with pytest.raises(AttributeError, match="no attribute 'no_such_thing'"):
+        fit.no_such_thing  # noqa: B018
+
+
+def test_arviz_export_of_a_vb_kernel_fit_matches_q_f(fit):
+    import arviz as az
+
+    groups = fit_to_datasets(fit, draws=4000, seed=1)
+    f = groups["posterior"]["f"].values.reshape(-1, fit.model.design.n)
+    interval = fit.predict_interval()
+    # independent draws from q(f): each row's mean and SD within Monte Carlo error of predict_interval's
+    se = interval["sd"].to_numpy() / np.sqrt(f.shape[0])
+    assert np.max(np.abs(f.mean(axis=0) - interval["mean"].to_numpy()) / se) < 5.0
+    np.testing.assert_allclose(f.std(axis=0), interval["sd"], rtol=0.08)
+    y = fit.model.design.y
+    log_odds = 2.0 * np.maximum(1.0 + f, 0.0) - 2.0 * np.maximum(1.0 - f, 0.0)
+    loglik = groups["log_likelihood"]["label"].values.reshape(f.shape)
+    np.testing.assert_allclose(loglik, -np.log1p(np.exp(-y * log_odds)))
+    assert list(groups["constant_data"]["parameter"].values) == list(fit.hyperparameters.index)
+    assert groups["lower_bound"]["lower_bound"].size == fit.lower_bound.size
+    idata = fit.to_inference_data(draws=400)
+    assert {"posterior", "log_likelihood", "observed_data", "lower_bound"} <= group_names(idata)
+    loo = az.loo(idata)
+    assert np.isfinite(float(loo["elpd_loo"] if "elpd_loo" in loo else loo["elpd"]))
+
+
+def test_arviz_export_of_a_gibbs_kernel_fit_is_its_chains(banana):
+    train, _ = banana
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # short chains: only the export is checked here
+        fit = bayesvm.bsvm("label ~ x1 + x2", train.iloc[:120], kernel=RBF(lengthscale=0.7, variance=2.0, learn=False),
+                           inducing="all", method="gibbs", draws=200, tune=100, chains=2, seed=3, progress=False)  # fmt: skip
+    groups = fit_to_datasets(fit)
+    f = groups["posterior"]["f"]
+    assert f.shape[:2] == (2, 200) and groups["sample_stats"]["lp"].shape == (2, 200)
+    # f = B v at the training rows of a batch fit (plus the jitter's residual, variance ~2e-6): the chains' average is
+    # the fit's posterior mean there
+    np.testing.assert_allclose(f.values.mean(axis=(0, 1)), fit.predict(kind="link"), atol=2e-3)
+
+
+def test_probability_change_of_a_kernel_fit(banana):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=300)
+    frame = pd.DataFrame({"x": x, "z": rng.normal(size=300)})
+    frame["y"] = (rng.random(300) < 1 / (1 + np.exp(-2.5 * x))).astype(int)
+    fit = bayesvm.bsvm("y ~ x + z", frame, kernel=RBF(), inducing=20, seed=0)
+    fit.calibrate(newdata=frame.sample(frac=1.0, random_state=1))
+    change = fit.probability_change("x", values=(-1.0, 1.0))
+    assert change["change"].iloc[0] > 0.4  # the true average change is about 0.71
+    assert abs(fit.probability_change("z", values=(-1.0, 1.0))["change"].iloc[0]) < 0.15
 
 
 @pytest.mark.parametrize(

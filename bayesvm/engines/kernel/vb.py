@@ -96,21 +96,33 @@ class KernelVBResult(EngineOutput):
     hyperparameters_from: str = ""
     chain_diagnostics: object = None
     batch_locations: bool = False  # the locations are the training inputs (inducing="all")
+    #: Gibbs: the draws of ``v`` (chains, draws, M) and the log pseudo-posterior of each (chains, draws)
+    weight_draws: np.ndarray | None = None
+    log_posterior: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self._chol = _cholesky(self.kernel.matrix(self.locations) + self.jitter * np.eye(len(self.locations)))
+
+    @property
+    def posterior_form(self) -> str:
+        """Gibbs: draws; EM: a mode; the VB engines and EP: a Gaussian ``q(v)``."""
+        return {"gibbs": "sampled", "em": "mode"}.get(self.engine, "variational")
+
+    def features(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(B, r)`` with ``f(x) = B v + e``, ``e ~ N(0, r)`` independent of ``v``, for the rows of ``X``:
+        ``B = (L^{-1} K_mx)'`` and ``r = k(x, x) - ||L^{-1} k_m(x)||^2``, the prior variance the inducing points
+        leave unexplained (Wenzel et al., section 4.4; 0 at the training rows of a batch fit)."""
+        A = linalg.solve_triangular(self._chol, self.kernel.matrix(self.locations, X), lower=True)
+        return A.T, np.maximum(self.kernel.diag(X) - np.sum(A * A, axis=0), 0.0)
 
     def predictor(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of ``q(f(x))`` for the rows of ``X`` (Wenzel et al., section 4.4)."""
         mean = np.empty(len(X))
         var = np.empty(len(X))
         for start in range(0, len(X), ROW_CHUNK):
-            rows = X[start : start + ROW_CHUNK]
-            A = linalg.solve_triangular(self._chol, self.kernel.matrix(self.locations, rows), lower=True)
-            mean[start : start + len(rows)] = A.T @ self.mean
-            var[start : start + len(rows)] = (
-                self.kernel.diag(rows) - np.sum(A * A, axis=0) + np.sum(A * (self.cov @ A), axis=0)
-            )
+            B, residual = self.features(X[start : start + ROW_CHUNK])
+            mean[start : start + len(B)] = B @ self.mean
+            var[start : start + len(B)] = residual + np.sum(B * (B @ self.cov), axis=1)
         return mean, np.maximum(var, 0.0)
 
     @property

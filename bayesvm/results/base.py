@@ -1,0 +1,380 @@
+"""What every fitted model is: :class:`Fit`, the base of the linear / mixed view
+(:class:`~bayesvm.results.fit.BSVMFit`) and the kernel view (:class:`~bayesvm.results.kernel_fit.KernelFit`).
+
+A fit holds the model, the engine's inputs and the engine's output (:class:`bayesvm.model.output.EngineOutput`).
+Everything that needs only the posterior of the decision value ``f`` lives here and works the same for every
+model: prediction (classes, calibrated probabilities, the pseudo-likelihood, intervals), the calibration map and
+its report, probability changes, convergence facts, saving and the ArviZ export.  A view supplies
+
+* :meth:`Fit._make_posterior`: the posterior summaries of its engine outputs;
+* :meth:`Fit._predictive`: the posterior mean and variance of ``f`` at the rows asked for;
+* :meth:`Fit._inference_groups`: the posterior (and log-likelihood) groups of the ArviZ export;
+* :meth:`Fit.summary` and ``__repr__``.
+
+What only one view has (coefficients and random effects; a kernel's hyperparameters) is defined only there: a
+kernel fit has no ``fixef`` attribute rather than one that raises (the ``AttributeError`` for it says where to look
+instead).
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import BayesvmError
+
+PREDICT_KINDS = ("class", "prob", "pseudo", "link")
+NEW_LEVELS = ("integrate", "zero")
+
+
+@dataclass(eq=False)
+class Fit(ABC):
+    """A fitted model (every ``bsvm()`` and ``pcvm()`` result).
+
+    Attributes
+    ----------
+    model
+        The model (design, priors, standardisation; the kernel of a kernel fit).
+    problem
+        The engine's inputs (training rows).
+    method
+        Engine name, e.g. ``"vb"``.
+    result
+        The engine's output (:class:`bayesvm.model.output.EngineOutput`).
+    data_name
+        How the data were referred to (for ``summary()``).
+    """
+
+    model: object
+    problem: object
+    method: str
+    result: object
+    data_name: str = "data"
+    tol: float = 1e-8
+
+    # defaults for fits restored from files written before these attributes existed
+    _calibration = None
+    call = None
+
+    def __post_init__(self) -> None:
+        self.posterior = self._make_posterior()
+        #: the probability map, learned on first use (:meth:`calibrate`)
+        self._calibration = None
+        #: how the fit was made (:class:`bayesvm.crossfit.FitCall`), set by ``bsvm()`` / ``pcvm()``
+        self.call = None
+
+    # ----- what a view supplies -------------------------------------------------------
+    @abstractmethod
+    def _make_posterior(self):
+        """The posterior summaries of the engine's output (``kind``, ``link`` ...)."""
+
+    @abstractmethod
+    def _predictive(self, newdata, include_random: bool, new_levels: str):
+        """``(mean, var, law, rows, extra)``: the posterior mean and variance of ``f`` at the rows, the law of the
+        variance that unseen group levels add (``None`` when there is none), and what :meth:`_pseudo` needs."""
+
+    @abstractmethod
+    def _inference_groups(self, draws: int, seed: int | None, log_likelihood: bool) -> dict:
+        """The ArviZ groups that depend on the model: ``posterior`` and, if asked, ``log_likelihood``."""
+
+    @abstractmethod
+    def summary(self, level: float = 0.95):
+        """The printed summary; ``str()`` of the returned object prints it."""
+
+    def _pseudo(self, mean, var, law, rows, extra) -> np.ndarray:
+        """The normalised pseudo-likelihood averaged over ``q(f) = N(mean, var)`` (``kind="pseudo"``)."""
+        from .prediction import gaussian_average_probability
+
+        return gaussian_average_probability(mean, var)
+
+    # ----- convergence ---------------------------------------------------------------
+    @property
+    def _form(self) -> str:
+        """The form of the engine's output (``posterior_form``: variational, sampled, mode, mixture, selection)."""
+        return self.result.posterior_form
+
+    @property
+    def lower_bound(self) -> np.ndarray:
+        """Lower bound ``log p(y; q)`` after every sweep (VB; empty for other engines)."""
+        return self.result.lower_bound
+
+    @property
+    def converged(self) -> bool:
+        """The engine's stopping rule was met."""
+        return bool(self.result.converged)
+
+    @property
+    def n_iter(self) -> int:
+        """Iterations (sweeps, EM steps, SVI steps or draws per chain) the engine ran."""
+        return int(self.result.n_iter)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds spent in the engine."""
+        return self.result.elapsed
+
+    @property
+    def objective(self) -> np.ndarray:
+        """EM / ECME: ``log p(theta, components | y)`` up to a constant, per iteration (empty otherwise)."""
+        return self.result.objective
+
+    @property
+    def formula(self) -> str:
+        return self.model.design.parsed.formula
+
+    # ----- prediction ----------------------------------------------------------------
+    def predict(
+        self,
+        newdata: pd.DataFrame | None = None,
+        kind: str = "class",
+        include_random: bool = True,
+        new_levels: str = "integrate",
+    ) -> pd.Series:
+        """Predict new (or the training) rows: a Series on ``newdata``'s index (the training rows' index for
+        ``newdata=None``), so that it aligns with the data as statsmodels' and pandas' results do.
+
+        Parameters
+        ----------
+        newdata
+            Rows to predict; ``None`` for the training rows.
+        kind
+            ``"class"``: the response's own class labels, the sign of the posterior mean of ``f``;
+            ``"prob"``: the calibrated posterior predictive ``P(y = positive)``
+            (:mod:`bayesvm.results.calibration`: a probit map on ``f`` learned by 5-fold cross-fitting the
+            first time it is needed, see :meth:`calibrate`); ``"pseudo"``: the raw normalised
+            pseudo-likelihood ``expit(2 (1 + f)_+ - 2 (1 - f)_+)`` averaged over the posterior of ``f``
+            (:mod:`bayesvm.results.prediction`; steep and overconfident, kept for comparison; a PCVM's own
+            probit likelihood for a PCVM fit); ``"link"``: posterior mean of ``f``.  Always
+            ``class == (prob > 0.5)``.
+        include_random
+            False predicts at population level (all random effects 0).  No effect without random effects.
+        new_levels
+            For a group level the fit never saw: ``"integrate"`` (default) integrates its random effect over
+            the fitted distribution of the term (``u ~ N(0, Sigma)``, ``Sigma`` over its posterior; bambi's
+            ``sample_new_groups``): the probability for a new patient.  ``"zero"`` sets it to 0: the
+            probability for a typical patient (lme4's ``allow.new.levels`` prediction).  Classes and
+            ``"link"`` are the same under both (the random effect has mean 0).
+        """
+        if kind not in PREDICT_KINDS:
+            raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
+        if new_levels not in NEW_LEVELS:
+            raise BayesvmError(f"new_levels must be one of {NEW_LEVELS}, got {new_levels!r}")
+        mean, var, law, rows, extra = self._predictive(newdata, include_random, new_levels)
+        if kind == "link":
+            values = mean
+        elif kind == "pseudo":
+            values = self._pseudo(mean, var, law, rows, extra)
+        elif kind == "class":
+            values = self.model.design.response.decode(np.where(mean > 0, 1.0, -1.0))
+        else:
+            from .calibration import calibrated_probability
+
+            values = calibrated_probability(self.calibration_map(), mean, var, law)
+        return pd.Series(values, index=self._row_labels(newdata), name=kind)
+
+    def predict_interval(
+        self,
+        newdata: pd.DataFrame | None = None,
+        level: float = 0.95,
+        include_random: bool = True,
+        new_levels: str = "integrate",
+    ) -> pd.DataFrame:
+        """Posterior mean, SD and central credible interval of the decision value ``f`` (for a new group level
+        with ``new_levels="integrate"``, the SD includes ``E[z' Sigma z]`` and the interval is normal)."""
+        from scipy.stats import norm
+
+        from ..arguments import as_level
+        from .new_levels import expected_new_variance
+
+        if new_levels not in NEW_LEVELS:
+            raise BayesvmError(f"new_levels must be one of {NEW_LEVELS}, got {new_levels!r}")
+        mean, var, law, _, _ = self._predictive(newdata, include_random, new_levels)
+        sd = np.sqrt(var + expected_new_variance(law, mean.size))
+        z = norm.ppf(0.5 + as_level(level) / 2.0)
+        return pd.DataFrame(
+            {"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd}, index=self._row_labels(newdata)
+        )
+
+    def link_moments(self, newdata: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Posterior mean and variance of ``f`` for new rows, and ``E[s]``, the variance that random effects of
+        group levels the fit never saw add (0 for seen levels); used by cross-fitting."""
+        from .new_levels import expected_new_variance
+
+        mean, var, law, _, _ = self._predictive(newdata, True, "integrate")
+        return mean, var, expected_new_variance(law, mean.size)
+
+    def probability_change(
+        self, column: str, values: tuple | None = None, newdata: pd.DataFrame | None = None, by: float = 1.0
+    ) -> pd.DataFrame:
+        """Average change of the calibrated ``P(y = positive)`` when ``column`` changes: what to report instead
+        of an odds ratio (``f`` is on the SVM decision scale).  See :func:`bayesvm.results.effects.probability_change`."""
+        from .effects import probability_change
+
+        return probability_change(self, column, values=values, newdata=newdata, by=by)
+
+    def _row_labels(self, newdata) -> pd.Index:
+        """The index of ``newdata`` (or of the training rows), so that predictions align with the data."""
+        if newdata is None:
+            return self.model.design.row_index
+        from ..formula.frames import as_frame
+
+        return as_frame(newdata, "newdata").index
+
+    # ----- calibration ---------------------------------------------------------------
+    def calibration_map(self):
+        """The probability map (:class:`bayesvm.results.calibration.CalibrationMap`), learned on first use by
+        :meth:`calibrate` with its defaults."""
+        if self._calibration is None:
+            self.calibrate()
+        return self._calibration
+
+    def calibrate(self, newdata: pd.DataFrame | None = None, folds: int = 5, seed: int | None = None):
+        """Learn the map from the posterior of ``f`` to ``P(y = positive)`` (:mod:`bayesvm.results.calibration`).
+
+        Parameters
+        ----------
+        newdata
+            ``None`` (default): cross-fitting, the model refitted on ``folds - 1`` folds of the training rows
+            predicts the remaining fold (:mod:`bayesvm.crossfit`; costs ``folds`` fits).  A frame with the
+            response: held-out rows the fit never saw (cheaper for large or out-of-core data).
+        folds
+            Folds of the cross-fitting.
+        seed
+            Seed of the fold assignment and the fold fits (default: the fit's seed, or 0).
+
+        Returns
+        -------
+        CalibrationMap
+            Also kept by the fit (and saved with it): later probabilities use it.
+        """
+        from ..arguments import as_count, as_seed
+        from .calibration import fit_calibration_map
+
+        folds = as_count(folds, "folds", low=2)
+        seed = as_seed(seed)
+        if newdata is None:
+            from ..crossfit import CrossFitError, cross_fitted_predictions
+
+            try:
+                predictions = cross_fitted_predictions(self, folds=folds, seed=seed)
+            except CrossFitError as exc:
+                from .calibration import prior_map
+
+                warnings.warn(
+                    f"{exc}: probabilities use the calibration prior's map (a unit probit link on f), not one "
+                    "learned from these data; fit.calibrate(newdata=frame) learns one from held-out rows",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                self._calibration = prior_map(f"prior only: {exc}")
+                return self._calibration
+            source = f"{predictions['fold'].max() + 1}-fold cross-fitted"
+            if "alignment" in predictions.attrs:
+                source += f" ({predictions.attrs['alignment']})"
+            cmap = fit_calibration_map(predictions, source)
+        else:
+            cmap = fit_calibration_map(self._held_out_predictions(newdata), "held-out")
+        self._calibration = cmap
+        return cmap
+
+    def _held_out_predictions(self, newdata: pd.DataFrame) -> pd.DataFrame:
+        """``mean, var, new_var, y, fold`` for rows with a known response."""
+        from .new_levels import expected_new_variance
+
+        y = self.model.design.response_of(newdata)
+        mean, var, law, _, _ = self._predictive(newdata, True, "integrate")
+        return pd.DataFrame(
+            {"mean": mean, "var": var, "new_var": expected_new_variance(law, mean.size), "y": y, "fold": -1}
+        )
+
+    def calibration(self, newdata: pd.DataFrame | None = None, bins: int = 10):
+        """How well the probabilities match outcomes: log loss, Brier score, ECE and a reliability table.
+
+        ``newdata=None`` reports the cross-validated performance on the training rows: each fold's
+        out-of-fold predictions through a map learned from the *other* folds' predictions (so the map never
+        sees the rows it is scored on).  With ``newdata`` (holding the response) it reports on those rows.
+        Both the calibrated (``prob``) and the raw pseudo-likelihood (``pseudo``) probabilities are scored.
+        """
+        from ..arguments import as_count
+        from .calibration import (
+            CalibrationReport,
+            calibrated_probability,
+            fit_calibration_map,
+            probability_scores,
+            reliability_table,
+        )
+        from .prediction import gaussian_average_probability
+
+        bins = as_count(bins, "bins", low=2)
+        if newdata is not None:
+            y = self.model.design.response_of(newdata)
+            prob = self.predict(newdata, kind="prob").to_numpy()
+            pseudo = self.predict(newdata, kind="pseudo").to_numpy()
+            source = "held-out"
+        else:
+            cmap = self.calibration_map()
+            frame = cmap.predictions
+            if frame is None or (frame["fold"] < 0).all():
+                raise BayesvmError("this fit was calibrated on held-out rows: pass them as newdata to report on them")
+            y = frame["y"].to_numpy(float)
+            prob = np.empty(y.size)
+            for k in np.unique(frame["fold"]):
+                rows = (frame["fold"] == k).to_numpy()
+                other = fit_calibration_map(frame[~rows], "cross-fitted")
+                prob[rows] = calibrated_probability(
+                    other, frame["mean"].to_numpy()[rows], frame["var"].to_numpy()[rows] + 0.0,
+                    None if not frame["new_var"].to_numpy()[rows].any()
+                    else (frame["new_var"].to_numpy()[rows, None], np.ones(1)),
+                )  # fmt: skip
+            pseudo = gaussian_average_probability(
+                frame["mean"].to_numpy(float), frame["var"].to_numpy(float) + frame["new_var"].to_numpy(float)
+            )
+            source = f"cross-validated, {int(frame['fold'].max()) + 1} folds"
+        metrics = pd.DataFrame(
+            [probability_scores(y, prob, bins), probability_scores(y, pseudo, bins)], index=["prob", "pseudo"]
+        )
+        return CalibrationReport(source=source, metrics=metrics, reliability=reliability_table(y, prob, bins))
+
+    def plot_calibration(self, newdata: pd.DataFrame | None = None, bins: int = 10, ax=None):
+        """Reliability diagram of the calibrated probabilities (:func:`bayesvm.plots.plot_calibration`)."""
+        from ..plots import plot_calibration
+
+        return plot_calibration(self, newdata=newdata, bins=bins, ax=ax)
+
+    # ----- storage and export ----------------------------------------------------------
+    def save(self, path):
+        """Write the whole fit to ``path`` as data (a checksummed zip of JSON and ``.npy`` arrays, written
+        atomically; see :mod:`bayesvm.results.storage`); ``bayesvm.load`` reads it without running any code."""
+        from .storage import save_fit
+
+        call = self.call
+        if call is None or call.data is None or isinstance(call.data, pd.DataFrame):
+            return save_fit(self, path)
+        # out-of-core data are a lazy graph, not data: the file keeps the call without them (a loaded fit keeps
+        # its learned probability map; re-calibrating it needs held-out rows)
+        from dataclasses import replace
+
+        self.call = replace(call, data=None)
+        try:
+            return save_fit(self, path)
+        finally:
+            self.call = call
+
+    def to_inference_data(self, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True):
+        """ArviZ object (:mod:`bayesvm.results.arviz`): ``posterior`` (VB: ``draws`` draws from q; Gibbs: the
+        chains), ``observed_data``, ``log_likelihood`` (each row's normalised pseudo-likelihood, for ``az.loo``),
+        ``sample_stats`` (Gibbs) and ``lower_bound`` (VB)."""
+        from .arviz import fit_to_datasets, make_container
+
+        return make_container(fit_to_datasets(self, draws=draws, seed=seed, log_likelihood=log_likelihood))
+
+    def log_likelihood(self, y: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """Normalised hinge pseudo-likelihood ``log p(y | f)`` (``y`` in {-1, +1}; broadcast over draws of ``f``)."""
+        from scipy.special import log_expit
+
+        log_odds = 2.0 * np.maximum(1.0 + f, 0.0) - 2.0 * np.maximum(1.0 - f, 0.0)
+        return log_expit(y * log_odds)
