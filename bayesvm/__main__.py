@@ -258,9 +258,7 @@ def _usage(message: str):
 
 
 def _tables(fit, level: float = 0.95):
-    from .results.tables import tidy
-
-    return tidy(fit.summary(level=level))
+    return fit.summary(level=level).tidy()
 
 
 def _write(frame, output: str) -> None:

@@ -80,11 +80,12 @@ CHECKED_ROWS = 25
 
 def _warn_kernel_vb(result) -> None:
     if not result.converged:
-        warnings.warn(
-            f"the kernel fit stopped before converging ({result.stopping or 'max_iter reached'}); increase max_iter",
-            ConvergenceWarning,
-            stacklevel=4,
+        message = (
+            f"the kernel fit cannot be trusted: {result.stopping}"
+            if result.stopping and result.engine != "svi"
+            else f"the kernel fit stopped before converging ({result.stopping or 'max_iter reached'}); increase max_iter"
         )
+        warnings.warn(message, ConvergenceWarning, stacklevel=4)
     if result.decreases:
         warnings.warn(f"the lower bound decreased at iteration(s) {result.decreases[:10]}", RuntimeWarning, 4)
 

@@ -119,6 +119,13 @@ class PCVMSummary:
     def __init__(self, fit: PCVMFit):
         self.fit = fit
 
+    def tidy(self) -> pd.DataFrame:
+        """The bias with its posterior SD (the relevance vectors' weights are in ``fit.relevance_vectors``)."""
+        from .results.tables import hyperparameter_table
+
+        r = self.fit.result
+        return hyperparameter_table(pd.Series({"bias": r.mean[0]}), sd=pd.Series({"bias": np.sqrt(r.cov[0, 0])}))
+
     def __str__(self) -> str:
         fit, r = self.fit, self.fit.result
         design = fit.model.design

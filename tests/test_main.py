@@ -28,6 +28,18 @@ def test_fit_any_csv(tmp_path, capsys):
     assert "fixed alpha = 0.5" in out and "Fixed effects" in out
 
 
+def test_kernel_fit_tables_its_hyperparameters(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"x1": rng.normal(size=80), "x2": rng.normal(size=80)})
+    frame["y"] = (frame["x1"] + 0.5 * rng.normal(size=80) > 0).astype(int)
+    path = tmp_path / "k.csv"
+    frame.to_csv(path, index=False)
+    assert main(["fit", "y ~ x1 + x2", str(path), "--kernel", "rbf", "--inducing", "10", "--output", "csv"]) == 0
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(table["term"]) == ["lengthscale", "variance"] and (table["effect"] == "hyperparameter").all()
+    assert (table["estimate"] > 0).all()
+
+
 def test_fit_reports_errors_without_traceback(tmp_path, capsys):
     path = tmp_path / "d.csv"
     pd.DataFrame({"y": [0, 1], "x": [1.0, 2]}).to_csv(path, index=False)

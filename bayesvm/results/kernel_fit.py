@@ -207,6 +207,12 @@ class KernelSummary:
             "calibration": None if fit._calibration is None else fit._calibration.describe(),
         }
 
+    def tidy(self) -> pd.DataFrame:
+        """The hyperparameters as a tidy table (:func:`bayesvm.results.tables.hyperparameter_table`)."""
+        from .tables import hyperparameter_table
+
+        return hyperparameter_table(self.hyperparameters)
+
     def __str__(self) -> str:
         i = self.info
         lines = [
@@ -258,6 +264,8 @@ class KernelSummary:
                 f"Convergence: {status} after {i['n_iter']} iterations at the final hyperparameters; "
                 f"lower bound {i['lower_bound']:.4f}; {i['elapsed']:.2f} s"
             )
+        if i["stopping"] and not i["converged"] and engine != "svi":
+            lines.append(f"WARNING: {i['stopping']}")
         if i["decreases"]:
             lines.append(f"Warning: the lower bound decreased at iteration(s) {i['decreases'][:10]}")
         lines.append(f"Approximation: {APPROXIMATIONS.get(engine, 'mean-field q(f) q(a) (Wenzel et al. 2017)')}.")

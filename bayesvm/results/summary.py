@@ -84,6 +84,12 @@ class Summary:
     random: pd.DataFrame
     info: dict
 
+    def tidy(self) -> pd.DataFrame:
+        """The estimates as one tidy table (:func:`bayesvm.results.tables.tidy`)."""
+        from .tables import tidy
+
+        return tidy(self)
+
     def __str__(self) -> str:
         return "\n".join(
             part

@@ -55,3 +55,20 @@ def tidy(summary) -> pd.DataFrame:
         )
         out = pd.concat([out, ran], ignore_index=True)
     return out
+
+
+def hyperparameter_table(values: pd.Series, sd: pd.Series | None = None) -> pd.DataFrame:
+    """A kernel fit's tidy table: one row per hyperparameter (``effect="hyperparameter"``; point estimates, ML-II,
+    so no interval), or per weight with its posterior ``sd`` where one is given (a PCVM's bias)."""
+    return pd.DataFrame(
+        {
+            "effect": "hyperparameter" if sd is None else "fixed",
+            "group": "",
+            "term": values.index.astype(str),
+            "estimate": values.to_numpy(float),
+            "std_error": np.nan if sd is None else sd.reindex(values.index).to_numpy(float),
+            "conf_low": np.nan,
+            "conf_high": np.nan,
+        },
+        columns=TIDY_COLUMNS,
+    )

@@ -171,3 +171,16 @@ def test_save_and_load_round_trip(fit, banana, tmp_path):
     fit.save(tmp_path / "kernel.pkl")
     again = bayesvm.load(tmp_path / "kernel.pkl")
     np.testing.assert_allclose(again.predict(test, kind="prob"), fit.predict(test, kind="prob"))
+
+
+def test_separable_classes_name_the_hyperparameter_ml_ii_cannot_fix():
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x1": rng.normal(size=150), "x2": rng.normal(size=150)})
+    frame["y"] = (frame["x1"] ** 2 + frame["x2"] > 1).astype(int)  # the RBF kernel separates the classes
+    with pytest.warns(ConvergenceWarning, match=r"cannot be trusted: the kernel hyperparameter\(s\) variance = "):
+        fit = bayesvm.bsvm("y ~ x1 + x2", frame, kernel=RBF(), inducing=20)
+    assert not fit.converged and "WARNING: the kernel hyperparameter(s) variance" in str(fit.summary())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # the variance held fixed: a proper fit
+        fixed = bayesvm.bsvm("y ~ x1 + x2", frame, kernel=RBF(variance=1.0, learn=("lengthscale",)), inducing=20)
+    assert fixed.converged and np.mean(fixed.predict() == frame["y"]) > 0.95

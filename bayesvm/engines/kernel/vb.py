@@ -290,10 +290,15 @@ class _Collapsed:
         return ascent.bounds[-1], self.gradient(x, q, chi)
 
 
-def _learn(collapsed: _Collapsed, x0: np.ndarray, max_steps: int, radius: float = 8.0):
-    """L-BFGS-B on the collapsed bound (Wenzel et al. section 4.3, empirical Bayes / ML-II).
+def _learn(collapsed: _Collapsed, x0: np.ndarray, max_steps: int, labels: list[str], radius: float = 8.0):
+    """L-BFGS-B on the collapsed bound (Wenzel et al. section 4.3, empirical Bayes / ML-II), each log
+    hyperparameter within ``radius`` of its start.
 
-    Returns the best point and the bound after every accepted step (a non-decreasing sequence).
+    Returns the best point, the bound after every accepted step (a non-decreasing sequence), the trace of the
+    points, and ``""`` or why the search cannot be trusted: a hyperparameter (``labels``: the first
+    ``len(labels)`` entries of ``x``) that ended at the edge of its range, where the bound still rose (on classes the
+    kernel separates, the amplitude grows without limit: ML-II has no maximum), or an optimiser that stopped
+    without converging.
     """
     accepted: list[float] = []
     cache: dict[bytes, float] = {}
@@ -321,7 +326,21 @@ def _learn(collapsed: _Collapsed, x0: np.ndarray, max_steps: int, radius: float 
         negative, x0, jac=True, method="L-BFGS-B", bounds=bounds, callback=record, options={"maxiter": max_steps}
     )
     best = res.x if np.isfinite(res.fun) and res.fun <= start else x0
-    return best, np.array(accepted), np.array(trace), bool(res.success)
+    k = len(labels)
+    edge = np.abs(np.abs(best[:k] - x0[:k]) - radius) < 1e-6
+    if edge.any():
+        names = ", ".join(f"{label} = {np.exp(v):.3g}" for label, v in zip(np.asarray(labels)[edge], best[:k][edge]))
+        problem = (
+            f"the kernel hyperparameter(s) {names} ended at the edge of the search range (e^{radius:g} times or "
+            f"e^-{radius:g} times the start) with the lower bound still rising: ML-II has no maximum, as when the "
+            "kernel separates the classes; fix the hyperparameter (e.g. RBF(variance=1.0, learn=('lengthscale',))) or "
+            "compare method='gibbs'"
+        )
+    elif not res.success:
+        problem = f"the hyperparameter search (L-BFGS-B) stopped without converging: {res.message}"
+    else:
+        problem = ""
+    return best, np.array(accepted), np.array(trace), problem
 
 
 @runs_with_blas_threads(lambda problem, locations, **_: len(locations))
@@ -373,17 +392,18 @@ def fit_inducing(
     Lm, A = projection(kernel, Z0, X, jitter)
     chi0 = update_chi(margin_moments(y, A, kernel.diag(X), Whitened.prior(len(Z0)))[1])
     x = _pack(kernel, Z0, learn_locations)
-    hyper_bounds, trace, hyper_ok = np.zeros(0), x[None, :], True
+    hyper_bounds, trace, hyper_problem = np.zeros(0), x[None, :], ""
     if learning:
         collapsed = _Collapsed(run, gradient, chi0, max(tol, SEARCH_TOL), max_iter)
-        x, hyper_bounds, trace, hyper_ok = _learn(collapsed, x, max_hyper_steps)
+        x, hyper_bounds, trace, hyper_problem = _learn(collapsed, x, max_hyper_steps, kernel.parameter_labels())
         chi0 = collapsed.chi
     kernel, Z = _unpack(kernel, Z0, x, learn_locations)
     q, chi, ascent = _ascend(run(x), chi0, tol, max_iter)
     return KernelVBResult(
         kernel=kernel, locations=Z, jitter=jitter, mean=q.mean, cov=q.cov, chi=chi,
-        lower_bound=np.array(ascent.bounds), converged=ascent.converged and hyper_ok, n_iter=len(ascent.bounds),
+        lower_bound=np.array(ascent.bounds), converged=ascent.converged and not hyper_problem, n_iter=len(ascent.bounds),
         elapsed=time.perf_counter() - t0, engine="inducing", decreases=ascent.decreases,
+        stopping=hyper_problem,
         hyper_trace=trace[:, : kernel.log_params().size], hyper_bounds=hyper_bounds,
     )  # fmt: skip
 
@@ -477,10 +497,10 @@ def fit_batch(
 
     chi0 = update_chi(1.0 + kernel.diag(X))  # E(1 - y f)^2 under the prior
     x = kernel.log_params()
-    hyper_bounds, trace, hyper_ok = np.zeros(0), x[None, :], True
+    hyper_bounds, trace, hyper_problem = np.zeros(0), x[None, :], ""
     if learning:
         collapsed = _Collapsed(run, gradient, chi0, max(tol, SEARCH_TOL), max_iter)
-        x, hyper_bounds, trace, hyper_ok = _learn(collapsed, x, max_hyper_steps)
+        x, hyper_bounds, trace, hyper_problem = _learn(collapsed, x, max_hyper_steps, kernel.parameter_labels())
         chi0 = collapsed.chi
     kernel = kernel.with_log_params(x)
     q, chi, ascent = _ascend(run(x), chi0, tol, max_iter)
@@ -493,7 +513,8 @@ def fit_batch(
     S = np.eye(n) - R @ R.T
     return KernelVBResult(
         kernel=kernel, locations=X.copy(), jitter=jitter, mean=m, cov=0.5 * (S + S.T), chi=chi,
-        lower_bound=np.array(ascent.bounds), converged=ascent.converged and hyper_ok, n_iter=len(ascent.bounds),
+        lower_bound=np.array(ascent.bounds), converged=ascent.converged and not hyper_problem, n_iter=len(ascent.bounds),
         elapsed=time.perf_counter() - t0, engine="batch", decreases=ascent.decreases,
+        stopping=hyper_problem,
         hyper_trace=trace, hyper_bounds=hyper_bounds,
     )  # fmt: skip
