@@ -18,6 +18,7 @@ a proper, heavy-tailed ``IG(1, 1/2)`` marginal.  In one dimension ``IW(df, scale
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -162,6 +163,14 @@ class LaplaceZero:
     rho: float = 0.01
     variance: InverseGamma = field(default_factory=InverseGamma)
 
+    #: a slope is exactly 0 with positive probability (inclusion probabilities exist)
+    point_mass: ClassVar[bool] = True
+
+    @property
+    def learns_scale(self) -> bool:
+        """The Laplace scale ``sigma_u`` is always learned."""
+        return True
+
     def __post_init__(self) -> None:
         if not (np.isfinite(self.rho) and 0 < self.rho <= 1):
             raise BayesvmError(f"LaplaceZero rho must lie in (0, 1], got {self.rho}")
@@ -181,6 +190,13 @@ class SpikeSlab:
 
     pi: float = 0.01
     nu: float = 100.0
+
+    point_mass: ClassVar[bool] = True
+
+    @property
+    def learns_scale(self) -> bool:
+        """The slab's scale ``nu`` is fixed."""
+        return False
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.pi) and 0 < self.pi < 1):
@@ -205,6 +221,14 @@ class Lasso:
     nu: float | None = None
     a: float = 1.0
     b: float = 1.0
+
+    #: no mass at zero: a posterior has no inclusion probabilities (a mode's zeros are exact, though)
+    point_mass: ClassVar[bool] = False
+
+    @property
+    def learns_scale(self) -> bool:
+        """``nu=None``: the scale is learned."""
+        return self.nu is None
 
     def __post_init__(self) -> None:
         if self.nu is not None and not (np.isfinite(self.nu) and self.nu > 0):

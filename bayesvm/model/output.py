@@ -30,7 +30,10 @@ EMPTY_TRACE.setflags(write=False)
 #: ``include`` (selection indicators: draws or ``q(gamma)``), ``fits`` (the fits pooled over completed data sets),
 #: ``imputation``, ``imputation_mode`` (``"joint"`` or ``"mi"``), ``imputation_moments`` and ``z_cov`` (the
 #: imputed values' posterior and the joint model's VB moments), ``log_posterior`` (per draw), ``slopes`` (a
-#: selection prior's slopes under the accurate fit).
+#: selection prior's slopes under the accurate fit), ``scale_estimate`` (a selection prior's learned scale:
+#: ``(template, value)``, the template naming the statistic with ``{s}`` for the parameter, e.g. ``("E[{s}^2]", 0.3)``
+#: or ``("mode of {s}", 1.2)``), ``probe_report`` (the stochastic-probe solver's Monte Carlo report) and
+#: ``schur_columns`` (the size of the dense Schur complement the sparse solver formed; 0 for none).
 OPTIONAL_PARTS: dict[str, object] = {
     "lower_bound": EMPTY_TRACE,
     "objective": EMPTY_TRACE,
@@ -44,6 +47,9 @@ OPTIONAL_PARTS: dict[str, object] = {
     "z_cov": None,
     "log_posterior": None,
     "slopes": None,
+    "scale_estimate": None,
+    "probe_report": None,
+    "schur_columns": 0,
 }
 
 

@@ -184,7 +184,7 @@ def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
 def _imputation_variables(fit, data_vars: dict, coords: dict) -> None:
     """Gibbs with ``missing="impute"``: the imputation model's mean and correlation draws, original scale."""
     draws = fit.result.imputation
-    if draws is None or not hasattr(draws, "mu"):
+    if draws is None:
         return
     m, s, _, _ = fit.model.imputation_scaling()
     names = list(fit.model.design.imputation.variables)
@@ -233,9 +233,7 @@ def _row_log_likelihood(fit, f: np.ndarray) -> xr.Dataset:
 
 def _check_export_memory(fit, draws: int, log_likelihood: bool) -> None:
     """Refuse, before drawing, an export whose arrays would not fit in memory (the log-likelihood is rows x draws)."""
-    result = fit.result
-    stored = getattr(result, "theta_d", None)
-    total = int(np.prod(stored.shape[:2])) if stored is not None and stored.ndim == 3 else draws
+    total = int(np.prod(fit.result.theta_d.shape[:2])) if fit._form == "sampled" else draws
     design = fit.model.design
     width = design.p + sum(term.n_levels * term.k for term in design.re_terms)
     width += sum(term.n_basis for term in design.gp_terms)

@@ -91,7 +91,7 @@ def _rows(fit, newdata: pd.DataFrame | None) -> pd.DataFrame:
         from ..formula.frames import as_frame
 
         return as_frame(newdata, "newdata")
-    call = getattr(fit, "call", None)
+    call = fit.call
     if call is None or call.data is None or not isinstance(call.data, pd.DataFrame):
         raise DataError("this fit keeps no training rows (loaded without them, or out-of-core): pass newdata=")
     return call.data

@@ -18,7 +18,6 @@ from ..engines.linear.vb import VBResult
 from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE, LinearModel, gp_index
 from ..model.problems import VBProblem
-from ..priors import Lasso
 from .base import Fit
 from .posterior import posterior_view
 
@@ -57,6 +56,11 @@ class BSVMFit(Fit):
     result: VBResult | GibbsResult | EMResult
     data_name: str = "data"
     tol: float = 1e-8
+
+    # defaults for fits restored from files written before these attributes existed
+    _vb_check = None
+    vb_note = None
+    diagnostics = Diagnostics()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -168,19 +172,19 @@ class BSVMFit(Fit):
             sd_v = np.sqrt(np.diag(result.cov)[sel])
             p_positive = p_include * norm.cdf(mean_v / sd_v)
             mean_if = mean_v * to_original
-            if isinstance(model.prior, Lasso):  # Gaussian q(theta): no mass at zero
+            if not model.prior.point_mass:  # Gaussian q(theta): no mass at zero
                 p_include = np.full(sel.size, np.nan)
         elif self._form == "mixture":  # accurate VB: each slope's tilted distribution, averaged over the nodes
             slopes = result.slopes
             p_include, p_positive = slopes.p_include, slopes.p_positive
             mean_if = slopes.mean_if_included * to_original
-            if isinstance(model.prior, Lasso):  # no mass at zero
+            if not model.prior.point_mass:  # no mass at zero
                 p_include = np.full(sel.size, np.nan)
         elif np.ndim(result.include) == 3:  # draws: Gibbs, or VB pooled over imputations
             coef = result.theta_d[..., sel].reshape(-1, sel.size)
             gamma = result.include.reshape(-1, sel.size).astype(bool)
             p_positive = (coef > 0).mean(axis=0)
-            if isinstance(model.prior, Lasso):
+            if not model.prior.point_mass:
                 p_include = np.full(sel.size, np.nan)
                 mean_if = coef.mean(axis=0) * to_original
             else:

@@ -308,7 +308,7 @@ VIEWS = {
 
 def posterior_view(result) -> VariationalPosterior | SampledPosterior | ModePosterior | MixturePosterior:
     """The summaries of an engine's output, chosen by the form it declares (never by which engine ran)."""
-    form = getattr(result, "posterior_form", None)
+    form = result.posterior_form
     if form not in VIEWS:
         raise TypeError(f"{type(result).__name__} declares no posterior form of {sorted(VIEWS)}")
     return VIEWS[form](result)

@@ -147,7 +147,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     response = design.response
     n_pos = int((design.y > 0).sum())
     penalty = fit.model.penalty
-    if penalty is not None and hasattr(fit.model, "penalized") and not fit.model.penalized.any():
+    if penalty is not None and not fit.model.penalized.any():
         penalty_text = f"none to apply: every fixed effect keeps the vague N(0, {fit.model.priors.fixed_variance:g})"
     elif penalty is None:
         penalty_text = f"none: vague N(0, {fit.model.priors.fixed_variance:g}) on every fixed effect"
@@ -162,7 +162,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     if prior is not None:
         penalty_text = _prior_text(fit)
     alg = "3" if prior is not None else ("1" if not fit.problem.components else "2")
-    learned = bool(fit.problem.components) or (prior is not None and getattr(prior, "nu", 0) is None)
+    learned = bool(fit.problem.components) or (prior is not None and prior.learns_scale)
     title = METHOD_TITLES.get(fit.method, fit.method).format(alg=alg, em="ECME" if learned else "EM")
     if prior is not None and fit.method == "gibbs":
         title = SELECTION_GIBBS_TITLES[type(prior).__name__]
@@ -273,21 +273,15 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         )
     else:
         info.update(lower_bound=float(fit.lower_bound[-1]), tol=fit.tol, decreases=list(fit.result.decreases))
-        theta = getattr(fit.result, "theta", None)
-        report = getattr(theta, "report", None)
-        if report is not None:
-            info["probes"] = report
-        elif getattr(getattr(theta, "layout", None), "q", 0) >= PROBES_HINT_COLUMNS:  # a dense Schur complement
-            info["probes_hint"] = theta.layout.q
+        if fit.result.probe_report is not None:
+            info["probes"] = fit.result.probe_report
+        elif fit.result.schur_columns >= PROBES_HINT_COLUMNS:  # a large dense Schur complement
+            info["probes_hint"] = fit.result.schur_columns
     if fit.posterior.kind in ("variational", "mixture"):
         info["psis"] = _vb_check(fit)
-    info["vb_note"] = getattr(fit, "vb_note", None)
-    diagnostics = getattr(fit, "diagnostics", None)
-    info["identifiability"] = (
-        [(f.check, f.action, f.message) for f in diagnostics.findings] if diagnostics is not None else []
-    )
-    calibration = getattr(fit, "_calibration", None)
-    info["calibration"] = None if calibration is None else calibration.describe()
+    info["vb_note"] = fit.vb_note
+    info["identifiability"] = [(f.check, f.action, f.message) for f in fit.diagnostics.findings]
+    info["calibration"] = None if fit._calibration is None else fit._calibration.describe()
     info["docs"] = _documentation_topic(fit)
     return Summary(fixed=fixed, random=random, info=info)
 
@@ -302,7 +296,7 @@ def _vb_check(fit) -> VBCheck | str:
     """The fit's PSIS check (run now if affordable), or why there is none."""
     import warnings
 
-    check = getattr(fit, "_vb_check", None)
+    check = fit._vb_check
     if check is None:
         if fit.model.design.X.shape[0] != fit.model.design.n:
             return "no PSIS check for out-of-core data (the check needs every training row in memory)"
@@ -335,7 +329,7 @@ SELECTION_GIBBS_TITLES = {
 
 def _documentation_topic(fit) -> str:
     """The shipped vignette closest to this fit (``python -m bayesvm docs NAME``)."""
-    if getattr(fit.model.design, "gp_terms", ()):
+    if fit.model.design.gp_terms:
         return "clinical_gp"
     if fit.model.design.imputation is not None:
         return "cardiac"
@@ -345,34 +339,26 @@ def _documentation_topic(fit) -> str:
 
 
 def _prior_text(fit) -> str:
-    """The selection prior in words, with its learned scale."""
-    prior, result = fit.model.prior, fit.result
+    """The selection prior in words, with its learned scale (the engine's ``scale_estimate``)."""
+    prior, estimate = fit.model.prior, fit.result.scale_estimate
     unpen = f"; unpenalized: {', '.join(fit.model.unpenalized)}" if fit.model.unpenalized else ""
+
+    def learned(symbol: str) -> str:
+        return "" if estimate is None else f"{estimate[0].format(s=symbol)} = {estimate[1]:.4g}"
+
     name = type(prior).__name__
     if name == "LaplaceZero":
         text = f"Laplace-zero, rho = {prior.rho:g}: slope = gamma v, gamma ~ Bernoulli(rho), v ~ Laplace(0, sigma_u)"
-        if result.slopes is not None:  # accurate VB
-            text += f"; E[sigma_u] = {result.slopes.scale:.4g}"
-        elif getattr(result, "sigma2_shape", None) is not None:
-            text += f"; E[sigma_u^2] = {result.sigma2_scale / (result.sigma2_shape - 1.0):.4g}"
-        elif hasattr(result, "scale"):
-            text += f"; E[sigma_u] = {float(np.mean(result.scale)):.4g}"
+        text += f"; {learned('sigma_u')}" if estimate is not None else ""
     elif name == "SpikeSlab":
         text = f"spike-and-slab, pi = {prior.pi:g}: included slopes ~ N(0, nu^2 s_j^2), nu = {prior.nu:g}"
     else:
         text = "lasso: slopes ~ Laplace(0, nu s_j)"
         if prior.nu is not None:
             text += f", nu = {prior.nu:g}"
-        elif result.slopes is not None:  # accurate VB
-            text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g})), E[nu] = {result.slopes.scale:.4g}"
-        elif getattr(result, "scale_law", None) is not None:
-            text += (
-                f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g})), E[nu] = {result.scale_law.mean_inverse:.4g}"
-            )
-        elif hasattr(result, "nu"):
-            text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g})), mode {result.nu:.4g}"
         else:
-            text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g})), E[nu] = {float(np.mean(result.scale)):.4g}"
+            text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g}))"
+            text += f", {learned('nu')}" if estimate is not None else ""
     return text + unpen
 
 

@@ -178,9 +178,11 @@ def test_separable_classes_name_the_hyperparameter_ml_ii_cannot_fix():
     frame = pd.DataFrame({"x1": rng.normal(size=150), "x2": rng.normal(size=150)})
     frame["y"] = (frame["x1"] ** 2 + frame["x2"] > 1).astype(int)  # the RBF kernel separates the classes
     with pytest.warns(ConvergenceWarning, match=r"cannot be trusted: the kernel hyperparameter\(s\) variance = "):
-        fit = bayesvm.bsvm("y ~ x1 + x2", frame, kernel=RBF(), inducing=20)
+        fit = bayesvm.bsvm("y ~ x1 + x2", frame, kernel=RBF(), inducing=20, seed=0)
     assert not fit.converged and "WARNING: the kernel hyperparameter(s) variance" in str(fit.summary())
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)  # the variance held fixed: a proper fit
-        fixed = bayesvm.bsvm("y ~ x1 + x2", frame, kernel=RBF(variance=1.0, learn=("lengthscale",)), inducing=20)
-    assert fixed.converged and np.mean(fixed.predict() == frame["y"]) > 0.95
+        for seed in range(6):  # (seed 5: the line search fails at the optimum, on the inner ascent's noise)
+            fixed = bayesvm.bsvm("y ~ x1 + x2", frame, kernel=RBF(variance=1.0, learn=("lengthscale",)), inducing=20,
+                                 seed=seed)  # fmt: skip
+            assert fixed.converged and np.mean(fixed.predict() == frame["y"]) > 0.95

@@ -155,6 +155,11 @@ class PooledSelectionResult(MultipleImputationResult):
     selected: np.ndarray = None
     scale: np.ndarray = None  # (chains, draws) draws of sigma_u, the Laplace scale (None for spike-and-slab)
 
+    @property
+    def scale_estimate(self) -> tuple[str, float] | None:
+        """The prior's scale averaged over the pooled draws (the engine-output contract)."""
+        return None if self.scale is None else ("E[{s}]", float(np.mean(self.scale)))
+
 
 @runs_with_blas_threads(lambda problem, selection, **_: selection.q)
 def fit_mi_selection_vb(

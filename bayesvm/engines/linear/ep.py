@@ -337,6 +337,13 @@ class IntegratedResult(EngineOutput):
     #: a selection prior's slopes (:class:`bayesvm.engines.selection.ep.SlopeMarginals`; None without one)
     slopes: SlopeMarginals | None = None
 
+    @property
+    def scale_estimate(self) -> tuple[str, float] | None:
+        """A selection prior's learned scale averaged over the nodes (the engine-output contract)."""
+        if self.slopes is None or self.slopes.scale is None:
+            return None
+        return "E[{s}]", float(self.slopes.scale)
+
     def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``size`` draws of the mixture: a node by its weight, then ``theta`` from that node's Gaussian;
         ``(theta_d (size, q), theta_b (size, J, K), [covariance (size, k, k) per component])``.  Under a

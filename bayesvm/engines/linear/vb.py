@@ -107,6 +107,16 @@ class VBResult(EngineOutput):
     elapsed: float
     decreases: list[int] = field(default_factory=list)
 
+    @property
+    def probe_report(self):
+        """The stochastic-probe solver's Monte Carlo report (the engine-output contract; ``None`` for exact solvers)."""
+        return self.theta.report if isinstance(self.theta, ProbePosterior) else None
+
+    @property
+    def schur_columns(self) -> int:
+        """Columns of the dense Schur complement the sparse solver formed (0 when it formed none)."""
+        return self.theta.layout.q if isinstance(self.theta, SchurSparsePosterior) else 0
+
 
 def _second_moments(comp: VarianceComponent, theta: GaussianPosterior) -> np.ndarray:
     """``sum_j E[u_j u_j']`` over the component's ``J`` vectors, ``(k, k)``."""

@@ -80,6 +80,11 @@ class SelectionGibbsResult(GibbsResult):
     scale: np.ndarray = None
     selected: np.ndarray = None
 
+    @property
+    def scale_estimate(self) -> tuple[str, float] | None:
+        """The prior's scale averaged over the draws (the engine-output contract; fixed scales average to themselves)."""
+        return None if self.scale is None else ("E[{s}]", float(np.mean(self.scale)))
+
 
 @dataclass
 class ImputedSelectionGibbsResult(SelectionGibbsResult, ImputedGibbsResult):

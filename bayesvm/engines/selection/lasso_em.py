@@ -66,6 +66,11 @@ class LassoEMResult(EngineOutput):
     elapsed: float
     covariances: list[np.ndarray] = field(default_factory=list)
 
+    @property
+    def scale_estimate(self) -> tuple[str, float]:
+        """The mode of the lasso's scale ``nu`` (the engine-output contract; the given ``nu`` when fixed)."""
+        return "mode of {s}", self.nu
+
     # the layout of :class:`bayesvm.engines.linear.em.EMResult`, so results code reads both alike
     @property
     def theta_d(self) -> np.ndarray:

@@ -110,6 +110,16 @@ class SelectionVBResult(EngineOutput):
         return self.include[self.selected]
 
     @property
+    def scale_estimate(self) -> tuple[str, float] | None:
+        """The prior's learned scale (the engine-output contract): ``E[sigma_u^2]`` under ``q(sigma_u^2)`` (Laplace-zero,
+        Alg. 3), ``E[nu]`` under ``q(1/nu)`` (lasso with a learned scale); ``None`` when the scale is fixed."""
+        if self.sigma2_shape is not None:
+            return "E[{s}^2]", self.sigma2_scale / (self.sigma2_shape - 1.0)
+        if self.scale_law is not None:
+            return "E[{s}]", float(self.scale_law.mean_inverse)
+        return None
+
+    @property
     def second_moment(self) -> np.ndarray:
         """``E_q[c c']`` of the effective coefficients ``c = g o theta``: ``Omega_g o E[theta theta']``."""
         g = self.include
