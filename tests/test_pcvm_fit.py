@@ -33,8 +33,11 @@ def test_pcvm_is_sparse_and_accurate_on_banana(banana, method):
     fit.calibrate(newdata=test)  # held-out rows (cross-fitting a PCVM is tested in test_calibration.py)
     prob = fit.predict(test, kind="prob")
     np.testing.assert_array_equal(prob > 0.5, fit.predict(test) == "yes")
-    text = str(fit.summary())
+    summary = fit.summary()
+    text = str(summary)
     assert "Relevance vectors" in text and "Positive class (+1): label = 'yes'" in text
+    assert list(summary.fixed.index) == ["bias"] and summary.tidy()["term"].tolist() == ["bias"]
+    np.testing.assert_allclose(summary.fixed["sd"], np.sqrt(fit.result.cov[0, 0]))
     if method == "em":
         assert "MAP by EM with top-down pruning" in text and fit.result.converged
     if method == "ep":

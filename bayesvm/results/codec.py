@@ -72,6 +72,9 @@ MOVED_CLASSES = {
     "bayesvm.engines.kernel_vb:KernelProblem": "bayesvm.model.problems:KernelProblem",
     "bayesvm.engines.impute_mi:ImputationState": "bayesvm.engines.imputation.normal_model:ImputationState",
     "bayesvm.engines.impute_mi:ImputationDraws": "bayesvm.engines.imputation.normal_model:ImputationDraws",
+    # the PCVM's output and fit, once defined beside pcvm() in the face
+    "bayesvm.pcvm_fit:PCVMResult": "bayesvm.engines.kernel.pcvm:PCVMResult",
+    "bayesvm.pcvm_fit:PCVMFit": "bayesvm.results.pcvm_fit:PCVMFit",
 }
 MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
 #: Builtin bases a stored object may subclass (its value is stored beside its attributes).

@@ -25,25 +25,6 @@ from .base import Fit
 
 PROBABILITIES = ("pseudo", "probit")
 
-ENGINE_TITLES = {
-    "batch": "batch VB with the full kernel (Wenzel et al. 2017, section 4.1)",
-    "inducing": "VB with {M} inducing points, full batch (Wenzel et al. 2017, section 4.2)",
-    "svi": "stochastic VB with {M} inducing points (Wenzel et al. 2017, Alg. 1)",
-    "gibbs": "Gibbs sampling of the GP at {where} (whitened features; Polson & Scott 2011)",
-    "em": "posterior mode by EM of the GP at {where} (whitened features; Polson & Scott 2011)",
-    "accurate": "accurate VB (EP) of the GP at {where} (whitened features)",
-}
-#: Engines whose trace is a lower bound on log p(y)
-ENGINE_BOUNDS = ("batch", "inducing", "svi")
-#: What each engine's q(f) is, for the summary's approximation line
-APPROXIMATIONS = {
-    "gibbs": "none for f given the hyperparameters (MCMC draws of v; f = A'v at the training rows, the exact test "
-    "conditional at new rows); the hyperparameters are not integrated",
-    "em": "a posterior mode: predict_interval() carries only the prior variance the inducing points leave "
-    "unexplained, not the uncertainty of v",
-    "accurate": "EP's Gaussian q(v) (the hinge sites matched in their first two moments)",
-}
-
 
 class KernelPosterior:
     """``q(f(x))`` of a kernel fit: Gaussian, from the engine's inducing-point posterior."""
@@ -139,11 +120,13 @@ class KernelFit(Fit):
     # ----- reporting -----------------------------------------------------------------------
     def summary(self, level: float = 0.95):
         """Kernel, hyperparameters, inducing points, lower bound and stopping rule; ``str()`` prints it."""
+        from .kernel_summary import kernel_summary
+
         as_level(level)
-        return KernelSummary(self)
+        return kernel_summary(self)
 
     def __repr__(self) -> str:
-        bound = f", lower bound {self.lower_bound[-1]:.4f}" if self.result.engine in ENGINE_BOUNDS else ""
+        bound = f", lower bound {self.lower_bound[-1]:.4f}" if self.lower_bound.size else ""
         return f"<KernelFit {self.result.engine}: {self.formula!r}, n={self.model.design.n}{bound}>"
 
     def __getattr__(self, name: str):
@@ -162,121 +145,3 @@ LINEAR_ONLY = frozenset(
     {"fixef", "fixef_cov", "ranef", "ranef_sd", "variance_components", "penalty_estimate", "inclusion", "selected",
      "check_vb", "imputation_report", "plot_imputation", "plot_inclusion", "gp_effect", "support"}
 )  # fmt: skip
-
-
-class KernelSummary:
-    """Summary of a kernel fit (``str()`` renders it)."""
-
-    def __init__(self, fit: KernelFit):
-        r, model, design = fit.result, fit.model, fit.model.design
-        self.hyperparameters = fit.hyperparameters
-        response = design.response
-        self.info = {
-            "title": ENGINE_TITLES[r.engine].format(
-                M=len(r.locations),
-                where=f"the {len(r.locations)} training inputs"
-                if r.batch_locations
-                else f"{len(r.locations)} inducing locations",
-            ),
-            "formula": fit.formula,
-            "data": fit.data_name,
-            "response": response.name,
-            "positive": response.positive,
-            "negative": response.negative,
-            "n_positive": int((design.y > 0).sum()),
-            "n_obs": design.n,
-            "n_dropped": dict(design.n_dropped),
-            "inputs": model.input_names,
-            "standardized": bool(np.any(model.scale != 1.0) or np.any(model.center != 0.0)),
-            "kernel": r.kernel,
-            "learned": bool(r.kernel.log_params().size) and len(r.hyper_trace) > 1,
-            "n_inducing": len(r.locations),
-            "inducing_method": model.inducing_method,
-            "engine": r.engine,
-            "n_iter": r.n_iter,
-            "converged": fit.converged,
-            "elapsed": r.elapsed,
-            "lower_bound": float(r.lower_bound[-1]) if r.lower_bound.size else None,
-            "hyperparameters_from": r.hyperparameters_from,
-            "batch_locations": r.engine == "batch" or r.batch_locations,
-            "chains": r.chain_diagnostics,
-            "monitor": float(r.monitor_bounds[-1]) if r.monitor_bounds.size else None,
-            "stopping": r.stopping,
-            "batch_size": r.batch_size,
-            "decreases": list(r.decreases),
-            "calibration": None if fit._calibration is None else fit._calibration.describe(),
-        }
-
-    def tidy(self) -> pd.DataFrame:
-        """The hyperparameters as a tidy table (:func:`bayesvm.results.tables.hyperparameter_table`)."""
-        from .tables import hyperparameter_table
-
-        return hyperparameter_table(self.hyperparameters)
-
-    def __str__(self) -> str:
-        i = self.info
-        lines = [
-            f"Kernel Bayesian SVM fit by {i['title']}",
-            f" Formula: {i['formula']}",
-            f"    Data: {i['data']}",
-            f"Positive class (+1): {i['response']} = {i['positive']!r} ({i['n_positive']} of {i['n_obs']});"
-            f" -1: {i['negative']!r}",
-            f"  Inputs: {', '.join(i['inputs'])}" + (" (standardised internally)" if i["standardized"] else ""),
-            f"  Kernel: {i['kernel'].describe()}",
-        ]
-        if i["n_dropped"]:
-            lines.append(
-                " Dropped rows with missing values (" + ", ".join(f"{k}: {v}" for k, v in i["n_dropped"].items()) + ")"
-            )
-        if i["hyperparameters_from"]:
-            lines.append(
-                f"Kernel hyperparameters{'' if i['batch_locations'] else ' and inducing locations'} fixed at the "
-                f"values of the VB fit ({ENGINE_TITLES[i['hyperparameters_from']].format(M=i['n_inducing'])}; "
-                "learned there by maximising its lower bound, ML-II)"
-            )
-        if len(self.hyperparameters):
-            what = "learned by maximising the lower bound" if i["learned"] else "fixed"
-            body = self.hyperparameters.to_string(float_format=lambda v: f"{v:.4g}")
-            lines.append(f"Hyperparameters ({what}; standardised inputs):")
-            lines += ["  " + line for line in body.splitlines()]
-        if not i["batch_locations"]:
-            lines.append(f"Inducing points: {i['n_inducing']} ({i['inducing_method']})")
-        status = "converged" if i["converged"] else "NOT converged"
-        engine = i["engine"]
-        if engine == "gibbs":
-            table = i["chains"]
-            lines.append(
-                f"Sampling: {i['n_iter']} draws per chain; over the decision values at {len(table)} training rows "
-                f"max R-hat {table['r_hat'].max():.3f}, min bulk ESS {table['ess_bulk'].min():.0f}, min tail ESS "
-                f"{table['ess_tail'].min():.0f}; {i['elapsed']:.2f} s"
-            )
-        elif engine == "em":
-            lines.append(f"Convergence: {status} after {i['n_iter']} EM iterations; {i['elapsed']:.2f} s")
-        elif engine == "accurate":
-            lines.append(f"Convergence: EP {status} after {i['n_iter']} sweeps; {i['elapsed']:.2f} s")
-        elif i["engine"] == "svi":
-            lines.append(
-                f"Stochastic VI: {i['n_iter']} steps of {i['batch_size']} rows; {status}: {i['stopping']}; "
-                f"lower bound on the monitor rows {i['monitor']:.4f}; {i['elapsed']:.2f} s"
-            )
-        else:
-            lines.append(
-                f"Convergence: {status} after {i['n_iter']} iterations at the final hyperparameters; "
-                f"lower bound {i['lower_bound']:.4f}; {i['elapsed']:.2f} s"
-            )
-        if i["stopping"] and not i["converged"] and engine != "svi":
-            lines.append(f"WARNING: {i['stopping']}")
-        if i["decreases"]:
-            lines.append(f"Warning: the lower bound decreased at iteration(s) {i['decreases'][:10]}")
-        lines.append(f"Approximation: {APPROXIMATIONS.get(engine, 'mean-field q(f) q(a) (Wenzel et al. 2017)')}.")
-        calibration = i.get("calibration")
-        lines.append(
-            "Probabilities (predict(kind='prob')): "
-            + (f"calibrated, {calibration}." if calibration else
-               "calibrated by a probit map on q(f), learned on first use by 5-fold cross-fitting "
-               "(bayesvm.results.calibration); kind='pseudo' gives the raw pseudo-likelihood.")
-        )  # fmt: skip
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        return f"<pre>{self}</pre>"

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import BayesvmError
 from ..memory import available_memory
-from .codec import Decoder, Encoder, StorageError, read_array
+from .codec import MOVED_CLASSES, Decoder, Encoder, StorageError, read_array
 
 FORMAT = "bayesvm-fit"
 FORMAT_VERSION = 2
@@ -43,7 +43,7 @@ _COMMENT_LENGTH = len(_COMMENT_PREFIX) + 64
 _FIT_CLASSES = (
     "bayesvm.results.fit:BSVMFit",
     "bayesvm.results.kernel_fit:KernelFit",
-    "bayesvm.pcvm_fit:PCVMFit",
+    "bayesvm.results.pcvm_fit:PCVMFit",
 )
 
 
@@ -152,8 +152,10 @@ def _load_archive(raw: bytes):
             raise StorageError(
                 f"saved by bayesvm {manifest.get('bayesvm_version')} in a newer format; upgrade bayesvm to load it"
             )
-        if manifest.get("fit_class") not in _FIT_CLASSES:
-            raise StorageError(f"it holds {manifest.get('fit_class')!r}, not a fit")
+        fit_class = manifest.get("fit_class")
+        if not isinstance(fit_class, str) or MOVED_CLASSES.get(fit_class, fit_class) not in _FIT_CLASSES:
+            raise StorageError(f"it holds {fit_class!r}, not a fit")
+        fit_class = MOVED_CLASSES.get(fit_class, fit_class)  # a file from an earlier layout
         digests = manifest.get("sha256")
         count = manifest.get("arrays")
         expected = {"graph.json", *(f"arrays/{i}.npy" for i in range(count if isinstance(count, int) else -1))}
@@ -172,7 +174,7 @@ def _load_archive(raw: bytes):
         graph = json.loads(entry("graph.json"))
         decoder = Decoder(lambda i: read_array(entry(f"arrays/{int(i)}.npy"), budget), validators=_validators())
         fit = decoder.decode(graph)
-    if f"{type(fit).__module__}:{type(fit).__qualname__}" != manifest["fit_class"]:
+    if f"{type(fit).__module__}:{type(fit).__qualname__}" != fit_class:
         raise StorageError("the stored object is not the fit the manifest names")
     return fit
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,8 @@ class Summary:
     fixed: pd.DataFrame
     random: pd.DataFrame
     info: dict
+    #: how it prints, where not as a linear or mixed model's (kernel and PCVM fits)
+    render: Callable[[Summary], str] | None = None
 
     def tidy(self) -> pd.DataFrame:
         """The estimates as one tidy table (:func:`bayesvm.results.tables.tidy`)."""
@@ -91,6 +94,8 @@ class Summary:
         return tidy(self)
 
     def __str__(self) -> str:
+        if self.render is not None:  # kernel and PCVM fits (bayesvm.results.kernel_summary)
+            return self.render(self)
         return "\n".join(
             part
             for part in (

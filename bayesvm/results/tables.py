@@ -9,7 +9,8 @@ TIDY_COLUMNS = ["effect", "group", "term", "estimate", "std_error", "conf_low", 
 
 
 def tidy(summary) -> pd.DataFrame:
-    """Fixed effects (``effect="fixed"``) and random-effect standard deviations (``effect="ran_pars"``).
+    """Fixed effects (``effect="fixed"``), random-effect standard deviations (``effect="ran_pars"``) and a kernel's
+    learned hyperparameters (``effect="hyperparameter"``, point estimates).
 
     Parameters
     ----------
@@ -54,19 +55,25 @@ def tidy(summary) -> pd.DataFrame:
             }
         )
         out = pd.concat([out, ran], ignore_index=True)
+    hyperparameters = summary.info.get("hyperparameters")
+    if hyperparameters is not None and len(hyperparameters):
+        out = (
+            hyperparameter_table(hyperparameters)
+            if out.empty
+            else pd.concat([out, hyperparameter_table(hyperparameters)], ignore_index=True)
+        )
     return out
 
 
-def hyperparameter_table(values: pd.Series, sd: pd.Series | None = None) -> pd.DataFrame:
-    """A kernel fit's tidy table: one row per hyperparameter (``effect="hyperparameter"``; point estimates, ML-II,
-    so no interval), or per weight with its posterior ``sd`` where one is given (a PCVM's bias)."""
+def hyperparameter_table(values: pd.Series) -> pd.DataFrame:
+    """One row per kernel hyperparameter (``effect="hyperparameter"``; point estimates, ML-II, so no interval)."""
     return pd.DataFrame(
         {
-            "effect": "hyperparameter" if sd is None else "fixed",
+            "effect": "hyperparameter",
             "group": "",
             "term": values.index.astype(str),
             "estimate": values.to_numpy(float),
-            "std_error": np.nan if sd is None else sd.reindex(values.index).to_numpy(float),
+            "std_error": np.nan,
             "conf_low": np.nan,
             "conf_high": np.nan,
         },

@@ -15,6 +15,7 @@ from bayesvm.results.arviz import fit_to_datasets, group_names
 from bayesvm.results.base import Fit
 from bayesvm.results.fit import BSVMFit
 from bayesvm.results.kernel_fit import KernelFit
+from bayesvm.results.summary import Summary
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,11 @@ def test_summary_reports_kernel_hyperparameters_and_inducing_points(fit):
     assert "inducing points" in text and "RBF" in text and "lengthscale" in text
     assert "Positive class (+1): label = 'yes'" in text and "converged" in text
     assert len(fit.hyperparameters) == 2 and fit.inducing_points.shape == (40, 2)
+    summary = fit.summary()  # the one Summary type of every fit: no fixed or random rows, the hyperparameters
+    assert isinstance(summary, Summary) and summary.fixed.empty and summary.random.empty
+    table = summary.tidy()
+    assert list(table["effect"]) == ["hyperparameter"] * 2
+    np.testing.assert_allclose(table["estimate"], fit.hyperparameters.to_numpy())
 
 
 def test_a_kernel_fit_has_no_coefficients_and_says_what_to_use(fit):

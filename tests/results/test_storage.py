@@ -168,14 +168,15 @@ def test_an_untouched_rewrite_loads(em_file, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["accurate-vb", "gibbs", "laplace-zero-vb", "impute-mi-vb", "impute-joint-vb", "kernel-vb"]
+    "name", ["accurate-vb", "gibbs", "laplace-zero-vb", "impute-mi-vb", "impute-joint-vb", "kernel-vb", "pcvm"]
 )
 def test_files_from_the_flat_engine_layout_load(name, tmp_path):
-    """Fits saved before the engines were split by family name classes such as ``bayesvm.engines.vb:VBResult``;
-    they load into today's classes, with the same predictions."""
+    """Fits saved before the engines were split by family name classes such as ``bayesvm.engines.vb:VBResult``
+    (and PCVM fits before their fit and output moved out of ``bayesvm.pcvm_fit``); they load into today's classes,
+    with the same predictions."""
     from bayesvm.results.codec import MOVED_CLASSES, MOVED_MODULES
 
-    fit, new = _make(name)
+    fit, new = (bayesvm.pcvm("y ~ x1 + x2", _frame()), _frame(seed=1)) if name == "pcvm" else _make(name)
     path = fit.save(tmp_path / "new.bsvm")
     new_to_old = {new: old for old, new in MOVED_MODULES.items()}
     new_to_old_classes = {new: old for old, new in MOVED_CLASSES.items()}
@@ -201,11 +202,14 @@ def test_files_from_the_flat_engine_layout_load(name, tmp_path):
         graph = json.loads(entries["graph.json"])
         walk(graph)
         entries["graph.json"] = json.dumps(graph).encode()
+        manifest = json.loads(entries["manifest.json"])
+        manifest["fit_class"] = new_to_old_classes.get(manifest["fit_class"], manifest["fit_class"])
+        entries["manifest.json"] = json.dumps(manifest).encode()
 
     old = bayesvm.load(_rewrite(path, tmp_path / "old.bsvm", flatten))
     assert renamed and all(n.split(":")[0] in MOVED_MODULES or n in MOVED_CLASSES for n in renamed), renamed
     np.testing.assert_array_equal(old.predict(new, kind="pseudo"), fit.predict(new, kind="pseudo"))
-    assert type(old.result) is type(fit.result)
+    assert type(old.result) is type(fit.result) and type(old) is type(fit)
 
 
 @pytest.mark.parametrize("cls", ["os:system", "builtins:eval", "subprocess:Popen", "bayesvm.results.fit:np"])

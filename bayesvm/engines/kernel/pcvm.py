@@ -45,8 +45,10 @@ import numpy as np
 from scipy import linalg
 from scipy.special import expit, log_ndtr
 
+from ...kernels import Kernel
 from ...linalg.dense import runs_with_blas_threads
 from ...model.output import EngineOutput
+from .vb import ROW_CHUNK
 
 LAMBDA = np.sqrt(8.0 / np.pi)
 BETA = 3.0
@@ -405,3 +407,45 @@ def fit_pcvm_ep(
     return PCVMEPResult(
         mean=mean, cov=0.5 * (V + V.T), loo_error=float(np.mean(cavity_mean < 0)), n_sweeps=sweep, converged=converged
     )
+
+
+@dataclass(eq=False)
+class PCVMResult(EngineOutput):
+    """Selected relevance vectors and the Gaussian posterior ``N(mean, cov)`` of ``(w_0, w_active)``."""
+
+    kernel: Kernel
+    centres: np.ndarray  # standardised inputs of the relevance vectors
+    centre_labels: np.ndarray  # their y in {-1, +1}
+    active: np.ndarray  # their training-row positions
+    alpha: np.ndarray
+    mean: np.ndarray
+    cov: np.ndarray
+    approximation: str
+    loo_error: float | None
+    n_iter: int
+    converged: bool
+    elapsed: float
+
+    lower_bound = np.zeros(0)
+    decreases: tuple = ()
+
+    def basis(self, X: np.ndarray) -> np.ndarray:
+        """``[1, y_j k(x, x_j)]`` for the relevance vectors ``j`` (their eq. 1)."""
+        return np.column_stack([np.ones(len(X)), self.kernel.matrix(X, self.centres) * self.centre_labels[None, :]])
+
+    #: a Gaussian approximation ``N(mean, cov)`` of the weights' posterior (Laplace or EP)
+    posterior_form = "variational"
+    weight_draws = None
+
+    def features(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(B, r)`` with ``f(x) = B w`` exactly (``r = 0``): the basis of the relevance vectors."""
+        return self.basis(X), np.zeros(len(X))
+
+    def predictor(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of ``f(x) = Phi(x)' w`` under the approximate posterior."""
+        mean, var = np.empty(len(X)), np.empty(len(X))
+        for start in range(0, len(X), ROW_CHUNK):
+            B = self.basis(X[start : start + ROW_CHUNK])
+            mean[start : start + len(B)] = B @ self.mean
+            var[start : start + len(B)] = np.einsum("ij,jk,ik->i", B, self.cov, B)
+        return mean, np.maximum(var, 0.0)
