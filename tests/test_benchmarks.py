@@ -21,6 +21,12 @@ def test_scale_benchmark_small(capsys):
     assert "dense VB" in capsys.readouterr().out
 
 
+def test_scale_benchmark_gibbs_per_effective_sample(capsys):
+    (row,) = main(["--gibbs-ess", "--small"])
+    assert row["peer"] == "paper s per ESS" and np.isfinite(row["ours_s"]) and row["ours_s"] > 0
+    assert "min ESS" in capsys.readouterr().out
+
+
 def test_spam_benchmark_short_run():
     from benchmarks.spam import run
 
