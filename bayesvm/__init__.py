@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .results.kernel_fit import KernelFit
     from .results.storage import load_fit as load
 
-__version__ = "0.1.0"
+from .version import __version__
 
 #: public name -> (module, attribute; None for the module itself)
 _LAZY = {

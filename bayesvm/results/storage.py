@@ -55,7 +55,7 @@ def save_fit(fit, path: str | os.PathLike) -> Path:
     StorageError
         If the fit holds a value that cannot be stored as data (it names the attribute).
     """
-    from .. import __version__
+    from ..version import __version__
 
     path = Path(path)
     encoder = Encoder()
