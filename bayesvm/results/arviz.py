@@ -227,7 +227,7 @@ def _row_log_likelihood(fit, f: np.ndarray) -> xr.Dataset:
     return xr.Dataset(
         {design.response.name: (("chain", "draw", "obs"), loglik)},
         coords={"chain": np.arange(chains), "draw": np.arange(draws), "obs": np.asarray(design.row_index)},
-        attrs={"note": fit.log_likelihood.__doc__.strip().splitlines()[0]},
+        attrs={"note": fit.likelihood_note},
     )
 
 

@@ -59,6 +59,8 @@ class Fit(ABC):
     # defaults for fits restored from files written before these attributes existed
     _calibration = None
     call = None
+    #: what :meth:`log_likelihood` is (the ArviZ export's ``log_likelihood`` group says it)
+    likelihood_note = "normalised hinge pseudo-likelihood, not a true likelihood"
 
     def __post_init__(self) -> None:
         self.posterior = self._make_posterior()

@@ -2,7 +2,7 @@
 
 ``predict``, ``predict_interval``, ``calibration``, ``probability_change``, ``summary``, ``lower_bound``,
 ``converged``, ``elapsed``, ``save`` and ``to_inference_data`` behave as for linear fits (they are the base's).
-What a kernel fit has in their place of coefficients: ``kernel``, ``hyperparameters`` and ``inducing_points``.
+What a kernel fit has in place of coefficients: ``kernel``, ``hyperparameters`` and ``inducing_points``.
 It has no ``fixef`` or ``ranef`` (``f`` is a Gaussian process, not a linear predictor); asking for one gives an
 ``AttributeError`` that says what to use instead.
 """

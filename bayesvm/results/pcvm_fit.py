@@ -21,6 +21,7 @@ class PCVMFit(KernelFit):
     every fit (:mod:`bayesvm.results.calibration`)."""
 
     result: PCVMResult
+    likelihood_note = "the PCVM's probit likelihood"
 
     def _pseudo(self, mean, var, law, rows, extra) -> np.ndarray:
         return norm.cdf(mean / np.sqrt(1.0 + var))
