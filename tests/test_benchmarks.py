@@ -1,6 +1,7 @@
 """Smoke test: the scale benchmark runs at reduced size and reports finite times."""
 
 import numpy as np
+import pytest
 
 from benchmarks.scale import main
 
@@ -27,6 +28,7 @@ def test_scale_benchmark_gibbs_per_effective_sample(capsys):
     assert "min ESS" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # suite time: the spam vignette runs the same fits in CI
 def test_spam_benchmark_short_run():
     from benchmarks.spam import run
 

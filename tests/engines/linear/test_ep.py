@@ -218,7 +218,8 @@ def test_heavy_tailed_penalty_posterior_matches_gibbs():
     assert abs(accurate.penalty_estimate / gibbs.penalty_estimate - 1) < 0.15
 
 
-@pytest.mark.parametrize("path", ["sparse", "sparse-general"])
+# (the general sparse factorisation runs with --runslow for suite time, as in test_gibbs.py)
+@pytest.mark.parametrize("path", ["sparse", pytest.param("sparse-general", marks=pytest.mark.slow)])
 def test_sparse_path_gives_the_schur_answer(path, monkeypatch):
     data = simulate_grouped(n_groups=30, per_group=6, p=2, seed=8)
     formula = "y ~ x1 + x2 + (1 | g) + (1 | h)"

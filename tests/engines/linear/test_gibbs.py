@@ -93,7 +93,8 @@ def _random_walk_metropolis(logp, x0, steps, scale, rng):
     return out
 
 
-@pytest.mark.parametrize("prior", ["half-t", "paper"])
+# (the papers' inverse-gamma prior runs with --runslow for suite time, as in test_interweave.py)
+@pytest.mark.parametrize("prior", ["half-t", pytest.param("paper", marks=pytest.mark.slow)])
 def test_random_intercept_matches_independent_metropolis(prior):
     """Gibbs (with the half-t's auxiliary variable) against random-walk Metropolis on the marginal density, whose
     variance prior is written here independently: scipy's half-t on sigma, or IG(0.01, 0.01) on sigma^2."""
@@ -224,7 +225,9 @@ def test_toenail_chains_converge_and_seeds_agree():
     assert stats.describe(a.result.log_posterior.ravel()).variance > 0
 
 
-@pytest.mark.parametrize("path", ["sparse", "sparse-general"])
+# (the general sparse factorisation, the fallback, runs with --runslow for suite time; tests/linalg/test_sparse.py
+# checks its solves and selected inverse in CI)
+@pytest.mark.parametrize("path", ["sparse", pytest.param("sparse-general", marks=pytest.mark.slow)])
 def test_sparse_path_sampler_agrees_with_schur_path(path, monkeypatch):
     data = _small_data(n=60, seed=6).assign(h=lambda d: [f"h{k}" for k in np.arange(len(d)) % 4])
     design = build_design(parse_formula("y ~ x + (1 | g) + (1 | h)"), data)
