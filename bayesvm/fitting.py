@@ -11,7 +11,6 @@ import pandas as pd
 from .arguments import as_count, as_flag, as_seed, check_iterations, data_name, default_cores, iteration_defaults
 from .checks import Checks, Diagnostics, check_identifiability, singular_findings
 from .control import Control, resolve_control
-from .crossfit import record_call
 from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
@@ -21,6 +20,7 @@ from .model import MAX_DENSE_COLUMNS, build_model
 from .model.kernel import build_kernel_model
 from .outofcore import is_dask_frame
 from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
+from .results.crossfit import record_call, register_refit
 from .results.fit import BSVMFit
 from .results.kernel_fit import KernelFit
 
@@ -140,7 +140,7 @@ def bsvm(
     )  # fmt: skip
     inducing, inducing_method, learn_inducing = control.inducing, control.inducing_method, control.learn_inducing
     imputation, imputations = control.imputation, control.imputations
-    options = {  # the call as given, for cross-fitting (bayesvm.crossfit); engine settings as keywords
+    options = {  # the call as given, for cross-fitting (bayesvm.results.crossfit); engine settings as keywords
         "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive,
         "missing": missing, "standardize": standardize, "priors": priors, "prior": prior,
         "unpenalized": unpenalized, "kernel": kernel, "vb": vb, "seed": seed, "checks": checks,
@@ -210,8 +210,11 @@ def bsvm(
     return _recorded(options, fit)
 
 
+register_refit("bsvm", bsvm)  # cross-fitting (results/crossfit.py) refits through it
+
+
 def _recorded(options: dict, fit):
-    """``fit`` with the record of its call (:class:`bayesvm.crossfit.FitCall`) for cross-fitting."""
+    """``fit`` with the record of its call (:class:`bayesvm.results.crossfit.FitCall`) for cross-fitting."""
     design = fit.model.design
     fit.call = record_call("bsvm", options["formula"], options["data"], options, design.row_index, design.parsed.fixed)
     return fit

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 from .arguments import as_count, as_flag, as_seed
-from .crossfit import record_call
 from .engines.kernel.pcvm import BIAS_PRECISION, PCVMResult, fit_pcvm_ep, fit_pcvm_laplace
 from .engines.kernel.pcvm_em import fit_pcvm_em
 from .errors import BayesvmError
@@ -21,6 +20,7 @@ from .formula.design import build_design
 from .kernels import RBF, Kernel
 from .model.kernel import build_kernel_model
 from .model.problems import KernelProblem
+from .results.crossfit import record_call, register_refit
 from .results.pcvm_fit import PCVMFit
 
 PCVM_METHODS = ("laplace", "ep", "em")
@@ -59,7 +59,7 @@ def pcvm(
         ``"em"`` only: seed of the random start ``w_j ~ U(0.2, 1.2)`` (EM's answer depends on its start; the
         other methods are deterministic).
     """
-    options = dict(locals())  # the call as given, for cross-fitting (bayesvm.crossfit)
+    options = dict(locals())  # the call as given, for cross-fitting (bayesvm.results.crossfit)
     if method not in PCVM_METHODS:
         raise BayesvmError(f"method must be one of {PCVM_METHODS}, got {method!r}")
     max_iter = (5000 if method == "em" else 2000) if max_iter is None else as_count(max_iter, "max_iter")
@@ -89,3 +89,6 @@ def pcvm(
     options["seed"] = seed
     fit.call = record_call("pcvm", formula, data, options, design.row_index, design.parsed.fixed)
     return fit
+
+
+register_refit("pcvm", pcvm)  # cross-fitting (results/crossfit.py) refits through it

@@ -199,9 +199,7 @@ def plot_calibration(fit, newdata=None, bins: int = 10, ax=None):
     :class:`~bayesvm.results.calibration.CalibrationReport`.  Each point is labelled with its row count;
     the diagonal is perfect calibration; the title gives the log loss, Brier score and ECE.
     """
-    from .results.calibration import CalibrationReport
-
-    report = fit if isinstance(fit, CalibrationReport) else fit.calibration(newdata, bins=bins)
+    report = fit.calibration(newdata, bins=bins) if callable(getattr(fit, "calibration", None)) else fit
     table = report.reliability
     ax = _axes(ax)
     ax.plot([0.0, 1.0], [0.0, 1.0], color="grey", lw=0.8, ls="--", label="perfect calibration")

@@ -10,15 +10,17 @@ def test_scale_benchmark_small(capsys):
     from bayesvm.linalg import sparse
 
     rows = main(["--small"])
-    # dense, one factor VB and Gibbs, crossed (probes against exact and goal, sweep, fit), nested (CHOLMOD against
-    # SuperLU per sweep, fit; SuperLU alone without the [cholmod] extra), LinearSVC, statsmodels
+    # dense, one factor VB and Gibbs (default and paper's sampler), crossed (probes against exact and goal, sweep,
+    # fit), nested (CHOLMOD against SuperLU per sweep, fit; SuperLU alone without the [cholmod] extra), LinearSVC,
+    # statsmodels
     if sparse.cholmod is None:
-        assert len(rows) == 10
+        assert len(rows) == 11
         assert any(row["case"].endswith("per sweep (SuperLU; CHOLMOD not installed)") for row in rows)
     else:
-        assert len(rows) == 11
+        assert len(rows) == 12
         assert any(row["case"].endswith("per sweep (CHOLMOD)") and row["peer"] == "SuperLU" for row in rows)
     assert all(np.isfinite(row["ours_s"]) and row["ours_s"] > 0 for row in rows)
+    assert sum("one factor Gibbs" in row["case"] for row in rows) == 2
     assert "dense VB" in capsys.readouterr().out
 
 

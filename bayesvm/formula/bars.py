@@ -216,3 +216,8 @@ def expand_dot(parsed: ParsedFormula, columns, grouping_factors) -> ParsedFormul
         )
     quoted = " + ".join(n if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) else f"`{n}`" for n in names)
     return replace(parsed, fixed=DOT.sub(lambda _: f"({quoted})", parsed.fixed))
+
+
+def check_formula_text(formula: str) -> None:
+    """Check every term of a whole formula (fixed part and random-effect bars) before anything evaluates it."""
+    parse_formula(formula)  # checks each part with check_formula_part

@@ -121,13 +121,6 @@ def check_factor(factor) -> None:
         raise FormulaError(f"formula term {getattr(factor, 'expr', factor)!r} has an unknown evaluation method")
 
 
-def check_formula_text(formula: str) -> None:
-    """Check every term of a whole formula (fixed part and random-effect bars) before anything evaluates it."""
-    from .bars import parse_formula
-
-    parse_formula(formula)  # checks each part with check_formula_part
-
-
 #: A standalone ``.`` ("every other column", as in R): not a decimal point, not inside a name such as ``cad.dur``
 DOT = re.compile(r"(?<![\w.`])\.(?![\w.`])")
 

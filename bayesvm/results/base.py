@@ -66,7 +66,7 @@ class Fit(ABC):
         self.posterior = self._make_posterior()
         #: the probability map, learned on first use (:meth:`calibrate`)
         self._calibration = None
-        #: how the fit was made (:class:`bayesvm.crossfit.FitCall`), set by ``bsvm()`` / ``pcvm()``
+        #: how the fit was made (:class:`bayesvm.results.crossfit.FitCall`), set by ``bsvm()`` / ``pcvm()``
         self.call = None
 
     # ----- what a view supplies -------------------------------------------------------
@@ -241,7 +241,7 @@ class Fit(ABC):
         ----------
         newdata
             ``None`` (default): cross-fitting, the model refitted on ``folds - 1`` folds of the training rows
-            predicts the remaining fold (:mod:`bayesvm.crossfit`; costs ``folds`` fits).  A frame with the
+            predicts the remaining fold (:mod:`bayesvm.results.crossfit`; costs ``folds`` fits).  A frame with the
             response: held-out rows the fit never saw (cheaper for large or out-of-core data).
         folds
             Folds of the cross-fitting.
@@ -259,7 +259,7 @@ class Fit(ABC):
         folds = as_count(folds, "folds", low=2)
         seed = as_seed(seed)
         if newdata is None:
-            from ..crossfit import CrossFitError, cross_fitted_predictions
+            from .crossfit import CrossFitError, cross_fitted_predictions
 
             try:
                 predictions = cross_fitted_predictions(self, folds=folds, seed=seed)

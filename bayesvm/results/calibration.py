@@ -22,7 +22,7 @@ level's, tends to ``Phi(m / sqrt(V))`` whatever the bends).
 
 *How theta is learned.*  Like ``SVC(probability=True)`` (Platt 1999), from out-of-sample predictions of the
 training rows: the same model is refitted on K - 1 folds and predicts the held-out fold
-(:mod:`bayesvm.crossfit`), giving ``(m_i, v_i, E s_i, y_i)`` for every row.  Unlike Platt scaling, theta
+(:mod:`bayesvm.results.crossfit`), giving ``(m_i, v_i, E s_i, y_i)`` for every row.  Unlike Platt scaling, theta
 gets a posterior: the probit log-likelihood of those predictions plus normal priors centred on the unit
 probit link (``log a, log c ~ N(0, 1)``, each step of ``log g'`` ``~ N(0, 0.75^2)``), a Laplace fit per map
 family, the three families averaged by their Laplace evidence, and (1) averaged over each family's posterior

@@ -75,6 +75,8 @@ MOVED_CLASSES = {
     # the PCVM's output and fit, once defined beside pcvm() in the face
     "bayesvm.pcvm_fit:PCVMResult": "bayesvm.engines.kernel.pcvm:PCVMResult",
     "bayesvm.pcvm_fit:PCVMFit": "bayesvm.results.pcvm_fit:PCVMFit",
+    # the record of a fit's call, once in the face beside the fold refits
+    "bayesvm.crossfit:FitCall": "bayesvm.results.crossfit:FitCall",
 }
 MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
 #: Builtin bases a stored object may subclass (its value is stored beside its attributes).

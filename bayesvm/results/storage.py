@@ -194,8 +194,8 @@ def _validators() -> dict:
     """Checks on restored objects: every formula term must pass the restricted grammar."""
     from formulaic.parser.types.factor import Factor
 
-    from ..formula.bars import ParsedFormula
-    from ..formula.restricted import check_factor, check_formula_text
+    from ..formula.bars import ParsedFormula, check_formula_text
+    from ..formula.restricted import check_factor
 
     return {Factor: check_factor, ParsedFormula: lambda parsed: check_formula_text(parsed.formula)}
 

@@ -22,7 +22,7 @@ from scipy import stats
 
 from ..engines.joint import log_prior, log_pseudo_likelihood
 from ..model import PENALTY_SOURCE
-from .marginal_check import integrable_component, marginal_log_ratios
+from .marginal_check import cell_draws, integrable_component, marginal_log_ratios
 
 KHAT_GOOD = 0.5
 KHAT_LIMIT = 0.7
@@ -107,32 +107,6 @@ def _mean_field_proposal(fit, rng, draws):
     if covs:
         log_q = log_q + _log_q_components(fit, covs)
     return theta_d, theta_b, covs, log_q
-
-
-def cell_draws(result, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Nodes ``k`` (probability ``w_k``), variance parameters ``phi`` spread over node k's cell, and
-    ``log q(phi)`` (including ``log w_k``).
-
-    The cell of a lattice node is the lattice cell around it (``phi`` uniform there); the cell of a
-    Gauss-Hermite node is the product of the intervals between the midpoints of the 3-point rule in
-    ``z`` (``z`` standard normal truncated to it); ``phi = center + axes @ z``.
-    """
-    r = result
-    nodes = rng.choice(r.weights.size, size=draws, p=r.weights)
-    d = r.nodes.shape[1]
-    if r.design == "lattice":  # z uniform within the node's cell
-        z = r.lattice[nodes] + r.step * (rng.random((draws, d)) - 0.5)
-        log_q = np.full(draws, -d * np.log(r.step))
-    else:  # z standard normal truncated to the node's cell
-        half = r.step / 2.0
-        at = r.lattice[nodes]
-        lower = np.where(at < -half, -np.inf, np.where(at > half, half, -half))
-        upper = np.where(at < -half, -half, np.where(at > half, np.inf, half))
-        z = stats.truncnorm.rvs(lower, upper, random_state=rng)
-        log_q = np.sum(stats.truncnorm.logpdf(z, lower, upper), axis=1)
-    phi = r.center + z @ r.axes.T
-    log_q = log_q + np.log(r.weights[nodes]) - np.log(abs(np.linalg.det(r.axes)))  # density of phi
-    return nodes, phi, log_q
 
 
 def _mixture_proposal(fit, rng, draws):

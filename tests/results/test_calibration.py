@@ -1,4 +1,4 @@
-"""Calibrated probabilities (bayesvm.results.calibration, bayesvm.crossfit, bayesvm.results.new_levels)."""
+"""Calibrated probabilities (bayesvm.results.calibration, bayesvm.results.crossfit, bayesvm.results.new_levels)."""
 
 import warnings
 

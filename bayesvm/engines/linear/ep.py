@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
@@ -70,8 +70,18 @@ from .vb import (
     sparse_posterior,
 )
 
-if TYPE_CHECKING:
-    from ..selection.ep import SlopeMarginals
+
+class SelectedSlopes(Protocol):
+    """What the mixture needs of a selection prior's slopes (met by
+    :class:`bayesvm.engines.selection.ep.SlopeMarginals`, which builds on this module)."""
+
+    #: the posterior mean of the prior's learned scale (``None`` when it is fixed)
+    scale: float | None
+
+    def carry(self, theta_d: np.ndarray, node: np.ndarray, thetas: list[GaussianPosterior]) -> np.ndarray:
+        """Draws of ``q(theta)`` with each selected slope carried to its own tilted distribution."""
+        ...
+
 
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -335,7 +345,7 @@ class IntegratedResult(EngineOutput):
     tails_ok: bool = True  # the mass beyond the lattice's edge is negligible (False: the integral is truncated)
     log_evidence: float = float("nan")  # EP's approximation of log p(y), the variance parameters integrated out
     #: a selection prior's slopes (:class:`bayesvm.engines.selection.ep.SlopeMarginals`; None without one)
-    slopes: SlopeMarginals | None = None
+    slopes: SelectedSlopes | None = None
 
     @property
     def scale_estimate(self) -> tuple[str, float] | None:

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 from scipy.special import logsumexp
 
+from bayesvm.engines.linear import interweave
 from bayesvm.engines.linear.gibbs import sample_gibbs
 from bayesvm.engines.linear.interweave import ScaleMoves, single_class_levels
 from bayesvm.formula import build_design, parse_formula
@@ -50,7 +51,11 @@ def _quantiles(grid, mass, probabilities):
 # (the papers' inverse-gamma priors run with --runslow for suite time: the component draw is the half-t's given its
 # auxiliary variable, which the default case checks)
 @pytest.mark.parametrize("priors", ["half-t", pytest.param("paper", marks=pytest.mark.slow)])
-def test_gibbs_with_moves_matches_quadrature(priors):
+@pytest.mark.parametrize("global_rows", [2_000, 12], ids=["toenail-width", "narrow-global-width"])
+def test_gibbs_with_moves_matches_quadrature(priors, global_rows, monkeypatch):
+    """``global_rows=12``: the global rescaling gets the narrower slice width of large data (half of
+    ``SLICE_WIDTH`` on these 48 rows, as 8,000 rows get by default), which must leave the target unchanged too."""
+    monkeypatch.setattr(interweave, "GLOBAL_WIDTH_ROWS", global_rows)
     data = _grouped(groups=12, size=4, sd=3.0)
     problem = _problem("y ~ 1 + (1 | g)", data, 1.0, PriorSet.paper() if priors == "paper" else PriorSet())
     assert single_class_levels(problem, problem.components[0]).sum() >= 3  # the moves rescale some levels

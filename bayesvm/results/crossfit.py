@@ -23,18 +23,30 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .checks import Checks
-from .errors import BayesvmError
+from ..checks import Checks
+from ..errors import BayesvmError
 
 
 class CrossFitError(BayesvmError):
     """The data cannot be cross-fitted (too few rows of a class, or a fold's fit or prediction failed): the
     fit's probabilities fall back to the calibration prior's map, with a warning naming the cause."""
+
+
+#: The fitting functions a :class:`FitCall` names (``"bsvm"``, ``"pcvm"``), registered by the package face
+#: (:mod:`bayesvm.fitting`, :mod:`bayesvm.pcvm_fit`) as it is imported, so that ``results/`` never imports the face.
+REFITTERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_refit(name: str, function: Callable[..., Any]) -> None:
+    """Make ``function`` the refit of fits whose :class:`FitCall` names ``name``."""
+    REFITTERS[name] = function
 
 
 #: Folds of the default cross-fitting
@@ -113,8 +125,8 @@ def record_call(
 ) -> FitCall:
     """A :class:`FitCall` holding a copy of the rows and columns the fit used (the user's frame is never
     referenced)."""
-    from .formula.frames import as_frame
-    from .outofcore import is_dask_frame
+    from ..formula.frames import as_frame
+    from ..outofcore import is_dask_frame
 
     options = {k: v for k, v in options.items() if k not in ("formula", "data")}
     if is_dask_frame(data):  # lazy and immutable: kept by reference (and not saved: see BSVMFit.save)
@@ -181,10 +193,9 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
             "so it cannot be cross-fitted: calibrate it on held-out rows with fit.calibrate(newdata=frame), "
             "or use predict(kind='pseudo') for the uncalibrated pseudo-likelihood"
         )
-    from .fitting import bsvm
-    from .pcvm_fit import pcvm
-
-    function = {"bsvm": bsvm, "pcvm": pcvm}[call.function]
+    function = REFITTERS.get(call.function)
+    if function is None:
+        raise BayesvmError(f"the fit was made by {call.function!r}, which is not a known fitting function")
     base = call.options.get("seed")
     base = 0 if not isinstance(base, (int, np.integer)) else int(base)
     if not isinstance(call.data, pd.DataFrame):

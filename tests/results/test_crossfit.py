@@ -1,10 +1,10 @@
-"""Cross-fitting's alignment of fold fits onto the full fit's scale (bayesvm.crossfit)."""
+"""Cross-fitting's alignment of fold fits onto the full fit's scale (bayesvm.results.crossfit)."""
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bayesvm.crossfit import ALIGN_MIN_ROWS, align_decision_values
+from bayesvm.results.crossfit import ALIGN_MIN_ROWS, align_decision_values
 
 
 def test_alignment_is_the_identity_between_equal_fits():
@@ -60,7 +60,7 @@ def test_alignment_never_moves_a_value_across_the_boundary(values, shift, stretc
 
 def test_cross_fitted_predictions_keep_each_folds_ranking():
     import bayesvm
-    from bayesvm.crossfit import cross_fitted_predictions
+    from bayesvm.results.crossfit import cross_fitted_predictions
     from tests.conftest import simulate_logistic
 
     data, formula = simulate_logistic(400, 3, seed=5)
@@ -78,7 +78,7 @@ def test_a_fold_left_unaligned_is_named_in_the_map(monkeypatch):
     """A fit that cannot predict its own training rows leaves its fold unaligned, and the map's description says
     which (the probabilities are still learned, from the fold's own scale)."""
     import bayesvm
-    import bayesvm.crossfit as crossfit
+    import bayesvm.results.crossfit as crossfit
     from tests.conftest import simulate_logistic
 
     data, formula = simulate_logistic(300, 2, seed=6)
