@@ -98,7 +98,7 @@ def _fit_or_refused(data: pd.DataFrame, **kwargs):
     return fit
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**MODELS)
 def test_fit_is_an_error_or_finite_and_monotone(data, fixed, random, penalty):
     formula = "y ~ " + fixed + (" + " + random if random else "")

@@ -640,6 +640,12 @@ TAIL_MASS = 1e-3
 #: holds thousands): a tail that needs more is reported as cut off (``fit.converged`` False).
 MAX_EXTENSION_STEPS = 40
 MAX_LATTICE_NODES = 300
+#: With several hyperparameters a new shell node is evaluated only next to a node (diagonals included) that holds
+#: at least this fraction of the lattice's mass: the heavy tail of one direction (a variance near zero) no longer
+#: grows the whole ball, whose other nodes are negligible (a 120-row random-intercept fit with a learned penalty:
+#: 207 EP fits on the shells, 104 of them below ``1e-10`` of the mass).  A skipped node's neighbours inside hold
+#: less than this each, so together the skipped nodes of a shell hold far less than :data:`TAIL_MASS`.
+FRONTIER_MASS = 1e-6
 
 
 def accurate_failure(result: IntegratedResult) -> str:
@@ -704,11 +710,14 @@ def _extend_lattice(
     def radii(points: np.ndarray) -> np.ndarray:
         return np.sqrt(np.sum(points**2, axis=1)) if ball else np.abs(points[:, 0])
 
-    radius = float(np.max(radii(lattice)))
-    for _ in range(MAX_EXTENSION_STEPS + 1):
+    def relative_weights(logp: np.ndarray) -> np.ndarray:
         finite = np.isfinite(logp)
         top = float(np.max(logp[finite])) if finite.any() else 0.0
-        weights = np.where(finite, np.exp(np.where(finite, logp, top) - top), 0.0)
+        return np.where(finite, np.exp(np.where(finite, logp, top) - top), 0.0)
+
+    radius = float(np.max(radii(lattice)))
+    for _ in range(MAX_EXTENSION_STEPS + 1):
+        weights = relative_weights(logp)
         r = radii(lattice)
         outer = r > radius - step / 2
         inner = (r > radius - 1.5 * step) & ~outer
@@ -720,19 +729,42 @@ def _extend_lattice(
         if _ >= MAX_EXTENSION_STEPS:
             break
         radius += step
-        if ball:
-            line = np.arange(-radius, radius + step / 2, step)
-            grid = np.stack(np.meshgrid(*([line] * d), indexing="ij"), axis=-1).reshape(-1, d)
-            rg = radii(grid)
-            new = grid[(rg > radius - step / 2 - 1e-9) & (rg <= radius + step / 2 + 1e-9) & (rg > np.max(r) + 1e-9)]
-        else:
+        if not ball:
             new = np.array([[-radius], [radius]])
-        if lattice.shape[0] + new.shape[0] > MAX_LATTICE_NODES:
-            break
-        if new.size:
-            values = np.array([log_post_z(z) for z in new])
-            lattice, logp = np.vstack([lattice, new]), np.concatenate([logp, values])
+            if lattice.shape[0] + 2 > MAX_LATTICE_NODES:
+                break
+            lattice, logp = np.vstack([lattice, new]), np.concatenate([logp, [log_post_z(z) for z in new]])
+            continue
+        # the nodes of the same lattice (multiples of step) out to the new radius that are not in it yet, taken
+        # in waves: each wave the candidates next to a node that holds at least FRONTIER_MASS of the mass
+        reach = int(np.ceil(radius / step + 0.5))
+        grid = step * np.stack(np.meshgrid(*([np.arange(-reach, reach + 1)] * d), indexing="ij"), axis=-1)
+        grid = grid.reshape(-1, d)
+        known = {tuple(k) for k in np.rint(lattice / step).astype(int)}
+        fresh = np.array([tuple(k) not in known for k in np.rint(grid / step).astype(int)])
+        candidates = grid[fresh & (radii(grid) <= radius + step / 2 + 1e-9)]
+        first_wave = True
+        while candidates.size:
+            near = _near_heavy(candidates, lattice, weights, step)
+            if not near.any():
+                if not first_wave:
+                    break
+                near[:] = True  # the shell as a whole still carries the tail the extrapolation saw
+            if lattice.shape[0] + int(near.sum()) > MAX_LATTICE_NODES:
+                return lattice, logp, False
+            wave, candidates = candidates[near], candidates[~near]
+            lattice, logp = np.vstack([lattice, wave]), np.concatenate([logp, [log_post_z(z) for z in wave]])
+            weights = relative_weights(logp)
+            first_wave = False
     return lattice, logp, False
+
+
+def _near_heavy(candidates: np.ndarray, lattice: np.ndarray, weights: np.ndarray, step: float) -> np.ndarray:
+    """Which ``candidates`` are next to (diagonals included) a lattice node with at least :data:`FRONTIER_MASS` of
+    the mass."""
+    heavy = lattice[weights >= FRONTIER_MASS * weights.sum()]
+    reach = step * np.sqrt(lattice.shape[1]) * (1.0 + 1e-9)
+    return np.any(np.sum((candidates[:, None, :] - heavy[None, :, :]) ** 2, axis=2) <= reach**2, axis=1)
 
 
 def _hessian(func, x: np.ndarray, h: float) -> np.ndarray:

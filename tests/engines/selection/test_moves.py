@@ -82,6 +82,7 @@ def test_spike_slab_with_swaps_matches_enumeration(monkeypatch):
     assert accepted > 0.02  # the test exercises the swaps (about 4% of 32,000 proposals)
 
 
+@pytest.mark.slow  # (20 s: the power of the enumeration check above, not a check of the sampler; suite time)
 def test_a_swap_that_ignores_the_likelihood_is_caught(monkeypatch):
     """The same check fails when the swaps accept without the hinge-likelihood ratio."""
     prior = SpikeSlab(pi=0.4, nu=1.5)
