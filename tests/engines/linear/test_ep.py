@@ -318,7 +318,8 @@ def test_lattice_extension_stays_on_the_lattice_and_follows_a_one_sided_tail(d, 
 
     def extend(frontier_mass):
         monkeypatch.setattr(ep, "FRONTIER_MASS", frontier_mass)
-        monkeypatch.setattr(ep, "MAX_LATTICE_NODES", 5000)
+        if not frontier_mass:  # the reference: the whole ball (the default run keeps the package's node limit)
+            monkeypatch.setattr(ep, "MAX_LATTICE_NODES", 20_000)
         calls.clear()
         nodes, logp, ok = ep._extend_lattice(lattice, log_post_z(lattice), step, counted)
         weights = np.exp(logp - logp.max())
@@ -333,3 +334,18 @@ def test_lattice_extension_stays_on_the_lattice_and_follows_a_one_sided_tail(d, 
     assert full_ok and evaluations < full_evaluations / 2
     assert abs(mass / full_mass - 1) < 2e-3
     np.testing.assert_allclose(weights @ nodes, full_weights @ full_nodes, atol=0.02)
+
+
+def test_lattice_follows_two_variances_towards_zero_within_its_node_limit():
+    """Two random intercepts with variances near zero and a learned penalty (the posterior of ``log sigma^2`` has an
+    exponential tail towards zero under the half-t prior): the tails were cut off at the earlier 300 nodes."""
+    from bayesvm.engines.linear import ep
+
+    def log_post_z(z):
+        z = np.atleast_2d(z)
+        tails = np.where(z[:, 1:] < 0, 0.6 * z[:, 1:], -0.5 * z[:, 1:] ** 2).sum(axis=1)
+        return tails - 0.5 * z[:, 0] ** 2
+
+    _, lattice, _, step = ep._design(3, 21, 4.0)
+    nodes, _, ok = ep._extend_lattice(lattice, log_post_z(lattice), step, lambda z: float(log_post_z(z)[0]))
+    assert ok and 300 < len(nodes) <= ep.MAX_LATTICE_NODES
