@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .arguments import as_count, as_flag, as_seed, check_iterations, data_name, default_cores, iteration_defaults
-from .checks import Checks, Diagnostics, check_identifiability, singular_findings
+from .checks import Checks, Diagnostics, check_identifiability, one_class_findings, singular_findings
 from .control import Control, resolve_control
 from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
@@ -206,7 +206,9 @@ def bsvm(
         singular = singular_findings(fit.variance_components, "warn")
         Diagnostics(tuple(singular)).enforce()
         diagnostics = diagnostics.with_findings(singular)
-    fit.diagnostics = diagnostics
+    one_class = one_class_findings(fit, checks.one_class)
+    Diagnostics(tuple(one_class)).enforce()
+    fit.diagnostics = diagnostics.with_findings(one_class)
     return _recorded(options, fit)
 
 

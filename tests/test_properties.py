@@ -117,7 +117,7 @@ def test_fit_is_an_error_or_finite_and_monotone(data, fixed, random, penalty):
     pd.testing.assert_frame_equal(data, before)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**MODELS)
 def test_default_accurate_fit_is_an_error_or_finite(data, fixed, random, penalty):
     """The default variational fit (accurate VB: EP integrated over the variance components)."""

@@ -10,6 +10,7 @@ import numpy as np
 
 from .findings import Checks, Diagnostics, Finding, IdentifiabilityError
 from .levels import level_findings, random_effect_separation, singular_findings
+from .predicted_classes import one_class_findings
 from .rank import Aliased, aliased_columns
 from .separation import Separation, detect_separation
 
@@ -23,6 +24,7 @@ __all__ = [
     "aliased_columns",
     "check_identifiability",
     "detect_separation",
+    "one_class_findings",
     "singular_findings",
 ]
 

@@ -24,7 +24,7 @@ class Finding:
     ----------
     check
         Which check (``"separation"``, ``"rank"``, ``"nlevels"``, ``"nobs_vs_nlev"``, ``"nobs_vs_nRE"``,
-        ``"re_separation"``, ``"singular"``).
+        ``"re_separation"``, ``"singular"``, ``"one_class"``).
     action
         ``"stop"`` (refused), ``"warn"`` (one warning and a line in ``summary()``), ``"note"`` (a line
         in ``summary()`` only) or ``"ignore"``.
@@ -67,6 +67,9 @@ class Checks:
     singular
         A variance component at the boundary after the fit (an SD of about zero or a correlation of
         +/-1, as lme4's ``isSingular``; ``"warn"``; ``"stop"`` acts as ``"warn"``: the fit exists).
+    one_class
+        Every training row on one side of the decision boundary after the fit (unequal, overlapping classes:
+        :mod:`bayesvm.checks.predicted_classes`; ``"warn"``; ``"stop"`` acts as ``"warn"``).
     """
 
     separation: str = "warn"
@@ -76,6 +79,7 @@ class Checks:
     nobs_vs_nre: str = "stop"
     random_separation: str = "warn"
     singular: str = "warn"
+    one_class: str = "warn"
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():

@@ -429,8 +429,17 @@ def _identifiability_section(info: dict) -> str:
 
 
 def _untrusted(info: dict) -> bool:
-    """A check other than aliasing (whose columns are dropped, leaving an identified model) warned."""
-    return any(check != "rank" and action in ("warn", "stop") for check, action, _ in info.get("identifiability", []))
+    """A check other than aliasing (whose columns are dropped, leaving an identified model) and the one-class check
+    (an identified fit of a constant decision value) warned."""
+    return any(
+        check not in ("rank", "one_class") and action in ("warn", "stop")
+        for check, action, _ in info.get("identifiability", [])
+    )
+
+
+def _one_class(info: dict) -> bool:
+    """The fit puts every training row on one side of the decision boundary (:mod:`bayesvm.checks.predicted_classes`)."""
+    return any(check == "one_class" and action == "warn" for check, action, _ in info.get("identifiability", []))
 
 
 def _random_section(summary: Summary) -> str:
@@ -587,6 +596,15 @@ def _checks_section(info: dict) -> str:
                 "identifiability",
                 "the problems listed under Identifiability leave part of the posterior shaped by the prior; "
                 "read those coefficients as prior-driven",
+            )
+        )
+    if _one_class(info):
+        lines.append(
+            _verdict(
+                "WARNING",
+                "classes",
+                "every training row is predicted as the same class (see Identifiability): the coefficients describe "
+                "a constant decision value, not the predictors' effects",
             )
         )
     return "\n".join(lines)

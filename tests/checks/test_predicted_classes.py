@@ -1,0 +1,55 @@
+"""The one-class check after the fit (:mod:`bayesvm.checks.predicted_classes`)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.errors import IdentifiabilityWarning
+
+
+def _imbalanced(n=600, seed=0, shift=-2.2):
+    """A logistic model with a clear slope and about 12% cases: the hinge fit collapses to 'no case' everywhere."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n)
+    y = np.where(shift + 0.8 * x + rng.logistic(size=n) > 0, "case", "control")
+    return pd.DataFrame({"y": y, "x": x, "g": rng.integers(0, 10, n)})
+
+
+def test_a_fit_that_predicts_one_class_everywhere_says_so_once():
+    data = _imbalanced()
+    with pytest.warns(IdentifiabilityWarning, match="predicts 'control' for every one of the 600 training rows") as got:
+        fit = bayesvm.bsvm("y ~ x", data, positive="case")
+    assert sum("for every one of" in str(w.message) for w in got) == 1
+    assert (fit.predict() == "control").all()
+    assert fit.diagnostics.frame().query("check == 'one_class'")["culprits"].tolist() == ["case"]
+    text = str(fit.summary())
+    assert "for every one of the 600 training rows" in text and "WARNING  classes" in text
+    assert "prior-driven" not in text  # an identified fit, not one shaped by its prior
+
+
+def test_balanced_classes_and_an_ignored_check_give_no_finding():
+    data = _imbalanced(shift=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IdentifiabilityWarning)
+        fit = bayesvm.bsvm("y ~ x", data, positive="case")
+        quiet = bayesvm.bsvm("y ~ x", _imbalanced(), positive="case", checks=bayesvm.Checks(one_class="ignore"))
+    assert "one_class" not in fit.diagnostics.frame()["check"].tolist()
+    assert "one_class" not in quiet.diagnostics.frame()["check"].tolist()
+
+
+def test_toenail_without_its_random_effects_predicts_no_case_and_says_so():
+    """Real data: 21% of toenail's visits are 'moderate or severe'; without the patients' random effects the hinge
+    fit puts every visit on the 'none or mild' side (with them it does not: the vignettes and tests of the mixed
+    model fit it without this warning)."""
+    toenail = bayesvm.datasets.load_toenail()
+    with pytest.warns(IdentifiabilityWarning, match="'none or mild' for every one of the 1,908 training rows"):
+        bayesvm.bsvm("outcome ~ visit * treatment", toenail, vb="meanfield")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IdentifiabilityWarning)
+        mixed = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, vb="meanfield")
+    assert "one_class" not in mixed.diagnostics.frame()["check"].tolist()
