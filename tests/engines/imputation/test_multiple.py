@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from bayesvm.engines.imputation.normal_model import (
     ImputationState,
@@ -132,6 +133,9 @@ def test_sparse_path_multiple_imputation_vb_equals_the_dense_layout():
         )
 
 
+# (29 s: the sparse path's sampler is checked against the Schur path in tests/engines/linear/test_gibbs.py and the
+# imputation chain's target in tests/engines/imputation/test_joint_model.py; suite time)
+@pytest.mark.slow
 def test_sparse_path_multiple_imputation_gibbs_targets_the_dense_posterior():
     from bayesvm.engines.imputation.joint_model import sample_impute_gibbs
 
