@@ -703,8 +703,10 @@ def _extend_lattice(
     the outermost shell's mass and ``rho = m_1 / m_0`` its ratio to the shell inside, the tail holds about
     ``m_1 rho / (1 - rho)``; the lattice grows while that exceeds :data:`TAIL_MASS` of the total (or
     ``rho >= 1``).  A heavy tail (a weak penalty under quasi-separation, a variance near zero under a
-    half-t prior) is followed as far as it carries mass.  Returns the lattice, its log posteriors and
-    whether the tail became negligible.
+    half-t prior) is followed as far as it carries mass.  New nodes are the core's own grid points (multiples of
+    ``step``); with several hyperparameters a shell is added in waves, each wave the grid points next to a node
+    holding at least :data:`FRONTIER_MASS` of the mass, so the lattice grows where the tail lies.  Returns the
+    lattice, its log posteriors and whether the tail became negligible.
     """
     d = lattice.shape[1]
     ball = d > 1
