@@ -56,6 +56,10 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         Scale the columns internally (results on the original scale).
     random_state : int or None
         Seed of the Gibbs chains.
+    calibration_folds : int
+        Folds of the cross-fitting that learns the probability map the first time ``predict_proba`` or
+        ``decision_function`` is called (``fit.calibrate(folds=...)``; costs that many refits per binary
+        fit, as ``CalibratedClassifierCV(cv=...)`` does).  ``predict`` needs no map.
 
     Attributes
     ----------
@@ -84,6 +88,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         tol: float | None = None,
         standardize: bool = True,
         random_state: int | None = None,
+        calibration_folds: int = 5,
     ):
         self.method = method
         self.penalty = penalty
@@ -95,6 +100,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         self.tol = tol
         self.standardize = standardize
         self.random_state = random_state
+        self.calibration_folds = calibration_folds
 
     def _frame(self, X: np.ndarray) -> pd.DataFrame:
         return pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
@@ -132,7 +138,10 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
 
     def fit(self, X, y) -> BayesianSVC:
         """Fit one binary Bayesian SVM (two classes) or one per class (one-vs-rest)."""
+        from .arguments import as_count
+
         self._kernel()  # validate before any work
+        as_count(self.calibration_folds, "calibration_folds", low=2)
         allow_nan = "allow-nan" if self.missing in ("drop", "impute") else True
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=allow_nan)
         check_classification_targets(y)
@@ -155,6 +164,16 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
     def _fits(self) -> list:
         return self.result_ if isinstance(self.result_, list) else [self.result_]
 
+    def _positive_probabilities(self, frame: pd.DataFrame) -> np.ndarray:
+        """``(n, fits)``: each binary fit's calibrated ``P(positive)``, its map learned on first use with
+        ``calibration_folds`` folds."""
+        columns = []
+        for fit in self._fits():
+            if fit._calibration is None:
+                fit.calibrate(folds=self.calibration_folds)
+            columns.append(fit.predict(frame, kind="prob").to_numpy())
+        return np.column_stack(columns)
+
     def _check(self, X) -> pd.DataFrame:
         check_is_fitted(self)
         allow_nan = "allow-nan" if self.missing == "impute" else True
@@ -169,16 +188,14 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         ``P > 0.5``; the same ranking).  The posterior mean of the linear predictor ``f`` (the same sign,
         a different ranking when the posterior variance of ``f`` varies) is ``fit.predict(frame, kind="link")``.
         """
-        frame = self._check(X)
-        positive = np.column_stack([fit.predict(frame, kind="prob").to_numpy() for fit in self._fits()])
+        positive = self._positive_probabilities(self._check(X))
         positive = np.clip(positive, 1e-300, 1.0 - 1e-16)
         scores = np.log(positive) - np.log1p(-positive)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict_proba(self, X) -> np.ndarray:
         """Posterior predictive class probabilities, columns in ``classes_`` order."""
-        frame = self._check(X)
-        positive = np.column_stack([fit.predict(frame, kind="prob").to_numpy() for fit in self._fits()])
+        positive = self._positive_probabilities(self._check(X))
         if positive.shape[1] == 1:
             return np.column_stack([1.0 - positive[:, 0], positive[:, 0]])
         return positive / positive.sum(axis=1, keepdims=True)
@@ -214,6 +231,8 @@ class PCVMClassifier(BayesianSVC):
         Selection steps / EM iterations (None: :func:`bayesvm.pcvm`'s default).
     standardize : bool
         Scale the columns internally.
+    calibration_folds : int
+        As for :class:`BayesianSVC`.
 
     Attributes
     ----------
@@ -231,12 +250,14 @@ class PCVMClassifier(BayesianSVC):
         lengthscale: float | None = None,
         max_iter: int | None = None,
         standardize: bool = True,
+        calibration_folds: int = 5,
     ):
         self.method = method
         self.kernel = kernel
         self.lengthscale = lengthscale
         self.max_iter = max_iter
         self.standardize = standardize
+        self.calibration_folds = calibration_folds
 
     def _kernel(self):
         from .kernels import RBF, Kernel, Matern52

@@ -10,11 +10,11 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from bayesvm.sklearn import BayesianSVC, PCVMClassifier
 
 
-# The checks test the wrapper's API, which every engine shares.  Each predict_proba on a new fit cross-fits five
-# fold fits for the probability calibration, so the suite runs a fixed-penalty fit (no variance to integrate:
-# one EP solve per fit) instead of the learned-penalty default; the default and the EM engine get the targeted
-# tests below.
-@parametrize_with_checks([BayesianSVC(penalty=1.0), PCVMClassifier()])
+# The checks test the wrapper's API, which every engine shares.  Each predict_proba on a new fit cross-fits
+# ``calibration_folds`` fold fits for the probability calibration, so the suite runs a fixed-penalty fit (no variance
+# to integrate: one EP solve per fit) instead of the learned-penalty default, with 2 folds; the default and the EM
+# engine get the targeted tests below (and tests/results/test_calibration.py the default 5 folds).
+@parametrize_with_checks([BayesianSVC(penalty=1.0, calibration_folds=2), PCVMClassifier(calibration_folds=2)])
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -66,6 +66,8 @@ def test_reserved_arguments_are_clear_errors():
         BayesianSVC(kernel="poly").fit(X, y)
     with pytest.raises(ValueError, match="prior"):
         BayesianSVC(prior="laplace").fit(X, y)
+    with pytest.raises(ValueError, match="calibration_folds"):
+        BayesianSVC(calibration_folds=1).fit(X, y)
 
 
 def test_selection_prior_zeroes_irrelevant_columns():

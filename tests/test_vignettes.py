@@ -21,15 +21,15 @@ def _blocks(path: Path) -> list[str]:
 #: below hold in both runs.
 QUICK = {
     "toenail.md": {
-        "for split in range(100):": "for split in range(8):",
-        "for split in range(10):": "for split in range(3):",
+        "for split in range(100):": "for split in range(4):",
+        "for split in range(10):": "for split in range(2):",
         "draws=3000,": "draws=1500,",
         "        tune=1000,": "        tune=500,",
     },
     "pcvm.md": {"splits_=3)": "splits_=2)"},
     "spam.md": {"SPLITS = 10\n": "SPLITS = 2\n", "draws=1000, tune=1000, chains=2": "draws=300, tune=300, chains=2"},
     "cardiac.md": {
-        "SPLITS = 10\n": "SPLITS = 3\n",
+        "SPLITS = 10\n": "SPLITS = 2\n",
         "draws=1000, tune=1000, chains=2, cores=2, seed=7": "draws=500, tune=500, chains=2, cores=2, seed=7",
     },
 }

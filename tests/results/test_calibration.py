@@ -192,6 +192,38 @@ def test_adaptive_map_needs_rows_on_both_sides():
     assert adaptive_knots(np.r_[np.ones(300), -np.ones(300)]) is None  # no distinct quantiles
 
 
+@pytest.mark.parametrize("family", ["linear", "flexible", "adaptive"])
+def test_map_gradient_matches_finite_differences(family):
+    """The analytic gradient L-BFGS and the Hessian use, against central differences of the log posterior, with
+    new-level variances, rows at m = 0 and rows beyond the integration grid (|m| > 6)."""
+    from bayesvm.results.calibration import (
+        _negative_log_posterior,
+        _objective_and_gradient,
+        _prior_sd,
+        _width,
+        adaptive_knots,
+    )
+
+    rng = np.random.default_rng(1)
+    n = 2000
+    mean = rng.normal(0, 2.5, n)
+    mean[:5], mean[5:10] = 0.0, [7.0, -8.0, 9.0, 6.5, -6.2]
+    var, new_var = rng.uniform(0, 1, n), np.where(rng.random(n) < 0.3, rng.uniform(0, 2, n), 0.0)
+    y = np.where(rng.random(n) < ndtr(mean), 1.0, -1.0)
+    knots = adaptive_knots(mean) if family == "adaptive" else None
+    n_knots = 3 if knots is None else knots.shape[-1]
+    theta, sd, center = rng.normal(0, 0.4, _width(family, n_knots)), _prior_sd(family, n_knots), 0.1
+    value, gradient = _objective_and_gradient(theta, mean, var, new_var, y, sd, knots, center)
+    assert value == pytest.approx(_negative_log_posterior(theta, mean, var, new_var, y, sd, knots, center), abs=1e-9)
+    steps = np.eye(theta.size) * 1e-6
+    differences = [
+        (_negative_log_posterior(theta + e, mean, var, new_var, y, sd, knots, center)
+         - _negative_log_posterior(theta - e, mean, var, new_var, y, sd, knots, center)) / 2e-6
+        for e in steps
+    ]  # fmt: skip
+    np.testing.assert_allclose(gradient, differences, atol=1e-5 * max(1.0, np.abs(differences).max()))
+
+
 def test_map_laplace_covariance_matches_the_posterior_spread():
     """The Laplace SD of log a_+ against the SD of the exact 1-D posterior on a grid (the others fixed)."""
     rng = np.random.default_rng(1)
@@ -431,6 +463,10 @@ def test_sklearn_predict_proba_is_the_calibrated_probability():
         proba = clf.predict_proba(X)[:, 1]
         np.testing.assert_allclose(proba, clf.result_.predict(clf._check(X), kind="prob"))
         np.testing.assert_array_equal(clf.predict(X), (proba > 0.5).astype(int))
+        assert clf.result_.calibration_map().source.startswith("5-fold cross-fitted")
+        three = BayesianSVC(calibration_folds=3).fit(X, y)
+        three.predict_proba(X[:3])
+        assert three.result_.calibration_map().source.startswith("3-fold cross-fitted")
         em = BayesianSVC(method="em", penalty=0.5).fit(X, y)
         np.testing.assert_array_equal(em.predict(X), (em.predict_proba(X)[:, 1] > 0.5).astype(int))
         assert np.all(np.diff(em.decision_function(X)[np.argsort(em.predict_proba(X)[:, 1])]) >= -1e-9)
