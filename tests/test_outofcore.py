@@ -163,25 +163,29 @@ SELECTION = {
 def test_streamed_selection_vb_makes_the_in_memory_plain_sweeps(client, frame, name):
     """A selection prior on dask data: one pass per sweep gives exactly the in-memory engine's plain coordinate
     ascent (``accelerate=False``), sweep for sweep, including the spike-and-slab's two starts and model moves; the
-    in-memory default (SQUAREM) reaches the same optimum."""
+    in-memory default (SQUAREM) reaches the plain ascent's optimum."""
     from bayesvm.engines.selection.lasso_vb import fit_lasso_vb
     from bayesvm.engines.selection.spike_slab_vb import fit_spike_slab_vb
     from bayesvm.engines.selection.vb import fit_laplace_zero_vb
 
     prior = SELECTION[name]
     formula = "y ~ a + b + c + g" + (" + (1 | g)" if name == "laplace-zero" else "")
-    streamed = bayesvm.bsvm(formula, dd.from_pandas(frame, npartitions=3), prior=prior, tol=1e-10)
+    # (a tolerance of 1e-7: the spike-and-slab's plain ascent takes 263 dask passes at 1e-10, 150 here)
+    streamed = bayesvm.bsvm(formula, dd.from_pandas(frame, npartitions=3), prior=prior, tol=1e-7)
     memory = bayesvm.bsvm(formula, frame, prior=prior, tol=1e-10)
     engine = {"laplace-zero": fit_laplace_zero_vb, "spike-slab": fit_spike_slab_vb, "lasso": fit_lasso_vb}[name]
-    plain = engine(memory.model.selection_problem(), tol=1e-10, max_iter=2000, accelerate=False)
+    plain = engine(memory.model.selection_problem(), tol=1e-7, max_iter=2000, accelerate=False)
     result = streamed.result
     assert result.n_iter == plain.n_iter and len(result.lower_bound) == len(plain.lower_bound)
     np.testing.assert_allclose(result.lower_bound, plain.lower_bound, rtol=1e-9)
     np.testing.assert_allclose(result.mean, plain.mean, atol=1e-8)
     np.testing.assert_allclose(result.include, plain.include, atol=1e-8)
     assert np.all(np.diff(result.lower_bound) >= -1e-8 * np.abs(result.lower_bound[1:]))
-    np.testing.assert_allclose(streamed.fixef, memory.fixef, atol=1e-4)
-    np.testing.assert_allclose(streamed.inclusion.p_include, memory.inclusion.p_include, atol=1e-4)
+    # the plain ascent run to 1e-10 (in memory: cheap) reaches the default's optimum
+    converged = engine(memory.model.selection_problem(), tol=1e-10, max_iter=5000, accelerate=False)
+    np.testing.assert_allclose(converged.mean, memory.result.mean, atol=1e-4)
+    np.testing.assert_allclose(converged.include, memory.result.include, atol=1e-4)
+    np.testing.assert_allclose(streamed.fixef, memory.fixef, atol=5e-3)  # (stopped at 1e-7)
     assert "out-of-core" in str(streamed.summary())
 
 

@@ -181,6 +181,8 @@ def test_spike_slab_model_probabilities_match_enumeration():
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
 
 
+@pytest.mark.slow  # (26 s; the default Laplace-zero sampler is checked against enumeration in CI on correlated slopes,
+# tests/engines/selection/test_moves.py::test_laplace_zero_with_swaps_and_pairs_matches_enumeration)
 def test_laplace_zero_gibbs_model_probabilities_match_enumeration():
     prior = LaplaceZero(rho=0.4, variance=InverseGamma(2.0, 1.0))
     problem = _tiny(2, n=20, seed=3, prior=prior, beta=(0.6, 0.3))
