@@ -27,7 +27,7 @@ QUICK = {
         "        tune=1000,": "        tune=500,",
     },
     "pcvm.md": {"splits_=3)": "splits_=2)"},
-    "spam.md": {"SPLITS = 10\n": "SPLITS = 2\n", "draws=1000, tune=1000, chains=2": "draws=300, tune=300, chains=2"},
+    "spam.md": {"SPLITS = 10\n": "SPLITS = 2\n", "draws=1000, tune=1000, chains=2": "draws=200, tune=200, chains=2"},
     "cardiac.md": {
         "SPLITS = 10\n": "SPLITS = 2\n",
         "draws=1000, tune=1000, chains=2, cores=2, seed=7": "draws=500, tune=500, chains=2, cores=2, seed=7",

@@ -137,7 +137,7 @@ def test_laplace_zero_vb_finds_five_signals_among_fifty():
 
 
 def test_laplace_zero_gibbs_finds_five_signals_among_fifty():
-    result = sample_selection(_problem(seed=1), draws=600, tune=300, chains=2, seed=3, progress=False)
+    result = sample_selection(_problem(seed=1), draws=300, tune=200, chains=2, seed=3, progress=False)
     p_include = result.include.mean(axis=(0, 1))
     assert p_include[:5].min() > 0.9
     assert np.mean(p_include[5:] < 0.2) >= 0.9
@@ -145,7 +145,7 @@ def test_laplace_zero_gibbs_finds_five_signals_among_fifty():
 
 def test_spike_slab_gibbs_finds_five_signals_among_fifty():
     problem = _problem(seed=2, prior=SpikeSlab(0.01, 100.0))
-    result = sample_selection(problem, draws=600, tune=300, chains=2, seed=3, progress=False)
+    result = sample_selection(problem, draws=300, tune=200, chains=2, seed=3, progress=False)
     p_include = result.include.mean(axis=(0, 1))
     assert p_include[:5].min() > 0.9
     assert np.mean(p_include[5:] < 0.2) >= 0.9

@@ -128,7 +128,7 @@ def test_spike_slab_vb_finds_five_signals_among_fifty_and_agrees_with_gibbs():
     res = fit_spike_slab_vb(problem)
     assert res.converged
     assert res.p_include[:5].min() > 0.99 and res.p_include[5:].max() < 0.05
-    gibbs = sample_selection(problem, draws=600, tune=300, chains=2, seed=3, progress=False)
+    gibbs = sample_selection(problem, draws=400, tune=200, chains=2, seed=3, progress=False)
     mean, sd = gibbs.theta_d.mean(axis=(0, 1)), gibbs.theta_d.std(axis=(0, 1))
     signals = np.arange(1, 6)
     assert np.all(np.abs(res.coef_mean[signals] - mean[signals]) < 0.5 * sd[signals])
