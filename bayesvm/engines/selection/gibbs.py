@@ -38,6 +38,7 @@ afresh.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, replace
 from functools import partial
@@ -176,9 +177,54 @@ def _chain(
     exchanges: bool = True,
     lines: bool | None = None,
 ) -> dict:
+    """One chain of ``draws`` kept draws: :func:`chain_records` stored in arrays."""
+    q, m = problem.q, problem.m
+    out = {
+        "coef": np.empty((draws, q)),
+        "include": np.empty((draws, m), dtype=np.int8),
+        "scale": np.empty(draws),
+        "lp": np.empty(draws),
+        "components": [np.empty((draws, c.k, c.k)) for c in problem.components],
+    }
+    if imputation is not None:
+        out.update(
+            mu=np.empty((draws, imputation.V)),
+            sigma=np.empty((draws, imputation.V, imputation.V)),
+            z_sum=np.zeros(imputation.z.shape),
+            z_sq=np.zeros(imputation.z.shape),
+        )
+    records = chain_records(problem, tune, thin, seed, swaps, pairs, exchanges, lines, imputation, draws, show)
+    for i, record in enumerate(records):
+        out["coef"][i], out["include"][i], out["scale"][i], out["lp"][i] = record[:4]
+        for c, cov in enumerate(record[4]):
+            out["components"][c][i] = cov
+        if imputation is not None:
+            mu, sigma, z = record[5]
+            out["mu"][i], out["sigma"][i] = mu, sigma
+            out["z_sum"] += z
+            out["z_sq"] += z**2
+    return out
+
+
+def chain_records(
+    problem: SelectionProblem,
+    tune: int,
+    thin: int,
+    seed,
+    swaps: bool = True,
+    pairs: bool = True,
+    exchanges: bool = True,
+    lines: bool | None = None,
+    imputation: ImputationProblem | None = None,
+    draws: int | None = None,
+    show: bool = False,
+):
+    """One chain of the prior's sampler (module docstring), as a generator of its kept draws
+    ``(coef, gamma, scale, log posterior, covs[, (mu, sigma, z)])``: ``draws`` of them, or for as long as it is
+    asked when ``draws`` is None (``draws="auto"``, :func:`sample_selection_until_converged`; not with
+    ``imputation``, whose segments are laid out for a known number of draws)."""
     rng = np.random.default_rng(seed)
     y, X = problem.y, problem.X
-    q, m = problem.q, problem.m
     step_fn = {LaplaceZero: _LaplaceZeroStep, SpikeSlab: _SpikeSlabStep, Lasso: _LassoStep}[type(problem.prior)]
     state = step_fn(problem, rng)
     has_indicators = isinstance(problem.prior, SpikeSlab) or (
@@ -196,14 +242,13 @@ def _chain(
     components = problem.components
     covs = [np.eye(c.k) for c in components]  # random-effect terms: Sigma_c, drawn after the coefficients
     aux: list = [None] * len(components)
-    out = {
-        "coef": np.empty((draws, q)),
-        "include": np.empty((draws, m), dtype=np.int8),
-        "scale": np.empty(draws),
-        "lp": np.empty(draws),
-        "components": [np.empty((draws, c.k, c.k)) for c in components],
-    }
-    stored = storage_schedule(tune, draws, thin, imputation is not None)
+    if draws is None:  # draws="auto": every thin-th iteration after tuning, without end
+        if imputation is not None:
+            raise ValueError("draws='auto' does not run the imputation chain's segments")
+        stored, steps = None, itertools.count()
+    else:
+        stored = storage_schedule(tune, draws, thin, imputation is not None)
+        steps = range(stored.size)
     if (
         imputation is not None
     ):  # multiple imputation in segments (bayesvm.engines.imputation.joint_model, MI_SETTLE / MI_KEEP)
@@ -211,13 +256,6 @@ def _chain(
         patterns = missing_patterns(imputation.missing)
         imputed = start_state(imputation, rng)
         mu, sigma = np.zeros(imputation.V), np.eye(imputation.V)
-        out.update(
-            mu=np.empty((draws, imputation.V)),
-            sigma=np.empty((draws, imputation.V, imputation.V)),
-            z_sum=np.zeros(imputation.z.shape),
-            z_sq=np.zeros(imputation.z.shape),
-        )
-    steps = range(stored.size)
     if show:
         from tqdm.auto import tqdm
 
@@ -257,24 +295,19 @@ def _chain(
             covs = draw_components(components, [coef[c.index] for c in components], rng, aux)
         f = X @ coef
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
-        i = stored[step]
-        if i >= 0:
-            out["coef"][i] = coef
-            out["include"][i] = state.gamma
-            out["scale"][i] = state.scale
-            out["lp"][i] = (
+        if stored is not None:
+            keep = stored[step] >= 0
+        else:
+            keep = step >= tune and (step - tune) % thin == 0
+        if keep:
+            log_posterior = (
                 log_pseudo_likelihood(y, f)
                 + _log_fixed_prior(problem, coef)
                 + state.log_prior(coef)
                 + log_component_prior(components, coef, np.zeros((0, 0)), covs)
             )
-            for c, cov in enumerate(covs):
-                out["components"][c][i] = cov
-            if imputation is not None:
-                out["mu"][i], out["sigma"][i] = mu, sigma
-                out["z_sum"] += imputed.z
-                out["z_sq"] += imputed.z**2
-    return out
+            record = (np.array(coef, copy=True), state.gamma.copy(), state.scale, log_posterior, list(covs))
+            yield record if imputation is None else (*record, (mu, sigma, imputed.z))
 
 
 def _log_fixed_prior(problem: SelectionProblem, coef: np.ndarray) -> float:
