@@ -25,9 +25,9 @@ class Control:
         SVI 1e-4) and ``max_iter`` (VB 500 sweeps, 2000 with ``LaplaceZero``; EM 20,000; SVI 100,000).
         ``None`` picks the engine's default.
     Gibbs sampling
-        ``draws`` [1000] kept draws per chain, or ``"auto"``: sample until every fixed effect and
-        variance-component SD has R-hat <= 1.01 and bulk ESS >= 400 (batches of 250 draws, at most 20,000
-        per chain or 10 minutes); ``tune`` [1000] burn-in iterations; ``chains`` [4]; ``thin`` [1];
+        ``draws`` [1000] kept draws per chain, or ``"auto"``: sample until every fixed effect,
+        variance-component SD and (selection priors) inclusion indicator has R-hat <= 1.01 and bulk ESS >= 400
+        (batches of 250 draws, at most 20,000 per chain or 10 minutes; not with ``missing="impute"``); ``tune`` [1000] burn-in iterations; ``chains`` [4]; ``thin`` [1];
         ``cores`` [None: one process per chain up to the CPUs available where processes fork (Linux), else 1;
         :func:`bayesvm.arguments.default_cores`] processes to run chains in (the draws do not depend on it);
         ``progress`` [True] a tqdm bar on a terminal.

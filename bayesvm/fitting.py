@@ -245,10 +245,10 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
         _check_sampling(draws, tune, chains, thin, cores)
     if method == "svi":
         return _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation, imputations)
-    if draws == "auto" and (design.imputation is not None or model.prior is not None):
+    if draws == "auto" and design.imputation is not None:
         raise BayesvmError(
-            "draws='auto' runs the linear and mixed-model Gibbs sampler; the imputation and selection samplers "
-            "take a number of draws (their warnings say how many more to run)"
+            "draws='auto' runs the linear, mixed-model and selection Gibbs samplers; the imputation samplers take a "
+            "number of draws (their warnings say how many more to run)"
         )
     if design.imputation is not None:
         _check_imputation(model, method, vb, imputation, imputations)
@@ -582,8 +582,9 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
     name = data_name(data)
     if method == "gibbs":
         result = sample_selection(
-            problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress
-        )
+            problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress,
+            monitor=_reported_selection_quantities(model, problem),
+        )  # fmt: skip
         fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name)
         _warn_mcmc(fit)
         return fit
@@ -758,6 +759,17 @@ def _reported_quantities(model, problem):
         parts = [theta_d[..., :p] @ transform.T]
         parts += [np.sqrt(np.diagonal(c, axis1=-2, axis2=-1)) for c in components]
         return np.concatenate(parts, axis=-1)
+
+    return monitor
+
+
+def _reported_selection_quantities(model, problem):
+    """What ``draws="auto"`` watches under a selection prior: the fixed effects on the original scale, the
+    inclusion indicators and every component's SDs (what ``summary()`` reports)."""
+    fixed_and_sds = _reported_quantities(model, problem)
+
+    def monitor(coef: np.ndarray, include: np.ndarray, components: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([fixed_and_sds(coef, components), include.astype(float)], axis=-1)
 
     return monitor
 

@@ -513,15 +513,35 @@ def sample_until_converged(
     max_draws: int | None = None,
     max_seconds: float | None = None,
 ) -> tuple[list[dict], str]:
-    """``draws="auto"``: run the chains side by side in batches of ``AUTO_BATCH`` draws until every quantity
-    ``monitor(theta_d, components)`` returns (``(chains, draws, m)``) has R-hat <= 1.01 and bulk ESS >= 400,
-    or a cap is reached; returns the chains' dicts and the stopping reason.  The progress bar (on a
-    terminal) shows the largest R-hat and the smallest ESS as it goes."""
+    """``draws="auto"`` for this sampler: :func:`run_until_converged` on its chains (:func:`chain_draws`), watching
+    ``monitor(theta_d, components)`` (``(chains, draws, m)``; default: the fixed effects and the components'
+    SDs); returns the chains' dicts and the stopping reason."""
     monitor = monitor or _default_monitor(problem)
-    max_draws = AUTO_MAX_DRAWS if max_draws is None else max_draws
-    max_seconds = AUTO_MAX_SECONDS if max_seconds is None else max_seconds
     seeds = np.random.SeedSequence(seed).spawn(chains)
     streams = [chain_draws(problem, tune, thin, s, interweave) for s in seeds]
+    n_components = len(problem.components)
+
+    def watched(records: list[list]) -> np.ndarray:
+        theta_d = np.stack([np.stack([r[0] for r in kept]) for kept in records])
+        comps = [np.stack([np.stack([r[2][c] for r in kept]) for kept in records]) for c in range(n_components)]
+        return monitor(theta_d, comps)
+
+    with blas_threads(problem.D.shape[1], problem.n):
+        records, reason = run_until_converged(streams, watched, progress, max_draws, max_seconds)
+    return [stack_draws(kept, n_components) for kept in records], reason
+
+
+def run_until_converged(
+    streams: list, watched, progress: bool, max_draws: int | None = None, max_seconds: float | None = None
+) -> tuple[list[list], str]:
+    """``draws="auto"`` for any sampler: take ``AUTO_BATCH`` draws from each chain's generator in turn (the chains
+    side by side in this process) until every quantity ``watched(records)`` returns (``(chains, draws, m)``) has
+    R-hat <= ``AUTO_RHAT`` and bulk ESS >= ``AUTO_ESS``, or ``max_draws`` per chain or ``max_seconds`` are reached
+    (default ``AUTO_MAX_DRAWS``, ``AUTO_MAX_SECONDS``); returns each chain's kept records and the stopping reason.
+    The progress bar (on a terminal) shows the largest R-hat and the smallest ESS as it goes."""
+    max_draws = AUTO_MAX_DRAWS if max_draws is None else max_draws
+    max_seconds = AUTO_MAX_SECONDS if max_seconds is None else max_seconds
+    chains = len(streams)
     records: list[list] = [[] for _ in streams]
     bar = None
     if progress and sys.stderr.isatty():
@@ -529,17 +549,12 @@ def sample_until_converged(
 
         bar = tqdm(desc=f"Gibbs ({chains} chains, until R-hat <= {AUTO_RHAT} and ESS >= {AUTO_ESS})", leave=False)
     start = time.perf_counter()
-    with blas_threads(problem.D.shape[1], problem.n):
+    try:
         while True:
             for stream, kept in zip(streams, records):
                 kept.extend(next(stream) for _ in range(AUTO_BATCH))
             n = len(records[0])
-            theta_d = np.stack([np.stack([r[0] for r in kept]) for kept in records])
-            comps = [
-                np.stack([np.stack([r[2][c] for r in kept]) for kept in records])
-                for c in range(len(problem.components))
-            ]
-            rhat, ess = _rhat_and_ess(monitor(theta_d, comps))
+            rhat, ess = _rhat_and_ess(watched(records))
             if bar is not None:
                 bar.update(AUTO_BATCH * chains)
                 bar.set_postfix({"draws/chain": n, "max R-hat": f"{rhat:.3f}", "min ESS": f"{ess:.0f}"})
@@ -553,11 +568,12 @@ def sample_until_converged(
                     f"stopped at the cap of {cap} ({n} draws per chain): max R-hat {rhat:.3f}, min bulk ESS {ess:.0f}"
                 )
                 break
-    for stream in streams:
-        stream.close()
-    if bar is not None:
-        bar.close()
-    return [stack_draws(kept, len(problem.components)) for kept in records], reason
+    finally:
+        for stream in streams:
+            stream.close()
+        if bar is not None:
+            bar.close()
+    return records, reason
 
 
 #: Seconds between a chain worker's checks that its parent process is still alive.

@@ -61,7 +61,7 @@ from ..imputation.joint_model import (
 )
 from ..imputation.normal_model import imputation_step, marginal_moments, missing_patterns, start_state
 from ..joint import log_component_prior, log_pseudo_likelihood
-from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains
+from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, run_until_converged
 from .directions import LineMoves
 from .marginal_pairs import MarginalPairs
 from .moves import SwapMoves
@@ -106,8 +106,14 @@ def sample_selection(
     pairs: bool = True,
     exchanges: bool = True,
     lines: bool | None = None,
+    monitor=None,
 ) -> SelectionGibbsResult:
     """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``.
+
+    ``draws="auto"`` samples until every quantity of ``monitor(coef, include, components)`` (default: the
+    coefficients outside the random-effect terms, the inclusion indicators and the components' SDs) has R-hat
+    <= 1.01 and bulk ESS >= 400, in batches, the chains side by side in this process
+    (:func:`bayesvm.engines.linear.gibbs.run_until_converged`; not with ``imputation``).
 
     ``swaps=False`` leaves out the swap moves of :mod:`bayesvm.engines.selection.moves`, ``pairs=False`` the
     updates of :mod:`bayesvm.engines.selection.marginal_pairs`, ``exchanges=False`` its exchanges and ``lines=False``
@@ -120,13 +126,19 @@ def sample_selection(
     set every few iterations from the imputation model's own chain, as :mod:`bayesvm.engines.imputation.joint_model` does
     for the linear sampler (the cut posterior of :mod:`bayesvm.engines.imputation.multiple`)."""
     start = time.perf_counter()
-    check_memory(
-        8.0 * chains * draws * (problem.q + problem.m + 2),
-        f"storing {chains} x {draws} draws of {problem.q + problem.m} parameters",
-        "use fewer draws or thin=k",
-    )
-    chain = partial(_run_chain, swaps=swaps, pairs=pairs, exchanges=exchanges, lines=lines, imputation=imputation)
-    runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
+    stopping = None
+    if draws == "auto":
+        moves = {"swaps": swaps, "pairs": pairs, "exchanges": exchanges, "lines": lines}
+        runs, stopping = sample_selection_until_converged(problem, tune, thin, chains, seed, progress, monitor, moves)
+        draws = runs[0]["lp"].size
+    else:
+        check_memory(
+            8.0 * chains * draws * (problem.q + problem.m + 2),
+            f"storing {chains} x {draws} draws of {problem.q + problem.m} parameters",
+            "use fewer draws or thin=k",
+        )
+        chain = partial(_run_chain, swaps=swaps, pairs=pairs, exchanges=exchanges, lines=lines, imputation=imputation)
+        runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
     extra = {}
     if imputation is not None:
         kept = chains * draws
@@ -151,8 +163,59 @@ def sample_selection(
         include=np.stack([r["include"] for r in runs]),
         scale=np.stack([r["scale"] for r in runs]),
         selected=problem.selected,
+        stopping=stopping,
         **extra,
     )
+
+
+def _default_monitor(problem: SelectionProblem):
+    """What ``draws="auto"`` watches by default: the coefficients outside every random-effect term, the inclusion
+    indicators and the SDs of every component."""
+    in_component = np.zeros(problem.q, dtype=bool)
+    for comp in problem.components:
+        in_component[comp.index.ravel()] = True
+    keep = np.flatnonzero(~in_component)
+
+    def monitor(coef: np.ndarray, include: np.ndarray, components: list[np.ndarray]) -> np.ndarray:
+        parts = [coef[..., keep], include.astype(float)]
+        parts += [np.sqrt(np.diagonal(c, axis1=-2, axis2=-1)) for c in components]
+        return np.concatenate(parts, axis=-1)
+
+    return monitor
+
+
+def sample_selection_until_converged(
+    problem: SelectionProblem, tune: int, thin: int, chains: int, seed, progress: bool, monitor=None, moves=None
+) -> tuple[list[dict], str]:
+    """``draws="auto"``: :func:`bayesvm.engines.linear.gibbs.run_until_converged` on this sampler's chains
+    (:func:`chain_records`, with the ``moves`` switches of :func:`sample_selection`), watching
+    ``monitor(coef, include, components)``; returns the chains' dicts and the stopping reason."""
+    monitor = monitor or _default_monitor(problem)
+    seeds = np.random.SeedSequence(seed).spawn(chains)
+    streams = [chain_records(problem, tune, thin, s, **(moves or {})) for s in seeds]
+
+    def watched(records: list[list]) -> np.ndarray:
+        runs = [_stack_records(kept, problem) for kept in records]
+        return monitor(
+            np.stack([r["coef"] for r in runs]),
+            np.stack([r["include"] for r in runs]),
+            [np.stack([r["components"][c] for r in runs]) for c in range(len(problem.components))],
+        )
+
+    with blas_threads(problem.q):
+        records, reason = run_until_converged(streams, watched, progress)
+    return [_stack_records(kept, problem) for kept in records], reason
+
+
+def _stack_records(records: list[tuple], problem: SelectionProblem) -> dict:
+    """Kept draws of :func:`chain_records` (without imputation) as a chain's arrays."""
+    return {
+        "coef": np.stack([r[0] for r in records]),
+        "include": np.stack([r[1] for r in records]).astype(np.int8),
+        "scale": np.array([r[2] for r in records], dtype=float),
+        "lp": np.array([r[3] for r in records], dtype=float),
+        "components": [np.stack([r[4][c] for r in records]) for c in range(len(problem.components))],
+    }
 
 
 def _run_chain(

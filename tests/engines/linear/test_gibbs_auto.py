@@ -45,7 +45,8 @@ def test_auto_draws_match_fixed_draws_of_the_same_seed():
 
 def test_auto_is_refused_where_it_does_not_apply():
     data = _data().assign(z=np.random.default_rng(1).standard_normal(200))
-    with pytest.raises(bayesvm.BayesvmError, match="draws='auto'"):
-        bayesvm.bsvm("y ~ x + z", data, method="gibbs", draws="auto", prior=bayesvm.priors.LaplaceZero())
+    data.loc[:9, "z"] = np.nan
+    with pytest.raises(bayesvm.BayesvmError, match="draws='auto'.*imputation"):
+        bayesvm.bsvm("y ~ x + z", data, method="gibbs", draws="auto", missing="impute")
     with pytest.raises(ValueError, match="draws"):
         bayesvm.bsvm("y ~ x", data, method="gibbs", draws="many")
