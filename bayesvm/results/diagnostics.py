@@ -136,5 +136,6 @@ def inclusion_disagreement(fit) -> str | None:
     return (
         f"the chains disagree on which variables are in the model: inclusion probability per chain {listed}; "
         "the chains visit different models, so these inclusion probabilities are not yet estimates: run longer "
-        "chains (more tune and draws)"
+        "chains (more tune and draws, or draws='auto', which samples until every inclusion indicator has R-hat "
+        "<= 1.01 and bulk ESS >= 400)"
     )
