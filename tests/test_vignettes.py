@@ -23,7 +23,7 @@ QUICK = {
     "toenail.md": {
         "for split in range(100):": "for split in range(4):",
         "for split in range(10):": "for split in range(2):",
-        "draws=3000,": "draws=1500,",
+        "draws=3000,": "draws=1000,",
         "        tune=1000,": "        tune=500,",
     },
     "pcvm.md": {"splits_=3)": "splits_=2)"},

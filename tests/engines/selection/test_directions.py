@@ -124,6 +124,8 @@ def _lines_only(problem, draws=2500, seed=3):
     )
 
 
+@pytest.mark.slow  # (12 s; line moves are the default with Laplace-zero only, and that sampler, lines included, is
+# checked against enumeration in CI: test_moves.py::test_laplace_zero_with_swaps_and_pairs_matches_enumeration)
 def test_spike_slab_with_line_moves_matches_enumeration():
     prior = SpikeSlab(pi=0.4, nu=1.5)
     problem = _correlated(3, prior)

@@ -69,6 +69,8 @@ def test_weights_are_symmetric_positive_and_signed():
     assert signs[0, 1] == -1 and weights[0, 1] > 0.9
 
 
+@pytest.mark.slow  # (21 s, the swaps alone; the default spike-and-slab sampler, swaps included, is checked against
+# enumeration in CI: tests/engines/selection/test_selection.py::test_spike_slab_model_probabilities_match_enumeration)
 def test_spike_slab_with_swaps_matches_enumeration(monkeypatch):
     prior = SpikeSlab(pi=0.4, nu=1.5)
     problem = _correlated(3, prior)
