@@ -47,6 +47,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.special import expit, gammaln, logit
 
+from ...errors import BayesvmError
 from ...linalg.dense import blas_threads
 from ...memory import check_memory
 from ...model.problems import ImputationProblem, SelectionProblem
@@ -128,6 +129,8 @@ def sample_selection(
     start = time.perf_counter()
     stopping = None
     if draws == "auto":
+        if imputation is not None:
+            raise BayesvmError("draws='auto' does not run with imputation: its segments need a number of draws")
         moves = {"swaps": swaps, "pairs": pairs, "exchanges": exchanges, "lines": lines}
         runs, stopping = sample_selection_until_converged(problem, tune, thin, chains, seed, progress, monitor, moves)
         draws = runs[0]["lp"].size
@@ -307,7 +310,7 @@ def chain_records(
     aux: list = [None] * len(components)
     if draws is None:  # draws="auto": every thin-th iteration after tuning, without end
         if imputation is not None:
-            raise ValueError("draws='auto' does not run the imputation chain's segments")
+            raise BayesvmError("draws='auto' does not run with imputation: its segments need a number of draws")
         stored, steps = None, itertools.count()
     else:
         stored = storage_schedule(tune, draws, thin, imputation is not None)

@@ -44,6 +44,21 @@ def test_auto_draws_continue_the_fixed_runs_chains(prior, monkeypatch):
     np.testing.assert_array_equal(auto.log_posterior, fixed.log_posterior)
 
 
+def test_auto_with_imputation_is_refused_by_the_engine():
+    data = _data()
+    data.loc[:19, "c"] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ a + b + c + d", data, prior=SpikeSlab(), method="gibbs", draws=20, tune=10, seed=1,
+                           progress=False, missing="impute", imputation="mi")  # fmt: skip
+    problem = fit.model.selection_problem()
+    imputation = fit.model.design.imputation
+    assert imputation is not None
+    with pytest.raises(bayesvm.BayesvmError, match="draws='auto' does not run with imputation"):
+        sample_selection(problem, draws="auto", tune=10, chains=2, seed=1, progress=False,
+                         imputation=imputation)  # fmt: skip
+
+
 def test_auto_stops_when_every_reported_quantity_has_converged():
     with warnings.catch_warnings():
         warnings.simplefilter("error", bayesvm.ConvergenceWarning)
