@@ -60,10 +60,11 @@ def _segment_log_mass(lower, upper, alpha, kappa, precision):
     return alpha + math.log(width)
 
 
-def _pair_window(a, b, precision, inv_scale, center, half_width, cutoff):
+def _pair_window(a, b, precision, inv_scale, center, half_width, cutoff, linear):
     """``(lower, upper, alpha, kappa, log_masses, half_width, log_z0)`` of the segments on the first window around
     ``center`` whose tangent tail bounds are below ``exp(-cutoff)`` of its mass (``marginal_pairs.window``);
-    ``inv_scale`` is ``1 / s`` of a Laplace prior (0 with a Gaussian one)."""
+    ``inv_scale`` is ``1 / s`` of a Laplace prior (0 with a Gaussian one); ``linear`` adds ``linear * beta`` to the
+    log density (0 for one slope; the sheared updates' prior cross terms)."""
     n = a.size
     log_z0 = 0.0
     for i in range(n):
@@ -77,7 +78,7 @@ def _pair_window(a, b, precision, inv_scale, center, half_width, cutoff):
         lower = center - half_width
         upper = center + half_width
         alpha0 = 0.0
-        kappa0 = 0.0
+        kappa0 = linear
         count = 0
         for i in range(n):
             if lower == -math.inf:
@@ -190,11 +191,11 @@ def _segment_draw(lower, upper, kappa, precision, uniform):
     return lower + uniform * width
 
 
-def _evidence(a, b, precision, inv_scale, log_constant, center, half_width, cutoff):
+def _evidence(a, b, precision, inv_scale, log_constant, center, half_width, cutoff, linear):
     """The segments of one slope on its window, their log masses (with the largest, ``top``, and
     ``sum exp(log_masses - top)``), the window's half width and ``log Z_1 - log Z_0``."""
     lower, upper, alpha, kappa, log_masses, half_width, log_z0 = _pair_window(
-        a, b, precision, inv_scale, center, half_width, cutoff
+        a, b, precision, inv_scale, center, half_width, cutoff, linear
     )
     top = -math.inf
     for s in range(log_masses.size):
@@ -238,7 +239,7 @@ def _pair_sweep(
         for i in range(stop - start):
             a[i] = margin[row_idx[start + i]] + b[i] * current
         lower, upper, kappa, log_masses, top, total, half_width, log_bf = _evidence(
-            a, b, precision[j], inv_scale[j], log_constant[j], current, widths[j], cutoff
+            a, b, precision[j], inv_scale[j], log_constant[j], current, widths[j], cutoff, 0.0
         )
         widths[j] = shrink * half_width
         odds = log_odds[j] + log_bf
@@ -281,10 +282,10 @@ def _exchange_sweep(
         for i in range(stop_k - start_k):
             a_k[i] = margin[row_idx[start_k + i]]
         low_j, up_j, kap_j, mass_j, top_j, tot_j, width_j, bf_j = _evidence(
-            a_j, b_j, precision[j], inv_scale[j], log_constant[j], coef[cj], widths[j], cutoff
+            a_j, b_j, precision[j], inv_scale[j], log_constant[j], coef[cj], widths[j], cutoff, 0.0
         )
         low_k, up_k, kap_k, mass_k, top_k, tot_k, width_k, bf_k = _evidence(
-            a_k, b_k, precision[k], inv_scale[k], log_constant[k], 0.0, widths[k], cutoff
+            a_k, b_k, precision[k], inv_scale[k], log_constant[k], 0.0, widths[k], cutoff, 0.0
         )
         widths[j] = shrink * width_j
         widths[k] = shrink * width_k
@@ -305,6 +306,18 @@ def _exchange_sweep(
             include[j], value[j], include[k], value[k] = 0, 0.0, 1, new
 
 
+def _line_pair(a, b, precision, log_constant, log_odds, center, half_width, cutoff, linear, uniforms):
+    """``(included, t, half_width)`` of one sheared pair update (``sheared_pairs.ShearedPairs.run``): the Laplace
+    priors are rows of ``a, b`` there, the Gaussian ones ``precision`` and ``linear``."""
+    lower, upper, kappa, log_masses, top, total, half_width, log_bf = _evidence(
+        a, b, precision, 0.0, log_constant, center, half_width, cutoff, linear
+    )
+    if uniforms[0] >= 1.0 / (1.0 + math.exp(-(log_odds + log_bf))):
+        return False, 0.0, half_width
+    t = _draw_value(lower, upper, kappa, log_masses, top, total, precision, uniforms[1], uniforms[2])
+    return True, t, half_width
+
+
 if compiled_rows.numba is not None:
     _log_ndtr = compiled_rows.compile_nogil(_log_ndtr)
     _log_ndtr_difference = compiled_rows.compile_nogil(_log_ndtr_difference)
@@ -318,5 +331,6 @@ if compiled_rows.numba is not None:
     _draw_value = compiled_rows.compile_nogil(_draw_value)
     pair_sweep = compiled_rows.compile_nogil(_pair_sweep)
     exchange_sweep = compiled_rows.compile_nogil(_exchange_sweep)
+    line_pair = compiled_rows.compile_nogil(_line_pair)
 else:  # never called: callers check compiled_rows.available()
-    pair_window = pair_sweep = exchange_sweep = None
+    pair_window = pair_sweep = exchange_sweep = line_pair = None

@@ -66,6 +66,7 @@ from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chain
 from .directions import LineMoves
 from .marginal_pairs import MarginalPairs
 from .moves import SwapMoves
+from .sheared_pairs import ShearedPairs
 from .vb import LOG_2PI
 
 
@@ -108,6 +109,7 @@ def sample_selection(
     exchanges: bool = True,
     lines: bool | None = None,
     monitor=None,
+    shears: bool = True,
 ) -> SelectionGibbsResult:
     """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``.
 
@@ -131,7 +133,7 @@ def sample_selection(
     if draws == "auto":
         if imputation is not None:
             raise BayesvmError("draws='auto' does not run with imputation: its segments need a number of draws")
-        moves = {"swaps": swaps, "pairs": pairs, "exchanges": exchanges, "lines": lines}
+        moves = {"swaps": swaps, "pairs": pairs, "exchanges": exchanges, "lines": lines, "shears": shears}
         runs, stopping = sample_selection_until_converged(problem, tune, thin, chains, seed, progress, monitor, moves)
         draws = runs[0]["lp"].size
     else:
@@ -140,7 +142,9 @@ def sample_selection(
             f"storing {chains} x {draws} draws of {problem.q + problem.m} parameters",
             "use fewer draws or thin=k",
         )
-        chain = partial(_run_chain, swaps=swaps, pairs=pairs, exchanges=exchanges, lines=lines, imputation=imputation)
+        chain = partial(
+            _run_chain, swaps=swaps, pairs=pairs, exchanges=exchanges, lines=lines, shears=shears, imputation=imputation
+        )
         runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
     extra = {}
     if imputation is not None:
@@ -225,9 +229,10 @@ def _run_chain(
     problem, draws, tune, thin, seed, show, swaps: bool = True, pairs: bool = True, exchanges: bool = True,
     lines: bool | None = None,
     imputation=None,
+    shears: bool = True,
 ) -> dict:  # fmt: skip
     with blas_threads(problem.q):
-        return _chain(problem, draws, tune, thin, seed, show, swaps, imputation, pairs, exchanges, lines)
+        return _chain(problem, draws, tune, thin, seed, show, swaps, imputation, pairs, exchanges, lines, shears)
 
 
 def _chain(
@@ -242,6 +247,7 @@ def _chain(
     pairs: bool = True,
     exchanges: bool = True,
     lines: bool | None = None,
+    shears: bool = True,
 ) -> dict:
     """One chain of ``draws`` kept draws: :func:`chain_records` stored in arrays."""
     q, m = problem.q, problem.m
@@ -259,7 +265,9 @@ def _chain(
             z_sum=np.zeros(imputation.z.shape),
             z_sq=np.zeros(imputation.z.shape),
         )
-    records = chain_records(problem, tune, thin, seed, swaps, pairs, exchanges, lines, imputation, draws, show)
+    records = chain_records(
+        problem, tune, thin, seed, swaps, pairs, exchanges, lines, imputation, draws, show, shears=shears
+    )
     for i, record in enumerate(records):
         out["coef"][i], out["include"][i], out["scale"][i], out["lp"][i] = record[:4]
         for c, cov in enumerate(record[4]):
@@ -284,6 +292,7 @@ def chain_records(
     imputation: ImputationProblem | None = None,
     draws: int | None = None,
     show: bool = False,
+    shears: bool = True,
 ):
     """One chain of the prior's sampler (module docstring), as a generator of its kept draws
     ``(coef, gamma, scale, log posterior, covs[, (mu, sigma, z)])``: ``draws`` of them, or for as long as it is
@@ -302,6 +311,11 @@ def chain_records(
     line_moves = (
         LineMoves(y, X, free, problem.fixed_precision[free], problem.selected, tune)
         if has_indicators and (lines or (lines is None and isinstance(problem.prior, LaplaceZero)))
+        else None
+    )
+    shear_flips = (
+        ShearedPairs(y, X, free, problem.fixed_precision[free], problem.selected, tune)
+        if shears and has_indicators
         else None
     )
     omega = np.exp(rng.normal(0.0, 0.5, y.size))  # over-dispersed start
@@ -339,6 +353,8 @@ def chain_records(
                 marginal.X = X
             if line_moves is not None:
                 line_moves.X = X
+            if shear_flips is not None:
+                shear_flips.X = X
         gram = problem.weighted_gram(omega)
         # the random-effect blocks' prior precision joins G: their columns are never scaled by gamma, so every
         # step below reads G + blockdiag(Sigma^{-1}) as the complete-data precision of the unpenalised part
@@ -355,7 +371,10 @@ def chain_records(
         if line_moves is not None:
             coef = line_moves.run(state, coef, rng, gram)
             line_moves.observe(step, coef)
-        if moves is not None or marginal is not None or line_moves is not None:
+        if shear_flips is not None:
+            coef = shear_flips.run(state, coef, rng)
+            shear_flips.observe(step, coef, state.gamma, np.diag(gram)[problem.selected])
+        if moves is not None or marginal is not None or line_moves is not None or shear_flips is not None:
             state.after_moves()
         if components:  # Sigma_c | u_c (IG, half-t through its auxiliary variable, or IW)
             covs = draw_components(components, [coef[c.index] for c in components], rng, aux)
