@@ -11,8 +11,9 @@ sampling, run here in one process:
 * spam with ``LaplaceZero()`` and ``SpikeSlab()``, 4 x (1,000 + 1,000): the largest R-hat and smallest bulk ESS of
   the inclusion indicators with the default moves (the swaps of :mod:`bayesvm.engines.selection.moves`, the
   updates and the exchanges of :mod:`bayesvm.engines.selection.marginal_pairs`, the line moves of
-  :mod:`bayesvm.engines.selection.directions`, which run by default with Laplace-zero), with the line moves
-  (``lines=True``; off: ``lines=False``) the other way round, and with none of the moves (the papers' samplers);
+  :mod:`bayesvm.engines.selection.directions`, which run by default with Laplace-zero, and the sheared pair
+  updates of :mod:`bayesvm.engines.selection.sheared_pairs`), without the sheared updates (``shears=False``: the
+  default before them), and with none of the moves (the papers' samplers);
 * acath, ``sigdz ~ age + sex + log_dur + log_chol`` (as ``benchmarks.acath_impute``) with ``missing="impute"`` (joint
   imputation Gibbs), 4 x (1,000 + 1,000): min ESS and max R-hat with the moves of
   :mod:`bayesvm.engines.linear.interweave` (the default) and without (``_moves=False``, the paper's Appendix C).
@@ -86,11 +87,9 @@ def _bambi_toenail() -> tuple[float, float] | None:
     return float(min(float(np.min(ess[v])) for v in names)), seconds
 
 
-def _spam_selection(
-    spam, prior, swaps: bool, pairs: bool, exchanges: bool, lines: bool | None
-) -> tuple[np.ndarray, np.ndarray, float]:
+def _spam_selection(spam, prior, moves: dict) -> tuple[np.ndarray, np.ndarray, float]:
     """R-hat and bulk ESS of every inclusion indicator, and the seconds, of a 4 x (1000 + 1000) selection Gibbs
-    fit."""
+    fit with the sampler's ``moves`` switches (``swaps``, ``pairs``, ``exchanges``, ``lines``, ``shears``)."""
     import arviz as az
 
     from bayesvm.engines.selection import gibbs as selection_gibbs
@@ -98,7 +97,7 @@ def _spam_selection(
     original = selection_gibbs.sample_selection
 
     def sampler(*args, **kwargs):
-        return original(*args, swaps=swaps, pairs=pairs, exchanges=exchanges, lines=lines, **kwargs)
+        return original(*args, **moves, **kwargs)
 
     selection_gibbs.sample_selection = sampler
     try:
@@ -185,14 +184,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     spam = bayesvm.datasets.load_spam()
     for prior in (bayesvm.priors.LaplaceZero(), bayesvm.priors.SpikeSlab()):
-        default_lines = isinstance(prior, bayesvm.priors.LaplaceZero)  # (the engine's lines=None)
         variants = (
-            ("default", True, True, True, None),
-            ("without line moves" if default_lines else "with line moves", True, True, True, not default_lines),
-            ("papers' sampler", False, False, False, False),
+            ("default", {}),
+            ("without sheared pair updates", {"shears": False}),
+            ("papers' sampler", {"swaps": False, "pairs": False, "exchanges": False, "lines": False, "shears": False}),
         )
-        for label, swaps, pairs, exchanges, lines in variants:
-            rhat, ess, seconds = _spam_selection(spam, prior, swaps, pairs, exchanges, lines)
+        for label, moves in variants:
+            rhat, ess, seconds = _spam_selection(spam, prior, moves)
             print(
                 f"spam, {type(prior).__name__} Gibbs ({label}), 4 x (1000 + 1000): inclusion indicators max R-hat "
                 f"{np.nanmax(rhat):.3f} ({int(np.sum(rhat > 1.05))} of {rhat.size} above 1.05), min bulk ESS "

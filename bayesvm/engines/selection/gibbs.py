@@ -32,8 +32,10 @@ the prior's step, two kinds of model moves run on the posterior with ``omega`` i
 remembers on many rows, and that module's exchanges between an included and an excluded slope with both
 integrated out (near-substitutes such as spam's ``font`` and ``charHash``), and the line moves of
 :mod:`bayesvm.engines.selection.directions` (hit-and-run along directions drawn from the coefficients' tuning
-covariance, which move slopes that share their signal together); then ``omega`` (and Laplace-zero's ``b``) is drawn
-afresh.
+covariance, which move slopes that share their signal together), and the sheared pair updates of
+:mod:`bayesvm.engines.selection.sheared_pairs` (each ``(gamma_k, c_k)`` redrawn exactly while the coefficients that
+take over its signal when it leaves slide with it, by the shift learned from the tuning draws); then ``omega`` (and
+Laplace-zero's ``b``) is drawn afresh.
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ def sample_selection(
     updates of :mod:`bayesvm.engines.selection.marginal_pairs`, ``exchanges=False`` its exchanges and ``lines=False``
     the line moves of :mod:`bayesvm.engines.selection.directions` (``None``: with Laplace-zero, whose coefficients
     persist between iterations; spike-and-slab redraws them from their collapsed conditional every iteration, and
-    on spam the lines did not lower its R-hat over three seeds while costing 20% more time) (all off: the
+    on spam the lines did not lower its R-hat over three seeds while costing 20% more time), ``shears=False`` the
+    sheared pair updates of :mod:`bayesvm.engines.selection.sheared_pairs` (all off: the
     papers' samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``; the exchanges run only with the
     pairs, since on their own they never change the number of slopes included).  ``imputation`` (an
     ``imputation="mi"`` problem on the same rows and columns as ``problem.X``) draws a new completed data

@@ -182,9 +182,7 @@ class ShearedPairs:
             weak = free_quad * min(half_width, 1e150) ** 2 < WEAK_PRIOR
             if not weak:
                 quad, gauss_linear = quad + free_quad, gauss_linear + free_linear
-            own = (
-                0.5 * (np.log(precision[j]) - LOG_2PI) if precision[j] > 0.0 else float(np.log(0.5 * inv_scale[j]))
-            )
+            own = 0.5 * (np.log(precision[j]) - LOG_2PI) if precision[j] > 0.0 else float(np.log(0.5 * inv_scale[j]))
             if compiled_rows.available():
                 new_in, t_new, used = compiled_pairs.line_pair(
                     a_all, b_all, quad, own, log_odds[j], t_now, half_width, TAIL_CUTOFF, gauss_linear + laplace_linear,
@@ -192,9 +190,7 @@ class ShearedPairs:
                 )  # fmt: skip
             else:
                 prior = SlopePrior(precision=quad) if quad > 0.0 else SlopePrior()
-                pieces, log_masses, used = window(
-                    a_all, b_all, prior, t_now, half_width, gauss_linear + laplace_linear
-                )
+                pieces, log_masses, used = window(a_all, b_all, prior, t_now, half_width, gauss_linear + laplace_linear)
                 log_bf = own + _logsumexp(log_masses) + 2.0 * float(np.sum(np.maximum(0.0, a_all)))
                 new_in = bool(uniforms[i, 0] < expit(log_odds[j] + log_bf))
                 t_new = draw_value(pieces, log_masses, uniforms[i, 1], uniforms[i, 2]) if new_in else 0.0
