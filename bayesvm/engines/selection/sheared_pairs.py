@@ -41,6 +41,12 @@ lives, so almost every proposal is accepted.
 kernel.  The sampler redraws ``omega`` and ``b`` from their full conditionals after the moves (partially collapsed
 Gibbs, van Dyk & Park 2008, as for the other moves).  ``tests/engines/selection/test_sheared_pairs.py`` checks
 chains whose only model moves are these updates against exact enumeration of the model probabilities.
+
+Measured on spam (4 x (1,000 + 1,000), default settings, ``python -m benchmarks.gibbs_mixing`` for seed 1): the
+learned shift of ``hpl`` moves ``hp`` by +0.87 and ``george`` by -0.40 per unit of ``hpl`` (the within-state
+regression points the other way: -0.84 for ``hp``), and the probability that an update switches ``hpl`` is 31-37%
+against 0.2-2% for the one-slope pair update at the same states.  The largest inclusion R-hat over seeds 1-4 went
+from 1.04-1.11 to 1.010-1.034 with Laplace-zero, at about 20% more time per iteration.
 """
 
 from __future__ import annotations
