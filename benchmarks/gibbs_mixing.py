@@ -25,7 +25,7 @@ sampling, run here in one process:
   sampler's SD over the square root of its smallest bulk ESS: conservative), as a check that both target the same
   posterior.
 
-``--quick`` runs toenail only; ``--fair`` the Fair check only.
+``--quick`` runs toenail only; ``--fair`` the Fair check only; ``--spam`` the spam rows only.
 """
 
 from __future__ import annotations
@@ -147,14 +147,36 @@ def _fair() -> None:
           f"{np.max(np.abs(a.mean(axis=0) - b.mean(axis=0)) / error):.2f}")  # fmt: skip
 
 
+def _spam() -> None:
+    """The spam rows of the module docstring (``--spam`` runs only these)."""
+    spam = bayesvm.datasets.load_spam()
+    for prior in (bayesvm.priors.LaplaceZero(), bayesvm.priors.SpikeSlab()):
+        variants = (
+            ("default", {}),
+            ("without sheared pair updates", {"shears": False}),
+            ("papers' sampler", {"swaps": False, "pairs": False, "exchanges": False, "lines": False, "shears": False}),
+        )
+        for label, moves in variants:
+            rhat, ess, seconds = _spam_selection(spam, prior, moves)
+            print(
+                f"spam, {type(prior).__name__} Gibbs ({label}), 4 x (1000 + 1000): inclusion indicators max R-hat "
+                f"{np.nanmax(rhat):.3f} ({int(np.sum(rhat > 1.05))} of {rhat.size} above 1.05), min bulk ESS "
+                f"{np.nanmin(ess):.0f}; {seconds:.1f} s"
+            )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fair", action="store_true")
+    parser.add_argument("--spam", action="store_true")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     if args.fair:
         _fair()
+        return
+    if args.spam:
+        _spam()
         return
     draws = 4 * 2500
     import arviz  # noqa: F401 - imported before the clock starts (module docstring)
@@ -182,20 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     ))  # fmt: skip
     if args.quick:
         return
-    spam = bayesvm.datasets.load_spam()
-    for prior in (bayesvm.priors.LaplaceZero(), bayesvm.priors.SpikeSlab()):
-        variants = (
-            ("default", {}),
-            ("without sheared pair updates", {"shears": False}),
-            ("papers' sampler", {"swaps": False, "pairs": False, "exchanges": False, "lines": False, "shears": False}),
-        )
-        for label, moves in variants:
-            rhat, ess, seconds = _spam_selection(spam, prior, moves)
-            print(
-                f"spam, {type(prior).__name__} Gibbs ({label}), 4 x (1000 + 1000): inclusion indicators max R-hat "
-                f"{np.nanmax(rhat):.3f} ({int(np.sum(rhat > 1.05))} of {rhat.size} above 1.05), min bulk ESS "
-                f"{np.nanmin(ess):.0f}; {seconds:.1f} s"
-            )
+    _spam()
     from bayesvm.engines.imputation import joint_model
     from benchmarks.acath_impute import FORMULA, data
 

@@ -316,7 +316,7 @@ def chain_records(
         if has_indicators and (lines or (lines is None and isinstance(problem.prior, LaplaceZero)))
         else None
     )
-    shear_flips = (
+    sheared = (
         ShearedPairs(y, X, free, problem.fixed_precision[free], problem.selected, tune)
         if shears and has_indicators
         else None
@@ -356,8 +356,8 @@ def chain_records(
                 marginal.X = X
             if line_moves is not None:
                 line_moves.X = X
-            if shear_flips is not None:
-                shear_flips.X = X
+            if sheared is not None:
+                sheared.X = X
         gram = problem.weighted_gram(omega)
         # the random-effect blocks' prior precision joins G: their columns are never scaled by gamma, so every
         # step below reads G + blockdiag(Sigma^{-1}) as the complete-data precision of the unpenalised part
@@ -374,10 +374,10 @@ def chain_records(
         if line_moves is not None:
             coef = line_moves.run(state, coef, rng, gram)
             line_moves.observe(step, coef)
-        if shear_flips is not None:
-            coef = shear_flips.run(state, coef, rng)
-            shear_flips.observe(step, coef, state.gamma, np.diag(gram)[problem.selected])
-        if moves is not None or marginal is not None or line_moves is not None or shear_flips is not None:
+        if sheared is not None:
+            coef = sheared.run(state, coef, rng)
+            sheared.observe(step, coef, state.gamma, np.diag(gram)[problem.selected])
+        if moves is not None or marginal is not None or line_moves is not None or sheared is not None:
             state.after_moves()
         if components:  # Sigma_c | u_c (IG, half-t through its auxiliary variable, or IW)
             covs = draw_components(components, [coef[c.index] for c in components], rng, aux)
