@@ -174,6 +174,8 @@ def run_ep(
     for _ in range(max_iter):
         sweeps += 1
         theta, (mean_f, var_f) = posterior(tau, nu)
+        if not np.all(np.isfinite(mean_f)):
+            break  # diverged: not converged, and no more sweeps can bring it back
         ok, m, v = cavities(mean_f, var_f, tau, nu)
         _, t_mean, t_var = tilted_moments(y, m, v)
         tau, nu = damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping)
