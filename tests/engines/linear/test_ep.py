@@ -62,7 +62,6 @@ def test_ep_evidence_matches_quadrature_in_one_dimension():
     np.testing.assert_allclose(state.theta.mean_d[0], mean, rtol=0.01)
 
 
-
 def test_diverged_ep_stops_at_once_and_is_not_converged():
     """Sites that make the posterior non-finite end the run on that sweep (it had run all ``max_iter`` sweeps on
     NaN, which made a failed attempt of the accurate fit cost thousands of sweeps before the next damping)."""
@@ -76,6 +75,7 @@ def test_diverged_ep_stops_at_once_and_is_not_converged():
     with np.errstate(invalid="ignore", divide="ignore"):
         state = run_ep(problem, [], tau, y * 2.0, max_iter=500)
     assert state.n_iter == 1 and not state.converged
+
 
 def _gibbs(formula, data, **kw):
     with warnings.catch_warnings():
