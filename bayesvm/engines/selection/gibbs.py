@@ -375,7 +375,7 @@ def chain_records(
             coef = line_moves.run(state, coef, rng, gram)
             line_moves.observe(step, coef)
         if sheared is not None:
-            coef = sheared.run(state, coef, rng)
+            coef = sheared.run(state, coef, rng, iteration=step)
             sheared.observe(step, coef, state.gamma, np.diag(gram)[problem.selected])
         if moves is not None or marginal is not None or line_moves is not None or sheared is not None:
             state.after_moves()

@@ -34,7 +34,10 @@ def test_the_shift_is_the_difference_of_the_states_means():
         gammas.append(gamma)
         coefs.append(coef)
         moves.observe(step, coef, gamma, np.ones(2))
-    kept = slice(100 // 4, 100)
+    # slope 2 was never out in the first half: a probe holds it out over 8 iterations from half way; those
+    # iterations are kept out of the regular means (here nothing forced it out, so the probe recorded nothing)
+    assert set(moves._probe_at) == set(range(50, 58)) and moves.probe_count[1] == 0
+    kept = [step for step in range(100 // 4, 100) if step not in moves._probe_at]
     c, g = np.array(coefs)[kept], np.array(gammas)[kept]
     on = g[:, 0]
     expected = -(c[on].mean(axis=0) - c[~on].mean(axis=0)) / c[on, 1].mean()
@@ -42,6 +45,61 @@ def test_the_shift_is_the_difference_of_the_states_means():
     np.testing.assert_allclose(moves.shift[:, 0], expected, rtol=1e-10)
     assert list(moves.sheared) == [0]  # slope 2 never left the model: no sheared update
     assert np.all(moves.shift[:, 1] == 0.0)
+
+
+def test_a_slope_its_chain_never_included_gets_its_shift_from_a_probe():
+    """Slope 1 is never in during the first half of tuning; the probe's recorded iterations (in, with slope 2 and the
+    intercept where they go when it enters) give its in-state mean."""
+    rng = np.random.default_rng(0)
+    y, X = np.ones(5), rng.standard_normal((5, 3))
+    moves = ShearedPairs(y, X, np.array([0]), np.array([1.0]), np.array([1, 2]), tune=100)
+    for step in range(100):
+        probe = moves._probe_at.get(step)
+        on = probe is not None and probe[0] == 0  # as run() would force it
+        if on:
+            moves.probe_stayed[0] += 1  # (as run() counts when the sampler's steps had left it in)
+        other = step % 2 == 0  # slope 2 in half of the time
+        coef = np.array([0.5 - 0.3 * on, 1.5 * on, (-1.0 + 0.6 * on) * other])
+        moves.observe(step, coef, np.array([on, other]), np.ones(2))
+    assert moves.probed[0] == 1 and moves.probe_count[0] == 4  # the last 4 of its 8 iterations
+    assert 0 in moves.sheared
+    # intercept: -(0.2 - 0.5) / 1.5; slope 2: in-state mean -0.4 * (its share in the recorded steps) against -0.5
+    recorded = [s for s, (j, _, r) in moves._probe_at.items() if j == 0 and r]
+    slope2_in = np.mean([(-1.0 + 0.6) * (s % 2 == 0) for s in recorded])
+    regular = [s for s in range(25, 100) if s not in moves._probe_at]
+    slope2_out = np.mean([-1.0 * (s % 2 == 0) for s in regular])
+    np.testing.assert_allclose(moves.shift[0, 0], -(0.2 - 0.5) / 1.5, rtol=1e-12)
+    np.testing.assert_allclose(moves.shift[2, 0], -(slope2_in - slope2_out) / 1.5, rtol=1e-12)
+
+
+def test_a_probe_iteration_forces_the_state_and_other_iterations_do_not():
+    X, y = _problem()
+    step = _Step(np.zeros(2), np.array([1.3, 0.8]), np.log([1e-6, 0.5]))  # slope 1 almost never in by its prior
+    step.gamma[:] = 0
+    moves = ShearedPairs(y, X, np.array([0]), np.array([0.5]), np.array([1, 2]), tune=0)
+    moves._probe_at = {3: (0, True, True)}
+    rng, coef = np.random.default_rng(1), np.zeros(3)
+    for iteration in range(6):
+        coef = moves.run(step, coef, rng, iteration=iteration)
+        assert step.gamma[0] == (iteration == 3) and (coef[1] != 0.0) == (iteration == 3)
+        step.gamma[0], coef[1] = 0, 0.0  # (the next regular update would drop it again)
+    assert moves.switches[0] == 0  # a forced state is not a switch of the chain
+    assert moves.probe_stayed[0] == 0  # (it was out before the forced update)
+
+
+def test_a_probe_the_sampler_never_kept_gives_no_sheared_update():
+    """A slope that the chain's own steps dropped at every probe iteration has no posterior mass in the forced state
+    worth a sheared update: its shift stays unset."""
+    rng = np.random.default_rng(0)
+    y, X = np.ones(5), rng.standard_normal((5, 3))
+    moves = ShearedPairs(y, X, np.array([0]), np.array([1.0]), np.array([1, 2]), tune=100)
+    for step in range(100):
+        probe = moves._probe_at.get(step)
+        on = probe is not None and probe[0] == 0
+        coef = np.array([0.5 - 0.3 * on, 1.5 * on, -1.0 * (step % 2 == 0)])
+        moves.observe(step, coef, np.array([on, step % 2 == 0]), np.ones(2))
+    assert moves.probe_count[0] == 4 and moves.probe_stayed[0] == 0
+    assert 0 not in moves.sheared and np.all(moves.shift[:, 0] == 0.0)
 
 
 class _Step:
