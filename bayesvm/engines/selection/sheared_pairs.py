@@ -50,10 +50,14 @@ So from half way, each slope seen fewer than :data:`MIN_VISITS` times in one sta
 the unvisited state and draws its value from the conditional there; the last :data:`PROBE_RECORDED` of those
 iterations give that state's mean (the first let the neighbours follow the slope through ``omega``).  Probe
 iterations stay out of the regular means, and the probes end by :data:`PROBE_END` of tuning so that the chain
-settles before the final estimate.  They are adaptation during burn-in only: nothing forced is kept, and the
-kernel after tuning is the fixed one above.  The sampler redraws ``omega`` and ``b`` from their full conditionals after the moves (partially collapsed
-Gibbs, van Dyk & Park 2008, as for the other moves).  ``tests/engines/selection/test_sheared_pairs.py`` checks
-chains whose only model moves are these updates against exact enumeration of the model probabilities.
+settles before the final estimate.  A probe counts only where the sampler's own steps had left the slope in the
+forced state at least :data:`PROBE_STAYED` times (else that state has no posterior mass worth a sheared update),
+and only if the chain has not visited the state by itself by the end of tuning.  Probes are adaptation during
+burn-in only: nothing forced is kept, and the kernel after tuning is the fixed one above.
+
+The sampler redraws ``omega`` and ``b`` from their full conditionals after the moves (partially collapsed Gibbs,
+van Dyk & Park 2008, as for the other moves).  ``tests/engines/selection/test_sheared_pairs.py`` checks chains
+whose only model moves are these updates against exact enumeration of the model probabilities.
 
 Measured on spam (Laplace-zero, default settings; ``python -m benchmarks.gibbs_mixing`` prints
 seed 1 with and without these updates): over 2 x 1,000 draws, ``s_hpl`` is +0.87 for ``hp`` and -0.40 for
