@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 VIGNETTES = Path(__file__).resolve().parents[1] / "bayesvm" / "docs"
@@ -163,6 +164,12 @@ def test_kernel_vignette_runs(tmp_path, monkeypatch, capsys, request):
     short = namespace["short"]
     ours = short[short["method"] == "bayesvm RBF (learned)"].set_index("set")
     assert (ours["error"] < 0.35).all() and len(short) >= 6
+    # titanic's cells: the hinge fit puts the men's low-rate cells at the margin, where GPC follows the rate
+    men = namespace["cells"].xs(0.52, level="x3")
+    low = men[men["rate"] < 0.2]
+    assert len(low) == 3 and np.allclose(low["f"], -1.0, atol=0.1)
+    half = men[men["rate"] == 0.5].iloc[0]
+    assert half["prob"] < 0.3 < 0.4 < half["gpc"]
     assert (tmp_path / "kernel_banana.png").stat().st_size > 1000
 
 
