@@ -169,7 +169,7 @@ def test_kernel_vignette_runs(tmp_path, monkeypatch, capsys, request):
     low = men[men["rate"] < 0.2]
     assert len(low) == 3 and np.allclose(low["f"], -1.0, atol=0.1)
     half = men[men["rate"] == 0.5].iloc[0]
-    assert half["prob"] < 0.3 < 0.4 < half["gpc"]
+    assert half["prob"] < 0.3 and half["gpc"] > half["prob"] + 0.1  # (0.22 against 0.42 as written)
     assert (tmp_path / "kernel_banana.png").stat().st_size > 1000
 
 
