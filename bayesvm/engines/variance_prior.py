@@ -81,16 +81,27 @@ def bound(comp, post) -> float:
     return float(given_a + prior_a + entropy + entropy_a)
 
 
+def conditional_inverse_gamma(comp, aux: float | None) -> tuple[float, float]:
+    """``(shape, rate)`` of the prior of ``sigma^2`` as an inverse gamma: ``IG(A, B)``, or the half-t's
+    ``IG(nu / 2, nu / a)`` given its auxiliary variable ``a`` (``s^2`` before the first draw)."""
+    if not is_half_t(comp):
+        return comp.prior_a, comp.prior_b
+    a = comp.prior_t_scale**2 if aux is None else aux
+    return 0.5 * comp.prior_nu, comp.prior_nu / a
+
+
+def draw_auxiliary(comp, variance: float, rng: np.random.Generator) -> float | None:
+    """Gibbs: the half-t's ``a | sigma^2 ~ IG((nu + 1) / 2, nu / sigma^2 + 1 / s^2)`` (None for the inverse gamma)."""
+    if not is_half_t(comp):
+        return None
+    return (comp.prior_nu / variance + comp.prior_t_scale**-2) / rng.gamma(0.5 * (comp.prior_nu + 1.0))
+
+
 def draw(comp, sum_squares: float, rng: np.random.Generator, aux: float | None) -> tuple[float, float | None]:
     """Gibbs: ``sigma^2 | u (, a)`` and, for the half-t, then ``a | sigma^2``; returns ``(sigma^2, a)``."""
-    J = comp.n_levels
-    if not is_half_t(comp):
-        return (comp.prior_b + 0.5 * sum_squares) / rng.gamma(comp.prior_a + 0.5 * J), None
-    nu, s = comp.prior_nu, comp.prior_t_scale
-    a = s**2 if aux is None else aux
-    variance = (nu / a + 0.5 * sum_squares) / rng.gamma(0.5 * (nu + J))
-    a = (nu / variance + s**-2) / rng.gamma(0.5 * (nu + 1.0))
-    return variance, a
+    shape, rate = conditional_inverse_gamma(comp, aux)
+    variance = (rate + 0.5 * sum_squares) / rng.gamma(shape + 0.5 * comp.n_levels)
+    return variance, draw_auxiliary(comp, variance, rng)
 
 
 def mode(comp, sum_squares: float) -> float:

@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as sla
 from scipy import stats
-from scipy.special import log_ndtr, logsumexp
 
+from ..engines.hinge_levels import LevelLayout, pieces
 from ..engines.linear.ep import Hyperparameters
 from ..engines.linear.vb import LOG_2PI
 from ..model.problems import VBProblem
@@ -61,79 +61,23 @@ def integrable_component(problem: VBProblem) -> int | None:
     return blocked[0]
 
 
-def _log_diff_ndtr(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``log(Phi(hi) - Phi(lo))`` for ``lo <= hi`` (``-inf`` for empty intervals), stable in both tails.
-
-    When ``lo > 0`` both ends lie in the upper tail and ``Phi(-lo) - Phi(-hi)`` is used instead.
-    Only non-empty intervals are evaluated (two ``log_ndtr`` calls each).
-    """
-    out = np.full(lo.shape, -np.inf)
-    keep = hi > lo
-    lo, hi = lo[keep], hi[keep]
-    upper = lo > 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        big = log_ndtr(np.where(upper, -lo, hi))
-        small = log_ndtr(np.where(upper, -hi, lo))
-        x = np.minimum(small - big, 0.0)
-        out[keep] = big + np.where(x > -0.6931, np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
-    return out
-
-
 def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np.ndarray, sigma2: np.ndarray,
                         n_levels: int) -> np.ndarray:  # fmt: skip
-    """``sum_j log I_j`` for draws ``eta (S, n)``, ``sigma2 (S,)`` (see the module docstring)."""
-    S, n = eta.shape
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
-    counts = np.bincount(sorted_codes, minlength=n_levels)
-    K = int(counts.max())
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    slot = np.arange(n) - starts[sorted_codes]  # position within its group
-    s = np.zeros((n_levels, K))
-    s[sorted_codes, slot] = (y * v)[order]
-    rows = np.full((n_levels, K), -1)
-    rows[sorted_codes, slot] = order
+    """``sum_j log I_j`` for draws ``eta (S, n)``, ``sigma2 (S,)`` (see the module docstring;
+    :mod:`bayesvm.engines.hinge_levels` computes each ``I_j``)."""
+    S = eta.shape[0]
+    layout = LevelLayout(y, v, codes, n_levels)
     total = np.zeros(S)
     # rows with s_i = 0 do not involve u: their hinge is a constant factor
     flat = (y * v) == 0
     if np.any(flat):
         total += -2.0 * np.sum(np.maximum(0.0, 1.0 - y[flat] * eta[:, flat]), axis=1)
-    step = max(1, int(CHUNK_VALUES // max(1, n_levels * (K + 1))))
+    J, K = layout.shape
+    step = max(1, int(CHUNK_VALUES // max(1, J * (K + 1))))
     for first in range(0, S, step):
         part = slice(first, min(S, first + step))
-        total[part] += _chunk(y, eta[part], s, rows, sigma2[part])
+        total[part] += np.sum(pieces(layout, eta[part]).log_integrals(sigma2[part]), axis=1)
     return total
-
-
-def _chunk(y, eta, s, rows, sigma2) -> np.ndarray:
-    S = eta.shape[0]
-    J, K = s.shape
-    active = s != 0
-    safe_rows = np.where(rows >= 0, rows, 0)
-    margin = 1.0 - y[safe_rows][None] * eta[:, safe_rows]  # (S, J, K)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        b = np.where(active[None], margin / np.where(active, s, 1.0)[None], np.inf)
-    order = np.argsort(b, axis=2)
-    b = np.take_along_axis(b, order, axis=2)
-    s_sorted = np.take_along_axis(np.broadcast_to(s, (S, J, K)), order, axis=2)
-    sb = np.where(s_sorted != 0, s_sorted * np.where(np.isfinite(b), b, 0.0), 0.0)
-    pos, neg = s_sorted > 0, s_sorted < 0
-    zeros = np.zeros((S, J, 1))
-    # interval m in 0..K lies between b[m-1] and b[m]; positives with index >= m and negatives with index < m act
-    suffix_s = np.concatenate([np.cumsum((pos * s_sorted)[..., ::-1], axis=2)[..., ::-1], zeros], axis=2)
-    suffix_sb = np.concatenate([np.cumsum((pos * sb)[..., ::-1], axis=2)[..., ::-1], zeros], axis=2)
-    prefix_s = np.concatenate([zeros, np.cumsum(neg * s_sorted, axis=2)], axis=2)
-    prefix_sb = np.concatenate([zeros, np.cumsum(neg * sb, axis=2)], axis=2)
-    c = 2.0 * (suffix_s + prefix_s)
-    a = -2.0 * (suffix_sb + prefix_sb)
-    lo = np.concatenate([np.full((S, J, 1), -np.inf), b], axis=2)
-    hi = np.concatenate([b, np.full((S, J, 1), np.inf)], axis=2)
-    var = sigma2[:, None, None]
-    sd = np.sqrt(var)
-    centre = c * var
-    with np.errstate(invalid="ignore"):
-        pieces = a + 0.5 * c * c * var + _log_diff_ndtr((lo - centre) / sd, (hi - centre) / sd)
-    return np.sum(logsumexp(pieces, axis=2), axis=1)
 
 
 def _log_prior_dense(problem: VBProblem, theta_d: np.ndarray, covs: list[np.ndarray], skip: int) -> np.ndarray:

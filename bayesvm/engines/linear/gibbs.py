@@ -48,6 +48,7 @@ from ...model.problems import VBProblem, sorted_by_level
 from .. import variance_prior
 from ..joint import component_values, log_prior, log_pseudo_likelihood
 from . import compiled_rows
+from .collapsed_variance import CollapsedVariance
 from .interweave import ScaleMoves
 from .vb import _prior_precisions, _sparse_prior
 
@@ -414,7 +415,9 @@ def chain_draws(
     Each iteration: ``theta | w, Sigma`` (Luts & Ormerod 2014, App. A, step 1); with ``interweave``, with ``w``
     integrated out, one rescaling move of ``(theta, Sigma)`` per coordinate of every random-effect term, one global
     rescaling and one update of each fixed-effect coefficient given the rest (:mod:`bayesvm.engines.linear.interweave`;
-    False gives the paper's sampler, kept for comparison); ``w | theta`` (step 2); ``Sigma | theta`` (step 3).
+    False gives the paper's sampler, kept for comparison) and then each random intercept's variance with its random
+    effects integrated out, and they given it (:mod:`bayesvm.engines.linear.collapsed_variance`); ``w | theta``
+    (step 2); ``Sigma | theta`` (step 3).
     """
     rng = np.random.default_rng(seed)
     _, problem = sorted_by_level(problem)
@@ -428,6 +431,9 @@ def chain_draws(
     rows = None if sparse else DenseRows(D, y, blocked, latent)
     stats = None if sparse else row_statistics(D, omega, y * (1.0 + omega), blocked)
     mover = ScaleMoves(problem) if interweave and problem.components else None
+    collapsed = CollapsedVariance(problem, tune) if mover is not None else None
+    if collapsed is not None and not collapsed.terms:
+        collapsed = None
     step = 0
     while True:
         precisions = [np.linalg.inv(c) for c in covs]
@@ -435,7 +441,9 @@ def chain_draws(
             theta_d = sparse_coefficient_draw(problem, omega, precisions, rng)
             theta_b = np.zeros((0, 0))
             if mover is not None:  # before w | theta, which it needs (interweave module)
-                theta_d, theta_b, covs, _ = mover(theta_d, theta_b, covs, aux, D @ theta_d, rng)
+                theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, D @ theta_d, rng)
+                if collapsed is not None:  # w integrated out too (collapsed_variance)
+                    theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step)
             f = D @ theta_d
             loglik = log_pseudo_likelihood(y, f)
             omega = latent(np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR))
@@ -443,7 +451,9 @@ def chain_draws(
             prior_dd, prior_b = _prior_precisions(problem, precisions)
             theta_d, theta_b = gaussian_draw(D, omega, None, prior_dd, blocked, prior_b, rng, stats=stats)
             if mover is not None:  # before w | theta, which it needs (interweave module)
-                theta_d, theta_b, covs, _ = mover(theta_d, theta_b, covs, aux, rows.predictor(theta_d, theta_b), rng)
+                theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, rows.predictor(theta_d, theta_b), rng)
+                if collapsed is not None:  # w integrated out too (collapsed_variance)
+                    theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step)
             loglik, omega, stats = rows(theta_d, theta_b)  # omega | theta, and the next draw's row sums
         covs = draw_components(
             problem.components, [component_values(c, theta_d, theta_b) for c in problem.components], rng, aux

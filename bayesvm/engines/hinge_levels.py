@@ -1,0 +1,215 @@
+"""A level's hinge pseudo-likelihood integrated over its random effect in closed form, and exact draws of it.
+
+For level ``j`` with rows ``i``, the rest of the linear predictor ``eta_i``, the term's values ``v_i`` and
+``u_j ~ N(0, sigma^2)``,
+
+    I_j(sigma^2) = int prod_i exp(-2 max(0, 1 - y_i eta_i - s_i u)) N(u; 0, sigma^2) du,   s_i = y_i v_i.
+
+Each hinge is active on one side of its kink ``b_i = (1 - y_i eta_i) / s_i`` (below it if ``s_i > 0``), where it
+contributes ``2 s_i (u - b_i)``.  Between consecutive sorted kinks the exponent is ``a + c u - u^2 / (2 sigma^2)``
+(``a = -2 sum s_i b_i``, ``c = 2 sum s_i`` over the active rows), so with ``m = c sigma^2``
+
+    I_j = sum_intervals exp(a + c^2 sigma^2 / 2) [Phi((hi - m) / sigma) - Phi((lo - m) / sigma)],
+
+and given ``sigma^2`` the random effect's exact conditional is the mixture over the intervals, weighted by these
+terms, of ``N(m, sigma^2)`` truncated to each interval (:func:`draw_levels`).  Used by the marginal PSIS check
+(:mod:`bayesvm.results.marginal_check`), by the exact quadratures of the tests, and by the Gibbs sampler's
+collapsed variance step (:mod:`bayesvm.engines.linear.collapsed_variance`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import log_ndtr, logsumexp, ndtri_exp
+
+from .linear import compiled_rows
+
+
+def log_diff_ndtr(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``log(Phi(hi) - Phi(lo))`` for ``lo <= hi`` (``-inf`` for empty intervals), stable in both tails.
+
+    When ``lo > 0`` both ends lie in the upper tail and ``Phi(-lo) - Phi(-hi)`` is used instead.
+    Only non-empty intervals are evaluated (two ``log_ndtr`` calls each).
+    """
+    out = np.full(lo.shape, -np.inf)
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    upper = lo > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        big = log_ndtr(np.where(upper, -lo, hi))
+        small = log_ndtr(np.where(upper, -hi, lo))
+        x = np.minimum(small - big, 0.0)
+        out[keep] = big + np.where(x > -0.6931, np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
+    return out
+
+
+class LevelLayout:
+    """Rows padded into a ``levels x (largest level)`` array, fixed by the codes: ``slope[j, k] = s_i`` and
+    ``rows[j, k] = i`` for the ``k``-th row of level ``j`` (``0`` and ``-1`` in the padding)."""
+
+    def __init__(self, y: np.ndarray, v: np.ndarray, codes: np.ndarray, n_levels: int):
+        n = codes.size
+        order = np.argsort(codes, kind="stable")
+        sorted_codes = codes[order]
+        counts = np.bincount(sorted_codes, minlength=n_levels)
+        K = int(counts.max()) if n else 0
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        slot = np.arange(n) - starts[sorted_codes]  # position within its level
+        self.slope = np.zeros((n_levels, K))
+        self.slope[sorted_codes, slot] = (y * v)[order]
+        self.rows = np.full((n_levels, K), -1)
+        self.rows[sorted_codes, slot] = order
+        self.active = self.slope != 0
+        self.safe_rows = np.where(self.rows >= 0, self.rows, 0)
+        self.y = y
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.slope.shape
+
+
+@dataclass
+class Pieces:
+    """Per interval ``(S, J, K + 1)``: the exponent's constant ``a`` and slope ``c`` and the interval's ends."""
+
+    a: np.ndarray
+    c: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    def log_terms(self, sigma2: np.ndarray) -> np.ndarray:
+        """``log`` of each interval's term of ``I_j`` at ``sigma2`` (``(S,)``), shape ``(S, J, K + 1)``."""
+        var = np.asarray(sigma2, dtype=float).reshape(-1, 1, 1)
+        sd = np.sqrt(var)
+        centre = self.c * var
+        with np.errstate(invalid="ignore"):
+            return (
+                self.a + 0.5 * self.c * self.c * var + log_diff_ndtr((self.lo - centre) / sd, (self.hi - centre) / sd)
+            )
+
+    def log_integrals(self, sigma2: np.ndarray) -> np.ndarray:
+        """``log I_j``, shape ``(S, J)``."""
+        return logsumexp(self.log_terms(sigma2), axis=2)
+
+    def log_integral_sum(self, sigma2: float) -> float:
+        """``sum_j log I_j`` at one ``sigma2`` for one draw (``S = 1``): compiled where numba is installed
+        (:func:`_log_integral_sum`), else by numpy; the two agree to rounding (tested)."""
+        if compiled_rows.available():
+            return float(log_integral_sum(self.a[0], self.c[0], self.lo[0], self.hi[0], float(sigma2)))
+        return float(np.sum(self.log_integrals(np.array([sigma2]))))
+
+
+def pieces(layout: LevelLayout, eta: np.ndarray) -> Pieces:
+    """The intervals of every level for the rest of the predictor ``eta`` (``(S, n)``, one row per draw)."""
+    S = eta.shape[0]
+    J, K = layout.shape
+    s = layout.slope
+    margin = 1.0 - layout.y[layout.safe_rows][None] * eta[:, layout.safe_rows]  # (S, J, K)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = np.where(layout.active[None], margin / np.where(layout.active, s, 1.0)[None], np.inf)
+    order = np.argsort(b, axis=2)
+    b = np.take_along_axis(b, order, axis=2)
+    s_sorted = np.take_along_axis(np.broadcast_to(s, (S, J, K)), order, axis=2)
+    sb = np.where(s_sorted != 0, s_sorted * np.where(np.isfinite(b), b, 0.0), 0.0)
+    pos, neg = s_sorted > 0, s_sorted < 0
+    zeros = np.zeros((S, J, 1))
+    # interval m in 0..K lies between b[m-1] and b[m]; positives with index >= m and negatives with index < m act
+    suffix_s = np.concatenate([np.cumsum((pos * s_sorted)[..., ::-1], axis=2)[..., ::-1], zeros], axis=2)
+    suffix_sb = np.concatenate([np.cumsum((pos * sb)[..., ::-1], axis=2)[..., ::-1], zeros], axis=2)
+    prefix_s = np.concatenate([zeros, np.cumsum(neg * s_sorted, axis=2)], axis=2)
+    prefix_sb = np.concatenate([zeros, np.cumsum(neg * sb, axis=2)], axis=2)
+    lo = np.concatenate([np.full((S, J, 1), -np.inf), b], axis=2)
+    hi = np.concatenate([b, np.full((S, J, 1), np.inf)], axis=2)
+    return Pieces(a=-2.0 * (suffix_sb + prefix_sb), c=2.0 * (suffix_s + prefix_s), lo=lo, hi=hi)
+
+
+def truncated_normal(mean: np.ndarray, sd: float, lo: np.ndarray, hi: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """``N(mean, sd^2)`` truncated to ``[lo, hi]`` by inversion in log space (exact in either tail): with
+    ``alpha, beta`` the standardised ends, the CDF's ``log Phi`` when ``alpha <= 0``, else the survival function's."""
+    alpha, beta = (lo - mean) / sd, (hi - mean) / sd
+    upper = alpha > 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        big = log_ndtr(np.where(upper, -alpha, beta))
+        small = log_ndtr(np.where(upper, -beta, alpha))
+        log_q = big + np.log(uniforms + (1.0 - uniforms) * np.exp(small - big))
+        x = ndtri_exp(log_q)
+    x = np.where(upper, -x, x)
+    return mean + sd * np.clip(x, alpha, beta)
+
+
+def draw_levels(part: Pieces, sigma2: float, rng: np.random.Generator) -> np.ndarray:
+    """One exact draw of every level's random effect given ``sigma2`` (module docstring; ``part`` for one draw,
+    ``S = 1``): an interval by its weight (Gumbel-max), then the truncated normal on it."""
+    log_terms = part.log_terms(np.array([sigma2]))[0]  # (J, K + 1)
+    J = log_terms.shape[0]
+    gumbel = -np.log(rng.exponential(size=log_terms.shape))
+    chosen = np.argmax(log_terms + gumbel, axis=1)
+    pick = (np.arange(J), chosen)
+    sd = float(np.sqrt(sigma2))
+    return truncated_normal(part.c[0][pick] * sigma2, sd, part.lo[0][pick], part.hi[0][pick], rng.random(J))
+
+
+#: Below this ``log Phi(x)`` is the asymptotic series (``erfc`` underflows near ``x = -38``).
+_SERIES_BELOW = -30.0
+_HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
+
+
+def _log_ndtr_scalar(x: float) -> float:
+    """``log Phi(x)`` (as :func:`scipy.special.log_ndtr`): ``log1p(-Phi(-x))`` in the upper tail, ``log(erfc / 2)``
+    in between, and below :data:`_SERIES_BELOW` the asymptotic series ``-x^2/2 - log(-x) - log(2 pi)/2 + log(1 - 1/x^2
+    + 3/x^4 - 15/x^6 + 105/x^8)`` (relative error below ``945 / x^10``, 2e-12 at ``x = -30``)."""
+    if x > 0.0:
+        return np.log1p(-0.5 * math.erfc(x / math.sqrt(2.0)))
+    if x > _SERIES_BELOW:
+        return np.log(0.5 * math.erfc(-x / math.sqrt(2.0)))
+    if x == -np.inf:
+        return -np.inf
+    r = 1.0 / (x * x)
+    return -0.5 * x * x - np.log(-x) - _HALF_LOG_2PI + np.log1p(r * (-1.0 + r * (3.0 + r * (-15.0 + r * 105.0))))
+
+
+def _log_interval(a, c, lo, hi, sigma2, sd):
+    """``log`` of one interval's term of ``I_j`` (module docstring; :func:`log_diff_ndtr` of the standardised ends)."""
+    if hi <= lo:
+        return -np.inf
+    centre = c * sigma2
+    alpha, beta = (lo - centre) / sd, (hi - centre) / sd
+    if alpha > 0.0:
+        big, small = _log_ndtr_compiled(-alpha), _log_ndtr_compiled(-beta)
+    else:
+        big, small = _log_ndtr_compiled(beta), _log_ndtr_compiled(alpha)
+    x = min(small - big, 0.0)
+    diff = np.log(-np.expm1(x)) if x > -0.6931 else np.log1p(-np.exp(x))
+    return a + 0.5 * c * c * sigma2 + big + diff
+
+
+def _log_integral_sum(a, c, lo, hi, sigma2):
+    """``sum_j log I_j`` from one draw's intervals ``(J, K + 1)``: a log-sum-exp of :func:`_log_interval` per level."""
+    sd = np.sqrt(sigma2)
+    J, M = a.shape
+    total = 0.0
+    for j in range(J):
+        largest, acc = -np.inf, 0.0
+        for m in range(M):
+            value = _log_interval(a[j, m], c[j, m], lo[j, m], hi[j, m], sigma2, sd)
+            if value == -np.inf:
+                continue
+            if value > largest:
+                acc = acc * np.exp(largest - value) + 1.0
+                largest = value
+            else:
+                acc += np.exp(value - largest)
+        if largest > -np.inf:
+            total += largest + np.log(acc)
+    return total
+
+
+if compiled_rows.numba is not None:
+    _log_ndtr_compiled = compiled_rows.compile_nogil(_log_ndtr_scalar)
+    _log_interval = compiled_rows.compile_nogil(_log_interval)
+    log_integral_sum = compiled_rows.compile_nogil(_log_integral_sum)
+else:  # never called: callers check compiled_rows.available()
+    _log_ndtr_compiled = log_integral_sum = None

@@ -1,0 +1,164 @@
+"""The collapsed variance step ``(sigma^2, u) | rest`` targets the pseudo-posterior's conditional."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import logsumexp
+
+from bayesvm.engines import variance_prior
+from bayesvm.engines.linear.collapsed_variance import CollapsedVariance, eligible_terms
+from bayesvm.engines.linear.gibbs import sample_gibbs
+from bayesvm.formula import build_design, parse_formula
+from bayesvm.model import build_model
+from bayesvm.priors import PriorSet
+from benchmarks.gibbs_mixing import one_row_groups
+from tests.engines.intercept_quadrature import log_joint_grid
+
+pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
+
+
+def _problem(formula, data, penalty=1.0, priors=None):
+    design = build_design(parse_formula(formula), data)
+    return build_model(design, penalty, PriorSet() if priors is None else priors, standardize=False).problem()
+
+
+def _data(seed=0, n=30):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "y": rng.choice(["a", "b"], n),
+        "x": rng.standard_normal(n),
+        "g": rng.choice(list("pqrs"), n),
+        "h": rng.choice(list("uvwxyz"), n),
+    })  # fmt: skip
+
+
+def _exact_log_variance(comp, y, z, codes, rest, n_levels, log_s):
+    """``log p(log s | rest)`` on a grid, each ``u_j`` integrated out of the hinge pseudo-likelihood by brute-force
+    quadrature over a grid of ``u`` (not the closed form the step uses)."""
+    u = np.linspace(-15, 15, 6001)
+    out = []
+    for t in log_s:
+        s = np.exp(t)
+        total = float(variance_prior.log_density(comp, s)) + t
+        for j in range(n_levels):
+            rows = codes == j
+            f = rest[rows][:, None] + z[rows][:, None] * u[None, :]
+            log_lik = -2.0 * np.sum(np.maximum(0.0, 1.0 - y[rows][:, None] * f), axis=0)
+            log_integrand = log_lik - 0.5 * u**2 / s - 0.5 * np.log(2 * np.pi * s)
+            total += logsumexp(log_integrand) + np.log(u[1] - u[0])
+        out.append(total)
+    return np.array(out)
+
+
+@pytest.mark.parametrize(
+    "formula,priors",
+    [("y ~ x + (1 | g)", "half-t"), ("y ~ x + (1 | h) + (0 + x | g)", "paper")],
+    ids=["intercept-half-t", "two-terms-paper"],
+)
+def test_chain_of_steps_matches_quadrature(formula, priors):
+    """The step repeated with the rest of the predictor held fixed is a Markov chain on ``(sigma^2, a, u)``: its
+    ``log sigma^2`` must follow the exact conditional and its ``u`` the exact conditional mean, each term's in turn
+    (blocked and not)."""
+    data = _data()
+    problem = _problem(formula, data, priors=PriorSet.paper() if priors == "paper" else PriorSet())
+    rng = np.random.default_rng(1)
+    terms = eligible_terms(problem)
+    assert len(terms) == formula.count("|")  # every term of these formulas is eligible
+    y = problem.y
+    theta_d = rng.normal(0.0, 0.5, problem.D.shape[1])
+    theta_b = (
+        rng.normal(0.0, 0.5, (problem.blocked.n_levels, problem.blocked.K)) if problem.blocked else np.zeros((0, 0))
+    )
+
+    def predictor(td, tb):
+        f = problem.D @ td
+        if problem.blocked is not None:
+            f = f + np.einsum("nk,nk->n", problem.blocked.values, tb[problem.blocked.codes])
+        return np.asarray(f).ravel()
+
+    for index in range(len(terms)):
+        step = CollapsedVariance(problem)
+        term = step.terms[index]
+        step.terms, step.layouts, step.active, step.few_rows = [term], [step.layouts[index]], [True], [True]
+        term.location = None  # the collapsed draw alone (the shift moves the rest; tested below)
+        comp = problem.components[term.c]
+        td, tb = theta_d.copy(), theta_b.copy()
+        covs = [np.eye(c.k) for c in problem.components]
+        aux = [None] * len(covs)
+        f = predictor(td, tb)
+        rows = slice(None) if term.rows is None else term.rows
+        u0 = tb[:, term.column] if term.rows is None else td[term.column]
+        rest = f[rows] - term.values * u0[term.codes]
+        draws = []
+        for _ in range(4000):
+            td, tb, covs, f = step(td, tb, covs, aux, f, rng)
+            draws.append(np.log(covs[term.c][0, 0]))
+        np.testing.assert_allclose(f, predictor(td, tb), atol=1e-10)  # the predictor follows the new u
+        u = tb[:, term.column] if term.rows is None else td[term.column]
+        np.testing.assert_allclose(f[rows] - term.values * u[term.codes], rest, atol=1e-10)  # the rest is untouched
+        grid = np.linspace(-14, 6, 401)
+        log_p = _exact_log_variance(comp, y[rows], term.values, term.codes, rest, term.n_levels, grid)
+        mass = np.exp(log_p - logsumexp(log_p))
+        probabilities = np.array([0.1, 0.25, 0.5, 0.75, 0.9])
+        exact = np.interp(probabilities, np.cumsum(mass) - 0.5 * mass, grid)
+        sampled = np.quantile(draws[200:], probabilities)
+        np.testing.assert_allclose(sampled, exact, atol=0.05 * (exact[-1] - exact[0]))
+
+
+def test_rows_in_two_levels_keep_the_conditional_draw():
+    """A term whose rows load on several of its columns (a GP basis, say) does not integrate out level by level."""
+    import dataclasses
+
+    problem = _problem("y ~ x + (1 | h) + (0 + x | g)", _data())
+    in_design = [term for term in eligible_terms(problem) if not term.blocked]
+    assert len(in_design) == 1
+    columns = problem.components[in_design[0].c].index[:, 0]
+    D = np.array(problem.D, dtype=float, copy=True)
+    D[0, columns] = 1.0  # row 0 now in every level of the term
+    assert [term.c for term in eligible_terms(dataclasses.replace(problem, D=D))] == [
+        term.c for term in eligible_terms(problem) if term.blocked
+    ]
+
+
+def test_the_shift_keeps_the_predictor_and_draws_the_orbit_exactly():
+    """``beta + delta, u - delta`` leaves ``f`` unchanged; repeated, ``beta`` follows the normal of the module
+    docstring on the orbit of the starting point (mean and sd from the starting values)."""
+    problem = _problem("y ~ x + (1 | g)", _data())
+    step = CollapsedVariance(problem)
+    (term,) = step.terms
+    assert term.location == 0  # the intercept column
+    rng = np.random.default_rng(3)
+    theta_d = np.array([0.4, -0.2])
+    theta_b = rng.normal(0.0, 1.0, (problem.blocked.n_levels, 1)) + 0.7
+    s, lam, J = 0.8, float(problem.fixed_precision[0]), term.n_levels
+    precision = lam + J / s
+    invariant = theta_d[0] + theta_b[:, 0].mean()  # beta + mean(u) is the same all along the orbit
+    mean = (-lam * 0.0 + J * invariant / s) / precision  # the orbit's density in beta: N(0, 1/lam) N(invariant - beta)
+    f0 = problem.D @ theta_d + problem.blocked.values[:, 0] * theta_b[problem.blocked.codes, 0]
+    draws = []
+    for _ in range(4000):
+        step.shift(term, theta_d, theta_b, [np.array([[s]])], rng)
+        draws.append(theta_d[0])
+    f = problem.D @ theta_d + problem.blocked.values[:, 0] * theta_b[problem.blocked.codes, 0]
+    np.testing.assert_allclose(f, f0, atol=1e-10)
+    assert abs(np.mean(draws) - mean) < 4 / np.sqrt(precision * len(draws))
+    assert abs(np.std(draws) * np.sqrt(precision) - 1) < 0.05
+
+
+def test_default_sampler_finds_the_small_mode_in_proportion():
+    """The paper's step ``sigma^2 | u`` sticks in the upper mode (measured: 28-81% of each chain's draws there against
+    13% exact); with the collapsed step the pooled chains put the exact share there and every chain crosses.
+
+    (Within the lower mode both samplers explore the funnel's tail slowly: over 4 x 8,000 draws the median of
+    ``log sigma^2`` there is about 1 above quadrature's, in either sampler; the issue's note records it.)"""
+    problem = _problem("y ~ 1 + (1 | g)", one_row_groups())
+    result = sample_gibbs(problem, draws=1500, tune=300, chains=4, seed=2, progress=False)
+    b, phi = np.linspace(-7, 7, 141), np.linspace(-30, 6, 721)
+    log_p = log_joint_grid(problem, b, phi)
+    mass = np.exp(log_p - logsumexp(log_p)).sum(axis=0)
+    log_variance = np.log(result.components[0][..., 0, 0])
+    exact_upper = mass[phi > -3].sum()
+    assert 0.08 < exact_upper < 0.2
+    assert abs(np.mean(log_variance > -3) - exact_upper) < 0.06
+    upper = log_variance > -3
+    assert np.all(upper.mean(axis=1) > 0) and np.all(upper.mean(axis=1) < 0.5)  # every chain crosses between them

@@ -1,0 +1,92 @@
+"""A level's hinge pseudo-likelihood integrated over its random effect, and exact draws of the effect."""
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import log_ndtr, logsumexp
+
+from bayesvm.engines import hinge_levels
+from bayesvm.engines.hinge_levels import LevelLayout, draw_levels, pieces, truncated_normal
+from bayesvm.engines.linear import compiled_rows
+
+
+def _levels(seed=0, n=40, J=6):
+    rng = np.random.default_rng(seed)
+    y = rng.choice([-1.0, 1.0], n)
+    v = rng.normal(1.0, 0.5, n)
+    v[:3] = 0.0  # rows the effect does not touch
+    codes = rng.integers(0, J, n)
+    eta = rng.normal(0.0, 1.0, n)
+    return y, v, codes, J, eta
+
+
+def _brute_force(y, v, codes, J, eta, sigma2, u=None):
+    """``log I_j`` by quadrature over a fine grid of ``u``, and the grid's normalised conditional density per level."""
+    u = np.linspace(-40, 40, 160001) if u is None else u
+    out, densities = [], []
+    for j in range(J):
+        rows = (codes == j) & (v != 0)
+        hinge = np.maximum(0.0, 1.0 - y[rows, None] * (eta[rows, None] + v[rows, None] * u[None, :])).sum(axis=0)
+        log_integrand = -2.0 * hinge + stats.norm.logpdf(u, 0.0, np.sqrt(sigma2))
+        out.append(logsumexp(log_integrand) + np.log(u[1] - u[0]))
+        densities.append(np.exp(log_integrand - logsumexp(log_integrand)))
+    return np.array(out), u, densities
+
+
+@pytest.mark.parametrize("sigma2", [1e-4, 0.3, 25.0])
+def test_closed_form_matches_quadrature(sigma2):
+    y, v, codes, J, eta = _levels()
+    part = pieces(LevelLayout(y, v, codes, J), eta[None, :])
+    exact, _, _ = _brute_force(y, v, codes, J, eta, sigma2)
+    np.testing.assert_allclose(part.log_integrals(np.array([sigma2]))[0], exact, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
+@pytest.mark.parametrize("sigma2", [1e-8, 1e-3, 0.7, 40.0, 1e6])
+def test_compiled_sum_matches_numpy(sigma2, monkeypatch):
+    y, v, codes, J, eta = _levels(seed=1, n=200, J=30)
+    eta[:20] *= 50.0  # kinks far out in both tails
+    part = pieces(LevelLayout(y, v, codes, J), eta[None, :])
+    compiled = part.log_integral_sum(sigma2)
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "0")
+    assert part.log_integral_sum(sigma2) == pytest.approx(compiled, rel=1e-11, abs=1e-9)
+
+
+@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
+def test_compiled_log_ndtr_matches_scipy():
+    x = np.concatenate([np.linspace(-80, 40, 6001), [-np.inf, np.inf, 0.0, -30.0, -29.999, -30.001]])
+    got = np.array([hinge_levels._log_ndtr_compiled(value) for value in x])
+    expected = log_ndtr(x)
+    finite = np.isfinite(expected) & (expected != 0)
+    np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-11)
+    assert got[0] < -3000 and np.isneginf(got[-6]) and got[-5] == 0.0
+
+
+def test_draws_follow_the_exact_conditional():
+    """Draws of each level's effect given ``sigma^2`` against the quadrature CDF (Kolmogorov-Smirnov distance)."""
+    y, v, codes, J, eta = _levels(seed=2)
+    sigma2 = 2.0
+    part = pieces(LevelLayout(y, v, codes, J), eta[None, :])
+    rng = np.random.default_rng(0)
+    draws = np.array([draw_levels(part, sigma2, rng) for _ in range(4000)])
+    _, u, densities = _brute_force(y, v, codes, J, eta, sigma2, u=np.linspace(-12, 12, 24001))
+    for j in range(J):
+        cdf = np.cumsum(densities[j])
+        model = np.interp(np.sort(draws[:, j]), u, cdf)
+        empirical = np.arange(1, draws.shape[0] + 1) / draws.shape[0]
+        assert np.max(np.abs(model - empirical)) < 1.95 / np.sqrt(draws.shape[0])  # the 0.1% KS critical value, each
+
+
+def test_truncated_normal_in_far_tails():
+    rng = np.random.default_rng(4)
+    u = rng.random(20000)
+    # an interval 40 standard deviations out on either side: inversion in log space keeps every draw inside it
+    for lo, hi in ((40.0, 41.0), (-41.0, -40.0), (-np.inf, -39.0), (39.0, np.inf)):
+        x = truncated_normal(np.zeros(u.size), 1.0, np.full(u.size, lo), np.full(u.size, hi), u)
+        assert np.all((x >= lo) & (x <= hi)) and np.all(np.isfinite(x))
+    x = truncated_normal(np.zeros(u.size), 1.0, np.full(u.size, 0.5), np.full(u.size, 2.0), u)
+    expected = stats.truncnorm(0.5, 2.0)
+    assert stats.kstest(x, expected.cdf).pvalue > 0.001
+    # past 40 sd the truncated normal is nearly exponential with rate ``lo``: its mean is ``lo + 1/lo``
+    x = truncated_normal(np.zeros(u.size), 1.0, np.full(u.size, 50.0), np.full(u.size, np.inf), u)
+    assert np.mean(x) == pytest.approx(50.0 + 1 / 50.0, abs=1e-3)
