@@ -94,6 +94,14 @@ class Pieces:
         """``log I_j``, shape ``(S, J)``."""
         return logsumexp(self.log_terms(sigma2), axis=2)
 
+    def shifted(self, delta: float) -> Pieces:
+        """The intervals for the random effects' prior ``N(delta, sigma2)`` instead of ``N(0, sigma2)``, written in
+        ``u = v - delta``: the hinge pseudo-likelihood is ``exp(a + c v)`` on ``lo <= v < hi``, which is
+        ``exp((a + c delta) + c u)`` on ``lo - delta <= u < hi - delta``.  Its integrals are ``I_j`` with the rest of
+        the predictor moved by ``delta`` times the level's values (a location shared by every level's effect), and
+        :func:`draw_levels` on it draws ``u``."""
+        return Pieces(a=self.a + self.c * delta, c=self.c, lo=self.lo - delta, hi=self.hi - delta)
+
     def log_integral_sum(self, sigma2: float) -> float:
         """``sum_j log I_j`` at one ``sigma2`` for one draw (``S = 1``): compiled where numba is installed
         (:func:`_log_integral_sum`), else by numpy; the two agree to rounding (tested)."""

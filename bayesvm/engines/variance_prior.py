@@ -29,6 +29,9 @@ A component uses the half-t when ``comp.prior_nu > 0`` (scale ``comp.prior_t_sca
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import numpy as np
 from scipy.special import digamma, gammaln
 
@@ -126,6 +129,16 @@ def log_density(comp, variance: float | np.ndarray) -> float | np.ndarray:
         - 0.5 * (nu + 1.0) * np.log1p(v / (nu * s**2))
     )  # fmt: skip
     return log_sd_density - np.log(2.0) - 0.5 * np.log(v)
+
+
+def log_density_of_log_variance(comp) -> Callable[[float], float]:
+    """``t -> log p(t)`` for ``t = log sigma^2`` (:func:`log_density` with its Jacobian ``+ t``; the half-t's marginal,
+    ``a`` integrated out), up to a constant, as a scalar function for samplers that call it many times."""
+    if not is_half_t(comp):
+        a, b = float(comp.prior_a), float(comp.prior_b)
+        return lambda t: -a * t - b * math.exp(-t)
+    nu, scale2 = float(comp.prior_nu), float(comp.prior_t_scale) ** 2
+    return lambda t: 0.5 * t - 0.5 * (nu + 1.0) * math.log1p(math.exp(t) / (nu * scale2))
 
 
 def describe(comp) -> str:

@@ -41,6 +41,21 @@ def test_closed_form_matches_quadrature(sigma2):
     np.testing.assert_allclose(part.log_integrals(np.array([sigma2]))[0], exact, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("delta", [-2.5, 0.3])
+def test_shifted_pieces_are_the_integrals_at_the_moved_predictor(delta):
+    """Moving the effects' prior mean by ``delta`` is moving the rest of the predictor by ``delta`` times the values:
+    the shifted intervals give those integrals (against quadrature) and their draws are ``u``, not ``u + delta``."""
+    y, v, codes, J, eta = _levels(seed=2)
+    layout = LevelLayout(y, v, codes, J)
+    shifted = pieces(layout, eta[None, :]).shifted(delta)
+    exact, u, densities = _brute_force(y, v, codes, J, eta + delta * v, 0.4, u=np.linspace(-20, 20, 80001))
+    np.testing.assert_allclose(shifted.log_integrals(np.array([0.4]))[0], exact, rtol=1e-6, atol=1e-6)
+    assert shifted.log_integral_sum(0.4) == pytest.approx(shifted.log_integrals(np.array([0.4])).sum(), rel=1e-10)
+    draws = np.array([draw_levels(shifted, 0.4, np.random.default_rng(seed)) for seed in range(4000)])
+    exact_means = np.array([np.sum(u * density) for density in densities])
+    np.testing.assert_allclose(draws.mean(axis=0), exact_means, atol=4 * np.sqrt(0.4 / 4000))
+
+
 @pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
 @pytest.mark.parametrize("sigma2", [1e-8, 1e-3, 0.7, 40.0, 1e6])
 def test_compiled_sum_matches_numpy(sigma2, monkeypatch):

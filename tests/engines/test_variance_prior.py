@@ -31,6 +31,16 @@ def test_log_density_is_a_normalised_density_of_the_variance(comp):
     assert total == pytest.approx(1.0, rel=1e-6)
 
 
+@pytest.mark.parametrize("comp", [HALF_T, INV_GAMMA], ids=["half-t", "inverse-gamma"])
+def test_log_density_of_log_variance_is_the_density_of_t(comp):
+    """The scalar ``t -> log p(t)`` of the collapsed variance step is ``log p(sigma^2 = e^t) + t`` up to one constant,
+    and the same constant across fourteen orders of magnitude."""
+    t = np.linspace(-16.0, 16.0, 33)
+    scalar = np.array([variance_prior.log_density_of_log_variance(comp)(x) for x in t])
+    reference = variance_prior.log_density(comp, np.exp(t)) + t
+    np.testing.assert_allclose(scalar - reference, (scalar - reference)[0], atol=1e-9)
+
+
 def test_mode_is_the_conditional_mode():
     for S in (0.3, 5.0, 80.0):
         log_post = lambda v: -0.5 * HALF_T.n_levels * np.log(v) - S / (2 * v) + variance_prior.log_density(HALF_T, v)  # noqa: E731,B023

@@ -22,11 +22,22 @@ the predictor (:mod:`bayesvm.engines.hinge_levels`):
 updates of ``t`` leave ``p(s | rest, y)`` invariant and ``u`` is then drawn from ``p(u | s, rest, y)``, so the pair is
 an exact update of the block ``(s, u)`` of the pseudo-posterior ``pi(theta, Sigma | y)``; as for the rescaling moves,
 the sampler draws ``w | theta`` afresh before anything uses it (a partially collapsed step: van Dyk & Park 2008).
-For the half-t prior ``p(s)`` is ``IG(nu / 2, nu / a)`` given its auxiliary variable ``a``, drawn afresh given ``s``
-afterwards (:func:`bayesvm.engines.variance_prior.draw_auxiliary`).  A composition of kernels that each keep the
-target keeps it, so running the step on a fixed schedule is exact: every fourth iteration, for terms with few rows per
-level, and after the first quarter of tuning only for those whose variance the tuning draws show weakly identified
-(:class:`CollapsedVariance`).
+For the half-t prior ``p(s)`` is its marginal density, the auxiliary variable ``a`` of ``s | a ~ IG(nu / 2, nu / a)``
+integrated out too (:func:`bayesvm.engines.variance_prior.log_density_of_log_variance`), and ``a`` is drawn afresh
+given the new ``s`` (:func:`bayesvm.engines.variance_prior.draw_auxiliary`).  Given ``a`` the step was ten times
+slower to cross: ``a`` follows ``s`` into either mode, and ``IG(nu / 2, nu / a)`` with the upper mode's ``a`` puts a
+factor ``exp(-nu / (a s))``, hundreds of log units, on the lower mode's ``s`` (one-row groups of
+``benchmarks/gibbs_mixing.py``, the step repeated alone: 70-80 crossings between the modes in 10,000 steps given
+``a``, about 500 with it integrated out).
+
+Where the term has a location column (below), its coefficient ``beta`` joins the block: the level's effects then
+have prior mean ``delta = beta' - beta`` in the integrals (:meth:`bayesvm.engines.hinge_levels.Pieces.shifted`), and
+``delta | t`` (a normal prior times the ``I_j``) gets one slice update before the jumps on ``t`` and one after.  On
+one-row groups ``beta`` is pinned to within 0.02 by the hinge's kinks when ``sigma`` is near 0 but spread by 0.4
+near 1; moved only given ``u``, it kept ``sigma`` from leaving the upper mode.  A composition of kernels that each
+keep the target keeps it, so running the step on a fixed schedule is exact: every fourth iteration, for terms with
+few rows per level, and after the first quarter of tuning only for those whose variance the tuning draws show weakly
+identified (:class:`CollapsedVariance`).
 
 **Location shift** (every iteration).  Where a fixed-effect column equals the term's values on its rows and is zero
 elsewhere (the intercept for ``(1 | g)``, ``x`` for ``(0 + x | g)``), ``beta -> beta + delta``, ``u_j -> u_j - delta``
@@ -56,6 +67,13 @@ JUMPS = 2
 JUMP_SD = 3.0
 #: The collapsed variance step runs on every ``COLLAPSED_EVERY``-th iteration (:class:`CollapsedVariance`).
 COLLAPSED_EVERY = 4
+#: The location's slice width is ``2 sqrt(sigma^2 / J + LOCATION_WIDTH_FLOOR^2)``: the spread of the mean of ``J``
+#: effects, and at least the scale on which a hinge's kinks pin it when ``sigma`` is tiny (about 0.02 on the one-row
+#: groups of ``benchmarks/gibbs_mixing.py``)
+LOCATION_WIDTH_FLOOR = 0.05
+#: ``log sigma^2`` outside this range has density 0 in the collapsed step (``exp`` overflows beyond it; no prior or data
+#: put mass there).
+LOG_VARIANCE_RANGE = (-300.0, 300.0)
 #: The collapsed step is for terms whose levels have few rows (median at most this): there each ``u_j`` is barely
 #: informed by its own rows, and ``sigma^2 | u`` sits in a funnel; with many rows per level the ``u_j`` are pinned by
 #: their data and the step costs more than it gives (Fair's affairs, 6,366 rows in 6 and 4 levels: twice the time for
@@ -175,29 +193,35 @@ class CollapsedVariance:
             theta_d[term.column] = values
 
     def collapsed_draw(self, term, layout, theta_d, theta_b, covs, aux, f, rng) -> None:
-        """``(sigma^2, u) | rest`` with ``w`` integrated out (module docstring)."""
+        """``(sigma^2, u) | rest`` with ``w`` integrated out, and the location's coefficient with them where the term
+        has one: ``(beta, sigma^2, u) | rest`` (module docstring)."""
         comp = self.problem.components[term.c]
         rows = slice(None) if term.rows is None else term.rows
         z, codes = term.values, term.codes
         rest = f[rows] - z * self._effects(term, theta_d, theta_b)[codes]
-        part = pieces(layout, rest[None, :])
-        shape, rate = variance_prior.conditional_inverse_gamma(comp, aux[term.c])
-
-        def log_density(t: float) -> float:
-            s = float(np.exp(t))
-            return -shape * t - rate / s + part.log_integral_sum(s)
-
-        t = float(np.log(covs[term.c][0, 0]))
-        t = slice_sample_drawn(log_density, t, LOG_VARIANCE_WIDTH, rng.exponential(), rng.random(SLICE_STEPS + 1))
-        current = log_density(t)
-        for _ in range(JUMPS):
-            proposal = t + JUMP_SD * rng.standard_normal()
-            value = log_density(proposal)
-            if np.log(rng.random()) < value - current:
-                t, current = proposal, value
+        location = term.location
+        target = _CollapsedTarget(
+            pieces(layout, rest[None, :]), variance_prior.log_density_of_log_variance(comp), term.n_levels,
+            0.0 if location is None else float(theta_d[location]),
+            0.0 if location is None else float(self.problem.fixed_precision[location]),
+        )  # fmt: skip
+        t, delta = float(np.log(covs[term.c][0, 0])), 0.0
+        t = slice_sample_drawn(
+            lambda x: target.log_density(x, delta),
+            t,
+            LOG_VARIANCE_WIDTH,
+            rng.exponential(),
+            rng.random(SLICE_STEPS + 1),
+        )
+        if location is not None:
+            delta = target.location_slice(t, delta, rng)
+        t = target.variance_jumps(t, delta, rng)
+        if location is not None:
+            delta = target.location_slice(t, delta, rng)
+            theta_d[location] = target.beta + delta
         s = float(np.exp(t))
-        new = draw_levels(part, s, rng)
-        f[rows] = rest + z * new[codes]
+        new = draw_levels(target.part.shifted(delta), s, rng)
+        f[rows] = rest + z * (delta + new[codes])
         self._set_effects(term, theta_d, theta_b, new)
         covs[term.c] = np.array([[s]])
         aux[term.c] = variance_prior.draw_auxiliary(comp, s, rng)
@@ -212,3 +236,43 @@ class CollapsedVariance:
         delta = mean + rng.standard_normal() / np.sqrt(precision)
         theta_d[term.location] += delta
         self._set_effects(term, theta_d, theta_b, u - delta)
+
+
+class _CollapsedTarget:
+    """``log p(beta + delta, t | rest)`` of one term at one iteration, ``t = log sigma^2``, with ``w`` and ``u``
+    integrated out (module docstring), and the updates of the collapsed step that keep it.
+
+    ``part`` holds the intervals of the rest of the predictor (the location's coefficient at ``beta`` included), so
+    ``delta`` moves the effects' prior mean (:meth:`bayesvm.engines.hinge_levels.Pieces.shifted`); ``lam`` is the
+    location's prior precision (0 and ``delta = 0`` throughout when the term has no location column)."""
+
+    def __init__(self, part, log_prior, n_levels: int, beta: float, lam: float):
+        self.part, self.log_prior, self.n_levels = part, log_prior, n_levels
+        self.beta, self.lam = beta, lam
+
+    def log_density(self, t: float, delta: float) -> float:
+        if not LOG_VARIANCE_RANGE[0] < t < LOG_VARIANCE_RANGE[1]:
+            return -np.inf
+        moved = self.part if delta == 0.0 else self.part.shifted(delta)
+        return self.log_prior(t) - 0.5 * self.lam * (self.beta + delta) ** 2 + moved.log_integral_sum(float(np.exp(t)))
+
+    def location_scale(self, t: float) -> float:
+        """The spread of ``delta`` given ``t``: of the mean of ``J`` effects, and at least the floor."""
+        return float(np.sqrt(np.exp(t) / self.n_levels + LOCATION_WIDTH_FLOOR**2))
+
+    def variance_jumps(self, t: float, delta: float, rng: np.random.Generator) -> float:
+        """:data:`JUMPS` random-walk Metropolis updates of ``t | delta``."""
+        current = self.log_density(t, delta)
+        for _ in range(JUMPS):
+            proposal = t + JUMP_SD * rng.standard_normal()
+            value = self.log_density(proposal, delta)
+            if np.log(rng.random()) < value - current:
+                t, current = proposal, value
+        return t
+
+    def location_slice(self, t: float, delta: float, rng: np.random.Generator) -> float:
+        """One slice update of ``delta | t``."""
+        return slice_sample_drawn(
+            lambda d: self.log_density(t, d), delta, 2.0 * self.location_scale(t), rng.exponential(),
+            rng.random(SLICE_STEPS + 1),
+        )  # fmt: skip

@@ -34,8 +34,10 @@ integrated out (near-substitutes such as spam's ``font`` and ``charHash``), and 
 :mod:`bayesvm.engines.selection.directions` (hit-and-run along directions drawn from the coefficients' tuning
 covariance, which move slopes that share their signal together), and the sheared pair updates of
 :mod:`bayesvm.engines.selection.sheared_pairs` (each ``(gamma_k, c_k)`` redrawn exactly while the coefficients that
-take over its signal when it leaves slide with it, by the shift learned from the tuning draws); then ``omega`` (and
-Laplace-zero's ``b``) is drawn afresh.
+take over its signal when it leaves slide with it, by the shift learned from the tuning draws); then the collapsed
+variance step and the location shift of each random intercept (:mod:`bayesvm.engines.linear.collapsed_variance`, as
+the linear sampler's default: mostly one-row groups otherwise leave the variance stuck in one of its modes); then
+``omega`` (and Laplace-zero's ``b``) is drawn afresh.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from scipy.special import expit, gammaln, logit
 from ...errors import BayesvmError
 from ...linalg.dense import blas_threads
 from ...memory import check_memory
-from ...model.problems import ImputationProblem, SelectionProblem
+from ...model.problems import ImputationProblem, SelectionProblem, VBProblem
 from ...priors import LaplaceZero, Lasso, SpikeSlab
 from ..imputation.joint_model import (
     MI_BURN,
@@ -64,6 +66,7 @@ from ..imputation.joint_model import (
 )
 from ..imputation.normal_model import imputation_step, marginal_moments, missing_patterns, start_state
 from ..joint import log_component_prior, log_pseudo_likelihood
+from ..linear.collapsed_variance import CollapsedVariance
 from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, run_until_converged
 from .directions import LineMoves
 from .marginal_pairs import MarginalPairs
@@ -112,6 +115,7 @@ def sample_selection(
     lines: bool | None = None,
     monitor=None,
     shears: bool = True,
+    collapsed: bool = True,
 ) -> SelectionGibbsResult:
     """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``.
 
@@ -125,7 +129,8 @@ def sample_selection(
     the line moves of :mod:`bayesvm.engines.selection.directions` (``None``: with Laplace-zero, whose coefficients
     persist between iterations; spike-and-slab redraws them from their collapsed conditional every iteration, and
     on spam the lines did not lower its R-hat over three seeds while costing 20% more time), ``shears=False`` the
-    sheared pair updates of :mod:`bayesvm.engines.selection.sheared_pairs` (all off: the
+    sheared pair updates of :mod:`bayesvm.engines.selection.sheared_pairs` and ``collapsed=False`` the random
+    intercepts' moves of :mod:`bayesvm.engines.linear.collapsed_variance` (all off: the
     papers' samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``; the exchanges run only with the
     pairs, since on their own they never change the number of slopes included).  ``imputation`` (an
     ``imputation="mi"`` problem on the same rows and columns as ``problem.X``) draws a new completed data
@@ -136,7 +141,14 @@ def sample_selection(
     if draws == "auto":
         if imputation is not None:
             raise BayesvmError("draws='auto' does not run with imputation: its segments need a number of draws")
-        moves = {"swaps": swaps, "pairs": pairs, "exchanges": exchanges, "lines": lines, "shears": shears}
+        moves = {
+            "swaps": swaps,
+            "pairs": pairs,
+            "exchanges": exchanges,
+            "lines": lines,
+            "shears": shears,
+            "collapsed": collapsed,
+        }
         runs, stopping = sample_selection_until_converged(problem, tune, thin, chains, seed, progress, monitor, moves)
         draws = runs[0]["lp"].size
     else:
@@ -146,7 +158,14 @@ def sample_selection(
             "use fewer draws or thin=k",
         )
         chain = partial(
-            _run_chain, swaps=swaps, pairs=pairs, exchanges=exchanges, lines=lines, shears=shears, imputation=imputation
+            _run_chain,
+            swaps=swaps,
+            pairs=pairs,
+            exchanges=exchanges,
+            lines=lines,
+            shears=shears,
+            imputation=imputation,
+            collapsed=collapsed,
         )
         runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
     extra = {}
@@ -233,9 +252,12 @@ def _run_chain(
     lines: bool | None = None,
     imputation=None,
     shears: bool = True,
+    collapsed: bool = True,
 ) -> dict:  # fmt: skip
     with blas_threads(problem.q):
-        return _chain(problem, draws, tune, thin, seed, show, swaps, imputation, pairs, exchanges, lines, shears)
+        return _chain(
+            problem, draws, tune, thin, seed, show, swaps, imputation, pairs, exchanges, lines, shears, collapsed
+        )
 
 
 def _chain(
@@ -251,6 +273,7 @@ def _chain(
     exchanges: bool = True,
     lines: bool | None = None,
     shears: bool = True,
+    collapsed: bool = True,
 ) -> dict:
     """One chain of ``draws`` kept draws: :func:`chain_records` stored in arrays."""
     q, m = problem.q, problem.m
@@ -269,7 +292,19 @@ def _chain(
             z_sq=np.zeros(imputation.z.shape),
         )
     records = chain_records(
-        problem, tune, thin, seed, swaps, pairs, exchanges, lines, imputation, draws, show, shears=shears
+        problem,
+        tune,
+        thin,
+        seed,
+        swaps,
+        pairs,
+        exchanges,
+        lines,
+        imputation,
+        draws,
+        show,
+        shears=shears,
+        collapsed=collapsed,
     )
     for i, record in enumerate(records):
         out["coef"][i], out["include"][i], out["scale"][i], out["lp"][i] = record[:4]
@@ -296,6 +331,7 @@ def chain_records(
     draws: int | None = None,
     show: bool = False,
     shears: bool = True,
+    collapsed: bool = True,
 ):
     """One chain of the prior's sampler (module docstring), as a generator of its kept draws
     ``(coef, gamma, scale, log posterior, covs[, (mu, sigma, z)])``: ``draws`` of them, or for as long as it is
@@ -323,6 +359,7 @@ def chain_records(
     )
     omega = np.exp(rng.normal(0.0, 0.5, y.size))  # over-dispersed start
     components = problem.components
+    intercepts = _collapsed_moves(problem, tune, imputation) if collapsed and components else None
     covs = [np.eye(c.k) for c in components]  # random-effect terms: Sigma_c, drawn after the coefficients
     aux: list = [None] * len(components)
     if draws is None:  # draws="auto": every thin-th iteration after tuning, without end
@@ -379,6 +416,8 @@ def chain_records(
             sheared.observe(step, coef, state.gamma, np.diag(gram)[problem.selected])
         if moves is not None or marginal is not None or line_moves is not None or sheared is not None:
             state.after_moves()
+        if intercepts is not None:  # (sigma^2, u) and the shift with omega integrated out; omega drawn afresh below
+            coef, _, covs, _ = intercepts(coef, _NO_BLOCKS, covs, aux, X @ coef, rng, step)
         if components:  # Sigma_c | u_c (IG, half-t through its auxiliary variable, or IW)
             covs = draw_components(components, [coef[c.index] for c in components], rng, aux)
         f = X @ coef
@@ -396,6 +435,27 @@ def chain_records(
             )
             record = (np.array(coef, copy=True), state.gamma.copy(), state.scale, log_posterior, list(covs))
             yield record if imputation is None else (*record, (mu, sigma, imputed.z))
+
+
+_NO_BLOCKS = np.zeros((0, 0))
+
+
+def _collapsed_moves(
+    problem: SelectionProblem, tune: int, imputation: ImputationProblem | None
+) -> CollapsedVariance | None:
+    """The random intercepts' moves of :mod:`bayesvm.engines.linear.collapsed_variance` on the selection design.
+
+    Only the unpenalised columns have a fixed normal prior there (``fixed_precision`` is unused at the penalised
+    ones), so only they can be a term's location column; an imputed column changes with each completed data set and
+    is never one.  None when no term is eligible."""
+    precision = np.zeros(problem.q)
+    free = problem.unselected
+    if imputation is not None:
+        free = np.setdiff1d(free, imputation.columns)
+    precision[free] = problem.fixed_precision[free]
+    view = VBProblem(y=problem.y, D=problem.X, fixed_precision=precision, components=problem.components)
+    moves = CollapsedVariance(view, tune)
+    return moves if moves.terms else None
 
 
 def _log_fixed_prior(problem: SelectionProblem, coef: np.ndarray) -> float:
