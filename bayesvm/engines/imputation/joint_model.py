@@ -52,6 +52,7 @@ from ...linalg.dense import blas_threads, gaussian_draw, gaussian_posterior
 from ...model.problems import ImputationProblem
 from ..augmentation import inverse_a_mean, update_chi
 from ..joint import component_values, log_prior, log_pseudo_likelihood
+from ..linear.collapsed_variance import CollapsedVariance
 from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
 from ..linear.interweave import ScaleMoves
 from ..linear.vb import (
@@ -281,9 +282,10 @@ def run_impute_chain(
 def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, show: bool, moves: bool = True) -> dict:
     """One chain of Appendix C (``mode="joint"``) or of the cut multiple-imputation posterior (``mode="mi"``).
 
-    Each iteration: ``theta | w, z``; with ``moves``, the moves of :mod:`bayesvm.engines.linear.interweave` on
-    ``(theta, Sigma)`` given the completed design, ``w`` integrated out (the completed data enter the hinge
-    posterior only through the design, so each move keeps ``p(theta, Sigma | z, y)`` and with it the joint target);
+    Each iteration: ``theta | w, z``; with ``moves``, the moves of :mod:`bayesvm.engines.linear.interweave` and of
+    :mod:`bayesvm.engines.linear.collapsed_variance` on ``(theta, Sigma)`` given the completed design, ``w``
+    integrated out (the completed data enter the hinge posterior only through the design, so each move keeps
+    ``p(theta, Sigma | z, y)`` and with it the joint target);
     ``w | theta``; ``Sigma | theta``; then the imputations.  ``moves=False`` is the paper's sampler."""
     rng = np.random.default_rng(seed)
     order, prob = problem.sorted()
@@ -315,7 +317,7 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
         "z_sq": np.zeros((n, V)),
     }
     steps = range(total)
-    mover = None
+    mover = intercepts = None
     if show:
         from tqdm.auto import tqdm
 
@@ -340,7 +342,11 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
         if moves:  # before w | theta, which they need (interweave module); the design is this iteration's
             if mover is None or mover.problem.D is not D:
                 mover = ScaleMoves(current if sp.issparse(D) else replace(base, D=D))
+            if intercepts is None:  # (collapsed_variance: its terms' columns are never imputed)
+                intercepts = CollapsedVariance(mover.problem, tune, prob.columns)
             theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
+            if intercepts.terms:
+                theta_d, theta_b, covs, f = intercepts(theta_d, theta_b, covs, aux, f, rng, step)
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
         covs = draw_components(
             base.components, [component_values(c, theta_d, theta_b) for c in base.components], rng, aux

@@ -149,12 +149,17 @@ class CollapsedVariance:
     draws come from one fixed kernel): the step goes on for the terms whose ``log sigma^2`` varied by more than
     :data:`WEAK_LOG_VARIANCE_SD` over the second eighth of tuning, where a funnel or a second mode is (a
     well-identified variance mixes well without it, and on toenail the step would cost about as much as the rest of
-    an iteration).  Without tuning every eligible term with few rows per level gets it.
+    an iteration).  Without tuning every eligible term with few rows per level gets it.  ``varying_columns`` are
+    design columns that change between iterations (imputed ones): none of them is used as a location.
     """
 
-    def __init__(self, problem, tune: int = 0):
+    def __init__(self, problem, tune: int = 0, varying_columns: np.ndarray | None = None):
         self.problem = problem
         self.terms = eligible_terms(problem)
+        if varying_columns is not None:  # columns that change between iterations (imputed) are no term's location
+            for term in self.terms:
+                if term.location in set(np.asarray(varying_columns).tolist()):
+                    term.location = None
         y = problem.y
         self.layouts = [
             LevelLayout(y if term.rows is None else y[term.rows], term.values, term.codes, term.n_levels)

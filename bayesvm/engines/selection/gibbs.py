@@ -450,11 +450,9 @@ def _collapsed_moves(
     is never one.  None when no term is eligible."""
     precision = np.zeros(problem.q)
     free = problem.unselected
-    if imputation is not None:
-        free = np.setdiff1d(free, imputation.columns)
     precision[free] = problem.fixed_precision[free]
     view = VBProblem(y=problem.y, D=problem.X, fixed_precision=precision, components=problem.components)
-    moves = CollapsedVariance(view, tune)
+    moves = CollapsedVariance(view, tune, None if imputation is None else imputation.columns)
     return moves if moves.terms else None
 
 

@@ -199,14 +199,18 @@ def test_vb_and_gibbs_imputations_agree(imputation):
         assert coef_gap < 0.5
 
 
-@pytest.mark.parametrize("imputation", ["joint", "mi"])
-def test_moves_keep_the_imputation_chains_target(imputation):
+@pytest.mark.parametrize(
+    "imputation,groups", [("joint", 10), ("mi", 10), ("joint", 40)], ids=["joint", "mi", "joint-small-groups"]
+)
+def test_moves_keep_the_imputation_chains_target(imputation, groups):
     """The moves with the augmentation integrated out (engines/linear/interweave.py), made given each iteration's
     completed design, keep the target: the chains with them against the paper's sampler (Appendix C) on the same
-    problem, with a random intercept -- coefficients, the intercept's variance and the imputed values."""
+    problem, with a random intercept -- coefficients, the intercept's variance and the imputed values.  With 40
+    groups of about 4 rows the collapsed variance step and the intercept's moves of
+    engines/linear/collapsed_variance.py run too (a term with at most 10 rows per level)."""
     from bayesvm.engines.imputation.joint_model import sample_impute_gibbs
 
-    frame, _, hide = simulate(n=150, seed=4, groups=10)
+    frame, _, hide = simulate(n=150, seed=4, groups=groups)
     design = build_design(parse_formula("y ~ x1 + x2 + x3 + (1 | g)"), frame, missing="impute")
     problem = build_model(design, "learn", PriorSet(), True).imputation_problem(imputation)
     options = dict(draws=2500, tune=300, chains=2, progress=False)
