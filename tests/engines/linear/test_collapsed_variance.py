@@ -175,13 +175,13 @@ def test_step_with_location_matches_quadrature_of_intercept_and_variance():
 
 def test_default_sampler_finds_the_small_mode_in_proportion():
     """The paper's step ``sigma^2 | u`` sticks in the upper mode (measured: 28-81% of each chain's draws there against
-    13% exact); with the collapsed step the pooled chains put the exact share there and every chain crosses.
+    14% exact); with the collapsed step the pooled chains put the exact share there and every chain crosses.
 
-    (The intercept's SD is about 0.02 in the smaller mode: the quadrature's grid must resolve it, or the exact share
-    comes out 0.10 instead of 0.14.)"""
+    (The intercept's SD is about 0.02 in the larger mode, near ``sigma = 0``: the quadrature's grid must resolve it, or
+    the exact share comes out 0.10 instead of 0.14.)"""
     problem = _problem("y ~ 1 + (1 | g)", one_row_groups())
     result = sample_gibbs(problem, draws=1500, tune=300, chains=4, seed=2, progress=False)
-    b, phi = np.linspace(-2.5, 0.5, 601), np.linspace(-30, 6, 181)  # b's SD is about 0.02 in the smaller mode
+    b, phi = np.linspace(-2.5, 0.5, 601), np.linspace(-30, 6, 181)  # b's SD is about 0.02 near sigma = 0
     log_p = log_joint_grid(problem, b, phi)
     mass = np.exp(log_p - logsumexp(log_p)).sum(axis=0)
     log_variance = np.log(result.components[0][..., 0, 0])

@@ -154,7 +154,7 @@ def test_selection_sampler_crosses_the_variance_modes_of_one_row_groups():
     over the intercept and ``log sigma^2``, the random intercepts integrated in closed form) and every chain crosses;
     without them (measured, seed 2: 64%, 35%, 19%, 57% per chain against 14% exact) the chains stick."""
     problem, linear = _one_row_selection()
-    b, phi = np.linspace(-2.5, 0.5, 601), np.linspace(-30, 6, 181)  # b's SD is about 0.02 in the smaller mode
+    b, phi = np.linspace(-2.5, 0.5, 601), np.linspace(-30, 6, 181)  # b's SD is about 0.02 near sigma = 0
     log_p = log_joint_grid(linear, b, phi)
     mass = np.exp(log_p - logsumexp(log_p)).sum(axis=0)
     exact_upper = mass[phi > -3].sum()
