@@ -275,6 +275,21 @@ class _Eliminated:
 ROW_CHUNK = 8192
 
 
+def spd_inverse(matrix: np.ndarray) -> np.ndarray:
+    """Inverse of a symmetric positive definite matrix through its Cholesky factor (LAPACK ``potrf`` / ``potri``),
+    symmetric to rounding: for the small ``k x k`` covariances whose precisions the samplers need each iteration."""
+    matrix = np.asarray(matrix, dtype=float)
+    if matrix.shape == (1, 1):
+        return 1.0 / matrix
+    factor, info = lapack.dpotrf(matrix, lower=True)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"matrix is not positive definite (LAPACK potrf info {info})")
+    inverse, info = lapack.dpotri(factor, lower=True)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"matrix is singular (LAPACK potri info {info})")
+    return np.tril(inverse) + np.tril(inverse, -1).T
+
+
 def weighted_gram(D: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``D' diag(w) D`` accumulated over chunks of rows (the weighted copy of a chunk stays in cache;
     measured faster than one product and than BLAS ``syrk`` on row-major data), symmetrised."""

@@ -8,7 +8,7 @@ from scipy import stats
 
 from bayesvm.engines.linear import gibbs
 from bayesvm.linalg import dense as linalg
-from bayesvm.linalg.dense import GaussianPosterior, weighted_gram_and_product
+from bayesvm.linalg.dense import GaussianPosterior, spd_inverse, weighted_gram_and_product
 
 
 @pytest.fixture
@@ -57,3 +57,18 @@ def test_split_latent_draws_are_inverse_gaussian_and_reproducible(monkeypatch):
         assert stats.kstest(sample, stats.invgauss(mu=1.0 / m, scale=1.0).cdf).pvalue > 1e-3
     # both halves carry draws (neither left empty nor copied from the other)
     assert not np.allclose(omega[: n // 2], omega[n // 2 :])
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_spd_inverse_is_the_symmetric_inverse(k):
+    rng = np.random.default_rng(k)
+    A = rng.standard_normal((k, k + 3))
+    matrix = A @ A.T + 0.1 * np.eye(k)
+    inverse = spd_inverse(matrix)
+    np.testing.assert_allclose(inverse @ matrix, np.eye(k), atol=1e-10)
+    np.testing.assert_array_equal(inverse, inverse.T)
+
+
+def test_spd_inverse_refuses_an_indefinite_matrix():
+    with pytest.raises(np.linalg.LinAlgError):
+        spd_inverse(np.array([[1.0, 2.0], [2.0, 1.0]]))

@@ -48,7 +48,7 @@ import scipy.sparse as sp
 from scipy import stats
 from scipy.special import multigammaln
 
-from ...linalg.dense import blas_threads, gaussian_draw, gaussian_posterior
+from ...linalg.dense import blas_threads, gaussian_draw, gaussian_posterior, spd_inverse
 from ...model.problems import ImputationProblem
 from ..augmentation import inverse_a_mean, update_chi
 from ..joint import component_values, log_prior, log_pseudo_likelihood
@@ -331,10 +331,10 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
         if sp.issparse(D):  # (multiple imputation only: z changes at a new imputation, the layout with it)
             if step == 0 or new_imputation[step]:
                 current = replace(base, D=D)
-            theta_d = sparse_coefficient_draw(current, omega, [np.linalg.inv(c) for c in covs], rng)
+            theta_d = sparse_coefficient_draw(current, omega, [spd_inverse(c) for c in covs], rng)
             theta_b = np.zeros((0, 0))
         else:
-            prior_dd, prior_b = _prior_precisions(base, [np.linalg.inv(c) for c in covs])
+            prior_dd, prior_b = _prior_precisions(base, [spd_inverse(c) for c in covs])
             theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng)
         f = D @ theta_d
         if blocked is not None:

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...errors import BayesvmError
-from ...linalg.dense import blas_threads, gaussian_mean
+from ...linalg.dense import blas_threads, gaussian_mean, spd_inverse
 from ...linalg.schur import schur_sparse_mean
 from ...linalg.sparse import SparseCholesky
 from ...model.output import EngineOutput
@@ -133,7 +133,7 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
     stage = 0
     for _ in range(max_iter):
         eps = MARGIN_FLOORS[stage]
-        precisions = [np.linalg.inv(c) for c in covs]
+        precisions = [spd_inverse(c) for c in covs]
         rhs = y * (1.0 + omega)
         if problem.is_sparse:
             prior, new_b = _sparse_prior(problem, precisions), np.zeros((0, 0))

@@ -38,6 +38,7 @@ from ...linalg.dense import (
     gaussian_draw,
     row_pool,
     row_statistics,
+    spd_inverse,
     splits_rows,
 )
 from ...linalg.schur import schur_sparse_draw
@@ -436,7 +437,7 @@ def chain_draws(
         collapsed = None
     step = 0
     while True:
-        precisions = [np.linalg.inv(c) for c in covs]
+        precisions = [spd_inverse(c) for c in covs]
         if sparse:
             theta_d = sparse_coefficient_draw(problem, omega, precisions, rng)
             theta_b = np.zeros((0, 0))

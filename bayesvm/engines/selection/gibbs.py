@@ -52,7 +52,7 @@ import scipy.linalg as sla
 from scipy.special import expit, gammaln, logit
 
 from ...errors import BayesvmError
-from ...linalg.dense import blas_threads
+from ...linalg.dense import blas_threads, spd_inverse
 from ...memory import check_memory
 from ...model.problems import ImputationProblem, SelectionProblem, VBProblem
 from ...priors import LaplaceZero, Lasso, SpikeSlab
@@ -398,7 +398,7 @@ def chain_records(
         gram = problem.weighted_gram(omega)
         # the random-effect blocks' prior precision joins G: their columns are never scaled by gamma, so every
         # step below reads G + blockdiag(Sigma^{-1}) as the complete-data precision of the unpenalised part
-        problem.add_component_precisions(gram, [np.linalg.inv(cov) for cov in covs])
+        problem.add_component_precisions(gram, [spd_inverse(cov) for cov in covs])
         r = X.T @ (y * (1.0 + omega))
         coef = state.update(gram, r)
         if moves is not None:  # on the posterior with omega (and b) integrated out; both drawn afresh next
@@ -573,11 +573,6 @@ class _LaplaceZeroStep:
         return total + a * np.log(b) - gammaln(a) - (a + 1.0) * np.log(self.sigma2) - b / self.sigma2
 
 
-def _spd_inverse(matrix: np.ndarray) -> np.ndarray:
-    """Inverse of a symmetric positive definite matrix through its Cholesky factor."""
-    return sla.cho_solve(sla.cho_factor(matrix, lower=True), np.eye(matrix.shape[0]))
-
-
 class _SpikeSlabStep:
     """Polson & Scott section 4.2 (eq. 16-17)."""
 
@@ -604,7 +599,7 @@ class _SpikeSlabStep:
         active = list(np.flatnonzero(mask))
         matrix = gram.copy()
         matrix[np.diag_indices(p.q)] += self.lam
-        inverse = _spd_inverse(matrix[np.ix_(active, active)]) if active else np.zeros((0, 0))
+        inverse = spd_inverse(matrix[np.ix_(active, active)]) if active else np.zeros((0, 0))
         h = inverse @ r[active]
         for j in rng.permutation(p.m):  # gamma_j | gamma_{-j}, omega (eq. 17)
             k = sel[j]

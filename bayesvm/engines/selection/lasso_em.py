@@ -34,7 +34,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.special import gammaln
 
-from ...linalg.dense import blas_threads
+from ...linalg.dense import blas_threads, spd_inverse
 from ...model.output import EngineOutput
 from ...model.problems import SelectionProblem
 from ...priors import Lasso
@@ -132,7 +132,7 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
         lam[sel] = penalty_weight / (nu * s)
         precision = problem.weighted_gram(omega)
         precision[np.diag_indices(q)] += lam
-        problem.add_component_precisions(precision, [np.linalg.inv(c) for c in covs])
+        problem.add_component_precisions(precision, [spd_inverse(c) for c in covs])
         new = sla.cho_solve(sla.cho_factor(precision, lower=True), X.T @ (y * (1.0 + omega)))  # M-step
         if prior.nu is None:  # CME step
             nu = (prior.b + float(np.sum(_huber(new[sel], eps) / s))) / (prior.a + m - 1.0)
