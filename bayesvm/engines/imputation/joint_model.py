@@ -345,7 +345,7 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
             if intercepts is None:  # (collapsed_variance: its terms' columns are never imputed)
                 intercepts = CollapsedVariance(mover.problem, tune, prob.columns)
             theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
-            if intercepts.terms:
+            if intercepts.has_moves:
                 theta_d, theta_b, covs, f = intercepts(theta_d, theta_b, covs, aux, f, rng, step)
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
         covs = draw_components(

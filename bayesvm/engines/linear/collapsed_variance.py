@@ -39,13 +39,10 @@ keep the target keeps it, so running the step on a fixed schedule is exact: ever
 few rows per level, and after the first quarter of tuning only for those whose variance the tuning draws show weakly
 identified (:class:`CollapsedVariance`).
 
-**Location shift** (every iteration).  Where a fixed-effect column equals the term's values on its rows and is zero
-elsewhere (the intercept for ``(1 | g)``, ``x`` for ``(0 + x | g)``), ``beta -> beta + delta``, ``u_j -> u_j - delta``
-leaves every ``f_i`` unchanged, so only the priors see ``delta``: ``N(beta + delta; 0, 1 / lambda)
-prod_j N(u_j - delta; 0, s)``, a normal with precision ``lambda + J / s`` (the translation group's Haar measure is
-Lebesgue: Liu & Sabatti 2000, Theorem 1; hierarchical centring's move, Gelfand, Sahu & Carlin 1995).
+**Location shift** (every iteration), for every random-effect term, correlated ones too: the fixed effects that
+carry a term's mean move against its effects, ``f`` unchanged (:mod:`bayesvm.engines.linear.location_shift`).
 
-The moves apply to a single-column term whose levels each own their rows: each row has at most one nonzero among
+The collapsed step applies to a single-column term whose levels each own their rows: each row has at most one nonzero among
 the term's columns, so the levels integrate out one at a time.  Correlated terms (inverse Wishart) and the learned
 penalty keep the conditional draw ``Sigma | u``.  Checked against quadrature, step by step and as part of the whole
 sampler (``tests/engines/linear/test_collapsed_variance.py``).
@@ -59,6 +56,7 @@ import scipy.sparse as sp
 from .. import variance_prior
 from ..hinge_levels import LevelLayout, draw_levels, pieces
 from .interweave import SLICE_STEPS, slice_sample_drawn
+from .location_shift import shift, term_shifts
 
 #: Slice width on ``log sigma^2`` (its spread is about 1-3 where the data say little about it).
 LOG_VARIANCE_WIDTH = 2.0
@@ -95,20 +93,9 @@ class TermRows:
         self.location: int | None = None
 
 
-def _location_column(problem, term: TermRows, free: np.ndarray) -> int | None:
-    """A free fixed-effect column equal to the term's values on its rows and zero elsewhere (module docstring)."""
-    values = np.zeros(problem.y.size)
-    values[slice(None) if term.rows is None else term.rows] = term.values
-    for j in np.flatnonzero(free):
-        column = problem.D[:, j]
-        column = np.asarray(column.todense()).ravel() if sp.issparse(column) else np.asarray(column)
-        if np.array_equal(column, values):
-            return int(j)
-    return None
-
-
-def eligible_terms(problem) -> list[TermRows]:
-    """The single-column random-effect terms whose levels own their rows (module docstring)."""
+def eligible_terms(problem, varying_columns: np.ndarray | None = None) -> list[TermRows]:
+    """The single-column random-effect terms whose levels own their rows (module docstring), each with its location
+    column (:func:`bayesvm.engines.linear.location_shift.term_shifts`; never one of ``varying_columns``)."""
     terms = []
     for c, comp in enumerate(problem.components):
         if comp.source < 0 or comp.k != 1 or comp.is_wishart:
@@ -131,12 +118,13 @@ def eligible_terms(problem) -> list[TermRows]:
         rows = np.flatnonzero(per_row == 1)
         terms.append(TermRows(c, rows, block.indices.astype(np.intp), block.data.astype(float), columns,
                               comp.n_levels, False))  # fmt: skip
-    free = np.asarray(problem.fixed_precision, dtype=float) > 0  # a fixed normal prior ...
-    for comp in problem.components:
-        if not comp.blocked:
-            free[comp.index.ravel()] = False  # ... and in no random-effect term or learned penalty
+    locations = {
+        moved.c: int(moved.locations[0])
+        for moved in term_shifts(problem, varying_columns)
+        if not moved.penalised[0]  # the block's location needs a fixed normal prior (_CollapsedTarget)
+    }
     for term in terms:
-        term.location = _location_column(problem, term, free)
+        term.location = locations.get(term.c)
     return terms
 
 
@@ -155,11 +143,8 @@ class CollapsedVariance:
 
     def __init__(self, problem, tune: int = 0, varying_columns: np.ndarray | None = None):
         self.problem = problem
-        self.terms = eligible_terms(problem)
-        if varying_columns is not None:  # columns that change between iterations (imputed) are no term's location
-            for term in self.terms:
-                if term.location in set(np.asarray(varying_columns).tolist()):
-                    term.location = None
+        self.terms = eligible_terms(problem, varying_columns)
+        self.shifts = term_shifts(problem, varying_columns)
         y = problem.y
         self.layouts = [
             LevelLayout(y if term.rows is None else y[term.rows], term.values, term.codes, term.n_levels)
@@ -184,9 +169,14 @@ class CollapsedVariance:
                 self.active[i] = self.few_rows[i] and weak
             if self.few_rows[i] and (step < decide or self.active[i]) and step % COLLAPSED_EVERY == 0:
                 self.collapsed_draw(term, layout, theta_d, theta_b, covs, aux, f, rng)
-            if term.location is not None:
-                self.shift(term, theta_d, theta_b, covs, rng)
+        for term_shift in self.shifts:
+            shift(self.problem, term_shift, theta_d, theta_b, covs, rng)
         return theta_d, theta_b, covs, f
+
+    @property
+    def has_moves(self) -> bool:
+        """Whether any term gets the collapsed step or a location shift."""
+        return bool(self.terms or self.shifts)
 
     def _effects(self, term, theta_d, theta_b) -> np.ndarray:
         return theta_b[:, term.column] if term.blocked else theta_d[term.column]
@@ -230,17 +220,6 @@ class CollapsedVariance:
         self._set_effects(term, theta_d, theta_b, new)
         covs[term.c] = np.array([[s]])
         aux[term.c] = variance_prior.draw_auxiliary(comp, s, rng)
-
-    def shift(self, term, theta_d, theta_b, covs, rng) -> None:
-        """``beta_location + delta``, ``u - delta``: ``f`` unchanged (module docstring)."""
-        u = self._effects(term, theta_d, theta_b)
-        s = float(covs[term.c][0, 0])
-        lam = float(self.problem.fixed_precision[term.location])
-        precision = lam + term.n_levels / s
-        mean = (-lam * theta_d[term.location] + np.sum(u) / s) / precision
-        delta = mean + rng.standard_normal() / np.sqrt(precision)
-        theta_d[term.location] += delta
-        self._set_effects(term, theta_d, theta_b, u - delta)
 
 
 class _CollapsedTarget:

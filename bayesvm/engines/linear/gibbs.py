@@ -433,7 +433,7 @@ def chain_draws(
     stats = None if sparse else row_statistics(D, omega, y * (1.0 + omega), blocked)
     mover = ScaleMoves(problem) if interweave and problem.components else None
     collapsed = CollapsedVariance(problem, tune) if mover is not None else None
-    if collapsed is not None and not collapsed.terms:
+    if collapsed is not None and not collapsed.has_moves:
         collapsed = None
     step = 0
     while True:

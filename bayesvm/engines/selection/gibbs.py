@@ -453,7 +453,7 @@ def _collapsed_moves(
     precision[free] = problem.fixed_precision[free]
     view = VBProblem(y=problem.y, D=problem.X, fixed_precision=precision, components=problem.components)
     moves = CollapsedVariance(view, tune, None if imputation is None else imputation.columns)
-    return moves if moves.terms else None
+    return moves if moves.has_moves else None
 
 
 def _log_fixed_prior(problem: SelectionProblem, coef: np.ndarray) -> float:

@@ -80,7 +80,8 @@ def test_chain_of_steps_matches_quadrature(formula, priors):
         step = CollapsedVariance(problem)
         term = step.terms[index]
         step.terms, step.layouts, step.active, step.few_rows = [term], [step.layouts[index]], [True], [True]
-        term.location = None  # the collapsed draw alone (the shift moves the rest; tested below)
+        term.location = None  # the collapsed draw alone (the shifts move the rest: test_location_shift.py)
+        step.shifts = []
         comp = problem.components[term.c]
         td, tb = theta_d.copy(), theta_b.copy()
         covs = [np.eye(c.k) for c in problem.components]
@@ -118,31 +119,6 @@ def test_rows_in_two_levels_keep_the_conditional_draw():
     assert [term.c for term in eligible_terms(dataclasses.replace(problem, D=D))] == [
         term.c for term in eligible_terms(problem) if term.blocked
     ]
-
-
-def test_the_shift_keeps_the_predictor_and_draws_the_orbit_exactly():
-    """``beta + delta, u - delta`` leaves ``f`` unchanged; repeated, ``beta`` follows the normal of the module
-    docstring on the orbit of the starting point (mean and sd from the starting values)."""
-    problem = _problem("y ~ x + (1 | g)", _data())
-    step = CollapsedVariance(problem)
-    (term,) = step.terms
-    assert term.location == 0  # the intercept column
-    rng = np.random.default_rng(3)
-    theta_d = np.array([0.4, -0.2])
-    theta_b = rng.normal(0.0, 1.0, (problem.blocked.n_levels, 1)) + 0.7
-    s, lam, J = 0.8, float(problem.fixed_precision[0]), term.n_levels
-    precision = lam + J / s
-    invariant = theta_d[0] + theta_b[:, 0].mean()  # beta + mean(u) is the same all along the orbit
-    mean = (-lam * 0.0 + J * invariant / s) / precision  # the orbit's density in beta: N(0, 1/lam) N(invariant - beta)
-    f0 = problem.D @ theta_d + problem.blocked.values[:, 0] * theta_b[problem.blocked.codes, 0]
-    draws = []
-    for _ in range(4000):
-        step.shift(term, theta_d, theta_b, [np.array([[s]])], rng)
-        draws.append(theta_d[0])
-    f = problem.D @ theta_d + problem.blocked.values[:, 0] * theta_b[problem.blocked.codes, 0]
-    np.testing.assert_allclose(f, f0, atol=1e-10)
-    assert abs(np.mean(draws) - mean) < 4 / np.sqrt(precision * len(draws))
-    assert abs(np.std(draws) * np.sqrt(precision) - 1) < 0.05
 
 
 def test_step_with_location_matches_quadrature_of_intercept_and_variance():
