@@ -47,6 +47,13 @@ the event).  With both slopes at 0 (margins ``a``), the two models' probabilitie
 term as in the single-slope update (``Z_0`` over that slope's rows; the other rows cancel).  The included
 slope's value is then drawn as above.
 
+Each pair of strong substitutes (indicator correlation below ``-STRONG_AFFINITY`` in the tuning draws, the pairs
+fixed with the weights) gets :data:`STRONG_EXCHANGES` more exchanges after the sweep.  Their choice does not depend
+on the state either, so each is the same Gibbs step on the restricted posterior.  An exchange switches such a pair
+only now and then, because the other slopes' values suit the one that is in; more attempts buy more switches for
+about 0.3 ms each.  On spam with Laplace-zero, 4 x (1,000 + 1,000), seed 1: ``font``'s and ``charHash``'s bulk
+ESS went from 109-111 to 368-371 and their R-hat from 1.059 to 1.008, at the same run time (129 s and 136 s).
+
 ``tests/engines/selection/test_marginal_pairs.py`` checks the segment integral against quadrature, the draws
 against the density, and the sampler against exact enumeration of the models (with and without exchanges).
 """
@@ -155,6 +162,10 @@ TAIL_CUTOFF = 36.0
 
 #: The fewest tuning iterations that learn the exchanges' partner weights (:meth:`MarginalPairs.observe`).
 MIN_TUNE = 40
+#: Pairs whose indicators replace each other this strongly in the tuning draws (``-corr(gamma_j, gamma_k)``) get
+#: :data:`STRONG_EXCHANGES` more exchanges per iteration after the sweep ("Exchanges" in the module docstring)
+STRONG_AFFINITY = 0.5
+STRONG_EXCHANGES = 5
 
 #: The first window's half width in conditional SDs of the slope given ``omega`` (:meth:`MarginalPairs.run`).
 WINDOW_SDS = 8.0
@@ -299,6 +310,7 @@ class MarginalPairs:
         self.affinity = np.zeros((m, m))  # the exchanges' learned partner weights (:meth:`observe`)
         self.start, self.checkpoints = tune // 4, (tune // 2, tune) if tune >= MIN_TUNE else ()
         self.count, self.total, self.outer = 0, np.zeros(m), np.zeros((m, m))
+        self.strong = np.zeros((0, 2), dtype=np.int64)  # the substitutes' pairs (:meth:`observe`)
         self.X = X
 
     @property
@@ -335,6 +347,7 @@ class MarginalPairs:
             self.affinity = np.maximum(0.0, -corr)
             np.fill_diagonal(self.affinity, 0.0)
             self.partners = None
+            self.strong = np.argwhere(np.triu(self.affinity) > STRONG_AFFINITY).astype(np.int64)
 
     def run(self, step, coef: np.ndarray, rng: np.random.Generator, precisions: np.ndarray | None = None) -> np.ndarray:
         """One sweep; returns the new effective coefficients (``coef`` is updated in place).
@@ -386,8 +399,9 @@ class MarginalPairs:
     def exchange(self, step, coef: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One sweep of exchanges (module docstring, "Exchanges"); returns the new effective coefficients
         (``coef`` is updated in place).  Every slope in random order is paired with a partner drawn by the
-        correlation weights, which do not depend on the state; each pair with exactly one slope included is
-        redrawn from its conditional given that.  (Random disjoint pairs, tried first on spam, proposed
+        correlation weights, which do not depend on the state, and then each pair of strong substitutes
+        (:data:`STRONG_AFFINITY`, fixed after tuning) :data:`STRONG_EXCHANGES` times more; each pair with exactly one
+        slope included is redrawn from its conditional given that.  (Random disjoint pairs, tried first on spam, proposed
         ``font``/``charHash`` too rarely: max R-hat 1.33.)"""
         sel, m = self.selected, self.selected.size
         if m < 2:
@@ -402,6 +416,7 @@ class MarginalPairs:
         picks = rng.random(m)
         second = np.minimum(np.sum(self.partners[first] < picks[:, None], axis=1), m - 1)
         pairs = np.column_stack([first, second]).astype(np.int64)
+        pairs = np.vstack([pairs, np.tile(self.strong, (STRONG_EXCHANGES, 1))])  # the substitutes again
         uniforms = rng.random((pairs.shape[0], 3))
         precision, inv_scale, log_odds = (np.asarray(v, dtype=float) for v in step.pair_priors())
         with np.errstate(divide="ignore"):

@@ -118,6 +118,27 @@ def test_spike_slab_with_marginal_pairs_matches_enumeration():
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
 
 
+def test_sampler_with_strong_exchanges_matches_enumeration(monkeypatch):
+    """Slopes 0 and 1 are near substitutes (columns correlated 0.95; on 100 rows their indicators correlate about
+    -0.6), so the tuning draws make them a strong pair and the kept draws exchange them repeatedly: the model
+    probabilities still equal exact enumeration."""
+    made = []
+    original = marginal_pairs.MarginalPairs.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(marginal_pairs.MarginalPairs, "__init__", init)
+    prior = SpikeSlab(pi=0.4, nu=1.5)
+    problem = _correlated(3, prior, n=100)
+    exact = _spike_slab_exact(problem, prior)
+    sampled = sampled_model_probabilities(_pairs_only(problem), 3)
+    assert all(m.strong.tolist() == [[0, 1]] for m in made) and made
+    se = np.sqrt(exact * (1 - exact) / 2000)
+    assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
+
+
 def test_a_wrong_prior_constant_is_caught(monkeypatch):
     """The same check fails when the slab's normalising constant is left out of the inclusion odds."""
     prior = SpikeSlab(pi=0.4, nu=1.5)
@@ -144,12 +165,14 @@ class _FakeStep:
         self.include, self.value = include.copy(), value.copy()
 
 
+@pytest.mark.parametrize("strong", [False, True], ids=["sweep", "strong-pair-repeated"])
 @pytest.mark.parametrize("numba_on", ["1", "0"], ids=["compiled", "numpy"])
 @pytest.mark.parametrize("prior", PRIORS, ids=["gaussian", "laplace"])
-def test_exchange_draws_the_pair_given_one_in(monkeypatch, prior, numba_on):
+def test_exchange_draws_the_pair_given_one_in(monkeypatch, prior, numba_on, strong):
     """From ``(slope 0 in, slope 1 out)``, an exchange keeps slope 0 with the probability that quadrature of the
     two one-slope models gives (the other coefficient, an intercept, held fixed) and draws the included value
-    from its density: the mean over the draws of each model matches the quadrature mean."""
+    from its density: the mean over the draws of each model matches the quadrature mean.  So does a sweep that
+    exchanges the pair :data:`marginal_pairs.STRONG_EXCHANGES` more times (strong substitutes)."""
     if numba_on == "1" and not compiled_rows.available():
         pytest.skip("numba not installed")
     monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, numba_on)
@@ -172,6 +195,8 @@ def test_exchange_draws_the_pair_given_one_in(monkeypatch, prior, numba_on):
         means.append(first / mass)
     keep = 1.0 / (1.0 + np.exp(evidence[1] - evidence[0]))
     pairs = marginal_pairs.MarginalPairs(y, X, np.array([1, 2]))
+    if strong:
+        pairs.strong = np.array([[0, 1]], dtype=np.int64)
     kept, values = [], []
     draws = 3000
     for _ in range(draws):
@@ -202,6 +227,7 @@ def test_exchange_partners_learn_slopes_that_replace_each_other():
         pairs.observe(step, np.array([first, not first, rng.random() < 0.5], dtype=np.int8))
     assert pairs.affinity[0, 1] == pytest.approx(1.0) and pairs.affinity[1, 0] == pytest.approx(1.0)
     assert pairs.affinity[0, 2] < 0.3 and np.all(np.diag(pairs.affinity) == 0)
+    assert pairs.strong.tolist() == [[0, 1]]  # exchanged STRONG_EXCHANGES more times per sweep
     learned = pairs.affinity.copy()
     for step in range(100, 150):  # kept draws: nothing changes
         pairs.observe(step, np.array([1, 1, 0], dtype=np.int8))
