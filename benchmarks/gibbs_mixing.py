@@ -12,7 +12,8 @@ sampling, run here in one process:
   the inclusion indicators with the default moves (the swaps of :mod:`bayesvm.engines.selection.moves`, the
   updates and the exchanges of :mod:`bayesvm.engines.selection.marginal_pairs`, the line moves of
   :mod:`bayesvm.engines.selection.directions`, which run by default with Laplace-zero, and the sheared pair
-  updates of :mod:`bayesvm.engines.selection.sheared_pairs`), without the sheared updates (``shears=False``: the
+  updates of :mod:`bayesvm.engines.selection.sheared_pairs`, and the model jumps of
+  :mod:`bayesvm.engines.selection.model_jumps`), without the sheared updates (``shears=False``: the
   default before them), and with none of the moves (the papers' samplers);
 * acath, ``sigdz ~ age + sex + log_dur + log_chol`` (as ``benchmarks.acath_impute``) with ``missing="impute"`` (joint
   imputation Gibbs), 4 x (1,000 + 1,000): min ESS and max R-hat with the moves of
@@ -203,7 +204,10 @@ def _spam() -> None:
         variants = (
             ("default", {}),
             ("without sheared pair updates", {"shears": False}),
-            ("papers' sampler", {"swaps": False, "pairs": False, "exchanges": False, "lines": False, "shears": False}),
+            (
+                "papers' sampler",
+                {"swaps": False, "pairs": False, "exchanges": False, "lines": False, "shears": False, "jumps": False},
+            ),
         )
         for label, moves in variants:
             rhat, ess, seconds = _spam_selection(spam, prior, moves)

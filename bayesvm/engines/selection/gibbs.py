@@ -34,10 +34,12 @@ integrated out (near-substitutes such as spam's ``font`` and ``charHash``), and 
 :mod:`bayesvm.engines.selection.directions` (hit-and-run along directions drawn from the coefficients' tuning
 covariance, which move slopes that share their signal together), and the sheared pair updates of
 :mod:`bayesvm.engines.selection.sheared_pairs` (each ``(gamma_k, c_k)`` redrawn exactly while the coefficients that
-take over its signal when it leaves slide with it, by the shift learned from the tuning draws); then the collapsed
-variance step and the location shift of each random intercept (:mod:`bayesvm.engines.linear.collapsed_variance`, as
-the linear sampler's default: mostly one-row groups otherwise leave the variance stuck in one of its modes); then
-``omega`` (and Laplace-zero's ``b``) is drawn afresh.
+take over its signal when it leaves slide with it, by the shift learned from the tuning draws), and the model jumps of
+:mod:`bayesvm.engines.selection.model_jumps` (independence proposals of the whole model from the VB fit, which take a
+chain out of a far worse model that no one- or two-slope move can leave: every slope out, on Contraception); then the
+collapsed variance step and the location shift of each random-effect term
+(:mod:`bayesvm.engines.linear.collapsed_variance`, as the linear sampler's default: mostly one-row groups otherwise
+leave the variance stuck in one of its modes); then ``omega`` (and Laplace-zero's ``b``) is drawn afresh.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from ..linear.collapsed_variance import CollapsedVariance
 from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, run_until_converged
 from .directions import LineMoves
 from .marginal_pairs import MarginalPairs
+from .model_jumps import JumpReference, ModelJumps, jump_reference
 from .moves import SwapMoves
 from .sheared_pairs import ShearedPairs
 from .vb import LOG_2PI
@@ -116,6 +119,7 @@ def sample_selection(
     monitor=None,
     shears: bool = True,
     collapsed: bool = True,
+    jumps: bool = True,
 ) -> SelectionGibbsResult:
     """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``.
 
@@ -129,8 +133,9 @@ def sample_selection(
     the line moves of :mod:`bayesvm.engines.selection.directions` (``None``: with Laplace-zero, whose coefficients
     persist between iterations; spike-and-slab redraws them from their collapsed conditional every iteration, and
     on spam the lines did not lower its R-hat over three seeds while costing 20% more time), ``shears=False`` the
-    sheared pair updates of :mod:`bayesvm.engines.selection.sheared_pairs` and ``collapsed=False`` the random
-    intercepts' moves of :mod:`bayesvm.engines.linear.collapsed_variance` (all off: the
+    sheared pair updates of :mod:`bayesvm.engines.selection.sheared_pairs`, ``jumps=False`` the model jumps of
+    :mod:`bayesvm.engines.selection.model_jumps` (their VB fit runs once here, before the chains; not with
+    ``imputation``) and ``collapsed=False`` the random-effect terms' moves of :mod:`bayesvm.engines.linear.collapsed_variance` (all off: the
     papers' samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``; the exchanges run only with the
     pairs, since on their own they never change the number of slopes included).  ``imputation`` (an
     ``imputation="mi"`` problem on the same rows and columns as ``problem.X``) draws a new completed data
@@ -148,6 +153,7 @@ def sample_selection(
             "lines": lines,
             "shears": shears,
             "collapsed": collapsed,
+            "jumps": jump_reference(problem) if jumps else None,
         }
         runs, stopping = sample_selection_until_converged(problem, tune, thin, chains, seed, progress, monitor, moves)
         draws = runs[0]["lp"].size
@@ -166,6 +172,7 @@ def sample_selection(
             shears=shears,
             imputation=imputation,
             collapsed=collapsed,
+            jumps=jump_reference(problem) if jumps and imputation is None else None,
         )
         runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
     extra = {}
@@ -253,10 +260,11 @@ def _run_chain(
     imputation=None,
     shears: bool = True,
     collapsed: bool = True,
+    jumps: JumpReference | None = None,
 ) -> dict:  # fmt: skip
     with blas_threads(problem.q):
         return _chain(
-            problem, draws, tune, thin, seed, show, swaps, imputation, pairs, exchanges, lines, shears, collapsed
+            problem, draws, tune, thin, seed, show, swaps, imputation, pairs, exchanges, lines, shears, collapsed, jumps
         )
 
 
@@ -274,6 +282,7 @@ def _chain(
     lines: bool | None = None,
     shears: bool = True,
     collapsed: bool = True,
+    jumps: JumpReference | None = None,
 ) -> dict:
     """One chain of ``draws`` kept draws: :func:`chain_records` stored in arrays."""
     q, m = problem.q, problem.m
@@ -305,6 +314,7 @@ def _chain(
         show,
         shears=shears,
         collapsed=collapsed,
+        jumps=jumps,
     )
     for i, record in enumerate(records):
         out["coef"][i], out["include"][i], out["scale"][i], out["lp"][i] = record[:4]
@@ -332,6 +342,7 @@ def chain_records(
     show: bool = False,
     shears: bool = True,
     collapsed: bool = True,
+    jumps: JumpReference | None = None,
 ):
     """One chain of the prior's sampler (module docstring), as a generator of its kept draws
     ``(coef, gamma, scale, log posterior, covs[, (mu, sigma, z)])``: ``draws`` of them, or for as long as it is
@@ -355,6 +366,11 @@ def chain_records(
     sheared = (
         ShearedPairs(y, X, free, problem.fixed_precision[free], problem.selected, tune)
         if shears and has_indicators
+        else None
+    )
+    jumper = (
+        ModelJumps(y, X, problem.selected, problem.fixed_precision[free], jumps)
+        if jumps is not None and has_indicators
         else None
     )
     omega = np.exp(rng.normal(0.0, 0.5, y.size))  # over-dispersed start
@@ -395,6 +411,8 @@ def chain_records(
                 line_moves.X = X
             if sheared is not None:
                 sheared.X = X
+            if jumper is not None:
+                jumper.X = X
         gram = problem.weighted_gram(omega)
         # the random-effect blocks' prior precision joins G: their columns are never scaled by gamma, so every
         # step below reads G + blockdiag(Sigma^{-1}) as the complete-data precision of the unpenalised part
@@ -414,7 +432,9 @@ def chain_records(
         if sheared is not None:
             coef = sheared.run(state, coef, rng, iteration=step)
             sheared.observe(step, coef, state.gamma, np.diag(gram)[problem.selected])
-        if moves is not None or marginal is not None or line_moves is not None or sheared is not None:
+        if jumper is not None:
+            coef = jumper.run(state, coef, rng)
+        if any(move is not None for move in (moves, marginal, line_moves, sheared, jumper)):
             state.after_moves()
         if intercepts is not None:  # (sigma^2, u) and the shift with omega integrated out; omega drawn afresh below
             coef, _, covs, _ = intercepts(coef, _NO_BLOCKS, covs, aux, X @ coef, rng, step)

@@ -97,14 +97,15 @@ def test_a_swap_that_ignores_the_likelihood_is_caught(monkeypatch):
     assert not np.all(np.abs(sampled - exact) < 4 * se + 0.01)
 
 
-def test_laplace_zero_with_swaps_and_pairs_matches_enumeration():
-    prior = LaplaceZero(rho=0.4, variance=InverseGamma(2.0, 1.0))
-    problem = _correlated(2, prior, n=20, seed=6)
+def _laplace_zero_exact(problem: SelectionProblem, prior: LaplaceZero) -> np.ndarray:
+    """Exact model probabilities of a two-slope Laplace-zero problem: each model's hinge likelihood times the Laplace
+    slab, the scale integrated over its inverse gamma on a grid."""
     log_s2 = np.linspace(-8, 6, 141)
-    log_w = stats.invgamma(a=2.0, scale=1.0).logpdf(np.exp(log_s2)) + log_s2 + np.log(log_s2[1] - log_s2[0])
+    log_w = stats.invgamma(a=prior.variance.a, scale=prior.variance.b).logpdf(np.exp(log_s2)) + log_s2
+    log_w += np.log(log_s2[1] - log_s2[0])
 
     def log_prior_of_model(on, integral):
-        base = len(on) * np.log(prior.rho) + (2 - len(on)) * np.log1p(-prior.rho)
+        base = len(on) * np.log(prior.rho) + (problem.m - len(on)) * np.log1p(-prior.rho)
         if integral is None:
             return base
         grid_points, cell, log_lik = integral
@@ -112,7 +113,13 @@ def test_laplace_zero_with_swaps_and_pairs_matches_enumeration():
         log_lap = (-np.log(2 * sigma) - np.abs(grid_points)[None] / sigma).sum(axis=-1)
         return base + float(logsumexp(logsumexp(log_lik[None] + log_lap, axis=1) + np.log(cell) + log_w))
 
-    exact = enumerate_models(problem, log_prior_of_model)
+    return enumerate_models(problem, log_prior_of_model)
+
+
+def test_laplace_zero_with_swaps_and_pairs_matches_enumeration():
+    prior = LaplaceZero(rho=0.4, variance=InverseGamma(2.0, 1.0))
+    problem = _correlated(2, prior, n=20, seed=6)
+    exact = _laplace_zero_exact(problem, prior)
     result = sample_selection(problem, draws=6000, tune=500, chains=2, seed=5, progress=False)
     sampled = sampled_model_probabilities(result, 2)
     se = np.sqrt(exact * (1 - exact) / 2000)
