@@ -135,7 +135,7 @@ def sample_selection(
     on spam the lines did not lower its R-hat over three seeds while costing 20% more time), ``shears=False`` the
     sheared pair updates of :mod:`bayesvm.engines.selection.sheared_pairs`, ``jumps=False`` the model jumps of
     :mod:`bayesvm.engines.selection.model_jumps` (their VB fit runs once here, before the chains; not with
-    ``imputation``) and ``collapsed=False`` the random-effect terms' moves of :mod:`bayesvm.engines.linear.collapsed_variance` (all off: the
+    ``imputation`` or more than ``model_jumps.JUMP_MAX_SLOPES`` slopes) and ``collapsed=False`` the random-effect terms' moves of :mod:`bayesvm.engines.linear.collapsed_variance` (all off: the
     papers' samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``; the exchanges run only with the
     pairs, since on their own they never change the number of slopes included).  ``imputation`` (an
     ``imputation="mi"`` problem on the same rows and columns as ``problem.X``) draws a new completed data

@@ -12,23 +12,11 @@ from bayesvm.engines.selection.model_jumps import JumpReference, ModelJumps, jum
 from bayesvm.priors import InverseGamma, LaplaceZero, SpikeSlab
 
 from ..model_enumeration import sampled_model_probabilities
-from .test_moves import _correlated, _laplace_zero_exact, _spike_slab_exact
+from .test_moves import _correlated, _counting_moves, _laplace_zero_exact, _spike_slab_exact
 
 pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
 
 ONLY_JUMPS = dict(swaps=False, pairs=False, lines=False, shears=False)  # the papers' samplers plus the jumps
-
-
-def _collect(monkeypatch) -> list[ModelJumps]:
-    made: list[ModelJumps] = []
-    original = ModelJumps.__init__
-
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(ModelJumps, "__init__", init)
-    return made
 
 
 @pytest.mark.parametrize("prior_name", ["spike-slab", "laplace-zero"])
@@ -43,7 +31,7 @@ def test_sampler_with_jumps_matches_enumeration(monkeypatch, prior_name):
         prior = LaplaceZero(rho=0.4, variance=InverseGamma(2.0, 1.0))
         problem = _correlated(2, prior, n=20, seed=6)
         exact, p = _laplace_zero_exact(problem, prior), 2
-    made = _collect(monkeypatch)
+    made = _counting_moves(monkeypatch, ModelJumps)
     result = sample_selection(problem, draws=5000, tune=300, chains=2, seed=3, progress=False, **ONLY_JUMPS)
     sampled = sampled_model_probabilities(result, p)
     se = np.sqrt(exact * (1 - exact) / 2000)
@@ -99,3 +87,20 @@ def test_no_reference_without_indicators():
     problem = _correlated(2, Lasso())
     assert jump_reference(problem) is None
     assert jump_reference(_correlated(2, LaplaceZero(rho=1.0))) is None
+
+
+def test_the_proposal_density_is_students_t():
+    """The proposal's t density, written out for speed, is scipy's."""
+    from scipy import stats
+
+    rng = np.random.default_rng(1)
+    x, loc, scale = rng.normal(size=5), rng.normal(size=5), rng.uniform(0.5, 2.0, 5)
+    expected = stats.t.logpdf(x, model_jumps.JUMP_DF, loc, scale).sum()
+    assert model_jumps._log_t(x, loc, scale) == pytest.approx(expected, rel=1e-12)
+
+
+def test_no_reference_for_many_slopes(monkeypatch):
+    """Beyond JUMP_MAX_SLOPES slopes the whole-model proposal is hopeless: no VB fit, no jumps."""
+    monkeypatch.setattr(model_jumps, "JUMP_MAX_SLOPES", 2)
+    assert jump_reference(_correlated(3, SpikeSlab(pi=0.4, nu=1.5))) is None
+    assert jump_reference(_correlated(2, SpikeSlab(pi=0.4, nu=1.5))) is not None

@@ -48,15 +48,16 @@ def _spike_slab_exact(problem: SelectionProblem, prior: SpikeSlab) -> np.ndarray
     return enumerate_models(problem, log_prior_of_model)
 
 
-def _counting_moves(monkeypatch) -> list[SwapMoves]:
-    made: list[SwapMoves] = []
-    original = SwapMoves.__init__
+def _counting_moves(monkeypatch, move_type=SwapMoves) -> list:
+    """Every instance of ``move_type`` the sampler makes (their proposal and acceptance counts)."""
+    made: list = []
+    original = move_type.__init__
 
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
         made.append(self)
 
-    monkeypatch.setattr(SwapMoves, "__init__", init)
+    monkeypatch.setattr(move_type, "__init__", init)
     return made
 
 
