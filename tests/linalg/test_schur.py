@@ -96,6 +96,21 @@ def test_chunked_pair_loops_give_the_unchunked_answer(monkeypatch):
     np.testing.assert_allclose(chunked.predictor(C, training=True)[1], whole.predictor(C, training=True)[1])
 
 
+@pytest.mark.parametrize("pair_cost, product_chunk", [(0.0, 4_000_000), (1e9, 4_000_000), (1e9, 50)])
+def test_row_quadratic_by_pairs_and_by_product_agree(monkeypatch, pair_cost, product_chunk):
+    """Both ways of ``d_i' S^{-1} d_i`` (pairs of stored entries; the sparse-dense product, in chunks of rows) give the
+    dense answer."""
+    C, prior, eliminated, rng = _crossed(n=300)
+    w, r = rng.gamma(2.0, 1.0, C.shape[0]), rng.standard_normal(C.shape[0])
+    layout = elimination_layout(C, eliminated)
+    monkeypatch.setattr(sparse_schur, "PAIR_COST", pair_cost)
+    monkeypatch.setattr(sparse_schur, "PRODUCT_CHUNK", product_chunk)
+    post = schur_sparse_posterior(layout, w, r, prior)
+    Cd = C.toarray()
+    cov = np.linalg.inv(Cd.T @ (w[:, None] * Cd) + prior.toarray())
+    np.testing.assert_allclose(post.predictor(C, training=True)[1], np.einsum("ij,jk,ik->i", Cd, cov, Cd), rtol=1e-9)
+
+
 def test_layout_declines_where_it_does_not_apply():
     C, _, eliminated, _ = _crossed(slope=False)
     # nested: 600 schools of two classes each, the classes eliminated: the Schur complement stays sparse
