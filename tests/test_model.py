@@ -1,4 +1,5 @@
 import numpy as np
+import pandas as pd
 import pytest
 
 from bayesvm.errors import BayesvmError
@@ -41,6 +42,30 @@ def test_layout_blocks_the_largest_factor():
     names = [c.name for c in problem.components]
     assert names == ["(1 + x1 | g)", "(1 | h)"]
     assert build_model(design, None, PriorSet(), True, max_dense_columns=0).problem().is_sparse
+
+
+def test_several_factors_go_sparse_when_the_dense_products_dominate(monkeypatch):
+    """Crossed factors whose dense part is wide (``q >= SPARSE_FROM_COLUMNS``) and costly (``n q^2 > MAX_DENSE_WORK``)
+    take the sparse path; a narrower dense part, or one grouping factor, keeps the dense Schur path."""
+    import bayesvm.model as model_module
+
+    rng = np.random.default_rng(0)
+    n = 1200
+    data = pd.DataFrame({"x": rng.standard_normal(n), "a": rng.integers(0, 400, n).astype(str)})
+    data["b"] = rng.integers(0, 300, n).astype(str)
+    data["y"] = rng.integers(0, 2, n)
+    crossed = build_design(parse_formula("y ~ x + (1 | a) + (1 | b)"), data)
+    q = crossed.p + crossed.re_terms[1].n_levels  # the dense part: fixed effects and b's levels
+    assert q >= model_module.SPARSE_FROM_COLUMNS
+    monkeypatch.setattr(model_module, "MAX_DENSE_WORK", n * q**2 - 1.0)
+    assert build_model(crossed, None, PriorSet(), True).problem().is_sparse
+    monkeypatch.setattr(model_module, "MAX_DENSE_WORK", n * q**2 + 1.0)
+    assert not build_model(crossed, None, PriorSet(), True).problem().is_sparse
+    monkeypatch.setattr(model_module, "MAX_DENSE_WORK", 0.0)
+    narrow = build_design(parse_formula("y ~ x + (1 | a) + (1 | g)"), data.assign(g=rng.integers(0, 9, n).astype(str)))
+    assert not build_model(narrow, None, PriorSet(), True).problem().is_sparse  # q = 11 < SPARSE_FROM_COLUMNS
+    wide_one = build_design(parse_formula("y ~ x + (1 | a)"), data)
+    assert not build_model(wide_one, None, PriorSet(), True).problem().is_sparse
 
 
 def test_penalty_priors():
