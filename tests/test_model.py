@@ -62,6 +62,10 @@ def test_several_factors_go_sparse_when_the_dense_products_dominate(monkeypatch)
     monkeypatch.setattr(model_module, "MAX_DENSE_WORK", n * q**2 + 1.0)
     assert not build_model(crossed, None, PriorSet(), True).problem().is_sparse
     monkeypatch.setattr(model_module, "MAX_DENSE_WORK", 0.0)
+    holes = data.assign(x=data["x"].where(np.arange(n) % 7 > 0))  # the joint imputation model keeps the dense layout
+    imputed = build_design(parse_formula("y ~ x + (1 | a) + (1 | b)"), holes, missing="impute")
+    assert not build_model(imputed, None, PriorSet(), True).sparse
+    monkeypatch.setattr(model_module, "MAX_DENSE_WORK", 0.0)
     narrow = build_design(parse_formula("y ~ x + (1 | a) + (1 | g)"), data.assign(g=rng.integers(0, 9, n).astype(str)))
     assert not build_model(narrow, None, PriorSet(), True).problem().is_sparse  # q = 11 < SPARSE_FROM_COLUMNS
     wide_one = build_design(parse_formula("y ~ x + (1 | a)"), data)

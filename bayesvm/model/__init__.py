@@ -377,7 +377,8 @@ def build_model(
     n_gp = sum(term.n_basis for term in design.gp_terms)
     n_dense = p + n_gp + sum(design.re_terms[t].n_levels * design.re_terms[t].k for t in dense)
     sparse = bool(design.re_terms) and n_dense > max_dense_columns
-    if len(by_group) > 1 and n_dense >= SPARSE_FROM_COLUMNS and float(design.n) * n_dense**2 > MAX_DENSE_WORK:
+    costly = len(by_group) > 1 and n_dense >= SPARSE_FROM_COLUMNS and float(design.n) * n_dense**2 > MAX_DENSE_WORK
+    if costly and design.imputation is None:  # (the joint imputation model needs the dense layout: kept there)
         sparse = True  # several large factors: the dense path's row products dominate (MAX_DENSE_WORK)
     if not sparse and design.X.shape[0] == design.n:  # (out-of-core designs hold no rows in memory)
         # the dense columns D, their weighted copy, the predictor's residuals and a row-sorted copy
