@@ -82,7 +82,9 @@ def bsvm(
         sampled exactly; ``method="vb"`` pools the completed-data fits, ``"gibbs"`` draws the imputations
         inside the chain, :mod:`bayesvm.engines.imputation.multiple`) or the paper's joint model (``"joint"``,
         Luts & Ormerod 2014 section 3.3, where the SVM pseudo-likelihood also informs the imputations and
-        inflates the imputed predictor's coefficient).
+        inflates the imputed predictor's coefficient).  The response is never imputed: rows where it is
+        missing are dropped under ``"drop"`` and ``"impute"`` (as lme4's ``na.omit`` and bambi do) and counted
+        in ``summary()``; under ``"error"`` they are refused.
     standardize
         Centre and scale the numeric fixed-effect columns internally; results are reported
         on the original scale. With ``False`` the model is the paper's on the columns as given.

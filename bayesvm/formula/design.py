@@ -438,17 +438,26 @@ def build_design(
         for v in predictors
         if pd.api.types.is_numeric_dtype(data[v].dtype) and not pd.api.types.is_bool_dtype(data[v].dtype)
     )
-    if data[parsed.response].isna().any():
-        code_response(data[parsed.response], parsed.response)  # raises, naming the rows
+    no_response = data[parsed.response].isna().to_numpy()
+    if no_response.any() and missing == "error":
+        rows = data.index[no_response][:5].tolist()
+        raise DataError(
+            f"response {parsed.response!r} has {int(no_response.sum())} missing value(s) (rows {rows}"
+            f"{'...' if no_response.sum() > 5 else ''}); use missing='drop' to fit on the rows where it is observed"
+        )
     impute: list[str] = []
+    dropped_responses = {}
     if missing == "impute":
+        if no_response.any():  # predictors are imputed, the response never is: those rows are dropped (and reported)
+            dropped_responses = {parsed.response: int(no_response.sum())}
+            data = data.loc[~no_response]
         bad = {name: _bad_mask(data[name]) for name in used}
         impute = check_imputable(data, bad, parsed.response, group_vars, bar_vars, gp_vars)
         keep = np.ones(len(data), dtype=bool)
     else:
         keep = _check_missing(data, used, missing, "data")
     n_dropped = {name: int(_bad_mask(data[name]).sum()) for name in used} if not keep.all() else {}
-    n_dropped = {name: count for name, count in n_dropped.items() if count}
+    n_dropped = {name: count for name, count in n_dropped.items() if count} or dropped_responses
     frame = data.loc[keep] if not keep.all() else data
     raw = frame
     if impute:  # placeholders (observed means) so that formulaic can build X; the engines replace them

@@ -109,7 +109,7 @@ def test_newdata_rebuild_and_unseen_levels(frame):
             "y ~ x",
             lambda f: f.assign(y=["no", None, "no", "yes", "no", "yes"]),
             DataError,
-            "response 'y' has 1 missing",
+            "response 'y' has 1 missing.*use missing='drop'",
         ),
         ("y ~ x", lambda f: f.assign(x=[0.5, np.nan, np.inf, 1, 2, 3]), DataError, "'x': 2"),
         ("y ~ x + (1|g)", lambda f: f.assign(g=["1", None, "2", "2", "1", "1"]), DataError, "'g': 1"),
@@ -138,3 +138,19 @@ def test_columns_named_like_formulaic_transforms(frame):
     d = design("y ~ cs + poly + x", data)
     np.testing.assert_array_equal(d.X[:, d.x_names.index("cs")], data["cs"])
     np.testing.assert_array_equal(d.X[:, d.x_names.index("poly")], data["poly"])
+
+
+@pytest.mark.parametrize("missing", ["drop", "impute"])
+def test_rows_without_a_response_are_dropped_and_counted_never_imputed(frame, missing):
+    """As lme4's na.omit and bambi: missing='drop' and missing='impute' fit the rows where the response is observed
+    (the response is never imputed); the input frame is unchanged."""
+    data = frame.assign(y=["no", None, "no", "yes", "no", "yes"], x=[0.5, 1.0, np.nan, 2.0, 0.0, 1.5])
+    before = data.copy()
+    d = design("y ~ x", data, missing=missing)
+    if missing == "drop":
+        assert d.n == 4 and d.n_dropped == {"y": 1, "x": 1} and list(d.row_index) == [0, 3, 4, 5]
+    else:  # x's missing value (row 2) is imputed, row 1 (no response) is dropped
+        assert d.n == 5 and d.n_dropped == {"y": 1} and list(d.row_index) == [0, 2, 3, 4, 5]
+        assert d.imputation is not None and d.imputation.n_missing == {"x": 1}
+    np.testing.assert_array_equal(d.y, [-1, -1, 1, -1, 1] if missing == "impute" else [-1, 1, -1, 1])
+    pd.testing.assert_frame_equal(data, before)
