@@ -78,7 +78,11 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys, request):
     assert (improved[("accurate - Gibbs", "in Gibbs sds")].dropna().abs() < 0.5).all()
     assert (improved[("accurate / Gibbs", "sd ratio")].dropna().sub(1).abs() < 0.25).all()
     verdicts = namespace["verdicts"]
-    assert verdicts.loc["mean-field VB", "verdict"] == "unreliable" and verdicts.loc["accurate VB", "verdict"] == "good"
+    # k-hat passes the accurate fit, but the weights move its patient variance by about 0.9 of q's SDs (12% low)
+    assert (
+        verdicts.loc["mean-field VB", "verdict"] == "unreliable" and verdicts.loc["accurate VB", "verdict"] == "usable"
+    )
+    assert namespace["checks"]["accurate VB"].moved[0] == "sigma^2 (1 | patientID)"
     corrected = namespace["corrected"]
     assert abs(corrected.iloc[-1]["mean"] / corrected.iloc[-1]["Gibbs mean"] - 1) < 0.1  # the patient variance
     three = namespace["three_table"]

@@ -101,6 +101,16 @@ class BSVMFit(Fit):
                 UserWarning,
                 stacklevel=2,
             )
+        elif check.moved is not None:
+            name, shift, q_mean, weighted = check.moved
+            table = "fixef" if check.marginal is None else "marginal"
+            warnings.warn(
+                f"importance weighting moves {name!r} by {abs(shift):.1f} of the VB posterior's SDs ({q_mean:.4g} -> "
+                f"{weighted:.4g}; PSIS k-hat {check.governing_khat:.2f}): the VB means are off by that much; report "
+                f"fit.check_vb().{table} or use method='gibbs'",
+                UserWarning,
+                stacklevel=2,
+            )
         return self._vb_check
 
     def _make_posterior(self):

@@ -696,12 +696,12 @@ def _approximation_checks(info: dict) -> list[str]:
         ]
     draws = f"{check.draws} draws from q"
     if check.marginal_khat is None:
-        out.append(_khat_verdict("fixed effects", check.khat, draws, "fit.check_vb().fixef"))
+        out.append(_khat_verdict("fixed effects", check.khat, draws, "fit.check_vb().fixef", moved=check.moved))
         return out
     out.append(
         _khat_verdict(
             "fixed effects and variance components", check.marginal_khat, draws, "fit.check_vb().marginal",
-            detail="random effects integrated out exactly",
+            detail="random effects integrated out exactly", moved=check.moved,
         )
     )  # fmt: skip
     if check.khat > KHAT_LIMIT:
@@ -720,8 +720,17 @@ def _approximation_checks(info: dict) -> list[str]:
     return out
 
 
-def _khat_verdict(what: str, khat: float, draws: str, corrected: str, detail: str = "") -> str:
+def _khat_verdict(what: str, khat: float, draws: str, corrected: str, detail: str = "", moved=None) -> str:
     detail = f"; {detail}" if detail else ""
+    if khat <= KHAT_LIMIT and moved is not None:  # (vb_check.SHIFT_LIMIT) the table's means are off by that much
+        name, shift, q_mean, weighted = moved
+        return _verdict(
+            "CAUTION",
+            what,
+            f"importance weighting moves {name!r} by {abs(shift):.1f} of q's posterior SDs ({q_mean:.4g} -> "
+            f"{weighted:.4g}; PSIS k-hat = {khat:.2f}, {draws}{detail}): the table's means are off by that much; "
+            f"report the importance-weighted estimates ({corrected}) or refit with method='gibbs'",
+        )
     if khat <= KHAT_GOOD:
         return _verdict("OK", what, f"q matches the exact posterior (PSIS k-hat = {khat:.2f} <= 0.5, {draws}{detail})")
     if khat <= KHAT_LIMIT:

@@ -26,6 +26,10 @@ from .marginal_check import cell_draws, integrable_component, marginal_log_ratio
 
 KHAT_GOOD = 0.5
 KHAT_LIMIT = 0.7
+#: Importance weighting that moves a reported mean by at least this many of q's SDs means q's table is off by that
+#: much: the verdict is a CAUTION naming the parameter, whatever k-hat says (with 1,000 draws and k-hat up to 0.7 the
+#: weighted mean's own Monte Carlo error is about 0.1 of those SDs)
+SHIFT_LIMIT = 0.5
 
 
 def psis(log_ratios: np.ndarray) -> tuple[np.ndarray, float]:
@@ -70,6 +74,23 @@ class VBCheck:
     marginal_khat: float | None = None
     marginal: pd.DataFrame | None = None
     log_evidence: tuple[float, float] | None = None
+    shift: pd.DataFrame | None = None
+
+    def largest_shift(self) -> tuple[str, float, float, float] | None:
+        """``(parameter, shift in q's SDs, q's mean, weighted mean)`` of the reported parameter whose mean the
+        importance weights move most (``shift``: the marginal set where there is one, else the fixed effects), or
+        None when there are no weighted estimates (k-hat > 0.7)."""
+        if self.shift is None or self.shift.empty:
+            return None
+        name = str(self.shift["shift"].abs().idxmax())
+        row = self.shift.loc[name]
+        return name, float(row["shift"]), float(row["q_mean"]), float(row["weighted_mean"])
+
+    @property
+    def moved(self) -> tuple[str, float, float, float] | None:
+        """:meth:`largest_shift` when it reaches :data:`SHIFT_LIMIT` of q's SDs, else None."""
+        largest = self.largest_shift()
+        return largest if largest is not None and abs(largest[1]) >= SHIFT_LIMIT else None
 
     @property
     def governing_khat(self) -> float:
@@ -82,6 +103,9 @@ class VBCheck:
         khat = self.governing_khat
         if khat > KHAT_LIMIT:
             return "unreliable: q is far from the posterior (k-hat > 0.7); use method='gibbs'"
+        if self.moved is not None:
+            name, shift, _, _ = self.moved
+            return f"usable: prefer the importance-weighted estimates ({name!r} moves by {abs(shift):.1f} of q's SDs)"
         if khat > KHAT_GOOD:
             return "usable: prefer the importance-weighted estimates (0.5 < k-hat <= 0.7)"
         return "good (k-hat <= 0.5)"
@@ -159,24 +183,25 @@ def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
         ]
     )
     log_weights, khat = psis(log_p - log_q)
-    corrected = _weighted_fixef(fit, theta_d, log_weights) if khat <= KHAT_LIMIT else None
+    corrected, shift = _weighted(*_fixef_draws(fit, theta_d), log_weights) if khat <= KHAT_LIMIT else (None, None)
     marginal_khat, marginal = None, None
     evidence = importance_log_evidence(log_p - log_q) if khat <= KHAT_LIMIT else None
     if integrable_component(problem) is not None:
         log_ratios, theta_d, covs = marginal_log_ratios(fit, rng, draws)
         log_weights, marginal_khat = psis(log_ratios)
         evidence = importance_log_evidence(log_ratios) if marginal_khat <= KHAT_LIMIT else None
+        shift = None
         if marginal_khat <= KHAT_LIMIT:
-            marginal = _weighted_fixef(fit, theta_d, log_weights)
-            weights = _normalised(log_weights)
+            names, values = _fixef_draws(fit, theta_d)
             for comp, cov in zip(problem.components, covs):
                 if comp.k == 1:
-                    label = "penalty sigma_u^2" if comp.source == PENALTY_SOURCE else f"sigma^2 {comp.name}"
-                    mean = float(weights @ cov[:, 0, 0])
-                    marginal.loc[label] = [mean, float(np.sqrt(weights @ (cov[:, 0, 0] - mean) ** 2))]
+                    names.append("penalty sigma_u^2" if comp.source == PENALTY_SOURCE else f"sigma^2 {comp.name}")
+                    values = np.column_stack([values, cov[:, 0, 0]])
+            marginal, shift = _weighted(names, values, log_weights)
     return VBCheck(
-        khat=khat, draws=draws, fixef=corrected, marginal_khat=marginal_khat, marginal=marginal, log_evidence=evidence
-    )
+        khat=khat, draws=draws, fixef=corrected, marginal_khat=marginal_khat, marginal=marginal, log_evidence=evidence,
+        shift=shift,
+    )  # fmt: skip
 
 
 def importance_log_evidence(log_ratios: np.ndarray) -> tuple[float, float]:
@@ -195,11 +220,21 @@ def _normalised(log_weights: np.ndarray) -> np.ndarray:
     return weights / weights.sum()
 
 
-def _weighted_fixef(fit, theta_d: np.ndarray, log_weights: np.ndarray) -> pd.DataFrame:
-    """Importance-weighted mean and SD of the fixed effects on the original scale."""
+def _fixef_draws(fit, theta_d: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The fixed effects of the draws from q on the original scale, ``(names, (draws, p))``."""
     p = fit.model.design.p
-    beta = theta_d[:, :p] @ fit.model.fixed_transform().T
+    return list(fit.model.design.x_names), theta_d[:, :p] @ fit.model.fixed_transform().T
+
+
+def _weighted(names: list[str], values: np.ndarray, log_weights: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Importance-weighted mean and SD of each column of ``values`` (draws from q), and how far the weights move
+    each mean: ``(weighted mean - q's mean) / q's SD``, both over the same draws (so the draws' own noise in q's
+    mean cancels)."""
     weights = _normalised(log_weights)
-    mean = weights @ beta
-    sd = np.sqrt(weights @ (beta - mean) ** 2)
-    return pd.DataFrame({"mean": mean, "sd": sd}, index=list(fit.model.design.x_names))
+    mean = weights @ values
+    sd = np.sqrt(weights @ (values - mean) ** 2)
+    q_mean, q_sd = values.mean(axis=0), values.std(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        moved = np.where(q_sd > 0, (mean - q_mean) / q_sd, 0.0)
+    table = pd.DataFrame({"mean": mean, "sd": sd}, index=names)
+    return table, pd.DataFrame({"q_mean": q_mean, "weighted_mean": mean, "shift": moved}, index=names)

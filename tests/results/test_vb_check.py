@@ -90,7 +90,12 @@ def test_summary_runs_the_check_on_its_own():
     assert check is not None and check.marginal_khat < 0.5 < 0.7 < check.khat
     lines = text.splitlines()
     verdict = next(line for line in lines if "fixed effects and variance components:" in line)
-    assert verdict.split()[0] == "OK" and f"k-hat = {check.marginal_khat:.2f} <= 0.5" in verdict
+    # k-hat passes q, but the weights move the patient variance by about 0.9 of q's SDs (q's mean is 12% low):
+    # the verdict names it instead of calling q a match
+    name, shift, q_mean, weighted = check.moved
+    assert name == "sigma^2 (1 | patientID)" and shift > 0.5 and weighted > 1.1 * q_mean
+    assert verdict.split()[0] == "CAUTION" and f"k-hat = {check.marginal_khat:.2f}" in verdict
+    assert f"'{name}' by {shift:.1f} of q's posterior SDs" in verdict and "fit.check_vb().marginal" in verdict
     joint = next(line for line in lines if "individual random effects:" in line)
     assert joint.split()[0] == "CAUTION" and f"k-hat = {check.khat:.2f} for the joint q" in joint
     meanfield = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", data, penalty=None, vb="meanfield")
@@ -224,3 +229,22 @@ def _correlated_data() -> pd.DataFrame:
     x = rng.normal(size=g.size)
     f = 0.5 * x + rng.normal(0, 1, 12)[g] + rng.normal(0, 0.5, 12)[g] * x
     return pd.DataFrame({"y": np.where(f + rng.logistic(size=g.size) > 0, 1, 0), "x": x, "g": g})
+
+
+def test_the_shift_is_the_weighted_minus_the_plain_mean_in_plain_sds():
+    from bayesvm.results.vb_check import SHIFT_LIMIT, VBCheck, _weighted
+
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((4000, 2)) * [1.0, 2.0]
+    log_weights = 0.8 * values[:, 0]  # tilts the first column towards +0.8; the second is untouched
+    table, shift = _weighted(["a", "b"], values, log_weights)
+    w = np.exp(log_weights - log_weights.max())
+    w /= w.sum()
+    np.testing.assert_allclose(table["mean"], w @ values)
+    np.testing.assert_allclose(shift["shift"], (w @ values - values.mean(axis=0)) / values.std(axis=0))
+    assert 0.7 < shift.loc["a", "shift"] < 0.9 and abs(shift.loc["b", "shift"]) < 0.1
+    check = VBCheck(khat=0.3, draws=4000, fixef=table, shift=shift)
+    assert check.moved[0] == "a" and check.verdict.startswith("usable") and SHIFT_LIMIT == 0.5
+    _, small = _weighted(["a", "b"], values, 0.1 * values[:, 0])
+    assert VBCheck(khat=0.3, draws=4000, fixef=table, shift=small).moved is None
+    assert VBCheck(khat=0.3, draws=4000, fixef=table, shift=small).verdict.startswith("good")
