@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from .errors import (
+    ApproximationWarning,
     BayesvmError,
     ConvergenceWarning,
     DataError,
@@ -87,5 +88,6 @@ __all__ = [
     "ConvergenceWarning",
     "ScaleWarning",
     "IdentifiabilityWarning",
+    "ApproximationWarning",
     "__version__",
 ]

@@ -33,3 +33,8 @@ class ScaleWarning(UserWarning):
 
 class IdentifiabilityWarning(UserWarning):
     """The data cannot identify part of the model as specified (the message names the column, level or term)."""
+
+
+class ApproximationWarning(UserWarning):
+    """A VB fit's PSIS check found q off the posterior it approximates (the message names the parameter, or says that
+    the approximation as a whole is unreliable, and what to report instead)."""

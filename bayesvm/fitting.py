@@ -9,7 +9,14 @@ import numpy as np
 import pandas as pd
 
 from .arguments import as_count, as_flag, as_seed, check_iterations, data_name, default_cores, iteration_defaults
-from .checks import Checks, Diagnostics, check_identifiability, one_class_findings, singular_findings
+from .checks import (
+    Checks,
+    Diagnostics,
+    check_approximation,
+    check_identifiability,
+    one_class_findings,
+    singular_findings,
+)
 from .control import Control, resolve_control
 from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
@@ -211,6 +218,7 @@ def bsvm(
     one_class = one_class_findings(fit, checks.one_class)
     Diagnostics(tuple(one_class)).enforce()
     fit.diagnostics = diagnostics.with_findings(one_class)
+    check_approximation(fit, checks.vb_check)
     return _recorded(options, fit)
 
 

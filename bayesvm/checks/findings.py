@@ -70,6 +70,11 @@ class Checks:
     one_class
         Every training row on one side of the decision boundary after the fit (unequal, overlapping classes:
         :mod:`bayesvm.checks.predicted_classes`; ``"warn"``; ``"stop"`` acts as ``"warn"``).
+    vb_check
+        The PSIS check of a VB fit against the posterior it approximates, run at the end of the fit
+        (:mod:`bayesvm.checks.approximation`; ``"warn"``: one warning when k-hat exceeds 0.7 or the importance
+        weights move a reported mean by half of q's SD or more, naming it; ``"stop"`` acts as ``"warn"``;
+        ``"ignore"`` leaves the check to ``summary()``).  It costs 1,000 evaluations of the pseudo-posterior.
     """
 
     separation: str = "warn"
@@ -80,6 +85,7 @@ class Checks:
     random_separation: str = "warn"
     singular: str = "warn"
     one_class: str = "warn"
+    vb_check: str = "warn"
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():

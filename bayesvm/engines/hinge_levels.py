@@ -215,9 +215,73 @@ def _log_integral_sum(a, c, lo, hi, sigma2):
     return total
 
 
+def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
+    """``sum_j log I_j`` for every draw ``s`` of ``eta (S, n)`` and ``sigma2 (S,)`` straight from a
+    :class:`LevelLayout`'s ``slope`` and ``rows`` (``(J, K)``): per level, the active rows' kinks
+    ``b_i = (1 - y_i eta_i) / s_i`` sorted by insertion, then the intervals as :func:`pieces` builds them (positive
+    slopes at or after an interval's index act, negative ones before it) and a log-sum-exp of
+    :func:`_log_interval`.  Rows with ``s_i = 0`` are left to the caller (as in the numpy path)."""
+    S = eta.shape[0]
+    J, K = slope.shape
+    out = np.zeros(S)
+    kinks = np.empty(K)
+    slopes = np.empty(K)
+    suffix_s = np.zeros(K + 1)
+    suffix_sb = np.zeros(K + 1)
+    for t in range(S):
+        var = sigma2[t]
+        sd = np.sqrt(var)
+        total = 0.0
+        for j in range(J):
+            m = 0
+            for k in range(K):
+                sk = slope[j, k]
+                if sk == 0.0:
+                    continue
+                i = rows[j, k]
+                bk = (1.0 - y[i] * eta[t, i]) / sk
+                pos = m
+                while pos > 0 and kinks[pos - 1] > bk:
+                    kinks[pos] = kinks[pos - 1]
+                    slopes[pos] = slopes[pos - 1]
+                    pos -= 1
+                kinks[pos] = bk
+                slopes[pos] = sk
+                m += 1
+            suffix_s[m] = 0.0
+            suffix_sb[m] = 0.0
+            for k in range(m - 1, -1, -1):
+                positive = slopes[k] > 0.0
+                suffix_s[k] = suffix_s[k + 1] + (slopes[k] if positive else 0.0)
+                suffix_sb[k] = suffix_sb[k + 1] + (slopes[k] * kinks[k] if positive else 0.0)
+            prefix_s, prefix_sb = 0.0, 0.0
+            largest, acc = -np.inf, 0.0
+            for q in range(m + 1):
+                lo = -np.inf if q == 0 else kinks[q - 1]
+                hi = np.inf if q == m else kinks[q]
+                value = _log_interval(
+                    -2.0 * (suffix_sb[q] + prefix_sb), 2.0 * (suffix_s[q] + prefix_s), lo, hi, var, sd
+                )
+                if q < m and slopes[q] < 0.0:
+                    prefix_s += slopes[q]
+                    prefix_sb += slopes[q] * kinks[q]
+                if value == -np.inf:
+                    continue
+                if value > largest:
+                    acc = acc * np.exp(largest - value) + 1.0
+                    largest = value
+                else:
+                    acc += np.exp(value - largest)
+            if largest > -np.inf:
+                total += largest + np.log(acc)
+        out[t] = total
+    return out
+
+
 if compiled_rows.numba is not None:
     _log_ndtr_compiled = compiled_rows.compile_nogil(_log_ndtr_scalar)
     _log_interval = compiled_rows.compile_nogil(_log_interval)
     log_integral_sum = compiled_rows.compile_nogil(_log_integral_sum)
+    draws_log_integral_sums = compiled_rows.compile_nogil(_draws_log_integral_sums)
 else:  # never called: callers check compiled_rows.available()
-    _log_ndtr_compiled = log_integral_sum = None
+    _log_ndtr_compiled = log_integral_sum = draws_log_integral_sums = None

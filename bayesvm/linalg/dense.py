@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.linalg import lapack
 from threadpoolctl import ThreadpoolController, threadpool_limits
@@ -234,12 +235,15 @@ class GaussianPosterior:
         ``log N(theta_d; mu_d, S^{-1}) + sum_l log N(theta_l; mu_l - G_l (theta_d - mu_d), P_l^{-1})``."""
         dev_d = theta_d - self.mean_d
         chol = np.linalg.cholesky(self.cov_d)
-        half = np.linalg.solve(chol, dev_d.T)  # (q, S)
+        half = sla.solve_triangular(chol, dev_d.T, lower=True)  # (q, S)
         out = -0.5 * np.sum(half**2, axis=0) - np.sum(np.log(np.diag(chol))) - 0.5 * dev_d.shape[1] * np.log(2 * np.pi)
         if self.mean_b.size:
             cond = theta_b - (self.mean_b - np.einsum("jkq,sq->sjk", self.gain, dev_d))
             chol_b = np.linalg.cholesky(self.block_inv)  # (J, K, K)
-            z = np.linalg.solve(chol_b[None], cond[..., None])[..., 0]  # (S, J, K)
+            if chol_b.shape[1] == 1:  # one coefficient per level: the triangular solve is a division
+                z = cond / chol_b[None, :, :, 0]
+            else:
+                z = np.linalg.solve(chol_b[None], cond[..., None])[..., 0]  # (S, J, K)
             logdet = np.sum(np.log(np.diagonal(chol_b, axis1=1, axis2=2)))
             out = out - 0.5 * np.sum(z**2, axis=(1, 2)) - logdet - 0.5 * self.mean_b.size * np.log(2 * np.pi)
         return out

@@ -15,7 +15,7 @@ from ..checks.findings import Diagnostics
 from ..engines.linear.em import EMResult
 from ..engines.linear.gibbs import GibbsResult
 from ..engines.linear.vb import VBResult
-from ..errors import BayesvmError
+from ..errors import ApproximationWarning, BayesvmError
 from ..model import PENALTY_SOURCE, LinearModel, gp_index
 from ..model.problems import VBProblem
 from .base import Fit
@@ -70,12 +70,13 @@ class BSVMFit(Fit):
         #: findings of the identifiability checks run before the engine (:mod:`bayesvm.checks`)
         self.diagnostics = Diagnostics()
 
-    def check_vb(self, draws: int = 1000, seed: int | None = 0):
+    def check_vb(self, draws: int = 1000, seed: int | None = 0, warn: bool = True):
         """PSIS check of a VB fit against the exact pseudo-posterior (see :mod:`bayesvm.results.vb_check`).
 
         Returns a ``VBCheck`` with ``khat``, a ``verdict`` and, when ``khat <= 0.7``, importance-weighted
-        fixed effects; warns when the approximation is unreliable.  The result is kept and shown by
-        ``summary()``.
+        fixed effects; warns (``warn``) when the approximation is unreliable or the weights move a reported mean by
+        half of q's SD or more (:class:`bayesvm.errors.ApproximationWarning`).  The result is kept and shown by
+        ``summary()``.  ``bsvm()`` runs it at the end of the fits it covers (``Checks(vb_check=...)``).
         """
         if self.model.design.X.shape[0] != self.model.design.n:
             raise BayesvmError("check_vb() needs the training rows in memory; this fit streamed out-of-core data")
@@ -90,27 +91,12 @@ class BSVMFit(Fit):
             )
         if self.posterior.kind not in ("variational", "mixture"):
             raise BayesvmError(f"check_vb() checks variational fits; this fit used method={self.method!r}")
-        from .vb_check import KHAT_LIMIT, check_vb
+        from .vb_check import check_vb, check_warning
 
         self._vb_check = check = check_vb(self, draws=draws, seed=seed)
-        if check.governing_khat > KHAT_LIMIT:
-            which = "" if check.marginal_khat is None else " (fixed effects and variance components)"
-            warnings.warn(
-                f"PSIS k-hat{which} = {check.governing_khat:.2f} > {KHAT_LIMIT}: the VB approximation is unreliable "
-                "for this model and data; use method='gibbs' for inference",
-                UserWarning,
-                stacklevel=2,
-            )
-        elif check.moved is not None:
-            name, shift, q_mean, weighted = check.moved
-            table = "fixef" if check.marginal is None else "marginal"
-            warnings.warn(
-                f"importance weighting moves {name!r} by {abs(shift):.1f} of the VB posterior's SDs ({q_mean:.4g} -> "
-                f"{weighted:.4g}; PSIS k-hat {check.governing_khat:.2f}): the VB means are off by that much; report "
-                f"fit.check_vb().{table} or use method='gibbs'",
-                UserWarning,
-                stacklevel=2,
-            )
+        message = check_warning(check)
+        if warn and message is not None:
+            warnings.warn(message, ApproximationWarning, stacklevel=2)
         return self._vb_check
 
     def _make_posterior(self):

@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from ..checks.approximation import IDENTIFIED_FINDINGS
 from ..engines import variance_prior
 from ..engines.linear.ep import accurate_failure
 from ..model import PENALTY_SOURCE
-from .vb_check import KHAT_GOOD, KHAT_LIMIT, VBCheck
+from .vb_check import AUTO_CHECK_DRAWS, KHAT_GOOD, KHAT_LIMIT, VBCheck, not_run_by_itself
 
 #: ``summary()`` suggests ``probes`` when the exact sparse path factorised a dense complement this large
 #: (at 10^4 columns the probe fit took 44 s against 268 s; at 2,000 columns the exact path is faster).
@@ -291,28 +292,14 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     return Summary(fixed=fixed, random=random, info=info)
 
 
-#: The PSIS check runs with ``summary()`` when rows x draws stays below this (the check evaluates the
-#: exact pseudo-posterior at every draw); larger fits show how to run it.
-AUTO_CHECK_MAX_VALUES = 2e7
-AUTO_CHECK_DRAWS = 1000
-
-
 def _vb_check(fit) -> VBCheck | str:
-    """The fit's PSIS check (run now if affordable), or why there is none."""
-    import warnings
-
+    """The fit's PSIS check (run now if affordable and not run at the end of the fit), or why there is none."""
     check = fit._vb_check
     if check is None:
-        if fit.model.design.X.shape[0] != fit.model.design.n:
-            return "no PSIS check for out-of-core data (the check needs every training row in memory)"
-        if fit.result.z_cov is not None or fit.result.include is not None or fit.model.prior is not None:
-            return "no PSIS check for imputation or selection fits (compare with method='gibbs')"
-        n = fit.model.design.n
-        if n * AUTO_CHECK_DRAWS > AUTO_CHECK_MAX_VALUES:
-            return f"run fit.check_vb() for a PSIS diagnostic (not run automatically for {n} rows)"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the verdict is printed below instead
-            check = fit.check_vb(draws=AUTO_CHECK_DRAWS)
+        reason = not_run_by_itself(fit)
+        if reason is not None:
+            return reason
+        check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)  # the verdict is printed instead
     return check
 
 
@@ -432,7 +419,7 @@ def _untrusted(info: dict) -> bool:
     """A check other than aliasing (whose columns are dropped, leaving an identified model) and the one-class check
     (an identified fit of a constant decision value) warned."""
     return any(
-        check not in ("rank", "one_class") and action in ("warn", "stop")
+        check not in IDENTIFIED_FINDINGS and action in ("warn", "stop")
         for check, action, _ in info.get("identifiability", [])
     )
 

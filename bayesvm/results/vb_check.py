@@ -30,6 +30,10 @@ KHAT_LIMIT = 0.7
 #: much: the verdict is a CAUTION naming the parameter, whatever k-hat says (with 1,000 draws the weighted mean's own
 #: Monte Carlo error is about 0.05-0.1 of those SDs at k-hat 0.35-0.55, up to about 0.2 near 0.7)
 SHIFT_LIMIT = 0.5
+#: The check runs by itself (at the end of a fit, :mod:`bayesvm.checks.approximation`, and with ``summary()``) when
+#: rows x draws stays below this: it evaluates the exact pseudo-posterior at every draw; larger fits say how to run it
+AUTO_CHECK_MAX_VALUES = 2e7
+AUTO_CHECK_DRAWS = 1000
 
 
 def psis(log_ratios: np.ndarray) -> tuple[np.ndarray, float]:
@@ -109,6 +113,40 @@ class VBCheck:
         if khat > KHAT_GOOD:
             return "usable: prefer the importance-weighted estimates (0.5 < k-hat <= 0.7)"
         return "good (k-hat <= 0.5)"
+
+
+def not_run_by_itself(fit) -> str | None:
+    """Why the check does not run by itself on this VB fit (at the end of ``bsvm()`` and with ``summary()``), or None
+    when it does: it needs the training rows in memory, covers the normal-prior models without imputation, and runs
+    by itself up to :data:`AUTO_CHECK_MAX_VALUES` rows x draws."""
+    if fit.model.design.X.shape[0] != fit.model.design.n:
+        return "no PSIS check for out-of-core data (the check needs every training row in memory)"
+    if fit.result.z_cov is not None or fit.result.include is not None or fit.model.prior is not None:
+        return "no PSIS check for imputation or selection fits (compare with method='gibbs')"
+    n = fit.model.design.n
+    if n * AUTO_CHECK_DRAWS > AUTO_CHECK_MAX_VALUES:
+        return f"run fit.check_vb() for a PSIS diagnostic (not run automatically for {n} rows)"
+    return None
+
+
+def check_warning(check: VBCheck) -> str | None:
+    """The warning a check gives (``fit.check_vb()`` and the fit-time check): k-hat above 0.7, or a reported mean the
+    importance weights move by :data:`SHIFT_LIMIT` of q's SDs or more (named, with both values); None otherwise."""
+    if check.governing_khat > KHAT_LIMIT:
+        which = "" if check.marginal_khat is None else " (fixed effects and variance components)"
+        return (
+            f"PSIS k-hat{which} = {check.governing_khat:.2f} > {KHAT_LIMIT}: the VB approximation is unreliable for "
+            "this model and data; use method='gibbs' for inference"
+        )
+    if check.moved is not None:
+        name, shift, q_mean, weighted = check.moved
+        table = "fixef" if check.marginal is None else "marginal"
+        return (
+            f"importance weighting moves {name!r} by {abs(shift):.1f} of the VB posterior's SDs ({q_mean:.4g} -> "
+            f"{weighted:.4g}; PSIS k-hat {check.governing_khat:.2f}): the VB means are off by that much; report "
+            f"fit.check_vb().{table} or use method='gibbs'"
+        )
+    return None
 
 
 def _log_q_components(fit, covs: list[np.ndarray]) -> np.ndarray:

@@ -81,12 +81,20 @@ def test_accurate_fit_is_not_flagged_without_random_effects_but_mean_field_is_wo
     assert mean_field.khat > accurate.khat + 0.2
 
 
-def test_summary_runs_the_check_on_its_own():
+def test_the_fit_runs_the_check_warns_once_naming_the_parameter_and_summary_prints_it():
+    from bayesvm.errors import ApproximationWarning
+
     data = bayesvm.datasets.load_toenail()
-    fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", data, penalty=None)  # accurate by default
-    assert fit._vb_check is None
-    text = str(fit.summary())
+    formula = "outcome ~ visit * treatment + (1 | patientID)"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = bayesvm.bsvm(formula, data, penalty=None)  # accurate by default
+    told = [w for w in caught if issubclass(w.category, ApproximationWarning)]
+    assert len(told) == 1 and "'sigma^2 (1 | patientID)'" in str(told[0].message)
     check = fit._vb_check
+    assert check is not None and check.draws == 1000
+    text = str(fit.summary())
+    assert fit._vb_check is check  # not run again
     assert check is not None and check.marginal_khat < 0.5 < 0.7 < check.khat
     lines = text.splitlines()
     verdict = next(line for line in lines if "fixed effects and variance components:" in line)
@@ -98,7 +106,8 @@ def test_summary_runs_the_check_on_its_own():
     assert f"'{name}' by {shift:.1f} of q's posterior SDs" in verdict and "fit.check_vb().marginal" in verdict
     joint = next(line for line in lines if "individual random effects:" in line)
     assert joint.split()[0] == "CAUTION" and f"k-hat = {check.khat:.2f} for the joint q" in joint
-    meanfield = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", data, penalty=None, vb="meanfield")
+    with pytest.warns(ApproximationWarning, match=r"k-hat \(fixed effects and variance components\) = .* > 0.7"):
+        meanfield = bayesvm.bsvm(formula, data, penalty=None, vb="meanfield")
     text = str(meanfield.summary())
     assert meanfield._vb_check.marginal_khat > 0.7
     verdict = next(line for line in text.splitlines() if "fixed effects and variance components:" in line)
@@ -106,9 +115,41 @@ def test_summary_runs_the_check_on_its_own():
     assert "unreliable" in verdict
 
 
-def test_group_integrals_match_quadrature():
+def test_checks_vb_check_ignore_leaves_the_check_to_summary(toenail):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning at all: the fit does not run the check
+        fit = bayesvm.bsvm(
+            "outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None,
+            checks=bayesvm.Checks(vb_check="ignore"),
+        )  # fmt: skip
+    assert fit._vb_check is None
+    assert "fixed effects and variance components:" in str(fit.summary()) and fit._vb_check is not None
+
+
+def test_no_check_at_the_end_of_a_fit_the_identifiability_checks_distrust():
+    """A separated column leaves the posterior shaped by the prior: the fit warns about the separation, names the
+    column, and does not add a k-hat verdict about a posterior the data do not identify (summary() says why)."""
+    from bayesvm.errors import ApproximationWarning
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(60)
+    frame = pd.DataFrame({"x": x, "z": rng.standard_normal(60), "y": np.where(x > 0, "a", "b")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = bayesvm.bsvm("y ~ x + z", frame)
+    assert any("'x'" in str(w.message) for w in caught)
+    assert not any(issubclass(w.category, ApproximationWarning) for w in caught)
+    assert fit._vb_check is None and "no verdict" in str(fit.summary())
+
+
+@pytest.mark.parametrize("compiled", ["1", "0"])
+def test_group_integrals_match_quadrature(compiled, monkeypatch):
+    from bayesvm.engines.linear import compiled_rows
     from bayesvm.results.marginal_check import group_log_integrals
 
+    if compiled == "1" and not compiled_rows.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, compiled)  # the numba kernel, then the numpy path
     rng = np.random.default_rng(0)
     n, J = 40, 6
     codes = rng.integers(0, J, n)
@@ -127,6 +168,27 @@ def test_group_integrals_match_quadrature():
             top = log_f.max()
             total += top + np.log(np.trapezoid(np.exp(log_f - top), u))
         assert abs(got[s] - total) < 1e-6
+
+
+def test_compiled_group_integrals_agree_with_numpy_on_toenail_sized_draws(monkeypatch):
+    """The compiled kernel against the padded numpy path on uneven levels (1 to 9 rows, some with ``s_i = 0``), tails
+    included (``eta`` up to 30, ``sigma2`` from 1e-3 to 1e3)."""
+    from bayesvm.engines.linear import compiled_rows
+    from bayesvm.results.marginal_check import group_log_integrals
+
+    if not compiled_rows.available():
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(5)
+    J = 60
+    codes = np.repeat(np.arange(J), rng.integers(1, 10, J))
+    n = codes.size
+    y = rng.choice([-1.0, 1.0], n)
+    v = rng.choice([1.0, 1.0, 0.3, -1.5, 0.0], n)
+    eta = rng.normal(0, 1, (25, n)) * np.logspace(-1, np.log10(30), 25)[:, None]
+    sigma2 = np.logspace(-3, 3, 25)
+    compiled = group_log_integrals(y, eta, v, codes, sigma2, J)
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "0")
+    np.testing.assert_allclose(compiled, group_log_integrals(y, eta, v, codes, sigma2, J), rtol=1e-10, atol=1e-8)
 
 
 def test_marginal_check_only_where_the_random_effects_integrate_exactly():
