@@ -683,12 +683,16 @@ def _approximation_checks(info: dict) -> list[str]:
         ]
     draws = f"{check.draws} draws from q"
     if check.marginal_khat is None:
-        out.append(_khat_verdict("fixed effects", check.khat, draws, "fit.check_vb().fixef", moved=check.moved))
+        out.append(
+            _khat_verdict(
+                "fixed effects", check.khat, draws, "fit.check_vb().fixef", moved=check.moved, suspects=check.suspects
+            )
+        )
         return out
     out.append(
         _khat_verdict(
             "fixed effects and variance components", check.marginal_khat, draws, "fit.check_vb().marginal",
-            detail="random effects integrated out exactly", moved=check.moved,
+            detail="random effects integrated out exactly", moved=check.moved, suspects=check.suspects,
         )
     )  # fmt: skip
     if check.khat > KHAT_LIMIT:
@@ -707,7 +711,9 @@ def _approximation_checks(info: dict) -> list[str]:
     return out
 
 
-def _khat_verdict(what: str, khat: float, draws: str, corrected: str, detail: str = "", moved=None) -> str:
+def _khat_verdict(
+    what: str, khat: float, draws: str, corrected: str, detail: str = "", moved=None, suspects: tuple[str, ...] = ()
+) -> str:
     detail = f"; {detail}" if detail else ""
     if khat <= KHAT_LIMIT and moved is not None:  # (vb_check.SHIFT_LIMIT) the table's means are off by that much
         name, shift, q_mean, weighted = moved
@@ -727,10 +733,12 @@ def _khat_verdict(what: str, khat: float, draws: str, corrected: str, detail: st
             f"q is near the posterior (k-hat = {khat:.2f}, 0.5-0.7, {draws}{detail}); report the "
             f"importance-weighted estimates: {corrected}",
         )
+    where = f"; q and its weighted draws disagree most on {', '.join(repr(n) for n in suspects)}" if suspects else ""
     return _verdict(
         "FAIL",
         what,
-        f"q is far from the posterior (k-hat = {khat:.2f} > 0.7, {draws}{detail}): unreliable; use method='gibbs'",
+        f"q is far from the posterior (k-hat = {khat:.2f} > 0.7, {draws}{detail}): unreliable{where}; use "
+        "method='gibbs'",
     )
 
 

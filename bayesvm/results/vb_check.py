@@ -70,6 +70,13 @@ class VBCheck:
         included) and its Monte Carlo standard error, ``log mean(p / q)``; from the marginal ratios where
         they exist, and only when the governing k-hat is at most 0.7 (otherwise ``None``: the estimate's
         variance is then unreliable).
+    shift
+        Per reported parameter (the marginal set where there is one, else the fixed effects): q's mean over the
+        draws, the importance-weighted mean, ``shift`` (their difference in q's SDs) and ``sd_ratio`` (weighted SD
+        over q's); ``None`` when the governing k-hat exceeds 0.7.
+    suspects
+        When the governing k-hat exceeds 0.7: the parameters where q and its weighted draws disagree most
+        (:func:`_suspects`), named by the warning and ``summary()`` as where to look first; else empty.
     """
 
     khat: float
@@ -79,6 +86,7 @@ class VBCheck:
     marginal: pd.DataFrame | None = None
     log_evidence: tuple[float, float] | None = None
     shift: pd.DataFrame | None = None
+    suspects: tuple[str, ...] = ()
 
     def largest_shift(self) -> tuple[str, float, float, float] | None:
         """``(parameter, shift in q's SDs, q's mean, weighted mean)`` of the reported parameter whose mean the
@@ -134,9 +142,14 @@ def check_warning(check: VBCheck) -> str | None:
     importance weights move by :data:`SHIFT_LIMIT` of q's SDs or more (named, with both values); None otherwise."""
     if check.governing_khat > KHAT_LIMIT:
         which = "" if check.marginal_khat is None else " (fixed effects and variance components)"
+        where = (
+            f" (q and its importance-weighted draws disagree most on {', '.join(repr(n) for n in check.suspects)})"
+            if check.suspects
+            else ""
+        )
         return (
             f"PSIS k-hat{which} = {check.governing_khat:.2f} > {KHAT_LIMIT}: the VB approximation is unreliable for "
-            "this model and data; use method='gibbs' for inference"
+            f"this model and data{where}; use method='gibbs' for inference"
         )
     if check.moved is not None:
         name, shift, q_mean, weighted = check.moved
@@ -221,25 +234,39 @@ def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
         ]
     )
     log_weights, khat = psis(log_p - log_q)
-    corrected, shift = _weighted(*_fixef_draws(fit, theta_d), log_weights) if khat <= KHAT_LIMIT else (None, None)
+    corrected, shift = _weighted(*_fixef_draws(fit, theta_d), log_weights)
     marginal_khat, marginal = None, None
     evidence = importance_log_evidence(log_p - log_q) if khat <= KHAT_LIMIT else None
     if integrable_component(problem) is not None:
         log_ratios, theta_d, covs = marginal_log_ratios(fit, rng, draws)
         log_weights, marginal_khat = psis(log_ratios)
         evidence = importance_log_evidence(log_ratios) if marginal_khat <= KHAT_LIMIT else None
-        shift = None
-        if marginal_khat <= KHAT_LIMIT:
-            names, values = _fixef_draws(fit, theta_d)
-            for comp, cov in zip(problem.components, covs):
-                if comp.k == 1:
-                    names.append("penalty sigma_u^2" if comp.source == PENALTY_SOURCE else f"sigma^2 {comp.name}")
-                    values = np.column_stack([values, cov[:, 0, 0]])
-            marginal, shift = _weighted(names, values, log_weights)
+        names, values = _fixef_draws(fit, theta_d)
+        for comp, cov in zip(problem.components, covs):
+            if comp.k == 1:
+                names.append("penalty sigma_u^2" if comp.source == PENALTY_SOURCE else f"sigma^2 {comp.name}")
+                values = np.column_stack([values, cov[:, 0, 0]])
+        marginal, shift = _weighted(names, values, log_weights)
+        marginal = marginal if marginal_khat <= KHAT_LIMIT else None
+    governing = khat if marginal_khat is None else marginal_khat
+    suspects = _suspects(shift) if governing > KHAT_LIMIT else ()
     return VBCheck(
-        khat=khat, draws=draws, fixef=corrected, marginal_khat=marginal_khat, marginal=marginal, log_evidence=evidence,
-        shift=shift,
+        khat=khat, draws=draws, fixef=corrected if khat <= KHAT_LIMIT else None, marginal_khat=marginal_khat,
+        marginal=marginal, log_evidence=evidence, shift=shift if governing <= KHAT_LIMIT else None, suspects=suspects,
     )  # fmt: skip
+
+
+#: How many parameters a failed check names as where q and the weighted draws disagree most
+SUSPECTS = 3
+
+
+def _suspects(shift: pd.DataFrame) -> tuple[str, ...]:
+    """The reported parameters where q and its importance-weighted draws disagree most, ``|shift| + |log(SD ratio)|``
+    (mean and spread, both in q's units), for a check whose k-hat exceeds 0.7: the weighted estimates are then
+    unreliable, so this only points where to look first (geepack's muscatine: the age polynomial and the intercept,
+    which a long Gibbs run puts 2 SDs from q's; spam: usually ``address``, whose q SD is about half of Gibbs's)."""
+    score = shift["shift"].abs() + np.abs(np.log(shift["sd_ratio"].where(shift["sd_ratio"] > 0)))
+    return tuple(str(name) for name in score.dropna().sort_values(ascending=False).index[:SUSPECTS])
 
 
 def importance_log_evidence(log_ratios: np.ndarray) -> tuple[float, float]:
@@ -274,5 +301,8 @@ def _weighted(names: list[str], values: np.ndarray, log_weights: np.ndarray) -> 
     q_mean, q_sd = values.mean(axis=0), values.std(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         moved = np.where(q_sd > 0, (mean - q_mean) / q_sd, 0.0)
+        ratio = np.where(q_sd > 0, sd / q_sd, np.nan)
     table = pd.DataFrame({"mean": mean, "sd": sd}, index=names)
-    return table, pd.DataFrame({"q_mean": q_mean, "weighted_mean": mean, "shift": moved}, index=names)
+    return table, pd.DataFrame(
+        {"q_mean": q_mean, "weighted_mean": mean, "shift": moved, "sd_ratio": ratio}, index=names
+    )
