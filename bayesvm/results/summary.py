@@ -682,6 +682,17 @@ def _approximation_checks(info: dict) -> list[str]:
             )
         ]
     draws = f"{check.draws} draws from q"
+    if check.joint_only and check.khat > KHAT_LIMIT:
+        out.append(
+            _verdict(
+                "CAUTION",
+                f"all {check.joint_only} coefficients jointly",
+                f"k-hat = {check.khat:.2f} > 0.7 ({draws}; strict in high dimension, and the random effects of this "
+                "model cannot be integrated out to judge the fixed effects and variances alone): compare with "
+                "method='gibbs' before reporting",
+            )
+        )
+        return out
     if check.marginal_khat is None:
         out.append(
             _khat_verdict(

@@ -315,3 +315,24 @@ def test_the_shift_is_the_weighted_minus_the_plain_mean_in_plain_sds():
     _, small = _weighted(["a", "b"], values, 0.1 * values[:, 0])
     assert VBCheck(khat=0.3, draws=4000, fixef=table, shift=small).moved is None
     assert VBCheck(khat=0.3, draws=4000, fixef=table, shift=small).verdict.startswith("good")
+
+
+def test_random_effects_the_check_cannot_integrate_out_get_a_caution_not_a_failure():
+    """With a correlated term ``(1 + x | g)`` k-hat judges every coefficient at once: above 0.7 the summary says
+    so as a CAUTION naming how many, and the fit does not warn (the README's correlated-slopes comparison puts the
+    accurate fit within 0.05 Gibbs SDs); a model without random effects keeps its verdict and warning."""
+    from bayesvm.errors import ApproximationWarning
+    from bayesvm.results.vb_check import VBCheck, check_warning
+
+    data = _correlated_data()
+    fit = bayesvm.bsvm("y ~ x + (1 + x | g)", data, checks=bayesvm.Checks(vb_check="ignore"))
+    check = fit.check_vb(warn=False)
+    assert check.marginal_khat is None and check.joint_only == 2 + 2 * 12
+    failed = VBCheck(khat=0.9, draws=1000, fixef=None, joint_only=check.joint_only)
+    assert check_warning(failed) is None and failed.verdict.startswith("not judged")
+    fit._vb_check = failed
+    line = next(line for line in str(fit.summary()).splitlines() if "coefficients jointly" in line)
+    assert line.split()[0] == "CAUTION" and "all 26 coefficients jointly: k-hat = 0.90 > 0.7" in line
+    plain = VBCheck(khat=0.9, draws=1000, fixef=None, suspects=("x",))
+    assert "disagree most on 'x'" in check_warning(plain) and plain.verdict.startswith("unreliable")
+    assert issubclass(ApproximationWarning, UserWarning)
