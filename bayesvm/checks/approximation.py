@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 
-from ..errors import ApproximationWarning
+from ..errors import ApproximationWarning, BayesvmError
 
 #: Findings that leave a fitted model identified, so the check's verdict still means what it says
 IDENTIFIED_FINDINGS = ("rank", "one_class")
@@ -44,7 +44,11 @@ def check_approximation(fit, action: str = "warn") -> None:
         return
     if any(f.check not in IDENTIFIED_FINDINGS and f.action in ("warn", "stop") for f in fit.diagnostics.findings):
         return
-    check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)
+    try:
+        check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)
+    except BayesvmError as exc:  # never breaks the fit: summary() says why there is no check
+        fit._vb_check = f"no PSIS check: {exc}"
+        return
     message = check_warning(check)
     if message is not None:
         warnings.warn(message, ApproximationWarning, stacklevel=3)

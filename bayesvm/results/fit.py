@@ -93,7 +93,14 @@ class BSVMFit(Fit):
             raise BayesvmError(f"check_vb() checks variational fits; this fit used method={self.method!r}")
         from .vb_check import check_vb, check_warning
 
-        self._vb_check = check = check_vb(self, draws=draws, seed=seed)
+        try:
+            check = check_vb(self, draws=draws, seed=seed)
+        except np.linalg.LinAlgError as exc:  # a covariance of q that no Cholesky factor takes
+            raise BayesvmError(
+                f"the PSIS check could not factorise a covariance of q ({exc}); columns on very different scales "
+                "(standardize=False) are the usual cause: refit with standardize=True"
+            ) from None
+        self._vb_check = check
         message = check_warning(check)
         if warn and message is not None:
             warnings.warn(message, ApproximationWarning, stacklevel=2)

@@ -132,10 +132,19 @@ def _gaussian_marginal(theta) -> tuple[np.ndarray, np.ndarray]:
     return theta.mean_d, theta.cov_entries(grid[:, None], grid[None, :])
 
 
+def _gaussian_draws(rng: np.random.Generator, mean: np.ndarray, cov: np.ndarray, size: int):
+    """``size`` draws of ``N(mean, cov)`` and their log densities, through one Cholesky factor: positive definite is
+    enough (scipy's density refuses covariances whose eigenvalues span more than about 1e12, which unstandardised
+    columns on a scale of 1e6 give; its sampler and this density do not need that)."""
+    chol = np.linalg.cholesky(cov)
+    z = rng.standard_normal((size, mean.size))
+    log_q = -0.5 * np.sum(z**2, axis=1) - np.sum(np.log(np.diag(chol))) - 0.5 * mean.size * LOG_2PI
+    return mean + z @ chol.T, log_q
+
+
 def _mean_field_marginal(result, hyper: Hyperparameters, rng, draws):
     mean, cov = _gaussian_marginal(result.theta)
-    theta_d = rng.multivariate_normal(mean, cov, size=draws, method="cholesky")
-    log_q = stats.multivariate_normal(mean, cov, allow_singular=False).logpdf(theta_d)
+    theta_d, log_q = _gaussian_draws(rng, mean, cov, draws)
     phi_parts, log_q_phi = [], np.zeros(draws)
     for comp, post in zip(hyper.components, result.components):
         if comp.k == 1:
@@ -164,8 +173,7 @@ def _mixture_marginal(result, rng, draws):
         chosen = np.flatnonzero(nodes == k)
         if chosen.size:
             mean, cov = _gaussian_marginal(theta)
-            theta_d[chosen] = rng.multivariate_normal(mean, cov, size=chosen.size, method="cholesky")
-            log_q[chosen] = stats.multivariate_normal(mean, cov).logpdf(theta_d[chosen])
+            theta_d[chosen], log_q[chosen] = _gaussian_draws(rng, mean, cov, chosen.size)
     return theta_d, phi, log_q + log_q_phi
 
 

@@ -12,6 +12,7 @@ from scipy.stats import norm
 from ..checks.approximation import IDENTIFIED_FINDINGS
 from ..engines import variance_prior
 from ..engines.linear.ep import accurate_failure
+from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE
 from .vb_check import AUTO_CHECK_DRAWS, KHAT_GOOD, KHAT_LIMIT, VBCheck, not_run_by_itself
 
@@ -299,7 +300,10 @@ def _vb_check(fit) -> VBCheck | str:
         reason = not_run_by_itself(fit)
         if reason is not None:
             return reason
-        check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)  # the verdict is printed instead
+        try:
+            check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)  # the verdict is printed instead
+        except BayesvmError as exc:
+            return f"no PSIS check: {exc}"
     return check
 
 

@@ -336,3 +336,28 @@ def test_random_effects_the_check_cannot_integrate_out_get_a_caution_not_a_failu
     plain = VBCheck(khat=0.9, draws=1000, fixef=None, suspects=("x",))
     assert "disagree most on 'x'" in check_warning(plain) and plain.verdict.startswith("unreliable")
     assert issubclass(ApproximationWarning, UserWarning)
+
+
+def test_a_check_that_cannot_factorise_q_never_breaks_the_fit(monkeypatch):
+    """Unstandardised columns on a scale of 1e6 give q a covariance whose eigenvalues span 1e12: scipy's normal density
+    refused it (a raw LinAlgError from bsvm()).  The check's own Cholesky takes it; where none does, the fit still
+    returns and summary() says why there is no check."""
+    rng = np.random.default_rng(2)
+    g = rng.integers(0, 30, 300)
+    x = rng.standard_normal(300)
+    y = (rng.random(300) < 1 / (1 + np.exp(-(x + rng.normal(0, 1, 30)[g])))).astype(int)
+    data = pd.DataFrame({"x": x * 1e6, "g": g, "y": y})
+    fit = bayesvm.bsvm("y ~ x + (1 | g)", data, standardize=False)
+    assert fit._vb_check.marginal_khat < 0.7
+
+    def refuse(*args, **kwargs):
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+
+    import bayesvm.results.vb_check as vb_check
+
+    monkeypatch.setattr(vb_check, "check_vb", refuse)
+    fit = bayesvm.bsvm("y ~ x + (1 | g)", data, standardize=False)
+    assert isinstance(fit._vb_check, str) and "standardize=True" in fit._vb_check
+    assert "no PSIS check: the PSIS check could not factorise" in str(fit.summary())
+    with pytest.raises(bayesvm.BayesvmError, match="could not factorise"):
+        fit.check_vb()
