@@ -141,6 +141,8 @@ def bsvm(
         What to do when an identifiability check fails (:class:`bayesvm.Checks`: separation, aliased
         columns, random-effect level counts; ``"ignore"``, ``"warn"`` or ``"stop"`` each, as lme4's
         ``glmerControl``).  Every finding is kept in ``fit.diagnostics`` and printed by ``summary()``.
+        ``vb_check`` is the PSIS check of q that a VB fit ends with (:mod:`bayesvm.checks.approximation`): one
+        :class:`bayesvm.ApproximationWarning` when it fails, naming the parameter.
     """
     control = resolve_control(control, engine_options)
     tol, max_iter, draws, tune, chains, thin, cores, progress, batch_size, learning_rate, probes = (
