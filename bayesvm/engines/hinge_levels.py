@@ -202,17 +202,19 @@ def _log_integral_sum(a, c, lo, hi, sigma2):
     for j in range(J):
         largest, acc = -np.inf, 0.0
         for m in range(M):
-            value = _log_interval(a[j, m], c[j, m], lo[j, m], hi[j, m], sigma2, sd)
-            if value == -np.inf:
-                continue
-            if value > largest:
-                acc = acc * np.exp(largest - value) + 1.0
-                largest = value
-            else:
-                acc += np.exp(value - largest)
+            largest, acc = _log_sum_step(largest, acc, _log_interval(a[j, m], c[j, m], lo[j, m], hi[j, m], sigma2, sd))
         if largest > -np.inf:
             total += largest + np.log(acc)
     return total
+
+
+def _log_sum_step(largest, acc, value):
+    """One term of a streaming log-sum-exp: the running sum is ``largest + log(acc)``; ``-inf`` terms add nothing."""
+    if value == -np.inf:
+        return largest, acc
+    if value > largest:
+        return value, acc * np.exp(largest - value) + 1.0
+    return largest, acc + np.exp(value - largest)
 
 
 def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
@@ -265,13 +267,7 @@ def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
                 if q < m and slopes[q] < 0.0:
                     prefix_s += slopes[q]
                     prefix_sb += slopes[q] * kinks[q]
-                if value == -np.inf:
-                    continue
-                if value > largest:
-                    acc = acc * np.exp(largest - value) + 1.0
-                    largest = value
-                else:
-                    acc += np.exp(value - largest)
+                largest, acc = _log_sum_step(largest, acc, value)
             if largest > -np.inf:
                 total += largest + np.log(acc)
         out[t] = total
@@ -281,6 +277,7 @@ def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
 if compiled_rows.numba is not None:
     _log_ndtr_compiled = compiled_rows.compile_nogil(_log_ndtr_scalar)
     _log_interval = compiled_rows.compile_nogil(_log_interval)
+    _log_sum_step = compiled_rows.compile_nogil(_log_sum_step)
     log_integral_sum = compiled_rows.compile_nogil(_log_integral_sum)
     draws_log_integral_sums = compiled_rows.compile_nogil(_draws_log_integral_sums)
 else:  # never called: callers check compiled_rows.available()
