@@ -12,7 +12,6 @@ from .arguments import as_count, as_flag, as_seed, check_iterations, data_name, 
 from .checks import (
     Checks,
     Diagnostics,
-    check_approximation,
     check_identifiability,
     one_class_findings,
     singular_findings,
@@ -30,6 +29,7 @@ from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .results.crossfit import record_call, register_refit
 from .results.fit import BSVMFit
 from .results.kernel_fit import KernelFit
+from .results.vb_check import check_at_fit_end
 
 METHODS = ("vb", "gibbs", "em", "svi")
 #: Engines available for each selection prior.
@@ -141,7 +141,7 @@ def bsvm(
         What to do when an identifiability check fails (:class:`bayesvm.Checks`: separation, aliased
         columns, random-effect level counts; ``"ignore"``, ``"warn"`` or ``"stop"`` each, as lme4's
         ``glmerControl``).  Every finding is kept in ``fit.diagnostics`` and printed by ``summary()``.
-        ``vb_check`` is the PSIS check of q that a VB fit ends with (:mod:`bayesvm.checks.approximation`): one
+        ``vb_check`` is the PSIS check of q that a VB fit ends with (:func:`bayesvm.results.vb_check.check_at_fit_end`): one
         :class:`bayesvm.ApproximationWarning` when it fails, naming the parameter.
     """
     control = resolve_control(control, engine_options)
@@ -220,7 +220,7 @@ def bsvm(
     one_class = one_class_findings(fit, checks.one_class)
     Diagnostics(tuple(one_class)).enforce()
     fit.diagnostics = diagnostics.with_findings(one_class)
-    check_approximation(fit, checks.vb_check)
+    check_at_fit_end(fit, checks.vb_check)
     return _recorded(options, fit)
 
 

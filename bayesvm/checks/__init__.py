@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .approximation import check_approximation
 from .findings import Checks, Diagnostics, Finding, IdentifiabilityError
 from .levels import level_findings, random_effect_separation, singular_findings
 from .predicted_classes import one_class_findings
@@ -23,7 +22,6 @@ __all__ = [
     "IdentifiabilityError",
     "Separation",
     "aliased_columns",
-    "check_approximation",
     "check_identifiability",
     "detect_separation",
     "one_class_findings",

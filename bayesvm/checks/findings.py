@@ -10,6 +10,9 @@ import pandas as pd
 from ..errors import BayesvmError, IdentifiabilityWarning
 
 ACTIONS = ("ignore", "warn", "stop")
+#: Findings that leave a fitted model identified (aliased columns are dropped; a one-class fit is an identified fit of
+#: a constant decision value), so a PSIS verdict after them still means what it says
+IDENTIFIED_FINDINGS = ("rank", "one_class")
 
 
 class IdentifiabilityError(BayesvmError):
@@ -72,7 +75,7 @@ class Checks:
         :mod:`bayesvm.checks.predicted_classes`; ``"warn"``; ``"stop"`` acts as ``"warn"``).
     vb_check
         The PSIS check of a VB fit against the posterior it approximates, run at the end of the fit
-        (:mod:`bayesvm.checks.approximation`; ``"warn"``: one warning when k-hat exceeds 0.7 or the importance
+        (:func:`bayesvm.results.vb_check.check_at_fit_end`; ``"warn"``: one warning when k-hat exceeds 0.7 or the importance
         weights move a reported mean by half of q's SD or more, naming it; ``"stop"`` acts as ``"warn"``;
         ``"ignore"`` leaves the check to ``summary()``).  It costs 1,000 evaluations of the pseudo-posterior.
     """

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from ..checks.approximation import IDENTIFIED_FINDINGS
+from ..checks.findings import IDENTIFIED_FINDINGS
 from ..engines import variance_prior
 from ..engines.linear.ep import accurate_failure
 from ..errors import BayesvmError

@@ -20,7 +20,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..checks.findings import IDENTIFIED_FINDINGS
 from ..engines.joint import log_prior, log_pseudo_likelihood
+from ..errors import ApproximationWarning, BayesvmError
 from ..model import PENALTY_SOURCE
 from .marginal_check import cell_draws, integrable_component, marginal_log_ratios
 
@@ -30,7 +32,7 @@ KHAT_LIMIT = 0.7
 #: much: the verdict is a CAUTION naming the parameter, whatever k-hat says (with 1,000 draws the weighted mean's own
 #: Monte Carlo error is about 0.05-0.1 of those SDs at k-hat 0.35-0.55, up to about 0.2 near 0.7)
 SHIFT_LIMIT = 0.5
-#: The check runs by itself (at the end of a fit, :mod:`bayesvm.checks.approximation`, and with ``summary()``) when
+#: The check runs by itself (at the end of a fit, :func:`check_at_fit_end`, and with ``summary()``) when
 #: rows x draws stays below this: it evaluates the exact pseudo-posterior at every draw; larger fits say how to run it
 AUTO_CHECK_MAX_VALUES = 2e7
 AUTO_CHECK_DRAWS = 1000
@@ -147,6 +149,46 @@ def not_run_by_itself(fit) -> str | None:
     if n * AUTO_CHECK_DRAWS > AUTO_CHECK_MAX_VALUES:
         return f"run fit.check_vb() for a PSIS diagnostic (not run automatically for {n} rows)"
     return None
+
+
+def check_at_fit_end(fit, action: str = "warn") -> None:
+    """Run the check at the end of a VB fit (``bsvm()`` calls it) and warn once when it fails.
+
+    ``summary()`` has always run the check, but a user who reads ``fit.fixef`` or predicts without printing the summary
+    was never told when it failed: R's geepack ``muscatine`` (``obese ~ gender + age + I(age**2) + (1 | id)``, 9,856
+    rows) fitted without a word while its k-hat is 1.5 and a long Gibbs run puts the intercept 2 posterior SDs from
+    q's.  As rstanarm runs PSIS after its variational fits, the check runs at the end of every VB fit it covers
+    (:func:`not_run_by_itself`) and warns (:class:`bayesvm.errors.ApproximationWarning`, :func:`check_warning`) when
+    k-hat exceeds 0.7 or the importance weights move a reported mean by half of q's SD or more, naming the parameter.
+    The result is kept, so ``summary()`` prints the same verdict without running it again.  Not run where the verdict
+    would mislead: after an identifiability finding that leaves the posterior shaped by the prior (``summary()`` says
+    so instead), or an accurate fit that did not converge (its own warning says so).  A check that cannot run (q's
+    covariance refuses a Cholesky factor) never breaks the fit: ``summary()`` says why there is none.
+
+    Parameters
+    ----------
+    fit
+        A :class:`bayesvm.results.fit.BSVMFit` whose ``diagnostics`` are set.
+    action
+        ``Checks.vb_check``: ``"warn"`` or ``"stop"`` (the fit exists, so it warns); ``"ignore"`` leaves the check to
+        ``summary()``.
+    """
+    if action == "ignore" or fit.posterior.kind not in ("variational", "mixture"):
+        return
+    if not_run_by_itself(fit) is not None:
+        return
+    if fit.posterior.kind == "mixture" and not fit.result.converged:
+        return
+    if any(f.check not in IDENTIFIED_FINDINGS and f.action in ("warn", "stop") for f in fit.diagnostics.findings):
+        return
+    try:
+        check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)
+    except BayesvmError as exc:
+        fit._vb_check = f"no PSIS check: {exc}"
+        return
+    message = check_warning(check)
+    if message is not None:
+        warnings.warn(message, ApproximationWarning, stacklevel=3)
 
 
 def check_warning(check: VBCheck) -> str | None:
