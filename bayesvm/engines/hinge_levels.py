@@ -13,7 +13,8 @@ contributes ``2 s_i (u - b_i)``.  Between consecutive sorted kinks the exponent 
 
 and given ``sigma^2`` the random effect's exact conditional is the mixture over the intervals, weighted by these
 terms, of ``N(m, sigma^2)`` truncated to each interval (:func:`draw_levels`).  Used by the marginal PSIS check
-(:mod:`bayesvm.results.marginal_check`), by the exact quadratures of the tests, and by the Gibbs sampler's
+(:mod:`bayesvm.results.marginal_check`), by the accurate fit's node weights
+(:mod:`bayesvm.engines.linear.node_evidence`), by the exact quadratures of the tests, and by the Gibbs sampler's
 collapsed variance step (:mod:`bayesvm.engines.linear.collapsed_variance`).
 """
 

@@ -27,83 +27,16 @@ factors; accurate: the node mixture over its cells).  PSIS of the ratio gives th
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as sla
 from scipy import stats
 
-from ..engines.hinge_levels import LevelLayout, draws_log_integral_sums, pieces
-from ..engines.linear import compiled_rows
 from ..engines.linear.ep import Hyperparameters
-from ..engines.linear.vb import LOG_2PI
-from ..linalg.dense import row_pool
-from ..model.problems import VBProblem
-
-#: Draws x groups x (largest group + 1) values processed at a time: about a dozen arrays of this
-#: many doubles are alive at once (~400 MB at 4e6).
-CHUNK_VALUES = 4e6
-#: Largest groups x (largest group + 1) / rows for which the marginal check runs.
-MAX_PADDING = 8.0
-
-
-def integrable_component(problem: VBProblem) -> int | None:
-    """Index of the component whose random effects the marginal check integrates out, or None.
-
-    Needs one blocked grouping factor carrying a single single-column term (``(1 | g)``,
-    ``(0 + x | g)``), on the dense/Schur path, with groups balanced enough that padding every group
-    to the largest costs at most ``MAX_PADDING`` times the rows (the computation is vectorised over a
-    groups x largest-group array).
-    """
-    if problem.blocked is None or problem.is_sparse or problem.blocked.values.shape[1] != 1:
-        return None
-    counts = np.bincount(problem.blocked.codes, minlength=problem.blocked.n_levels)
-    if problem.blocked.n_levels * (counts.max() + 1) > MAX_PADDING * problem.n:
-        return None
-    blocked = [c for c, comp in enumerate(problem.components) if comp.blocked]
-    if len(blocked) != 1 or problem.components[blocked[0]].k != 1:
-        return None
-    return blocked[0]
-
-
-def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np.ndarray, sigma2: np.ndarray,
-                        n_levels: int) -> np.ndarray:  # fmt: skip
-    """``sum_j log I_j`` for draws ``eta (S, n)``, ``sigma2 (S,)`` (see the module docstring;
-    :mod:`bayesvm.engines.hinge_levels` computes each ``I_j``: compiled where numba is installed, level by level
-    without the padded ``(S, J, K + 1)`` arrays, else by numpy in chunks of draws; the two agree to rounding, tested)."""
-    S = eta.shape[0]
-    layout = LevelLayout(y, v, codes, n_levels)
-    total = np.zeros(S)
-    # rows with s_i = 0 do not involve u: their hinge is a constant factor
-    flat = (y * v) == 0
-    if np.any(flat):
-        total += -2.0 * np.sum(np.maximum(0.0, 1.0 - y[flat] * eta[:, flat]), axis=1)
-    if compiled_rows.available():  # the draws in two halves on the package's two row threads (the kernel is nogil)
-        eta = np.ascontiguousarray(eta)
-        halves = [slice(0, S // 2), slice(S // 2, S)]
-        sums = row_pool().map(
-            lambda h: draws_log_integral_sums(layout.y, eta[h], layout.slope, layout.rows, sigma2[h]), halves
-        )
-        return total + np.concatenate(list(sums))
-    J, K = layout.shape
-    step = max(1, int(CHUNK_VALUES // max(1, J * (K + 1))))
-    for first in range(0, S, step):
-        part = slice(first, min(S, first + step))
-        total[part] += np.sum(pieces(layout, eta[part]).log_integrals(sigma2[part]), axis=1)
-    return total
-
-
-def _log_prior_dense(problem: VBProblem, theta_d: np.ndarray, covs: list[np.ndarray], skip: int) -> np.ndarray:
-    """``log p(theta_d | variances)`` for draws ``theta_d (S, q)``; ``covs[c]`` is ``(S, k, k)``."""
-    lam = problem.fixed_precision
-    fixed = lam > 0
-    total = np.sum(0.5 * np.log(lam[fixed]) - 0.5 * LOG_2PI - 0.5 * lam[fixed] * theta_d[:, fixed] ** 2, axis=1)
-    for c, comp in enumerate(problem.components):
-        if c == skip:
-            continue
-        u = theta_d[:, comp.index]  # (S, J, k)
-        for s in range(theta_d.shape[0]):
-            chol = np.linalg.cholesky(covs[c][s])
-            z = sla.solve_triangular(chol, u[s].T, lower=True)
-            total[s] += -0.5 * np.sum(z**2) - comp.n_levels * (np.sum(np.log(np.diag(chol))) + 0.5 * comp.k * LOG_2PI)
-    return total
+from ..engines.linear.node_evidence import (
+    fixed_marginal,
+    gaussian_transform,
+    group_log_integrals,
+    integrable_component,
+    log_prior_dense,
+)
 
 
 def marginal_log_ratios(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
@@ -122,28 +55,18 @@ def marginal_log_ratios(fit, rng: np.random.Generator, draws: int) -> tuple[np.n
     log_p = group_log_integrals(
         problem.y, eta, blocked.values[:, 0], blocked.codes, covs[skip][:, 0, 0], blocked.n_levels
     )
-    log_p += _log_prior_dense(problem, theta_d, covs, skip)
+    log_p += log_prior_dense(problem, theta_d, covs, skip)
     log_p += np.array([hyper.log_prior(t) for t in phi])
     return log_p - log_q, theta_d, covs
 
 
-def _gaussian_marginal(theta) -> tuple[np.ndarray, np.ndarray]:
-    grid = np.arange(theta.mean_d.size)
-    return theta.mean_d, theta.cov_entries(grid[:, None], grid[None, :])
-
-
 def _gaussian_draws(rng: np.random.Generator, mean: np.ndarray, cov: np.ndarray, size: int):
-    """``size`` draws of ``N(mean, cov)`` and their log densities, through one Cholesky factor: positive definite is
-    enough (scipy's density refuses covariances whose eigenvalues span more than about 1e12, which unstandardised
-    columns on a scale of 1e6 give; its sampler and this density do not need that)."""
-    chol = np.linalg.cholesky(cov)
-    z = rng.standard_normal((size, mean.size))
-    log_q = -0.5 * np.sum(z**2, axis=1) - np.sum(np.log(np.diag(chol))) - 0.5 * mean.size * LOG_2PI
-    return mean + z @ chol.T, log_q
+    """``size`` draws of ``N(mean, cov)`` and their log densities."""
+    return gaussian_transform(mean, cov, rng.standard_normal((size, mean.size)))
 
 
 def _mean_field_marginal(result, hyper: Hyperparameters, rng, draws):
-    mean, cov = _gaussian_marginal(result.theta)
+    mean, cov = fixed_marginal(result.theta)
     theta_d, log_q = _gaussian_draws(rng, mean, cov, draws)
     phi_parts, log_q_phi = [], np.zeros(draws)
     for comp, post in zip(hyper.components, result.components):
@@ -172,7 +95,7 @@ def _mixture_marginal(result, rng, draws):
     for k, theta in enumerate(result.thetas):
         chosen = np.flatnonzero(nodes == k)
         if chosen.size:
-            mean, cov = _gaussian_marginal(theta)
+            mean, cov = fixed_marginal(theta)
             theta_d[chosen], log_q[chosen] = _gaussian_draws(rng, mean, cov, chosen.size)
     return theta_d, phi, log_q + log_q_phi
 

@@ -248,6 +248,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             method="vb-accurate",
             failure=None if r.converged else accurate_failure(r),
             log_evidence=float(r.log_evidence),
+            node_weights=r.node_weights,
         )
     elif fit.method == "em":
         info.update(objective=float(fit.objective[-1]), n_support=int(fit.result.support.sum()))
@@ -496,7 +497,11 @@ def _fit_line(info: dict) -> str:
             )
         else:
             where = ""
-        return f"Fit: expectation propagation{where}; {info['n_iter']} EP sweeps (passes over the rows) in all; {ms}"
+        weighted = _node_weights_text(info.get("node_weights"))
+        return (
+            f"Fit: expectation propagation{where}; {info['n_iter']} EP sweeps (passes over the rows) in all; {ms}"
+            + weighted
+        )
     if method == "em":
         return (
             f"Fit: posterior mode after {info['n_iter']} EM iterations; support vectors (rows on or inside the "
@@ -537,6 +542,21 @@ def _fit_line(info: dict) -> str:
     return text
 
 
+def _node_weights_text(weights) -> str:
+    """How the accurate fit weighted its nodes (:class:`bayesvm.engines.linear.node_evidence.NodeWeights`)."""
+    if weights is None:
+        return ""
+    ess = f"effective sample size {weights.ess_fraction:.0%} of {weights.draws} draws per node"
+    if weights.method == "importance":
+        return (
+            f"\n  Nodes weighted by importance-sampled evidence p(y | variances), random effects integrated out ({ess})"
+        )
+    return (
+        f"\n  Nodes weighted by EP's evidence: importance sampling from EP's Gaussians was unreliable ({ess}); "
+        "see the PSIS check"
+    )
+
+
 def _criterion_line(info: dict) -> str:
     """A number to compare models fitted to the same rows and response (higher is better), like logLik."""
     method = info["method"]
@@ -544,7 +564,9 @@ def _criterion_line(info: dict) -> str:
     if method == "vb-accurate":
         if info.get("failure") or not np.isfinite(info.get("log_evidence", np.nan)):
             return "Fit criterion: none (the fit did not converge: see Checks)"
-        text = f"Fit criterion: log evidence log p(y) = {info['log_evidence']:.2f} (EP's approximation)"
+        weights = info.get("node_weights")
+        how = "importance-sampled at each node" if weights is not None and weights.method == "importance" else "EP's"
+        text = f"Fit criterion: log evidence log p(y) = {info['log_evidence']:.2f} ({how})"
         check = info.get("psis")
         if not isinstance(check, str) and check is not None and check.log_evidence is not None:
             value, se = check.log_evidence

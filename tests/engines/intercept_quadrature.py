@@ -1,6 +1,6 @@
 """Exact log joint of an intercept-only random-intercept model on a grid of (intercept, log sigma^2).
 
-The random intercepts integrate out in closed form (:func:`bayesvm.results.marginal_check.group_log_integrals`),
+The random intercepts integrate out in closed form (:func:`bayesvm.engines.linear.node_evidence.group_log_integrals`),
 so ``log p(y, beta_0, log sigma^2)`` is a two-dimensional function: quadrature over it gives the log
 evidence and the exact marginals that samplers and evidence estimates are tested against.
 """
@@ -8,7 +8,7 @@ evidence and the exact marginals that samplers and evidence estimates are tested
 import numpy as np
 
 from bayesvm.engines.linear.ep import Hyperparameters
-from bayesvm.results.marginal_check import group_log_integrals
+from bayesvm.engines.linear.node_evidence import group_log_integrals
 
 
 def log_joint_grid(problem, intercepts: np.ndarray, log_variances: np.ndarray) -> np.ndarray:

@@ -150,7 +150,7 @@ def test_no_check_at_the_end_of_a_fit_the_identifiability_checks_distrust():
 @pytest.mark.parametrize("compiled", ["1", "0"])
 def test_group_integrals_match_quadrature(compiled, monkeypatch):
     from bayesvm.engines.linear import compiled_rows
-    from bayesvm.results.marginal_check import group_log_integrals
+    from bayesvm.engines.linear.node_evidence import group_log_integrals
 
     if compiled == "1" and not compiled_rows.available():
         pytest.skip("numba is not installed")
@@ -179,7 +179,7 @@ def test_compiled_group_integrals_agree_with_numpy_on_toenail_sized_draws(monkey
     """The compiled kernel against the padded numpy path on uneven levels (1 to 9 rows, some with ``s_i = 0``), tails
     included (``eta`` up to 30, ``sigma2`` from 1e-3 to 1e3)."""
     from bayesvm.engines.linear import compiled_rows
-    from bayesvm.results.marginal_check import group_log_integrals
+    from bayesvm.engines.linear.node_evidence import group_log_integrals
 
     if not compiled_rows.available():
         pytest.skip("numba is not installed")
@@ -197,7 +197,7 @@ def test_compiled_group_integrals_agree_with_numpy_on_toenail_sized_draws(monkey
 
 
 def test_marginal_check_only_where_the_random_effects_integrate_exactly():
-    from bayesvm.results.marginal_check import integrable_component
+    from bayesvm.engines.linear.node_evidence import integrable_component
 
     data = simulate_grouped(n_groups=8, per_group=6, p=2, seed=4)
     for formula, expected in [

@@ -4,7 +4,7 @@
   estimate written independently with scipy's densities (random effects and their variance included).
 * Spike-and-slab Gibbs with a random intercept: posterior model probabilities and the variance's mean equal
   exact enumeration, each model's evidence by quadrature over the included slopes and ``log sigma^2``
-  with the random intercepts integrated in closed form (:func:`bayesvm.results.marginal_check.group_log_integrals`).
+  with the random intercepts integrated in closed form (:func:`bayesvm.engines.linear.node_evidence.group_log_integrals`).
 * The blocked Gram matrix equals the dense product.
 """
 
@@ -15,12 +15,12 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
+from bayesvm.engines.linear.node_evidence import group_log_integrals
 from bayesvm.engines.selection.gibbs import sample_selection
 from bayesvm.engines.selection.vb import fit_laplace_zero_vb
 from bayesvm.linalg.dense import weighted_gram
 from bayesvm.model.problems import SelectionProblem, VarianceComponent
 from bayesvm.priors import InverseGamma, LaplaceZero, SpikeSlab
-from bayesvm.results.marginal_check import group_log_integrals
 
 from ..intercept_quadrature import log_joint_grid
 from ..model_enumeration import grid, sampled_model_probabilities
