@@ -149,14 +149,24 @@ def test_monte_carlo_check_can_fail():
     assert abs(estimate - (result.lower_bound[-1] + 1.0)) > 3 * se
 
 
-def test_standardize_does_not_change_predictions_without_penalty():
+def test_standardize_does_not_change_predictions_without_penalty(monkeypatch):
+    from bayesvm.engines.linear import ep
+
     data = simulate_grouped(n_groups=10, per_group=10, p=2, seed=2)
     data["x1"] = 50 + 10 * data["x1"]
     kw = dict(penalty=None, tol=1e-15, max_iter=20000)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", bayesvm.ConvergenceWarning)
-        a = bayesvm.bsvm("y ~ x1 * x2 + (1 | g)", data, standardize=True, **kw)
-        b = bayesvm.bsvm("y ~ x1 * x2 + (1 | g)", data, standardize=False, **kw)
+
+    def both():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", bayesvm.ConvergenceWarning)
+            return [bayesvm.bsvm("y ~ x1 * x2 + (1 | g)", data, standardize=s, **kw) for s in (True, False)]
+
+    # the accurate fit's importance-sampled node weights carry the same standard normals through each scale's
+    # Cholesky factor, which differ: the two fits agree to Monte Carlo error (measured 0.0015 on f)
+    a, b = both()
+    np.testing.assert_allclose(a.predict(kind="link"), b.predict(kind="link"), atol=0.01)
+    monkeypatch.setattr(ep, "node_evidence", lambda *args, **kwargs: None)  # EP alone is exactly invariant
+    a, b = both()
     np.testing.assert_allclose(a.predict(kind="link"), b.predict(kind="link"), atol=1e-6)
     np.testing.assert_allclose(a.predict(kind="pseudo"), b.predict(kind="pseudo"), atol=1e-6)
 
