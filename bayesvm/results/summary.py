@@ -546,13 +546,13 @@ def _node_weights_text(weights) -> str:
     """How the accurate fit weighted its nodes (:class:`bayesvm.engines.linear.node_evidence.NodeWeights`)."""
     if weights is None:
         return ""
-    ess = f"effective sample size {weights.ess_fraction:.0%} of {weights.draws} draws per node"
     if weights.method == "importance":
+        ess = f"effective sample size {weights.ess_fraction:.0%} of {weights.draws} draws per node"
         return (
             f"\n  Nodes weighted by importance-sampled evidence p(y | variances), random effects integrated out ({ess})"
         )
     return (
-        f"\n  Nodes weighted by EP's evidence: importance sampling from EP's Gaussians was unreliable ({ess}); "
+        f"\n  Nodes weighted by EP's evidence: importance sampling from EP's Gaussians was unreliable ({weights.reason}); "
         "see the PSIS check"
     )
 

@@ -65,7 +65,7 @@ from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
 from .. import variance_prior
-from .node_evidence import MIN_ESS_FRACTION, NodeEvidence, NodeWeights, node_evidence
+from .node_evidence import MIN_ESS_FRACTION, NodeEvidence, NodeWeights, UnreliableEvidence, node_evidence
 from .vb import (
     ComponentPosterior,
     VarianceComponent,
@@ -574,19 +574,23 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
         ess[tuple(np.round(np.atleast_1d(phi), 12))] = estimate.ess_fraction
         return estimate.log_evidence + hyper.log_prior(phi)
 
-    logp = np.array([log_post(t) if np.isfinite(lp) else -np.inf for t, lp in zip(grid.nodes, grid.logp)])
     lattice, log_rule, tails_ok = grid.lattice, grid.log_rule, grid.tails_ok
-    if grid.design == "lattice":
-        lattice, logp, tails_ok = _extend_lattice(
-            lattice, logp, grid.step, lambda z: log_post(grid.center + grid.axes @ z)
-        )
-        log_rule = np.zeros(lattice.shape[0])
+    try:
+        logp = np.array([log_post(t) if np.isfinite(lp) else -np.inf for t, lp in zip(grid.nodes, grid.logp)])
+        if grid.design == "lattice":
+            lattice, logp, tails_ok = _extend_lattice(
+                lattice, logp, grid.step, lambda z: log_post(grid.center + grid.axes @ z)
+            )
+            log_rule = np.zeros(lattice.shape[0])
+    except UnreliableEvidence as exc:
+        return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), str(exc))
     new = _weighted_grid(grid.center + lattice @ grid.axes.T, lattice, logp, log_rule, grid, tails_ok and grid.tails_ok)
     fractions = np.array([ess.get(tuple(np.round(t, 12)), 0.0) for t in new.nodes])
     ess_fraction = float(new.weights @ fractions)
     shift = float(new.log_evidence - grid.log_evidence)
     if ess_fraction < MIN_ESS_FRACTION:
-        return grid, NodeWeights("EP", evidence.draws, ess_fraction, shift)
+        reason = f"the importance draws' effective sample size was {ess_fraction:.0%} of {evidence.draws} per node"
+        return grid, NodeWeights("EP", evidence.draws, ess_fraction, shift, reason)
     return new, NodeWeights("importance", evidence.draws, ess_fraction, shift)
 
 

@@ -133,6 +133,10 @@ DRAWS = 32
 MIN_ESS_FRACTION = 0.2
 
 
+class UnreliableEvidence(ArithmeticError):
+    """The importance-sampled evidence cannot be computed at a node (the fit then keeps EP's weights)."""
+
+
 @dataclass
 class NodeEstimate:
     """``log p(y | phi)`` estimated at one node, and the effective sample size of its draws (a fraction)."""
@@ -160,7 +164,10 @@ class NodeEvidence:
         """The estimate at ``phi`` from the node's Gaussian ``theta`` (its ``theta_d`` marginal is the proposal)."""
         problem, S = self.problem, self.z.shape[0]
         mean, cov = fixed_marginal(theta)
-        theta_d, log_q = gaussian_transform(mean, cov, self.z)
+        try:
+            theta_d, log_q = gaussian_transform(mean, cov, self.z)
+        except np.linalg.LinAlgError as exc:  # a covariance that is numerically singular (columns on wild scales)
+            raise UnreliableEvidence("the node's covariance of the coefficients has no Cholesky factor") from exc
         covs = [np.repeat(c[None], S, axis=0) for c in self.hyperparameters.covariances(phi)]
         blocked = problem.blocked
         log_p = group_log_integrals(
@@ -168,9 +175,8 @@ class NodeEvidence:
             blocked.n_levels,
         )  # fmt: skip
         log_ratio = log_p + log_prior_dense(problem, theta_d, covs, self.component) - log_q
-        finite = np.isfinite(log_ratio)
-        if not finite.all():
-            return NodeEstimate(-np.inf, 0.0)
+        if not np.all(np.isfinite(log_ratio)):
+            raise UnreliableEvidence("the pseudo-posterior or q was not finite at an importance draw")
         w = np.exp(log_ratio - log_ratio.max())
         return NodeEstimate(float(logsumexp(log_ratio) - np.log(S)), float(w.sum() ** 2 / np.sum(w**2) / S))
 
@@ -187,7 +193,7 @@ class NodeWeights:
 
     ``method`` is ``"importance"`` (importance-sampled ``p(y | phi)``) or ``"EP"`` (EP's ``Z_EP(phi)``, kept because
     the importance draws' effective sample size, ``ess_fraction`` of ``draws`` averaged over the nodes by their
-    weights, fell below :data:`MIN_ESS_FRACTION`); ``log_evidence_shift`` is the importance-sampled ``log p(y)`` minus
+    weights, fell below :data:`MIN_ESS_FRACTION`, or for the ``reason`` given); ``log_evidence_shift`` is the importance-sampled ``log p(y)`` minus
     EP's.
     """
 
@@ -195,3 +201,5 @@ class NodeWeights:
     draws: int
     ess_fraction: float
     log_evidence_shift: float
+    #: why EP's weights were kept ("" when the importance-sampled ones are used)
+    reason: str = ""

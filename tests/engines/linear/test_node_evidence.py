@@ -100,3 +100,20 @@ def test_draws_are_reproducible(fits):
     fit, _ = fits
     again = fit_accurate(fit.problem)
     np.testing.assert_array_equal(again.weights, fit.result.weights)
+
+
+def test_a_node_without_a_cholesky_factor_keeps_eps_weights_and_summary_says_why(fits, monkeypatch):
+    from bayesvm.engines.linear import node_evidence
+
+    def singular(*args):
+        raise np.linalg.LinAlgError("not positive definite")
+
+    fit, ep_only = fits
+    monkeypatch.setattr(node_evidence, "gaussian_transform", singular)
+    kept = fit_accurate(fit.problem)
+    assert kept.node_weights.method == "EP" and "no Cholesky factor" in kept.node_weights.reason
+    np.testing.assert_allclose(kept.weights, ep_only.weights)
+    monkeypatch.setattr(fit, "result", kept)
+    text = str(fit.summary())
+    assert "Nodes weighted by EP's evidence: importance sampling from EP's Gaussians was unreliable" in text
+    assert "no Cholesky factor" in text
