@@ -75,14 +75,14 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys, request):
     ratios = comparison[("VB / Gibbs", "sd ratio")].dropna()
     assert (ratios < 0.6).all(), ratios
     improved = namespace["improved"]
-    assert (improved[("accurate - Gibbs", "in Gibbs sds")].dropna().abs() < 0.5).all()
-    assert (improved[("accurate / Gibbs", "sd ratio")].dropna().sub(1).abs() < 0.25).all()
+    # the visit effect is 0.47 Gibbs SDs steeper (EP's Gaussian given the variance); the rest within 0.05
+    assert (improved[("accurate - Gibbs", "in Gibbs sds")].dropna().abs() < 0.6).all()
+    assert (improved[("accurate / Gibbs", "sd ratio")].dropna().sub(1).abs() < 0.1).all()
+    accurate_variance, gibbs_variance = improved.loc["sigma^2 patientID", [("accurate VB", "mean"), ("Gibbs", "mean")]]
+    assert abs(accurate_variance / gibbs_variance - 1) < 0.05  # EP's own node weights: 12% low
     verdicts = namespace["verdicts"]
-    # k-hat passes the accurate fit, but the weights move its patient variance by about 0.9 of q's SDs (12% low)
-    assert (
-        verdicts.loc["mean-field VB", "verdict"] == "unreliable" and verdicts.loc["accurate VB", "verdict"] == "usable"
-    )
-    assert namespace["checks"]["accurate VB"].moved[0] == "sigma^2 (1 | patientID)"
+    assert verdicts.loc["mean-field VB", "verdict"] == "unreliable" and verdicts.loc["accurate VB", "verdict"] == "good"
+    assert namespace["checks"]["accurate VB"].moved is None
     corrected = namespace["corrected"]
     assert abs(corrected.iloc[-1]["mean"] / corrected.iloc[-1]["Gibbs mean"] - 1) < 0.1  # the patient variance
     three = namespace["three_table"]
