@@ -36,6 +36,11 @@ BENCHMARKS = {
         "selection priors: accurate and mean-field VB against Gibbs",
         False,
     ),
+    "accurate_gibbs": (
+        ["benchmarks.accurate_gibbs"],
+        "accurate VB's node weights (EP's or importance-sampled) against long Gibbs",
+        False,
+    ),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
     "kernel": (["benchmarks.kernel"], "kernel fits against Wenzel et al. (2017) and scikit-learn", False),
     "pcvm": (["benchmarks.pcvm"], "PCVM against SVC and the paper's tables", False),
