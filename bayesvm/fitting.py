@@ -99,7 +99,9 @@ def bsvm(
         Hyperparameters (:class:`bayesvm.priors.PriorSet`); paper defaults.
     vb
         ``"accurate"``: EP for ``(beta, u)`` given the variance components, integrated over them
-        (``bayesvm.engines.linear.ep``): posterior means, SDs and variance components close to a long Gibbs
+        (``bayesvm.engines.linear.ep``; with one random-intercept term the variance values are weighted by
+        importance-sampled evidence, ``bayesvm.engines.linear.node_evidence``): posterior means, SDs and variance
+        components close to a long Gibbs
         run, for models with up to six variance hyperparameters (a correlated ``k x k`` term counts
         ``k (k + 1) / 2``).  ``"meanfield"``: the paper's factorisation (Alg. 1-2; fast, but SDs too narrow
         and variance components shrunk).  ``None`` (default): ``"accurate"`` where it applies and the data
@@ -328,7 +330,8 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
 
 
 #: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs
-#: 20-60 mean-field fits: about 10 s at 20,000 rows with a random intercept and a learned penalty).
+#: 20-60 mean-field fits: about 17-19 s at 20,000 rows with a random intercept and a learned penalty, and 5 s
+#: more for its importance-sampled node weights with numba, 12 s without).
 AUTO_ACCURATE_MAX_ROWS = 20_000
 
 
