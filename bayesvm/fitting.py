@@ -330,8 +330,8 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
 
 
 #: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs
-#: 20-60 mean-field fits: about 17-19 s at 20,000 rows with a random intercept and a learned penalty, and 5 s
-#: more for its importance-sampled node weights with numba, 12 s without).
+#: 20-60 mean-field fits: about 17 s at 20,000 rows with a random intercept and a learned penalty, and 6 s
+#: more for its importance-sampled node weights with numba, 16 s without).
 AUTO_ACCURATE_MAX_ROWS = 20_000
 
 
