@@ -187,6 +187,38 @@ def test_group_integrals_match_quadrature(compiled, monkeypatch):
         assert abs(got[s] - total) < 1e-6
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])
+def test_group_integrals_of_very_unbalanced_levels_match_quadrature(compiled, monkeypatch):
+    """Levels of 1 to 300 rows (one above the compiled kernel's limit, so both paths run in one call) and a level
+    without rows: taken in classes of similar size, each level's integral is still the quadrature's."""
+    from bayesvm.engines.linear import compiled_rows
+    from bayesvm.engines.linear.node_evidence import COMPILED_MAX_LEVEL, group_log_integrals
+
+    if compiled == "1" and not compiled_rows.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, compiled)
+    rng = np.random.default_rng(7)
+    sizes = [300, 1, 1, 2, 3, 5, 9, 17, 40, 0, 4]
+    assert max(sizes) > COMPILED_MAX_LEVEL
+    codes = np.repeat(np.arange(len(sizes)), sizes)
+    n, J = codes.size, len(sizes)
+    y = rng.choice([-1.0, 1.0], n)
+    v = rng.choice([1.0, 0.7, -1.2, 0.0], n)
+    eta = rng.normal(0, 1.0, (2, n))
+    sigma2 = np.array([0.5, 4.0])
+    got = group_log_integrals(y, eta, v, codes, sigma2, J)
+    u = np.linspace(-30, 30, 120001)
+    for s in range(2):
+        total = 0.0
+        for j in range(J):
+            rows = codes == j
+            hinge = np.maximum(0, 1 - y[rows][None] * (eta[s, rows][None] + v[rows][None] * u[:, None])).sum(1)
+            log_f = -2 * hinge - u**2 / (2 * sigma2[s]) - 0.5 * np.log(2 * np.pi * sigma2[s])
+            top = log_f.max()
+            total += top + np.log(np.trapezoid(np.exp(log_f - top), u))
+        assert abs(got[s] - total) < 1e-5
+
+
 def test_compiled_group_integrals_agree_with_numpy_on_toenail_sized_draws(monkeypatch):
     """The compiled kernel against the padded numpy path on uneven levels (1 to 9 rows, some with ``s_i = 0``), tails
     included (``eta`` up to 30, ``sigma2`` from 1e-3 to 1e3)."""
@@ -221,6 +253,12 @@ def test_marginal_check_only_where_the_random_effects_integrate_exactly():
     ]:
         problem = build_model(build_design(parse_formula(formula), data), "learn", PriorSet(), True).problem()
         assert (integrable_component(problem) is not None) == expected, formula
+    # very unbalanced groups (one of 40 rows, the rest of 1-2) are integrated in classes of similar size
+    unbalanced = data.assign(g=np.where(np.arange(len(data)) < 40, "big", np.arange(len(data)) // 2).astype(str))
+    problem = build_model(
+        build_design(parse_formula("y ~ x1 + (1 | g)"), unbalanced), "learn", PriorSet(), True
+    ).problem()
+    assert integrable_component(problem) is not None
 
 
 def test_summary_explains_when_there_is_no_check():

@@ -42,22 +42,19 @@ from .vb import LOG_2PI
 #: Draws x groups x (largest group + 1) values processed at a time: about a dozen arrays of this
 #: many doubles are alive at once (~400 MB at 4e6).
 CHUNK_VALUES = 4e6
-#: Largest groups x (largest group + 1) / rows for which the levels are integrated in closed form.
-MAX_PADDING = 8.0
+#: The compiled kernel sorts a level's kinks by insertion (``O(K^2)`` per level and draw); levels larger than this
+#: go to numpy's sort instead.
+COMPILED_MAX_LEVEL = 256
 
 
 def integrable_component(problem: VBProblem) -> int | None:
     """Index of the component whose random effects integrate out in closed form, or None.
 
     Needs one blocked grouping factor carrying a single single-column term (``(1 | g)``,
-    ``(0 + x | g)``), on the dense/Schur path, with groups balanced enough that padding every group
-    to the largest costs at most ``MAX_PADDING`` times the rows (the computation is vectorised over a
-    groups x largest-group array).
+    ``(0 + x | g)``), on the dense/Schur path.  Levels of any sizes: they are integrated in classes of similar size
+    (:func:`group_log_integrals`).
     """
     if problem.blocked is None or problem.is_sparse or problem.blocked.values.shape[1] != 1:
-        return None
-    counts = np.bincount(problem.blocked.codes, minlength=problem.blocked.n_levels)
-    if problem.blocked.n_levels * (counts.max() + 1) > MAX_PADDING * problem.n:
         return None
     blocked = [c for c, comp in enumerate(problem.components) if comp.blocked]
     if len(blocked) != 1 or problem.components[blocked[0]].k != 1:
@@ -65,25 +62,51 @@ def integrable_component(problem: VBProblem) -> int | None:
     return blocked[0]
 
 
+def size_classes(codes: np.ndarray, n_levels: int):
+    """The levels in classes of similar size (1, 2, 3-4, 5-8, ... rows), each ``(levels, its largest level)``: padding
+    every level of a class to its largest at most doubles its rows, however unbalanced the groups."""
+    counts = np.bincount(codes, minlength=n_levels)
+    size_class = np.ceil(np.log2(np.maximum(counts, 1))).astype(int)
+    for c in np.unique(size_class[counts > 0]):
+        levels = np.flatnonzero((size_class == c) & (counts > 0))
+        yield levels, int(counts[levels].max())
+
+
 def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np.ndarray, sigma2: np.ndarray,
                         n_levels: int) -> np.ndarray:  # fmt: skip
-    """``sum_j log I_j`` for draws ``eta (S, n)``, ``sigma2 (S,)`` (see the module docstring;
-    :mod:`bayesvm.engines.hinge_levels` computes each ``I_j``: compiled where numba is installed, level by level
-    without the padded ``(S, J, K + 1)`` arrays, else by numpy in chunks of draws; the two agree to rounding, tested)."""
-    S = eta.shape[0]
-    layout = LevelLayout(y, v, codes, n_levels)
-    total = np.zeros(S)
+    """``sum_j log I_j`` for draws ``eta (S, n)``, ``sigma2 (S,)`` (see the module docstring).
+
+    The levels are taken in classes of similar size (:func:`size_classes`); within a class
+    :mod:`bayesvm.engines.hinge_levels` computes each ``I_j``: compiled where numba is installed (level by level,
+    without the padded ``(S, J, K + 1)`` arrays) for levels of up to :data:`COMPILED_MAX_LEVEL` rows, else by numpy in
+    chunks of draws; the two agree to rounding (tested).  A level without rows contributes ``log 1``.
+    """
+    total = np.zeros(eta.shape[0])
     # rows with s_i = 0 do not involve u: their hinge is a constant factor
     flat = (y * v) == 0
     if np.any(flat):
         total += -2.0 * np.sum(np.maximum(0.0, 1.0 - y[flat] * eta[:, flat]), axis=1)
-    if compiled_rows.available():  # the draws in two halves on the package's two row threads (the kernel is nogil)
+    for levels, largest in size_classes(codes, n_levels):
+        chosen = np.zeros(n_levels, dtype=bool)
+        chosen[levels] = True
+        rows = chosen[codes]
+        local = (np.cumsum(chosen) - 1)[codes[rows]]  # each row's level, numbered within the class
+        layout = LevelLayout(y[rows], v[rows], local, levels.size)
+        total += _class_log_integrals(layout, eta[:, rows], sigma2, compiled=largest <= COMPILED_MAX_LEVEL)
+    return total
+
+
+def _class_log_integrals(layout: LevelLayout, eta: np.ndarray, sigma2: np.ndarray, compiled: bool) -> np.ndarray:
+    """``sum_j log I_j`` over one class's levels (rows with ``s_i = 0`` excluded by the caller's constant)."""
+    S = eta.shape[0]
+    if compiled and compiled_rows.available():  # the draws in two halves on the package's two row threads (nogil)
         eta = np.ascontiguousarray(eta)
         halves = [slice(0, S // 2), slice(S // 2, S)]
         sums = row_pool().map(
             lambda h: draws_log_integral_sums(layout.y, eta[h], layout.slope, layout.rows, sigma2[h]), halves
         )
-        return total + np.concatenate(list(sums))
+        return np.concatenate(list(sums))
+    total = np.zeros(S)
     J, K = layout.shape
     step = max(1, int(CHUNK_VALUES // max(1, J * (K + 1))))
     for first in range(0, S, step):
