@@ -159,6 +159,19 @@ def test_no_check_at_the_end_of_a_fit_the_identifiability_checks_distrust():
     assert fit._vb_check is None and "no verdict" in str(fit.summary())
 
 
+def _quadrature_log_integrals(y, eta, v, codes, sigma2, n_levels, u) -> np.ndarray:
+    """``sum_j log I_j`` for each draw by the trapezoid rule over the grid ``u`` (brute force, not the closed form)."""
+    out = np.zeros(eta.shape[0])
+    for s in range(eta.shape[0]):
+        for j in range(n_levels):
+            rows = codes == j
+            hinge = np.maximum(0, 1 - y[rows][None] * (eta[s, rows][None] + v[rows][None] * u[:, None])).sum(1)
+            log_f = -2 * hinge - u**2 / (2 * sigma2[s]) - 0.5 * np.log(2 * np.pi * sigma2[s])
+            top = log_f.max()
+            out[s] += top + np.log(np.trapezoid(np.exp(log_f - top), u))
+    return out
+
+
 @pytest.mark.parametrize("compiled", ["1", "0"])
 def test_group_integrals_match_quadrature(compiled, monkeypatch):
     from bayesvm.engines.linear import compiled_rows
@@ -175,16 +188,8 @@ def test_group_integrals_match_quadrature(compiled, monkeypatch):
     eta = rng.normal(0, 1.5, (3, n))
     sigma2 = np.array([0.3, 2.0, 9.0])
     got = group_log_integrals(y, eta, v, codes, sigma2, J)
-    u = np.linspace(-40, 40, 200001)
-    for s in range(3):
-        total = 0.0
-        for j in range(J):
-            rows = codes == j
-            hinge = np.maximum(0, 1 - y[rows][None] * (eta[s, rows][None] + v[rows][None] * u[:, None])).sum(1)
-            log_f = -2 * hinge - u**2 / (2 * sigma2[s]) - 0.5 * np.log(2 * np.pi * sigma2[s])
-            top = log_f.max()
-            total += top + np.log(np.trapezoid(np.exp(log_f - top), u))
-        assert abs(got[s] - total) < 1e-6
+    exact = _quadrature_log_integrals(y, eta, v, codes, sigma2, J, np.linspace(-40, 40, 200001))
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("compiled", ["1", "0"])
@@ -207,16 +212,8 @@ def test_group_integrals_of_very_unbalanced_levels_match_quadrature(compiled, mo
     eta = rng.normal(0, 1.0, (2, n))
     sigma2 = np.array([0.5, 4.0])
     got = group_log_integrals(y, eta, v, codes, sigma2, J)
-    u = np.linspace(-30, 30, 120001)
-    for s in range(2):
-        total = 0.0
-        for j in range(J):
-            rows = codes == j
-            hinge = np.maximum(0, 1 - y[rows][None] * (eta[s, rows][None] + v[rows][None] * u[:, None])).sum(1)
-            log_f = -2 * hinge - u**2 / (2 * sigma2[s]) - 0.5 * np.log(2 * np.pi * sigma2[s])
-            top = log_f.max()
-            total += top + np.log(np.trapezoid(np.exp(log_f - top), u))
-        assert abs(got[s] - total) < 1e-5
+    exact = _quadrature_log_integrals(y, eta, v, codes, sigma2, J, np.linspace(-30, 30, 120001))
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-5)
 
 
 def test_compiled_group_integrals_agree_with_numpy_on_toenail_sized_draws(monkeypatch):
