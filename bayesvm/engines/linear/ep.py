@@ -564,14 +564,14 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
 
     ``state_at(phi)`` is the EP fit at ``phi`` (cached).  Returns ``(grid, NodeWeights)``.
     """
-    ess = {}
+    evaluated: list[tuple[np.ndarray, float]] = []  # (phi, effective sample size fraction) of every estimate
 
     def log_post(phi: np.ndarray) -> float:
         state = state_at(phi)
         if state.theta is None or not np.isfinite(state.log_evidence):
             return -np.inf  # EP failed here: no weight either way (the fit is reported as not converged)
         estimate = evidence(phi, state.theta)
-        ess[tuple(np.round(np.atleast_1d(phi), 12))] = estimate.ess_fraction
+        evaluated.append((np.atleast_1d(np.asarray(phi, dtype=float)), estimate.ess_fraction))
         return estimate.log_evidence + hyper.log_prior(phi)
 
     lattice, log_rule, tails_ok = grid.lattice, grid.log_rule, grid.tails_ok
@@ -584,8 +584,14 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
             log_rule = np.zeros(lattice.shape[0])
     except UnreliableEvidence as exc:
         return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), str(exc))
+    if not evaluated or not np.any(np.isfinite(logp)):  # unreachable after integrate(), which needs one EP fit
+        return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), "no node had an EP fit to sample from")
     new = _weighted_grid(grid.center + lattice @ grid.axes.T, lattice, logp, log_rule, grid, tails_ok and grid.tails_ok)
-    fractions = np.array([ess.get(tuple(np.round(t, 12)), 0.0) for t in new.nodes])
+    # each node's own estimate: the nearest evaluation (a node's phi can differ in the last digit from the one it was
+    # evaluated at, computed by a matrix product instead of a matrix-vector one); EP failures carry no weight
+    points = np.array([phi for phi, _ in evaluated]).reshape(len(evaluated), -1)
+    nearest = np.argmin(np.sum((new.nodes[:, None, :] - points[None, :, :]) ** 2, axis=2), axis=1)
+    fractions = np.array([fraction for _, fraction in evaluated])[nearest]
     ess_fraction = float(new.weights @ fractions)
     shift = float(new.log_evidence - grid.log_evidence)
     if ess_fraction < MIN_ESS_FRACTION:
