@@ -249,6 +249,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             failure=None if r.converged else accurate_failure(r),
             log_evidence=float(r.log_evidence),
             node_weights=r.node_weights,
+            fixed_correction=getattr(r, "fixed_correction", None),
         )
     elif fit.method == "em":
         info.update(objective=float(fit.objective[-1]), n_support=int(fit.result.support.sum()))
@@ -498,6 +499,8 @@ def _fit_line(info: dict) -> str:
         else:
             where = ""
         weighted = _node_weights_text(info.get("node_weights"))
+        if info.get("fixed_correction") is not None:
+            weighted += "\n  " + info["fixed_correction"].describe()
         return (
             f"Fit: expectation propagation{where}; {info['n_iter']} EP sweeps (passes over the rows) in all; {ms}"
             + weighted

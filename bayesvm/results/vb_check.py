@@ -25,6 +25,7 @@ from ..engines.joint import log_prior, log_pseudo_likelihood
 from ..errors import ApproximationWarning, BayesvmError
 from ..model import PENALTY_SOURCE
 from .marginal_check import cell_draws, integrable_component, marginal_log_ratios
+from .psis_correction import ThetaMoments, correct_fixed, theta_moments
 
 KHAT_GOOD = 0.5
 KHAT_LIMIT = 0.7
@@ -36,6 +37,9 @@ SHIFT_LIMIT = 0.5
 #: rows x draws stays below this: it evaluates the exact pseudo-posterior at every draw; larger fits say how to run it
 AUTO_CHECK_MAX_VALUES = 2e7
 AUTO_CHECK_DRAWS = 1000
+#: Seed of the check run again on a fit that :mod:`bayesvm.results.psis_correction` corrected (not the first check's
+#: seed, whose draws the correction was estimated from)
+RECHECK_SEED = 1
 
 
 def psis(log_ratios: np.ndarray) -> tuple[np.ndarray, float]:
@@ -96,6 +100,9 @@ class VBCheck:
     shift: pd.DataFrame | None = None
     suspects: tuple[str, ...] = ()
     joint_only: int = 0
+    #: plain and weighted moments of the governing draws' coefficients (model scale), for
+    #: :mod:`bayesvm.results.psis_correction`; None when the governing k-hat exceeds 0.7
+    theta_moments: ThetaMoments | None = None
 
     def largest_shift(self) -> tuple[str, float, float, float] | None:
         """``(parameter, shift in q's SDs, q's mean, weighted mean)`` of the reported parameter whose mean the
@@ -183,6 +190,10 @@ def check_at_fit_end(fit, action: str = "warn") -> None:
         return
     try:
         check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)
+        if fit.posterior.kind == "mixture" and check.theta_moments is not None:
+            if correct_fixed(fit, check.theta_moments, check.governing_khat, check.draws) is not None:
+                # the verdict is about what is reported: the corrected q, with fresh draws
+                check = fit.check_vb(draws=AUTO_CHECK_DRAWS, seed=RECHECK_SEED, warn=False)
     except BayesvmError as exc:
         fit._vb_check = f"no PSIS check: {exc}"
         return
@@ -291,6 +302,7 @@ def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
     )
     log_weights, khat = psis(log_p - log_q)
     corrected, shift = _weighted(*_fixef_draws(fit, theta_d), log_weights)
+    moments = theta_moments(theta_d, _normalised(log_weights))
     marginal_khat, marginal = None, None
     evidence = importance_log_evidence(log_p - log_q) if khat <= KHAT_LIMIT else None
     if integrable_component(problem) is not None:
@@ -304,6 +316,7 @@ def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
                 values = np.column_stack([values, cov[:, 0, 0]])
         marginal, shift = _weighted(names, values, log_weights)
         marginal = marginal if marginal_khat <= KHAT_LIMIT else None
+        moments = theta_moments(theta_d, _normalised(log_weights))
     governing = khat if marginal_khat is None else marginal_khat
     coefficients = theta_d.shape[1] + int(np.prod(theta_b.shape[1:]))
     joint_only = coefficients if marginal_khat is None and coefficients > fit.model.design.p else 0
@@ -311,7 +324,7 @@ def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
     return VBCheck(
         khat=khat, draws=draws, fixef=corrected if khat <= KHAT_LIMIT else None, marginal_khat=marginal_khat,
         marginal=marginal, log_evidence=evidence, shift=shift if governing <= KHAT_LIMIT else None, suspects=suspects,
-        joint_only=joint_only,
+        joint_only=joint_only, theta_moments=moments if governing <= KHAT_LIMIT else None,
     )  # fmt: skip
 
 

@@ -357,6 +357,9 @@ class IntegratedResult(EngineOutput):
     node_weights: NodeWeights | None = None
     #: a selection prior's slopes (:class:`bayesvm.engines.selection.ep.SlopeMarginals`; None without one)
     slopes: SelectedSlopes | None = None
+    #: the PSIS correction of the coefficients applied at the fit's end (:mod:`bayesvm.results.psis_correction`; None:
+    #: EP's nodes as they came)
+    fixed_correction: object = None
 
     @property
     def scale_estimate(self) -> tuple[str, float] | None:
