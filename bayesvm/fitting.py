@@ -144,7 +144,9 @@ def bsvm(
         columns, random-effect level counts; ``"ignore"``, ``"warn"`` or ``"stop"`` each, as lme4's
         ``glmerControl``).  Every finding is kept in ``fit.diagnostics`` and printed by ``summary()``.
         ``vb_check`` is the PSIS check of q that a VB fit ends with (:func:`bayesvm.results.vb_check.check_at_fit_end`): one
-        :class:`bayesvm.ApproximationWarning` when it fails, naming the parameter.
+        :class:`bayesvm.ApproximationWarning` when it fails, naming the parameter; on the accurate fit it also corrects
+        the coefficients where its importance weights move them beyond Monte Carlo error
+        (:mod:`bayesvm.results.psis_correction`, listed by ``summary()``).
     """
     control = resolve_control(control, engine_options)
     tol, max_iter, draws, tune, chains, thin, cores, progress, batch_size, learning_rate, probes = (

@@ -38,7 +38,7 @@ BENCHMARKS = {
     ),
     "accurate_gibbs": (
         ["benchmarks.accurate_gibbs"],
-        "accurate VB's node weights (EP's or importance-sampled) against long Gibbs",
+        "accurate VB's node weights (EP's or importance-sampled) and PSIS correction against long Gibbs",
         False,
     ),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),

@@ -75,8 +75,10 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys, request):
     ratios = comparison[("VB / Gibbs", "sd ratio")].dropna()
     assert (ratios < 0.6).all(), ratios
     improved = namespace["improved"]
-    # the visit effect is 0.47 Gibbs SDs steeper (EP's Gaussian given the variance); the rest within 0.05
-    assert (improved[("accurate - Gibbs", "in Gibbs sds")].dropna().abs() < 0.6).all()
+    # EP's visit effect is 0.47 Gibbs SDs steeper (its Gaussian given the variance); the PSIS check's correction brings
+    # every mean within 0.08 (measured), the bound leaves room for the shorter chains of the quick run
+    assert (improved[("accurate - Gibbs", "in Gibbs sds")].dropna().abs() < 0.25).all()
+    assert "visit" in namespace["accurate"].result.fixed_correction.names
     assert (improved[("accurate / Gibbs", "sd ratio")].dropna().sub(1).abs() < 0.1).all()
     accurate_variance, gibbs_variance = improved.loc["sigma^2 patientID", [("accurate VB", "mean"), ("Gibbs", "mean")]]
     assert abs(accurate_variance / gibbs_variance - 1) < 0.05  # EP's own node weights: 12% low

@@ -77,7 +77,10 @@ class Checks:
         The PSIS check of a VB fit against the posterior it approximates, run at the end of the fit
         (:func:`bayesvm.results.vb_check.check_at_fit_end`; ``"warn"``: one warning when k-hat exceeds 0.7 or the importance
         weights move a reported mean by half of q's SD or more, naming it; ``"stop"`` acts as ``"warn"``;
-        ``"ignore"`` leaves the check to ``summary()``).  It costs 1,000 evaluations of the pseudo-posterior.
+        ``"ignore"`` leaves the check to ``summary()``).  It costs 1,000 evaluations of the pseudo-posterior.  On
+        the accurate fit, where its k-hat is at most 0.7 the check also corrects the coefficients whose weighted mean
+        or SD differs from q's beyond Monte Carlo error, and runs again on the corrected fit
+        (:mod:`bayesvm.results.psis_correction`); ``"ignore"`` leaves EP's coefficients as they are.
     """
 
     separation: str = "warn"
