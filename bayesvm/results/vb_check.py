@@ -190,7 +190,7 @@ def check_at_fit_end(fit, action: str = "warn") -> None:
         return
     try:
         check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)
-        if fit.posterior.kind == "mixture" and check.theta_moments is not None:
+        if fit.posterior.kind == "mixture" and check.marginal_khat is not None and check.theta_moments is not None:
             if correct_fixed(fit, check.theta_moments, check.governing_khat, check.draws) is not None:
                 # the verdict is about what is reported: the corrected q, with fresh draws
                 check = fit.check_vb(draws=AUTO_CHECK_DRAWS, seed=RECHECK_SEED, warn=False)

@@ -11,7 +11,7 @@ from scipy.special import logsumexp
 import bayesvm
 from bayesvm.engines.linear.ep import Hyperparameters
 from bayesvm.engines.linear.node_evidence import group_log_integrals
-from bayesvm.results.psis_correction import ThetaMoments, correction_map, theta_moments
+from bayesvm.results.psis_correction import correction_map, theta_moments
 
 pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
 
@@ -109,21 +109,21 @@ def test_moved_gaussian_matches_its_draws(fits):
 
 
 def test_nothing_moves_without_evidence():
-    """Equal weights (q is the posterior) correct nothing; a shift below Monte Carlo error is left alone; one above
-    it is applied exactly, and only to its coordinate."""
+    """Equal weights (q is the posterior) correct nothing; weights that tilt one coordinate by much more than their
+    Monte Carlo error move that coordinate's mean by the weighted estimate, and no other."""
     rng = np.random.default_rng(0)
-    draws = rng.normal(size=(1000, 3))
-    uniform = theta_moments(draws, np.full(1000, 1e-3))
-    corrected, shift, ratio = correction_map(uniform)
+    draws = rng.normal(size=(4000, 3))
+    corrected, shift, ratio = correction_map(theta_moments(draws, np.full(4000, 1 / 4000)))
     assert not corrected.any() and np.all(shift == 0) and np.all(ratio == 1)
-    base = dict(mean=np.zeros(3), sd=np.ones(3), weighted_sd=np.ones(3), ess=400.0)
-    small = ThetaMoments(weighted_mean=np.array([0.1, 0.0, 0.0]), **base)  # 3 / sqrt(400) = 0.15
-    assert not correction_map(small)[0].any()
-    large = ThetaMoments(weighted_mean=np.array([0.0, 0.3, 0.0]), **base)
-    corrected, shift, ratio = correction_map(large)
+    noise = np.exp(0.1 * rng.normal(size=4000))  # weights unrelated to the draws: below Monte Carlo error
+    assert not correction_map(theta_moments(draws, noise / noise.sum()))[0][:2].any()
+    tilt = np.exp(0.3 * draws[:, 1])  # q is N(0, 1), the target N(0.3, 1) in the second coordinate
+    moments = theta_moments(draws, tilt / tilt.sum())
+    corrected, shift, ratio = correction_map(moments)
     np.testing.assert_array_equal(corrected, [False, True, False])
-    np.testing.assert_allclose(shift, [0.0, 0.3, 0.0])
+    assert shift[1] == pytest.approx(0.3, abs=0.05) and shift[0] == 0 and shift[2] == 0
     np.testing.assert_allclose(ratio, 1.0)
+    assert moments.shift_se[1] == pytest.approx(1 / np.sqrt(4000), rel=0.5)  # about sigma / sqrt(S) for a mild tilt
 
 
 def test_fit_that_ep_gets_right_is_unchanged():
