@@ -248,21 +248,21 @@ class GaussianPosterior:
             out = out - 0.5 * np.sum(z**2, axis=(1, 2)) - logdet - 0.5 * self.mean_b.size * np.log(2 * np.pi)
         return out
 
-    def moved(self, center: np.ndarray, shift: np.ndarray, scale: np.ndarray) -> GaussianPosterior:
-        """This q with ``theta_d`` carried by ``t -> center + shift + scale * (t - center)`` and the blocked effects'
+    def moved(self, center: np.ndarray, shift: np.ndarray, matrix: np.ndarray) -> GaussianPosterior:
+        """This q with ``theta_d`` carried by ``t -> center + shift + M (t - center)`` and the blocked effects'
         conditional given ``theta_d`` kept (:mod:`bayesvm.results.psis_correction`).
 
-        ``theta_d' ~ N(c + s + A (mu_d - c), A S^{-1} A)`` with ``A = diag(scale)``; ``theta_l | theta_d = t`` stays
+        ``theta_d' ~ N(c + s + M (mu_d - c), M S^{-1} M')``; ``theta_l | theta_d = t`` stays
         ``N(mu_l - G_l (t - mu_d), P_l^{-1})``, so ``mu_l' = mu_l - G_l (mu_d' - mu_d)`` and the marginal
-        ``Sigma_ll' = P_l^{-1} + G_l S'^{-1} G_l'``; ``log |P'| = log |P| - 2 sum log scale``.
+        ``Sigma_ll' = P_l^{-1} + G_l S'^{-1} G_l'``; ``log |P'| = log |P| - 2 log |det M|``.
         """
-        mean_d = center + shift + scale * (self.mean_d - center)
-        cov_d = self.cov_d * np.outer(scale, scale)
+        mean_d = center + shift + matrix @ (self.mean_d - center)
+        cov_d = matrix @ self.cov_d @ matrix.T
         mean_b, cov_b = self.mean_b, self.cov_b
         if self.mean_b.size:
             mean_b = self.mean_b - np.einsum("jkq,q->jk", self.gain, mean_d - self.mean_d)
             cov_b = self.block_inv + np.einsum("jkq,qr,jlr->jkl", self.gain, cov_d, self.gain)
-        logdet = self.logdet_precision - 2.0 * float(np.sum(np.log(scale)))
+        logdet = self.logdet_precision - 2.0 * float(np.linalg.slogdet(matrix)[1])
         return replace(self, mean_d=mean_d, cov_d=cov_d, mean_b=mean_b, cov_b=cov_b, logdet_precision=logdet)
 
     def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -90,13 +90,13 @@ def test_moved_gaussian_matches_its_draws(fits):
     identity = theta.block_inv + np.einsum("jkq,qr,jlr->jkl", theta.gain, theta.cov_d, theta.gain)
     np.testing.assert_allclose(theta.cov_b, identity, rtol=1e-8, atol=1e-10)
     center = theta.mean_d + np.array([0.1, -0.2])
-    moved = theta.moved(center, np.array([0.3, -0.1]), np.array([0.8, 1.3]))
-    np.testing.assert_allclose(
-        moved.mean_d, center + np.array([0.3, -0.1]) + np.array([0.8, 1.3]) * (theta.mean_d - center)
-    )
+    matrix = np.array([[0.8, 0.0], [0.4, 1.3]])  # a scaling and the second coordinate's regression on the first
+    moved = theta.moved(center, np.array([0.3, -0.1]), matrix)
+    np.testing.assert_allclose(moved.mean_d, center + np.array([0.3, -0.1]) + matrix @ (theta.mean_d - center))
     draws_d, draws_b = moved.sample(np.random.default_rng(1), 200_000)
     np.testing.assert_allclose(draws_d.mean(axis=0), moved.mean_d, atol=0.01)
     np.testing.assert_allclose(np.cov(draws_d.T), moved.cov_d, rtol=0.02, atol=5e-4)
+    np.testing.assert_allclose(moved.cov_d, matrix @ theta.cov_d @ matrix.T)
     np.testing.assert_allclose(draws_b.mean(axis=0), moved.mean_b, atol=0.03)
     np.testing.assert_allclose(draws_b.var(axis=0), moved.cov_b[:, :, 0], rtol=0.03)
     # the conditional of the blocked effects given theta_d is unchanged
@@ -105,7 +105,7 @@ def test_moved_gaussian_matches_its_draws(fits):
         moved.mean_b - np.einsum("jkq,q->jk", moved.gain, t - moved.mean_d),
         theta.mean_b - np.einsum("jkq,q->jk", theta.gain, t - theta.mean_d),
     )
-    assert moved.logdet_precision == pytest.approx(theta.logdet_precision - 2 * np.log(0.8 * 1.3))
+    assert moved.logdet_precision == pytest.approx(theta.logdet_precision - 2 * np.log(0.8 * 1.3))  # det M
 
 
 def test_nothing_moves_without_evidence():
