@@ -207,7 +207,7 @@ def bsvm(
     checks = _check_checks(checks)
     if prior is not None:
         _check_prior_method(prior, method, penalty, vb)
-    parsed = parse_formula(formula)
+    parsed = parse_formula(formula, getattr(data, "columns", None))
     design = build_design(parsed, data, positive=positive, missing=missing, rank=checks.rank)
     model = build_model(design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized)
     diagnostics = check_identifiability(model, checks)
@@ -419,7 +419,7 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
             raise BayesvmError("a selection prior selects slopes, and a kernel fit has no slopes to penalise")
         _check_prior_method(prior, method, penalty, vb)
     tol, max_iter = iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=500)
-    streamed = build_streamed(parse_formula(formula), data, positive, missing)
+    streamed = build_streamed(parse_formula(formula, getattr(data, "columns", None)), data, positive, missing)
     name = data_name(data)
     if kernel is not None:
         model = build_kernel_model(streamed.design, kernel, standardize, inducing, inducing_method, seed)

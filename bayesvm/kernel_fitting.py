@@ -38,7 +38,7 @@ def fit_kernel(formula, data, *, method, positive, missing, standardize, tol, ma
     if learn_inducing and (method == "svi" or isinstance(inducing, str)):
         raise BayesvmError("learn_inducing=True needs method='vb' with inducing points (not 'all')")
     tol, max_iter = iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=1000)
-    parsed = parse_formula(formula)
+    parsed = parse_formula(formula, getattr(data, "columns", None))
     design = build_design(parsed, data, positive=positive, missing=missing, rank="keep")
     model = build_kernel_model(design, kernel, standardize, inducing, inducing_method, seed)
     problem = model.problem()

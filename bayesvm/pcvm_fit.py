@@ -65,7 +65,9 @@ def pcvm(
     max_iter = (5000 if method == "em" else 2000) if max_iter is None else as_count(max_iter, "max_iter")
     seed, standardize = as_seed(seed), as_flag(standardize, "standardize")
     start = time.perf_counter()
-    design = build_design(parse_formula(formula), data, positive=positive, missing=missing, rank="keep")
+    design = build_design(
+        parse_formula(formula, getattr(data, "columns", None)), data, positive=positive, missing=missing, rank="keep"
+    )
     model = build_kernel_model(design, RBF() if kernel is None else kernel, standardize, "all", "kmeans", 0)
     problem = KernelProblem(X=model.inputs(design.X), y=design.y, kernel=model.kernel)
     X, y = problem.X, problem.y

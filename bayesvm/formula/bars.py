@@ -122,8 +122,24 @@ def _parse_bar(inner: str, formula: str) -> list[Bar]:
     return [Bar(lhs, tuple(_strip_backticks(p) for p in group.split(":")), correlated)]
 
 
-def parse_formula(formula: str) -> ParsedFormula:
-    """Split ``"y ~ fixed + (expr | g)"`` into response, fixed part and bars.
+#: An unquoted name with a dot in it, not part of a longer name, a quoted name or a call (``np.log(``).
+_DOTTED = re.compile(r"(?<![`\w.])([A-Za-z_.][A-Za-z0-9_.]*\.[A-Za-z0-9_.]*)(?![\w.(`])")
+
+
+def quote_dotted_columns(text: str, columns) -> str:
+    """R-style names with dots (``Cl.thickness``, ``Bare.nuclei``, as R's ``write.csv`` exports them) used as
+    written: an unquoted dotted name that is exactly one of ``columns`` is put in backticks, which formulaic would
+    otherwise read as the attribute ``thickness`` of a column ``Cl`` (and the restricted grammar refuse).  Names that
+    are not columns (``np.log``) are left as they are."""
+    names = {str(c) for c in columns if "." in str(c)}
+    if not names:
+        return text
+    return _DOTTED.sub(lambda m: f"`{m.group(1)}`" if m.group(1) in names else m.group(1), text)
+
+
+def parse_formula(formula: str, columns=None) -> ParsedFormula:
+    """Split ``"y ~ fixed + (expr | g)"`` into response, fixed part and bars; with the data's ``columns``, a dotted
+    column name written without backticks is read as that column (:func:`quote_dotted_columns`).
 
     Raises
     ------
@@ -146,6 +162,8 @@ def parse_formula(formula: str) -> ParsedFormula:
             f"formula {formula!r} has nothing on the right of '~'; use '~ 1' for an intercept-only model"
         )
 
+    if columns is not None:
+        rhs = quote_dotted_columns(rhs, columns)
     rhs, gp_terms = extract_gp_terms(rhs, formula)
     bars: list[Bar] = []
     pieces, last = [], 0

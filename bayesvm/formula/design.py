@@ -224,7 +224,7 @@ class Design:
         needed |= {v for term in self.gp_terms for v in term.spec.variables}
         if include_random:
             for term in self.re_terms:
-                needed |= set(term.spec.required_variables) | set(term.bar.group)
+                needed |= set(_required_variables(term.bar.expr, newdata, "newdata")) | set(term.bar.group)
         _check_columns(newdata, needed, "newdata")
         newdata = coerce_like_training(plain_columns(newdata, sorted(needed)), self.numeric_variables, "newdata")
         check_column_kinds(newdata, sorted(needed))
@@ -300,9 +300,10 @@ def _required_variables(formula: str, data: pd.DataFrame, what: str) -> list[str
 def _check_columns(data: pd.DataFrame, needed: set[str], what: str) -> None:
     for name in sorted(needed):
         if name not in data.columns:
-            close = difflib.get_close_matches(name, [str(c) for c in data.columns], n=3)
+            dotted = [str(c) for c in data.columns if str(c).startswith(name + ".")]
+            close = dotted[:3] or difflib.get_close_matches(name, [str(c) for c in data.columns], n=3)
             hint = f"; did you mean {close}?" if close else ""
-            if any("." in c and c.startswith(name + ".") for c in close):
+            if dotted:
                 hint += " (names containing '.' must be quoted in backticks, e.g. `cad.dur`)"
             raise FormulaError(f"column {name!r} used in the formula is not in {what}{hint}")
 

@@ -56,3 +56,21 @@ def test_dot_with_nothing_left_is_a_clear_error():
 def test_decimal_points_and_dotted_names_are_not_dots(data):
     fit = _fit("y ~ I(0.5 * x1) + `cad.dur`", data)
     assert len(fit.fixef) == 3
+
+
+def test_r_style_dotted_names_need_no_backticks(data):
+    """R's data sets name columns ``Cl.thickness``; as in R, a dotted name that is a column is that column, in a
+    bare term, inside a transform or a call, and in a bar."""
+    frame = data.rename(columns={"x1": "x.one"})
+    quoted = _fit("y ~ `cad.dur` + np.log1p(`x.one` ** 2) + (1 + `x.one` | g)", frame)
+    plain = _fit("y ~ cad.dur + np.log1p(x.one ** 2) + (1 + x.one | g)", frame)
+    np.testing.assert_allclose(plain.fixef, quoted.fixef)
+    np.testing.assert_allclose(plain.predict(frame, kind="link"), quoted.predict(frame, kind="link"))
+    assert frame.columns.tolist() == data.rename(columns={"x1": "x.one"}).columns.tolist()  # input unchanged
+
+
+def test_dotted_name_that_is_no_column_is_a_clear_error(data):
+    with pytest.raises(FormulaError, match=r"'cad'.*cad\.dur.*backticks"):
+        _fit("y ~ x1 + cad.duration", data)
+    with pytest.raises(FormulaError, match="attribute 'x1.T'"):  # an attribute of a column is still refused
+        _fit("y ~ np.log(x1.T)", data)
