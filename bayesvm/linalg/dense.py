@@ -450,9 +450,52 @@ def _eliminate(
         rhs = rhs - gain.reshape(J * K, q).T @ rhs_b.ravel()
     with small_lapack(q):
         chol, info = lapack.dpotrf(schur, lower=1, clean=1)
+    if info != 0 and blocked is not None and rhs_weights is not None:
+        schur, rhs = square_root_schur(D, w, rhs_weights, prior_dd, blocked, prior_b)
+        with small_lapack(q):
+            chol, info = lapack.dpotrf(schur, lower=1, clean=1)
     if info != 0:
         raise np.linalg.LinAlgError("the posterior precision is not positive definite")
     return _Eliminated(chol, rhs, block_inv, gain, mean_b_part, logdet_b)
+
+
+def square_root_schur(
+    D: np.ndarray, w: np.ndarray, rhs_weights: np.ndarray, prior_dd: np.ndarray, blocked: BlockedFactor, prior_b
+) -> tuple[np.ndarray, np.ndarray]:
+    """The Schur complement ``S = P_dd - P_dl P_l^-1 P_ld`` and its right-hand side by orthogonal elimination, level
+    by level: the fallback of :func:`_eliminate` when forming ``S`` by subtraction has lost it to cancellation.
+
+    A row with an enormous weight (a Gibbs draw within about ``1e-8`` of the margin gets ``omega ~ 1e9``) puts the same
+    huge term into ``D' W D`` and into ``P_dl P_l^-1 P_ld`` where its level's random effect can absorb it; their
+    difference is then rounding noise larger than ``S`` itself.  Here each level's rows ``sqrt(w) [Z_j, D_j, t_j]``
+    (``t = r / w``) are stacked under the Cholesky factor of its prior and reduced by a QR factorisation; the rows
+    left below ``Z_j``'s triangle are the square root of the level's part of ``S`` and of its right-hand side, with
+    no subtraction (a square-root information filter)."""
+    q, K = D.shape[1], blocked.K
+    root_w = np.sqrt(w)
+    schur, rhs = np.array(prior_dd, dtype=float, copy=True), np.zeros(q)
+    outside = blocked.codes < 0
+    if np.any(outside):
+        weighted = D[outside] * w[outside, None]
+        schur += D[outside].T @ weighted
+        rhs += D[outside].T @ rhs_weights[outside]
+    prior_roots = np.linalg.cholesky(np.broadcast_to(prior_b, (blocked.n_levels, K, K)))
+    order = np.argsort(blocked.codes, kind="stable")
+    order = order[blocked.codes[order] >= 0]
+    starts = np.searchsorted(blocked.codes[order], np.arange(blocked.n_levels + 1))
+    for j in range(blocked.n_levels):
+        rows = order[starts[j] : starts[j + 1]]
+        if rows.size == 0:
+            continue
+        stacked = np.zeros((rows.size + K, K + q + 1))
+        stacked[: rows.size, :K] = blocked.values[rows] * root_w[rows, None]
+        stacked[: rows.size, K : K + q] = D[rows] * root_w[rows, None]
+        stacked[: rows.size, -1] = rhs_weights[rows] / root_w[rows]
+        stacked[rows.size :, :K] = prior_roots[j].T
+        reduced = np.linalg.qr(stacked, mode="r")[K:, K:]  # below the level's triangle: [R_d, c]
+        schur += reduced[:, :q].T @ reduced[:, :q]
+        rhs += reduced[:, :q].T @ reduced[:, q]
+    return schur, rhs
 
 
 def gaussian_posterior(

@@ -225,8 +225,39 @@ def _coordinate_sweep(
         theta[j] = new
 
 
+def _direction_sweep(
+    theta, f, margin, columns, directions, direction_x, direction_slope, widths, precision, exponentials, uniforms,
+    steps,
+):  # fmt: skip
+    """The direction moves of :meth:`bayesvm.engines.linear.interweave.ScaleMoves.direction_moves` in one compiled
+    loop: along direction ``k`` (``directions[:, k]`` over the coefficients ``columns``; ``direction_x[:, k]`` its
+    row values and ``direction_slope[:, k]`` those times ``y``) the step ``t`` from :func:`_hinge_slice` with
+    ``c = (-a / 2, 0, 0, -b)``, ``a = v' Lambda v`` and ``b = v' Lambda theta`` (the normal prior along the line), on the
+    random numbers the numpy path draws for it; ``theta``, ``f`` and ``margin = y f`` are updated in place."""
+    c = np.zeros(4)
+    n = f.size
+    base = np.empty(n)
+    for k in range(directions.shape[1]):
+        a = 0.0
+        b = 0.0
+        for j in range(columns.size):
+            a += directions[j, k] * precision[j] * directions[j, k]
+            b += directions[j, k] * precision[j] * theta[columns[j]]
+        c[0] = -0.5 * a
+        c[3] = -b
+        for i in range(n):
+            base[i] = 1.0 - margin[i]
+        step = hinge_slice(base, direction_slope[:, k], c, False, 0.0, widths[k], exponentials[k], uniforms[k], steps)
+        for j in range(columns.size):
+            theta[columns[j]] += step * directions[j, k]
+        for i in range(n):
+            f[i] += step * direction_x[i, k]
+            margin[i] += step * direction_slope[i, k]
+
+
 if numba is not None:
     hinge_slice = compile_nogil(_hinge_slice)
+    direction_sweep = compile_nogil(_direction_sweep)
     coordinate_sweep = compile_nogil(_coordinate_sweep)
 else:  # never called: callers check available()
-    hinge_slice = coordinate_sweep = None
+    hinge_slice = coordinate_sweep = direction_sweep = None

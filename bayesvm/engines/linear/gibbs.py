@@ -450,7 +450,7 @@ def chain_draws(
             omega = latent(np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR))
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions)
-            theta_d, theta_b = gaussian_draw(D, omega, None, prior_dd, blocked, prior_b, rng, stats=stats)
+            theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng, stats=stats)
             if mover is not None:  # before w | theta, which it needs (interweave module)
                 theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, rows.predictor(theta_d, theta_b), rng)
                 if collapsed is not None:  # w integrated out too (collapsed_variance)

@@ -48,8 +48,19 @@ outside the random-effect terms, in turn, from ``pi(theta_j | theta_-j, Sigma, y
 ``exp(-2 sum_i (1 - y_i f_i)_+ - lambda_j theta_j^2 / 2)`` (``lambda_j`` the fixed prior precision or, for a
 penalised slope, ``1 / sigma_u^2``), by slice sampling with width :data:`COORDINATE_WIDTH` ``/ ||x_j||``.  The
 joint draw ``theta | w`` moves the coefficients together but only as far as ``w`` lets them; these steps break
-that dependence (toenail's ``visit:treatment`` from about 800 to about 1,250).  All moves are checked against
-quadrature and against the paper's sampler in ``tests/engines/linear/test_interweave.py``.
+that dependence (toenail's ``visit:treatment`` from about 800 to about 1,250).
+
+Fixed-effect directions (the same partially collapsed step along other lines): one coordinate at a time crawls where
+the columns are collinear (``visit`` and ``visit:treatment``; ``age`` and ``I(age**2)``), since each coefficient's
+conditional is narrow along the line the others hold fixed.  After the coordinates, ``theta_F`` (the same columns) moves
+along each eigenvector ``v_k`` of ``X_F' X_F``, fixed once from the design: ``theta_F + t v_k`` with ``t`` from
+``exp(-2 sum_i (1 - y_i (f_i + t x_i' v_k))_+ - (theta_F + t v_k)' Lambda (theta_F + t v_k) / 2)`` by slice sampling
+(width :data:`COORDINATE_WIDTH` ``/ ||X_F v_k||``).  A fixed direction makes each update a Gibbs step of the
+conditional along that line (the lines do not depend on the state), so the target is kept; where the design changes
+between iterations (imputed columns) the lines follow the current design, which the step conditions on.  Measured,
+4 x (1,000 + 1,000): mlmRev's Contraception (``age + I(age^2) + urban + livch + (1 | district)``) min bulk ESS of the
+fixed effects 835 -> 1,090, toenail's ``visit:treatment`` 1,155 -> 1,860 of 10,000 draws.  All moves are checked
+against quadrature and against the paper's sampler in ``tests/engines/linear/test_interweave.py``.
 """
 
 from __future__ import annotations
@@ -71,6 +82,8 @@ GLOBAL_WIDTH_ROWS = 2_000
 #: Slice width of a fixed-effect coefficient's update, in units of ``1 / ||x_j||`` (4 measured within 5% of the
 #: fewest density evaluations on toenail, about 6 per update; 2 took 20% more)
 COORDINATE_WIDTH = 4.0
+#: The direction moves run where the fixed-effect columns' dense copy ``X_F V`` has at most this many entries (80 MB)
+DIRECTION_MAX_ENTRIES = 10_000_000
 
 
 def _inverse_quadratic(weights: np.ndarray, k: int) -> tuple[float, float, float]:
@@ -127,7 +140,12 @@ def hinge_slice(a, b, c, log_scale: bool, x0: float, width: float, rng: np.rando
     """One slice update of ``log p(t) = -2 sum_i max(0, a_i - d b_i) + c_0 d^2 + c_1 / d + c_2 / d^2 + c_3 t`` with
     ``d = e^t`` (``log_scale``) or ``d = t``: compiled (:func:`bayesvm.engines.linear.compiled_rows.hinge_slice`)
     where numba is installed, else by numpy on the same random numbers (the same draw)."""
-    exponential, uniforms = rng.exponential(), rng.random(SLICE_STEPS + 1)
+    return hinge_slice_drawn(a, b, c, log_scale, x0, width, rng.exponential(), rng.random(SLICE_STEPS + 1))
+
+
+def hinge_slice_drawn(a, b, c, log_scale: bool, x0: float, width: float, exponential: float, uniforms) -> float:
+    """:func:`hinge_slice` with its random numbers given (the level's ``exponential``, the bracket's and shrinkage's
+    ``uniforms``)."""
     c = np.asarray(c, dtype=float)
     if compiled_rows.available():
         return float(compiled_rows.hinge_slice(a, b, c, log_scale, x0, width, exponential, uniforms, SLICE_STEPS))
@@ -140,6 +158,21 @@ def hinge_slice(a, b, c, log_scale: bool, x0: float, width: float, rng: np.rando
         return out
 
     return slice_sample_drawn(log_density, x0, width, exponential, uniforms)
+
+
+def fixed_directions(D, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The direction moves' lines (module docstring): ``(V, X_F V)`` with ``V`` the eigenvectors of ``X_F' X_F`` for
+    the design's ``columns`` (those of positive eigenvalue), or empty ``(len(columns), 0)`` and ``(n, 0)`` where
+    fewer than two columns move or the dense copy would exceed :data:`DIRECTION_MAX_ENTRIES`."""
+    n = D.shape[0]
+    if columns.size < 2 or n * columns.size > DIRECTION_MAX_ENTRIES:
+        return np.zeros((columns.size, 0)), np.zeros((n, 0))
+    block = D[:, columns]
+    block = block.toarray() if sp.issparse(block) else np.asarray(block, dtype=float)
+    values, vectors = np.linalg.eigh(block.T @ block)
+    keep = values > 1e-10 * max(float(values[-1]), 1e-300)
+    vectors = np.ascontiguousarray(vectors[:, keep])
+    return vectors, np.ascontiguousarray(block @ vectors)
 
 
 def single_class_levels(problem, comp) -> np.ndarray:
@@ -197,6 +230,9 @@ class ScaleMoves:
         self.sweep_x = np.concatenate([c[2] for c in self.columns]) if self.columns else np.zeros(0)
         self.sweep_slope = np.concatenate([c[3] for c in self.columns]) if self.columns else np.zeros(0)
         self.sweep_widths = np.array([c[4] for c in self.columns], dtype=float)
+        self.directions, self.direction_x = fixed_directions(problem.D, self.sweep_columns)
+        self.direction_slope = problem.y[:, None] * self.direction_x
+        self.direction_widths = COORDINATE_WIDTH / np.sqrt(np.maximum(np.sum(self.direction_x**2, axis=0), 1e-300))
         self.ones = np.ones(problem.y.size)  # the global move's a_i (hinge_slice)
         self.free = np.ones(problem.D.shape[1], dtype=bool)  # columns with a fixed normal prior
         for comp in problem.components:
@@ -217,15 +253,49 @@ class ScaleMoves:
     def __call__(self, theta_d, theta_b, covs, aux, f, rng):
         out = self._moves(theta_d, theta_b, covs, aux, f, rng)
         out = self.global_move(*out[:3], aux, out[3], rng)
-        return self.coordinate_moves(*out[:3], aux, out[3], rng)
+        out = self.coordinate_moves(*out[:3], aux, out[3], rng)
+        return self.direction_moves(*out[:3], aux, out[3], rng)
 
-    def coordinate_moves(self, theta_d, theta_b, covs, aux, f, rng):
-        """Each fixed-effect coefficient given the others, ``w`` integrated out, by slice sampling."""
-        theta_d, f = theta_d.copy(), f.copy()
+    def _precision(self, covs) -> np.ndarray:
+        """Each ``theta_d`` coefficient's prior precision: fixed, or the learned penalty's ``1 / sigma_u^2``."""
         precision = self.problem.fixed_precision.astype(float).copy()
         for comp, cov in zip(self.problem.components, covs):
             if comp.source < 0:  # the learned penalty: one variance over single-column "levels" (the slopes)
                 precision[comp.index.ravel()] += 1.0 / cov[0, 0]
+        return precision
+
+    def direction_moves(self, theta_d, theta_b, covs, aux, f, rng):
+        """The fixed-effect coefficients along each fixed direction, ``w`` integrated out, by slice sampling (module
+        docstring)."""
+        if self.directions.shape[1] == 0:
+            return theta_d, theta_b, covs, f
+        theta_d, f = theta_d.copy(), f.copy()
+        columns, lam = self.sweep_columns, self._precision(covs)[self.sweep_columns]
+        margin = self.problem.y * f
+        draws = [(rng.exponential(), rng.random(SLICE_STEPS + 1)) for _ in range(self.directions.shape[1])]
+        if compiled_rows.available():  # one compiled loop on the same random numbers, in the same order
+            exponentials = np.array([e for e, _ in draws])
+            uniforms = np.array([u for _, u in draws]).reshape(len(draws), SLICE_STEPS + 1)
+            compiled_rows.direction_sweep(
+                theta_d, f, margin, columns, self.directions, self.direction_x, self.direction_slope,
+                self.direction_widths, lam, exponentials, uniforms, SLICE_STEPS,
+            )  # fmt: skip
+            return theta_d, theta_b, covs, f
+        for k, (exponential, uniforms) in enumerate(draws):
+            v, x, slope = self.directions[:, k], self.direction_x[:, k], self.direction_slope[:, k]
+            c = (-0.5 * float(v @ (lam * v)), 0.0, 0.0, -float(v @ (lam * theta_d[columns])))
+            step = hinge_slice_drawn(
+                1.0 - margin, slope, c, False, 0.0, self.direction_widths[k], exponential, uniforms
+            )
+            theta_d[columns] += step * v
+            f += step * x
+            margin += step * slope
+        return theta_d, theta_b, covs, f
+
+    def coordinate_moves(self, theta_d, theta_b, covs, aux, f, rng):
+        """Each fixed-effect coefficient given the others, ``w`` integrated out, by slice sampling."""
+        theta_d, f = theta_d.copy(), f.copy()
+        precision = self._precision(covs)
         margin = self.problem.y * f
         if compiled_rows.available():  # one compiled loop, on the random numbers the loop below draws, in its order
             draws = [(rng.exponential(), rng.random(SLICE_STEPS + 1)) for _ in self.columns]

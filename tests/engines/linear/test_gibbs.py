@@ -331,7 +331,7 @@ def test_compiled_row_pass_gives_the_numpy_chain(monkeypatch):
 
 
 def test_compiled_coordinate_moves_give_the_numpy_chain(monkeypatch):
-    """The coordinate moves (each fixed effect given the rest, ``w`` integrated out) compiled in one loop draw
+    """The coordinate and direction moves (the fixed effects, ``w`` integrated out) compiled in one loop each draw
     the chain of the numpy loop, on columns with every row and on dummy columns with a few (standardize=False
     keeps their zeros)."""
     from bayesvm.engines.linear import compiled_rows

@@ -114,3 +114,45 @@ def test_a_move_leaves_the_predictor_consistent():
     np.testing.assert_allclose(f, predictor(new_d, new_b), atol=1e-10)
     assert not np.allclose(new_covs[-1], covs[-1])  # the term's covariance moved
     np.testing.assert_array_equal(theta_d, result.theta_d[0, -1])  # inputs untouched
+
+
+def _log_joint_slope_grid(problem, b0, b1, phi):
+    """``log p(y, beta_0, beta_1, phi)`` up to a constant on a grid, for ``y ~ x + (1 | g)`` with a fixed penalty: the
+    random intercepts integrated out exactly (:func:`bayesvm.engines.linear.node_evidence.group_log_integrals`)."""
+    from bayesvm.engines.linear.ep import Hyperparameters
+    from bayesvm.engines.linear.node_evidence import group_log_integrals
+
+    hyper, blocked, lam = Hyperparameters(problem.components), problem.blocked, problem.fixed_precision
+    B0, B1 = (a.ravel() for a in np.meshgrid(b0, b1, indexing="ij"))
+    eta = B0[:, None] * problem.D[:, 0][None, :] + B1[:, None] * problem.D[:, 1][None, :]
+    out = np.empty((b0.size, b1.size, phi.size))
+    for k, t in enumerate(phi):
+        values = group_log_integrals(problem.y, eta, blocked.values[:, 0], blocked.codes, np.full(B0.size, np.exp(t)),
+                                     blocked.n_levels)  # fmt: skip
+        values += -0.5 * lam[0] * B0**2 - 0.5 * lam[1] * B1**2 + hyper.log_prior(np.array([t]))
+        out[:, :, k] = values.reshape(b0.size, b1.size)
+    return out
+
+
+def test_direction_moves_keep_the_posterior_of_collinear_fixed_effects():
+    """The direction moves (along the eigenvectors of ``X_F' X_F``) run where the intercept and a slope are nearly
+    collinear (``x`` far from 0, unstandardised): the sampler's marginals of both coefficients and of the variance
+    match three-dimensional quadrature."""
+    data = _grouped(seed=5, groups=12, size=4, sd=1.0)
+    data["x"] = 2.0 + 0.5 * data["x"]
+    problem = _problem("y ~ x + (1 | g)", data, 1.0)
+    moves = ScaleMoves(problem)
+    assert moves.directions.shape == (2, 2)  # both fixed columns, two lines
+    result = sample_gibbs(problem, draws=3000, tune=300, chains=4, seed=8, progress=False)
+    draws = [result.theta_d[..., 0].ravel(), result.theta_d[..., 1].ravel(),
+             np.log(result.components[0][..., 0, 0]).ravel()]  # fmt: skip
+    grids = [np.linspace(d.mean() - 7 * d.std(), d.mean() + 7 * d.std(), 81) for d in draws[:2]]
+    grids.append(np.linspace(-9.0, 5.0, 71))
+    log_p = _log_joint_slope_grid(problem, *grids)
+    mass = np.exp(log_p - logsumexp(log_p))
+    probabilities = np.array([0.1, 0.25, 0.5, 0.75, 0.9])
+    for axis, (grid, sampled) in enumerate(zip(grids, draws)):
+        marginal = mass.sum(axis=tuple(a for a in range(3) if a != axis))
+        assert marginal[0] < 1e-4 and marginal[-1] < 1e-4  # the grid holds the mass
+        exact = _quantiles(grid, marginal, probabilities)
+        np.testing.assert_allclose(np.quantile(sampled, probabilities), exact, atol=0.06 * (exact[-1] - exact[0]))
