@@ -341,7 +341,8 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
             f = f + np.sum(blocked.values * theta_b[blocked.codes], axis=1)
         if moves:  # before w | theta, which they need (interweave module); the design is this iteration's
             if mover is None or mover.problem.D is not D:
-                mover = ScaleMoves(current if sp.issparse(D) else replace(base, D=D))
+                lines = None if mover is None else mover.directions  # the chain's lines, fixed at its first design
+                mover = ScaleMoves(current if sp.issparse(D) else replace(base, D=D), lines)
             if intercepts is None:  # (collapsed_variance: its terms' columns are never imputed)
                 intercepts = CollapsedVariance(mover.problem, tune, prob.columns)
             theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
