@@ -84,8 +84,11 @@ GLOBAL_WIDTH_ROWS = 2_000
 #: Slice width of a fixed-effect coefficient's update, in units of ``1 / ||x_j||`` (4 measured within 5% of the
 #: fewest density evaluations on toenail, about 6 per update; 2 took 20% more)
 COORDINATE_WIDTH = 4.0
-#: The direction moves run where the fixed-effect columns' dense copy ``X_F V`` has at most this many entries (80 MB)
-DIRECTION_MAX_ENTRIES = 10_000_000
+#: The direction moves run where the fixed-effect columns' dense copy ``X_F V`` has at most this many entries (8 MB:
+#: 100,000 rows by 10 columns).  Beyond, they are off: each line costs about a coordinate sweep of passes over the
+#: rows, and with that many rows per coefficient the fixed effects are pinned by their data (the timings at 2 x 10^5
+#: and 10^6 rows in the README are of the sampler without them).
+DIRECTION_MAX_ENTRIES = 1_000_000
 
 
 def _inverse_quadratic(weights: np.ndarray, k: int) -> tuple[float, float, float]:

@@ -156,3 +156,24 @@ def test_direction_moves_keep_the_posterior_of_collinear_fixed_effects():
         assert marginal[0] < 1e-4 and marginal[-1] < 1e-4  # the grid holds the mass
         exact = _quantiles(grid, marginal, probabilities)
         np.testing.assert_allclose(np.quantile(sampled, probabilities), exact, atol=0.06 * (exact[-1] - exact[0]))
+
+
+def test_fixed_directions_cap_and_kept_lines(monkeypatch):
+    """The lines are the eigenvectors of ``X_F' X_F`` (orthonormal, diagonalising it); a design above the cap gets none
+    (the moves are skipped); given lines are kept and only carried to the new design."""
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(50), rng.standard_normal(50), rng.standard_normal(50)])
+    X[:, 2] += 3.0 * X[:, 1]  # collinear
+    columns = np.arange(3)
+    lines, rows = interweave.fixed_directions(X, columns)
+    np.testing.assert_allclose(lines.T @ lines, np.eye(3), atol=1e-12)
+    gram = rows.T @ rows
+    np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0.0, atol=1e-9)
+    moved = X + 0.1 * rng.standard_normal(X.shape)
+    kept, moved_rows = interweave.fixed_directions(moved, columns, lines)
+    assert kept is lines
+    np.testing.assert_allclose(moved_rows, moved @ lines)
+    monkeypatch.setattr(interweave, "DIRECTION_MAX_ENTRIES", 149)
+    none, no_rows = interweave.fixed_directions(X, columns)
+    assert none.shape == (3, 0) and no_rows.shape == (50, 0)
+    assert interweave.fixed_directions(X, columns[:1])[0].shape == (1, 0)  # one column: its coordinate move serves
