@@ -51,7 +51,10 @@ def _quantiles(grid, mass, probabilities):
 # (the papers' inverse-gamma priors run with --runslow for suite time: the component draw is the half-t's given its
 # auxiliary variable, which the default case checks)
 @pytest.mark.parametrize("priors", ["half-t", pytest.param("paper", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("global_rows", [2_000, 12], ids=["toenail-width", "narrow-global-width"])
+# (the narrow global width, a constant of the chain like the default one, runs with --runslow for suite time)
+@pytest.mark.parametrize(
+    "global_rows", [2_000, pytest.param(12, marks=pytest.mark.slow)], ids=["toenail-width", "narrow-global-width"]
+)
 def test_gibbs_with_moves_matches_quadrature(priors, global_rows, monkeypatch):
     """``global_rows=12``: the global rescaling gets the narrower slice width of large data (half of
     ``SLICE_WIDTH`` on these 48 rows, as 8,000 rows get by default), which must leave the target unchanged too."""
