@@ -64,6 +64,15 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
     return Diagnostics(tuple(findings))
 
 
+def _separating_columns(result, names) -> str:
+    """``'bwt' separates the classes by itself (with the intercept)``: the culprits of a separation."""
+    if not result.alone:
+        return f"{', '.join(repr(c) for c in result.columns)} separate the classes"
+    listed = ", ".join(repr(c) for c in result.alone)
+    which = f"{listed} separates" if len(result.alone) == 1 else f"each of {listed} separates"
+    return f"{which} the classes by itself" + (" (with the intercept)" if "(Intercept)" in names else "")
+
+
 def _fixed_separation(model, checks: Checks, kernel: bool) -> tuple[Finding | None, np.ndarray | None]:
     design = model.design
     X, y, names = design.X, design.y, design.x_names
@@ -84,11 +93,19 @@ def _fixed_separation(model, checks: Checks, kernel: bool) -> tuple[Finding | No
         f"{neg:,} row(s) of class {r.negative!r}" if not pos else
         f"{pos:,} row(s) of class {r.positive!r} and {neg:,} of class {r.negative!r}"
     )  # fmt: skip
-    columns = ", ".join(repr(c) for c in result.columns)
-    head = (
-        f"{result.kind} separation: {columns} separate the classes, isolating {isolated} of {design.n:,}; "
-        "along that direction the hinge loss never grows, so those coefficients are bounded by their prior only"
+    head = f"{result.kind} separation: {_separating_columns(result, names)}, isolating {isolated} of {design.n:,}; "
+    head += "along that direction the hinge loss never grows, so "
+    head += (
+        "those coefficients are bounded by their prior only"
+        if not result.alone
+        else f"the coefficients of {', '.join(repr(c) for c in result.columns)} are bounded by their prior only"
     )
+    if result.kind == "complete" and result.alone:
+        head += (
+            " (a column that alone separates every row is often the response recorded another way, or"
+            " measured after it: check how it was collected)"
+        )
+    culprits = result.alone or result.columns
     vague = ~model.penalized if model.penalty is not None else np.ones(X.shape[1], dtype=bool)
     if (
         not kernel
@@ -98,9 +115,9 @@ def _fixed_separation(model, checks: Checks, kernel: bool) -> tuple[Finding | No
         fixed = "penalty=None gives every fixed effect" if model.penalty is None else "unpenalized= gives these columns"
         return Finding("separation", "stop", f"{head}. {fixed} a flat N(0, {model.priors.fixed_variance:g}) prior, so "
                        "their posterior is as wide as that prior; use penalty='learn' (the default) or a fixed penalty "
-                       "such as penalty=1 (or keep these columns penalised)", result.columns), rows  # fmt: skip
+                       "such as penalty=1 (or keep these columns penalised)", culprits), rows  # fmt: skip
     if kernel or isinstance(model.penalty, float):
         return Finding("separation", "note", f"{head} (a fixed Gaussian penalty keeps them finite: the usual SVM "
-                       "on separable data)", result.columns), rows  # fmt: skip
+                       "on separable data)", culprits), rows  # fmt: skip
     return Finding("separation", checks.separation, f"{head}; a learned penalty gives their posterior a heavy upper "
-                   "tail: check it with method='gibbs', or fix the penalty (e.g. penalty=1)", result.columns), rows  # fmt: skip
+                   "tail: check it with method='gibbs', or fix the penalty (e.g. penalty=1)", culprits), rows  # fmt: skip

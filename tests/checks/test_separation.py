@@ -7,9 +7,11 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bayesvm
-from bayesvm.checks import Checks, IdentifiabilityError, detect_separation
+from bayesvm.checks import Checks, IdentifiabilityError, detect_separation, separation
 from bayesvm.errors import IdentifiabilityWarning
 from tests.conftest import simulate_quasi_separated
 
@@ -96,3 +98,81 @@ def test_checks_control_is_validated():
         Checks(separation="maybe")
     with pytest.raises(ValueError, match="checks must be"):
         bayesvm.bsvm("y ~ x", simulate_quasi_separated(), checks={"separation": "ignore"})
+
+
+def _signed(C, y):
+    return (y[:, None] * C) / separation._column_scale(C)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(8, 60),
+    p=st.integers(1, 5),
+    kind=st.sampled_from(["overlap", "complete", "quasi", "binary", "collinear"]),
+    seed=st.integers(0, 10_000),
+)
+def test_the_overlap_certificate_is_found_exactly_when_the_programme_finds_no_separation(n, p, kind, seed):
+    # Stiemke's alternative: a positive lambda with signed' lambda = 0 exists iff no direction separates
+    rng = np.random.default_rng(seed)
+    C = np.column_stack([np.ones(n), rng.normal(size=(n, p))])
+    if kind == "binary":
+        C[:, 1:] = rng.random((n, p)) < 0.3
+    if kind == "collinear":
+        C = np.column_stack([C, C[:, 1] + 1e-6 * rng.normal(size=n)])
+    score = C[:, 1] if kind in ("complete", "quasi") else rng.logistic(size=n) + C[:, 1:].sum(axis=1) * 0.3
+    y = np.where(score > np.median(score), 1.0, -1.0)
+    if kind == "quasi":
+        C[:, 1] = np.where(score > np.median(score), C[:, 1], 0.0)  # ties on one side: quasi-complete or overlap
+    if np.all(np.ptp(C[:, 1:], axis=0) == 0) or len(np.unique(y)) == 1:
+        return
+    signed = _signed(C, y)
+    weights = separation._overlap_certificate(signed)
+    t, _ = separation._largest_isolated_set(signed)
+    separated = bool((t > separation.ROW_TOL).any())
+    if weights is not None:
+        assert weights.min() > 0 and np.abs(signed.T @ weights).max() <= 1e-8 * weights.sum()
+        assert not separated
+    elif kind == "overlap" and n >= 40 * p:
+        # overlapping logistic data of this size: the certificate is expected, not just allowed, to exist
+        assert separated
+
+
+def test_overlapping_classes_never_reach_the_linear_programme(monkeypatch):
+    rng = np.random.default_rng(5)
+    C = np.column_stack([np.ones(20_000), rng.normal(size=(20_000, 6))])
+    y = np.where(rng.random(20_000) < 1 / (1 + np.exp(-C[:, 1] - 2 * C[:, 2])), 1.0, -1.0)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the programme ran on overlapping classes")
+
+    monkeypatch.setattr(separation, "_largest_isolated_set", refuse)
+    assert detect_separation(C, y, [f"c{j}" for j in range(7)]).kind == "none"
+
+
+def test_a_column_that_separates_by_itself_is_named_among_many_diverging_ones():
+    # the outcome recorded another way (birth weight under 2,500 g is 'low'), among ordinary predictors
+    rng = np.random.default_rng(11)
+    n = 190
+    data = pd.DataFrame({"age": rng.normal(25, 5, n), "lwt": rng.normal(130, 30, n), "smoke": rng.random(n) < 0.4})
+    data["bwt"] = rng.normal(2950, 700, n) - 150 * data.smoke
+    data["low"] = (data.bwt < 2500).astype(int)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = bayesvm.bsvm("low ~ age + lwt + smoke + bwt", data, vb="meanfield")
+    ours = [str(w.message) for w in caught if issubclass(w.category, IdentifiabilityWarning)]
+    assert len(ours) == 1
+    assert ours[0].startswith("complete separation: 'bwt' separates the classes by itself (with the intercept)")
+    assert "the coefficients of '(Intercept)', 'age', 'lwt', 'smoke', 'bwt'" in ours[0]
+    assert "response recorded another way" in ours[0]
+    assert fit.diagnostics.frame().culprits.tolist() == ["bwt"]
+
+
+def test_no_single_column_is_named_when_only_columns_together_separate():
+    rng = np.random.default_rng(2)
+    data = pd.DataFrame({"a": rng.normal(size=120), "b": rng.normal(size=120)})
+    data["y"] = (data.a + data.b > 0).astype(int)
+    result = detect_separation(np.column_stack([np.ones(120), data.a, data.b]), np.where(data.y == 1, 1.0, -1.0),
+                               ["(Intercept)", "a", "b"])  # fmt: skip
+    assert result.kind == "complete" and result.alone == ()
+    with pytest.warns(IdentifiabilityWarning, match=r"complete separation: '\(Intercept\)', 'a', 'b' separate the"):
+        bayesvm.bsvm("y ~ a + b", data, vb="meanfield")
