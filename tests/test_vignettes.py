@@ -184,7 +184,10 @@ def test_data_fight_back_vignette_runs(tmp_path, monkeypatch, capsys, request):
     out = capsys.readouterr().out
     # the findings the text reports, each naming its culprit
     assert "quasi-complete separation: 'b' separates the classes by itself" in out
-    assert "so the coefficients of '(Intercept)', 'b' are bounded" in out and "penalty=None gives every fixed effect" in out
+    assert (
+        "so the coefficients of '(Intercept)', 'b' are bounded" in out
+        and "penalty=None gives every fixed effect" in out
+    )
     low, median, high = namespace["quantiles"]
     assert 2.2 < low < 2.7 and 4.8 < median < 6.0 and 70 < high < 140  # exact: 2.37 / 5.27 / 101.6
     assert "(1 | g): 200 levels on 200 rows" in out and "only 0 of 200 levels have both classes" in out

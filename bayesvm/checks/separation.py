@@ -117,6 +117,9 @@ def _overlap_certificate(signed) -> np.ndarray | None:
     n, p = signed.shape
     dense = not sp.issparse(signed)
     S = signed if dense else sp.csr_matrix(signed)
+    low, high = (S.min(axis=0), S.max(axis=0)) if dense else (S.min(axis=0).toarray(), S.max(axis=0).toarray())
+    if np.any((np.ravel(low) >= 0) & (np.ravel(high) > 0)) or np.any((np.ravel(high) <= 0) & (np.ravel(low) < 0)):
+        return None  # one column separates by itself (a level whose rows are all one class): no certificate
     beta = np.zeros(p)
     objective = -n * np.log(2.0)
     for _ in range(CERTIFICATE_ITERATIONS):
