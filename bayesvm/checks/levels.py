@@ -121,15 +121,17 @@ def random_effect_separation(X: np.ndarray, x_names, design, fixed_isolated: np.
     # the grouping factors whose effects the separating direction uses (all of them if it names none)
     used = {name.split("|", 1)[1].split("[", 1)[0] for name in result.columns if "|" in name}
     groups = [g for g in dict.fromkeys(t.group for t in design.re_terms) if not used or g in used]
+    informative = {group: _informative_levels(design, group, isolated) for group in groups}
+    # a factor none of whose levels is all isolated rows is not what separates them (its levels still inform
+    # its variance: too few levels in all is the nlevels check's finding), unless no factor has such levels
+    losing = [g for g in groups if informative[g][0] < informative[g][1]]
+    groups = losing or groups
     share = isolated.mean()
     parts, weak = [], result.kind == "complete" or share >= ISOLATED_SHARE
     for group in groups:
-        term = next(t for t in design.re_terms if t.group == group)
-        rows_per_level = np.bincount(term.codes, minlength=term.n_levels)
-        isolated_per_level = np.bincount(term.codes, weights=isolated.astype(float), minlength=term.n_levels)
-        informative = int((isolated_per_level < rows_per_level).sum())
-        weak |= informative < MIN_INFORMATIVE_LEVELS
-        parts.append(f"{informative:,} of {term.n_levels:,} levels" + (f" of {group!r}" if len(groups) > 1 else ""))
+        kept, levels = informative[group]
+        weak |= kept < MIN_INFORMATIVE_LEVELS and (kept < levels or not losing)
+        parts.append(f"{kept:,} of {levels:,} levels" + (f" of {group!r}" if len(groups) > 1 else ""))
     names = " and ".join(repr(g) for g in groups)
     text = (
         f"the random effects of {names} alone separate the classes for {int(isolated.sum()):,} of {n:,} rows "
@@ -142,6 +144,14 @@ def random_effect_separation(X: np.ndarray, x_names, design, fixed_isolated: np.
             "method='gibbs' and compare without the term"
         )
     return [Finding("re_separation", "warn" if weak else "note", text, tuple(groups))]
+
+
+def _informative_levels(design, group: str, isolated: np.ndarray) -> tuple[int, int]:
+    """``(levels with a row not isolated, levels)`` of the grouping factor ``group``."""
+    term = next(t for t in design.re_terms if t.group == group)
+    rows_per_level = np.bincount(term.codes, minlength=term.n_levels)
+    isolated_per_level = np.bincount(term.codes, weights=isolated.astype(float), minlength=term.n_levels)
+    return int((isolated_per_level < rows_per_level).sum()), int(term.n_levels)
 
 
 def _class_counts(design, mask: np.ndarray) -> str:

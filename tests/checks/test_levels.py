@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 
 import bayesvm
-from bayesvm.checks import Checks, IdentifiabilityError
+from bayesvm.checks import Checks, IdentifiabilityError, detect_separation
 from bayesvm.errors import IdentifiabilityWarning
 
 
@@ -91,3 +92,32 @@ def test_singular_variance_components_are_named():
     assert [f.culprits for f in found] == [("g",), ("h",)]
     assert "the SD of '(Intercept)' is 1e-05" in found[0].message
     assert "the correlation of 'x' and '(Intercept)' is +1.0000" in found[1].message
+
+
+def test_only_the_factor_with_one_class_levels_is_blamed_for_random_effect_separation(monkeypatch):
+    # 'site' (3 levels, every one with both classes) does not separate anything: its few levels are the
+    # nlevels check's finding; 'plant' has 6 of 30 levels whose rows are all one class.  The programme's
+    # separating direction is one vertex of many: here it is made to move 'site' too (as HiGHS's did on
+    # lme4's Arabidopsis, nested factors), which must not make 'site' a culprit
+    from bayesvm.checks import levels
+
+    def with_site(C, y, names, **kwargs):
+        result = detect_separation(C, y, names, **kwargs)
+        site = tuple(name for name in names if "|site[" in name)
+        return dataclasses.replace(result, columns=result.columns + site)
+
+    monkeypatch.setattr(levels, "detect_separation", with_site)
+    rng = np.random.default_rng(8)
+    plant = np.repeat(np.arange(30), 12)
+    data = pd.DataFrame({"x1": rng.normal(size=plant.size), "plant": plant, "site": plant // 10})
+    data["y"] = (data.x1 + rng.normal(size=plant.size) > 0).astype(int)
+    data.loc[data.plant < 6, "y"] = 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = bayesvm.bsvm("y ~ x1 + (1 | site) + (1 | plant)", data, vb="meanfield")
+    messages = _identifiability(caught)
+    assert len(messages) == 1 and "'site' has only 3 levels" in messages[0]
+    (finding,) = [f for f in fit.diagnostics.findings if f.check == "re_separation"]
+    assert finding.action == "note" and finding.culprits == ("plant",)
+    assert "random effects of 'plant' alone separate the classes for 72 of 360 rows" in finding.message
+    assert "'site'" not in finding.message and "24 of 30 levels have both classes" in finding.message
