@@ -156,7 +156,13 @@ def parse_formula(formula: str, columns=None) -> ParsedFormula:
     if not lhs:
         raise FormulaError(f"formula {formula!r} has no response on the left of '~'")
     if not re.fullmatch(_NAME, lhs):
-        raise FormulaError(f"response {lhs!r} in {formula!r} must be a single column name")
+        aggregated = (
+            " (one binary outcome per row: for counts of successes and failures, as glm's cbind(s, f) or a "
+            "proportion with weights, expand each row into one row per trial, e.g. with np.repeat)"
+            if re.match(r"\s*cbind\s*\(", lhs) or "/" in lhs
+            else ""
+        )
+        raise FormulaError(f"response {lhs!r} in {formula!r} must be a single column name{aggregated}")
     if not rhs:
         raise FormulaError(
             f"formula {formula!r} has nothing on the right of '~'; use '~ 1' for an intercept-only model"

@@ -58,3 +58,11 @@ def test_syntax_errors_are_formula_errors(formula, fragment):
 def test_formula_error_is_value_error():
     with pytest.raises(ValueError):
         parse_formula("y t")
+
+
+@pytest.mark.parametrize("lhs", ["cbind(incidence, size - incidence)", "incidence/size"])
+def test_an_aggregated_binomial_response_says_to_expand_the_rows(lhs):
+    with pytest.raises(FormulaError, match=r"single column name \(one binary outcome per row.*np.repeat"):
+        parse_formula(f"{lhs} ~ period + (1 | herd)")
+    with pytest.raises(FormulaError, match=r"single column name$"):
+        parse_formula("np.log(y) ~ x")
