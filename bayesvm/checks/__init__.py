@@ -64,11 +64,27 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
     return Diagnostics(tuple(findings))
 
 
+#: Coefficients a separation message lists by name; more are counted (``fit.diagnostics.frame()`` has them all).
+LISTED_COLUMNS = 8
+
+
+def _listed(columns, p: int) -> str:
+    """``'a', 'b'``; ``all 31 coefficients``; or the first few and how many more."""
+    if len(columns) <= LISTED_COLUMNS:
+        return ", ".join(repr(c) for c in columns)
+    if len(columns) == p:
+        return f"all {p} coefficients"
+    head = ", ".join(repr(c) for c in columns[: LISTED_COLUMNS - 2])
+    return f"{len(columns)} coefficients ({head} and {len(columns) - LISTED_COLUMNS + 2} more: fit.diagnostics.frame())"
+
+
 def _separating_columns(result, names) -> str:
     """``'bwt' separates the classes by itself (with the intercept)``: the culprits of a separation."""
+    p = len(names)
     if not result.alone:
-        return f"{', '.join(repr(c) for c in result.columns)} separate the classes"
-    listed = ", ".join(repr(c) for c in result.alone)
+        together = " together" if len(result.columns) > LISTED_COLUMNS else ""
+        return f"{_listed(result.columns, p)}{together} separate the classes"
+    listed = _listed(result.alone, p)
     which = f"{listed} separates" if len(result.alone) == 1 else f"each of {listed} separates"
     return f"{which} the classes by itself" + (" (with the intercept)" if "(Intercept)" in names else "")
 
@@ -98,7 +114,9 @@ def _fixed_separation(model, checks: Checks, kernel: bool) -> tuple[Finding | No
     head += (
         "those coefficients are bounded by their prior only"
         if not result.alone
-        else f"the coefficients of {', '.join(repr(c) for c in result.columns)} are bounded by their prior only"
+        else "every coefficient is bounded by its prior only"
+        if len(result.columns) == len(names)
+        else f"the coefficients of {_listed(result.columns, len(names))} are bounded by their prior only"
     )
     if result.kind == "complete" and result.alone:
         head += (
