@@ -13,13 +13,15 @@ equation).  Where there is none, one linear programme (``scipy.optimize.linprog`
 isolates: maximise ``sum_i t_i`` subject to ``t_i <= y_i c_i'd``, ``0 <= t_i <= 1``, ``|d_j| <= B``
 (columns scaled to unit maximum, so the box is comparable across columns).  The cone of separating
 directions is convex, so the optimum puts ``t_i > 0`` on the union of every direction's isolated
-rows.  Which coefficients can diverge is decided per column, as ``detectseparation`` reports it: the
-largest and smallest ``d_j`` over the same cone (``2 p`` small programmes), for up to
-:data:`EXACT_COLUMNS` columns; beyond that, the columns on which the optimal direction is non-zero.
-
-Under complete separation every coefficient can diverge (the cone is open), which names every column and
-so none.  The culprit a user acts on is then a column that separates the same rows by itself (with the intercept):
-one small feasibility programme per column (:func:`_separating_alone`).
+rows.  Which coefficients can diverge is decided per column, as ``detectseparation`` reports it, but
+without its ``2 p`` programmes: every separating direction is zero on the rows left unisolated and the
+optimum is strictly positive on the rest, so the diverging columns are the support of the null space of
+the unisolated rows (:func:`_diverging_columns`; checked against the ``2 p`` programmes in the tests).
+That needs a dense SVD, so beyond :data:`EXACT_COLUMNS` columns (the ``[X, Z]`` test of the random
+effects) the columns on which the optimal direction is non-zero are reported instead.  Under complete
+separation every coefficient can diverge (the cone is open), which names every column and so none.  The
+culprit a user acts on is then a column that separates the same rows by itself (with the intercept): one
+small feasibility programme per column (:func:`_separating_alone`), up to :data:`ALONE_COLUMNS` columns.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ import scipy.optimize
 import scipy.sparse as sp
 import scipy.special
 
-#: Columns up to which each coefficient's divergence is decided by its own two programmes.
-EXACT_COLUMNS = 40
+#: Columns up to which each coefficient's divergence is decided exactly (a dense SVD of the unisolated rows).
+EXACT_COLUMNS = 2_000
+#: Columns up to which each is tried as the one that separates by itself (a small programme each).
+ALONE_COLUMNS = 40
 #: Box bound on the scaled direction (large, so that ``t_i <= 1`` binds before the box does).
 BOX = 1e3
 #: A row is isolated when its separated margin ``t_i`` exceeds this.
@@ -60,7 +64,7 @@ class Separation:
         One separating direction on the columns' own scale (zeros if none).
     alone
         The non-constant columns that isolate the same rows by themselves, with the intercept where there
-        is one (empty when no single column does, and beyond ``exact_columns`` columns).
+        is one (empty when no single column does, and beyond :data:`ALONE_COLUMNS` columns).
     """
 
     kind: str
@@ -91,11 +95,11 @@ def detect_separation(
     if kind == "complete":  # the cone of separating directions is open: every coefficient can diverge
         diverging = np.ones(p, dtype=bool)
     elif p <= exact_columns:
-        diverging = _diverging_columns(signed)
+        diverging = _diverging_columns(signed, isolated)
     else:
         diverging = np.abs(d) > 1e-9 * np.abs(d).max()
     columns = tuple(str(names[j]) for j in np.flatnonzero(diverging))
-    if p > exact_columns:
+    if p > min(exact_columns, ALONE_COLUMNS):
         return Separation(kind, columns, isolated, d / scale)
     alone = _separating_alone(signed, isolated, _constant_columns(C))
     return Separation(kind, columns, isolated, d / scale, tuple(str(names[j]) for j in np.flatnonzero(alone)))
@@ -124,6 +128,8 @@ def _overlap_certificate(signed) -> np.ndarray | None:
     objective = -n * np.log(2.0)
     for _ in range(CERTIFICATE_ITERATIONS):
         eta = S @ beta
+        if eta.min() >= 0 and eta.max() > 0:  # beta itself separates: no certificate can exist
+            return None
         lam = scipy.special.expit(-eta)
         grad = S.T @ lam
         curvature = lam * (1.0 - lam)
@@ -142,6 +148,8 @@ def _overlap_certificate(signed) -> np.ndarray | None:
         else:
             return None
         beta, objective = trial, value
+        if objective > -1e-6:  # every row's log sigma near 0: the fit is running off along a separating direction
+            return None
         if grad @ step < 1e-20 * n:  # Newton decrement: at the maximum to rounding
             lam = scipy.special.expit(-(S @ beta))
             gram = S.T @ S if dense else (S.T @ S).toarray()
@@ -207,17 +215,23 @@ def _largest_isolated_set(signed) -> tuple[np.ndarray, np.ndarray]:
     return res.x[p:], res.x[:p]
 
 
-def _diverging_columns(signed) -> np.ndarray:
-    """Columns ``j`` with ``max |d_j| > 0`` over the separating cone ``signed d >= 0``, ``|d| <= 1``."""
+def _diverging_columns(signed, isolated: np.ndarray) -> np.ndarray:
+    """Columns ``j`` with ``d_j != 0`` for some ``d`` in the separating cone ``signed d >= 0``.
+
+    Every direction of the cone is zero on the rows the largest programme leaves unisolated (``N``), and
+    that programme's direction is strictly positive on the others, so the cone is full-dimensional in the
+    null space of ``signed_N`` and has the same support: ``j`` diverges when ``e_j`` is not orthogonal to
+    that null space (an SVD of ``signed_N``; Konis 2007 and ``detectseparation`` solve ``2 p`` programmes
+    for the same answer).
+    """
     n, p = signed.shape
-    A = -sp.csr_matrix(signed)
-    out = np.zeros(p, dtype=bool)
-    for j in range(p):
-        for sign in (1.0, -1.0):
-            cost = np.zeros(p)
-            cost[j] = -sign
-            res = scipy.optimize.linprog(cost, A_ub=A, b_ub=np.zeros(n), bounds=[(-1.0, 1.0)] * p, method="highs")
-            if res.status == 0 and -res.fun > 1e-7:
-                out[j] = True
-                break
-    return out
+    rows = signed[~isolated]
+    rows = rows.toarray() if sp.issparse(rows) else np.asarray(rows)
+    if rows.shape[0] > p:  # the null space of a tall matrix is that of its triangular factor
+        rows = scipy.linalg.qr(rows, mode="r")[0][:p]
+    if rows.shape[0] == 0:
+        return np.ones(p, dtype=bool)
+    _, sv, vt = scipy.linalg.svd(rows, full_matrices=True)
+    rank = int((sv > max(rows.shape) * np.finfo(float).eps * max(sv.max(initial=0.0), 1.0) * 1e3).sum())
+    null = vt[rank:]
+    return np.linalg.norm(null, axis=0) > 1e-8 if null.size else np.zeros(p, dtype=bool)

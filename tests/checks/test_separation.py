@@ -191,3 +191,42 @@ def test_a_separation_by_many_columns_is_counted_not_listed():
     assert "'v3'" not in message
     (finding,) = [f for f in fit.diagnostics.findings if f.check == "separation"]
     assert len(finding.culprits) == 15  # every name is kept in the diagnostics
+
+
+def _diverging_by_programmes(signed):
+    """Reference: Konis's ``2 p`` programmes, ``max / min d_j`` over ``signed d >= 0``, ``|d| <= 1``."""
+    import scipy.optimize
+    import scipy.sparse as sp
+
+    n, p = signed.shape
+    out = np.zeros(p, dtype=bool)
+    for j in range(p):
+        for sign in (1.0, -1.0):
+            cost = np.zeros(p)
+            cost[j] = -sign
+            res = scipy.optimize.linprog(cost, A_ub=-sp.csr_matrix(signed), b_ub=np.zeros(n),
+                                         bounds=[(-1.0, 1.0)] * p, method="highs")  # fmt: skip
+            if res.status == 0 and -res.fun > 1e-7:
+                out[j] = True
+                break
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(10, 80), p=st.integers(2, 6), kind=st.integers(0, 3), seed=st.integers(0, 10_000))
+def test_the_null_space_names_the_diverging_columns_the_programmes_name(n, p, kind, seed):
+    rng = np.random.default_rng(seed)
+    C = np.column_stack([np.ones(n), rng.normal(size=(n, p))])
+    if kind == 1:
+        C[:, 1:] = rng.random((n, p)) < 0.3
+    y = np.where(rng.logistic(size=n) + C[:, 1] > 0, 1.0, -1.0)
+    if kind in (0, 2):  # a 0/1 column that is 0 only in class -1
+        C[:, -1] = np.where(y > 0, 1.0, (rng.random(n) < 0.5) * 1.0)
+    if kind == 3:  # a continuous column that is 0 throughout class -1
+        C[:, 2] = np.where(y > 0, C[:, 2], 0.0)
+    signed = _signed(C, y)
+    t, _ = separation._largest_isolated_set(signed)
+    isolated = t > separation.ROW_TOL
+    if len(np.unique(y)) < 2 or not isolated.any() or isolated.all():
+        return
+    np.testing.assert_array_equal(separation._diverging_columns(signed, isolated), _diverging_by_programmes(signed))
