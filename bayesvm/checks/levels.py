@@ -125,12 +125,23 @@ def random_effect_separation(X: np.ndarray, x_names, design, fixed_isolated: np.
     # a factor none of whose levels is all isolated rows is not what separates them (its levels still inform
     # its variance: too few levels in all is the nlevels check's finding), unless no factor has such levels
     losing = [g for g in groups if informative[g][0] < informative[g][1]]
-    groups = losing or groups
     share = isolated.mean()
-    parts, weak = [], result.kind == "complete" or share >= ISOLATED_SHARE
+    weak = result.kind == "complete" or share >= ISOLATED_SHARE
+    if not losing:  # no level is all isolated rows: they are cells of levels and fixed-effect columns
+        names = " and ".join(repr(g) for g in groups)
+        text = (
+            f"the random effects of {names} together with the fixed effects separate the classes for "
+            f"{int(isolated.sum()):,} of {n:,} rows ({_class_counts(design, isolated)}; cells of a level and the "
+            "fixed-effect columns whose rows are all one class, though every level has both classes)"
+        )
+        if weak:
+            text += ", so the scale of those effects is determined by the prior: check with method='gibbs'"
+        return [Finding("re_separation", "warn" if weak else "note", text, tuple(groups))]
+    groups = losing
+    parts = []
     for group in groups:
         kept, levels = informative[group]
-        weak |= kept < MIN_INFORMATIVE_LEVELS and (kept < levels or not losing)
+        weak |= kept < MIN_INFORMATIVE_LEVELS
         parts.append(f"{kept:,} of {levels:,} levels" + (f" of {group!r}" if len(groups) > 1 else ""))
     names = " and ".join(repr(g) for g in groups)
     text = (

@@ -138,18 +138,6 @@ def _overlap_certificate(signed) -> np.ndarray | None:
             step = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H), grad)
         except (np.linalg.LinAlgError, ValueError):
             return None
-        size = 1.0
-        while size > 1e-10:
-            trial = beta + size * step
-            value = -np.logaddexp(0.0, -(S @ trial)).sum()
-            if value >= objective:
-                break
-            size /= 2
-        else:
-            return None
-        beta, objective = trial, value
-        if objective > -1e-6:  # every row's log sigma near 0: the fit is running off along a separating direction
-            return None
         if grad @ step < 1e-20 * n:  # Newton decrement: at the maximum to rounding
             lam = scipy.special.expit(-(S @ beta))
             gram = S.T @ S if dense else (S.T @ S).toarray()
@@ -160,6 +148,18 @@ def _overlap_certificate(signed) -> np.ndarray | None:
             projected = lam - S @ coef
             exact = np.abs(S.T @ projected).max() <= 1e-9 * projected.sum()
             return projected if exact and projected.min() > 1e-12 else None
+        size = 1.0
+        while size > 1e-10:  # backtracking, with the rounding of the sum allowed for
+            trial = beta + size * step
+            value = -np.logaddexp(0.0, -(S @ trial)).sum()
+            if value >= objective - 1e-13 * abs(objective):
+                break
+            size /= 2
+        else:
+            return None
+        beta, objective = trial, value
+        if objective > -1e-6:  # every row's log sigma near 0: the fit is running off along a separating direction
+            return None
         if np.abs(beta).max() > 1e8:
             return None
     return None

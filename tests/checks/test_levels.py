@@ -121,3 +121,25 @@ def test_only_the_factor_with_one_class_levels_is_blamed_for_random_effect_separ
     assert finding.action == "note" and finding.culprits == ("plant",)
     assert "random effects of 'plant' alone separate the classes for 72 of 360 rows" in finding.message
     assert "'site'" not in finding.message and "24 of 30 levels have both classes" in finding.message
+
+
+def test_rows_isolated_only_by_a_level_with_a_fixed_effect_are_called_cells_not_one_class_levels():
+    # IBM attrition's shape: every department has both classes, but the managers of department 0 are all one
+    # class, and its other rows hold a job found only there ('clerk'): u_0 = -a with clerk = +a isolates them
+    rng = np.random.default_rng(9)
+    n = 600
+    dept = rng.integers(0, 6, n)
+    manager = rng.random(n) < 0.15
+    data = pd.DataFrame({"x1": rng.normal(size=n), "dept": dept, "manager": manager.astype(int)})
+    data["y"] = (data.x1 + rng.normal(size=n) > 0).astype(int)
+    data.loc[(dept == 0) & manager, "y"] = 0
+    data["clerk"] = ((dept == 0) & ~manager).astype(int)
+    cell = int(((dept == 0) & manager).sum())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = bayesvm.bsvm("y ~ x1 + manager + clerk + (1 | dept)", data, vb="meanfield")
+    assert not _identifiability(caught)
+    (finding,) = [f for f in fit.diagnostics.findings if f.check == "re_separation"]
+    assert finding.action == "note" and finding.culprits == ("dept",)
+    assert f"'dept' together with the fixed effects separate the classes for {cell} of {n} rows" in finding.message
+    assert "every level has both classes" in finding.message and "determined by" not in finding.message
