@@ -447,5 +447,5 @@ class PCVMResult(EngineOutput):
         for start in range(0, len(X), ROW_CHUNK):
             B = self.basis(X[start : start + ROW_CHUNK])
             mean[start : start + len(B)] = B @ self.mean
-            var[start : start + len(B)] = np.einsum("ij,jk,ik->i", B, self.cov, B)
+            var[start : start + len(B)] = np.einsum("ij,ij->i", B @ self.cov, B)
         return mean, np.maximum(var, 0.0)

@@ -40,7 +40,7 @@ def partition_sums(D: np.ndarray, y: np.ndarray, mean: np.ndarray | None, cov: n
         w, data = np.ones(y.size), 0.0
     else:
         mean_f = D @ mean
-        e = (1.0 - y * mean_f) ** 2 + np.einsum("ij,jk,ik->i", D, cov, D)
+        e = (1.0 - y * mean_f) ** 2 + np.einsum("ij,ij->i", D @ cov, D)
         chi = update_chi(e)
         root = np.sqrt(chi)
         w = 1.0 / root
