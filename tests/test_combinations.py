@@ -77,6 +77,7 @@ def test_laplace_zero_with_random_intercept_accurate_vb_agrees_with_gibbs(laplac
         accurate.check_vb()
 
 
+@pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it
 def test_spike_slab_with_random_intercept_vb_agrees_with_gibbs():
     """Spike-and-slab VB (Carbonetto & Stephens's factors) against Gibbs on the same data: the coefficients within
     0.5 Gibbs SD, the same selection, the random intercept's variance learned by both."""
@@ -95,6 +96,7 @@ def test_spike_slab_with_random_intercept_vb_agrees_with_gibbs():
     assert accurate.selected == ["a", "b"]
 
 
+@pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it
 def test_lasso_with_random_intercept_vb_agrees_with_gibbs():
     """Lasso VB (Park & Casella's scale mixture, nu learned) against Gibbs: coefficients within 0.5 Gibbs SD,
     ``E[nu]`` within 20%, no inclusion probabilities (the lasso has no mass at zero)."""
@@ -185,6 +187,7 @@ def test_svi_refuses_more_random_effects_than_its_dense_q_holds():
         fitting.MAX_DENSE_COLUMNS = original
 
 
+@pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it
 def test_accurate_vb_with_multiple_imputation_agrees_with_gibbs():
     """``vb="accurate"`` on each completed data set, pooled, targets the same cut posterior as the multiple-
     imputation Gibbs sampler: means within 0.35 Gibbs SD (issue 23's bar for the accurate fit)."""
@@ -206,6 +209,7 @@ def test_accurate_vb_with_multiple_imputation_agrees_with_gibbs():
     assert "understates posterior" not in text
 
 
+@pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it
 def test_accurate_selection_with_multiple_imputation_agrees_with_gibbs():
     """A selection prior with ``vb="accurate"`` and ``missing="impute"``: EP with a site per slope on each completed
     data set, the draws pooled (each slope carried to its tilted distribution, so excluded slopes are exact zeros

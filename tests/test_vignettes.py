@@ -91,6 +91,7 @@ def test_vignette_runs(name, tmp_path, monkeypatch, capsys, request):
     assert (three["mean BER"] < 0.2).all() and three["mean BER"].max() - three["mean BER"].min() < 0.02
 
 
+@pytest.mark.slow  # 50 s even with QUICK's replicate counts (CI's 15 minutes); --runslow runs it as written
 def test_spam_vignette_runs(tmp_path, monkeypatch, capsys, request):
     namespace = _run("spam.md", tmp_path, monkeypatch, request)
     out = capsys.readouterr().out

@@ -120,7 +120,9 @@ def test_toenail_meets_the_bar_against_gibbs(toenail):
     accurate = bayesvm.bsvm(formula, toenail, penalty=None, vb="accurate", checks=bayesvm.Checks(vb_check="ignore"))
     elapsed = time.perf_counter() - start
     print(f"accurate VB on toenail: {elapsed:.2f} s")
-    assert elapsed < 2.0  # about 0.5-0.95 s here; the margin absorbs this machine's timing noise
+    # the work, not the wall clock (which a slower or busier CI machine moves by 2x without any defect): 592
+    # outer iterations here; the time is a benchmark's claim (benchmarks/accurate_gibbs.py), printed above for the log
+    assert accurate.result.converged and accurate.result.n_iter <= 800, accurate.result.n_iter
     gibbs = _gibbs(formula, toenail, penalty=None, draws=1500, tune=1000)  # the moves: min ESS about 700
     _compare(accurate, gibbs, 0.5, 0.25, 0.25)
     # the marginal PSIS check passes the accurate fit, and its importance-weighted estimates move to Gibbs
@@ -136,6 +138,7 @@ def test_toenail_meets_the_bar_against_gibbs(toenail):
     assert abs(check.marginal.loc["sigma^2 (1 | patientID)", "mean"] / reference - 1) < 0.1
 
 
+@pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it
 def test_two_components_learned_penalty_and_random_intercept(toenail):
     formula = "outcome ~ visit * treatment + (1 | patientID)"
     accurate = bayesvm.bsvm(formula, toenail, vb="accurate")  # penalty="learn": two variance components
@@ -185,6 +188,7 @@ def test_log_cholesky_jacobian_matches_finite_differences():
     np.testing.assert_allclose(precisions[1] @ hyper.covariances(phi)[1], np.eye(3), atol=1e-12)
 
 
+@pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it
 def test_correlated_slopes_match_gibbs():
     """(1 + x | g) with a 2 x 2 inverse-Wishart covariance: three hyperparameters on the lattice."""
     data = _correlated_slopes()

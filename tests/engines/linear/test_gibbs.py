@@ -205,6 +205,7 @@ def test_vb_means_close_to_gibbs_without_random_effects(capsys):
     print("VB / Gibbs posterior SD ratio (no random effects):", np.round(ratio, 2).tolist())
 
 
+@pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it
 def test_toenail_chains_converge_and_seeds_agree():
     toenail = bayesvm.datasets.load_toenail()
     # the paper's example and prior; with the moves of engines/linear/interweave.py 4 x 1,500 draws mix better

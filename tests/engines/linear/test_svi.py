@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from bayesvm.engines.linear.svi import fit_linear_svi
 from bayesvm.engines.linear.vb import fit_vb
@@ -37,6 +38,7 @@ def test_first_steps_start_where_batch_vb_starts():
         assert 0.5 < ratio < 2.0, ratio
 
 
+@pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it
 def test_default_batch_size_reaches_the_batch_fit_with_a_learned_penalty_and_random_intercept():
     """The whole default run: the fixed effects and both variance components of batch mean-field VB."""
     problem = _clinical_problem(seed=1)
