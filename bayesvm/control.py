@@ -26,7 +26,7 @@ class Control:
         ``None`` picks the engine's default.
     Gibbs sampling
         ``draws`` [1000] kept draws per chain, or ``"auto"``: sample until every fixed effect,
-        variance-component SD and (selection priors) inclusion indicator has R-hat <= 1.01 and bulk ESS >= 400
+        variance-component SD and (selection priors) inclusion probability has R-hat <= 1.01 and bulk ESS >= 400
         (batches of 250 draws, at most 20,000 per chain or 10 minutes; not with ``missing="impute"``); ``tune`` [1000] burn-in iterations; ``chains`` [4]; ``thin`` [1];
         ``cores`` [None: one process per chain up to the CPUs available where processes fork (Linux), else 1;
         :func:`bayesvm.arguments.default_cores`] processes to run chains in (the draws do not depend on it);

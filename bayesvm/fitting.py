@@ -782,7 +782,8 @@ def _reported_quantities(model, problem):
 
 def _reported_selection_quantities(model, problem):
     """What ``draws="auto"`` watches under a selection prior: the fixed effects on the original scale, the
-    inclusion indicators and every component's SDs (what ``summary()`` reports)."""
+    inclusion probabilities' draws (Rao-Blackwellised where the sampler keeps them, else the indicators) and every
+    component's SDs (what ``summary()`` reports)."""
     fixed_and_sds = _reported_quantities(model, problem)
 
     def monitor(coef: np.ndarray, include: np.ndarray, components: list[np.ndarray]) -> np.ndarray:

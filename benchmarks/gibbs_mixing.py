@@ -9,7 +9,8 @@ sampling, run here in one process:
   sampler (``_interweave=False``), and bambi's NUTS on the logistic GLMM of the same formula where bambi is
   installed;
 * spam with ``LaplaceZero()`` and ``SpikeSlab()``, 4 x (1,000 + 1,000): the largest R-hat and smallest bulk ESS of
-  the inclusion indicators with the default moves (the swaps of :mod:`bayesvm.engines.selection.moves`, the
+  the inclusion probabilities' draws (each draw's ``P(gamma_k = 1 | the rest)``, whose average ``fit.inclusion``
+  reports: Rao-Blackwellised; the indicators themselves for the papers' samplers) with the default moves (the swaps of :mod:`bayesvm.engines.selection.moves`, the
   updates and the exchanges of :mod:`bayesvm.engines.selection.marginal_pairs`, the line moves of
   :mod:`bayesvm.engines.selection.directions`, which run by default with Laplace-zero, and the sheared pair
   updates of :mod:`bayesvm.engines.selection.sheared_pairs`, and the model jumps of
@@ -101,8 +102,9 @@ def _bambi_toenail() -> tuple[float, float] | None:
 
 
 def _spam_selection(spam, prior, moves: dict) -> tuple[np.ndarray, np.ndarray, float]:
-    """R-hat and bulk ESS of every inclusion indicator, and the seconds, of a 4 x (1000 + 1000) selection Gibbs
-    fit with the sampler's ``moves`` switches (``swaps``, ``pairs``, ``exchanges``, ``lines``, ``shears``)."""
+    """R-hat and bulk ESS of every inclusion probability's draws (Rao-Blackwellised where the sampler keeps them,
+    else the indicators), and the seconds, of a 4 x (1000 + 1000) selection Gibbs fit with the sampler's ``moves``
+    switches (``swaps``, ``pairs``, ``exchanges``, ``lines``, ``shears``)."""
     import arviz as az
 
     from bayesvm.engines.selection import gibbs as selection_gibbs
@@ -120,7 +122,10 @@ def _spam_selection(spam, prior, moves: dict) -> tuple[np.ndarray, np.ndarray, f
         seconds = time.perf_counter() - start
     finally:
         selection_gibbs.sample_selection = original
-    include = az.convert_to_dataset({"include": fit.result.include.astype(float)})  # (chains, draws, slopes)
+    # (chains, draws, slopes): each draw's P(gamma_k = 1 | the rest), whose average is the reported inclusion
+    # probability (Rao-Blackwellised), where the sampler keeps it; the papers' sampler has only the indicators
+    draws = fit.result.include_probability
+    include = az.convert_to_dataset({"include": fit.result.include.astype(float) if draws is None else draws})
     rhat = np.asarray(az.rhat(include)["include"].values, dtype=float)
     ess = np.asarray(az.ess(include, method="bulk")["include"].values, dtype=float)
     return rhat, ess, seconds
@@ -212,7 +217,7 @@ def _spam() -> None:
         for label, moves in variants:
             rhat, ess, seconds = _spam_selection(spam, prior, moves)
             print(
-                f"spam, {type(prior).__name__} Gibbs ({label}), 4 x (1000 + 1000): inclusion indicators max R-hat "
+                f"spam, {type(prior).__name__} Gibbs ({label}), 4 x (1000 + 1000): inclusion probabilities max R-hat "
                 f"{np.nanmax(rhat):.3f} ({int(np.sum(rhat > 1.05))} of {rhat.size} above 1.05), min bulk ESS "
                 f"{np.nanmin(ess):.0f}; {seconds:.1f} s"
             )

@@ -165,7 +165,9 @@ def _as_chains(data_vars: dict, coords: dict) -> tuple[dict, dict]:
 
 
 def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
-    """Gibbs under a selection prior: the indicators ``include`` (per slope) and the prior's scale."""
+    """Gibbs under a selection prior: the indicators ``include`` (per slope), each draw's ``P(gamma_k = 1 | the
+    rest)`` as ``include_probability`` where the sampler kept it (its mean is the Rao-Blackwellised inclusion
+    probability of ``fit.inclusion``) and the prior's scale."""
     result, prior = fit.result, fit.model.prior
     if prior is None or np.ndim(result.include) != 3:  # (VB's q(gamma) is not a chain)
         return
@@ -175,6 +177,8 @@ def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
     kind = type(prior).__name__
     if kind != "Lasso":
         data_vars["include"] = (dims + ("slope",), result.include.astype(np.int8))
+        if getattr(result, "include_probability", None) is not None:
+            data_vars["include_probability"] = (dims + ("slope",), result.include_probability)
     if kind == "LaplaceZero":
         data_vars["sigma_u"] = (dims, result.scale)
     elif kind == "Lasso" and prior.nu is None:

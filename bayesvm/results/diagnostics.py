@@ -100,7 +100,7 @@ def mcmc_problems(table: pd.DataFrame, chains: int, draws: int | None = None) ->
     return "; ".join(parts) + ": " + advice
 
 
-#: Inclusion probabilities that differ by more than this between chains, or whose indicators have an R-hat
+#: Inclusion probabilities that differ by more than this between chains, or whose draws (Rao-Blackwellised where kept) have an R-hat
 #: above ``INCLUSION_RHAT``, mean that the chains explore different models.
 INCLUSION_SPREAD = 0.2
 INCLUSION_RHAT = 1.05
@@ -120,7 +120,8 @@ def inclusion_disagreement(fit) -> str | None:
     from .arviz import _import_arviz
 
     az = _import_arviz()
-    indicators = include.astype(float)
+    conditional = getattr(fit.result, "include_probability", None)  # Rao-Blackwellised, where the sampler kept it
+    indicators = include.astype(float) if conditional is None else conditional
     per_chain = indicators.mean(axis=1)  # (chains, slopes)
     spread = per_chain.max(axis=0) - per_chain.min(axis=0)
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
@@ -136,6 +137,6 @@ def inclusion_disagreement(fit) -> str | None:
     return (
         f"the chains disagree on which variables are in the model: inclusion probability per chain {listed}; "
         "the chains visit different models, so these inclusion probabilities are not yet estimates: run longer "
-        "chains (more tune and draws, or draws='auto', which samples until every inclusion indicator has R-hat "
+        "chains (more tune and draws, or draws='auto', which samples until every inclusion probability has R-hat "
         "<= 1.01 and bulk ESS >= 400)"
     )

@@ -157,8 +157,11 @@ class BSVMFit(Fit):
     def inclusion(self) -> pd.DataFrame | None:
         """Per penalised coefficient (fits with a selection ``prior``; else ``None``), original scale:
 
-        ``p_include``: posterior probability that the slope is in the model (Laplace-zero, spike-and-slab;
-        for a lasso mode, 1 where the mode is non-zero and 0 where it is exactly 0; NaN for lasso Gibbs,
+        ``p_include``: posterior probability that the slope is in the model (Laplace-zero, spike-and-slab; from
+        Gibbs, the average of each draw's ``P(gamma_k = 1 | the rest)`` where the sampler makes its exact pair
+        updates, the Rao-Blackwellised estimate, and ``p_positive`` is then ``p_include`` times the share of the
+        draws including the slope in which it is positive, so that the posterior mean ``fixef`` (the draws'
+        average) equals ``p_include x mean_if_included`` only up to Monte Carlo error; for a lasso mode, 1 where the mode is non-zero and 0 where it is exactly 0; NaN for lasso Gibbs,
         whose prior has no mass at zero); ``p_positive``: ``P(slope > 0 | y)``; ``mean_if_included``: the
         slope's posterior mean given that it is included.
         """
@@ -190,10 +193,16 @@ class BSVMFit(Fit):
             if not model.prior.point_mass:
                 p_include = np.full(sel.size, np.nan)
                 mean_if = coef.mean(axis=0) * to_original
-            else:
-                p_include = gamma.mean(axis=0)
+            else:  # Rao-Blackwellised where the sampler kept P(gamma_k = 1 | rest), else the indicators' share
+                conditional = getattr(result, "include_probability", None)
+                p_include = (
+                    gamma.mean(axis=0) if conditional is None else conditional.reshape(-1, sel.size).mean(axis=0)
+                )
                 with np.errstate(invalid="ignore"):
                     mean_if = np.where(gamma.any(axis=0), (coef * gamma).sum(axis=0) / gamma.sum(axis=0), np.nan)
+                    if conditional is not None:  # P(slope > 0) = P(in) x P(slope > 0 | in), so it stays <= P(in)
+                        share_positive = np.where(gamma.any(axis=0), (coef > 0).sum(axis=0) / gamma.sum(axis=0), 0.0)
+                        p_positive = p_include * share_positive
                 mean_if = mean_if * to_original
         else:  # lasso mode
             coef = result.coef[sel]

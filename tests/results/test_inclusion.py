@@ -56,10 +56,17 @@ def test_inclusion_table(which, request):
     assert table.loc[["x0", "x1", "x2"], "p_include"].min() > 0.9
     assert table.loc["x0", "p_positive"] > 0.9 and table.loc["x1", "p_positive"] < 0.1
     assert set(fit.selected) >= {"x0", "x1", "x2"}
-    # model averaging: fixef = p_include x mean_if_included on the original scale
-    np.testing.assert_allclose(
-        fit.fixef[table.index], (table["p_include"] * table["mean_if_included"].fillna(0.0)), atol=1e-10
-    )
+    # model averaging: fixef = p_include x mean_if_included on the original scale (Gibbs: p_include is the
+    # Rao-Blackwellised estimate and fixef the draws' average, so the two agree to Monte Carlo error)
+    mean_if = table["mean_if_included"].fillna(0.0)
+    gap = np.abs(fit.fixef[table.index] - table["p_include"] * mean_if)
+    assert np.all(gap <= (1e-10 if which == "vb_fit" else 0.05 * np.abs(mean_if) + 1e-10)), gap
+    if which == "gibbs_fit":  # the Rao-Blackwellised estimate: each draw's P(gamma_k = 1 | the rest), averaged
+        conditional = fit.result.include_probability
+        assert conditional.shape == fit.result.include.shape
+        np.testing.assert_allclose(table["p_include"], conditional.mean(axis=(0, 1)))
+        share = fit.result.include.mean(axis=(0, 1))
+        assert np.all(np.abs(table["p_include"] - share) < 0.1), (table["p_include"], share)
 
 
 def test_summary_shows_inclusion_and_selection(vb_fit, gibbs_fit):
@@ -154,7 +161,10 @@ def test_arviz_export_and_save_load(gibbs_fit, tmp_path):
     beta = idata.posterior["beta"] if hasattr(idata, "posterior") else idata["posterior"]["beta"]
     assert beta.shape[:2] == (2, 500)
     posterior = idata.posterior if hasattr(idata, "posterior") else idata["posterior"]
-    np.testing.assert_allclose(posterior["include"].mean(("chain", "draw")), gibbs_fit.inclusion["p_include"])
+    np.testing.assert_allclose(
+        posterior["include_probability"].mean(("chain", "draw")), gibbs_fit.inclusion["p_include"]
+    )
+    np.testing.assert_array_equal(posterior["include"].values, gibbs_fit.result.include)
     path = tmp_path / "fit.pkl"
     gibbs_fit.save(path)
     again = bayesvm.load(path)

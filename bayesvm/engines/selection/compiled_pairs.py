@@ -222,9 +222,10 @@ def _draw_value(lower, upper, kappa, log_masses, top, total, precision, u_segmen
 
 def _pair_sweep(
     margin, col_ptr, row_idx, yx, selected, coef, order, precision, inv_scale, log_constant, log_odds, widths,
-    uniforms, include, value, cutoff, shrink,
+    uniforms, include, value, probability, cutoff, shrink,
 ):  # fmt: skip
-    """The sweep of :meth:`marginal_pairs.MarginalPairs.run` (``include`` is -1 for a slope with no rows)."""
+    """The sweep of :meth:`marginal_pairs.MarginalPairs.run` (``include`` is -1 for a slope with no rows;
+    ``probability[j]`` receives ``P(gamma_j = 1 | the rest)``, the prior's where the slope has no rows)."""
     for t in range(order.size):
         j = order[t]
         k = selected[j]
@@ -232,6 +233,7 @@ def _pair_sweep(
         stop = col_ptr[j + 1]
         if stop == start:
             include[j] = -1
+            probability[j] = 1.0 / (1.0 + math.exp(-log_odds[j]))
             continue
         b = yx[start:stop]
         a = np.empty(stop - start)
@@ -243,8 +245,9 @@ def _pair_sweep(
         )
         widths[j] = shrink * half_width
         odds = log_odds[j] + log_bf
+        probability[j] = 1.0 / (1.0 + math.exp(-odds))
         new = 0.0
-        if uniforms[j, 0] < 1.0 / (1.0 + math.exp(-odds)):
+        if uniforms[j, 0] < probability[j]:
             new = _draw_value(lower, upper, kappa, log_masses, top, total, precision[j], uniforms[j, 1], uniforms[j, 2])
             include[j] = 1
         else:

@@ -85,11 +85,15 @@ class SelectionGibbsResult(GibbsResult):
     ``theta_d`` holds the effective coefficients (exact zeros for excluded slopes); ``include``
     is ``(chains, draws, m)`` with the indicators ``gamma`` (all ones under the lasso); ``scale``
     is ``(chains, draws)``: ``sigma_u`` (Laplace-zero), ``nu`` (lasso) or the fixed slab ``nu``.
+    ``include_probability`` (same shape as ``include``; None without the exact pair updates, as in the papers'
+    samplers) holds ``P(gamma_k = 1 | the rest)`` at each kept iteration's update of slope ``k``: its average is
+    the Rao-Blackwellised inclusion probability (:mod:`bayesvm.engines.selection.marginal_pairs`).
     """
 
     include: np.ndarray = None
     scale: np.ndarray = None
     selected: np.ndarray = None
+    include_probability: np.ndarray | None = None
 
     @property
     def scale_estimate(self) -> tuple[str, float] | None:
@@ -124,7 +128,8 @@ def sample_selection(
     """Run ``chains`` chains of the prior's sampler; in parallel processes when ``cores > 1``.
 
     ``draws="auto"`` samples until every quantity of ``monitor(coef, include, components)`` (default: the
-    coefficients outside the random-effect terms, the inclusion indicators and the components' SDs) has R-hat
+    coefficients outside the random-effect terms, the inclusion probabilities' draws (each ``P(gamma_k = 1 | rest)``
+    where the pair updates run, else the indicators) and the components' SDs) has R-hat
     <= 1.01 and bulk ESS >= 400, in batches, the chains side by side in this process
     (:func:`bayesvm.engines.linear.gibbs.run_until_converged`; not with ``imputation``).
 
@@ -197,6 +202,9 @@ def sample_selection(
         thin=thin,
         seed=seed,
         include=np.stack([r["include"] for r in runs]),
+        include_probability=(
+            None if runs[0]["include_probability"] is None else np.stack([r["include_probability"] for r in runs])
+        ),
         scale=np.stack([r["scale"] for r in runs]),
         selected=problem.selected,
         stopping=stopping,
@@ -232,9 +240,10 @@ def sample_selection_until_converged(
 
     def watched(records: list[list]) -> np.ndarray:
         runs = [_stack_records(kept, problem) for kept in records]
+        inclusion = "include" if runs[0]["include_probability"] is None else "include_probability"
         return monitor(
             np.stack([r["coef"] for r in runs]),
-            np.stack([r["include"] for r in runs]),
+            np.stack([r[inclusion] for r in runs]),
             [np.stack([r["components"][c] for r in runs]) for c in range(len(problem.components))],
         )
 
@@ -248,6 +257,7 @@ def _stack_records(records: list[tuple], problem: SelectionProblem) -> dict:
     return {
         "coef": np.stack([r[0] for r in records]),
         "include": np.stack([r[1] for r in records]).astype(np.int8),
+        "include_probability": None if records[0][5] is None else np.stack([r[5] for r in records]),
         "scale": np.array([r[2] for r in records], dtype=float),
         "lp": np.array([r[3] for r in records], dtype=float),
         "components": [np.stack([r[4][c] for r in records]) for c in range(len(problem.components))],
@@ -316,15 +326,18 @@ def _chain(
         collapsed=collapsed,
         jumps=jumps,
     )
+    probabilities = []
     for i, record in enumerate(records):
         out["coef"][i], out["include"][i], out["scale"][i], out["lp"][i] = record[:4]
         for c, cov in enumerate(record[4]):
             out["components"][c][i] = cov
+        probabilities.append(record[5])
         if imputation is not None:
-            mu, sigma, z = record[5]
+            mu, sigma, z = record[6]
             out["mu"][i], out["sigma"][i] = mu, sigma
             out["z_sum"] += z
             out["z_sq"] += z**2
+    out["include_probability"] = None if not probabilities or probabilities[0] is None else np.stack(probabilities)
     return out
 
 
@@ -345,8 +358,9 @@ def chain_records(
     jumps: JumpReference | None = None,
 ):
     """One chain of the prior's sampler (module docstring), as a generator of its kept draws
-    ``(coef, gamma, scale, log posterior, covs[, (mu, sigma, z)])``: ``draws`` of them, or for as long as it is
-    asked when ``draws`` is None (``draws="auto"``, :func:`sample_selection_until_converged`; not with
+    ``(coef, gamma, scale, log posterior, covs, conditional[, (mu, sigma, z)])``, ``conditional`` being each
+    ``P(gamma_k = 1 | the rest)`` of the last sweep of pair updates (None without them): ``draws`` of them, or for
+    as long as it is asked when ``draws`` is None (``draws="auto"``, :func:`sample_selection_until_converged`; not with
     ``imputation``, whose segments are laid out for a known number of draws)."""
     rng = np.random.default_rng(seed)
     y, X = problem.y, problem.X
@@ -453,7 +467,15 @@ def chain_records(
                 + state.log_prior(coef)
                 + log_component_prior(components, coef, np.zeros((0, 0)), covs)
             )
-            record = (np.array(coef, copy=True), state.gamma.copy(), state.scale, log_posterior, list(covs))
+            conditional = None if marginal is None else marginal.conditional.copy()  # Rao-Blackwellised inclusion
+            record = (
+                np.array(coef, copy=True),
+                state.gamma.copy(),
+                state.scale,
+                log_posterior,
+                list(covs),
+                conditional,
+            )
             yield record if imputation is None else (*record, (mu, sigma, imputed.z))
 
 

@@ -103,19 +103,47 @@ def test_compiled_sweep_makes_the_numpy_draws(monkeypatch, prior_type):
     plain = sample_selection(problem, draws=20, tune=0, chains=1, seed=3, progress=False, swaps=False)
     np.testing.assert_allclose(compiled.theta_d, plain.theta_d, atol=1e-7)
     np.testing.assert_array_equal(compiled.include, plain.include)
+    np.testing.assert_allclose(compiled.include_probability, plain.include_probability, atol=1e-9)
+    probability = compiled.include_probability
+    assert np.all((probability >= 0) & (probability <= 1)) and np.any((probability > 0.01) & (probability < 0.99))
 
 
 def _pairs_only(problem, seed=3):
     return sample_selection(problem, draws=3000, tune=300, chains=2, seed=seed, progress=False, swaps=False)
 
 
+def _exact_inclusion(model_probabilities: np.ndarray, p: int) -> np.ndarray:
+    """``P(gamma_k = 1 | y)`` from the probabilities of the ``2^p`` models (bit k of the index = slope k in)."""
+    codes = np.arange(2**p)
+    return np.array([model_probabilities[(codes >> k) & 1 == 1].sum() for k in range(p)])
+
+
+def _batch_variance(draws: np.ndarray, batches: int = 30) -> np.ndarray:
+    """Variance of the means of ``batches`` consecutive batches of each chain's ``(draws, m)`` draws, averaged over
+    the chains: the Monte Carlo variance of an estimate from one batch."""
+    per_chain = [np.array_split(chain, batches) for chain in draws]
+    means = np.array([[batch.mean(axis=0) for batch in chain] for chain in per_chain])  # (chains, batches, m)
+    return means.var(axis=1, ddof=1).mean(axis=0)
+
+
 def test_spike_slab_with_marginal_pairs_matches_enumeration():
+    """The model probabilities, and the inclusion probabilities both as the share of draws with each slope in and
+    Rao-Blackwellised (the average of each draw's ``P(gamma_k = 1 | the rest)``), equal exact enumeration; the
+    Rao-Blackwellised estimate varies less from batch to batch of the same chains."""
     prior = SpikeSlab(pi=0.4, nu=1.5)
     problem = _correlated(3, prior)
     exact = _spike_slab_exact(problem, prior)
-    sampled = sampled_model_probabilities(_pairs_only(problem), 3)
+    result = _pairs_only(problem)
+    sampled = sampled_model_probabilities(result, 3)
     se = np.sqrt(exact * (1 - exact) / 2000)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
+    inclusion = _exact_inclusion(exact, 3)
+    rao_blackwell = result.include_probability.mean(axis=(0, 1))
+    assert np.all(np.abs(rao_blackwell - inclusion) < 0.02), (np.round(rao_blackwell, 3), np.round(inclusion, 3))
+    # (the substitute x_2's share moves with x_1's state, which conditioning on the rest cannot average away: 0.85
+    # of the indicators' batch variance there; 0.02 for the independent x_3)
+    rb_variance, share_variance = _batch_variance(result.include_probability), _batch_variance(result.include * 1.0)
+    assert np.all(rb_variance <= share_variance) and rb_variance.sum() < 0.8 * share_variance.sum()
 
 
 def test_sampler_with_strong_exchanges_matches_enumeration(monkeypatch):
@@ -145,9 +173,12 @@ def test_a_wrong_prior_constant_is_caught(monkeypatch):
     problem = _correlated(3, prior)
     exact = _spike_slab_exact(problem, prior)
     monkeypatch.setattr(marginal_pairs, "LOG_2PI", 0.0)
-    sampled = sampled_model_probabilities(_pairs_only(problem), 3)
+    result = _pairs_only(problem)
+    sampled = sampled_model_probabilities(result, 3)
     se = np.sqrt(exact * (1 - exact) / 2000)
     assert not np.all(np.abs(sampled - exact) < 4 * se + 0.01)
+    rao_blackwell = result.include_probability.mean(axis=(0, 1))  # the Rao-Blackwellised estimate is caught too
+    assert not np.all(np.abs(rao_blackwell - _exact_inclusion(exact, 3)) < 0.02)
 
 
 class _FakeStep:

@@ -125,3 +125,7 @@ def test_laplace_zero_with_swaps_and_pairs_matches_enumeration():
     sampled = sampled_model_probabilities(result, 2)
     se = np.sqrt(exact * (1 - exact) / 2000)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))
+    # the Rao-Blackwellised inclusion probabilities (each draw's P(gamma_k = 1 | the rest), averaged) too
+    inclusion = np.array([exact[[1, 3]].sum(), exact[[2, 3]].sum()])  # bit k of the model index: slope k in
+    rao_blackwell = result.include_probability.mean(axis=(0, 1))
+    assert np.all(np.abs(rao_blackwell - inclusion) < 0.02), (np.round(rao_blackwell, 3), np.round(inclusion, 3))
