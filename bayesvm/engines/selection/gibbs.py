@@ -164,7 +164,7 @@ def sample_selection(
         draws = runs[0]["lp"].size
     else:
         check_memory(
-            8.0 * chains * draws * (problem.q + problem.m + 2),
+            8.0 * chains * draws * (problem.q + 2 * problem.m + 2),  # + each slope's P(gamma_k = 1 | rest)
             f"storing {chains} x {draws} draws of {problem.q + problem.m} parameters",
             "use fewer draws or thin=k",
         )
