@@ -488,16 +488,17 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float, importance_weig
     hyper = Hyperparameters(problem.components)
     cache: dict[tuple, EPState] = {}
     schedule = [0]  # the damping that last worked: neighbouring nodes start there (EP_ATTEMPTS)
-    solved: list[tuple[np.ndarray, EPState]] = []  # converged evaluations, for warm starts
+    solved: list[EPState] = []  # converged evaluations, for warm starts, at the rows of ``solved_at``
+    solved_at = np.empty((0, 0))  # one row per converged evaluation: its phi
 
     def log_post(phi) -> float:
-        nonlocal n_iter
+        nonlocal n_iter, solved_at
         phi = np.atleast_1d(np.asarray(phi, dtype=float))
         key = tuple(np.round(phi, 12))
         if key not in cache:
             precisions = hyper.precisions(phi)
             # warm start from the nearest converged evaluation; from the mean-field sites if that fails
-            warm = [min(solved, key=lambda s: np.sum((s[0] - phi) ** 2))[1]] if solved else []
+            warm = [solved[int(np.argmin(np.sum((solved_at - phi) ** 2, axis=1)))]] if solved else []
             state = None
             for start_state, damping, sweeps in _attempts(warm, schedule[0]):
                 tau, nu = (tau0, nu0) if start_state is None else (start_state.tau, start_state.nu)
@@ -507,7 +508,8 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float, importance_weig
                     continue
                 n_iter += state.n_iter
                 if state.converged:
-                    solved.append((phi, state))
+                    solved.append(state)
+                    solved_at = np.vstack([solved_at.reshape(-1, phi.size), phi])
                     schedule[0] = next(i for i, (d, _) in enumerate(EP_ATTEMPTS) if d == damping)
                     break
             else:  # EP did not converge here even with strong damping: reported (fit.converged is False)
