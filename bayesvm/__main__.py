@@ -108,7 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     engine.add_argument(
         "--draws", type=_draws, default=1000, help="Gibbs draws per chain, or 'auto' (until R-hat <= 1.01, ESS >= 400)"
     )
-    engine.add_argument("--tune", type=int, default=1000, help="Gibbs tuning iterations")
+    engine.add_argument(
+        "--tune", type=int, default=None, help="Gibbs tuning iterations (default 1000; 2000 with a selection prior)"
+    )
     engine.add_argument("--chains", type=int, default=4, help="Gibbs chains")
     engine.add_argument("--thin", type=int, default=1, help="keep every THIN-th Gibbs draw")
     engine.add_argument(

@@ -27,7 +27,10 @@ class Control:
     Gibbs sampling
         ``draws`` [1000] kept draws per chain, or ``"auto"``: sample until every fixed effect,
         variance-component SD and (selection priors) inclusion probability has R-hat <= 1.01 and bulk ESS >= 400
-        (batches of 250 draws, at most 20,000 per chain or 10 minutes; not with ``missing="impute"``); ``tune`` [1000] burn-in iterations; ``chains`` [4]; ``thin`` [1];
+        (batches of 250 draws, at most 20,000 per chain or 10 minutes; not with ``missing="impute"``);
+        ``tune`` [None: 1000, or 2000 with a selection prior (``LaplaceZero``, ``SpikeSlab``), whose sheared pair
+        updates learn their directions from the tuning draws: :func:`default_tune`] burn-in iterations;
+        ``chains`` [4]; ``thin`` [1];
         ``cores`` [None: one process per chain up to the CPUs available where processes fork (Linux), else 1;
         :func:`bayesvm.arguments.default_cores`] processes to run chains in (the draws do not depend on it);
         ``progress`` [True] a tqdm bar on a terminal.
@@ -52,7 +55,7 @@ class Control:
     tol: float | None = None
     max_iter: int | None = None
     draws: int | str = 1000
-    tune: int = 1000
+    tune: int | None = None
     chains: int = 4
     thin: int = 1
     cores: int | None = None
@@ -72,6 +75,22 @@ class Control:
 
 
 CONTROL_FIELDS = tuple(f.name for f in fields(Control))
+
+TUNE = 1000
+"""Burn-in iterations of a Gibbs fit when ``tune`` is not given."""
+SELECTION_TUNE = 2000
+"""Burn-in iterations of the selection priors' sampler when ``tune`` is not given.  Its sheared pair updates
+(:mod:`bayesvm.engines.selection.sheared_pairs`) estimate each rarely included slope's shift from the tuning draws
+in which it is in and out of the model; with 1000, spike-and-slab on spam left one rare word at R-hat 1.068 on one
+seed of five, with 2000 every inclusion probability had R-hat <= 1.02 on all five (``benchmarks/RESULTS.md``)."""
+
+
+def default_tune(tune: int | None, selection: bool) -> int | None:
+    """``tune`` as given, or the default burn-in (:data:`SELECTION_TUNE` for a selection prior, else :data:`TUNE`)
+    when it is ``None``; a given value is returned unchanged for the caller to check."""
+    if tune is not None:
+        return tune
+    return SELECTION_TUNE if selection else TUNE
 
 
 def resolve_control(control: object, options: dict) -> Control:

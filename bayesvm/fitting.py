@@ -16,7 +16,7 @@ from .checks import (
     one_class_findings,
     singular_findings,
 )
-from .control import Control, resolve_control
+from .control import Control, default_tune, resolve_control
 from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
@@ -168,7 +168,8 @@ def bsvm(
     chains, thin = as_count(chains, "chains"), as_count(thin, "thin")
     cores = default_cores(chains) if cores is None else as_count(cores, "cores")
     draws = "auto" if isinstance(draws, str) and draws == "auto" else as_count(draws, "draws")
-    tune = as_count(tune, "tune", low=0)
+    selection = kernel is None and getattr(prior, "point_mass", False)  # indicators: the sheared pair updates
+    tune = as_count(default_tune(tune, selection=selection), "tune", low=0)
     max_iter = None if max_iter is None else as_count(max_iter, "max_iter")
     batch_size, imputations = as_count(batch_size, "batch_size"), as_count(imputations, "imputations", low=2)
     if priors is not None and not isinstance(priors, PriorSet):

@@ -8,7 +8,7 @@ sampling, run here in one process:
   before the clock starts (its first import, about 3 s once per session, is not the sampler's): the default sampler (with the rescaling moves of :mod:`bayesvm.engines.linear.interweave`) next to the paper's
   sampler (``_interweave=False``), and bambi's NUTS on the logistic GLMM of the same formula where bambi is
   installed;
-* spam with ``LaplaceZero()`` and ``SpikeSlab()``, 4 x (1,000 + 1,000): the largest R-hat and smallest bulk ESS of
+* spam with ``LaplaceZero()`` and ``SpikeSlab()``, 4 x (2,000 + 1,000) (the selection sampler's default tune): the largest R-hat and smallest bulk ESS of
   the inclusion probabilities' draws (each draw's ``P(gamma_k = 1 | the rest)``, whose average ``fit.inclusion``
   reports: Rao-Blackwellised; the indicators themselves for the papers' samplers) with the default moves (the swaps of :mod:`bayesvm.engines.selection.moves`, the
   updates and the exchanges of :mod:`bayesvm.engines.selection.marginal_pairs`, the line moves of
@@ -104,7 +104,7 @@ def _bambi_toenail() -> tuple[float, float] | None:
 
 def _spam_selection(spam, prior, moves: dict, seed: int = 1) -> tuple[np.ndarray, np.ndarray, float]:
     """R-hat and bulk ESS of every inclusion probability's draws (Rao-Blackwellised where the sampler keeps them,
-    else the indicators), and the seconds, of a 4 x (1000 + 1000) selection Gibbs fit with the sampler's ``moves``
+    else the indicators), and the seconds, of a 4 x (2000 + 1000) selection Gibbs fit (the default tune) with the sampler's ``moves``
     switches (``swaps``, ``pairs``, ``exchanges``, ``lines``, ``shears``)."""
     import arviz as az
 
@@ -118,8 +118,9 @@ def _spam_selection(spam, prior, moves: dict, seed: int = 1) -> tuple[np.ndarray
     selection_gibbs.sample_selection = sampler
     try:
         start = time.perf_counter()
-        fit = bayesvm.bsvm("type ~ .", spam, prior=prior, method="gibbs", draws=1000, tune=1000, chains=4, seed=seed,
-                           progress=False)  # fmt: skip
+        fit = bayesvm.bsvm(
+            "type ~ .", spam, prior=prior, method="gibbs", draws=1000, chains=4, seed=seed, progress=False
+        )  # fmt: skip  (the default tune: 2,000 for a selection prior)
         seconds = time.perf_counter() - start
     finally:
         selection_gibbs.sample_selection = original
@@ -150,7 +151,7 @@ def _spam_seeds(seeds: list[int]) -> None:
         names = list(fit.inclusion.index)
         worst, worst_ind = int(np.nanargmax(rhat)), int(np.nanargmax(rhat_ind))
         print(
-            f"spam, SpikeSlab Gibbs (default), 4 x (1000 + 1000), seed {seed}: inclusion probabilities max R-hat "
+            f"spam, SpikeSlab Gibbs (default), 4 x ({fit.result.tune} + 1000), seed {seed}: inclusion probabilities max R-hat "
             f"{rhat[worst]:.3f} ({names[worst]}), min bulk ESS {np.nanmin(ess):.0f}; indicators max R-hat "
             f"{rhat_ind[worst_ind]:.3f} ({names[worst_ind]}); {seconds:.1f} s"
         )
@@ -242,7 +243,7 @@ def _spam() -> None:
         for label, moves in variants:
             rhat, ess, seconds = _spam_selection(spam, prior, moves)
             print(
-                f"spam, {type(prior).__name__} Gibbs ({label}), 4 x (1000 + 1000): inclusion probabilities max R-hat "
+                f"spam, {type(prior).__name__} Gibbs ({label}), 4 x ({_LAST_FIT[0].result.tune} + 1000): inclusion probabilities max R-hat "
                 f"{np.nanmax(rhat):.3f} ({int(np.sum(rhat > 1.05))} of {rhat.size} above 1.05), min bulk ESS "
                 f"{np.nanmin(ess):.0f}; {seconds:.1f} s"
             )

@@ -108,3 +108,46 @@ def test_default_cores_give_the_draws_of_one_core():
     default = bayesvm.bsvm("y ~ x + (1 | g)", data, **kw)
     serial = bayesvm.bsvm("y ~ x + (1 | g)", data, cores=1, **kw)
     np.testing.assert_array_equal(default.result.theta_d, serial.result.theta_d)
+
+
+class _Stop(Exception):
+    """Raised by a stand-in sampler once it has recorded its arguments."""
+
+
+@pytest.mark.parametrize(
+    ("prior", "given", "expected"),
+    [
+        (None, None, 1000),
+        (bayesvm.priors.Lasso(), None, 1000),  # no indicators: no sheared updates to tune
+        (bayesvm.priors.SpikeSlab(), None, 2000),
+        (bayesvm.priors.LaplaceZero(), None, 2000),
+        (bayesvm.priors.SpikeSlab(), 300, 300),
+        (None, 0, 0),
+    ],
+)
+def test_default_tune_is_longer_for_the_selection_sampler(monkeypatch, prior, given, expected):
+    from bayesvm.engines.linear import gibbs
+    from bayesvm.engines.selection import gibbs as selection_gibbs
+
+    seen = {}
+
+    def record(*args, **kwargs):
+        seen.update(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(gibbs, "sample_gibbs", record)
+    monkeypatch.setattr(selection_gibbs, "sample_selection", record)
+    data = bayesvm.datasets.load_toenail().head(100)
+    options = {} if given is None else {"tune": given}
+    with pytest.raises(_Stop):
+        bayesvm.bsvm("outcome ~ visit + treatment", data, method="gibbs", prior=prior, progress=False, **options)
+    assert seen["tune"] == expected
+
+
+def test_the_default_tune_is_what_the_fit_reports():
+    data = bayesvm.datasets.load_toenail().head(100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # short chains
+        fit = bayesvm.bsvm("outcome ~ visit", data, method="gibbs", draws=20, chains=1, seed=1, progress=False)
+    assert fit.result.tune == 1000
+    assert "after 1000" in str(fit.summary())
