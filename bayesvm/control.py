@@ -77,20 +77,21 @@ class Control:
 CONTROL_FIELDS = tuple(f.name for f in fields(Control))
 
 TUNE = 1000
-"""Burn-in iterations of a Gibbs fit when ``tune`` is not given."""
-SELECTION_TUNE = 2000
-"""Burn-in iterations of the selection priors' sampler when ``tune`` is not given.  Its sheared pair updates
-(:mod:`bayesvm.engines.selection.sheared_pairs`) estimate each rarely included slope's shift from the tuning draws
-in which it is in and out of the model; with 1000, spike-and-slab on spam left one rare word at R-hat 1.068 on one
-seed of five, with 2000 every inclusion probability had R-hat <= 1.02 on all five (``benchmarks/RESULTS.md``)."""
+"""Burn-in iterations of a Gibbs fit when ``tune`` is not given (the selection priors' sampler: its own
+:data:`bayesvm.engines.selection.gibbs.TUNE`)."""
 
 
 def default_tune(tune: int | None, selection: bool) -> int | None:
-    """``tune`` as given, or the default burn-in (:data:`SELECTION_TUNE` for a selection prior, else :data:`TUNE`)
-    when it is ``None``; a given value is returned unchanged for the caller to check."""
+    """``tune`` as given, or the default burn-in when it is ``None``: the selection sampler's
+    (:data:`bayesvm.engines.selection.gibbs.TUNE`) for a prior with inclusion indicators, else :data:`TUNE`.  A given
+    value is returned unchanged for the caller to check."""
     if tune is not None:
         return tune
-    return SELECTION_TUNE if selection else TUNE
+    if selection:
+        from .engines.selection.gibbs import TUNE as SELECTION_TUNE  # (imports the sampler: only when it runs)
+
+        return SELECTION_TUNE
+    return TUNE
 
 
 def resolve_control(control: object, options: dict) -> Control:

@@ -168,7 +168,7 @@ def bsvm(
     chains, thin = as_count(chains, "chains"), as_count(thin, "thin")
     cores = default_cores(chains) if cores is None else as_count(cores, "cores")
     draws = "auto" if isinstance(draws, str) and draws == "auto" else as_count(draws, "draws")
-    selection = kernel is None and getattr(prior, "point_mass", False)  # indicators: the sheared pair updates
+    selection = method == "gibbs" and kernel is None and getattr(prior, "point_mass", False)  # the sheared updates
     tune = as_count(default_tune(tune, selection=selection), "tune", low=0)
     max_iter = None if max_iter is None else as_count(max_iter, "max_iter")
     batch_size, imputations = as_count(batch_size, "batch_size"), as_count(imputations, "imputations", low=2)

@@ -106,10 +106,17 @@ class ImputedSelectionGibbsResult(SelectionGibbsResult, ImputedGibbsResult):
     """Selection Gibbs with multiple imputation inside the chain (``missing="impute"``, ``imputation="mi"``)."""
 
 
+TUNE = 2000
+"""Default burn-in of this sampler (``bsvm``'s too: :func:`bayesvm.control.default_tune`).  Its sheared pair updates
+(:mod:`bayesvm.engines.selection.sheared_pairs`) estimate each rarely included slope's shift from the tuning draws
+in which it is in and out of the model; with 1000, spike-and-slab on spam left one rare word at R-hat 1.068 on one
+seed of five, with 2000 every inclusion probability had R-hat <= 1.02 on all five (``benchmarks/RESULTS.md``)."""
+
+
 def sample_selection(
     problem: SelectionProblem,
     draws: int = 1000,
-    tune: int = 1000,
+    tune: int = TUNE,
     chains: int = 4,
     thin: int = 1,
     seed: int | None = None,
