@@ -149,8 +149,9 @@ def _fold_options(call: FitCall, fold: int, seed: int) -> dict:
         options["progress"] = False
         options["checks"] = Checks(**{name: "ignore" for name in Checks.__dataclass_fields__})
         if options.get("method") == "gibbs":
-            for key, cap in FOLD_GIBBS.items():
-                options[key] = min(int(options.get(key, cap)), cap)
+            for key, cap in FOLD_GIBBS.items():  # (``tune=None``: the engine's default, above the cap)
+                given = options.get(key)
+                options[key] = cap if given is None else min(int(given), cap)
         options["seed"] = seed + fold
     elif options.get("method") == "em":
         options["seed"] = seed + fold

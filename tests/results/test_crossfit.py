@@ -99,3 +99,16 @@ def test_a_fold_left_unaligned_is_named_in_the_map(monkeypatch):
     np.testing.assert_array_equal(frame.loc[held, "mean"], frame.loc[held, "unaligned_mean"])
     assert not np.array_equal(frame.loc[~held, "mean"], frame.loc[~held, "unaligned_mean"])
     assert "fold(s) [2] not carried onto the full fit's scale" in fit.calibrate(folds=3, seed=1).describe()
+
+
+def test_fold_fits_of_a_gibbs_fit_cap_the_sampler_settings_the_default_tune_included():
+    """A Gibbs fit's fold refits run at most FOLD_GIBBS; ``tune=None`` (the engine's default, 1,000 or 2,000) is
+    capped like a given value, not read as a number."""
+    from bayesvm.results.crossfit import FOLD_GIBBS, FitCall, _fold_options
+
+    for tune, expected in ((None, FOLD_GIBBS["tune"]), (200, 200), (5000, FOLD_GIBBS["tune"])):
+        call = FitCall("bsvm", "y ~ x", None, {"method": "gibbs", "tune": tune, "draws": 1000, "chains": 4})
+        options = _fold_options(call, fold=2, seed=7)
+        assert options["tune"] == expected
+        assert options["draws"] == FOLD_GIBBS["draws"] and options["chains"] == FOLD_GIBBS["chains"]
+        assert options["seed"] == 9
