@@ -97,6 +97,9 @@ def runs_with_blas_threads(size: Callable[..., int]) -> Callable:
 
 #: Entries of ``rows`` below which :meth:`BlockedFactor.weighted_sum` weights the rows densely.
 SMALL_WEIGHTED_SUM = 200_000
+#: Levels x rows up to which the level sums are one dense product with the membership matrix: on a few dozen rows
+#: scipy's sparse product costs ~20 us of dispatch per call, most of a small EP sweep (three calls a sweep).
+DENSE_INDICATOR_ENTRIES = 40_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,9 +145,18 @@ class BlockedFactor:
         weighted = sp.csr_matrix((weights[ind.indices], ind.indices, ind.indptr), shape=ind.shape)
         return weighted @ rows
 
+    @property
+    def is_small(self) -> bool:
+        """Whether the membership matrix is stored dense too (:data:`DENSE_INDICATOR_ENTRIES`)."""
+        return self.n_levels * self.codes.size <= DENSE_INDICATOR_ENTRIES
+
+    @cached_property
+    def _dense_indicator(self) -> np.ndarray:
+        return self._indicator.toarray()
+
     def aggregate(self, rows: np.ndarray) -> np.ndarray:
         """Sum ``rows`` (``n x r``) within each level, giving ``J x r``."""
-        return self._indicator @ rows
+        return (self._dense_indicator if self.is_small else self._indicator) @ rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -397,6 +409,15 @@ class RowStatistics:
         if self.levels is not None:
             return self.levels
         K, J = blocked.K, blocked.n_levels
+        if blocked.is_small:  # one dense product over all the per-row terms
+            n, q = D.shape
+            wzd = (self.wz[:, :, None] * D[:, None, :]).reshape(n, K * q)
+            sums = blocked.aggregate(np.hstack([self.wzz, wzd, self.zr]))
+            return LevelSums(
+                blocks=sums[:, : K * K].reshape(J, K, K),
+                cross=sums[:, K * K : K * K + K * q].reshape(J, K, q),
+                rhs=sums[:, K * K + K * q :],
+            )
         return LevelSums(
             blocks=blocked.aggregate(self.wzz).reshape(J, K, K),
             cross=np.stack([blocked.weighted_sum(self.wz[:, k], D) for k in range(K)], axis=1),

@@ -133,3 +133,26 @@ def test_a_row_on_the_margin_leaves_the_draw_exact():
     np.testing.assert_allclose(mean, _reference_mean(D, w, r, prior_dd, blocked, prior_b), rtol=1e-6, atol=1e-8)
     theta_d, theta_b = linalg.gaussian_draw(D, w, r, prior_dd, blocked, prior_b, np.random.default_rng(0))
     assert np.all(np.isfinite(theta_d)) and np.all(np.isfinite(theta_b))
+
+
+@pytest.mark.parametrize("K", [1, 2])
+def test_level_sums_by_the_dense_membership_matrix_match_the_sparse_ones(K, monkeypatch):
+    """Small factors sum their levels by one dense product, large ones by sparse products: the same sums, rows of no
+    level (code -1) and levels without rows included."""
+    rng = np.random.default_rng(7)
+    n, q, J = 60, 3, 9
+    codes = rng.integers(-1, J - 1, n)  # level J - 1 has no rows
+    blocked = linalg.BlockedFactor(codes=codes, values=rng.standard_normal((n, K)), n_levels=J)
+    D, w, r = rng.standard_normal((n, q)), rng.exponential(size=n), rng.standard_normal(n)
+    stats_ = linalg.row_statistics(D, w, r, blocked)
+    assert blocked.is_small
+    small = stats_.level_sums(blocked, D)
+    monkeypatch.setattr(linalg, "DENSE_INDICATOR_ENTRIES", 0)
+    assert not blocked.is_small
+    large = stats_.level_sums(blocked, D)
+    for name in ("blocks", "cross", "rhs"):
+        np.testing.assert_allclose(getattr(small, name), getattr(large, name), rtol=1e-12, atol=1e-12)
+    seen = codes >= 0
+    expected = np.zeros((J, K, q))
+    np.add.at(expected, codes[seen], (w[seen, None] * blocked.values[seen])[:, :, None] * D[seen, None, :])
+    np.testing.assert_allclose(small.cross, expected, rtol=1e-12, atol=1e-12)

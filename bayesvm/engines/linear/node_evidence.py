@@ -30,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg as sla
 from scipy.special import logsumexp
 
 from ...linalg.dense import row_pool
@@ -116,7 +115,12 @@ def _class_log_integrals(layout: LevelLayout, eta: np.ndarray, sigma2: np.ndarra
 
 
 def log_prior_dense(problem: VBProblem, theta_d: np.ndarray, covs: list[np.ndarray], skip: int) -> np.ndarray:
-    """``log p(theta_d | variances)`` for draws ``theta_d (S, q)``; ``covs[c]`` is ``(S, k, k)``."""
+    """``log p(theta_d | variances)`` for draws ``theta_d (S, q)``; ``covs[c]`` is ``(S, k, k)``.
+
+    Each draw's random effects ``u_j ~ N(0, Sigma_s)``: ``-1/2 |L_s^{-1} u_j|^2 - log |L_s| - k/2 log 2 pi`` summed over
+    the levels, with ``L_s`` the Cholesky factor of draw ``s``'s covariance; the factors and solves are batched over the
+    draws (one call each, not one per draw).
+    """
     lam = problem.fixed_precision
     fixed = lam > 0
     total = np.sum(0.5 * np.log(lam[fixed]) - 0.5 * LOG_2PI - 0.5 * lam[fixed] * theta_d[:, fixed] ** 2, axis=1)
@@ -124,10 +128,13 @@ def log_prior_dense(problem: VBProblem, theta_d: np.ndarray, covs: list[np.ndarr
         if c == skip:
             continue
         u = theta_d[:, comp.index]  # (S, J, k)
-        for s in range(theta_d.shape[0]):
-            chol = np.linalg.cholesky(covs[c][s])
-            z = sla.solve_triangular(chol, u[s].T, lower=True)
-            total[s] += -0.5 * np.sum(z**2) - comp.n_levels * (np.sum(np.log(np.diag(chol))) + 0.5 * comp.k * LOG_2PI)
+        chol = np.linalg.cholesky(covs[c])  # (S, k, k)
+        if comp.k == 1:  # the triangular solve is a division
+            z = u / chol[:, None, :, 0]
+        else:
+            z = np.linalg.solve(chol[:, None], u[..., None])[..., 0]  # (S, J, k)
+        log_det = np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)  # log |L_s|
+        total += -0.5 * np.sum(z**2, axis=(1, 2)) - comp.n_levels * (log_det + 0.5 * comp.k * LOG_2PI)
     return total
 
 

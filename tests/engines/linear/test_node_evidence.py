@@ -117,3 +117,30 @@ def test_a_node_without_a_cholesky_factor_keeps_eps_weights_and_summary_says_why
     text = str(fit.summary())
     assert "Nodes weighted by EP's evidence: importance sampling from EP's Gaussians was unreliable" in text
     assert "no Cholesky factor" in text
+
+
+def test_log_prior_of_the_coefficients_matches_scipy_draw_by_draw():
+    """The batched prior density equals scipy's normal densities draw by draw, with a different covariance per draw,
+    for a one-column and a two-column term (the term ``skip`` names is left out)."""
+    from types import SimpleNamespace
+
+    from scipy import stats
+
+    from bayesvm.engines.linear.node_evidence import log_prior_dense
+
+    rng = np.random.default_rng(3)
+    S, p = 5, 2
+    one = SimpleNamespace(k=1, n_levels=3, index=p + np.arange(3).reshape(3, 1))
+    two = SimpleNamespace(k=2, n_levels=4, index=p + 3 + np.arange(8).reshape(4, 2))
+    skipped = SimpleNamespace(k=1, n_levels=2, index=p + 11 + np.arange(2).reshape(2, 1))
+    problem = SimpleNamespace(fixed_precision=np.array([0.0, 0.5] + [0.0] * 13), components=[one, two, skipped])
+    theta = rng.standard_normal((S, p + 13)) * 2.0
+    sigma1 = rng.exponential(size=(S, 1, 1)) + 0.1
+    factors = rng.standard_normal((S, 2, 2))
+    sigma2 = factors @ factors.transpose(0, 2, 1) + 0.2 * np.eye(2)
+    covs = [sigma1, sigma2, np.full((S, 1, 1), np.nan)]  # the skipped term's covariance is never read
+    expected = stats.norm(0.0, np.sqrt(2.0)).logpdf(theta[:, 1])
+    for s in range(S):
+        expected[s] += stats.norm(0.0, np.sqrt(sigma1[s, 0, 0])).logpdf(theta[s, one.index.ravel()]).sum()
+        expected[s] += stats.multivariate_normal(np.zeros(2), sigma2[s]).logpdf(theta[s, two.index]).sum()
+    np.testing.assert_allclose(log_prior_dense(problem, theta, covs, skip=2), expected, rtol=1e-12)
