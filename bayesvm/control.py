@@ -76,22 +76,21 @@ class Control:
 
 CONTROL_FIELDS = tuple(f.name for f in fields(Control))
 
-TUNE = 1000
-"""Burn-in iterations of a Gibbs fit when ``tune`` is not given (the selection priors' sampler: its own
-:data:`bayesvm.engines.selection.gibbs.TUNE`)."""
-
 
 def default_tune(tune: int | None, selection: bool) -> int | None:
     """``tune`` as given, or the default burn-in when it is ``None``: the selection sampler's
-    (:data:`bayesvm.engines.selection.gibbs.TUNE`) for a prior with inclusion indicators, else :data:`TUNE`.  A given
-    value is returned unchanged for the caller to check."""
+    (:data:`bayesvm.engines.selection.gibbs.TUNE`) for a prior with inclusion indicators, else the other samplers'
+    (:data:`bayesvm.engines.linear.gibbs.TUNE`).  Each sampler owns its default; they are imported here only when a
+    Gibbs fit runs.  A given value is returned unchanged for the caller to check."""
     if tune is not None:
         return tune
     if selection:
-        from .engines.selection.gibbs import TUNE as SELECTION_TUNE  # (imports the sampler: only when it runs)
+        from .engines.selection.gibbs import TUNE as SELECTION_TUNE
 
         return SELECTION_TUNE
-    return TUNE
+    from .engines.linear.gibbs import TUNE as GIBBS_TUNE
+
+    return GIBBS_TUNE
 
 
 def resolve_control(control: object, options: dict) -> Control:

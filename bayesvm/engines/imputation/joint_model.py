@@ -53,7 +53,7 @@ from ...model.problems import ImputationProblem
 from ..augmentation import inverse_a_mean, update_chi
 from ..joint import component_values, log_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
-from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
+from ..linear.gibbs import MARGIN_FLOOR, TUNE, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
 from ..linear.interweave import ScaleMoves
 from ..linear.vb import (
     LOG_2PI,
@@ -408,7 +408,7 @@ class ImputedGibbsResult(GibbsResult):
 def sample_impute_gibbs(
     problem: ImputationProblem,
     draws: int = 1000,
-    tune: int = 1000,
+    tune: int = TUNE,
     chains: int = 4,
     thin: int = 1,
     seed: int | None = None,

@@ -733,10 +733,15 @@ def run_chains(chain, problem, draws: int, tune: int, thin: int, chains: int, se
     return results
 
 
+TUNE = 1000
+"""Default burn-in of this sampler, the imputation sampler's and ``bsvm``'s for every Gibbs fit but the selection
+priors' (:data:`bayesvm.engines.selection.gibbs.TUNE`; :func:`bayesvm.control.default_tune`)."""
+
+
 def sample_gibbs(
     problem: VBProblem,
     draws: int = 1000,
-    tune: int = 1000,
+    tune: int = TUNE,
     chains: int = 4,
     thin: int = 1,
     seed: int | None = None,
