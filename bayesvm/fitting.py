@@ -57,6 +57,7 @@ def bsvm(
     seed: int | None = None,
     control: Control | None = None,
     checks: Checks | None = None,
+    _impute_also: tuple[str, ...] = (),
     **engine_options: object,
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
@@ -147,6 +148,9 @@ def bsvm(
         :class:`bayesvm.ApproximationWarning` when it fails, naming the parameter; on the accurate fit it also corrects
         the coefficients where its importance weights move them beyond Monte Carlo error
         (:mod:`bayesvm.results.psis_correction`, listed by ``summary()``).
+    _impute_also
+        Internal (cross-fitting's fold fits, :mod:`bayesvm.results.crossfit`): with ``missing="impute"``, predictors
+        put in the imputation model even where ``data`` has no missing value of theirs (:func:`build_design`).
     """
     control = resolve_control(control, engine_options)
     tol, max_iter, draws, tune, chains, thin, cores, progress, batch_size, learning_rate, probes = (
@@ -209,7 +213,7 @@ def bsvm(
     if prior is not None:
         _check_prior_method(prior, method, penalty, vb)
     parsed = parse_formula(formula, getattr(data, "columns", None))
-    design = build_design(parsed, data, positive=positive, missing=missing, rank=checks.rank)
+    design = build_design(parsed, data, positive=positive, missing=missing, rank=checks.rank, impute_also=_impute_also)
     model = build_model(design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized)
     diagnostics = check_identifiability(model, checks)
     diagnostics.enforce()

@@ -406,8 +406,14 @@ def build_design(
     positive: object | None = None,
     missing: str = "error",
     rank: str = "warn",
+    impute_also: tuple[str, ...] = (),
 ) -> Design:
     """Build the design for a fit; never modifies ``data``.
+
+    ``impute_also`` (with ``missing="impute"``) names predictors to put in the imputation model even where
+    ``data`` has no missing value of theirs: a cross-fitting fold fit (:mod:`bayesvm.results.crossfit`) takes the
+    full fit's imputation variables, so that it can predict held-out rows missing a value that its own training
+    rows all have.
 
     Aliased fixed-effect columns (:mod:`bayesvm.checks.rank`) are dropped and recorded in
     ``Design.aliased`` (``rank="warn"`` or ``"ignore"``; the checks report them), refused when ``rank="stop"``,
@@ -454,6 +460,7 @@ def build_design(
             data = data.loc[~no_response]
         bad = {name: _bad_mask(data[name]) for name in used}
         impute = check_imputable(data, bad, parsed.response, group_vars, bar_vars, gp_vars)
+        impute += [v for v in impute_also if v in predictors and v != parsed.response and v not in impute]
         keep = np.ones(len(data), dtype=bool)
     else:
         keep = _check_missing(data, used, missing, "data")

@@ -143,7 +143,7 @@ def used_columns(columns, formula: str) -> list:
     return [c for c in columns if re.search(rf"(?<![\w.]){re.escape(str(c))}(?![\w.])", formula)]
 
 
-def _fold_options(call: FitCall, fold: int, seed: int) -> dict:
+def _fold_options(call: FitCall, fold: int, seed: int, imputed: tuple[str, ...] = ()) -> dict:
     options = dict(call.options)
     if call.function == "bsvm":
         options["progress"] = False
@@ -153,6 +153,8 @@ def _fold_options(call: FitCall, fold: int, seed: int) -> dict:
                 given = options.get(key)
                 options[key] = cap if given is None else min(int(given), cap)
         options["seed"] = seed + fold
+        if imputed:  # the full fit's imputation variables, even where this fold's training rows miss none of theirs
+            options["_impute_also"] = tuple(imputed)
     elif options.get("method") == "em":
         options["seed"] = seed + fold
     return options
@@ -213,13 +215,17 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
     fold_of = stratified_folds(y, folds, base)
     out = pd.DataFrame({"mean": 0.0, "var": 0.0, "new_var": 0.0, "y": y, "fold": fold_of, "unaligned_mean": 0.0})
     target = _training_decision_values(fit, data)
+    layout = getattr(getattr(fit.model, "design", None), "imputation", None)
+    imputed = tuple(layout.variables) if layout is not None and call.options.get("missing") == "impute" else ()
     unaligned: list[int] = []
     for k in range(folds):
         held = fold_of == k
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                fold_fit = function(call.formula, data.iloc[np.flatnonzero(~held)], **_fold_options(call, k, base))
+                fold_fit = function(
+                    call.formula, data.iloc[np.flatnonzero(~held)], **_fold_options(call, k, base, imputed)
+                )
                 mean, var, new_var = fold_fit.link_moments(data.iloc[np.flatnonzero(held)])
                 source = (
                     None if target is None else _training_decision_values(fold_fit, data.iloc[np.flatnonzero(~held)])

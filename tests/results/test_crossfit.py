@@ -112,3 +112,48 @@ def test_fold_fits_of_a_gibbs_fit_cap_the_sampler_settings_the_default_tune_incl
         assert options["tune"] == expected
         assert options["draws"] == FOLD_GIBBS["draws"] and options["chains"] == FOLD_GIBBS["chains"]
         assert options["seed"] == 9
+
+
+def test_fold_fits_impute_the_full_fits_variables_when_their_training_rows_miss_none():
+    """One missing value (in a nullable integer column): the fold that holds that row out trains on complete rows.
+    Its fit still imputes the variable (as the full fit does), so it predicts the held-out row, every fold fit
+    succeeds and no fold is left out of the calibration (before: the fold failed and the map was learned without
+    it, with a warning)."""
+    import warnings
+
+    import pandas as pd
+
+    import bayesvm
+    from bayesvm.results.crossfit import cross_fitted_predictions
+
+    rng = np.random.default_rng(0)
+    n = 200
+    data = pd.DataFrame(
+        {"x": rng.normal(size=n), "count": pd.array(rng.integers(0, 5, n), dtype="Int64"), "z": rng.normal(size=n)}
+    )
+    data["y"] = np.where(data["x"] + 0.5 * data["count"].astype(float) + rng.logistic(size=n) > 1.0, "yes", "no")
+    data.loc[3, "count"] = pd.NA
+    fit = bayesvm.bsvm("y ~ x + count + z", data, missing="impute", vb="meanfield", seed=1)
+    assert "count" in fit.model.design.imputation.variables
+    frame = cross_fitted_predictions(fit, folds=4, seed=1)
+    assert len(frame) == n and np.all(np.isfinite(frame["mean"])) and np.all(np.isfinite(frame["var"]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        probabilities = fit.predict(data, kind="prob")
+    assert not [w for w in caught if "cross-fitting" in str(w.message)], [str(w.message) for w in caught]
+    assert np.all(np.isfinite(probabilities))
+
+
+def test_a_fold_fit_given_imputation_variables_keeps_the_fit_of_complete_data():
+    """``_impute_also`` on complete data: the imputation model has nothing to impute, and the coefficients are the
+    complete-data imputation fit's (the same engine; the variable is only added to the normal model)."""
+    import bayesvm
+    from tests.conftest import simulate_logistic
+
+    data, formula = simulate_logistic(200, 2, seed=3)
+    column = [c for c in data.columns if c.startswith("x")][0]
+    plain = bayesvm.bsvm(formula, data, missing="impute", vb="meanfield", seed=1)
+    forced = bayesvm.bsvm(formula, data, missing="impute", vb="meanfield", seed=1, _impute_also=(column,))
+    assert plain.model.design.imputation is None
+    assert column in forced.model.design.imputation.variables
+    np.testing.assert_allclose(forced.fixef.to_numpy(), plain.fixef.to_numpy(), atol=0.05)
