@@ -58,6 +58,7 @@ def bsvm(
     control: Control | None = None,
     checks: Checks | None = None,
     _impute_also: tuple[str, ...] = (),
+    _fixed_spec: object = None,
     **engine_options: object,
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
@@ -151,6 +152,9 @@ def bsvm(
     _impute_also
         Internal (cross-fitting's fold fits, :mod:`bayesvm.results.crossfit`): with ``missing="impute"``, predictors
         put in the imputation model even where ``data`` has no missing value of theirs (:func:`build_design`).
+    _fixed_spec
+        Internal (cross-fitting's fold fits): the full fit's fixed-effect spec (formulaic ``ModelSpec``), whose
+        transforms' states and factor levels build the fold's columns (:func:`build_design`).
     """
     control = resolve_control(control, engine_options)
     tol, max_iter, draws, tune, chains, thin, cores, progress, batch_size, learning_rate, probes = (
@@ -213,7 +217,15 @@ def bsvm(
     if prior is not None:
         _check_prior_method(prior, method, penalty, vb)
     parsed = parse_formula(formula, getattr(data, "columns", None))
-    design = build_design(parsed, data, positive=positive, missing=missing, rank=checks.rank, impute_also=_impute_also)
+    design = build_design(
+        parsed,
+        data,
+        positive=positive,
+        missing=missing,
+        rank=checks.rank,
+        impute_also=_impute_also,
+        fixed_spec=_fixed_spec,
+    )
     model = build_model(design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized)
     diagnostics = check_identifiability(model, checks)
     diagnostics.enforce()

@@ -337,7 +337,9 @@ def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: s
     return keep
 
 
-def _materialize(spec_or_formula, data: pd.DataFrame, what: str) -> np.ndarray:
+def _materialize(spec_or_formula, data: pd.DataFrame, what: str, as_matrix: bool = False) -> np.ndarray:
+    """The model matrix of ``data`` by a formula (a formulaic ``ModelMatrix``) or by a spec (an array; with
+    ``as_matrix``, the ``ModelMatrix``), any formulaic failure raised as :class:`DesignError` naming ``what``."""
     try:
         with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
             warnings.simplefilter("error", UserWarning)
@@ -350,7 +352,7 @@ def _materialize(spec_or_formula, data: pd.DataFrame, what: str) -> np.ndarray:
     except (FormulaicError, ValueError, TypeError) as exc:
         message = str(exc).split("\n")[0]
         raise DesignError(f"cannot build the {what} design: {message}") from None
-    if isinstance(spec_or_formula, str):
+    if isinstance(spec_or_formula, str) or as_matrix:
         return matrix
     return np.asarray(matrix, dtype=float)
 
@@ -407,6 +409,7 @@ def build_design(
     missing: str = "error",
     rank: str = "warn",
     impute_also: tuple[str, ...] = (),
+    fixed_spec=None,
 ) -> Design:
     """Build the design for a fit; never modifies ``data``.
 
@@ -414,6 +417,11 @@ def build_design(
     ``data`` has no missing value of theirs: a cross-fitting fold fit (:mod:`bayesvm.results.crossfit`) takes the
     full fit's imputation variables, so that it can predict held-out rows missing a value that its own training
     rows all have.
+
+    ``fixed_spec`` (a formulaic ``ModelSpec``, a fit's ``Design.spec``) builds the fixed-effect columns with that
+    spec's stateful transforms and factor levels instead of learning them from ``data``: a fold fit takes the full
+    fit's, so that its held-out rows get the same columns (a ``bs()`` basis whose boundary knots came from all the
+    rows, a factor level only held-out rows have) instead of failing.
 
     Aliased fixed-effect columns (:mod:`bayesvm.checks.rank`) are dropped and recorded in
     ``Design.aliased`` (``rank="warn"`` or ``"ignore"``; the checks report them), refused when ``rank="stop"``,
@@ -474,7 +482,10 @@ def build_design(
             frame[name] = frame[name].fillna(frame[name].mean())
 
     response = code_response(frame[parsed.response], parsed.response, positive)
-    matrix = _materialize(parsed.fixed, frame, "fixed effects")
+    if fixed_spec is None:
+        matrix = _materialize(parsed.fixed, frame, "fixed effects")
+    else:
+        matrix = _materialize(fixed_spec, frame, "fixed effects", as_matrix=True)
     X = np.asarray(matrix, dtype=float)
     x_names = tuple(_clean_name(str(c)) for c in matrix.columns)
     if not x_names:

@@ -143,7 +143,7 @@ def used_columns(columns, formula: str) -> list:
     return [c for c in columns if re.search(rf"(?<![\w.]){re.escape(str(c))}(?![\w.])", formula)]
 
 
-def _fold_options(call: FitCall, fold: int, seed: int, imputed: tuple[str, ...] = ()) -> dict:
+def _fold_options(call: FitCall, fold: int, seed: int, imputed: tuple[str, ...] = (), spec=None) -> dict:
     options = dict(call.options)
     if call.function == "bsvm":
         options["progress"] = False
@@ -155,6 +155,8 @@ def _fold_options(call: FitCall, fold: int, seed: int, imputed: tuple[str, ...] 
         options["seed"] = seed + fold
         if imputed:  # the full fit's imputation variables, even where this fold's training rows miss none of theirs
             options["_impute_also"] = tuple(imputed)
+        if spec is not None and options.get("kernel") is None:  # the full fit's columns (bs() knots, all levels)
+            options["_fixed_spec"] = spec
     elif options.get("method") == "em":
         options["seed"] = seed + fold
     return options
@@ -217,6 +219,7 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
     target = _training_decision_values(fit, data)
     layout = getattr(getattr(fit.model, "design", None), "imputation", None)
     imputed = tuple(layout.variables) if layout is not None and call.options.get("missing") == "impute" else ()
+    spec = getattr(getattr(fit.model, "design", None), "spec", None) if call.function == "bsvm" else None
     unaligned: list[int] = []
     for k in range(folds):
         held = fold_of == k
@@ -224,7 +227,7 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fold_fit = function(
-                    call.formula, data.iloc[np.flatnonzero(~held)], **_fold_options(call, k, base, imputed)
+                    call.formula, data.iloc[np.flatnonzero(~held)], **_fold_options(call, k, base, imputed, spec)
                 )
                 mean, var, new_var = fold_fit.link_moments(data.iloc[np.flatnonzero(held)])
                 source = (

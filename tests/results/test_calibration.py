@@ -423,15 +423,40 @@ def test_a_fit_without_its_rows_says_how_to_calibrate(small_fit):
     assert orphan.predict(data, kind="pseudo").shape == (len(data),)
 
 
-def test_a_failing_fold_is_named_and_the_prior_map_used():
+def test_a_failing_fold_is_named_and_the_prior_map_used(monkeypatch):
+    """A fold fit that fails (here the third refit raises what a fit raises on bad data) is named in the warning,
+    and the probabilities use the prior's map, which the map's description and summary() say."""
+    import bayesvm.results.crossfit as crossfit
+    from bayesvm.errors import DataError
+
     data, formula = simulate_logistic(60, 2, seed=1)
-    data["rare"] = ["a"] * 59 + ["b"]  # the fold holding the one "b" row is fitted without that level
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm(formula, data, vb="meanfield")
+    real, calls = crossfit.REFITTERS["bsvm"], {"n": 0}
+
+    def third_fails(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise DataError("column 'x0' has a value the fold cannot take")
+        return real(*args, **kwargs)
+
+    monkeypatch.setitem(crossfit.REFITTERS, "bsvm", third_fails)
+    with pytest.warns(UserWarning, match=r"folds other than 3 of 5 failed .*cannot take.*held-out rows"):
+        cmap = fit.calibrate(folds=5)
+    assert cmap.n == 0 and "cannot take" in cmap.describe() and "prior" in str(fit.summary())
+
+
+def test_a_level_on_one_row_does_not_fail_a_fold():
+    """The case the test above used to build its failing fold: one row of a level.  The fold fits build their
+    columns with the full fit's spec (bayesvm.results.crossfit), so the fold holding that row out predicts it."""
+    data, formula = simulate_logistic(60, 2, seed=1)
+    data["rare"] = ["a"] * 59 + ["b"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm(formula + " + rare", data, vb="meanfield")
-    with pytest.warns(UserWarning, match=r"folds other than \d of 5 failed .*never saw.*held-out rows"):
         cmap = fit.calibrate(folds=5)
-    assert cmap.n == 0 and "never saw" in cmap.describe() and "prior" in str(fit.summary())
+    assert cmap.n == 60 and "5-fold cross-fitted" in cmap.describe()
 
 
 @pytest.mark.filterwarnings("ignore")

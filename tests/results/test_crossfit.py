@@ -1,6 +1,7 @@
 """Cross-fitting's alignment of fold fits onto the full fit's scale (bayesvm.results.crossfit)."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -157,3 +158,29 @@ def test_a_fold_fit_given_imputation_variables_keeps_the_fit_of_complete_data():
     assert plain.model.design.imputation is None
     assert column in forced.model.design.imputation.variables
     np.testing.assert_allclose(forced.fixef.to_numpy(), plain.fixef.to_numpy(), atol=0.05)
+
+
+@pytest.mark.parametrize("formula", ["y ~ x + a", "y ~ bs(x, df=4)"])
+def test_fold_fits_build_the_full_fits_columns(formula):
+    """A factor level on one row, and a ``bs()`` basis whose boundary knots are the training range: the fold that
+    holds out that row (or the extreme ``x``) used to fail to predict it, and every probability fell back to the
+    prior's unit map.  Fold fits now build their columns with the full fit's spec, so every fold predicts its
+    held-out rows and the map is learned from all of them."""
+    import warnings
+
+    import pandas as pd
+
+    import bayesvm
+
+    rng = np.random.default_rng(3)
+    n = 200
+    data = pd.DataFrame({"x": rng.normal(size=n), "a": rng.choice(list("pqr"), n)})
+    data.loc[7, "a"] = "rare"
+    data["y"] = (np.sin(2 * data["x"]) + (data["a"] == "q") + rng.logistic(size=n) > 0).astype(int)
+    fit = bayesvm.bsvm(formula, data, vb="meanfield", seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        description = fit.calibrate(folds=4, seed=1).describe()
+    assert not [w for w in caught if "cross-fitting" in str(w.message)], [str(w.message) for w in caught]
+    assert "4-fold cross-fitted" in description and "prior only" not in description
+    assert list(fit.model.design.x_names) == list(fit.fixef.index)
