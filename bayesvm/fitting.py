@@ -207,7 +207,7 @@ def bsvm(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
             tol=tol, max_iter=max_iter, seed=seed, kernel=kernel, inducing=inducing,
             inducing_method=inducing_method, learn_inducing=learn_inducing, batch_size=batch_size,
-            learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb,
+            learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb, fixed_spec=_fixed_spec,
             sampling=dict(draws=draws, tune=tune, chains=chains, thin=thin, cores=cores, progress=progress),
         ))  # fmt: skip
     # posterior modes need a boundary-avoiding variance prior (as blme uses): the default half-t has positive density

@@ -37,6 +37,7 @@ def pcvm(
     standardize: bool = True,
     max_iter: int | None = None,
     seed: int | None = 0,
+    _fixed_spec: object = None,
 ) -> PCVMFit:
     """Fit the probabilistic classification vector machine (EPCVM; Chen, Tino & Yao).
 
@@ -58,15 +59,24 @@ def pcvm(
     seed
         ``"em"`` only: seed of the random start ``w_j ~ U(0.2, 1.2)`` (EM's answer depends on its start; the
         other methods are deterministic).
+    _fixed_spec
+        Internal (cross-fitting's fold fits, :mod:`bayesvm.results.crossfit`): the full fit's fixed-effect spec,
+        whose transforms' states and factor levels build the fold's inputs (:func:`bayesvm.formula.design.build_design`).
     """
-    options = dict(locals())  # the call as given, for cross-fitting (bayesvm.results.crossfit)
+    # the call as given, for cross-fitting (bayesvm.results.crossfit)
+    options = {name: value for name, value in locals().items() if name != "_fixed_spec"}
     if method not in PCVM_METHODS:
         raise BayesvmError(f"method must be one of {PCVM_METHODS}, got {method!r}")
     max_iter = (5000 if method == "em" else 2000) if max_iter is None else as_count(max_iter, "max_iter")
     seed, standardize = as_seed(seed), as_flag(standardize, "standardize")
     start = time.perf_counter()
     design = build_design(
-        parse_formula(formula, getattr(data, "columns", None)), data, positive=positive, missing=missing, rank="keep"
+        parse_formula(formula, getattr(data, "columns", None)),
+        data,
+        positive=positive,
+        missing=missing,
+        rank="keep",
+        fixed_spec=_fixed_spec,
     )
     model = build_kernel_model(design, RBF() if kernel is None else kernel, standardize, "all", "kmeans", 0)
     problem = KernelProblem(X=model.inputs(design.X), y=design.y, kernel=model.kernel)

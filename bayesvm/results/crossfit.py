@@ -155,10 +155,10 @@ def _fold_options(call: FitCall, fold: int, seed: int, imputed: tuple[str, ...] 
         options["seed"] = seed + fold
         if imputed:  # the full fit's imputation variables, even where this fold's training rows miss none of theirs
             options["_impute_also"] = tuple(imputed)
-        if spec is not None and options.get("kernel") is None:  # the full fit's columns (bs() knots, all levels)
-            options["_fixed_spec"] = spec
     elif options.get("method") == "em":
         options["seed"] = seed + fold
+    if spec is not None:  # the full fit's columns (bs() knots, every factor level): build_design
+        options["_fixed_spec"] = spec
     return options
 
 
@@ -219,7 +219,7 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
     target = _training_decision_values(fit, data)
     layout = getattr(getattr(fit.model, "design", None), "imputation", None)
     imputed = tuple(layout.variables) if layout is not None and call.options.get("missing") == "impute" else ()
-    spec = getattr(getattr(fit.model, "design", None), "spec", None) if call.function == "bsvm" else None
+    spec = getattr(getattr(getattr(fit, "model", None), "design", None), "spec", None)
     unaligned: list[int] = []
     for k in range(folds):
         held = fold_of == k
