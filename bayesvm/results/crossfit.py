@@ -149,9 +149,9 @@ def _fold_options(call: FitCall, fold: int, seed: int, imputed: tuple[str, ...] 
         options["progress"] = False
         options["checks"] = Checks(**{name: "ignore" for name in Checks.__dataclass_fields__})
         if options.get("method") == "gibbs":
-            for key, cap in FOLD_GIBBS.items():  # (``tune=None``: the engine's default, above the cap)
-                given = options.get(key)
-                options[key] = cap if given is None else min(int(given), cap)
+            for key, cap in FOLD_GIBBS.items():  # (``tune=None``: the engine's default, above the cap;
+                given = options.get(key)  # ``draws="auto"``: as long as it takes, so the cap too)
+                options[key] = cap if given is None or isinstance(given, str) else min(int(given), cap)
         options["seed"] = seed + fold
         if imputed:  # the full fit's imputation variables, even where this fold's training rows miss none of theirs
             options["_impute_also"] = tuple(imputed)

@@ -107,6 +107,8 @@ def test_fold_fits_of_a_gibbs_fit_cap_the_sampler_settings_the_default_tune_incl
     capped like a given value, not read as a number."""
     from bayesvm.results.crossfit import FOLD_GIBBS, FitCall, _fold_options
 
+    auto = FitCall("bsvm", "y ~ x", None, {"method": "gibbs", "tune": None, "draws": "auto", "chains": 4})
+    assert _fold_options(auto, fold=0, seed=1)["draws"] == FOLD_GIBBS["draws"]  # draws="auto" (was int("auto"))
     for tune, expected in ((None, FOLD_GIBBS["tune"]), (200, 200), (5000, FOLD_GIBBS["tune"])):
         call = FitCall("bsvm", "y ~ x", None, {"method": "gibbs", "tune": tune, "draws": 1000, "chains": 4})
         options = _fold_options(call, fold=2, seed=7)
