@@ -279,9 +279,26 @@ class Fit(ABC):
                 source += f" ({predictions.attrs['alignment']})"
             cmap = fit_calibration_map(predictions, source)
         else:
-            cmap = fit_calibration_map(self._held_out_predictions(newdata), "held-out")
+            rows, dropped = self._scored_rows(newdata)
+            cmap = fit_calibration_map(self._held_out_predictions(rows), "held-out" + _dropped_note(dropped))
         self._calibration = cmap
         return cmap
+
+    def _scored_rows(self, newdata: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+        """``newdata`` for scoring or calibrating, and how many rows were left out: a ``missing="drop"`` fit
+        leaves out rows missing a value (the response included) of a variable its formula uses, as it did when
+        fitting; other fits take every row (``predict`` names any missing value)."""
+        from ..formula.frames import as_frame
+        from .crossfit import used_columns
+
+        newdata = as_frame(newdata, "newdata")
+        call = getattr(self, "call", None)
+        if call is None or call.options.get("missing") != "drop":
+            return newdata, 0
+        names = " ".join(str(name) for name in getattr(self.model.design, "x_names", ()))
+        columns = used_columns(newdata.columns, f"{call.formula} {names}")
+        complete = newdata[columns].notna().all(axis=1).to_numpy()
+        return newdata.loc[complete], int(np.sum(~complete))
 
     def _held_out_predictions(self, newdata: pd.DataFrame) -> pd.DataFrame:
         """``mean, var, new_var, y, fold`` for rows with a known response."""
@@ -313,10 +330,11 @@ class Fit(ABC):
 
         bins = as_count(bins, "bins", low=2)
         if newdata is not None:
+            newdata, dropped = self._scored_rows(newdata)
             y = self.model.design.response_of(newdata)
             prob = self.predict(newdata, kind="prob").to_numpy()
             pseudo = self.predict(newdata, kind="pseudo").to_numpy()
-            source = "held-out"
+            source = "held-out" + _dropped_note(dropped)
         else:
             cmap = self.calibration_map()
             frame = cmap.predictions
@@ -380,3 +398,8 @@ class Fit(ABC):
 
         log_odds = 2.0 * np.maximum(1.0 + f, 0.0) - 2.0 * np.maximum(1.0 - f, 0.0)
         return log_expit(y * log_odds)
+
+
+def _dropped_note(dropped: int) -> str:
+    """What a report's source adds for held-out rows left out for missing values (``Fit._scored_rows``)."""
+    return f"; {dropped} row(s) with missing values left out (missing='drop')" if dropped else ""

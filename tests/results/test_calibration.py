@@ -506,3 +506,25 @@ def test_too_few_rows_to_cross_fit_fall_back_to_the_prior_map_and_say_so():
         prob = fit.predict(data, kind="prob")
     assert np.all((prob > 0.5) == (fit.predict(data, kind="link") > 0))
     assert "prior" in fit.calibration_map().describe() and "prior" in str(fit.summary())
+
+
+def test_held_out_rows_with_missing_values_are_left_out_of_a_drop_fits_scores():
+    """A ``missing="drop"`` fit scores and calibrates on held-out rows as it fitted: rows missing a used value (the
+    response too) are left out and counted in the report; a ``missing="error"`` fit still names the missing value."""
+    data, formula = simulate_logistic(300, 2, seed=8)
+    train, held = data.iloc[:200].copy(), data.iloc[200:].copy()
+    train.loc[train.index[:3], "x0"] = np.nan
+    held.loc[held.index[:4], "x1"] = np.nan
+    held["y"] = held["y"].astype(float)
+    held.loc[held.index[10], "y"] = np.nan
+    held["unused"] = np.nan  # a column the formula does not use never leaves a row out
+    fit = bayesvm.bsvm(formula, train, missing="drop", vb="meanfield", seed=1)
+    report = fit.calibration(held)
+    assert "5 row(s) with missing values left out" in report.source
+    assert int(report.reliability["count"].sum()) == 95
+    complete = held.dropna(subset=["x0", "x1", "y"])
+    np.testing.assert_allclose(report.metrics.loc["prob"].to_numpy(), fit.calibration(complete).metrics.loc["prob"])
+    assert "left out" in fit.calibrate(newdata=held).describe()
+    strict = bayesvm.bsvm(formula, data.iloc[:200], vb="meanfield", seed=1)
+    with pytest.raises(bayesvm.DataError, match="x1"):
+        strict.calibration(held.drop(index=held.index[10]))
