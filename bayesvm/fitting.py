@@ -57,8 +57,6 @@ def bsvm(
     seed: int | None = None,
     control: Control | None = None,
     checks: Checks | None = None,
-    _impute_also: tuple[str, ...] = (),
-    _fixed_spec: object = None,
     **engine_options: object,
 ) -> BSVMFit:
     """Fit a linear Bayesian support vector machine with an lme4-style formula.
@@ -140,7 +138,9 @@ def bsvm(
         ``chains`` / ``thin`` / ``cores`` / ``progress``, SVI ``batch_size`` / ``learning_rate``, sparse
         ``probes``, kernel ``inducing`` points, ``imputation`` / ``imputations``.
     **engine_options
-        The same fields as keywords, e.g. ``bsvm(..., method="gibbs", draws=4000)`` (not both ways).
+        The same fields as keywords, e.g. ``bsvm(..., method="gibbs", draws=4000)`` (not both ways).  One more
+        key is internal: ``_fold_design`` (:class:`bayesvm.formula.design.FoldDesign`), which cross-fitting's
+        fold fits pass (:mod:`bayesvm.results.crossfit`); it is not recorded in the fit's call.
     checks
         What to do when an identifiability check fails (:class:`bayesvm.Checks`: separation, aliased
         columns, random-effect level counts; ``"ignore"``, ``"warn"`` or ``"stop"`` each, as lme4's
@@ -149,13 +149,8 @@ def bsvm(
         :class:`bayesvm.ApproximationWarning` when it fails, naming the parameter; on the accurate fit it also corrects
         the coefficients where its importance weights move them beyond Monte Carlo error
         (:mod:`bayesvm.results.psis_correction`, listed by ``summary()``).
-    _impute_also
-        Internal (cross-fitting's fold fits, :mod:`bayesvm.results.crossfit`): with ``missing="impute"``, predictors
-        put in the imputation model even where ``data`` has no missing value of theirs (:func:`build_design`).
-    _fixed_spec
-        Internal (cross-fitting's fold fits): the full fit's fixed-effect spec (formulaic ``ModelSpec``), whose
-        transforms' states and factor levels build the fold's columns (:func:`build_design`).
     """
+    fold = engine_options.pop("_fold_design", None)  # internal: a cross-fitting fold fit (docstring)
     control = resolve_control(control, engine_options)
     tol, max_iter, draws, tune, chains, thin, cores, progress, batch_size, learning_rate, probes = (
         control.tol, control.max_iter, control.draws, control.tune, control.chains, control.thin, control.cores,
@@ -207,7 +202,7 @@ def bsvm(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
             tol=tol, max_iter=max_iter, seed=seed, kernel=kernel, inducing=inducing,
             inducing_method=inducing_method, learn_inducing=learn_inducing, batch_size=batch_size,
-            learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb, fixed_spec=_fixed_spec,
+            learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb, fold=fold,
             sampling=dict(draws=draws, tune=tune, chains=chains, thin=thin, cores=cores, progress=progress),
         ))  # fmt: skip
     # posterior modes need a boundary-avoiding variance prior (as blme uses): the default half-t has positive density
@@ -223,8 +218,7 @@ def bsvm(
         positive=positive,
         missing=missing,
         rank=checks.rank,
-        impute_also=_impute_also,
-        fixed_spec=_fixed_spec,
+        fold=fold,
     )
     model = build_model(design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized)
     diagnostics = check_identifiability(model, checks)

@@ -16,7 +16,7 @@ from .engines.kernel.pcvm import BIAS_PRECISION, PCVMResult, fit_pcvm_ep, fit_pc
 from .engines.kernel.pcvm_em import fit_pcvm_em
 from .errors import BayesvmError
 from .formula.bars import parse_formula
-from .formula.design import build_design
+from .formula.design import FoldDesign, build_design
 from .kernels import RBF, Kernel
 from .model.kernel import build_kernel_model
 from .model.problems import KernelProblem
@@ -37,7 +37,7 @@ def pcvm(
     standardize: bool = True,
     max_iter: int | None = None,
     seed: int | None = 0,
-    _fixed_spec: object = None,
+    _fold_design: FoldDesign | None = None,
 ) -> PCVMFit:
     """Fit the probabilistic classification vector machine (EPCVM; Chen, Tino & Yao).
 
@@ -59,12 +59,12 @@ def pcvm(
     seed
         ``"em"`` only: seed of the random start ``w_j ~ U(0.2, 1.2)`` (EM's answer depends on its start; the
         other methods are deterministic).
-    _fixed_spec
-        Internal (cross-fitting's fold fits, :mod:`bayesvm.results.crossfit`): the full fit's fixed-effect spec,
-        whose transforms' states and factor levels build the fold's inputs (:func:`bayesvm.formula.design.build_design`).
+    _fold_design
+        Internal: a cross-fitting fold fit's :class:`bayesvm.formula.design.FoldDesign`
+        (:mod:`bayesvm.results.crossfit`); not recorded in the fit's call.
     """
     # the call as given, for cross-fitting (bayesvm.results.crossfit)
-    options = {name: value for name, value in locals().items() if name != "_fixed_spec"}
+    options = {name: value for name, value in locals().items() if name != "_fold_design"}
     if method not in PCVM_METHODS:
         raise BayesvmError(f"method must be one of {PCVM_METHODS}, got {method!r}")
     max_iter = (5000 if method == "em" else 2000) if max_iter is None else as_count(max_iter, "max_iter")
@@ -76,7 +76,7 @@ def pcvm(
         positive=positive,
         missing=missing,
         rank="keep",
-        fixed_spec=_fixed_spec,
+        fold=_fold_design,
     )
     model = build_kernel_model(design, RBF() if kernel is None else kernel, standardize, "all", "kmeans", 0)
     problem = KernelProblem(X=model.inputs(design.X), y=design.y, kernel=model.kernel)

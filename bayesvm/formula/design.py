@@ -402,26 +402,38 @@ def _check_unseen_levels(spec, newdata: pd.DataFrame) -> None:
             )
 
 
+@dataclass(frozen=True, eq=False)
+class FoldDesign:
+    """What a cross-fitting fold fit (:mod:`bayesvm.results.crossfit`) takes from the full fit's design, so that it
+    can predict its held-out rows whatever they hold.
+
+    Attributes
+    ----------
+    fixed_spec
+        The full fit's fixed-effect spec (a formulaic ``ModelSpec``, ``Design.spec``): the fold's columns are built
+        with its transforms' states and factor levels instead of learning them from the fold's rows (a ``bs()``
+        basis whose boundary knots are the full training range; a factor level only held-out rows have, which is
+        then a zero column that the fold fit drops as aliased).
+    impute_also
+        With ``missing="impute"``: the full fit's imputation variables, put in the fold's imputation model even
+        where its training rows miss none of their values (held-out rows may).
+    """
+
+    fixed_spec: object = None
+    impute_also: tuple[str, ...] = ()
+
+
 def build_design(
     parsed: ParsedFormula,
     data: pd.DataFrame,
     positive: object | None = None,
     missing: str = "error",
     rank: str = "warn",
-    impute_also: tuple[str, ...] = (),
-    fixed_spec=None,
+    fold: FoldDesign | None = None,
 ) -> Design:
     """Build the design for a fit; never modifies ``data``.
 
-    ``impute_also`` (with ``missing="impute"``) names predictors to put in the imputation model even where
-    ``data`` has no missing value of theirs: a cross-fitting fold fit (:mod:`bayesvm.results.crossfit`) takes the
-    full fit's imputation variables, so that it can predict held-out rows missing a value that its own training
-    rows all have.
-
-    ``fixed_spec`` (a formulaic ``ModelSpec``, a fit's ``Design.spec``) builds the fixed-effect columns with that
-    spec's stateful transforms and factor levels instead of learning them from ``data``: a fold fit takes the full
-    fit's, so that its held-out rows get the same columns (a ``bs()`` basis whose boundary knots came from all the
-    rows, a factor level only held-out rows have) instead of failing.
+    ``fold`` (:class:`FoldDesign`): what a cross-fitting fold fit takes from the full fit's design.
 
     Aliased fixed-effect columns (:mod:`bayesvm.checks.rank`) are dropped and recorded in
     ``Design.aliased`` (``rank="warn"`` or ``"ignore"``; the checks report them), refused when ``rank="stop"``,
@@ -468,7 +480,8 @@ def build_design(
             data = data.loc[~no_response]
         bad = {name: _bad_mask(data[name]) for name in used}
         impute = check_imputable(data, bad, parsed.response, group_vars, bar_vars, gp_vars)
-        impute += [v for v in impute_also if v in predictors and v != parsed.response and v not in impute]
+        also = () if fold is None else fold.impute_also
+        impute += [v for v in also if v in predictors and v != parsed.response and v not in impute]
         keep = np.ones(len(data), dtype=bool)
     else:
         keep = _check_missing(data, used, missing, "data")
@@ -482,10 +495,10 @@ def build_design(
             frame[name] = frame[name].fillna(frame[name].mean())
 
     response = code_response(frame[parsed.response], parsed.response, positive)
-    if fixed_spec is None:
+    if fold is None or fold.fixed_spec is None:
         matrix = _materialize(parsed.fixed, frame, "fixed effects")
     else:
-        matrix = _materialize(fixed_spec, frame, "fixed effects", as_matrix=True)
+        matrix = _materialize(fold.fixed_spec, frame, "fixed effects", as_matrix=True)
     X = np.asarray(matrix, dtype=float)
     x_names = tuple(_clean_name(str(c)) for c in matrix.columns)
     if not x_names:

@@ -153,12 +153,12 @@ def _fold_options(call: FitCall, fold: int, seed: int, imputed: tuple[str, ...] 
                 given = options.get(key)  # ``draws="auto"``: as long as it takes, so the cap too)
                 options[key] = cap if given is None or isinstance(given, str) else min(int(given), cap)
         options["seed"] = seed + fold
-        if imputed:  # the full fit's imputation variables, even where this fold's training rows miss none of theirs
-            options["_impute_also"] = tuple(imputed)
     elif options.get("method") == "em":
         options["seed"] = seed + fold
-    if spec is not None:  # the full fit's columns (bs() knots, every factor level): build_design
-        options["_fixed_spec"] = spec
+    if spec is not None or imputed:  # the full fit's columns and imputation variables (FoldDesign)
+        from ..formula.design import FoldDesign
+
+        options["_fold_design"] = FoldDesign(fixed_spec=spec, impute_also=tuple(imputed))
     return options
 
 

@@ -148,15 +148,18 @@ def test_fold_fits_impute_the_full_fits_variables_when_their_training_rows_miss_
 
 
 def test_a_fold_fit_given_imputation_variables_keeps_the_fit_of_complete_data():
-    """``_impute_also`` on complete data: the imputation model has nothing to impute, and the coefficients are the
+    """``FoldDesign.impute_also`` on complete data: the imputation model has nothing to impute, and the coefficients are the
     complete-data imputation fit's (the same engine; the variable is only added to the normal model)."""
     import bayesvm
+    from bayesvm.formula.design import FoldDesign
     from tests.conftest import simulate_logistic
 
     data, formula = simulate_logistic(200, 2, seed=3)
     column = [c for c in data.columns if c.startswith("x")][0]
     plain = bayesvm.bsvm(formula, data, missing="impute", vb="meanfield", seed=1)
-    forced = bayesvm.bsvm(formula, data, missing="impute", vb="meanfield", seed=1, _impute_also=(column,))
+    forced = bayesvm.bsvm(
+        formula, data, missing="impute", vb="meanfield", seed=1, _fold_design=FoldDesign(impute_also=(column,))
+    )
     assert plain.model.design.imputation is None
     assert column in forced.model.design.imputation.variables
     np.testing.assert_allclose(forced.fixef.to_numpy(), plain.fixef.to_numpy(), atol=0.05)
