@@ -233,11 +233,8 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
                 source = (
                     None if target is None else _training_decision_values(fold_fit, data.iloc[np.flatnonzero(~held)])
                 )
-        except BayesvmError as exc:
-            raise CrossFitError(
-                f"cross-fitting for the probability calibration: the fit on folds other than {k + 1} of {folds} "
-                f"failed ({exc})"
-            ) from None
+        except (ValueError, ArithmeticError) as exc:  # a fit's own errors, and a numerical failure (LinAlgError)
+            raise _fold_failure(k, folds, exc) from None
         out.loc[held, "unaligned_mean"] = mean
         if source is not None:
             mean, factor = align_decision_values(mean, source, target)
@@ -251,6 +248,15 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
             f"fold(s) {unaligned} not carried onto the full fit's scale: {whose} could not predict its own training rows"
         )
     return out
+
+
+def _fold_failure(k: int, folds: int, exc: Exception) -> CrossFitError:
+    """The error that names fold ``k``'s failed fit or prediction and its cause (the fit's :meth:`calibrate` turns it
+    into one warning and the prior's map)."""
+    cause = str(exc) if isinstance(exc, BayesvmError) else f"{type(exc).__name__}: {exc}"
+    return CrossFitError(
+        f"cross-fitting for the probability calibration: the fit on folds other than {k + 1} of {folds} failed ({cause})"
+    )
 
 
 def _training_decision_values(fit, rows: pd.DataFrame) -> np.ndarray | None:
@@ -283,11 +289,8 @@ def _cross_fit_streamed(fit, function, folds: int, seed: int) -> pd.DataFrame:
             warnings.simplefilter("ignore")
             try:
                 fold_fit = function(call.formula, train, **_fold_options(call, k, seed))
-            except BayesvmError as exc:
-                raise CrossFitError(
-                    f"cross-fitting for the probability calibration: the fit on folds other than {k + 1} of "
-                    f"{folds} failed ({exc})"
-                ) from None
+            except (ValueError, ArithmeticError) as exc:
+                raise _fold_failure(k, folds, exc) from None
         held_data = data[data[FOLD_COLUMN] == k].drop(columns=FOLD_COLUMN)
         for i in range(held_data.npartitions):
             held = held_data.partitions[i].compute()
@@ -295,7 +298,10 @@ def _cross_fit_streamed(fit, function, folds: int, seed: int) -> pd.DataFrame:
                 held = held.dropna(subset=used_columns(held.columns, call.formula))
             if not len(held):
                 continue
-            mean, var, new_var = fold_fit.link_moments(held)
+            try:
+                mean, var, new_var = fold_fit.link_moments(held)
+            except (ValueError, ArithmeticError) as exc:  # e.g. a level only this fold's rows have
+                raise _fold_failure(k, folds, exc) from None
             y = fit.model.design.response_of(held)
             parts.append(pd.DataFrame({"mean": mean, "var": var, "new_var": new_var, "y": y, "fold": k}))
     return pd.concat(parts, ignore_index=True)

@@ -447,6 +447,27 @@ def test_a_failing_fold_is_named_and_the_prior_map_used(monkeypatch):
     assert cmap.n == 0 and "cannot take" in cmap.describe() and "prior" in str(fit.summary())
 
 
+def test_a_numerical_failure_of_a_fold_fit_is_named_not_raised(monkeypatch):
+    """A fold fit that fails numerically (a LinAlgError, not one of the package's errors) gives the same warning
+    naming the fold and the cause, and the prior's map, instead of a raw traceback from ``predict``."""
+    import bayesvm.results.crossfit as crossfit
+
+    data, formula = simulate_logistic(60, 2, seed=1)
+    fit = bayesvm.bsvm(formula, data, vb="meanfield")
+    real, calls = crossfit.REFITTERS["bsvm"], {"n": 0}
+
+    def second_fails(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise np.linalg.LinAlgError("the posterior precision is not positive definite")
+        return real(*args, **kwargs)
+
+    monkeypatch.setitem(crossfit.REFITTERS, "bsvm", second_fails)
+    with pytest.warns(UserWarning, match=r"folds other than 2 of 5 failed \(LinAlgError: the posterior precision"):
+        prob = fit.predict(data, kind="prob")
+    assert np.all(np.isfinite(prob)) and "prior only" in fit.calibration_map().describe()
+
+
 def test_a_level_on_one_row_does_not_fail_a_fold():
     """The case the test above used to build its failing fold: one row of a level.  The fold fits build their
     columns with the full fit's spec (bayesvm.results.crossfit), so the fold holding that row out predicts it."""
