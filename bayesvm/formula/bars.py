@@ -199,10 +199,26 @@ def parse_formula(formula: str, columns=None) -> ParsedFormula:
     if not fixed:
         fixed = "1"
     for part in (fixed, *(bar.expr for bar in bars)):
-        check_formula_part(part)
+        try:
+            check_formula_part(part)
+        except FormulaError as exc:
+            hint = _unquoted_names_hint(formula, columns)
+            raise FormulaError(f"{str(exc).rstrip('.')}{hint}" if hint else str(exc)) from None
     return ParsedFormula(
         formula=formula, response=_strip_backticks(lhs), fixed=fixed, bars=tuple(bars), gp_terms=gp_terms
     )
+
+
+def _unquoted_names_hint(formula: str, columns) -> str:
+    """A hint for columns whose names hold characters a formula reads as operators or separators (a space, ``-``,
+    ``/``) and that the formula writes without backticks; empty when there are none (or no columns)."""
+    if columns is None:
+        return ""
+    names = [str(c) for c in columns if re.search(r"[^\w.]", str(c)) and str(c) in formula and f"`{c}`" not in formula]
+    if not names:
+        return ""
+    quoted = ", ".join(f"`{name}`" for name in names[:3])
+    return f"; column name(s) {names[:3]} must be written in backticks in a formula: {quoted}"
 
 
 def _depth_zero_text(inner: str) -> str:

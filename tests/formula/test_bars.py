@@ -66,3 +66,14 @@ def test_an_aggregated_binomial_response_says_to_expand_the_rows(lhs):
         parse_formula(f"{lhs} ~ period + (1 | herd)")
     with pytest.raises(FormulaError, match=r"single column name$"):
         parse_formula("np.log(y) ~ x")
+
+
+def test_a_column_name_with_a_space_written_bare_is_told_to_take_backticks():
+    columns = ["y", "x val", "dose-mg", "z"]
+    with pytest.raises(FormulaError, match=r"column name\(s\) \['x val'\] must be written in backticks.*`x val`"):
+        parse_formula("y ~ x val + z", columns)
+    parsed = parse_formula("y ~ `x val` + `dose-mg`", columns)  # quoted: parsed, no hint needed
+    assert parsed.response == "y"
+    with pytest.raises(FormulaError) as caught:  # no columns known: formulaic's message alone
+        parse_formula("y ~ x val + z")
+    assert "backticks" not in str(caught.value)
