@@ -305,6 +305,8 @@ def _check_columns(data: pd.DataFrame, needed: set[str], what: str) -> None:
             hint = f"; did you mean {close}?" if close else ""
             if dotted:
                 hint += " (names containing '.' must be quoted in backticks, e.g. `cad.dur`)"
+            elif any(re.search(r"[^\w.]", name) for name in close):  # "dose-mg" read as dose - mg
+                hint += f" (a name holding a space or an operator must be quoted in backticks, e.g. `{close[0]}`)"
             raise FormulaError(f"column {name!r} used in the formula is not in {what}{hint}")
 
 

@@ -154,3 +154,11 @@ def test_rows_without_a_response_are_dropped_and_counted_never_imputed(frame, mi
         assert d.imputation is not None and d.imputation.n_missing == {"x": 1}
     np.testing.assert_array_equal(d.y, [-1, -1, 1, -1, 1] if missing == "impute" else [-1, 1, -1, 1])
     pd.testing.assert_frame_equal(data, before)
+
+
+def test_a_name_with_an_operator_written_bare_is_told_to_take_backticks():
+    """``dose-mg`` unquoted reads as ``dose - mg``: the missing ``dose`` is named, with the column to quote."""
+    data = pd.DataFrame({"dose-mg": [0.1, 0.5, 0.9, 1.3], "y": [0, 1, 0, 1]})
+    with pytest.raises(FormulaError, match=r"'dose'.*\['dose-mg'\].*backticks, e\.g\. `dose-mg`"):
+        build_design(parse_formula("y ~ dose-mg", data.columns), data)
+    assert build_design(parse_formula("y ~ `dose-mg`", data.columns), data).x_names == ("(Intercept)", "dose-mg")
