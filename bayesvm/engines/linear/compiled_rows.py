@@ -261,3 +261,60 @@ if numba is not None:
     coordinate_sweep = compile_nogil(_coordinate_sweep)
 else:  # never called: callers check available()
     hinge_slice = coordinate_sweep = direction_sweep = None
+
+
+def _intercept_draw(gram, product, prior_dd, blocks, cross, rhs_b, prior_b, eps_d, eps_b, theta_d, theta_b):
+    """``theta | w ~ N(P^-1 C' r, P^-1)`` for a blocked factor of one column per level (a random intercept), from the
+    row sums of :func:`_row_pass`, as :func:`bayesvm.linalg.dense.gaussian_draw` does it (Luts & Ormerod 2014, App. A,
+    step 1; the Schur complement of DESIGN section 5) on the same standard normals: with ``p_j = blocks_j + prior_b``
+    and ``g_j = cross_j / p_j``, ``S = gram + prior_dd - sum_j cross_j' g_j = L L'``, ``theta_d = S^-1 (product -
+    sum_j g_j rhs_j) + L^-T eps_d`` and ``theta_j = (rhs_j - cross_j theta_d) / p_j + eps_j / sqrt(p_j)``.  Fills
+    ``theta_d`` (``q``) and ``theta_b`` (``J x 1``); returns False, filling nothing, where ``S`` is not positive
+    definite in floating point (the caller then takes ``gaussian_draw``'s path, which has a square-root fallback)."""
+    q, J = gram.shape[0], blocks.shape[0]
+    schur = gram + prior_dd
+    rhs = product.copy()
+    for j in range(J):
+        inverse = 1.0 / (blocks[j, 0, 0] + prior_b)
+        for a in range(q):
+            gain = cross[j, 0, a] * inverse
+            rhs[a] -= gain * rhs_b[j, 0]
+            for b in range(a + 1):
+                schur[a, b] -= gain * cross[j, 0, b]
+    chol = np.zeros((q, q))
+    for a in range(q):
+        for b in range(a + 1):
+            s = schur[a, b]
+            for k in range(b):
+                s -= chol[a, k] * chol[b, k]
+            if a == b:
+                if not s > 0.0 or not np.isfinite(s):
+                    return False
+                chol[a, a] = np.sqrt(s)
+            else:
+                chol[a, b] = s / chol[b, b]
+    half = np.empty(q)  # L half = rhs
+    for a in range(q):
+        s = rhs[a]
+        for k in range(a):
+            s -= chol[a, k] * half[k]
+        half[a] = s / chol[a, a]
+    both = half + eps_d  # L' theta_d = half + eps: the mean plus L^-T eps in one back substitution
+    for a in range(q - 1, -1, -1):
+        s = both[a]
+        for k in range(a + 1, q):
+            s -= chol[k, a] * theta_d[k]
+        theta_d[a] = s / chol[a, a]
+    for j in range(J):
+        inverse = 1.0 / (blocks[j, 0, 0] + prior_b)
+        s = rhs_b[j, 0]
+        for a in range(q):
+            s -= cross[j, 0, a] * theta_d[a]
+        theta_b[j, 0] = s * inverse + np.sqrt(inverse) * eps_b[j, 0]
+    return True
+
+
+if numba is not None:
+    intercept_draw = compile_nogil(_intercept_draw)
+else:  # never called: callers check available()
+    intercept_draw = None

@@ -94,6 +94,8 @@ DIRECTION_MAX_ENTRIES = 1_000_000
 def _inverse_quadratic(weights: np.ndarray, k: int) -> tuple[float, float, float]:
     """``(w_kk, w_k., w_rest)`` such that ``sum_ab weights_ab s_a s_b = w_kk / d^2 + w_k. / d + w_rest`` for
     ``s = (1, .., 1/d, .., 1)`` (the ``k``-th entry ``1/d``)."""
+    if weights.shape == (1, 1):  # a single-column component: every iteration, so without index arrays
+        return float(weights[0, 0]), 0.0, 0.0
     rest = np.ones(weights.shape[0], dtype=bool)
     rest[k] = False
     return float(weights[k, k]), float(2.0 * np.sum(weights[k, rest])), float(np.sum(weights[np.ix_(rest, rest)]))
@@ -139,6 +141,12 @@ def slice_sample_drawn(log_density, x0: float, width: float, exponential: float,
         else:
             right = x
     return x0  # the bracket shrank onto x0 (a density this narrow is already sampled by staying)
+
+
+def slice_numbers(rng: np.random.Generator, updates: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random numbers of ``updates`` slice updates in two calls: each update's level (an exponential) and its
+    bracket's and shrinkage's uniforms (a row of ``SLICE_STEPS + 1``)."""
+    return rng.exponential(size=updates), rng.random((updates, SLICE_STEPS + 1))
 
 
 def hinge_slice(a, b, c, log_scale: bool, x0: float, width: float, rng: np.random.Generator) -> float:
@@ -206,15 +214,26 @@ class ScaleMoves:
     """The rescaling moves of a problem's variance components (module docstring), with the level subsets fixed
     once from the data."""
 
+    #: A random intercept's rescaling by :meth:`_blocked_intercept_move` (False: by the general loop of
+    #: :meth:`_moves`, which the tests compare it with).
+    intercept_path = True
+
     def __init__(self, problem, lines: np.ndarray | None = None):
         self.problem = problem
         self.subsets = [single_class_levels(problem, comp) for comp in problem.components]
         self.row_masks = []
+        self.blocked_rows = []  # blocked components: (rows of the rescaled levels, their codes, values and y)
         for comp, subset in zip(problem.components, self.subsets):
             if comp.blocked:
-                self.row_masks.append(subset[problem.blocked.codes])
+                mask = subset[problem.blocked.codes] & (problem.blocked.codes >= 0)
+                self.row_masks.append(mask)
+                rows = np.flatnonzero(mask)
+                self.blocked_rows.append(
+                    (rows, problem.blocked.codes[rows], problem.blocked.values[rows], problem.y[rows])
+                )
             else:
                 self.row_masks.append(None)
+                self.blocked_rows.append(None)
         fixed = np.ones(problem.D.shape[1], dtype=bool)
         for comp in problem.components:
             if not comp.blocked and comp.source >= 0:
@@ -280,20 +299,18 @@ class ScaleMoves:
         theta_d, f = theta_d.copy(), f.copy()
         columns, lam = self.sweep_columns, self._precision(covs)[self.sweep_columns]
         margin = self.problem.y * f
-        draws = [(rng.exponential(), rng.random(SLICE_STEPS + 1)) for _ in range(self.directions.shape[1])]
+        exponentials, uniforms = slice_numbers(rng, self.directions.shape[1])
         if compiled_rows.available():  # one compiled loop on the same random numbers, in the same order
-            exponentials = np.array([e for e, _ in draws])
-            uniforms = np.array([u for _, u in draws]).reshape(len(draws), SLICE_STEPS + 1)
             compiled_rows.direction_sweep(
                 theta_d, f, margin, columns, self.directions, self.direction_x, self.direction_slope,
                 self.direction_widths, lam, exponentials, uniforms, SLICE_STEPS,
             )  # fmt: skip
             return theta_d, theta_b, covs, f
-        for k, (exponential, uniforms) in enumerate(draws):
+        for k in range(self.directions.shape[1]):
             v, x, slope = self.directions[:, k], self.direction_x[:, k], self.direction_slope[:, k]
             c = (-0.5 * float(v @ (lam * v)), 0.0, 0.0, -float(v @ (lam * theta_d[columns])))
             step = hinge_slice_drawn(
-                1.0 - margin, slope, c, False, 0.0, self.direction_widths[k], exponential, uniforms
+                1.0 - margin, slope, c, False, 0.0, self.direction_widths[k], exponentials[k], uniforms[k]
             )
             theta_d[columns] += step * v
             f += step * x
@@ -305,20 +322,19 @@ class ScaleMoves:
         theta_d, f = theta_d.copy(), f.copy()
         precision = self._precision(covs)
         margin = self.problem.y * f
-        if compiled_rows.available():  # one compiled loop, on the random numbers the loop below draws, in its order
-            draws = [(rng.exponential(), rng.random(SLICE_STEPS + 1)) for _ in self.columns]
-            exponentials = np.array([e for e, _ in draws])
-            uniforms = np.array([u for _, u in draws]).reshape(len(draws), SLICE_STEPS + 1)
+        exponentials, uniforms = slice_numbers(rng, len(self.columns))
+        if compiled_rows.available():  # one compiled loop, on the random numbers the loop below takes, in its order
             compiled_rows.coordinate_sweep(
                 theta_d, f, margin, self.sweep_columns, self.sweep_ptr, self.sweep_rows, self.sweep_x,
                 self.sweep_slope, self.sweep_widths, precision[self.sweep_columns], exponentials, uniforms,
                 SLICE_STEPS,
             )  # fmt: skip
             return theta_d, theta_b, covs, f
-        for j, rows, x, slope, width in self.columns:
+        for t, (j, rows, x, slope, width) in enumerate(self.columns):
             old = float(theta_d[j])
             base = 1.0 - margin[rows] + old * slope
-            new = hinge_slice(base, slope, (-0.5 * precision[j], 0.0, 0.0, 0.0), False, old, width, rng)
+            c = (-0.5 * precision[j], 0.0, 0.0, 0.0)
+            new = hinge_slice_drawn(base, slope, c, False, old, width, exponentials[t], uniforms[t])
             f[rows] += (new - old) * x
             margin[rows] += (new - old) * slope
             theta_d[j] = new
@@ -347,6 +363,31 @@ class ScaleMoves:
                                      width, rng)))  # fmt: skip
         return theta_d * d, theta_b * d, [c * d * d for c in covs], f * d
 
+    def _blocked_intercept_move(self, c: int, theta_b, covs, aux, f, rng) -> np.ndarray:
+        """:meth:`_moves` for a single-column blocked component (a random intercept: every iteration, so without
+        the general path's temporaries over every row).  The rows of the rescaled levels whose ``b_i`` is 0 add a
+        constant to the density, so they may stay in the sum.  Updates ``theta_b`` and ``covs`` in place; returns
+        the new ``f``."""
+        comp, subset = self.problem.components[c], self.subsets[c]
+        rows, codes, values, y = self.blocked_rows[c]
+        column = int(comp.index[0, 0])
+        b = values[:, column] * theta_b[codes, column]
+        if not np.any(b):  # the coordinate is zero everywhere: nothing to rescale
+            return f
+        margin, slope = 1.0 - y * (f[rows] - b), y * b
+        kept = theta_b[~subset, column]
+        variance = float(covs[c][0, 0])
+        power, prior, _ = _prior_terms(comp, covs[c], 0, aux[c])
+        quadratic = float(kept @ kept) / variance + prior[0]
+        exponent = 2.0 - kept.size - power  # as _moves with k = 1
+        t = hinge_slice(margin, slope, (0.0, -0.5 * prior[1], -0.5 * quadratic, exponent), True, 0.0, SLICE_WIDTH, rng)
+        d = float(np.exp(t))
+        theta_b[subset, column] *= d
+        covs[c] = covs[c] * (d * d)
+        f = f.copy()
+        f[rows] += (d - 1.0) * b
+        return f
+
     def _moves(self, theta_d, theta_b, covs, aux, f, rng):
         """One move per coordinate of every component; returns ``(theta_d, theta_b, covs, f)`` (new arrays).
 
@@ -360,6 +401,9 @@ class ScaleMoves:
         for c, comp in enumerate(problem.components):
             subset = self.subsets[c]
             if comp.source < 0 or not np.any(subset):  # the learned penalty's few slopes already mix well
+                continue
+            if comp.blocked and comp.k == 1 and not comp.is_wishart and self.intercept_path:
+                f = self._blocked_intercept_move(c, theta_b, covs, aux, f, rng)
                 continue
             for k in range(comp.k):
                 b = self._contribution(c, k, theta_d, theta_b)

@@ -110,6 +110,14 @@ def shift(problem, term: TermShift, theta_d, theta_b, covs, rng: np.random.Gener
     """Draw ``delta`` from its conditional (module docstring) and move ``beta_L`` and the term's effects by it, in
     place; the predictor is unchanged."""
     comp = problem.components[term.c]
+    if comp.k == 1 and comp.blocked:  # a random intercept (every iteration): the same draw in scalars
+        _shift_blocked_intercept(problem, term, comp, theta_d, theta_b, covs, rng)
+    else:
+        _shift_term(problem, term, comp, theta_d, theta_b, covs, rng)
+
+
+def _shift_term(problem, term: TermShift, comp, theta_d, theta_b, covs, rng: np.random.Generator) -> None:
+    """:func:`shift` for any term."""
     u = effects(comp, theta_d, theta_b)
     lam = np.asarray(problem.fixed_precision, dtype=float)[term.locations].copy()
     if term.penalty is not None:
@@ -131,3 +139,18 @@ def shift(problem, term: TermShift, theta_d, theta_b, covs, rng: np.random.Gener
         theta_b[:, comp.index[0]] = moved
     else:
         theta_d[comp.index] = moved
+
+
+def _shift_blocked_intercept(problem, term: TermShift, comp, theta_d, theta_b, covs, rng: np.random.Generator) -> None:
+    """:func:`shift` for a single-column blocked term (one location, ``Q = 1 / sigma^2``), on the same random number."""
+    location, column = int(term.locations[0]), int(comp.index[0, 0])
+    lam = float(problem.fixed_precision[location])
+    if term.penalty is not None and term.penalised[0]:
+        lam = 1.0 / float(covs[term.penalty][0, 0])
+    inverse_variance = 1.0 / float(covs[term.c][0, 0])
+    u = theta_b[:, column]
+    precision = lam + comp.n_levels * inverse_variance
+    rhs = inverse_variance * float(u.sum()) - lam * float(theta_d[location])
+    delta = (rhs + np.sqrt(precision) * float(rng.standard_normal(1)[0])) / precision
+    theta_d[location] += delta
+    theta_b[:, column] = u - delta

@@ -331,6 +331,59 @@ def test_compiled_row_pass_gives_the_numpy_chain(monkeypatch):
     np.testing.assert_allclose(compiled.log_posterior, plain.log_posterior, rtol=1e-9)
 
 
+def test_compiled_iteration_on_unsplit_rows_gives_the_numpy_chain(monkeypatch):
+    """On rows that do not split (every small data set), a seed gives the same chain with numba as without: the
+    compiled row pass over every row and the compiled random-intercept draw (``compiled_rows.intercept_draw``) take
+    the normals and uniforms the numpy path takes (only the order of floating-point sums differs)."""
+    from bayesvm.engines.linear import compiled_rows, gibbs
+
+    assert compiled_rows.available()
+    calls = []
+    original = compiled_rows.intercept_draw
+    monkeypatch.setattr(compiled_rows, "intercept_draw", lambda *args: calls.append(1) or original(*args))
+    data = _small_data(n=60, seed=3)
+    runs = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, switch)
+        calls.clear()
+        _, runs[switch] = _gibbs("y ~ x + (1 | g)", data, penalty="learn", draws=200, tune=20, chains=1, seed=9)
+        assert (len(calls) > 200) == (switch == "1")  # the compiled draw ran (every iteration but the first)
+    compiled, plain = runs["1"], runs["0"]
+    assert gibbs.SPLIT_ROWS > 60
+    np.testing.assert_allclose(compiled.theta_d, plain.theta_d, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(compiled.theta_b, plain.theta_b, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(compiled.log_posterior, plain.log_posterior, rtol=1e-9)
+
+
+def test_compiled_intercept_draw_equals_the_general_draw_and_falls_back():
+    """``compiled_rows.intercept_draw`` (and its uncompiled source) make ``linalg.gaussian_draw``'s draw from the
+    same standard normals, and refuse a Schur complement that is not positive definite."""
+    from bayesvm.engines.linear import compiled_rows
+    from bayesvm.linalg.dense import BlockedFactor, gaussian_draw, row_statistics
+
+    rng = np.random.default_rng(1)
+    n, q, J = 300, 4, 17
+    D = rng.standard_normal((n, q))
+    blocked = BlockedFactor(codes=rng.integers(0, J, n), values=rng.uniform(0.5, 2.0, (n, 1)), n_levels=J)
+    w, r = rng.gamma(2.0, 1.0, n), rng.standard_normal(n)
+    prior_dd, prior_b = np.diag(rng.uniform(0.1, 2.0, q)), np.array([[0.7]])
+    stats = row_statistics(D, w, r, blocked)
+    sums = stats.level_sums(blocked, D)
+    expected = gaussian_draw(D, w, r, prior_dd, blocked, prior_b, np.random.default_rng(5), stats=stats)
+    normals = np.random.default_rng(5)
+    eps_d, eps_b = normals.standard_normal(q), normals.standard_normal((J, 1))
+    for kernel in (compiled_rows.intercept_draw, compiled_rows._intercept_draw):
+        theta_d, theta_b = np.empty(q), np.empty((J, 1))
+        assert kernel(stats.gram, stats.product, prior_dd, sums.blocks, sums.cross, sums.rhs, 0.7, eps_d, eps_b,
+                      theta_d, theta_b)  # fmt: skip
+        np.testing.assert_allclose(theta_d, expected[0], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(theta_b, expected[1], rtol=1e-10, atol=1e-12)
+    indefinite = -np.eye(q) * 1e6
+    assert not compiled_rows.intercept_draw(
+        stats.gram, stats.product, indefinite, sums.blocks, sums.cross, sums.rhs, 0.7, eps_d, eps_b, theta_d, theta_b
+    )
+
+
 def test_compiled_coordinate_moves_give_the_numpy_chain(monkeypatch):
     """The coordinate and direction moves (the fixed effects, ``w`` integrated out) compiled in one loop each draw
     the chain of the numpy loop, on columns with every row and on dummy columns with a few (standardize=False
@@ -344,7 +397,8 @@ def test_compiled_coordinate_moves_give_the_numpy_chain(monkeypatch):
     for switch in ("1", "0"):
         monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, switch)
         _, runs[switch] = _gibbs("y ~ x + h", data, penalty="learn", draws=150, tune=0, chains=1, seed=2)
-    np.testing.assert_allclose(runs["1"].theta_d, runs["0"].theta_d, rtol=1e-9, atol=1e-12)
+    # (the row pass is compiled too: its sums in another order differ in the last digits, which 150 iterations carry)
+    np.testing.assert_allclose(runs["1"].theta_d, runs["0"].theta_d, rtol=1e-7, atol=1e-9)
 
 
 def test_compiled_row_pass_is_refused_where_it_cannot_run(monkeypatch):

@@ -119,6 +119,36 @@ def test_a_move_leaves_the_predictor_consistent():
     np.testing.assert_array_equal(theta_d, result.theta_d[0, -1])  # inputs untouched
 
 
+@pytest.mark.parametrize("prior", ["inverse-gamma", "half-t"])
+def test_random_intercept_rescaling_equals_the_general_move(prior, monkeypatch):
+    """A random intercept's rescaling by ``ScaleMoves._blocked_intercept_move`` (scalars, the rescaled levels' rows
+    only) makes the general loop's draw from the same seed: the same ``theta``, covariance and ``f``."""
+    from bayesvm.priors import InverseGamma
+
+    data = _grouped(seed=3, groups=12)
+    data.loc[data["g"].isin(["0", "1", "2"]), "y"] = "a"  # single-class levels: the rescaled subset
+    priors = PriorSet(random=InverseGamma()) if prior == "inverse-gamma" else None  # default: the half-t
+    problem = _problem("y ~ x + (1 | g)", data, "learn", priors)
+    result = sample_gibbs(problem, draws=3, tune=3, chains=1, seed=1, progress=False)
+    theta_d, theta_b = result.theta_d[0, -1], result.theta_b[0, -1]
+    covs = [c[0, -1] for c in result.components]
+    aux = [None if prior == "inverse-gamma" else 0.8] * len(covs)
+    blocked = problem.blocked
+    f = problem.D @ theta_d + blocked.values[:, 0] * theta_b[blocked.codes, 0]
+    moves = ScaleMoves(problem)
+    assert moves.subsets[-1].sum() >= 3
+    for seed in range(10):  # (one seed's slice draw can be the same for a slightly different density)
+        out = {}
+        for fast in (True, False):
+            monkeypatch.setattr(ScaleMoves, "intercept_path", fast)
+            out[fast] = moves._moves(theta_d, theta_b, covs, aux, f, np.random.default_rng(seed))
+        for a, b in zip(out[True][:2], out[False][:2]):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(out[True][2][-1], out[False][2][-1], rtol=1e-12)
+        np.testing.assert_allclose(out[True][3], out[False][3], rtol=1e-12, atol=1e-12)
+        assert not np.allclose(out[True][2][-1], covs[-1])  # the variance moved
+
+
 def _log_joint_slope_grid(problem, b0, b1, phi):
     """``log p(y, beta_0, beta_1, phi)`` up to a constant on a grid, for ``y ~ x + (1 | g)`` with a fixed penalty: the
     random intercepts integrated out exactly (:func:`bayesvm.engines.linear.node_evidence.group_log_integrals`)."""

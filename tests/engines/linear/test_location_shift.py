@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from bayesvm.engines.linear.location_shift import effects, shift, term_shifts
+from bayesvm.engines.linear.location_shift import _shift_blocked_intercept, _shift_term, effects, shift, term_shifts
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
@@ -124,3 +124,22 @@ def test_two_terms_in_the_design_and_blocked_keep_the_predictor():
         shift(problem, move, theta_d, theta_b, covs, rng)
     np.testing.assert_allclose(_predictor(problem, theta_d, theta_b), f0, atol=1e-10)
     assert theta_d[0] != intercept
+
+
+@pytest.mark.parametrize("penalty", [1.0, "learn"])
+def test_random_intercept_shift_in_scalars_equals_the_general_shift(penalty):
+    """A random intercept's shift in scalars (every iteration) makes the general shift's draw from the same seed."""
+    problem = _problem("y ~ x + (1 | g)", penalty)
+    (move,) = term_shifts(problem)
+    comp = problem.components[move.c]
+    rng = np.random.default_rng(2)
+    theta_d, theta_b = rng.standard_normal(problem.D.shape[1]), rng.standard_normal((comp.n_levels, 1))
+    covs = [np.array([[v]]) for v in rng.uniform(0.3, 3.0, len(problem.components))]
+    out = []
+    for kernel in (_shift_blocked_intercept, _shift_term):
+        td, tb = theta_d.copy(), theta_b.copy()
+        kernel(problem, move, comp, td, tb, covs, np.random.default_rng(7))
+        out.append((td, tb))
+    np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-13)
+    np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-13)
+    assert not np.allclose(out[0][0], theta_d)
