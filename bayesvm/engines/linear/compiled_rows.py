@@ -318,3 +318,48 @@ if numba is not None:
     intercept_draw = compile_nogil(_intercept_draw)
 else:  # never called: callers check available()
     intercept_draw = None
+
+
+def _intercept_rescale(
+    theta_b, column, rows, codes, values, y, f, subset, variance, power, prior_quadratic, prior_linear, exponential,
+    uniforms, steps, width,
+):  # fmt: skip
+    """The rescaling move of a random intercept's uninformative levels (``subset``) with its variance, ``w``
+    integrated out (:meth:`bayesvm.engines.linear.interweave.ScaleMoves._blocked_intercept_move`, whose numpy twin is
+    the general loop of ``ScaleMoves._moves`` with ``k = 1``): over the rescaled levels' rows ``rows`` (their
+    ``codes``, term ``values`` and ``y``), ``b_i = z_i u_j(i)``; ``log d`` by :func:`_hinge_slice` with
+    ``c = (0, -prior_linear / 2, -(sum_kept u^2 / variance + prior_quadratic) / 2, 2 - n_kept - power)``.  Updates
+    ``theta_b[subset, column]`` and ``f`` in place and returns ``d`` (1 where every ``b_i`` is 0)."""
+    m = rows.size
+    b, margin, slope = np.empty(m), np.empty(m), np.empty(m)
+    moved = False
+    for t in range(m):
+        value = values[t] * theta_b[codes[t], column]
+        b[t] = value
+        margin[t] = 1.0 - y[t] * (f[rows[t]] - value)
+        slope[t] = y[t] * value
+        moved = moved or value != 0.0
+    if not moved:
+        return 1.0
+    kept_squares, kept = 0.0, 0
+    for j in range(subset.size):
+        if not subset[j]:
+            kept_squares += theta_b[j, column] * theta_b[j, column]
+            kept += 1
+    c = np.zeros(4)
+    c[1] = -0.5 * prior_linear
+    c[2] = -0.5 * (kept_squares / variance + prior_quadratic)
+    c[3] = 2.0 - kept - power
+    d = np.exp(hinge_slice(margin, slope, c, True, 0.0, width, exponential, uniforms, steps))
+    for j in range(subset.size):
+        if subset[j]:
+            theta_b[j, column] *= d
+    for t in range(m):
+        f[rows[t]] += (d - 1.0) * b[t]
+    return d
+
+
+if numba is not None:
+    intercept_rescale = compile_nogil(_intercept_rescale)
+else:  # never called: callers check available()
+    intercept_rescale = None

@@ -265,6 +265,7 @@ class ScaleMoves:
         for comp in problem.components:
             if not comp.blocked:
                 self.free[comp.index.ravel()] = False
+        self.free_precision = np.asarray(problem.fixed_precision, dtype=float)[self.free]
 
     def _contribution(self, c: int, k: int, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
         """``b_i``: row ``i``'s part of ``f`` from coordinate ``k`` of the rescaled levels of component ``c``."""
@@ -344,9 +345,9 @@ class ScaleMoves:
         """Every coefficient times ``d`` and every covariance times ``d^2``, ``w`` integrated out (module docstring)."""
         problem = self.problem
         margin = problem.y * f
-        lam = problem.fixed_precision[self.free]
-        fixed_sq = float(np.sum(lam * theta_d[self.free] ** 2))
-        exponent, quadratic = float(np.sum(self.free)), 0.0
+        free = theta_d[self.free]
+        fixed_sq = float(free @ (self.free_precision * free))
+        exponent, quadratic = float(free.size), 0.0
         for comp, cov, a in zip(problem.components, covs, aux):
             k = comp.k
             if comp.is_wishart:
@@ -371,13 +372,22 @@ class ScaleMoves:
         comp, subset = self.problem.components[c], self.subsets[c]
         rows, codes, values, y = self.blocked_rows[c]
         column = int(comp.index[0, 0])
+        variance = float(covs[c][0, 0])
+        power, prior, _ = _prior_terms(comp, covs[c], 0, aux[c])
+        if compiled_rows.available():  # one compiled loop on the numbers hinge_slice draws, in its order
+            exponential, uniforms = rng.exponential(), rng.random(SLICE_STEPS + 1)
+            f = f.copy()
+            d = compiled_rows.intercept_rescale(
+                theta_b, column, rows, codes, values[:, column], y, f, subset, variance, power, prior[0], prior[1],
+                exponential, uniforms, SLICE_STEPS, SLICE_WIDTH,
+            )  # fmt: skip
+            covs[c] = covs[c] * (d * d)
+            return f
         b = values[:, column] * theta_b[codes, column]
         if not np.any(b):  # the coordinate is zero everywhere: nothing to rescale
             return f
         margin, slope = 1.0 - y * (f[rows] - b), y * b
         kept = theta_b[~subset, column]
-        variance = float(covs[c][0, 0])
-        power, prior, _ = _prior_terms(comp, covs[c], 0, aux[c])
         quadratic = float(kept @ kept) / variance + prior[0]
         exponent = 2.0 - kept.size - power  # as _moves with k = 1
         t = hinge_slice(margin, slope, (0.0, -0.5 * prior[1], -0.5 * quadratic, exponent), True, 0.0, SLICE_WIDTH, rng)

@@ -151,7 +151,12 @@ def _prior_precisions(problem: VBProblem, precisions: list[np.ndarray]) -> tuple
     prior_dd = np.diag(problem.fixed_precision).astype(float)
     prior_b = None if problem.blocked is None else np.zeros((problem.blocked.K, problem.blocked.K))
     for comp, prec in zip(problem.components, precisions):
-        if comp.blocked:
+        if comp.k == 1:  # (every Gibbs iteration: no index grids for a single column)
+            if comp.blocked:
+                prior_b[comp.index[0, 0], comp.index[0, 0]] += prec[0, 0]
+            else:
+                prior_dd[comp.index[:, 0], comp.index[:, 0]] += prec[0, 0]
+        elif comp.blocked:
             pos = comp.index[0]
             prior_b[np.ix_(pos, pos)] += prec
         else:

@@ -119,11 +119,16 @@ def test_a_move_leaves_the_predictor_consistent():
     np.testing.assert_array_equal(theta_d, result.theta_d[0, -1])  # inputs untouched
 
 
+@pytest.mark.parametrize("numba_switch", ["1", "0"], ids=["compiled", "numpy"])
 @pytest.mark.parametrize("prior", ["inverse-gamma", "half-t"])
-def test_random_intercept_rescaling_equals_the_general_move(prior, monkeypatch):
-    """A random intercept's rescaling by ``ScaleMoves._blocked_intercept_move`` (scalars, the rescaled levels' rows
-    only) makes the general loop's draw from the same seed: the same ``theta``, covariance and ``f``."""
+def test_random_intercept_rescaling_equals_the_general_move(prior, numba_switch, monkeypatch):
+    """A random intercept's rescaling by ``ScaleMoves._blocked_intercept_move`` (the rescaled levels' rows only:
+    ``compiled_rows.intercept_rescale``, or numpy without numba) makes the general loop's draw from the same seed:
+    the same ``theta``, covariance and ``f``."""
+    from bayesvm.engines.linear import compiled_rows
     from bayesvm.priors import InverseGamma
+
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, numba_switch)
 
     data = _grouped(seed=3, groups=12)
     data.loc[data["g"].isin(["0", "1", "2"]), "y"] = "a"  # single-class levels: the rescaled subset
