@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
 from scipy import stats
@@ -26,6 +28,32 @@ def log_prior(problem: VBProblem, theta_d: np.ndarray, theta_b: np.ndarray, covs
     fixed = lam > 0
     total = float(np.sum(0.5 * np.log(lam[fixed]) - 0.5 * LOG_2PI - 0.5 * lam[fixed] * theta_d[fixed] ** 2))
     return total + log_component_prior(problem.components, theta_d, theta_b, covs)
+
+
+class LogPrior:
+    """:func:`log_prior` of one problem with its constants computed once: the samplers evaluate it for every kept
+    draw (about a tenth of a small random-intercept model's iteration through :func:`log_prior`).  Equal to
+    :func:`log_prior` to rounding (tested)."""
+
+    def __init__(self, problem: VBProblem):
+        lam = np.asarray(problem.fixed_precision, dtype=float)
+        self.fixed = np.flatnonzero(lam > 0)
+        self.lam = lam[self.fixed]
+        self.constant = float(np.sum(0.5 * np.log(self.lam) - 0.5 * LOG_2PI))
+        self.components = problem.components
+        self.densities = [None if c.is_wishart else variance_prior.scalar_log_density(c) for c in problem.components]
+
+    def __call__(self, theta_d: np.ndarray, theta_b: np.ndarray, covs: list[np.ndarray]) -> float:
+        x = theta_d[self.fixed]
+        total = self.constant - 0.5 * float(x @ (self.lam * x))
+        for comp, cov, density in zip(self.components, covs, self.densities):
+            if density is None:
+                total += log_component_prior([comp], theta_d, theta_b, [cov])
+                continue
+            u = component_values(comp, theta_d, theta_b).ravel()
+            s2 = float(cov[0, 0])
+            total += -0.5 * u.size * (LOG_2PI + math.log(s2)) - 0.5 * float(u @ u) / s2 + density(s2)
+        return total
 
 
 def log_component_prior(components, theta_d: np.ndarray, theta_b: np.ndarray, covs: list[np.ndarray]) -> float:

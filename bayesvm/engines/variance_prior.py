@@ -131,6 +131,21 @@ def log_density(comp, variance: float | np.ndarray) -> float | np.ndarray:
     return log_sd_density - np.log(2.0) - 0.5 * np.log(v)
 
 
+def scalar_log_density(comp) -> Callable[[float], float]:
+    """:func:`log_density` at one variance as a scalar function with its constants computed once (every constant
+    kept), for the samplers' log posterior of each kept draw."""
+    if not is_half_t(comp):
+        a, b = float(comp.prior_a), float(comp.prior_b)
+        constant = a * math.log(b) - math.lgamma(a)
+        return lambda v: constant - (a + 1.0) * math.log(v) - b / v
+    nu, s = float(comp.prior_nu), float(comp.prior_t_scale)
+    constant = (
+        math.lgamma(0.5 * (nu + 1.0)) - math.lgamma(0.5 * nu) - 0.5 * (math.log(nu) + LOG_PI) - math.log(s)
+    )  # (the log 2 of the half-t's density cancels the log 2 of the change to the variance)
+    scale = nu * s * s
+    return lambda v: constant - 0.5 * (nu + 1.0) * math.log1p(v / scale) - 0.5 * math.log(v)
+
+
 def log_density_of_log_variance(comp) -> Callable[[float], float]:
     """``t -> log p(t)`` for ``t = log sigma^2`` (:func:`log_density` with its Jacobian ``+ t``; the half-t's marginal,
     ``a`` integrated out), up to a constant, as a scalar function for samplers that call it many times."""

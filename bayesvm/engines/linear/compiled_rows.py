@@ -363,3 +363,25 @@ if numba is not None:
     intercept_rescale = compile_nogil(_intercept_rescale)
 else:  # never called: callers check available()
     intercept_rescale = None
+
+
+def _predictor(D, codes, values, theta_d, theta_b, f):
+    """``f_i = d_i' theta_d + z_i' theta_b[code_i]`` for every row into ``f`` (``codes`` of size 0: no blocked factor),
+    as :meth:`bayesvm.engines.linear.gibbs.DenseRows.predictor` computes it with numpy."""
+    n, q = D.shape
+    K = values.shape[1]
+    has_levels = codes.size == n and n > 0
+    for i in range(n):
+        total = 0.0
+        for a in range(q):
+            total += D[i, a] * theta_d[a]
+        if has_levels:
+            for k in range(K):
+                total += values[i, k] * theta_b[codes[i], k]
+        f[i] = total
+
+
+if numba is not None:
+    predictor = compile_nogil(_predictor)
+else:  # never called: callers check available()
+    predictor = None

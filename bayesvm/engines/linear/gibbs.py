@@ -47,7 +47,7 @@ from ...memory import check_memory
 from ...model.output import EngineOutput
 from ...model.problems import VBProblem, sorted_by_level
 from .. import variance_prior
-from ..joint import component_values, log_prior, log_pseudo_likelihood
+from ..joint import LogPrior, component_values, log_pseudo_likelihood
 from . import compiled_rows
 from .collapsed_variance import CollapsedVariance
 from .interweave import ScaleMoves
@@ -228,7 +228,12 @@ class DenseRows:
             self.levels = LevelSums(np.zeros((J, K, K)), np.zeros((J, K, q)), np.zeros((J, K)))
 
     def predictor(self, theta_d: np.ndarray, theta_b: np.ndarray, rows: slice = slice(None)) -> np.ndarray:
-        """``f`` on ``rows`` (no ``(n, K)`` temporaries)."""
+        """``f`` on ``rows`` (no ``(n, K)`` temporaries); every row in one compiled loop where the row pass over
+        every row is compiled."""
+        if self.compiled and not self.fused and rows == slice(None):
+            f = np.empty(self.y.size)
+            compiled_rows.predictor(self.D, self.codes, self.values, theta_d, theta_b, f)
+            return f
         f = self.D[rows] @ theta_d
         if self.blocked is not None:
             codes, values = self.blocked.codes[rows], self.blocked.values[rows]
@@ -488,6 +493,7 @@ def chain_draws(
     rows = None if sparse else DenseRows(D, y, blocked, latent)
     stats = None if sparse else row_statistics(D, omega, y * (1.0 + omega), blocked)
     mover = ScaleMoves(problem) if interweave and problem.components else None
+    prior_density = LogPrior(problem)
     collapsed = CollapsedVariance(problem, tune) if mover is not None else None
     if collapsed is not None and not collapsed.has_moves:
         collapsed = None
@@ -523,7 +529,7 @@ def chain_draws(
                 np.array(theta_d, copy=True),
                 np.array(theta_b, copy=True),
                 [np.array(c, copy=True) for c in covs],
-                loglik + log_prior(problem, theta_d, theta_b, covs),
+                loglik + prior_density(theta_d, theta_b, covs),
             )
         step += 1
 
