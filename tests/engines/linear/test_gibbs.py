@@ -326,9 +326,9 @@ def test_compiled_row_pass_gives_the_numpy_chain(monkeypatch):
         monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, switch)
         _, runs[switch] = _gibbs("y ~ x + (1 | g)", data, penalty=None, draws=200, tune=0, chains=1, seed=9)
     compiled, plain = runs["1"], runs["0"]
-    np.testing.assert_allclose(compiled.theta_d, plain.theta_d, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(compiled.theta_b, plain.theta_b, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(compiled.log_posterior, plain.log_posterior, rtol=1e-9)
+    np.testing.assert_allclose(compiled.theta_d, plain.theta_d, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(compiled.theta_b, plain.theta_b, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(compiled.log_posterior, plain.log_posterior, rtol=1e-7)
 
 
 def test_compiled_iteration_on_unsplit_rows_gives_the_numpy_chain(monkeypatch):
@@ -350,8 +350,8 @@ def test_compiled_iteration_on_unsplit_rows_gives_the_numpy_chain(monkeypatch):
         assert (len(calls) > 200) == (switch == "1")  # the compiled draw ran (every iteration but the first)
     compiled, plain = runs["1"], runs["0"]
     assert gibbs.SPLIT_ROWS > 60
-    np.testing.assert_allclose(compiled.theta_d, plain.theta_d, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(compiled.theta_b, plain.theta_b, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(compiled.theta_d, plain.theta_d, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(compiled.theta_b, plain.theta_b, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(compiled.log_posterior, plain.log_posterior, rtol=1e-9)
 
 
@@ -397,8 +397,9 @@ def test_compiled_coordinate_moves_give_the_numpy_chain(monkeypatch):
     for switch in ("1", "0"):
         monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, switch)
         _, runs[switch] = _gibbs("y ~ x + h", data, penalty="learn", draws=150, tune=0, chains=1, seed=2)
-    # (the row pass is compiled too: its sums in another order differ in the last digits, which 150 iterations carry)
-    np.testing.assert_allclose(runs["1"].theta_d, runs["0"].theta_d, rtol=1e-7, atol=1e-9)
+    # (the row pass is compiled too: its sums in another order differ in the last digits, which 150 iterations carry
+    # and grow, to 2e-7 relative on one machine; another chain would differ by the posterior SD, about 0.1 here)
+    np.testing.assert_allclose(runs["1"].theta_d, runs["0"].theta_d, rtol=1e-5, atol=1e-7)
 
 
 def test_compiled_row_pass_is_refused_where_it_cannot_run(monkeypatch):
