@@ -37,7 +37,8 @@ one-row groups ``beta`` is pinned to within 0.02 by the hinge's kinks when ``sig
 near 1; moved only given ``u``, it kept ``sigma`` from leaving the upper mode.  A composition of kernels that each
 keep the target keeps it, so running the step on a fixed schedule is exact: every fourth iteration, for terms with
 few rows per level, and after the first quarter of tuning only for those whose variance the tuning draws show weakly
-identified (:class:`CollapsedVariance`).
+identified; for terms with many rows per level, from half-way through tuning only where the draws of the variance
+stick (its random effects pinned by rows on the margin: lme4's cbpp) (:class:`CollapsedVariance`).
 
 **Location shift** (every iteration), for every random-effect term, correlated ones too: the fixed effects that
 carry a term's mean move against its effects, ``f`` unchanged (:mod:`bayesvm.engines.linear.location_shift`).
@@ -80,6 +81,15 @@ FEW_ROWS = 10
 #: A term is weakly identified when its ``log sigma^2`` has a standard deviation above this over the second eighth
 #: of tuning (bacteria 0.5-2.8 in either mode; toenail's patients 0.16-0.20).
 WEAK_LOG_VARIANCE_SD = 0.3
+#: A term with many rows per level gets the step all the same where the conditional draws of its ``log sigma^2``
+#: stick: their lag-1 autocorrelation from the eighth to the half of tuning at least this (an AR(1) with it has one
+#: effective draw in 16).  There the ``u_j`` are pinned by rows on the margin and ``sigma^2 | u`` crawls: lme4's
+#: ``cbpp`` (842 rows in 15 herds; with a numeric ``period`` the herd SD sits near 0), 0.92-0.98 in 16 chains, bulk
+#: ESS of the herd SD 31-35 of 4,000 draws without the step and 768-772 with it (40% more time; with ``C(period)``
+#: 30 against 743-838, ``benchmarks/gibbs_mixing.py --cbpp``).  Fair's
+#: affairs (6,366 rows in 6 and 4 levels) 0.62-0.81 in 24 chains, where the step doubles ESS at four times the
+#: time; lme4's VerbAgg items 0.30-0.42; HSAUR3's respiratory centres (2 levels of 222 rows) 0.73-0.86.
+STICKY_LAG1 = 0.88
 
 
 class TermRows:
@@ -137,8 +147,11 @@ class CollapsedVariance:
     draws come from one fixed kernel): the step goes on for the terms whose ``log sigma^2`` varied by more than
     :data:`WEAK_LOG_VARIANCE_SD` over the second eighth of tuning, where a funnel or a second mode is (a
     well-identified variance mixes well without it, and on toenail the step would cost about as much as the rest of
-    an iteration).  Without tuning every eligible term with few rows per level gets it.  ``varying_columns`` are
-    design columns that change between iterations (imputed ones): none of them is used as a location.
+    an iteration).  A term with many rows per level starts without the step; half-way through tuning it is switched
+    on, from then on, where the conditional draws of ``log sigma^2`` since the eighth of tuning stick
+    (:data:`STICKY_LAG1`).  Without tuning every eligible term with few rows per level gets it, and no other.
+    ``varying_columns`` are design columns that change between iterations (imputed ones): none of them is used as a
+    location.
     """
 
     def __init__(self, problem, tune: int = 0, varying_columns: np.ndarray | None = None):
@@ -160,14 +173,14 @@ class CollapsedVariance:
     def __call__(self, theta_d, theta_b, covs, aux, f, rng, step: int = 0):
         """Iteration ``step``'s moves; updates ``theta_d``, ``theta_b``, ``covs``, ``aux`` and ``f`` in place (``f`` is
         the linear predictor at the current coefficients) and returns them."""
-        decide = self.tune // 4
         for i, (term, layout) in enumerate(zip(self.terms, self.layouts)):
-            if decide // 2 <= step < decide:
+            few = self.few_rows[i]
+            decide = self.tune // 4 if few else self.tune // 2
+            if self.tune // 8 <= step < decide:
                 self.tuning_draws[i].append(float(np.log(covs[term.c][0, 0])))
             elif step == decide and self.tune > 0:
-                weak = len(self.tuning_draws[i]) < 2 or np.std(self.tuning_draws[i]) > WEAK_LOG_VARIANCE_SD
-                self.active[i] = self.few_rows[i] and weak
-            if self.few_rows[i] and (step < decide or self.active[i]) and step % COLLAPSED_EVERY == 0:
+                self.active[i] = _weak(self.tuning_draws[i]) if few else _sticky(self.tuning_draws[i])
+            if ((few and step < decide) or self.active[i]) and step % COLLAPSED_EVERY == 0:
                 self.collapsed_draw(term, layout, theta_d, theta_b, covs, aux, f, rng)
         for term_shift in self.shifts:
             shift(self.problem, term_shift, theta_d, theta_b, covs, rng)
@@ -220,6 +233,25 @@ class CollapsedVariance:
         self._set_effects(term, theta_d, theta_b, new)
         covs[term.c] = np.array([[s]])
         aux[term.c] = variance_prior.draw_auxiliary(comp, s, rng)
+
+
+def _weak(log_variances: list[float]) -> bool:
+    """Whether a term's ``log sigma^2`` draws spread more than :data:`WEAK_LOG_VARIANCE_SD` (or are too few to
+    tell)."""
+    return len(log_variances) < 2 or float(np.std(log_variances)) > WEAK_LOG_VARIANCE_SD
+
+
+def _sticky(log_variances: list[float]) -> bool:
+    """Whether successive ``log sigma^2`` draws correlate by at least :data:`STICKY_LAG1`; draws that never move
+    stick, and fewer than 8 draws say nothing (no step)."""
+    draws = np.asarray(log_variances)
+    if draws.size < 8:
+        return False
+    centred = draws - draws.mean()
+    spread = float(centred @ centred)
+    if spread <= 1e-12 * max(1.0, float(draws @ draws)):
+        return True
+    return float(centred[:-1] @ centred[1:]) / spread >= STICKY_LAG1
 
 
 class _CollapsedTarget:
