@@ -68,6 +68,20 @@ def _sorted_levels(values: pd.Series) -> list:
         return sorted(uniques.tolist(), key=str)
 
 
+def _near_duplicates(levels: list, name: str) -> str:
+    """A hint naming text labels that differ only in surrounding spaces or case (``'yes'`` and ``'yes '``), or ``''``."""
+    groups: dict[str, list] = {}
+    for level in levels:
+        if isinstance(level, str):
+            groups.setdefault(level.strip().casefold(), []).append(level)
+    clashes = [found for found in groups.values() if len(found) > 1]
+    if not clashes:
+        return ""
+    shown = "; ".join(" and ".join(repr(level) for level in found) for found in clashes[:3])
+    return (f" ({shown} differ only in spaces or case: clean them first, e.g. "
+            f"data[{name!r}].str.strip().str.lower())")  # fmt: skip
+
+
 def code_response(values: pd.Series, name: str, positive: object | None = None) -> ResponseCoding:
     """Decide which of the two classes is +1.
 
@@ -91,7 +105,7 @@ def code_response(values: pd.Series, name: str, positive: object | None = None) 
         shown = levels[:6]
         raise DataError(
             f"response {name!r} must have exactly two classes for a binary SVM, found {len(levels)}: {shown}"
-            f"{'...' if len(levels) > 6 else ''}"
+            f"{'...' if len(levels) > 6 else ''}{_near_duplicates(levels, name)}"
         )
     if positive is None:
         negative, positive = levels

@@ -107,6 +107,12 @@ def test_newdata_rebuild_and_unseen_levels(frame):
         ("y ~ x", lambda f: f.assign(y=["a", "b", "c", "a", "b", "c"]), DataError, "found 3"),
         (
             "y ~ x",
+            lambda f: f.assign(y=["no", "yes ", "no", "Yes", "no", "yes"]),
+            DataError,
+            r"found 4.*'Yes' and 'yes' and 'yes ' differ only in spaces or case.*data\['y'\]\.str\.strip",
+        ),
+        (
+            "y ~ x",
             lambda f: f.assign(y=["no", None, "no", "yes", "no", "yes"]),
             DataError,
             "response 'y' has 1 missing.*use missing='drop'",
