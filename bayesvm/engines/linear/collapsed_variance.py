@@ -41,7 +41,10 @@ identified; for terms with many rows per level, from half-way through tuning onl
 stick (its random effects pinned by rows on the margin: lme4's cbpp) (:class:`CollapsedVariance`).
 
 **Location shift** (every iteration), for every random-effect term, correlated ones too: the fixed effects that
-carry a term's mean move against its effects, ``f`` unchanged (:mod:`bayesvm.engines.linear.location_shift`).
+carry a term's mean move against its effects, ``f`` unchanged (:mod:`bayesvm.engines.linear.location_shift`); and
+for a random intercept nested in another, both variances with the outer effects integrated out given the totals,
+then the outer effects
+(:mod:`bayesvm.engines.linear.nested_intercepts`).
 
 The collapsed step applies to a single-column term whose levels each own their rows: each row has at most one nonzero among
 the term's columns, so the levels integrate out one at a time.  Correlated terms (inverse Wishart) and the learned
@@ -56,11 +59,10 @@ import scipy.sparse as sp
 
 from .. import variance_prior
 from ..hinge_levels import LevelLayout, draw_levels, pieces
-from .interweave import SLICE_STEPS, slice_sample_drawn
+from .interweave import LOG_VARIANCE_RANGE, LOG_VARIANCE_WIDTH, SLICE_STEPS, slice_sample_drawn
 from .location_shift import shift, term_shifts
+from .nested_intercepts import nested_intercepts
 
-#: Slice width on ``log sigma^2`` (its spread is about 1-3 where the data say little about it).
-LOG_VARIANCE_WIDTH = 2.0
 #: Random-walk Metropolis proposals on ``log sigma^2`` after the slice update, and their standard deviation.
 JUMPS = 2
 JUMP_SD = 3.0
@@ -70,9 +72,6 @@ COLLAPSED_EVERY = 4
 #: effects, and at least the scale on which a hinge's kinks pin it when ``sigma`` is tiny (about 0.02 on the one-row
 #: groups of ``benchmarks/gibbs_mixing.py``)
 LOCATION_WIDTH_FLOOR = 0.05
-#: ``log sigma^2`` outside this range has density 0 in the collapsed step (``exp`` overflows beyond it; no prior or data
-#: put mass there).
-LOG_VARIANCE_RANGE = (-300.0, 300.0)
 #: The collapsed step is for terms whose levels have few rows (median at most this): there each ``u_j`` is barely
 #: informed by its own rows, and ``sigma^2 | u`` sits in a funnel; with many rows per level the ``u_j`` are pinned by
 #: their data and the step costs more than it gives (Fair's affairs, 6,366 rows in 6 and 4 levels: twice the time for
@@ -158,6 +157,7 @@ class CollapsedVariance:
         self.problem = problem
         self.terms = eligible_terms(problem, varying_columns)
         self.shifts = term_shifts(problem, varying_columns)
+        self.nested = nested_intercepts(problem, self.terms)
         y = problem.y
         self.layouts = [
             LevelLayout(y if term.rows is None else y[term.rows], term.values, term.codes, term.n_levels)
@@ -184,12 +184,14 @@ class CollapsedVariance:
                 self.collapsed_draw(term, layout, theta_d, theta_b, covs, aux, f, rng)
         for term_shift in self.shifts:
             shift(self.problem, term_shift, theta_d, theta_b, covs, rng)
+        for nested in self.nested:
+            nested(self.problem, theta_d, theta_b, covs, aux, rng)
         return theta_d, theta_b, covs, f
 
     @property
     def has_moves(self) -> bool:
-        """Whether any term gets the collapsed step or a location shift."""
-        return bool(self.terms or self.shifts)
+        """Whether any term gets the collapsed step, a location shift or the nested-intercept moves."""
+        return bool(self.terms or self.shifts or self.nested)
 
     def _effects(self, term, theta_d, theta_b) -> np.ndarray:
         return theta_b[:, term.column] if term.blocked else theta_d[term.column]

@@ -77,6 +77,11 @@ from . import compiled_rows
 #: Slice sampler: initial bracket width on ``log d`` and the most stepping-out and shrinking steps.
 SLICE_WIDTH = 0.5
 SLICE_STEPS = 50
+#: Slice width on ``log sigma^2`` in the collapsed variance steps (its spread is about 1-3 where the data say little
+#: about it), and the range outside which ``log sigma^2`` has density 0 there (``exp`` overflows beyond it; no prior or
+#: data put mass there).
+LOG_VARIANCE_WIDTH = 2.0
+LOG_VARIANCE_RANGE = (-300.0, 300.0)
 #: Rows up to which the global rescaling keeps the width :data:`SLICE_WIDTH`; beyond, its width shrinks as
 #: ``1 / sqrt(rows)``, as the spread of ``log d`` does (a fixed constant of the chain, so the move stays exact; on
 #: 10^6 rows it saves about 4 of the 8 passes over the rows that shrinking a bracket of 0.5 took)
