@@ -160,9 +160,15 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         penalty_text = f"none: vague N(0, {fit.model.priors.fixed_variance:g}) on every fixed effect"
     elif penalty == "learn":
         alpha = fit.penalty_estimate
-        penalty_text = "learned: slopes ~ N(0, sigma_u^2), sigma_u^2 ~ IG(A, B)"
+        penalty_text = f"learned: slopes ~ N(0, sigma_u^2), {_penalty_prior(fit)}"
         if alpha is not None:
             penalty_text += f"; E[alpha] = E[1/(4 sigma_u^2)] = {alpha:.4g}"
+        slopes = int(np.sum(fit.model.penalized))
+        if slopes <= FEW_PENALISED_SLOPES:
+            penalty_text += (
+                f"\n          only {slopes} slope{'s' if slopes > 1 else ''} inform{'' if slopes > 1 else 's'} sigma_u^2, "
+                "so its posterior is mostly its prior: compare with a fixed penalty (e.g. penalty=1)"
+            )
     else:
         penalty_text = f"fixed alpha = {penalty:g} (slopes ~ N(0, 1/(4 alpha)))"
     prior = fit.model.prior
@@ -358,6 +364,20 @@ def _prior_text(fit) -> str:
             text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g}))"
             text += f", {learned('nu')}" if estimate is not None else ""
     return text + unpen
+
+
+#: A learned penalty resting on this many slopes or fewer is said to be mostly its prior (one slope is one draw
+#: from ``N(0, sigma_u^2)``: the paper's ``IG(0.01, 0.01)`` then leaves ``sigma_u^2 | beta`` an ``IG(0.51, ...)``, whose
+#: mean is infinite).
+FEW_PENALISED_SLOPES = 2
+
+
+def _penalty_prior(fit) -> str:
+    """The learned penalty's prior, e.g. ``sigma_u^2 ~ IG(0.01, 0.01)``."""
+    for comp in fit.problem.components:
+        if comp.source == PENALTY_SOURCE:
+            return variance_prior.describe(comp).replace("sigma^2", "sigma_u^2", 1)
+    return "sigma_u^2 ~ IG(A, B)"
 
 
 def _variance_prior_text(fit) -> str | None:

@@ -198,3 +198,17 @@ def test_tidy_table_has_broom_columns():
     assert row["estimate"] == pytest.approx(fit.fixef["x"])
     assert row["conf_low"] < row["estimate"] < row["conf_high"]
     assert table.set_index("term").loc["sd__(Intercept)", "group"] == "g"
+
+
+def test_summary_says_a_penalty_learned_from_one_slope_is_mostly_its_prior():
+    """A learned penalty shows its prior's numbers, and says when one or two slopes are all that inform it."""
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame({"y": rng.integers(0, 2, 80), "x": rng.normal(size=80), "z": rng.normal(size=80),
+                         "w": rng.normal(size=80)})  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = str(bayesvm.bsvm("y ~ x", data, method="vb", vb="meanfield").summary())
+        three = str(bayesvm.bsvm("y ~ x + z + w", data, method="vb", vb="meanfield").summary())
+    assert "sigma_u^2 ~ IG(0.01, 0.01)" in one and "sigma_u^2 ~ IG(0.01, 0.01)" in three
+    assert "only 1 slope informs sigma_u^2, so its posterior is mostly its prior" in one
+    assert "inform sigma_u^2" not in three and "informs sigma_u^2" not in three
