@@ -32,5 +32,19 @@ def test_inclusion_disagreement_names_the_variables():
     assert "'age' (0.00-1.00)" in text and "bmi" not in text and "dose" not in text
     include[:, :, 0] = rng.random((4, 500)) < 0.9
     assert inclusion_disagreement(fit) is None
+    # Rao-Blackwellised draws near 0, a little larger in some chains than in others: a large R-hat, but every chain's
+    # probability is below 0.001 (MASS::birthwt's 'age' under LaplaceZero): not a disagreement
+    conditional = np.full((4, 500, 3), 0.5)
+    conditional[..., 0] = np.exp(rng.normal(-9.0 + 0.5 * np.arange(4)[:, None], 1.0, (4, 500)))  # chains 0.0002-0.0006
+    rhat_fit = SimpleNamespace(
+        result=SimpleNamespace(include=include, include_probability=conditional), inclusion=inclusion
+    )
+    from bayesvm.results.arviz import _import_arviz
+
+    az = _import_arviz()
+    assert float(az.rhat(conditional[..., 0])) > 1.05  # the rank-normalised R-hat alone would flag it
+    assert inclusion_disagreement(rhat_fit) is None
+    conditional[3, 200:, 0] = 0.05  # one chain at 0.03 against 0.00: a spread of 0.03, R-hat far above 1.05
+    assert "'age' (0.00-0.03)" in inclusion_disagreement(rhat_fit)
     lasso = SimpleNamespace(result=SimpleNamespace(include=include), inclusion=inclusion.assign(p_include=np.nan))
     assert inclusion_disagreement(lasso) is None
