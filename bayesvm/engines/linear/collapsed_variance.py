@@ -83,7 +83,7 @@ WEAK_LOG_VARIANCE_SD = 0.3
 #: A term with many rows per level gets the step all the same where the conditional draws of its ``log sigma^2``
 #: stick: their lag-1 autocorrelation from the eighth to the half of tuning at least this (an AR(1) with it has one
 #: effective draw in 16).  There the ``u_j`` are pinned by rows on the margin and ``sigma^2 | u`` crawls: lme4's
-#: ``cbpp`` (842 rows in 15 herds; with a numeric ``period`` the herd SD sits near 0), 0.92-0.98 in 16 chains, bulk
+#: ``cbpp`` (842 rows in 15 herds, the herd SD near 0; here with a numeric ``period``), 0.92-0.98 in 16 chains, bulk
 #: ESS of the herd SD 31-35 of 4,000 draws without the step and 768-772 with it (40% more time; with ``C(period)``
 #: 30 against 743-838, ``benchmarks/gibbs_mixing.py --cbpp``).  Fair's
 #: affairs (6,366 rows in 6 and 4 levels) 0.62-0.81 in 24 chains, where the step doubles ESS at four times the

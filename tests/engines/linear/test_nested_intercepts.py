@@ -11,6 +11,7 @@ from bayesvm.engines.linear.nested_intercepts import nested_intercepts
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
 from bayesvm.priors import PriorSet
+from tests.engines.linear.test_location_shift import _predictor
 
 pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
 
@@ -30,13 +31,6 @@ def _data(seed=0, n=90):
 def _problem(formula, data=None, penalty=1.0):
     design = build_design(parse_formula(formula), _data() if data is None else data)
     return build_model(design, penalty, PriorSet(), standardize=False).problem()
-
-
-def _predictor(problem, theta_d, theta_b):
-    f = np.asarray(problem.D @ theta_d).ravel()
-    if problem.blocked is not None:
-        f = f + np.einsum("nk,nk->n", problem.blocked.values, theta_b[problem.blocked.codes])
-    return f
 
 
 def _effects(term, theta_d, theta_b):
