@@ -721,10 +721,16 @@ def _stop_workers(processes) -> None:
             process.join(timeout=5.0)
 
 
-def run_chains(chain, problem, draws: int, tune: int, thin: int, chains: int, seed, cores: int, progress: bool):
+def run_chains(
+    chain, problem, draws: int, tune: int, thin: int, chains: int, seed, cores: int, progress: bool, warm_up=None
+):
     """``chain(problem, draws, tune, thin, seed_sequence, show)`` for each of ``chains`` independent seeds
     spawned from ``SeedSequence(seed)``: in ``min(cores, chains)`` processes at a time when ``cores > 1`` (the
     same draws as serially), with a tqdm bar on a terminal.  Shared by every Gibbs engine.
+
+    ``warm_up()``, where given, runs in this process before the workers are forked (not where they would be
+    spawned): what it loads (numba's compiled functions, from its disk cache on first use) every worker then
+    inherits instead of loading it again.
 
     Each chain runs in its own process and sends its draws back through a pipe; nothing else (no pool, no
     manager thread) stands between the parent and its workers.  On Ctrl-C or SIGTERM the workers are terminated
@@ -740,6 +746,8 @@ def run_chains(chain, problem, draws: int, tune: int, thin: int, chains: int, se
     from multiprocessing.connection import wait
 
     context = multiprocessing.get_context()
+    if warm_up is not None and context.get_start_method() == "fork":
+        warm_up()
     results: list = [None] * chains
     waiting = list(range(chains))
     running: dict = {}  # receiving end -> (chain index, process)
@@ -833,8 +841,17 @@ def sample_gibbs(
         "use fewer draws, thin=k, or method='vb'",
     )
     chain = _run_chain if _interweave else partial(_run_chain, interweave=False)
-    runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
+    warm_up = partial(_load_compiled, chain, problem) if compiled_rows.available() else None
+    runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress, warm_up)
     return _gibbs_result(runs, problem, start, tune, thin, seed)
+
+
+def _load_compiled(chain, problem: VBProblem) -> None:
+    """One throwaway iteration of ``chain`` (its own seed; no chain's random numbers), so that numba loads the
+    compiled functions the chains call into this process before the chains' workers fork from it.  Otherwise each
+    worker loads them again: on toenail (4 chains, 2 processes at a time) the fit took 4.9 s instead of 3.7 s
+    when repeated, 5.1 s instead of 4.4 s the first time."""
+    chain(problem, 1, 0, 1, np.random.SeedSequence(0), False)
 
 
 def _gibbs_result(runs, problem, start, tune, thin, seed, stopping=None) -> GibbsResult:

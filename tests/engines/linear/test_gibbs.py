@@ -170,6 +170,27 @@ def test_parallel_chains_equal_serial_chains():
     np.testing.assert_array_equal(serial.theta_d, parallel.theta_d)
 
 
+def test_the_warm_up_runs_once_in_the_parent_before_forking(monkeypatch):
+    """The engine's warm-up (one throwaway iteration, loading numba's functions for the forked workers) runs in
+    the parent, once, and does not change the chains' draws."""
+    import multiprocessing
+
+    from bayesvm.engines.linear import gibbs
+
+    data = _small_data()
+    design = build_design(parse_formula("y ~ x + (1 | g)"), data)
+    problem = build_model(design, None, PriorSet(), True).problem()
+    calls = []
+    original = gibbs._load_compiled
+    monkeypatch.setattr(gibbs, "_load_compiled", lambda *a: calls.append(a) or original(*a))
+    monkeypatch.setattr(gibbs.compiled_rows, "available", lambda: True)
+    serial = sample_gibbs(problem, draws=20, tune=5, chains=2, seed=4, cores=1, progress=False)
+    assert calls == []  # no workers, nothing to warm
+    parallel = sample_gibbs(problem, draws=20, tune=5, chains=2, seed=4, cores=2, progress=False)
+    assert len(calls) == (1 if multiprocessing.get_context().get_start_method() == "fork" else 0)
+    np.testing.assert_array_equal(serial.theta_d, parallel.theta_d)
+
+
 def _failing_chain(problem, draws, tune, thin, seed, show):
     if seed.spawn_key[-1] == 1:
         raise ValueError("chain 2 failed")
