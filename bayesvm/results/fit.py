@@ -28,7 +28,7 @@ class VarianceEstimate:
 
     group: str
     terms: tuple[str, ...]
-    mean: np.ndarray  # E[sigma^2] (1x1) or E[Sigma]
+    mean: np.ndarray  # E[sigma^2] (1x1) or E[Sigma]; NaN where q's mean does not exist (below)
     label: str
 
 
@@ -283,7 +283,13 @@ class BSVMFit(Fit):
 
     @property
     def variance_components(self) -> list[VarianceEstimate]:
-        """Posterior means of the variance components (penalty variance first, if learned)."""
+        """Posterior means of the variance components (penalty variance first, if learned).
+
+        Mean-field VB's ``q`` of a variance is inverse gamma (inverse Wishart): where its shape is at most 1 (``nu <= k
+        + 1``) the mean does not exist and is NaN.  That happens to a learned penalty informed by one slope
+        (``sigma_u^2 | beta ~ IG(0.51, ...)`` under the default ``IG(0.01, 0.01)``), which ``summary()`` flags; a
+        sampled or integrated fit's mean of such a variance is finite but dominated by its few largest draws or nodes.
+        """
         out = []
         for comp, mean in zip(self.problem.components, self.posterior.component_means()):
             if comp.source == PENALTY_SOURCE:
