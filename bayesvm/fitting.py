@@ -22,7 +22,7 @@ from .formula.bars import parse_formula
 from .formula.design import build_design
 from .kernel_fitting import fit_kernel
 from .kernels import Kernel
-from .model import MAX_DENSE_COLUMNS, build_model
+from .model import MAX_DENSE_COLUMNS, PENALTY_SOURCE, build_model
 from .model.kernel import build_kernel_model
 from .outofcore import is_dask_frame
 from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
@@ -106,9 +106,13 @@ def bsvm(
         ``k (k + 1) / 2``).  ``"meanfield"``: the paper's factorisation (Alg. 1-2; fast, but SDs too narrow
         and variance components shrunk).  ``None`` (default): ``"accurate"`` where it applies and the data
         have at most 20,000 rows on one large grouping factor or none, otherwise ``"meanfield"``
-        (:func:`default_vb`; ``summary()`` says which and why).  Selection priors, ``missing="impute"``,
-        kernels, ``method="svi"`` and out-of-core data use mean-field VB unless ``vb="accurate"`` is asked for
-        (a kernel: EP on its whitened features at the VB fit's hyperparameters).
+        (:func:`default_vb`; ``summary()`` says which and why).  ``missing="impute"`` (multiple imputation):
+        ``"accurate"`` on each completed data set where that would be the default, no random-effect or ``gp()``
+        term has a variance to integrate over and there are at most 1,000 rows, else mean-field
+        (:func:`default_mi_vb`).  Selection
+        priors, the joint imputation model, kernels, ``method="svi"`` and out-of-core data use mean-field VB
+        unless ``vb="accurate"`` is asked for (a kernel: EP on its whitened features at the VB fit's
+        hyperparameters).
     prior
         A selection / shrinkage prior for the penalised slopes instead of ``penalty``:
         :class:`bayesvm.priors.LaplaceZero` (``method="vb"``: Alg. 3; ``"gibbs"``: Appendix B),
@@ -652,6 +656,40 @@ def _warn_floored_sites(model, results) -> None:
         )
 
 
+def default_mi_vb(problem) -> tuple[str, str | None]:
+    """The fit ``vb=None`` chooses for each completed data set of multiple imputation, and why it is not the
+    accurate one (``None`` if it is).
+
+    The accurate fit where :func:`default_vb` would choose it, the only variance hyperparameter is a learned
+    penalty (or there is none) and there are at most :data:`AUTO_ACCURATE_MI_MAX_ROWS` rows: then each
+    completed data set costs one EP fit per node of a one-dimensional lattice (MASS's Pima data with missing
+    values, 768 rows: 1.5 s for the 20 completed data sets against 0.3 s), and mean-field's intervals would be
+    too narrow (there 0.50-0.72 of Gibbs's posterior SDs, the accurate fit's 0.78-1.02).  With random-effect or
+    ``gp()`` terms each completed data set is a lattice over their variances too (minutes in all), and on more
+    rows EP needs more sweeps per node (acath, 2,258 rows: 9.5 s against 0.5 s), so mean-field VB there, and
+    ``summary()`` says why.
+    """
+    engine, why = default_vb(problem)
+    if engine != "accurate":
+        return engine, why
+    if any(comp.source != PENALTY_SOURCE for comp in problem.components):
+        return "meanfield", (
+            "multiple imputation with random-effect or gp() terms: an accurate fit of every completed data set, each "
+            "a lattice over their variances, would take minutes"
+        )
+    if problem.n > AUTO_ACCURATE_MI_MAX_ROWS:
+        return "meanfield", (
+            f"multiple imputation on more than {AUTO_ACCURATE_MI_MAX_ROWS:,} rows: an accurate fit of every completed "
+            "data set costs 10-20 times as much"
+        )
+    return "accurate", None
+
+
+#: ``missing="impute"`` with ``vb=None`` fits each completed data set by the accurate VB up to this many rows
+#: (:func:`default_mi_vb`).
+AUTO_ACCURATE_MI_MAX_ROWS = 1_000
+
+
 def _check_imputation(model, method: str, vb: str, imputation: str, imputations: int) -> None:
     if imputation not in ("mi", "joint"):
         raise BayesvmError(f"imputation must be 'mi' or 'joint', got {imputation!r}")
@@ -705,6 +743,7 @@ def _fit_imputation(
     the fit's problem holds the rows at the imputed means."""
     from .engines.imputation.joint_model import fit_impute_vb, sample_impute_gibbs
     from .engines.imputation.multiple import fit_mi_vb
+    from .engines.linear.ep import AccurateFitError
 
     problem = model.imputation_problem(imputation)
     name = data_name(data)
@@ -712,17 +751,24 @@ def _fit_imputation(
         return _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed,
                                       cores, progress, imputations, vb)  # fmt: skip
     if imputation == "mi" and method == "vb":
-        result = fit_mi_vb(
-            problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter,
-            engine="accurate" if vb == "accurate" else "meanfield",
-        )  # fmt: skip
+        engine, why = (vb, None) if vb is not None else default_mi_vb(problem.base)
+        try:
+            result = fit_mi_vb(
+                problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter, engine=engine
+            )  # fmt: skip
+        except AccurateFitError as exc:
+            if vb is not None:
+                raise
+            engine, why = "meanfield", f"{exc} on a completed data set; fell back"
+            result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter)
         imputed = problem.design(result.imputation.z_mean)
         fit = BSVMFit(model=model, problem=replace(problem.base, D=imputed), method=method, result=result,
                       data_name=name, tol=tol)  # fmt: skip
+        fit.vb_note = why
         if not result.converged:
             what = (
                 "accurate VB (EP) did not converge"
-                if vb == "accurate"
+                if engine == "accurate"
                 else f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}"
             )
             warnings.warn(f"{what} on at least one completed data set", ConvergenceWarning, 4)

@@ -93,3 +93,26 @@ def test_warns_before_an_exact_fit_that_would_factorise_a_huge_dense_complement(
         bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data, probes=16)  # the probe engine needs no warning
         nested = bayesvm.Checks(nobs_vs_nre="ignore")  # 3,584 random effects on 3,000 rows: only the path matters
         bayesvm.bsvm("y ~ x + (1 | a/b)", _crossed(3000, 600), checks=nested)  # nested: the complement stays sparse
+
+
+def test_multiple_imputation_defaults_to_the_accurate_fit_without_random_effects(monkeypatch):
+    """``missing="impute"`` with ``vb=None``: the accurate fit on each completed data set where only the penalty
+    has a variance (mean-field's intervals would be too narrow, tests/test_combinations.py); mean-field with a
+    random-effect term, and the summary says why."""
+    from tests.engines.imputation.test_joint_model import simulate
+
+    frame, _, _ = simulate(n=120, seed=5, groups=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, missing="impute", imputations=4, seed=1)
+        grouped = bayesvm.bsvm("y ~ x1 + x2 + x3 + (1 | g)", frame, missing="impute", imputations=4, seed=1)
+        asked = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, missing="impute", imputations=4, seed=1, vb="meanfield")
+    assert plain.result.engine == "accurate" and plain.vb_note is None
+    assert "accurate VB (EP integrated over the variance parameters) on each of 4" in str(plain.summary())
+    assert grouped.result.engine == "meanfield" and "random-effect or gp() terms" in grouped.vb_note
+    assert "Mean-field VB by default here (multiple imputation with random-effect" in str(grouped.summary())
+    assert asked.result.engine == "meanfield" and asked.vb_note is None
+    assert fitting.default_mi_vb(plain.problem) == ("accurate", None)
+    monkeypatch.setattr(fitting, "AUTO_ACCURATE_MI_MAX_ROWS", 100)  # (120 rows)
+    engine, why = fitting.default_mi_vb(plain.problem)
+    assert engine == "meanfield" and "more than 100 rows" in why

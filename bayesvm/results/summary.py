@@ -535,10 +535,11 @@ def _fit_line(info: dict) -> str:
         kind, unit = {"accurate": ("accurate VB", "EP sweeps"), "svi": ("SVI", "steps")}.get(
             info.get("engine"), ("mean-field VB", "sweeps")
         )
-        return (
+        text = (
             f"Fit: {info['imputations']} completed data sets, one {kind} fit each ({min(sweeps)}-{max(sweeps)} "
             f"{unit}), pooled into {info['draws']} draws (within- plus between-imputation spread); {ms}"
         )
+        return text + _vb_note_line(info)
     if method == "gibbs":
         auto = f"\n  draws='auto': {info['stopping']}" if info.get("stopping") else ""
         return (
@@ -560,9 +561,15 @@ def _fit_line(info: dict) -> str:
             f"\nEach sweep factorised a dense {info['probes_hint']}-column complement; probes=32 fits this model "
             "several times faster, with a small reported Monte Carlo error in the variances"
         )
-    if info.get("vb_note"):
-        text += f"\nMean-field VB by default here ({info['vb_note']}); vb='accurate' gives the accurate fit."
-    return text
+    return text + _vb_note_line(info)
+
+
+def _vb_note_line(info: dict) -> str:
+    """Why the default fit is mean-field VB here (:func:`bayesvm.fitting.default_vb`, ``default_mi_vb``), if it
+    is."""
+    if not info.get("vb_note"):
+        return ""
+    return f"\nMean-field VB by default here ({info['vb_note']}); vb='accurate' gives the accurate fit."
 
 
 def _node_weights_text(weights) -> str:
