@@ -53,3 +53,14 @@ def test_toenail_without_its_random_effects_predicts_no_case_and_says_so():
         warnings.simplefilter("error", IdentifiabilityWarning)
         mixed = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, vb="meanfield")
     assert "one_class" not in mixed.diagnostics.frame()["check"].tolist()
+
+
+def test_a_one_class_fit_with_random_effects_names_their_variances():
+    """With random effects the warning says that their variances are not measured either (a mode at zero variance
+    beside another: the engines can disagree, module docstring)."""
+    data = _imbalanced().assign(g=lambda d: d["g"].astype(str))
+    with pytest.warns(IdentifiabilityWarning, match=r"nor do the variances of \(1 \| g\): the pseudo-posterior"):
+        bayesvm.bsvm("y ~ x + (1 | g)", data, positive="case", vb="meanfield")
+    with pytest.warns(IdentifiabilityWarning) as plain:
+        bayesvm.bsvm("y ~ x", data, positive="case")
+    assert not any("nor do the variances" in str(w.message) for w in plain)
