@@ -116,3 +116,23 @@ def test_multiple_imputation_defaults_to_the_accurate_fit_without_random_effects
     monkeypatch.setattr(fitting, "AUTO_ACCURATE_MI_MAX_ROWS", 100)  # (120 rows)
     engine, why = fitting.default_mi_vb(plain.problem)
     assert engine == "meanfield" and "more than 100 rows" in why
+
+
+def test_multiple_imputation_default_falls_back_to_mean_field_where_ep_fails(monkeypatch):
+    """If EP fails on a completed data set, the default says so and pools mean-field fits; ``vb="accurate"`` raises."""
+    from bayesvm.engines.imputation import multiple
+    from bayesvm.engines.linear.ep import AccurateFitError
+    from tests.engines.imputation.test_joint_model import simulate
+
+    def failing(problem):
+        raise AccurateFitError("accurate VB: expectation propagation converged at no node of the variance parameters")
+
+    monkeypatch.setattr(multiple, "fit_accurate", failing)
+    frame, _, _ = simulate(n=80, seed=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, missing="impute", imputations=3, seed=1)
+    assert fit.result.engine == "meanfield" and fit.vb_note.endswith("on a completed data set; fell back")
+    assert "Mean-field VB by default here (accurate VB: expectation propagation" in str(fit.summary())
+    with pytest.raises(AccurateFitError):
+        bayesvm.bsvm("y ~ x1 + x2 + x3", frame, missing="impute", imputations=3, seed=1, vb="accurate")
