@@ -662,9 +662,10 @@ def default_mi_vb(problem) -> tuple[str, str | None]:
 
     The accurate fit where :func:`default_vb` would choose it, the only variance hyperparameter is a learned
     penalty (or there is none) and there are at most :data:`AUTO_ACCURATE_MI_MAX_ROWS` rows: then each
-    completed data set costs one EP fit per node of a one-dimensional lattice (MASS's Pima data with missing
-    values, 768 rows: 1.5 s for the 20 completed data sets against 0.3 s), and mean-field's intervals would be
-    too narrow (there 0.50-0.72 of Gibbs's posterior SDs, the accurate fit's 0.78-1.02).  With random-effect or
+    completed data set costs one EP fit per node of a one-dimensional lattice (mlbench's PimaIndiansDiabetes2,
+    768 rows: 1.5 s for the 20 completed data sets against 0.3 s), and mean-field's intervals would be too narrow
+    (there 0.50-0.72 of Gibbs's posterior SDs, the accurate fit's 0.78-1.02; MASS's biopsy: 0.24-0.50 against
+    0.94-1.03).  With random-effect or
     ``gp()`` terms each completed data set is a lattice over their variances too (minutes in all), and on more
     rows EP needs more sweeps per node (acath, 2,258 rows: 9.5 s against 0.5 s), so mean-field VB there, and
     ``summary()`` says why.
