@@ -14,7 +14,11 @@ give ``age`` -0.046 (SD 0.022).
 mean - plain mean and ``ratio_j`` = weighted SD / plain SD (both over the same draws, so most of the draws' own noise
 cancels).  A fixed effect is corrected only where the difference is larger than its Monte Carlo error could make it:
 ``|shift_j|`` or ``|log ratio_j|`` above ``Z`` = :data:`SIGNIFICANCE` times its delta-method standard error from the
-same draws (:func:`theta_moments`), so a fit EP already gets right is left exactly as it was.  Every node's Gaussian is
+same draws (:func:`theta_moments`), so a fit EP already gets right is left exactly as it was.  A fixed effect whose
+mean moves also takes the weighted SD when its Monte Carlo error is at most :data:`MOVED_SD_MAX_LOG_SE` in the log, even
+below ``Z``: q's marginal of that coordinate is then shown to be off, so its SD is no longer the better estimate
+(``ohio``'s ``age``: mean moved by 17 of its standard errors, SD ratio 0.76 at 2.6; kept at q's, the reported SD was
+0.029 against Gibbs's 0.022).  Every node's Gaussian is
 then carried by the same affine map (:func:`correct_fixed`, :meth:`bayesvm.linalg.dense.GaussianPosterior.moved`): the
 fixed effects' mixture mean moves by ``s`` and their SDs scale by ``ratio`` (correlations and node weights stay), every
 other dense coefficient keeps its conditional given them, and each node's random effects keep their conditional given
@@ -43,6 +47,9 @@ from ..linalg.dense import GaussianPosterior
 
 #: A coordinate is corrected where its shift (or log SD ratio) exceeds this many Monte Carlo standard errors.
 SIGNIFICANCE = 3.0
+#: A coordinate whose mean is corrected also takes the weighted SD when that SD's log has at most this Monte Carlo
+#: error (about 15%), significant or not (module docstring).
+MOVED_SD_MAX_LOG_SE = 0.15
 #: Below this effective sample size of the check's weights nothing is corrected (the moments would be noise).
 MIN_ESS = 100.0
 #: ``summary()`` lists the fixed effects whose mean moved by at least this many SDs or whose SD changed by this share.
@@ -124,7 +131,11 @@ def correction_map(moments: ThetaMoments) -> tuple[np.ndarray, np.ndarray, np.nd
     difference = moments.weighted_mean - moments.mean
     # a floor far below any Monte Carlo error, for weights that are (numerically) equal
     moves_mean = positive & (np.abs(difference) > SIGNIFICANCE * np.maximum(moments.shift_se, 1e-9 * sd))
-    moves_sd = positive & (np.abs(log_ratio) > SIGNIFICANCE * np.maximum(moments.log_ratio_se, 1e-9))
+    # a coordinate whose mean q demonstrably gets wrong: its SD from q is no longer the better estimate either
+    moves_sd = positive & (
+        (np.abs(log_ratio) > SIGNIFICANCE * np.maximum(moments.log_ratio_se, 1e-9))
+        | (moves_mean & (moments.log_ratio_se <= MOVED_SD_MAX_LOG_SE))
+    )
     shift = np.where(moves_mean, difference, 0.0)
     ratio = np.where(moves_sd, np.exp(log_ratio), 1.0)
     return moves_mean | moves_sd, shift, ratio

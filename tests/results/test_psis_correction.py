@@ -122,8 +122,29 @@ def test_nothing_moves_without_evidence():
     corrected, shift, ratio = correction_map(moments)
     np.testing.assert_array_equal(corrected, [False, True, False])
     assert shift[1] == pytest.approx(0.3, abs=0.05) and shift[0] == 0 and shift[2] == 0
-    np.testing.assert_allclose(ratio, 1.0)
+    assert ratio[0] == ratio[2] == 1.0  # (the moved coordinate takes its weighted SD: 1 for a pure tilt)
+    assert ratio[1] == pytest.approx(1.0, abs=0.05) and ratio[1] != 1.0
     assert moments.shift_se[1] == pytest.approx(1 / np.sqrt(4000), rel=0.5)  # about sigma / sqrt(S) for a mild tilt
+
+
+def test_a_moved_coordinate_takes_its_weighted_sd():
+    """A coordinate whose mean moves beyond Monte Carlo error takes the weighted SD even where the SD's own change is
+    below the significance bar (q's marginal is shown off there); not where that SD is too noisy, and no other
+    coordinate changes."""
+    rng = np.random.default_rng(1)
+    draws = rng.normal(size=(600, 2))
+    # target: N(0.25, 0.97^2) in the first coordinate, q's N(0, 1) in the second
+    log_w = -0.5 * ((draws[:, 0] - 0.25) / 0.97) ** 2 + 0.5 * draws[:, 0] ** 2
+    weights = np.exp(log_w - log_w.max())
+    moments = theta_moments(draws, weights / weights.sum())
+    log_ratio = np.log(moments.weighted_sd[0] / moments.sd[0])
+    assert abs(log_ratio) < 3 * moments.log_ratio_se[0] <= 3 * 0.15  # below the bar on its own
+    corrected, shift, ratio = correction_map(moments)
+    np.testing.assert_array_equal(corrected, [True, False])
+    assert ratio[0] == pytest.approx(moments.weighted_sd[0] / moments.sd[0]) and ratio[1] == 1.0
+    noisy = theta_moments(draws, weights / weights.sum())
+    noisy = type(noisy)(**{**noisy.__dict__, "log_ratio_se": np.array([0.2, 0.2])})
+    assert correction_map(noisy)[2][0] == 1.0  # too noisy an SD: the mean alone moves
 
 
 def test_fit_that_ep_gets_right_is_unchanged():
