@@ -30,7 +30,12 @@ half-t's ``IG(nu/2, nu/a)`` given its auxiliary variable ``a`` (which the move l
 inverse-Wishart term ``log p(D Sigma D) = -(nu + k + 1) log d - tr(Psi (D Sigma D)^-1) / 2 + const``.  The
 move leaves ``pi(theta, Sigma | y)`` invariant, so the chain keeps its target (checked against quadrature
 and against the paper's sampler in ``tests/engines/linear/test_interweave.py``).  ``log d`` is drawn by slice
-sampling (Neal 2003), exactly.  The learned penalty's component is left alone (its few slopes mix well).
+sampling (Neal 2003), exactly.  The learned penalty's component gets the same move (its "levels" are the slopes) on
+every :data:`PENALTY_EVERY`-th call, a fixed schedule, so the chain stays exact: given ``w`` the penalty's variance
+and its slopes form a funnel that a chain can fall into and not leave (MASS's ``bacteria``, ``y ~ trt + I(week > 2) +
+(1 | ID)``: one chain of 12 sat at a penalty variance of 0.005 and slopes near 0 for all its 3,000 draws, R-hat 1.53;
+with the move none of 16 did, R-hat 1.000-1.001).  Every call it cost 0.15 ms on toenail (the general path below,
+not compiled), a third of an iteration.
 
 Global rescaling (issue 24; the parameter expansion of Liu & Wu 1999 in the group form of Liu & Sabatti 2000):
 every coefficient times ``d`` and every covariance (the learned penalty's too) times ``d^2``, so ``f -> d f``.
@@ -74,6 +79,8 @@ from .. import variance_prior
 from ..joint import component_values
 from . import compiled_rows
 
+#: The learned penalty's rescaling runs on every ``PENALTY_EVERY``-th call of :class:`ScaleMoves` (module docstring).
+PENALTY_EVERY = 4
 #: Slice sampler: initial bracket width on ``log d`` and the most stepping-out and shrinking steps.
 SLICE_WIDTH = 0.5
 SLICE_STEPS = 50
@@ -271,6 +278,7 @@ class ScaleMoves:
             if not comp.blocked:
                 self.free[comp.index.ravel()] = False
         self.free_precision = np.asarray(problem.fixed_precision, dtype=float)[self.free]
+        self.calls = 0  # (the learned penalty's move runs on a fixed schedule of calls: PENALTY_EVERY)
 
     def _contribution(self, c: int, k: int, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
         """``b_i``: row ``i``'s part of ``f`` from coordinate ``k`` of the rescaled levels of component ``c``."""
@@ -413,9 +421,11 @@ class ScaleMoves:
         y = problem.y
         theta_d, theta_b, f = theta_d.copy(), theta_b.copy(), f.copy()
         covs = [c.copy() for c in covs]
+        penalty_turn = self.calls % PENALTY_EVERY == 0
+        self.calls += 1
         for c, comp in enumerate(problem.components):
             subset = self.subsets[c]
-            if comp.source < 0 or not np.any(subset):  # the learned penalty's few slopes already mix well
+            if not np.any(subset) or (comp.source < 0 and not penalty_turn):
                 continue
             if comp.blocked and comp.k == 1 and not comp.is_wishart and self.intercept_path:
                 f = self._blocked_intercept_move(c, theta_b, covs, aux, f, rng)

@@ -146,6 +146,7 @@ def test_random_intercept_rescaling_equals_the_general_move(prior, numba_switch,
         out = {}
         for fast in (True, False):
             monkeypatch.setattr(ScaleMoves, "intercept_path", fast)
+            moves.calls = seed  # (the same turn of the learned penalty's move for both paths)
             out[fast] = moves._moves(theta_d, theta_b, covs, aux, f, np.random.default_rng(seed))
         for a, b in zip(out[True][:2], out[False][:2]):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
@@ -215,3 +216,89 @@ def test_fixed_directions_cap_and_kept_lines(monkeypatch):
     none, no_rows = interweave.fixed_directions(X, columns)
     assert none.shape == (3, 0) and no_rows.shape == (50, 0)
     assert interweave.fixed_directions(X, columns[:1])[0].shape == (1, 0)  # one column: its coordinate move serves
+
+
+def _penalty_posterior_grid():
+    """``y ~ x1 + x2`` with a learned penalty (``slopes ~ N(0, sigma_u^2)``, ``sigma_u^2 ~ IG(A, B)``): its problem, the
+    grid of the three coefficients with their exact posterior weights (``sigma_u^2`` integrated out: the slopes' prior
+    is ``(B + |beta|^2 / 2)^-(A + 1)``), and the exact density of ``log sigma_u^2`` on a grid ``t``."""
+    rng = np.random.default_rng(11)
+    n = 60
+    x = rng.standard_normal((n, 2))
+    y = np.where(rng.random(n) < 1 / (1 + np.exp(-(0.4 + x @ np.array([1.2, -0.6])))), "a", "b")
+    data = pd.DataFrame({"y": y, "x1": x[:, 0], "x2": x[:, 1]})
+    problem = _problem("y ~ x1 + x2", data, "learn")
+    (penalty,) = problem.components
+    assert penalty.source < 0 and penalty.n_levels == 2
+    A, B = penalty.prior_a, penalty.prior_b
+    D, sign = np.asarray(problem.D), problem.y
+    axes = [np.linspace(-5.0, 5.0, 101), np.linspace(-3.5, 3.5, 141), np.linspace(-3.5, 3.5, 141)]
+    b0, b1, b2 = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
+    log_lik = np.empty(b0.size)
+    for rows in np.array_split(np.arange(b0.size), 40):
+        f = np.outer(b0[rows], D[:, 0]) + np.outer(b1[rows], D[:, 1]) + np.outer(b2[rows], D[:, 2])
+        log_lik[rows] = -2.0 * np.maximum(1.0 - sign * f, 0.0).sum(axis=1)
+    log_lik -= 0.5 * problem.fixed_precision[0] * b0**2
+    log_p = log_lik - (A + 1.0) * np.log(B + 0.5 * (b1**2 + b2**2))
+    weights = np.exp(log_p - logsumexp(log_p))
+    cube = weights.reshape(101, 141, 141)
+    assert cube[[0, -1]].sum() + cube[:, [0, -1]].sum() + cube[:, :, [0, -1]].sum() < 1e-6
+    # log sigma_u^2: the slopes' likelihood (intercept summed out) times N(beta; 0, s I) times IG(s) s
+    slopes = logsumexp(log_lik.reshape(101, 141 * 141), axis=0)
+    square = (b1**2 + b2**2).reshape(101, 141 * 141)[0]
+    t = np.linspace(-4.0, 7.0, 221)
+    s_ = np.exp(t)[:, None]
+    log_t = logsumexp(slopes[None, :] - square[None, :] / (2.0 * s_) - np.log(2.0 * np.pi * s_), axis=1)
+    log_t += -(A + 1.0) * t - B / np.exp(t) + t
+    mass_t = np.exp(log_t - logsumexp(log_t))
+    assert mass_t[[0, -1]].sum() < 1e-4
+    return problem, axes, np.column_stack([b0, b1, b2]), weights, t, mass_t
+
+
+def _quantile_checks(checks, probabilities=np.array([0.1, 0.25, 0.5, 0.75, 0.9]), share=0.05):
+    for draws, grid, mass in checks:
+        exact = _quantiles(grid, mass, probabilities)
+        np.testing.assert_allclose(np.quantile(draws, probabilities), exact, atol=share * (exact[-1] - exact[0]))
+
+
+def test_learned_penalty_rescaling_keeps_the_posterior():
+    """Exact posterior draws of ``(beta, sigma_u^2)`` (the grid, then ``sigma_u^2 | beta ~ IG(A + 1, B + |beta|^2 /
+    2)``) stay posterior draws after one penalty rescaling each (``w`` integrated out, so the move alone must keep
+    the target): the quantiles of ``log sigma_u^2`` and of each slope against their exact marginals."""
+    problem, axes, points, weights, t, mass_t = _penalty_posterior_grid()
+    (penalty,) = problem.components
+    rng = np.random.default_rng(2)
+    size = 3000
+    chosen = points[rng.choice(weights.size, size=size, p=weights)]
+    chosen[:, 0] += rng.uniform(-0.05, 0.05, size)  # (uniform within each cell)
+    chosen[:, 1:] += rng.uniform(-0.025, 0.025, (size, 2))
+    variances = 1.0 / rng.gamma(penalty.prior_a + 1.0, 1.0 / (penalty.prior_b + 0.5 * np.sum(chosen[:, 1:] ** 2, 1)))
+    mover = ScaleMoves(problem)
+    D = np.asarray(problem.D)
+    moved, moved_variance = np.empty_like(chosen), np.empty(size)
+    for i in range(size):
+        mover.calls = 0  # (its turn)
+        theta, _, covs, f = mover._moves(chosen[i], np.zeros((0, 0)), [np.array([[variances[i]]])], [None],
+                                         D @ chosen[i], rng)  # fmt: skip
+        np.testing.assert_allclose(f, D @ theta)
+        moved[i], moved_variance[i] = theta, covs[0][0, 0]
+    assert np.mean(np.abs(moved_variance - variances) > 1e-12) > 0.9  # the move does move
+    cube = weights.reshape(101, 141, 141)
+    marginals = [cube.sum(axis=(1, 2)), cube.sum(axis=(0, 2)), cube.sum(axis=(0, 1))]
+    _quantile_checks(
+        [(np.log(variances), t, mass_t), (np.log(moved_variance), t, mass_t)]
+        + [(moved[:, k], axes[k], marginals[k]) for k in (1, 2)],
+        share=0.04,
+    )
+
+
+def test_gibbs_with_the_learned_penalty_rescaling_matches_quadrature():
+    """The whole sampler, with the penalty's rescaling on its schedule, against the same quadrature."""
+    problem, axes, _, weights, t, mass_t = _penalty_posterior_grid()
+    result = sample_gibbs(problem, draws=3000, tune=300, chains=4, seed=8, progress=False)
+    cube = weights.reshape(101, 141, 141)
+    marginals = [cube.sum(axis=(1, 2)), cube.sum(axis=(0, 2)), cube.sum(axis=(0, 1))]
+    _quantile_checks(
+        [(result.theta_d[..., k].ravel(), axes[k], marginals[k]) for k in range(3)]
+        + [(np.log(result.components[0][..., 0, 0]).ravel(), t, mass_t)]
+    )
