@@ -255,9 +255,13 @@ def _penalty_posterior_grid():
     return problem, axes, np.column_stack([b0, b1, b2]), weights, t, mass_t
 
 
-def _quantile_checks(checks, probabilities=np.array([0.1, 0.25, 0.5, 0.75, 0.9]), share=0.05):
+PROBABILITIES = np.array([0.1, 0.25, 0.5, 0.75, 0.9])
+
+
+def _quantile_checks(checks, share=0.05):
     for draws, grid, mass in checks:
-        exact = _quantiles(grid, mass, probabilities)
+        exact = _quantiles(grid, mass, PROBABILITIES)
+        probabilities = PROBABILITIES
         np.testing.assert_allclose(np.quantile(draws, probabilities), exact, atol=share * (exact[-1] - exact[0]))
 
 
