@@ -261,8 +261,7 @@ PROBABILITIES = np.array([0.1, 0.25, 0.5, 0.75, 0.9])
 def _quantile_checks(checks, share=0.05):
     for draws, grid, mass in checks:
         exact = _quantiles(grid, mass, PROBABILITIES)
-        probabilities = PROBABILITIES
-        np.testing.assert_allclose(np.quantile(draws, probabilities), exact, atol=share * (exact[-1] - exact[0]))
+        np.testing.assert_allclose(np.quantile(draws, PROBABILITIES), exact, atol=share * (exact[-1] - exact[0]))
 
 
 def test_learned_penalty_rescaling_keeps_the_posterior():
