@@ -851,9 +851,17 @@ def _reported_selection_quantities(model, problem):
 
 
 def _warn_mcmc(fit: BSVMFit) -> None:
-    from .results.diagnostics import inclusion_disagreement, mcmc_diagnostics, mcmc_problems
+    from .results.diagnostics import (
+        RHAT_LIMIT,
+        chain_separation,
+        inclusion_disagreement,
+        mcmc_diagnostics,
+        mcmc_problems,
+    )
 
-    message = mcmc_problems(mcmc_diagnostics(fit), fit.result.chains, fit.result.draws)
+    table = mcmc_diagnostics(fit)
+    separated = chain_separation(fit) if bool((table["r_hat"] > RHAT_LIMIT).any()) else None
+    message = mcmc_problems(table, fit.result.chains, fit.result.draws, separated)
     stopping = fit.result.stopping or ""
     if stopping.startswith("stopped at the cap"):  # draws="auto" ran out before its targets: say so once
         from .engines.linear.gibbs import AUTO_ESS, AUTO_RHAT

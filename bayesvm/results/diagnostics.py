@@ -71,12 +71,15 @@ def _diagnostics_table(az, posterior) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mcmc_problems(table: pd.DataFrame, chains: int, draws: int | None = None) -> str | None:
+def mcmc_problems(
+    table: pd.DataFrame, chains: int, draws: int | None = None, separated: str | None = None
+) -> str | None:
     """A warning text when some R-hat exceeds 1.01 or some ESS is below 100 per chain, else None.
 
     With ``draws`` (per chain) it says how long to run: the ESS grows about linearly with the draws, so
     ``draws * target / min ESS`` per chain (rounded up to a hundred) reaches the target; where only R-hat
-    fails, twice the draws (and as many tuning iterations).
+    fails, twice the draws (and as many tuning iterations).  ``separated`` (:func:`separated_chains`): a chain that
+    sat apart from the others, named in place of that advice where R-hat fails (longer chains need not merge it).
     """
     bad_rhat = table.index[table["r_hat"] > RHAT_LIMIT].tolist()
     low = ESS_PER_CHAIN * chains
@@ -97,7 +100,71 @@ def mcmc_problems(table: pd.DataFrame, chains: int, draws: int | None = None) ->
         else:
             needed = 2 * draws
         advice = f"run about draws={needed} per chain (and as many tune) before trusting these numbers"
+    if separated and bad_rhat:
+        advice = separated
     return "; ".join(parts) + ": " + advice
+
+
+#: A chain whose mean of a quantity lies this many pooled within-chain SDs from the median of the other chains' means
+#: sat in another region of the posterior for all its draws (:func:`separated_chains`).
+SEPARATION_SDS = 2.0
+
+
+def separated_chains(values: np.ndarray, names: list[str]) -> str | None:
+    """The chains that sat apart from the others, or None: for each quantity (``values``: ``(chains, draws, k)``), a
+    chain whose mean lies more than :data:`SEPARATION_SDS` pooled within-chain SDs from the median of the other
+    chains' means.  Ordinary slow mixing (R-hat 1.01-1.05) moves chain means by a fraction of an SD; a chain stuck in
+    another mode (MASS's bacteria before the learned penalty's rescaling move: one chain at slopes near 0 for all
+    its 3,000 draws, 7 SDs from the others) lies several SDs away, and more draws of the same chains need not bring
+    it back."""
+    values = np.asarray(values, dtype=float)
+    chains = values.shape[0]
+    if chains < 3 or values.shape[1] < 2:
+        return None
+    means = values.mean(axis=1)  # (chains, k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled = np.sqrt(np.nanmean(values.var(axis=1, ddof=1), axis=0))
+        found: dict[int, list[int]] = {}
+        for c in range(chains):
+            others = np.median(np.delete(means, c, axis=0), axis=0)
+            distance = np.abs(means[c] - others) / pooled
+            for k in np.flatnonzero(np.isfinite(distance) & (distance > SEPARATION_SDS)):
+                found.setdefault(c, []).append(int(k))
+    if not found or len(found) * 2 >= chains:  # (half the chains or more apart: no majority to name against)
+        return None
+    parts = []
+    for c, columns in found.items():
+        k = columns[0]
+        others = np.delete(means[:, k], c)
+        parts.append(
+            f"chain {c + 1} sat apart from the others on {[names[j] for j in columns][:4]} ({names[k]!r}: mean "
+            f"{means[c, k]:.3g} against {others.min():.3g} to {others.max():.3g}, {pooled[k]:.2g} within-chain SD)"
+        )
+    return (
+        "; ".join(parts) + ": a region of the posterior that the other chains did not visit, or the reverse, for all "
+        "the draws; longer chains need not merge them: run more chains (e.g. chains=8) and compare with the default fit"
+    )
+
+
+def chain_separation(fit) -> str | None:
+    """:func:`separated_chains` of a sampled fit's fixed effects and variance-component SDs (the quantities of
+    :func:`mcmc_diagnostics`)."""
+    from .arviz import PENALTY_SD, _posterior_dataset
+
+    posterior = _posterior_dataset(fit, draws=1, seed=0)
+    arrays, names = [np.asarray(posterior["beta"].values)], [str(c) for c in posterior["coef"].values]
+    for name in posterior.data_vars:
+        if not (name.startswith("sd_") or name == PENALTY_SD):
+            continue
+        array = posterior[name]
+        if array.ndim == 2:
+            arrays.append(np.asarray(array.values)[..., None])
+            names.append(name)
+        else:
+            (dim,) = [d for d in array.dims if d not in ("chain", "draw")]
+            arrays.append(np.asarray(array.transpose("chain", "draw", dim).values))
+            names.extend(f"{name}[{term}]" for term in array[dim].values)
+    return separated_chains(np.concatenate(arrays, axis=2), names)
 
 
 #: Inclusion probabilities that differ by more than this between chains, or whose draws (Rao-Blackwellised where kept) have an R-hat

@@ -1,3 +1,4 @@
+import numpy as np
 import pandas as pd
 
 from bayesvm.results.diagnostics import mcmc_problems
@@ -48,3 +49,27 @@ def test_inclusion_disagreement_names_the_variables():
     assert "'age' (0.00-0.03)" in inclusion_disagreement(rhat_fit)
     lasso = SimpleNamespace(result=SimpleNamespace(include=include), inclusion=inclusion.assign(p_include=np.nan))
     assert inclusion_disagreement(lasso) is None
+
+
+def test_a_chain_that_sat_apart_is_named():
+    """One chain of four several SDs from the others is named with the quantities it differs on; chains that differ
+    by a fraction of an SD (slow mixing) or split into two equal groups (no majority) name none."""
+    from bayesvm.results.diagnostics import mcmc_problems, separated_chains
+
+    rng = np.random.default_rng(0)
+    draws = rng.standard_normal((4, 500, 3))
+    assert separated_chains(draws + np.array([0.0, 0.3, -0.3, 0.0])[:, None, None], ["a", "b", "c"]) is None
+    stuck = draws.copy()
+    stuck[1, :, 2] = 6.0 + 0.1 * stuck[1, :, 2]
+    text = separated_chains(stuck, ["a", "b", "c"])
+    assert text.startswith("chain 2 sat apart from the others on ['c'] ('c': mean 5.99 against") and "chains=8" in text
+    halves = draws.copy()
+    halves[2:, :, 0] += 8.0
+    assert separated_chains(halves, ["a", "b", "c"]) is None
+    table = pd.DataFrame(
+        {"r_hat": [1.3, 1.0], "ess_bulk": [900.0, 900.0], "ess_tail": [900.0, 900.0]}, index=["a", "c"]
+    )
+    assert mcmc_problems(table, 4, 500, text).endswith(text)  # the advice where R-hat fails
+    table["r_hat"] = 1.0
+    table["ess_bulk"] = 50.0
+    assert "run about draws=" in mcmc_problems(table, 4, 500, text)  # (only the ESS fails: more draws help)
