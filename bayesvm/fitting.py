@@ -109,10 +109,9 @@ def bsvm(
         (:func:`default_vb`; ``summary()`` says which and why).  ``missing="impute"`` (multiple imputation):
         ``"accurate"`` on each completed data set where that would be the default, no random-effect or ``gp()``
         term has a variance to integrate over and there are at most 1,000 rows, else mean-field
-        (:func:`default_mi_vb`).  Selection
-        priors, the joint imputation model, kernels, ``method="svi"`` and out-of-core data use mean-field VB
-        unless ``vb="accurate"`` is asked for (a kernel: EP on its whitened features at the VB fit's
-        hyperparameters).
+        (:func:`default_mi_vb`).  Selection priors, the joint imputation model, kernels, ``method="svi"`` and
+        out-of-core data use mean-field VB unless ``vb="accurate"`` is asked for (a kernel: EP on its whitened
+        features at the VB fit's hyperparameters).
     prior
         A selection / shrinkage prior for the penalised slopes instead of ``penalty``:
         :class:`bayesvm.priors.LaplaceZero` (``method="vb"``: Alg. 3; ``"gibbs"``: Appendix B),
@@ -665,10 +664,9 @@ def default_mi_vb(problem) -> tuple[str, str | None]:
     completed data set costs one EP fit per node of a one-dimensional lattice (mlbench's PimaIndiansDiabetes2,
     768 rows: 1.5 s for the 20 completed data sets against 0.3 s), and mean-field's intervals would be too narrow
     (there 0.50-0.72 of Gibbs's posterior SDs, the accurate fit's 0.78-1.02; MASS's biopsy: 0.24-0.50 against
-    0.94-1.03).  With random-effect or
-    ``gp()`` terms each completed data set is a lattice over their variances too (minutes in all), and on more
-    rows EP needs more sweeps per node (acath, 2,258 rows: 9.5 s against 0.5 s), so mean-field VB there, and
-    ``summary()`` says why.
+    0.94-1.03).  With random-effect or ``gp()`` terms each completed data set is a lattice over their variances too
+    (minutes in all), and on more rows EP needs more sweeps per node (acath, 2,258 rows: 9.5 s against 0.5 s), so
+    mean-field VB there, and ``summary()`` says why.
     """
     engine, why = default_vb(problem)
     if engine != "accurate":
@@ -851,17 +849,9 @@ def _reported_selection_quantities(model, problem):
 
 
 def _warn_mcmc(fit: BSVMFit) -> None:
-    from .results.diagnostics import (
-        RHAT_LIMIT,
-        chain_separation,
-        inclusion_disagreement,
-        mcmc_diagnostics,
-        mcmc_problems,
-    )
+    from .results.diagnostics import inclusion_disagreement, mcmc_diagnostics, sampled_fit_problems
 
-    table = mcmc_diagnostics(fit)
-    separated = chain_separation(fit) if bool((table["r_hat"] > RHAT_LIMIT).any()) else None
-    message = mcmc_problems(table, fit.result.chains, fit.result.draws, separated)
+    message = sampled_fit_problems(fit, mcmc_diagnostics(fit))
     stopping = fit.result.stopping or ""
     if stopping.startswith("stopped at the cap"):  # draws="auto" ran out before its targets: say so once
         from .engines.linear.gibbs import AUTO_ESS, AUTO_RHAT

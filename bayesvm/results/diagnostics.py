@@ -146,6 +146,13 @@ def separated_chains(values: np.ndarray, names: list[str]) -> str | None:
     )
 
 
+def sampled_fit_problems(fit, table: pd.DataFrame) -> str | None:
+    """:func:`mcmc_problems` of a sampled fit (``table``: its :func:`mcmc_diagnostics`), naming a chain that sat apart
+    (:func:`chain_separation`) where R-hat fails: the warning at the fit's end and ``summary()`` say the same."""
+    separated = chain_separation(fit) if bool((table["r_hat"] > RHAT_LIMIT).any()) else None
+    return mcmc_problems(table, fit.result.chains, fit.result.draws, separated)
+
+
 def chain_separation(fit) -> str | None:
     """:func:`separated_chains` of a sampled fit's fixed effects and variance-component SDs (the quantities of
     :func:`mcmc_diagnostics`)."""

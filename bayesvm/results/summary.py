@@ -260,7 +260,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     elif fit.method == "em":
         info.update(objective=float(fit.objective[-1]), n_support=int(fit.result.support.sum()))
     elif sampled:
-        from .diagnostics import RHAT_LIMIT, chain_separation, inclusion_disagreement, mcmc_problems
+        from .diagnostics import inclusion_disagreement, sampled_fit_problems
 
         r = fit.result
         info.update(
@@ -273,17 +273,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             max_rhat=float(diagnostics["r_hat"].max()),
             min_ess=float(diagnostics["ess_bulk"].min()),
             problems="; ".join(
-                text
-                for text in (
-                    mcmc_problems(
-                        diagnostics,
-                        r.chains,
-                        r.draws,
-                        chain_separation(fit) if bool((diagnostics["r_hat"] > RHAT_LIMIT).any()) else None,
-                    ),
-                    inclusion_disagreement(fit),
-                )
-                if text
+                text for text in (sampled_fit_problems(fit, diagnostics), inclusion_disagreement(fit)) if text
             )
             or None,
         )
