@@ -11,8 +11,9 @@ from ..errors import BayesvmError, IdentifiabilityWarning
 
 ACTIONS = ("ignore", "warn", "stop")
 #: Findings that leave a fitted model identified (aliased columns are dropped; a one-class fit is an identified fit of
-#: a constant decision value), so a PSIS verdict after them still means what it says
-IDENTIFIED_FINDINGS = ("rank", "one_class")
+#: a constant decision value, and a fit holding most rows at a margin one of a step), so a PSIS verdict after them
+#: still means what it says
+IDENTIFIED_FINDINGS = ("rank", "one_class", "margin")
 
 
 class IdentifiabilityError(BayesvmError):
@@ -27,7 +28,7 @@ class Finding:
     ----------
     check
         Which check (``"separation"``, ``"rank"``, ``"nlevels"``, ``"nobs_vs_nlev"``, ``"nobs_vs_nRE"``,
-        ``"re_separation"``, ``"singular"``, ``"one_class"``).
+        ``"re_separation"``, ``"singular"``, ``"one_class"``, ``"margin"``).
     action
         ``"stop"`` (refused), ``"warn"`` (one warning and a line in ``summary()``), ``"note"`` (a line
         in ``summary()`` only) or ``"ignore"``.
@@ -71,8 +72,10 @@ class Checks:
         A variance component at the boundary after the fit (an SD of about zero or a correlation of
         +/-1, as lme4's ``isSingular``; ``"warn"``; ``"stop"`` acts as ``"warn"``: the fit exists).
     one_class
-        Every training row on one side of the decision boundary after the fit (unequal, overlapping classes:
-        :mod:`bayesvm.checks.predicted_classes`; ``"warn"``; ``"stop"`` acts as ``"warn"``).
+        Every training row on one side of the decision boundary after the fit (unequal, overlapping classes), or
+        most rows held at a margin (the coefficients then show where the majority class changes, not the
+        predictors' association: :mod:`bayesvm.checks.predicted_classes`; ``"warn"``; ``"stop"`` acts as
+        ``"warn"``).
     vb_check
         The PSIS check of a VB fit against the posterior it approximates, run at the end of the fit
         (:func:`bayesvm.results.vb_check.check_at_fit_end`; ``"warn"``: one warning when k-hat exceeds 0.7 or the importance

@@ -1,4 +1,4 @@
-"""After the fit: every training row on one side of the decision boundary.
+"""After the fit: every training row on one side of the decision boundary, or most rows held at a margin.
 
 With unequal classes that overlap, the hinge loss of Luts & Ormerod (2014, eq. 1) is smallest for a decision value
 that sits at the margin of the larger class on every row (``f = -1``: its rows cost nothing, each row of the smaller
@@ -12,6 +12,21 @@ With random effects the same corner makes a mode at zero variance: on statsmodel
 effects, the group effects integrated in closed form) is 17 nats higher at ``sigma_g -> 0`` than at 0.37, where Gibbs
 (R-hat 1.00), mean-field VB and the accurate fit with a fixed penalty all sit (variance 0.48), while the default fit
 finds the zero mode.  The finding says so where the model has random-effect terms.
+
+**Rows held at a margin.**  The same mechanism acts within a region of the predictors: where one class is the
+majority throughout it, the hinge loss is smallest with ``f`` at that class's margin on every row of the region, and
+moving a coefficient would push rows off their kinks at a cost that the minority's rows do not repay.  The fit then
+holds most rows at ``f = +1`` or ``f = -1``; the coefficients show where the majority class changes, and the others
+sit near 0 with small SDs.  Found on public data none of this was tuned on (posterior z of the accurate fit against a
+logistic regression's Wald z):
+
+- AER's ``HMDA`` (2,380 mortgage applications, 12% denied): 88% of the rows within 0.1 of a margin; the side follows
+  ``insurance`` (44 of its 48 rows denied).  ``afam`` z 0.9 against 3.9, ``chist`` 1.9 against 7.4.
+- carData's ``TitanicSurvival`` (complete cases): every row within 0.1 of a margin, the side set by ``sex``; ``age``
+  z -1.3 against -5.4, third class -1.8 against -10.1.
+- carData's ``Womenlf``: 98%, the side set by ``children``; ``hincome`` z -1.2 against -2.2.
+
+Fits whose coefficients do carry the association have few rows there (:data:`MARGIN_SHARE`).
 """
 
 from __future__ import annotations
@@ -21,17 +36,33 @@ import numpy as np
 from ..errors import BayesvmError
 from .findings import Finding
 
+#: A row is held at a margin when its posterior mean decision value is within this of +1 or -1 (the margins sit at
+#: +/-1 whatever the data's scale).
+MARGIN_TOLERANCE = 0.1
+#: The finding fires when at least this share of the training rows is held at a margin.  Within 0.1 of a margin, in
+#: the accurate, mean-field and Gibbs fits: HMDA 0.88-0.96, TitanicSurvival 1.00, Womenlf 0.98; fits whose
+#: coefficients agree with a logistic regression's signs and z to within a factor of about 1.5: MASS's birthwt
+#: 0.42-0.46, Mroz 0.10, Pima 0.10, toenail 0.02-0.05, biopsy 0.02, ordinal's wine (with a random intercept) 0.22.
+MARGIN_SHARE = 0.7
+#: A column sets the side when its coefficient times its range over the training rows is at least this: alone it
+#: moves a row from one margin half-way to the other.
+DECIDING_SPAN = 1.0
+_LOGISTIC = "fit a logistic model (statsmodels' BinomialBayesMixedGLM, lme4's glmer)"
+
 
 def one_class_findings(fit, action: str = "warn") -> list[Finding]:
-    """A finding when the posterior mean of ``f`` puts every training row on the same side of 0."""
+    """A finding when the posterior mean of ``f`` puts every training row on the same side of 0, else when it holds
+    at least :data:`MARGIN_SHARE` of them at a margin (module docstring)."""
     if action == "ignore":
         return []
     try:
         mean_f = np.asarray(fit.predict(kind="link"), dtype=float)
     except BayesvmError:  # training rows the fit cannot predict (none kept): nothing to judge
         return []
-    if mean_f.size == 0 or not np.all(np.isfinite(mean_f)) or not (np.all(mean_f > 0) or np.all(mean_f < 0)):
+    if mean_f.size == 0 or not np.all(np.isfinite(mean_f)):
         return []
+    if not (np.all(mean_f > 0) or np.all(mean_f < 0)):
+        return _margin_findings(fit, mean_f)
     response = fit.model.design.response
     y = np.asarray(fit.model.design.y)
     side = 1.0 if mean_f[0] > 0 else -1.0
@@ -53,8 +84,47 @@ def one_class_findings(fit, action: str = "warn") -> list[Finding]:
             f"{missed / mean_f.size:.0%}, are {other!r}): with unequal classes that overlap, the hinge loss is "
             "smallest for a decision value near the larger class's margin on every row, so the coefficients do not "
             f"measure the predictors' association with the response (values near 0 here do not mean no effect)"
-            f"{variances}. bayesvm has no class weights; for the predictors' association with the response fit a "
-            "logistic model (statsmodels' BinomialBayesMixedGLM, lme4's glmer)",
+            f"{variances}. bayesvm has no class weights; for the predictors' association with the response "
+            + _LOGISTIC,
             (str(other),),
         )
     ]
+
+
+def _margin_findings(fit, mean_f: np.ndarray) -> list[Finding]:
+    """A ``"margin"`` finding when at least :data:`MARGIN_SHARE` of the rows have ``| |f| - 1 | <=``
+    :data:`MARGIN_TOLERANCE`, naming the columns that set the side (:func:`deciding_columns`)."""
+    held = np.abs(np.abs(mean_f) - 1.0) <= MARGIN_TOLERANCE
+    share = float(held.mean())
+    if share < MARGIN_SHARE:
+        return []
+    deciding = deciding_columns(fit)
+    side = f"; the side follows {', '.join(map(repr, deciding))}" if deciding else ""
+    return [
+        Finding(
+            "margin",
+            "warn",  # ("stop" acts as "warn": the fit exists)
+            f"{share:.0%} of the training rows ({int(held.sum()):,} of {mean_f.size:,}) are held at a margin (decision "
+            f"value within {MARGIN_TOLERANCE} of +1 or -1){side}: where one class is the majority throughout a region "
+            "of the predictors, the hinge loss is smallest with the decision value at that class's margin on every "
+            "row of it, so the coefficients show where the majority class changes, not the predictors' association "
+            "with the response (values near 0 here do not mean no effect). For the association " + _LOGISTIC,
+            tuple(deciding),
+        )
+    ]
+
+
+def deciding_columns(fit) -> list[str]:
+    """The fixed-effect columns (not the intercept) whose coefficient times their range over the training rows is at
+    least :data:`DECIDING_SPAN`, largest first."""
+    design = fit.model.design
+    if design.X.shape[0] == 0:
+        return []
+    coefficients = np.asarray(fit.fixef.reindex(design.x_names), dtype=float)
+    span = np.abs(coefficients) * np.ptp(design.X, axis=0)
+    names = [
+        (value, name)
+        for value, name in zip(span, design.x_names, strict=True)
+        if name != "(Intercept)" and np.isfinite(value) and value >= DECIDING_SPAN
+    ]
+    return [name for _, name in sorted(names, reverse=True)]

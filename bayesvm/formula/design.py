@@ -330,7 +330,11 @@ def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: s
         detail = ", ".join(f"{name!r}: {count}" for name, count in counts.items())
         first = {name: data.index[bad[name]][:3].tolist() for name in counts}
         rows = "; ".join(f"{name!r} rows {idx}" for name, idx in first.items())
-        hint = " (use missing='drop' to fit on complete cases)" if what == "data" else ""
+        hint = (
+            " (use missing='drop' to fit on complete cases, or missing='impute' to impute missing predictors)"
+            if what == "data"
+            else ""
+        )
         raise DataError(f"{what} has missing or non-finite values in {detail} (first {rows}){hint}")
     for mask in bad.values():
         keep &= ~mask

@@ -450,9 +450,13 @@ def _untrusted(info: dict) -> bool:
     )
 
 
-def _one_class(info: dict) -> bool:
-    """The fit puts every training row on one side of the decision boundary (:mod:`bayesvm.checks.predicted_classes`)."""
-    return any(check == "one_class" and action == "warn" for check, action, _ in info.get("identifiability", []))
+def _class_finding(info: dict) -> str | None:
+    """``"one_class"`` when the fit puts every training row on one side of the decision boundary, ``"margin"`` when it
+    holds most of them at a margin (:mod:`bayesvm.checks.predicted_classes`), else None."""
+    for check, action, _ in info.get("identifiability", []):
+        if check in ("one_class", "margin") and action == "warn":
+            return check
+    return None
 
 
 def _random_section(summary: Summary) -> str:
@@ -641,13 +645,23 @@ def _checks_section(info: dict) -> str:
                 "read those coefficients as prior-driven",
             )
         )
-    if _one_class(info):
+    finding = _class_finding(info)
+    if finding == "one_class":
         lines.append(
             _verdict(
                 "WARNING",
                 "classes",
                 "every training row is predicted as the same class (see Identifiability): the coefficients describe "
                 "a constant decision value, not the predictors' effects",
+            )
+        )
+    elif finding == "margin":
+        lines.append(
+            _verdict(
+                "WARNING",
+                "classes",
+                "most training rows are held at a margin (see Identifiability): the coefficients show where the "
+                "majority class changes, not the predictors' effects",
             )
         )
     return "\n".join(lines)

@@ -117,7 +117,12 @@ def test_newdata_rebuild_and_unseen_levels(frame):
             DataError,
             "response 'y' has 1 missing.*use missing='drop'",
         ),
-        ("y ~ x", lambda f: f.assign(x=[0.5, np.nan, np.inf, 1, 2, 3]), DataError, "'x': 2"),
+        (
+            "y ~ x",
+            lambda f: f.assign(x=[0.5, np.nan, np.inf, 1, 2, 3]),
+            DataError,
+            "'x': 2.*missing='impute' to impute missing predictors",
+        ),
         ("y ~ x + (1|g)", lambda f: f.assign(g=["1", None, "2", "2", "1", "1"]), DataError, "'g': 1"),
         ("y ~ x", lambda f: f.iloc[:0], DataError, "no rows"),
         ("y ~ np.log(x)", None, DesignError, "np.log\\(x\\)"),
