@@ -222,6 +222,7 @@ def bsvm(
         missing=missing,
         rank=checks.rank,
         fold=fold,
+        keep_wide=() if (penalty is not None or prior is not None) and not unpenalized else None,
     )
     model = build_model(design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized)
     diagnostics = check_identifiability(model, checks)

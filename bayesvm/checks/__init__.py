@@ -41,7 +41,10 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
     design = model.design
     findings: list[Finding] = []
     if design.aliased:
-        detail = "; ".join(f"{a.name!r} ({a.reason})" for a in design.aliased)
+        listed = design.aliased[:LISTED_COLUMNS]
+        detail = "; ".join(f"{a.name!r} ({a.reason})" for a in listed)
+        if len(design.aliased) > len(listed):
+            detail += f"; and {len(design.aliased) - len(listed)} more (fit.diagnostics.frame() lists them)"
         findings.append(
             Finding(
                 "rank",
@@ -51,6 +54,8 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
                 tuple(a.name for a in design.aliased),
             )
         )
+    if design.wide_kept:
+        findings.append(_wide_finding(design, checks))
     isolated = None
     if design.X.shape[0] == design.n:  # rows in memory (out-of-core designs hold a prototype only)
         separation_finding, isolated = _fixed_separation(model, checks, kernel)
@@ -66,6 +71,24 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
 
 #: Coefficients a separation message lists by name; more are counted (``fit.diagnostics.frame()`` has them all).
 LISTED_COLUMNS = 8
+
+
+def _wide_finding(design, checks: Checks) -> Finding:
+    """More columns than rows, the columns past the rank kept (:func:`bayesvm.formula.design.build_design`'s
+    ``keep_wide``): the data inform only as many directions of the coefficients as the design's rank."""
+    n, p = design.X.shape
+    kept = design.wide_kept
+    named = _listed(list(kept), p)
+    subject = named if len(kept) > LISTED_COLUMNS else f"{len(kept)} column(s) ({named})"
+    return Finding(
+        "wide",
+        checks.rank if checks.rank != "stop" else "warn",
+        f"the fixed-effect design has more columns ({p}) than rows ({n}): {subject} are combinations of earlier ones on these rows and are kept, as a ridge "
+        f"regression or a linear SVM keeps them, their coefficients identified by the prior on the slopes; the "
+        f"data inform only {p - len(kept)} directions of the {p} coefficients, so read the coefficients together "
+        "(predictions), not one at a time as effects",
+        tuple(kept),
+    )
 
 
 def _listed(columns, p: int) -> str:

@@ -26,7 +26,8 @@ logistic regression's Wald z):
   z -1.3 against -5.4, third class -1.8 against -10.1.
 - carData's ``Womenlf``: 98%, the side set by ``children``; ``hincome`` z -1.2 against -2.2.
 
-Fits whose coefficients do carry the association have few rows there (:data:`MARGIN_SHARE`).
+Fits whose coefficients do carry the association have few rows there (:data:`MARGIN_SHARE`), and a design with
+as many coefficients as rows can hold every row there by itself (:data:`FREE_MARGIN_ROWS`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ MARGIN_TOLERANCE = 0.1
 #: coefficients agree with a logistic regression's signs and z to within a factor of about 1.5: MASS's birthwt
 #: 0.42-0.46, Mroz 0.10, Pima 0.10, toenail 0.02-0.05, biopsy 0.02, ordinal's wine (with a random intercept) 0.22.
 MARGIN_SHARE = 0.7
+#: Coefficients in general position put at most as many rows exactly on a margin as there are coefficients (each
+#: such row is one linear equation ``f_i = +/-1``); rows held there beyond this multiple of them are ties that the
+#: predictors' discreteness or one class's majority makes, which is what the finding is about.  A design with more
+#: columns than rows can hold every row at a margin by itself (a hard-margin SVM), and is not flagged.
+FREE_MARGIN_ROWS = 2
 #: A column sets the side when its coefficient times its range over the training rows is at least this: alone it
 #: moves a row from one margin half-way to the other.
 DECIDING_SPAN = 1.0
@@ -96,7 +102,7 @@ def _margin_findings(fit, mean_f: np.ndarray) -> list[Finding]:
     :data:`MARGIN_TOLERANCE`, naming the columns that set the side (:func:`deciding_columns`)."""
     held = np.abs(np.abs(mean_f) - 1.0) <= MARGIN_TOLERANCE
     share = float(held.mean())
-    if share < MARGIN_SHARE:
+    if share < MARGIN_SHARE or held.sum() <= FREE_MARGIN_ROWS * free_coefficients(fit.model.design):
         return []
     deciding = deciding_columns(fit)
     side = f"; the side follows {', '.join(map(repr, deciding))}" if deciding else ""
@@ -112,6 +118,12 @@ def _margin_findings(fit, mean_f: np.ndarray) -> list[Finding]:
             tuple(deciding),
         )
     ]
+
+
+def free_coefficients(design) -> int:
+    """The fixed-effect columns plus every random-effect term's coefficients and every ``gp()`` basis column."""
+    random = sum(term.n_levels * len(term.columns) for term in design.re_terms)
+    return design.X.shape[1] + random + sum(basis.shape[1] for basis in design.gp_bases)
 
 
 def deciding_columns(fit) -> list[str]:

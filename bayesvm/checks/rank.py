@@ -30,6 +30,12 @@ class Aliased:
     name: str
     reason: str
 
+    @property
+    def combination(self) -> bool:
+        """Aliased as a combination of several earlier columns (not constant, zero, a copy or a multiple): on a
+        design with more columns than rows every column past the rank is one, whatever the population holds."""
+        return self.reason.startswith("a linear combination") or self.reason == "linearly dependent"
+
 
 def aliased_columns(X: np.ndarray, names: tuple[str, ...] | list[str]) -> list[Aliased]:
     """The aliased columns of ``X`` in formula order, each with its reason (module docstring)."""
