@@ -305,7 +305,8 @@ def _check_columns(data: pd.DataFrame, needed: set[str], what: str) -> None:
     for name in sorted(needed):
         if name not in data.columns:
             dotted = [str(c) for c in data.columns if str(c).startswith(name + ".")]
-            close = dotted[:3] or difflib.get_close_matches(name, [str(c) for c in data.columns], n=3)
+            same_letters = [str(c) for c in data.columns if str(c).casefold() == name.casefold()]
+            close = dotted[:3] or same_letters or difflib.get_close_matches(name, [str(c) for c in data.columns], n=3)
             hint = f"; did you mean {close}?" if close else ""
             if dotted:
                 hint += " (names containing '.' must be quoted in backticks, e.g. `cad.dur`)"

@@ -103,6 +103,7 @@ def test_newdata_rebuild_and_unseen_levels(frame):
     [
         ("y ~ w", None, FormulaError, "'w'"),
         ("y ~ x + (1 | gg)", None, FormulaError, "'gg'"),
+        ("y ~ X", None, FormulaError, r"column 'X' .* did you mean \['x'\]"),
         ("y ~ x", lambda f: f.assign(y="no"), DataError, "two classes"),
         ("y ~ x", lambda f: f.assign(y=["a", "b", "c", "a", "b", "c"]), DataError, "found 3"),
         (
