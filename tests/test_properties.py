@@ -163,7 +163,7 @@ def test_selection_fit_is_an_error_or_finite(data, fixed, engine):
     event("fitted")
     pd.testing.assert_frame_equal(data, before)
     assert np.all(np.isfinite(fit.fixef))
-    if method == "vb":
+    if method == "vb" and np.size(fit.lower_bound):  # (Laplace-zero with few slopes defaults to EP: no bound)
         assert np.diff(fit.lower_bound).min(initial=0.0) >= -1e-8 * abs(fit.lower_bound[-1])
     table = fit.inclusion
     assert table["p_include"].between(0, 1).all() and table["p_positive"].between(0, 1).all()

@@ -73,7 +73,7 @@ def test_reserved_arguments_are_clear_errors():
 def test_selection_prior_zeroes_irrelevant_columns():
     from bayesvm.priors import LaplaceZero
 
-    X, y = _blobs(k=2, seed=3)
+    X, y = _blobs(k=2, seed=0)  # (seed 3's blobs are separable by one column, which alone then suffices)
     noise = np.random.default_rng(0).standard_normal((X.shape[0], 6))
     model = BayesianSVC(prior=LaplaceZero(0.05)).fit(np.hstack([X, noise]), y)
     inclusion = model.result_.inclusion["p_include"].to_numpy()

@@ -67,6 +67,7 @@ from ..imputation.joint_model import (
     storage_schedule,
 )
 from ..imputation.normal_model import imputation_step, marginal_moments, missing_patterns, start_state
+from ..inverse_gaussian import draw_inverse_gaussian
 from ..joint import log_component_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
 from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, run_until_converged
@@ -547,7 +548,9 @@ class _LaplaceZeroStep:
         prior = p.prior.variance
         rate = prior.b + 0.5 * float(np.sum(self.b * v**2 / self.s2))
         self.sigma2 = rate / rng.gamma(prior.a + 0.5 * p.m)  # sigma^2 | v, b
-        self.b = rng.wald(np.sqrt(self.sigma2 * self.s2) / np.maximum(np.abs(v), 1e-300), 1.0)  # b_k | v_k, sigma
+        self.b = draw_inverse_gaussian(
+            np.sqrt(self.sigma2 * self.s2) / np.maximum(np.abs(v), 1e-300), 1.0, rng
+        )  # b_k | v_k, sigma
         if self.logit_rho < np.inf:
             self._pairs(gram, r, t)
         t[sel] = self.gamma
@@ -608,7 +611,7 @@ class _LaplaceZeroStep:
     def after_moves(self) -> None:
         """``b | v, sigma^2`` afresh: the moves changed ``(gamma, v)`` with ``b`` integrated out."""
         v = self.theta[self.p.selected]
-        self.b = self.rng.wald(np.sqrt(self.sigma2 * self.s2) / np.maximum(np.abs(v), 1e-300), 1.0)
+        self.b = draw_inverse_gaussian(np.sqrt(self.sigma2 * self.s2) / np.maximum(np.abs(v), 1e-300), 1.0, self.rng)
 
     def log_prior(self, coef: np.ndarray) -> float:
         """``log p(slopes, sigma^2)``: Laplace-zero (mass ``1 - rho`` at zero) and ``IG(A, B)``."""
@@ -741,7 +744,7 @@ class _LassoStep:
         if self.learn:  # step 4: 1/nu | beta ~ Gamma(a + m, b + sum |beta_j| / s_j)
             prior = p.prior
             self.nu = 1.0 / rng.gamma(prior.a + p.m, 1.0 / (prior.b + float(np.sum(scaled))))
-        self.inv_tau = rng.wald(self.nu / scaled, 1.0)  # step 3
+        self.inv_tau = draw_inverse_gaussian(self.nu / scaled, 1.0, rng)  # step 3
         return beta
 
     def log_prior(self, coef: np.ndarray) -> float:
