@@ -83,10 +83,10 @@ def _wide_finding(design, checks: Checks) -> Finding:
     return Finding(
         "wide",
         checks.rank if checks.rank != "stop" else "warn",
-        f"the fixed-effect design has more columns ({p}) than rows ({n}): {subject} are combinations of earlier ones on these rows and are kept, as a ridge "
-        f"regression or a linear SVM keeps them, their coefficients identified by the prior on the slopes; the "
-        f"data inform only {p - len(kept)} directions of the {p} coefficients, so read the coefficients together "
-        "(predictions), not one at a time as effects",
+        f"the fixed-effect design has more columns ({p}) than rows ({n}): {subject} are combinations of earlier "
+        "ones on these rows and are kept, as a ridge regression or a linear SVM keeps them, their coefficients "
+        f"identified by the prior on the slopes; the data inform only {p - len(kept)} directions of the {p} "
+        "coefficients, so read the coefficients together (predictions), not one at a time as effects",
         tuple(kept),
     )
 

@@ -53,6 +53,8 @@ FREE_MARGIN_ROWS = 2
 #: A column sets the side when its coefficient times its range over the training rows is at least this: alone it
 #: moves a row from one margin half-way to the other.
 DECIDING_SPAN = 1.0
+#: The warning names at most this many of them (the finding's culprits hold them all).
+NAMED_COLUMNS = 5
 _LOGISTIC = "fit a logistic model (statsmodels' BinomialBayesMixedGLM, lme4's glmer)"
 
 
@@ -105,7 +107,9 @@ def _margin_findings(fit, mean_f: np.ndarray) -> list[Finding]:
     if share < MARGIN_SHARE or held.sum() <= FREE_MARGIN_ROWS * free_coefficients(fit.model.design):
         return []
     deciding = deciding_columns(fit)
-    side = f"; the side follows {', '.join(map(repr, deciding))}" if deciding else ""
+    named = ", ".join(map(repr, deciding[:NAMED_COLUMNS]))
+    more = f" and {len(deciding) - NAMED_COLUMNS} more" if len(deciding) > NAMED_COLUMNS else ""
+    side = f"; the side follows {named}{more}" if deciding else ""
     return [
         Finding(
             "margin",

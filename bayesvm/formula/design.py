@@ -146,7 +146,7 @@ class Design:
         Their bases on the training rows, ``(n, m_t)`` each.
     wide_kept
         Columns of a design with more columns than rows that are combinations of earlier columns on these rows, kept
-        (``build_design(keep_wide=True)``): the prior on the slopes identifies their coefficients.
+        (``build_design(keep_wide=...)`` not None): the prior on the slopes identifies their coefficients.
     """
 
     parsed: ParsedFormula
