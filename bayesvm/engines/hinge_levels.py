@@ -161,9 +161,28 @@ def draw_levels(part: Pieces, sigma2: float, rng: np.random.Generator) -> np.nda
     return truncated_normal(part.c[0][pick] * sigma2, sd, part.lo[0][pick], part.hi[0][pick], rng.random(J))
 
 
+def draw_level_effects(layout: LevelLayout, eta: np.ndarray, sigma2: float, rng: np.random.Generator) -> np.ndarray:
+    """One exact draw of every level's effect given ``sigma2`` and the rest of the predictor ``eta`` (``(n,)``), as
+    :func:`draw_levels` on ``pieces(layout, eta)`` with the same random numbers (the same draw to rounding), but
+    without building the intervals of every level: where numba is installed each level's intervals are built, scored
+    and chosen in one pass (:func:`_chosen_intervals`), and only the truncated normals are drawn by numpy."""
+    if not compiled_rows.available():
+        return draw_levels(pieces(layout, eta[None, :]), sigma2, rng)
+    J, K = layout.shape
+    gumbel = -np.log(rng.exponential(size=(J, K + 1)))
+    centre, lo, hi = np.empty(J), np.empty(J), np.empty(J)
+    chosen_intervals(layout.y, eta, layout.slope, layout.rows, float(sigma2), gumbel, centre, lo, hi)
+    return truncated_normal(centre, float(np.sqrt(sigma2)), lo, hi, rng.random(J))
+
+
 #: Below this ``log Phi(x)`` is the asymptotic series (``erfc`` underflows near ``x = -38``).
 _SERIES_BELOW = -30.0
 _HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
+_SQRT_HALF = float(np.sqrt(0.5))
+#: :func:`_sorted_kinks` sorts a level by insertion up to this many rows (quadratic, but no allocation).
+_INSERTION_ROWS = 32
+#: :func:`_log_interval` takes ``Phi`` directly above this standardised end (``Phi(-21) ~ 1e-98``).
+_DIRECT_ABOVE = -21.0
 
 
 def _log_ndtr_scalar(x: float) -> float:
@@ -180,8 +199,9 @@ def _log_ndtr_scalar(x: float) -> float:
     return -0.5 * x * x - np.log(-x) - _HALF_LOG_2PI + np.log1p(r * (-1.0 + r * (3.0 + r * (-15.0 + r * 105.0))))
 
 
-def _log_interval(a, c, lo, hi, sigma2, sd):
-    """``log`` of one interval's term of ``I_j`` (module docstring; :func:`log_diff_ndtr` of the standardised ends)."""
+def _log_interval_in_logs(a, c, lo, hi, sigma2, sd):
+    """``log`` of one interval's term of ``I_j`` (module docstring; :func:`log_diff_ndtr` of the standardised ends):
+    exact in every tail, for :func:`_log_interval` where taking ``Phi`` directly would lose digits."""
     if hi <= lo:
         return -np.inf
     centre = c * sigma2
@@ -193,6 +213,25 @@ def _log_interval(a, c, lo, hi, sigma2, sd):
     x = min(small - big, 0.0)
     diff = np.log(-np.expm1(x)) if x > -0.6931 else np.log1p(-np.exp(x))
     return a + 0.5 * c * c * sigma2 + big + diff
+
+
+def _log_interval(a, c, lo, hi, sigma2, sd):
+    """``log`` of one interval's term of ``I_j`` (module docstring): by two ``erfc`` and one ``log`` where that is as
+    exact (the interval mirrored into the lower half, ``Phi(beta) - Phi(alpha)`` above ``1e-98`` and at least a
+    quarter of ``Phi(beta)``: at most two bits lost to the difference), else in logs (:func:`_log_interval_in_logs`,
+    twice the cost)."""
+    if hi <= lo:
+        return -np.inf
+    centre = c * sigma2
+    alpha, beta = (lo - centre) / sd, (hi - centre) / sd
+    if alpha > 0.0:  # Phi(beta) - Phi(alpha) = Phi(-alpha) - Phi(-beta)
+        alpha, beta = -beta, -alpha
+    if beta > _DIRECT_ABOVE:
+        upper = 0.5 * math.erfc(-beta * _SQRT_HALF)
+        difference = upper - 0.5 * math.erfc(-alpha * _SQRT_HALF)
+        if difference >= 0.25 * upper:
+            return a + 0.5 * c * c * sigma2 + np.log(difference)
+    return _log_interval_in_logs(a, c, lo, hi, sigma2, sd)
 
 
 def _log_integral_sum(a, c, lo, hi, sigma2):
@@ -218,10 +257,38 @@ def _log_sum_step(largest, acc, value):
     return largest, acc + np.exp(value - largest)
 
 
+def _sorted_kinks(y, eta, slope, rows, kinks, slopes):
+    """One level's active rows' kinks ``b_i = (1 - y_i eta_i) / s_i`` and slopes ``s_i``, sorted by kink into
+    ``kinks`` and ``slopes``; returns how many.  By insertion up to :data:`_INSERTION_ROWS` rows, else by
+    ``argsort`` (a level of thousands of rows: Fair's occupations)."""
+    m = 0
+    for k in range(slope.size):
+        if slope[k] != 0.0:
+            i = rows[k]
+            kinks[m] = (1.0 - y[i] * eta[i]) / slope[k]
+            slopes[m] = slope[k]
+            m += 1
+    if m > _INSERTION_ROWS:
+        order = np.argsort(kinks[:m])
+        kinks[:m] = kinks[:m][order]
+        slopes[:m] = slopes[:m][order]
+        return m
+    for k in range(1, m):
+        bk, sk = kinks[k], slopes[k]
+        pos = k
+        while pos > 0 and kinks[pos - 1] > bk:
+            kinks[pos] = kinks[pos - 1]
+            slopes[pos] = slopes[pos - 1]
+            pos -= 1
+        kinks[pos] = bk
+        slopes[pos] = sk
+    return m
+
+
 def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
     """``sum_j log I_j`` for every draw ``s`` of ``eta (S, n)`` and ``sigma2 (S,)`` straight from a
     :class:`LevelLayout`'s ``slope`` and ``rows`` (``(J, K)``): per level, the active rows' kinks
-    ``b_i = (1 - y_i eta_i) / s_i`` sorted by insertion, then the intervals as :func:`pieces` builds them (positive
+    ``b_i = (1 - y_i eta_i) / s_i`` sorted (:func:`_sorted_kinks`), then the intervals as :func:`pieces` builds them (positive
     slopes at or after an interval's index act, negative ones before it) and a log-sum-exp of
     :func:`_log_interval`.  Rows with ``s_i = 0`` are left to the caller (as in the numpy path)."""
     S = eta.shape[0]
@@ -236,21 +303,7 @@ def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
         sd = np.sqrt(var)
         total = 0.0
         for j in range(J):
-            m = 0
-            for k in range(K):
-                sk = slope[j, k]
-                if sk == 0.0:
-                    continue
-                i = rows[j, k]
-                bk = (1.0 - y[i] * eta[t, i]) / sk
-                pos = m
-                while pos > 0 and kinks[pos - 1] > bk:
-                    kinks[pos] = kinks[pos - 1]
-                    slopes[pos] = slopes[pos - 1]
-                    pos -= 1
-                kinks[pos] = bk
-                slopes[pos] = sk
-                m += 1
+            m = _sorted_kinks(y, eta[t], slope[j], rows[j], kinks, slopes)
             suffix_s[m] = 0.0
             suffix_sb[m] = 0.0
             for k in range(m - 1, -1, -1):
@@ -275,11 +328,49 @@ def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
     return out
 
 
+def _chosen_intervals(y, eta, slope, rows, sigma2, gumbel, centre, lo_out, hi_out):
+    """Each level's interval for :func:`draw_level_effects`: the intervals as :func:`_draws_log_integral_sums` builds
+    them (interval ``q`` between the ``q``-th and ``(q + 1)``-th sorted kink, the order of :func:`pieces`), the one
+    with the largest ``log`` term plus ``gumbel[j, q]`` (Gumbel-max, as :func:`draw_levels`), and its truncated
+    normal's centre ``c sigma2`` and ends, written to ``centre``, ``lo_out`` and ``hi_out``."""
+    J, K = slope.shape
+    sd = np.sqrt(sigma2)
+    kinks = np.empty(K)
+    slopes = np.empty(K)
+    suffix_s = np.zeros(K + 1)
+    suffix_sb = np.zeros(K + 1)
+    for j in range(J):
+        m = _sorted_kinks(y, eta, slope[j], rows[j], kinks, slopes)
+        suffix_s[m] = 0.0
+        suffix_sb[m] = 0.0
+        for k in range(m - 1, -1, -1):
+            positive = slopes[k] > 0.0
+            suffix_s[k] = suffix_s[k + 1] + (slopes[k] if positive else 0.0)
+            suffix_sb[k] = suffix_sb[k + 1] + (slopes[k] * kinks[k] if positive else 0.0)
+        prefix_s, prefix_sb = 0.0, 0.0
+        best = -np.inf
+        centre[j], lo_out[j], hi_out[j] = 0.0, -np.inf, np.inf  # (every term -inf: numpy's argmax takes the first)
+        for q in range(m + 1):
+            lo = -np.inf if q == 0 else kinks[q - 1]
+            hi = np.inf if q == m else kinks[q]
+            c = 2.0 * (suffix_s[q] + prefix_s)
+            value = _log_interval(-2.0 * (suffix_sb[q] + prefix_sb), c, lo, hi, sigma2, sd)
+            if q < m and slopes[q] < 0.0:
+                prefix_s += slopes[q]
+                prefix_sb += slopes[q] * kinks[q]
+            if value > -np.inf and value + gumbel[j, q] > best:
+                best = value + gumbel[j, q]
+                centre[j], lo_out[j], hi_out[j] = c * sigma2, lo, hi
+
+
 if compiled_rows.numba is not None:
     _log_ndtr_compiled = compiled_rows.compile_nogil(_log_ndtr_scalar)
+    _log_interval_in_logs = compiled_rows.compile_nogil(_log_interval_in_logs)
     _log_interval = compiled_rows.compile_nogil(_log_interval)
     _log_sum_step = compiled_rows.compile_nogil(_log_sum_step)
+    _sorted_kinks = compiled_rows.compile_nogil(_sorted_kinks)
     log_integral_sum = compiled_rows.compile_nogil(_log_integral_sum)
     draws_log_integral_sums = compiled_rows.compile_nogil(_draws_log_integral_sums)
+    chosen_intervals = compiled_rows.compile_nogil(_chosen_intervals)
 else:  # never called: callers check compiled_rows.available()
-    _log_ndtr_compiled = log_integral_sum = draws_log_integral_sums = None
+    _log_ndtr_compiled = log_integral_sum = draws_log_integral_sums = chosen_intervals = None

@@ -6,7 +6,7 @@ from scipy import stats
 from scipy.special import log_ndtr, logsumexp
 
 from bayesvm.engines import hinge_levels
-from bayesvm.engines.hinge_levels import LevelLayout, draw_levels, pieces, truncated_normal
+from bayesvm.engines.hinge_levels import LevelLayout, draw_levels, log_diff_ndtr, pieces, truncated_normal
 from bayesvm.engines.linear import compiled_rows
 
 
@@ -105,3 +105,45 @@ def test_truncated_normal_in_far_tails():
     # past 40 sd the truncated normal is nearly exponential with rate ``lo``: its mean is ``lo + 1/lo``
     x = truncated_normal(np.zeros(u.size), 1.0, np.full(u.size, 50.0), np.full(u.size, np.inf), u)
     assert np.mean(x) == pytest.approx(50.0 + 1 / 50.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("numba_switch", ["1", "0"])
+@pytest.mark.parametrize("sigma2", [1e-8, 0.05, 2.0, 1e6])
+@pytest.mark.parametrize("levels", [40, 6])
+def test_level_effects_are_the_draws_of_the_intervals(levels, sigma2, numba_switch, monkeypatch):
+    """:func:`draw_level_effects` (one compiled pass, or numpy without numba) draws what :func:`draw_levels` draws
+    on :func:`pieces` of the same predictor, from the same random numbers: kinks far out in both tails, levels with
+    no active rows, unequal level sizes, and levels of about 50 rows (sorted by ``argsort``, not by insertion)."""
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, numba_switch)
+    y, v, codes, J, eta = _levels(seed=3, n=300, J=levels)
+    eta[:30] *= 60.0
+    codes[codes == 5] = 4  # level 5 has no rows
+    layout = LevelLayout(y, v, codes, J)
+    for seed in range(20):
+        got = hinge_levels.draw_level_effects(layout, eta, sigma2, np.random.default_rng(seed))
+        expected = draw_levels(pieces(layout, eta[None, :]), sigma2, np.random.default_rng(seed))
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.sqrt(sigma2))
+
+
+@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
+def test_direct_interval_terms_match_the_terms_in_logs():
+    """``_log_interval`` (``Phi`` taken directly where that keeps the digits) against ``_log_interval_in_logs`` on
+    intervals in the middle, in both tails, narrow and wide, and against :func:`log_diff_ndtr`."""
+    rng = np.random.default_rng(5)
+    ends = np.concatenate([rng.normal(0.0, 3.0, 3000), rng.normal(0.0, 30.0, 3000), [-np.inf, np.inf, 0.0]])
+    widths = np.concatenate([rng.exponential(1.0, 3000), 10.0 ** rng.uniform(-9, 1, 3000), [1.0, 1.0, 0.0]])
+    for lo, width in zip(ends, widths):
+        hi = lo + width if np.isfinite(lo) else (np.inf if lo > 0 else 0.5)
+        direct = hinge_levels._log_interval(0.3, 0.7, lo, hi, 2.0, np.sqrt(2.0))
+        in_logs = hinge_levels._log_interval_in_logs(0.3, 0.7, lo, hi, 2.0, np.sqrt(2.0))
+        reference = (
+            0.3
+            + 0.5 * 0.49 * 2.0
+            + log_diff_ndtr(np.array([(lo - 1.4) / np.sqrt(2.0)]), np.array([(hi - 1.4) / np.sqrt(2.0)]))[0]
+        )
+        if np.isneginf(reference):
+            assert np.isneginf(direct) and np.isneginf(in_logs)
+            continue
+        assert direct == pytest.approx(in_logs, rel=1e-12, abs=1e-12)
+        if hi - lo > 1e-4:  # (narrower ones far out lose up to 1e-6 to the difference of two log Phi, in both)
+            assert direct == pytest.approx(reference, rel=1e-10, abs=1e-10)

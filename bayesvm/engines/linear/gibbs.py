@@ -478,7 +478,8 @@ def chain_draws(
     integrated out, one rescaling move of ``(theta, Sigma)`` per coordinate of every random-effect term, one global
     rescaling and one update of each fixed-effect coefficient given the rest (:mod:`bayesvm.engines.linear.interweave`;
     False gives the paper's sampler, kept for comparison) and then each random intercept's variance with its random
-    effects integrated out, and they given it (:mod:`bayesvm.engines.linear.collapsed_variance`); ``w | theta``
+    effects integrated out, and they given it, and every iteration the random intercepts' effects given the rest
+    (:mod:`bayesvm.engines.linear.collapsed_variance`); ``w | theta``
     (step 2); ``Sigma | theta`` (step 3).
     """
     rng = np.random.default_rng(seed)

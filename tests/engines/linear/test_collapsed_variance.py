@@ -233,3 +233,33 @@ def test_many_row_term_gets_the_step_where_its_variance_sticks(monkeypatch):
     problem = _problem("y ~ 1 + (1 | g)", _many_rows_per_level(rate=0.4, sd=1.0))
     sample_gibbs(problem, draws=200, tune=1000, chains=1, seed=1, progress=False)
     assert not calls
+
+
+def test_level_draw_is_the_exact_conditional_of_the_effects():
+    """The every-iteration draw of a term's effects with ``w`` integrated out: given ``sigma^2`` and the rest of the
+    predictor, each level's draws average to its exact conditional mean (grid quadrature), and the predictor follows
+    the new effects while the rest stays."""
+    data = _data(seed=4)
+    problem = _problem("y ~ x + (1 | g)", data)
+    step = CollapsedVariance(problem)
+    term, layout = step.terms[0], step.layouts[0]
+    rng = np.random.default_rng(2)
+    theta_d = rng.normal(0.0, 0.5, problem.D.shape[1])
+    theta_b = rng.normal(0.0, 0.5, (problem.blocked.n_levels, 1))
+    covs = [np.array([[0.8]]) if c.source >= 0 else np.eye(c.k) for c in problem.components]
+    f = problem.D @ theta_d + problem.blocked.values[:, 0] * theta_b[problem.blocked.codes, 0]
+    rest = f - term.values * theta_b[term.codes, 0]
+    draws = []
+    for _ in range(6000):
+        step.level_draw(term, layout, theta_d, theta_b, covs, f, rng)
+        draws.append(theta_b[:, 0].copy())
+    np.testing.assert_allclose(f, rest + term.values * theta_b[term.codes, 0], atol=1e-12)
+    u = np.linspace(-8, 8, 8001)
+    for j in range(term.n_levels):
+        rows = term.codes == j
+        hinge = np.maximum(0.0, 1.0 - problem.y[rows, None] * (rest[rows, None] + term.values[rows, None] * u)).sum(0)
+        log_density = -2.0 * hinge - 0.5 * u**2 / 0.8
+        weights = np.exp(log_density - log_density.max())
+        exact_mean = float(np.sum(u * weights) / np.sum(weights))
+        exact_sd = float(np.sqrt(np.sum((u - exact_mean) ** 2 * weights) / np.sum(weights)))
+        assert np.mean(np.array(draws)[:, j]) == pytest.approx(exact_mean, abs=4 * exact_sd / np.sqrt(6000))
