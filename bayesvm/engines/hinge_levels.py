@@ -234,18 +234,42 @@ def _log_interval(a, c, lo, hi, sigma2, sd):
     return _log_interval_in_logs(a, c, lo, hi, sigma2, sd)
 
 
+def _interval_bound(a, c, lo, hi, sigma2, sd):
+    """An upper bound on :func:`_log_interval` without ``erfc``: with ``e(u) = a + c u - u^2 / (2 sigma2)`` the term is
+    ``log int_lo^hi exp(e(u)) du / sqrt(2 pi sigma2)``, at most ``max e = a + c^2 sigma2 / 2`` (``Phi <= 1``), at most
+    ``max over the interval of e`` plus ``log((hi - lo) / sqrt(2 pi sigma2))``, and, for an interval ``x > 1``
+    standard deviations from the vertex ``c sigma2``, at most ``max e + log(phi(x) / x)`` (Mills' ratio)."""
+    if hi <= lo:
+        return -np.inf
+    vertex = c * sigma2
+    peak = a + 0.5 * c * vertex
+    bound = peak
+    if hi - lo < np.inf:
+        u = min(max(vertex, lo), hi)  # e's maximum over the interval
+        bound = min(bound, a + c * u - 0.5 * u * u / sigma2 + np.log((hi - lo) / sd) - _HALF_LOG_2PI)
+    distance = max(vertex - hi, lo - vertex) / sd
+    if distance > 1.0:
+        bound = min(bound, peak - 0.5 * distance * distance - np.log(distance) - _HALF_LOG_2PI)
+    return bound
+
+
 def _log_integral_sum(a, c, lo, hi, sigma2):
-    """``sum_j log I_j`` from one draw's intervals ``(J, K + 1)``: a log-sum-exp of :func:`_log_interval` per level."""
+    """``sum_j log I_j`` from one draw's intervals ``(J, K + 1)``: :func:`_level_log_integral` per level."""
     sd = np.sqrt(sigma2)
     J, M = a.shape
     total = 0.0
     for j in range(J):
-        largest, acc = -np.inf, 0.0
-        for m in range(M):
-            largest, acc = _log_sum_step(largest, acc, _log_interval(a[j, m], c[j, m], lo[j, m], hi[j, m], sigma2, sd))
-        if largest > -np.inf:
-            total += largest + np.log(acc)
+        total += _level_log_integral(a[j], c[j], lo[j], hi[j], M, sigma2, sd)
     return total
+
+
+def _level_log_integral(a, c, lo, hi, count, sigma2, sd):
+    """``log I_j`` of one level from its first ``count`` intervals: a log-sum-exp of :func:`_log_interval`; 0 where
+    every term is ``-inf``."""
+    largest, acc = -np.inf, 0.0
+    for q in range(count):
+        largest, acc = _log_sum_step(largest, acc, _log_interval(a[q], c[q], lo[q], hi[q], sigma2, sd))
+    return largest + np.log(acc) if largest > -np.inf else 0.0
 
 
 def _log_sum_step(largest, acc, value):
@@ -285,82 +309,86 @@ def _sorted_kinks(y, eta, slope, rows, kinks, slopes):
     return m
 
 
+def _level_intervals(y, eta, slope, rows, kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi):
+    """One level's intervals as :func:`pieces` builds them, from its rows of a :class:`LevelLayout` (``slope``,
+    ``rows``: the level's row of each) and the rest of the predictor ``eta``: the active rows' kinks sorted
+    (:func:`_sorted_kinks`), interval ``q`` between the ``q``-th and ``(q + 1)``-th (positive slopes at or after
+    ``q`` and negative ones before it act), written to ``a``, ``c``, ``lo``, ``hi``; returns how many (kinks + 1)."""
+    m = _sorted_kinks(y, eta, slope, rows, kinks, slopes)
+    suffix_s[m] = 0.0
+    suffix_sb[m] = 0.0
+    for k in range(m - 1, -1, -1):
+        positive = slopes[k] > 0.0
+        suffix_s[k] = suffix_s[k + 1] + (slopes[k] if positive else 0.0)
+        suffix_sb[k] = suffix_sb[k + 1] + (slopes[k] * kinks[k] if positive else 0.0)
+    prefix_s, prefix_sb = 0.0, 0.0
+    for q in range(m + 1):
+        lo[q] = -np.inf if q == 0 else kinks[q - 1]
+        hi[q] = np.inf if q == m else kinks[q]
+        a[q], c[q] = -2.0 * (suffix_sb[q] + prefix_sb), 2.0 * (suffix_s[q] + prefix_s)
+        if q < m and slopes[q] < 0.0:
+            prefix_s += slopes[q]
+            prefix_sb += slopes[q] * kinks[q]
+    return m + 1
+
+
 def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
     """``sum_j log I_j`` for every draw ``s`` of ``eta (S, n)`` and ``sigma2 (S,)`` straight from a
-    :class:`LevelLayout`'s ``slope`` and ``rows`` (``(J, K)``): per level, the active rows' kinks
-    ``b_i = (1 - y_i eta_i) / s_i`` sorted (:func:`_sorted_kinks`), then the intervals as :func:`pieces` builds them (positive
-    slopes at or after an interval's index act, negative ones before it) and a log-sum-exp of
-    :func:`_log_interval`.  Rows with ``s_i = 0`` are left to the caller (as in the numpy path)."""
+    :class:`LevelLayout`'s ``slope`` and ``rows`` (``(J, K)``): per level its intervals (:func:`_level_intervals`) and
+    their log-sum-exp (:func:`_level_log_integral`).  Rows with ``s_i = 0`` are left to the caller (as in the numpy
+    path)."""
     S = eta.shape[0]
     J, K = slope.shape
     out = np.zeros(S)
-    kinks = np.empty(K)
-    slopes = np.empty(K)
-    suffix_s = np.zeros(K + 1)
-    suffix_sb = np.zeros(K + 1)
+    kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi, _ = _interval_buffers(K)
     for t in range(S):
         var = sigma2[t]
         sd = np.sqrt(var)
         total = 0.0
         for j in range(J):
-            m = _sorted_kinks(y, eta[t], slope[j], rows[j], kinks, slopes)
-            suffix_s[m] = 0.0
-            suffix_sb[m] = 0.0
-            for k in range(m - 1, -1, -1):
-                positive = slopes[k] > 0.0
-                suffix_s[k] = suffix_s[k + 1] + (slopes[k] if positive else 0.0)
-                suffix_sb[k] = suffix_sb[k + 1] + (slopes[k] * kinks[k] if positive else 0.0)
-            prefix_s, prefix_sb = 0.0, 0.0
-            largest, acc = -np.inf, 0.0
-            for q in range(m + 1):
-                lo = -np.inf if q == 0 else kinks[q - 1]
-                hi = np.inf if q == m else kinks[q]
-                value = _log_interval(
-                    -2.0 * (suffix_sb[q] + prefix_sb), 2.0 * (suffix_s[q] + prefix_s), lo, hi, var, sd
-                )
-                if q < m and slopes[q] < 0.0:
-                    prefix_s += slopes[q]
-                    prefix_sb += slopes[q] * kinks[q]
-                largest, acc = _log_sum_step(largest, acc, value)
-            if largest > -np.inf:
-                total += largest + np.log(acc)
+            count = _level_intervals(y, eta[t], slope[j], rows[j], kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi)
+            total += _level_log_integral(a, c, lo, hi, count, var, sd)
         out[t] = total
     return out
 
 
+def _interval_buffers(K):
+    """Work arrays of :func:`_level_intervals` (and one more of its size) for levels of up to ``K`` rows."""
+    return (
+        np.empty(K), np.empty(K), np.zeros(K + 1), np.zeros(K + 1),
+        np.empty(K + 1), np.empty(K + 1), np.empty(K + 1), np.empty(K + 1), np.empty(K + 1),
+    )  # fmt: skip
+
+
 def _chosen_intervals(y, eta, slope, rows, sigma2, gumbel, centre, lo_out, hi_out):
-    """Each level's interval for :func:`draw_level_effects`: the intervals as :func:`_draws_log_integral_sums` builds
-    them (interval ``q`` between the ``q``-th and ``(q + 1)``-th sorted kink, the order of :func:`pieces`), the one
-    with the largest ``log`` term plus ``gumbel[j, q]`` (Gumbel-max, as :func:`draw_levels`), and its truncated
-    normal's centre ``c sigma2`` and ends, written to ``centre``, ``lo_out`` and ``hi_out``."""
+    """Each level's interval for :func:`draw_level_effects`: its intervals (:func:`_level_intervals`, the order of
+    :func:`pieces`), the one with the largest ``log`` term plus ``gumbel[j, q]`` (Gumbel-max, as :func:`draw_levels`),
+    and its truncated normal's centre ``c sigma2`` and ends, written to ``centre``, ``lo_out`` and ``hi_out``.
+
+    The exact terms (two ``erfc`` each) are computed best bound (:func:`_interval_bound`) first and only while a bound
+    can still win: once the best term plus its Gumbel exceeds every other interval's bound plus its Gumbel, that
+    interval is the maximum (the same choice as evaluating all, at half the cost on toenail)."""
     J, K = slope.shape
     sd = np.sqrt(sigma2)
-    kinks = np.empty(K)
-    slopes = np.empty(K)
-    suffix_s = np.zeros(K + 1)
-    suffix_sb = np.zeros(K + 1)
+    kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi, key = _interval_buffers(K)
     for j in range(J):
-        m = _sorted_kinks(y, eta, slope[j], rows[j], kinks, slopes)
-        suffix_s[m] = 0.0
-        suffix_sb[m] = 0.0
-        for k in range(m - 1, -1, -1):
-            positive = slopes[k] > 0.0
-            suffix_s[k] = suffix_s[k + 1] + (slopes[k] if positive else 0.0)
-            suffix_sb[k] = suffix_sb[k + 1] + (slopes[k] * kinks[k] if positive else 0.0)
-        prefix_s, prefix_sb = 0.0, 0.0
+        count = _level_intervals(y, eta, slope[j], rows[j], kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi)
+        for q in range(count):
+            key[q] = _interval_bound(a[q], c[q], lo[q], hi[q], sigma2, sd) + gumbel[j, q]
         best = -np.inf
         centre[j], lo_out[j], hi_out[j] = 0.0, -np.inf, np.inf  # (every term -inf: numpy's argmax takes the first)
-        for q in range(m + 1):
-            lo = -np.inf if q == 0 else kinks[q - 1]
-            hi = np.inf if q == m else kinks[q]
-            c = 2.0 * (suffix_s[q] + prefix_s)
-            value = _log_interval(-2.0 * (suffix_sb[q] + prefix_sb), c, lo, hi, sigma2, sd)
-            if q < m and slopes[q] < 0.0:
-                prefix_s += slopes[q]
-                prefix_sb += slopes[q] * kinks[q]
+        while True:
+            q, top = -1, best
+            for r in range(count):
+                if key[r] > top:
+                    q, top = r, key[r]
+            if q < 0:  # no bound left above the best term plus its Gumbel
+                break
+            key[q] = -np.inf
+            value = _log_interval(a[q], c[q], lo[q], hi[q], sigma2, sd)
             if value > -np.inf and value + gumbel[j, q] > best:
                 best = value + gumbel[j, q]
-                centre[j], lo_out[j], hi_out[j] = c * sigma2, lo, hi
+                centre[j], lo_out[j], hi_out[j] = c[q] * sigma2, lo[q], hi[q]
 
 
 if compiled_rows.numba is not None:
@@ -368,7 +396,11 @@ if compiled_rows.numba is not None:
     _log_interval_in_logs = compiled_rows.compile_nogil(_log_interval_in_logs)
     _log_interval = compiled_rows.compile_nogil(_log_interval)
     _log_sum_step = compiled_rows.compile_nogil(_log_sum_step)
-    _sorted_kinks = compiled_rows.compile_nogil(_sorted_kinks)
+    _sorted_kinks = compiled_rows.compile_nogil(_sorted_kinks, inline=True)
+    _interval_bound = compiled_rows.compile_nogil(_interval_bound, inline=True)
+    _level_log_integral = compiled_rows.compile_nogil(_level_log_integral, inline=True)
+    _level_intervals = compiled_rows.compile_nogil(_level_intervals, inline=True)
+    _interval_buffers = compiled_rows.compile_nogil(_interval_buffers, inline=True)
     log_integral_sum = compiled_rows.compile_nogil(_log_integral_sum)
     draws_log_integral_sums = compiled_rows.compile_nogil(_draws_log_integral_sums)
     chosen_intervals = compiled_rows.compile_nogil(_chosen_intervals)

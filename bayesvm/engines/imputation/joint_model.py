@@ -345,6 +345,9 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
                 mover = ScaleMoves(current if sp.issparse(D) else replace(base, D=D), lines)
             if intercepts is None:  # (collapsed_variance: its terms' columns are never imputed)
                 intercepts = CollapsedVariance(mover.problem, tune, prob.columns)
+            intercepts.level_draws(
+                theta_d, theta_b, covs, f, rng
+            )  # u | beta, Sigma with w integrated out (fresh arrays)
             theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
             if intercepts.has_moves:
                 theta_d, theta_b, covs, f = intercepts(theta_d, theta_b, covs, aux, f, rng, step)

@@ -40,18 +40,20 @@ few rows per level, and after the first quarter of tuning only for those whose v
 identified; for terms with many rows per level, from half-way through tuning only where the draws of the variance
 stick (its random effects pinned by rows on the margin: lme4's cbpp) (:class:`CollapsedVariance`).
 
-**Exact level draws** (every iteration, after the moves below), for every eligible term with few rows per level
-(:data:`FEW_ROWS`): ``u | beta, Sigma, y`` with
-``w`` integrated out, each level's effect from its exact conditional given ``s`` and the rest of the predictor (the
-mixture of truncated normals above; :func:`bayesvm.engines.hinge_levels.draw_level_effects`).  Given ``w`` an
-informative level's ``u_j`` is held near its last value by the weights of its rows at the margin, and the fixed
-effects that move with it (``visit:treatment`` on toenail) and ``sigma`` with them; drawn without ``w`` it moves as
-far as the data allow.  It is a Gibbs step of the block ``u`` of ``pi(theta, Sigma | y)``, so it keeps the target (the
-sampler draws ``w | theta`` afresh before using it, as after every move here).  Toenail, 4 x (1,000 + 2,500), seeds
-1 and 2: every quantity's bulk ESS about doubled (smallest 1,538 and 1,533 to 2,934 and 3,029), for about 0.2 ms
-more per iteration (0.14 ms of it the interval weights' ``erfc``).  A level of many rows is pinned by its data, not
-by ``w``: on Fair's affairs (occupations and religions of about 1,000 rows each) the draws left the smallest ESS
-where it was (1,186) and cost 1.3 ms an iteration, so such terms keep the joint draw alone.
+**Exact level draws** (every iteration, :meth:`CollapsedVariance.level_draws`; the samplers make them right after the
+draw of ``theta | w``, before every other move), for every eligible term with few rows per level (:data:`FEW_ROWS`):
+``u | beta, Sigma, y`` with ``w`` integrated out, each level's effect from its exact conditional given ``s`` and the
+rest of the predictor (the mixture of truncated normals above;
+:func:`bayesvm.engines.hinge_levels.draw_level_effects`). Given ``w`` an informative level's ``u_j`` is held near its
+last value by the weights of its rows at the margin, and the fixed effects that move with it (``visit:treatment`` on
+toenail) and ``sigma`` with them; drawn without ``w`` it moves as far as the data allow. It is a Gibbs step of the
+block ``u`` of ``pi(theta, Sigma | y)``, so it keeps the target (the sampler draws ``w | theta`` afresh before using
+it, as after every move here). Toenail, 4 x (1,000 + 2,500), seeds 1 and 2: the smallest bulk ESS went from 1,538 and
+1,533 to 3,369 and 3,366, every quantity's about doubled (made after the other moves instead of before them: 3,029 and
+2,934), for about 0.17 ms more per iteration (0.07 ms of it the compiled choice of each level's interval). A level of
+many rows is pinned by its data, not by ``w``: on Fair's affairs (occupations and religions of about 1,000 rows each)
+the draws left the smallest ESS where it was (1,186) and cost 1.3 ms an iteration, so such terms keep the joint draw
+alone.
 
 **Location shift** (every iteration), for every random-effect term, correlated ones too: the fixed effects that
 carry a term's mean move against its effects, ``f`` unchanged (:mod:`bayesvm.engines.linear.location_shift`); and
@@ -200,15 +202,19 @@ class CollapsedVariance:
             shift(self.problem, term_shift, theta_d, theta_b, covs, rng)
         for nested in self.nested:
             nested(self.problem, theta_d, theta_b, covs, aux, rng)
+        return theta_d, theta_b, covs, f
+
+    def level_draws(self, theta_d, theta_b, covs, f, rng) -> None:
+        """:meth:`level_draw` of every term with few rows per level (module docstring, "Exact level draws"); updates
+        ``theta_d``, ``theta_b`` and ``f`` in place."""
         for term, layout, few in zip(self.terms, self.layouts, self.few_rows):
             if few:
                 self.level_draw(term, layout, theta_d, theta_b, covs, f, rng)
-        return theta_d, theta_b, covs, f
 
     @property
     def has_moves(self) -> bool:
-        """Whether any term gets the collapsed step, the level draws, a location shift or the nested-intercept
-        moves."""
+        """Whether any term gets the collapsed step, the level draws (:meth:`level_draws`, which the caller makes), a
+        location shift or the nested-intercept moves."""
         return bool(self.terms or self.shifts or self.nested)
 
     def _effects(self, term, theta_d, theta_b) -> np.ndarray:

@@ -111,14 +111,16 @@ def _row_pass(
     return hinge
 
 
-def compile_nogil(func):
+def compile_nogil(func, inline: bool = False):
     """``numba.njit(nogil=True)`` with the compiled code cached on disk; where numba finds no writable cache
     location it refuses ``cache=True`` at decoration time, and the function is then compiled on first use in
-    each process instead of breaking ``import bayesvm``."""
+    each process instead of breaking ``import bayesvm``.  ``inline``: compiled into each compiled caller (a small
+    helper called per level or per row, whose call would cost more than its body)."""
+    options = {"nogil": True, "inline": "always"} if inline else {"nogil": True}
     try:
-        return numba.njit(nogil=True, cache=True)(func)
+        return numba.njit(cache=True, **options)(func)
     except RuntimeError:
-        return numba.njit(nogil=True)(func)
+        return numba.njit(**options)(func)
 
 
 if numba is not None:

@@ -475,11 +475,10 @@ def chain_draws(
     agree).  ``tick()`` is called once per iteration (a progress bar).
 
     Each iteration: ``theta | w, Sigma`` (Luts & Ormerod 2014, App. A, step 1); with ``interweave``, with ``w``
-    integrated out, one rescaling move of ``(theta, Sigma)`` per coordinate of every random-effect term, one global
+    integrated out, the random intercepts' effects given the rest (on levels of few rows), one rescaling move of ``(theta, Sigma)`` per coordinate of every random-effect term, one global
     rescaling and one update of each fixed-effect coefficient given the rest (:mod:`bayesvm.engines.linear.interweave`;
     False gives the paper's sampler, kept for comparison) and then each random intercept's variance with its random
-    effects integrated out, and they given it, and every iteration the random intercepts' effects given the rest
-    (:mod:`bayesvm.engines.linear.collapsed_variance`); ``w | theta``
+    effects integrated out, and they given it (:mod:`bayesvm.engines.linear.collapsed_variance`); ``w | theta``
     (step 2); ``Sigma | theta`` (step 3).
     """
     rng = np.random.default_rng(seed)
@@ -505,7 +504,10 @@ def chain_draws(
             theta_d = sparse_coefficient_draw(problem, omega, precisions, rng)
             theta_b = np.zeros((0, 0))
             if mover is not None:  # before w | theta, which it needs (interweave module)
-                theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, D @ theta_d, rng)
+                f = D @ theta_d
+                if collapsed is not None:  # u | beta, Sigma with w integrated out (collapsed_variance)
+                    collapsed.level_draws(theta_d, theta_b, covs, f, rng)
+                theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
                 if collapsed is not None:  # w integrated out too (collapsed_variance)
                     theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step)
             f = D @ theta_d
@@ -515,7 +517,10 @@ def chain_draws(
             prior_dd, prior_b = _prior_precisions(problem, precisions)
             theta_d, theta_b = dense_coefficient_draw(D, omega, y, prior_dd, blocked, prior_b, rng, stats)
             if mover is not None:  # before w | theta, which it needs (interweave module)
-                theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, rows.predictor(theta_d, theta_b), rng)
+                f = rows.predictor(theta_d, theta_b)
+                if collapsed is not None:  # u | beta, Sigma with w integrated out (collapsed_variance)
+                    collapsed.level_draws(theta_d, theta_b, covs, f, rng)
+                theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
                 if collapsed is not None:  # w integrated out too (collapsed_variance)
                     theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step)
             loglik, omega, stats = rows(theta_d, theta_b)  # omega | theta, and the next draw's row sums

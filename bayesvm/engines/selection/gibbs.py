@@ -37,9 +37,9 @@ covariance, which move slopes that share their signal together), and the sheared
 take over its signal when it leaves slide with it, by the shift learned from the tuning draws), and the model jumps of
 :mod:`bayesvm.engines.selection.model_jumps` (independence proposals of the whole model from the VB fit, which take a
 chain out of a far worse model that no one- or two-slope move can leave: every slope out, on Contraception); then the
-collapsed variance step and the location shift of each random-effect term
-(:mod:`bayesvm.engines.linear.collapsed_variance`, as the linear sampler's default: mostly one-row groups otherwise
-leave the variance stuck in one of its modes); then ``omega`` (and Laplace-zero's ``b``) is drawn afresh.
+collapsed variance step, the location shift and the exact level draws of each random-effect term
+(:mod:`bayesvm.engines.linear.collapsed_variance`, as the linear sampler's default, which draws the levels first:
+mostly one-row groups otherwise leave the variance stuck in one of its modes); then ``omega`` (and Laplace-zero's ``b``) is drawn afresh.
 """
 
 from __future__ import annotations
@@ -458,8 +458,9 @@ def chain_records(
             coef = jumper.run(state, coef, rng)
         if any(move is not None for move in (moves, marginal, line_moves, sheared, jumper)):
             state.after_moves()
-        if intercepts is not None:  # (sigma^2, u) and the shift with omega integrated out; omega drawn afresh below
-            coef, _, covs, _ = intercepts(coef, _NO_BLOCKS, covs, aux, X @ coef, rng, step)
+        if intercepts is not None:  # (sigma^2, u), the shift and u with omega integrated out; omega drawn afresh below
+            coef, _, covs, f = intercepts(coef, _NO_BLOCKS, covs, aux, X @ coef, rng, step)
+            intercepts.level_draws(coef, _NO_BLOCKS, covs, f, rng)
         if components:  # Sigma_c | u_c (IG, half-t through its auxiliary variable, or IW)
             covs = draw_components(components, [coef[c.index] for c in components], rng, aux)
         f = X @ coef
