@@ -216,6 +216,9 @@ class DenseRows:
     def _compiled_buffers(self) -> None:
         q = self.D.shape[1]
         self.D = np.ascontiguousarray(self.D)
+        # each row's nonzero columns where the dense part is wide and mostly zero (whole passes only)
+        self.no_rows = np.zeros(0, dtype=np.int64)
+        self.row_ptr, self.row_cols = compiled_rows.sparse_rows(self.D) if not self.fused else (self.no_rows,) * 2
         self.parts = [(np.zeros((q, q)), np.zeros(q)) for _ in range(2)]
         if self.blocked is None:
             self.codes, self.values = np.zeros(0, dtype=np.int64), np.zeros((self.y.size, 0))
@@ -285,7 +288,8 @@ class DenseRows:
         gram, product = self.parts[0]
         levels = self.levels
         hinge = compiled_rows.row_pass(
-            self.D, self.y, self.codes, self.values, theta_d, theta_b, normals, uniforms, MARGIN_FLOOR, 0,
+            self.D, self.row_ptr, self.row_cols, self.y, self.codes, self.values, theta_d, theta_b, normals, uniforms,
+            MARGIN_FLOOR, 0,
             self.omega, gram, product, levels.blocks, levels.cross, levels.rhs,
         )  # fmt: skip
         stats = RowStatistics(0.5 * (gram + gram.T), product, levels=levels if self.blocked is not None else None)
@@ -300,6 +304,8 @@ class DenseRows:
         levels = self.levels
         hinge = compiled_rows.row_pass(
             self.D[rows],
+            self.no_rows,
+            self.no_rows,
             self.y[rows],
             codes,
             self.values[rows],

@@ -20,8 +20,13 @@ def _rows(n, q, K, J, seed):
     return D, y, codes, values, theta_d, theta_b, rng.standard_normal(n), rng.random(n)
 
 
-def _run(kernel, D, y, codes, values, theta_d, theta_b, normals, uniforms, J):
+def _run(kernel, D, y, codes, values, theta_d, theta_b, normals, uniforms, J, sparse=False):
     n, q = D.shape
+    row_ptr, row_cols = (np.zeros(0, dtype=np.int64),) * 2
+    if sparse:
+        indices = [np.flatnonzero(row) for row in D]
+        row_ptr = np.concatenate([[0], np.cumsum([len(i) for i in indices])]).astype(np.int64)
+        row_cols = np.concatenate(indices).astype(np.int64)
     K = values.shape[1]
     out = {
         "omega": np.empty(n),
@@ -32,22 +37,30 @@ def _run(kernel, D, y, codes, values, theta_d, theta_b, normals, uniforms, J):
         "rhs_b": np.full((J, K), 7.0),
     }
     out["hinge"] = kernel(
-        D, y, codes, values, theta_d, theta_b, normals, uniforms, 1e-12, 3, out["omega"], out["gram"],
+        D, row_ptr, row_cols, y, codes, values, theta_d, theta_b, normals, uniforms, 1e-12, 3, out["omega"], out["gram"],
         out["product"], out["blocks"], out["cross"], out["rhs_b"],
     )  # fmt: skip
     return out
 
 
+@pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("K", [0, 1, 2])
-def test_compiled_pass_equals_its_source_and_the_definitions(K):
+def test_compiled_pass_equals_its_source_and_the_definitions(K, sparse):
     """numba's ``row_pass`` returns what its uncompiled source returns, and both equal the definitions: ``f``,
-    the hinge sum, the inverse-Gaussian transform, ``D' W D``, ``D' r`` and the per-level sums."""
+    the hinge sum, the inverse-Gaussian transform, ``D' W D``, ``D' r`` and the per-level sums; over every column,
+    and over each row's nonzero columns (a mostly-zero design, as a crossed factor's indicators make)."""
     n, q, J = 700, 3, 25  # 700 rows: several blocks of BLOCK_ROWS, the last one partial
     D, y, codes, values, theta_d, theta_b, normals, uniforms = _rows(n, q, K, J, seed=K)
+    if sparse:  # a column of ones, two numeric ones and a factor's 40 indicators
+        rng = np.random.default_rng(K)
+        indicators = np.eye(40)[rng.integers(0, 40, n)]
+        D = np.column_stack([np.ones(n), D[:, :2], indicators])
+        theta_d = rng.standard_normal(D.shape[1]) * 0.5
     if K == 0:
         codes = np.zeros(0, dtype=np.int64)
-    compiled = _run(compiled_rows.row_pass, D, y, codes, values, theta_d, theta_b, normals, uniforms, J)
-    source = _run(compiled_rows._row_pass, D, y, codes, values, theta_d, theta_b, normals, uniforms, J)
+    compiled = _run(compiled_rows.row_pass, D, y, codes, values, theta_d, theta_b, normals, uniforms, J, sparse)
+    source = _run(compiled_rows._row_pass, D, y, codes, values, theta_d, theta_b, normals, uniforms, J, sparse)
+    q = D.shape[1]
     for name in compiled:
         np.testing.assert_allclose(compiled[name], source[name], rtol=1e-13, atol=1e-13, err_msg=name)
     f = D @ theta_d + (np.einsum("ik,ik->i", values, theta_b[codes]) if K else 0.0)
@@ -147,3 +160,15 @@ def test_compiled_predictor_equals_its_source_and_the_definition(K):
         f = np.full(n, 7.0)
         kernel(D, codes, values, theta_d, theta_b, f)
         np.testing.assert_allclose(f, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_sparse_rows_only_for_wide_mostly_zero_parts():
+    """Each row's nonzero columns are listed where the dense part is wide and mostly zero, and match the rows."""
+    rng = np.random.default_rng(3)
+    wide = np.column_stack([np.ones(500), rng.standard_normal(500), np.eye(60)[rng.integers(0, 60, 500)]])
+    row_ptr, row_cols = compiled_rows.sparse_rows(wide)
+    assert row_ptr.size == 501
+    for i in (0, 17, 499):
+        np.testing.assert_array_equal(row_cols[row_ptr[i] : row_ptr[i + 1]], np.flatnonzero(wide[i]))
+    for dense in (rng.standard_normal((500, 62)), wide[:, :20]):  # dense, or too narrow to gain
+        assert [a.size for a in compiled_rows.sparse_rows(dense)] == [0, 0]
