@@ -417,16 +417,22 @@ else:  # never called: callers check available()
     intercept_rescale = None
 
 
-def _predictor(D, codes, values, theta_d, theta_b, f):
+def _predictor(D, row_ptr, row_cols, codes, values, theta_d, theta_b, f):
     """``f_i = d_i' theta_d + z_i' theta_b[code_i]`` for every row into ``f`` (``codes`` of size 0: no blocked factor),
-    as :meth:`bayesvm.engines.linear.gibbs.DenseRows.predictor` computes it with numpy."""
+    as :meth:`bayesvm.engines.linear.gibbs.DenseRows.predictor` computes it with numpy; over each row's nonzero
+    columns where ``row_ptr`` has ``n + 1`` entries (:func:`sparse_rows`)."""
     n, q = D.shape
     K = values.shape[1]
     has_levels = codes.size == n and n > 0
+    sparse = row_ptr.size == n + 1
     for i in range(n):
         total = 0.0
-        for a in range(q):
-            total += D[i, a] * theta_d[a]
+        if sparse:
+            for t in range(row_ptr[i], row_ptr[i + 1]):
+                total += D[i, row_cols[t]] * theta_d[row_cols[t]]
+        else:
+            for a in range(q):
+                total += D[i, a] * theta_d[a]
         if has_levels:
             for k in range(K):
                 total += values[i, k] * theta_b[codes[i], k]

@@ -235,7 +235,7 @@ class DenseRows:
         every row is compiled."""
         if self.compiled and not self.fused and rows == slice(None):
             f = np.empty(self.y.size)
-            compiled_rows.predictor(self.D, self.codes, self.values, theta_d, theta_b, f)
+            compiled_rows.predictor(self.D, self.row_ptr, self.row_cols, self.codes, self.values, theta_d, theta_b, f)
             return f
         f = self.D[rows] @ theta_d
         if self.blocked is not None:

@@ -149,16 +149,23 @@ def test_compiled_slice_step_equals_the_numpy_path_on_the_same_random_numbers(lo
         assert source == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("K", [0, 1, 2])
-def test_compiled_predictor_equals_its_source_and_the_definition(K):
+def test_compiled_predictor_equals_its_source_and_the_definition(K, sparse):
     n, q, J = 300, 3, 12
     D, y, codes, values, theta_d, theta_b, _, _ = _rows(n, q, K, J, seed=K)
+    row_ptr = row_cols = np.zeros(0, dtype=np.int64)
+    if sparse:  # a factor's 40 indicators beside the columns, each row's nonzero columns listed
+        D = np.column_stack([D, np.eye(40)[np.random.default_rng(K).integers(0, 40, n)]])
+        theta_d = np.random.default_rng(K).standard_normal(D.shape[1])
+        row_ptr, row_cols = compiled_rows.sparse_rows(D)
+        assert row_ptr.size == n + 1
     if K == 0:
         codes = np.zeros(0, dtype=np.int64)
     expected = D @ theta_d + (np.einsum("ik,ik->i", values, theta_b[codes]) if K else 0.0)
     for kernel in (compiled_rows.predictor, compiled_rows._predictor):
         f = np.full(n, 7.0)
-        kernel(D, codes, values, theta_d, theta_b, f)
+        kernel(D, row_ptr, row_cols, codes, values, theta_d, theta_b, f)
         np.testing.assert_allclose(f, expected, rtol=1e-12, atol=1e-12)
 
 
