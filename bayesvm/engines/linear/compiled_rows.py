@@ -52,6 +52,19 @@ def inverse_gaussian_scalar(mean: float, normal: float, uniform: float) -> float
     return x
 
 
+def _row_product(D, i, row_ptr, row_cols, sparse, theta_d):
+    """``d_i' theta_d``: over row ``i``'s listed nonzero columns where ``sparse`` (:func:`sparse_rows`), else over
+    every column."""
+    total = 0.0
+    if sparse:
+        for t in range(row_ptr[i], row_ptr[i + 1]):
+            total += D[i, row_cols[t]] * theta_d[row_cols[t]]
+    else:
+        for a in range(D.shape[1]):
+            total += D[i, a] * theta_d[a]
+    return total
+
+
 def _row_pass(
     D, row_ptr, row_cols, y, codes, values, theta_d, theta_b, normals, uniforms, floor, level0, omega, gram, product,
     blocks, cross, rhs_b,
@@ -81,13 +94,7 @@ def _row_pass(
     for start in range(0, n, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, n)
         for i in range(start, stop):
-            f = 0.0
-            if sparse:
-                for t in range(row_ptr[i], row_ptr[i + 1]):
-                    f += D[i, row_cols[t]] * theta_d[row_cols[t]]
-            else:
-                for a in range(q):
-                    f += D[i, a] * theta_d[a]
+            f = _row_product(D, i, row_ptr, row_cols, sparse, theta_d)
             level = 0
             if has_levels:
                 level = codes[i]
@@ -167,6 +174,7 @@ def compile_nogil(func, inline: bool = False):
 
 if numba is not None:
     inverse_gaussian_scalar = compile_nogil(inverse_gaussian_scalar)
+    _row_product = compile_nogil(_row_product, inline=True)
     row_pass = compile_nogil(_row_pass)
 else:  # never called: callers check available()
     row_pass = None
@@ -426,13 +434,7 @@ def _predictor(D, row_ptr, row_cols, codes, values, theta_d, theta_b, f):
     has_levels = codes.size == n and n > 0
     sparse = row_ptr.size == n + 1
     for i in range(n):
-        total = 0.0
-        if sparse:
-            for t in range(row_ptr[i], row_ptr[i + 1]):
-                total += D[i, row_cols[t]] * theta_d[row_cols[t]]
-        else:
-            for a in range(q):
-                total += D[i, a] * theta_d[a]
+        total = _row_product(D, i, row_ptr, row_cols, sparse, theta_d)
         if has_levels:
             for k in range(K):
                 total += values[i, k] * theta_b[codes[i], k]
