@@ -210,6 +210,8 @@ class BSVMFit(Fit):
             p_positive = (coef > 0).astype(float)
             mean_if = np.where(coef != 0, coef * to_original, np.nan)
         names = [self.model.design.x_names[j] for j in sel]
+        # probabilities averaged over nodes, draws or chains stay in [0, 1] (rounding gave 1 + 2e-16; NaN stays)
+        p_include, p_positive = np.clip(p_include, 0.0, 1.0), np.clip(p_positive, 0.0, 1.0)
         return pd.DataFrame(
             {"p_include": p_include, "p_positive": p_positive, "mean_if_included": mean_if},
             index=pd.Index(names, name="coefficient"),

@@ -244,3 +244,13 @@ def test_floored_ep_sites_are_named_in_a_warning_and_the_summary(monkeypatch):
         warnings.simplefilter("error", ConvergenceWarning)  # the same fit without the refusal: no warning
         fit = bayesvm.bsvm("y ~ x", frame, prior=SpikeSlab(pi=0.3, nu=1.5), vb="accurate")
     assert fit.result.slopes.floored_weight.max() == 0.0 and "EP sites" not in str(fit.summary())
+
+
+def test_inclusion_probabilities_stay_in_the_unit_interval(vb_fit, monkeypatch):
+    """Averages of probabilities over nodes or draws can round to ``1 + 2e-16`` (found by the property test on a
+    15-row Laplace-zero fit): the table keeps them in [0, 1]."""
+    size = np.size(vb_fit.result.p_include)
+    monkeypatch.setattr(type(vb_fit.result), "p_include", property(lambda self: np.full(size, 1.0 + 4e-16)))
+    table = vb_fit.inclusion
+    assert table["p_include"].between(0, 1).all() and table["p_positive"].between(0, 1).all()
+    assert table["p_include"].max() == 1.0

@@ -481,10 +481,11 @@ def chain_draws(
     agree).  ``tick()`` is called once per iteration (a progress bar).
 
     Each iteration: ``theta | w, Sigma`` (Luts & Ormerod 2014, App. A, step 1); with ``interweave``, with ``w``
-    integrated out, the random intercepts' effects given the rest (on levels of few rows), one rescaling move of ``(theta, Sigma)`` per coordinate of every random-effect term, one global
-    rescaling and one update of each fixed-effect coefficient given the rest (:mod:`bayesvm.engines.linear.interweave`;
-    False gives the paper's sampler, kept for comparison) and then each random intercept's variance with its random
-    effects integrated out, and they given it (:mod:`bayesvm.engines.linear.collapsed_variance`); ``w | theta``
+    integrated out, the random intercepts' effects given the rest (on levels of few rows; collapsed_variance), one
+    rescaling move of ``(theta, Sigma)`` per coordinate of every random-effect term, one global rescaling and one
+    update of each fixed-effect coefficient given the rest (:mod:`bayesvm.engines.linear.interweave`; False gives the
+    paper's sampler, kept for comparison) and then each random intercept's variance with its random effects
+    integrated out, and they given it (:mod:`bayesvm.engines.linear.collapsed_variance`); ``w | theta``
     (step 2); ``Sigma | theta`` (step 3).
     """
     rng = np.random.default_rng(seed)

@@ -463,7 +463,9 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float) -> IntegratedResu
 def _result(problem, hyper, states, nodes, weights, logp, sweeps, start, grid, converged) -> IntegratedResult:
     n = problem.X.shape[0]
     tilted = [st.tilted for st in states]
-    p_include = sum(w * t.p_include for w, t in zip(weights, tilted))
+    # averages of probabilities over weights summing to 1: kept in [0, 1] against rounding (1 + 2e-16 was reported)
+    p_include = np.clip(sum(w * t.p_include for w, t in zip(weights, tilted)), 0.0, 1.0)
+    p_positive = np.clip(sum(w * t.p_positive for w, t in zip(weights, tilted)), 0.0, 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_if = sum(w * t.p_include * t.mean_if_included for w, t in zip(weights, tilted)) / p_include
     scale = node_scale = None
@@ -474,7 +476,7 @@ def _result(problem, hyper, states, nodes, weights, logp, sweeps, start, grid, c
         prior=problem.prior,
         selected=problem.selected,
         p_include=p_include,
-        p_positive=sum(w * t.p_positive for w, t in zip(weights, tilted)),
+        p_positive=p_positive,
         mean_if_included=mean_if,
         tilted=tilted,
         scale=scale,

@@ -39,7 +39,8 @@ take over its signal when it leaves slide with it, by the shift learned from the
 chain out of a far worse model that no one- or two-slope move can leave: every slope out, on Contraception); then the
 collapsed variance step, the location shift and the exact level draws of each random-effect term
 (:mod:`bayesvm.engines.linear.collapsed_variance`, as the linear sampler's default, which draws the levels first:
-mostly one-row groups otherwise leave the variance stuck in one of its modes); then ``omega`` (and Laplace-zero's ``b``) is drawn afresh.
+mostly one-row groups otherwise leave the variance stuck in one of its modes); then ``omega`` (and Laplace-zero's
+``b``) is drawn afresh.
 """
 
 from __future__ import annotations
