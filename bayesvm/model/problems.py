@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from ..kernels import Kernel
 from ..linalg.dense import BlockedFactor, weighted_gram
 from ..linalg.probes import MAX_DENSE_BLOCK
+from ..linalg.row_pattern import RowPattern, row_pattern
 from ..linalg.schur import EliminationLayout, elimination_layout
 from ..priors import LaplaceZero, Lasso, SpikeSlab
 
@@ -102,6 +103,18 @@ class VBProblem:
     @property
     def is_sparse(self) -> bool:
         return sp.issparse(self.D)
+
+    @cached_property
+    def row_pattern(self) -> RowPattern | None:
+        """Dense path: each row's and each blocked level's nonzero columns where the dense part is wide and mostly
+        zero (a second factor's indicators), for the sums of :func:`bayesvm.linalg.dense.gaussian_posterior`; else
+        None (:mod:`bayesvm.linalg.row_pattern`)."""
+        if self.is_sparse:
+            return None
+        blocked = self.blocked
+        return row_pattern(
+            self.D, None if blocked is None else blocked.codes, 0 if blocked is None else blocked.n_levels
+        )
 
     @cached_property
     def elimination(self) -> EliminationLayout | None:

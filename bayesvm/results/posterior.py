@@ -19,6 +19,7 @@ from ..engines.linear.ep import IntegratedResult
 from ..engines.linear.gibbs import GibbsResult
 from ..engines.linear.vb import VBResult
 from ..engines.selection.vb import SelectionVBResult
+from ..linalg.row_pattern import RowPattern, row_pattern
 from .new_levels import ComponentLaw, discrete_law
 from .prediction import gaussian_average_probability, pseudo_probability
 
@@ -228,14 +229,23 @@ class MixturePosterior:
         """The hyperparameter nodes' values of component ``c`` with their weights."""
         return discrete_law(self.result.covariances[c], self.result.weights)
 
+    def _pattern(self, D, codes) -> RowPattern | None:
+        """The rows' and levels' nonzero columns of ``D`` (one pattern for every node's predictor), or None."""
+        n_levels = self.result.thetas[0].mean_b.shape[0] if codes is not None else 0
+        return row_pattern(D, codes, n_levels)
+
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
-        parts = [(w, *th.predictor(D, codes, values)) for w, th in self._pairs()]
+        pattern = self._pattern(D, codes)
+        parts = [(w, *th.predictor(D, codes, values, pattern)) for w, th in self._pairs()]
         mean = sum(w * m for w, m, _ in parts)
         second = sum(w * (v + m**2) for w, m, v in parts)
         return mean, second - mean**2
 
     def probability(self, D, codes, values) -> np.ndarray:
-        mixture = sum(w * gaussian_average_probability(*th.predictor(D, codes, values)) for w, th in self._pairs())
+        pattern = self._pattern(D, codes)
+        mixture = sum(
+            w * gaussian_average_probability(*th.predictor(D, codes, values, pattern)) for w, th in self._pairs()
+        )
         return np.clip(mixture, 0.0, 1.0)  # the weights sum to 1 up to rounding
 
     def draws(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:

@@ -15,27 +15,23 @@ numba is optional: without it (or with ``BAYESVM_NUMBA=0`` in the environment) t
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-try:
-    import numba
-except ImportError:  # the numpy path serves
-    numba = None
-
-#: Environment variable that turns the compiled path off when set to ``0``.
-ENVIRONMENT_SWITCH = "BAYESVM_NUMBA"
+from ...linalg.compiled import (  # noqa: F401  (the compiled plumbing, re-exported for the engines)
+    ENVIRONMENT_SWITCH,
+    SPARSE_ROWS_DENSITY,
+    SPARSE_ROWS_FROM_COLUMNS,
+    available,
+    compile_nogil,
+    numba,
+    sparse_rows,
+)
+from ...linalg.row_pattern import add_level_row, add_row_pairs
 
 #: Rows per block of the Gram product inside the pass: the block's weighted copy stays in cache and
 #: ``D_block' (w D_block)`` is one BLAS call (the whole pass over 500,000 x 10 rows measured 36-43 ms this
 #: way against 52 ms with per-row rank-one updates; 128 to 4096 rows per block were within noise of 256).
 BLOCK_ROWS = 256
-
-
-def available() -> bool:
-    """Whether the compiled row pass can run (numba importable and not switched off)."""
-    return numba is not None and os.environ.get(ENVIRONMENT_SWITCH, "1") != "0"
 
 
 def inverse_gaussian_scalar(mean: float, normal: float, uniform: float) -> float:
@@ -109,67 +105,18 @@ def _row_pass(
             r = y[i] * (1.0 + w)
             rhs[i - start] = r
             if sparse:
-                for t in range(row_ptr[i], row_ptr[i + 1]):
-                    a = row_cols[t]
-                    product[a] += r * D[i, a]
-                    wa = w * D[i, a]
-                    for t2 in range(row_ptr[i], row_ptr[i + 1]):
-                        gram[a, row_cols[t2]] += wa * D[i, row_cols[t2]]
+                add_row_pairs(D, i, row_ptr, row_cols, w, r, gram, product)
             else:
                 for a in range(q):
                     weighted[i - start, a] = D[i, a] * w
             if has_levels:
-                local = level - level0
-                for k in range(K):
-                    z = values[i, k]
-                    wz = z * w
-                    rhs_b[local, k] += z * r
-                    for k2 in range(K):
-                        blocks[local, k, k2] += wz * values[i, k2]
-                    if sparse:
-                        for t in range(row_ptr[i], row_ptr[i + 1]):
-                            cross[local, k, row_cols[t]] += wz * D[i, row_cols[t]]
-                    else:
-                        for a in range(q):
-                            cross[local, k, a] += wz * D[i, a]
+                add_level_row(D, i, row_ptr, row_cols, sparse, values, level - level0, w, r, blocks, cross, rhs_b)
         if not sparse:
             size = stop - start
             rows = D[start:stop]
             gram += np.dot(rows.T, weighted[:size])
             product += np.dot(rhs[:size], rows)
     return hinge
-
-
-#: :func:`sparse_rows` lists the nonzero columns of a dense part of at least this many columns when at most
-#: :data:`SPARSE_ROWS_DENSITY` of its entries are nonzero (below, BLAS over every column is as fast).
-SPARSE_ROWS_FROM_COLUMNS = 32
-SPARSE_ROWS_DENSITY = 0.25
-
-
-def sparse_rows(D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(row_ptr, row_cols)``: each row's nonzero columns (CSR's ``indptr`` and ``indices``) for :func:`_row_pass`
-    where the dense part is wide and mostly zero (:data:`SPARSE_ROWS_FROM_COLUMNS`, :data:`SPARSE_ROWS_DENSITY`),
-    else two empty arrays (every column is visited)."""
-    n, q = D.shape
-    empty = np.zeros(0, dtype=np.int64)
-    if q < SPARSE_ROWS_FROM_COLUMNS or np.count_nonzero(D) > SPARSE_ROWS_DENSITY * n * q:
-        return empty, empty
-    import scipy.sparse as sp
-
-    rows = sp.csr_matrix(D)
-    return rows.indptr.astype(np.int64), rows.indices.astype(np.int64)
-
-
-def compile_nogil(func, inline: bool = False):
-    """``numba.njit(nogil=True)`` with the compiled code cached on disk; where numba finds no writable cache
-    location it refuses ``cache=True`` at decoration time, and the function is then compiled on first use in
-    each process instead of breaking ``import bayesvm``.  ``inline``: compiled into each compiled caller (a small
-    helper called per level or per row, whose call would cost more than its body)."""
-    options = {"nogil": True, "inline": "always"} if inline else {"nogil": True}
-    try:
-        return numba.njit(cache=True, **options)(func)
-    except RuntimeError:
-        return numba.njit(**options)(func)
 
 
 if numba is not None:

@@ -220,9 +220,11 @@ def _posterior_solver(problem: VBProblem, precisions: list[np.ndarray]):
     values = None if blocked is None else blocked.values
     prior_dd, prior_b = _prior_precisions(problem, precisions)
 
+    pattern = problem.row_pattern  # (None unless the dense part is wide and mostly zero)
+
     def solve(tau, nu):
-        theta = gaussian_posterior(D, tau, nu, prior_dd, blocked, prior_b)
-        return theta, theta.predictor(D, codes, values)
+        theta = gaussian_posterior(D, tau, nu, prior_dd, blocked, prior_b, pattern)
+        return theta, theta.predictor(D, codes, values, pattern)
 
     return solve
 

@@ -256,6 +256,7 @@ class _Sweeper:
         self.problem = problem
         self.order, sorted_problem = sorted_by_level(problem)
         self.y, self.D, self.blocked = sorted_problem.y, sorted_problem.D, sorted_problem.blocked
+        self.pattern = sorted_problem.row_pattern  # (None unless the dense part is wide and mostly zero)
 
     def initial_state(self) -> tuple[np.ndarray, list[ComponentPosterior]]:
         """``E[1/a] = 1`` and every expected precision ``I``."""
@@ -271,10 +272,10 @@ class _Sweeper:
             mean_f, var_f = theta.predictor(D, training=True)
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions)
-            theta = gaussian_posterior(D, w, y * (1.0 + w), prior_dd, blocked, prior_b)
+            theta = gaussian_posterior(D, w, y * (1.0 + w), prior_dd, blocked, prior_b, self.pattern)
             codes = None if blocked is None else blocked.codes
             values = None if blocked is None else blocked.values
-            mean_f, var_f = theta.predictor(D, codes, values)
+            mean_f, var_f = theta.predictor(D, codes, values, self.pattern)
         expected_sq = (1.0 - y * mean_f) ** 2 + var_f
         chi = update_chi(expected_sq)
         # (3) variance components: Alg. 2 step 4

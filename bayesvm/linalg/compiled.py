@@ -1,0 +1,55 @@
+"""numba, where it is installed (``pip install "bayesvm[fast]"``): whether compiled code may run, how it is compiled,
+and the row layout its sparse variants visit.
+
+numba is optional: without it (or with ``BAYESVM_NUMBA=0`` in the environment) every caller takes its numpy path.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:
+    import numba
+except ImportError:  # the numpy paths serve
+    numba = None
+
+#: Environment variable that turns the compiled paths off when set to ``0``.
+ENVIRONMENT_SWITCH = "BAYESVM_NUMBA"
+
+#: :func:`sparse_rows` lists the nonzero columns of a dense part of at least this many columns when at most
+#: :data:`SPARSE_ROWS_DENSITY` of its entries are nonzero (below, BLAS over every column is as fast).
+SPARSE_ROWS_FROM_COLUMNS = 32
+SPARSE_ROWS_DENSITY = 0.25
+
+
+def available() -> bool:
+    """Whether compiled code can run (numba importable and not switched off)."""
+    return numba is not None and os.environ.get(ENVIRONMENT_SWITCH, "1") != "0"
+
+
+def compile_nogil(func, inline: bool = False):
+    """``numba.njit(nogil=True)`` with the compiled code cached on disk; where numba finds no writable cache
+    location it refuses ``cache=True`` at decoration time, and the function is then compiled on first use in
+    each process instead of breaking ``import bayesvm``.  ``inline``: compiled into each compiled caller (a small
+    helper called per level or per row, whose call would cost more than its body)."""
+    options = {"nogil": True, "inline": "always"} if inline else {"nogil": True}
+    try:
+        return numba.njit(cache=True, **options)(func)
+    except RuntimeError:
+        return numba.njit(**options)(func)
+
+
+def sparse_rows(D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(row_ptr, row_cols)``: each row's nonzero columns (CSR's ``indptr`` and ``indices``) where the dense part is
+    wide and mostly zero (:data:`SPARSE_ROWS_FROM_COLUMNS`, :data:`SPARSE_ROWS_DENSITY`; a crossed or nested factor's
+    indicators beside the fixed effects), else two empty arrays (every column is visited)."""
+    n, q = D.shape
+    empty = np.zeros(0, dtype=np.int64)
+    if q < SPARSE_ROWS_FROM_COLUMNS or np.count_nonzero(D) > SPARSE_ROWS_DENSITY * n * q:
+        return empty, empty
+    import scipy.sparse as sp
+
+    rows = sp.csr_matrix(D)
+    return rows.indptr.astype(np.int64), rows.indices.astype(np.int64)
