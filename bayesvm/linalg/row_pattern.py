@@ -44,10 +44,17 @@ class RowPattern:
     width: int
 
 
-def row_pattern(D, codes: np.ndarray | None, n_levels: int = 0) -> RowPattern | None:
+def row_pattern(
+    D, codes: np.ndarray | None, n_levels: int = 0, level_support: np.ndarray | None = None
+) -> RowPattern | None:
     """The :class:`RowPattern` of a dense part ``D`` with level ``codes`` (``-1``: no level; None: no blocked factor)
     where it is wide and mostly zero (:func:`bayesvm.linalg.compiled.sparse_rows`, :data:`LEVEL_PAIRS_SHARE`) and
-    numba can run, else None."""
+    numba can run, else None.
+
+    ``level_support`` (``(n_levels, q)``, boolean): columns each level's pattern must hold besides its rows' own.  A
+    fitted posterior's gains ``G_j`` are nonzero on the union of its *training* rows' columns; rows of new data can
+    miss some of them (a dummy that is 0 in this row and 1 in another of the level), and the predictive variance
+    needs every column of ``r_i = d_i - G_j' z_i``, so a pattern for new rows takes the gains' support here."""
     if sp.issparse(D) or not available():
         return None
     row_ptr, row_cols = sparse_rows(D)
@@ -62,6 +69,8 @@ def row_pattern(D, codes: np.ndarray | None, n_levels: int = 0) -> RowPattern | 
     membership = sp.csr_matrix((np.ones(seen.size), (codes[seen], seen)), shape=(n_levels, n))
     present = sp.csr_matrix((np.ones(row_cols.size), row_cols, row_ptr), shape=(n, q))
     levels = sp.csr_matrix(membership @ present)
+    if level_support is not None:
+        levels = sp.csr_matrix(levels + sp.csr_matrix(level_support, dtype=float))
     levels.sort_indices()
     widths = np.diff(levels.indptr)
     if float(np.sum(widths.astype(float) ** 2)) > LEVEL_PAIRS_SHARE * n_levels * float(q) ** 2:

@@ -19,6 +19,7 @@ from ..engines.linear.ep import IntegratedResult
 from ..engines.linear.gibbs import GibbsResult
 from ..engines.linear.vb import VBResult
 from ..engines.selection.vb import SelectionVBResult
+from ..linalg import compiled
 from ..linalg.row_pattern import RowPattern, row_pattern
 from .new_levels import ComponentLaw, discrete_law
 from .prediction import gaussian_average_probability, pseudo_probability
@@ -230,9 +231,18 @@ class MixturePosterior:
         return discrete_law(self.result.covariances[c], self.result.weights)
 
     def _pattern(self, D, codes) -> RowPattern | None:
-        """The rows' and levels' nonzero columns of ``D`` (one pattern for every node's predictor), or None."""
-        n_levels = self.result.thetas[0].mean_b.shape[0] if codes is not None else 0
-        return row_pattern(D, codes, n_levels)
+        """The rows' and levels' nonzero columns of ``D`` (one pattern for every node's predictor), each level's
+        holding its gains' support in every node (rows of new data need not touch every column the training rows
+        did: :func:`bayesvm.linalg.row_pattern.row_pattern`), or None."""
+        thetas = self.result.thetas
+        if sp.issparse(D) or not compiled.available():
+            return None
+        if codes is None or not thetas[0].mean_b.size:
+            return row_pattern(D, None)
+        support = np.zeros((thetas[0].gain.shape[0], thetas[0].gain.shape[2]), dtype=bool)
+        for theta in thetas:
+            support |= np.any(theta.gain != 0.0, axis=1)
+        return row_pattern(D, codes, support.shape[0], support)
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
         pattern = self._pattern(D, codes)

@@ -105,3 +105,25 @@ def test_pattern_only_where_it_pays(case):
         D[np.arange(D.shape[0]), 1 + item] = 1.0
         J = subjects
     assert row_pattern.row_pattern(D, codes.astype(np.int64), J) is None
+
+
+def test_new_rows_need_the_gains_support():
+    """A fitted posterior's gains cover its training rows' columns; new rows of the same level can miss some (a dummy
+    that is 0 in them).  With the gains' support added the predictive variance equals the dense one; without it a
+    term of ``r_i = d_i - G_j' z_i`` would be dropped."""
+    rng = np.random.default_rng(1)
+    D, blocked = _nested_design(rng)
+    n, q = D.shape
+    w = rng.gamma(2.0, 1.0, n)
+    posterior = gaussian_posterior(D, w, rng.choice([-1.0, 1.0], n) * (1.0 + w), np.eye(q), blocked, np.eye(1))
+    new = D[:50].copy()
+    new[:, 4] = 0.0
+    codes, values = blocked.codes[:50], blocked.values[:50]
+    support = np.any(posterior.gain != 0.0, axis=1)
+    pattern = row_pattern.row_pattern(new, codes, blocked.n_levels, support)
+    mean, var = posterior.predictor(new, codes, values)
+    pattern_mean, pattern_var = posterior.predictor(new, codes, values, pattern)
+    np.testing.assert_allclose(pattern_mean, mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(pattern_var, var, rtol=1e-9, atol=1e-12)
+    rows_only = row_pattern.row_pattern(new, codes, blocked.n_levels)
+    assert np.max(np.abs(posterior.predictor(new, codes, values, rows_only)[1] - var)) > 1e-4

@@ -1,0 +1,42 @@
+"""The accurate fit's mixture posterior predicts with the rows' and levels' nonzero columns
+(bayesvm.linalg.row_pattern) exactly as over every column, on training rows and on new ones."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.linalg import compiled
+from bayesvm.results import posterior
+
+
+@pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch):
+    rng = np.random.default_rng(4)
+    n, sites, people = 360, 40, 120
+    person = rng.integers(0, people, n)
+    site_of = rng.integers(0, sites, people)
+    x = rng.standard_normal(n)
+    group = rng.integers(0, 3, n)
+    eta = 0.7 * x + 0.5 * (group == 1) + rng.normal(0, 1, people)[person] + rng.normal(0, 0.7, sites)[site_of[person]]
+    data = pd.DataFrame({
+        "y": (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int), "x": x, "g": np.array(["a", "b", "c"])[group],
+        "site": "s" + pd.Series(site_of[person]).astype(str), "person": "p" + pd.Series(person).astype(str),
+    })  # fmt: skip
+    fit = bayesvm.bsvm("y ~ x + g + (1 | site) + (1 | person)", data, seed=0, vb="accurate", penalty=1.0)
+    assert fit.result.__class__.__name__ == "IntegratedResult"
+    # the same people in another site: their rows miss the column of the site their training rows touched
+    new = data.iloc[:60].assign(
+        site=lambda frame: frame["site"].map(
+            dict(zip(sorted(set(data["site"])), sorted(set(data["site"]))[1:] + ["s0"]))
+        )
+    )
+    patterns = []
+    original = posterior.row_pattern
+    monkeypatch.setattr(posterior, "row_pattern", lambda *args: patterns.append(original(*args)) or patterns[-1])
+    with_pattern = [fit.predict_interval(frame) for frame in (data, new)]
+    assert patterns and all(p is not None and p.level_ptr.size for p in patterns)  # (the sums ran over patterns)
+    monkeypatch.setattr(posterior, "row_pattern", lambda *args: None)
+    dense = [fit.predict_interval(frame) for frame in (data, new)]
+    for left, right in zip(with_pattern, dense):
+        np.testing.assert_allclose(left.to_numpy(), right.to_numpy(), rtol=1e-9, atol=1e-12)
