@@ -42,6 +42,11 @@ BENCHMARKS = {
         False,
     ),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
+    "nested": (
+        ["benchmarks.nested", "--dense"],
+        "two nested random intercepts: the sums over nonzero columns against every column",
+        False,
+    ),
     "kernel": (["benchmarks.kernel"], "kernel fits against Wenzel et al. (2017) and scikit-learn", False),
     "pcvm": (["benchmarks.pcvm"], "PCVM against SVC and the paper's tables", False),
 }

@@ -76,3 +76,12 @@ def test_results_file_keeps_each_benchmark_output(tmp_path, monkeypatch):
     text = (tmp_path / "RESULTS.md").read_text()
     assert "## import_time: import time" in text and "`python -m benchmarks.import_time --repeats 1`: run" in text
     assert "import bayesvm" in text and "goal: import bayesvm under 0.6 s" in text
+
+
+def test_nested_benchmark_solve_times():
+    from benchmarks.nested import _solve_times, simulated
+
+    data = simulated(children=300, mothers=200, communities=40)
+    assert data["mother"].nunique() == 200 and data["community"].nunique() <= 40
+    pattern_ms, dense_ms, width = _solve_times(data)
+    assert width > 32 and pattern_ms > 0 and dense_ms > 0
