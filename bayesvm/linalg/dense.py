@@ -518,8 +518,7 @@ def _eliminate(
         mean_b_part = np.einsum("jkl,jl->jk", block_inv, rhs_b)
         if pattern is None:
             schur = schur - cross.reshape(J * K, q).T @ gain.reshape(J * K, q)
-        else:  # the same sums over each level's pairs of columns (zero elsewhere)
-            schur = np.array(schur, copy=True)
+        else:  # the same sums over each level's pairs of columns (zero elsewhere), into schur (a new array)
             pattern_schur(cross, gain, pattern.level_ptr, pattern.level_cols, schur)
         rhs = rhs - gain.reshape(J * K, q).T @ rhs_b.ravel()
     with small_lapack(q):
