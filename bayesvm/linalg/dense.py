@@ -35,7 +35,8 @@ import scipy.sparse as sp
 from scipy.linalg import lapack
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
-from .row_pattern import RowPattern, pattern_level_covariances, pattern_predictor, pattern_schur, pattern_sums
+from .level_gains import DenseGains, PatternGains, level_gains
+from .row_pattern import RowPattern, pattern_predictor, pattern_schur, pattern_sums
 
 #: Below this many dense columns the engines run BLAS single-threaded: the per-sweep products
 #: are too small for threads to pay off, and on small machines the thread hand-offs dominate
@@ -172,7 +173,9 @@ class GaussianPosterior:
     mean_b, cov_b
         ``(J, K)`` means and ``(J, K, K)`` marginal covariances of the blocked effects.
     gain
-        ``G = P_bb^{-1} P_bd`` as ``(J, K, q)``.
+        ``G = P_bb^{-1} P_bd``: a dense ``(J, K, q)`` array, or over each level's columns
+        (:class:`bayesvm.linalg.level_gains.PatternGains`) where the dense part is wide and mostly zero; read it
+        through :attr:`gains`.
     block_inv
         ``P_l^{-1}``, ``(J, K, K)``.
     logdet_precision
@@ -183,9 +186,14 @@ class GaussianPosterior:
     cov_d: np.ndarray
     mean_b: np.ndarray
     cov_b: np.ndarray
-    gain: np.ndarray
+    gain: np.ndarray | PatternGains
     block_inv: np.ndarray
     logdet_precision: float
+
+    @property
+    def gains(self) -> PatternGains | DenseGains:
+        """The gains ``G`` (:mod:`bayesvm.linalg.level_gains`), whichever way they are stored."""
+        return level_gains(self.gain)
 
     @property
     def dim(self) -> int:
@@ -220,7 +228,7 @@ class GaussianPosterior:
         seen = codes >= 0
         z = np.where(seen[:, None], values, 0.0)
         idx = np.where(seen, codes, 0)
-        gain, mean_b = np.take(self.gain, idx, axis=0), np.take(self.mean_b, idx, axis=0)
+        gain, mean_b = self.gains.take(idx), np.take(self.mean_b, idx, axis=0)
         block_inv = np.take(self.block_inv, idx, axis=0)
         resid = D.copy()
         for k in range(z.shape[1]):  # K is the handful of terms per level
@@ -236,11 +244,11 @@ class GaussianPosterior:
         mean, var = np.empty(n), np.empty(n)
         none = np.zeros(0, dtype=np.int64)
         has_levels = codes is not None and self.mean_b.size > 0
-        gain = self.gain if has_levels else np.zeros((0, 1, D.shape[1]))
+        gains = self.gains.aligned(pattern) if has_levels else np.zeros((0, 1))
         pattern_predictor(
             D, pattern.row_ptr, pattern.row_cols, codes if has_levels else none,
             values if has_levels else np.zeros((n, 1)), pattern.level_ptr, pattern.level_cols, self.mean_d,
-            self.cov_d, self.mean_b if has_levels else np.zeros((0, 1)), gain,
+            self.cov_d, self.mean_b if has_levels else np.zeros((0, 1)), gains,
             self.block_inv if has_levels else np.zeros((0, 1, 1)), mean, var, np.empty(max(pattern.width, 1)),
         )  # fmt: skip
         return mean, var
@@ -274,7 +282,7 @@ class GaussianPosterior:
         half = sla.solve_triangular(chol, dev_d.T, lower=True)  # (q, S)
         out = -0.5 * np.sum(half**2, axis=0) - np.sum(np.log(np.diag(chol))) - 0.5 * dev_d.shape[1] * np.log(2 * np.pi)
         if self.mean_b.size:
-            cond = theta_b - (self.mean_b - np.einsum("jkq,sq->sjk", self.gain, dev_d))
+            cond = theta_b - (self.mean_b - self.gains.times(dev_d))
             chol_b = np.linalg.cholesky(self.block_inv)  # (J, K, K)
             if chol_b.shape[1] == 1:  # one coefficient per level: the triangular solve is a division
                 z = cond / chol_b[None, :, :, 0]
@@ -296,9 +304,8 @@ class GaussianPosterior:
         cov_d = matrix @ self.cov_d @ matrix.T
         mean_b, cov_b = self.mean_b, self.cov_b
         if self.mean_b.size:
-            J, K, q = self.gain.shape
-            mean_b = self.mean_b - (self.gain.reshape(J * K, q) @ (mean_d - self.mean_d)).reshape(J, K)
-            cov_b = level_covariances(self.gain, cov_d, self.block_inv)
+            mean_b = self.mean_b - self.gains.times(mean_d - self.mean_d)
+            cov_b = self.gains.covariances(cov_d, self.block_inv)
         with small_lapack(matrix.shape[0]):
             logdet = self.logdet_precision - 2.0 * float(np.linalg.slogdet(matrix)[1])
         return replace(self, mean_d=mean_d, cov_d=cov_d, mean_b=mean_b, cov_b=cov_b, logdet_precision=logdet)
@@ -313,7 +320,7 @@ class GaussianPosterior:
         eps_b = rng.standard_normal((size,) + self.mean_b.shape)
         # theta_l | theta_d ~ N(mu_l - G_l (theta_d - mu_d), P_l^{-1})
         dev_b = np.einsum("jkl,sjl->sjk", np.linalg.cholesky(self.block_inv), eps_b)
-        theta_b = self.mean_b - np.einsum("jkq,sq->sjk", self.gain, dev_d) + dev_b
+        theta_b = self.mean_b - self.gains.times(dev_d) + dev_b
         return theta_d, theta_b
 
 
@@ -324,7 +331,7 @@ class _Eliminated:
     chol: np.ndarray  # lower Cholesky factor of the Schur complement S
     rhs: np.ndarray  # r_d - G' r_b
     block_inv: np.ndarray  # P_l^{-1}, (J, K, K)
-    gain: np.ndarray  # G = P_bb^{-1} P_bd, (J, K, q)
+    gain: np.ndarray | PatternGains  # G = P_bb^{-1} P_bd, (J, K, q), or on a pattern's level entries
     mean_b_part: np.ndarray  # P_l^{-1} r_l, (J, K)
     logdet_b: float
 
@@ -409,8 +416,9 @@ def weighted_gram_and_product(D: np.ndarray, w: np.ndarray, r: np.ndarray) -> tu
 
 @dataclass(frozen=True, eq=False)
 class LevelSums:
-    """Per-level sums of a blocked factor's rows: ``sum w z z'`` ``(J, K, K)``, ``sum w z_k d'`` ``(J, K, q)`` and
-    ``sum z r`` ``(J, K)``."""
+    """Per-level sums of a blocked factor's rows: ``sum w z z'`` ``(J, K, K)``, ``sum w z_k d'`` ``(J, K, q)`` (or
+    ``(nnz, K)`` on a :class:`RowPattern`'s level entries, from :func:`pattern_statistics`) and ``sum z r``
+    ``(J, K)``."""
 
     blocks: np.ndarray
     cross: np.ndarray
@@ -466,15 +474,18 @@ def pattern_statistics(
     D: np.ndarray, w: np.ndarray, r: np.ndarray, blocked: BlockedFactor | None, pattern: RowPattern
 ) -> RowStatistics:
     """:func:`row_statistics` over each row's nonzero columns (:mod:`bayesvm.linalg.row_pattern`), with the level
-    sums formed in the same pass."""
+    sums formed in the same pass (their cross terms on the pattern's level entries)."""
     n, q = D.shape
     K = 1 if blocked is None else blocked.K
     J = 0 if blocked is None else blocked.n_levels
     gram, product = np.empty((q, q)), np.empty(q)
-    blocks, cross, rhs_b = np.empty((J, K, K)), np.empty((J, K, q)), np.empty((J, K))
+    blocks, cross, rhs_b = np.empty((J, K, K)), np.empty((pattern.level_cols.size, K)), np.empty((J, K))
     codes = np.zeros(0, dtype=np.int64) if blocked is None else blocked.codes
     values = np.zeros((n, 1)) if blocked is None else blocked.values
-    pattern_sums(D, pattern.row_ptr, pattern.row_cols, codes, values, w, r, gram, product, blocks, cross, rhs_b)
+    pattern_sums(
+        D, pattern.row_ptr, pattern.row_cols, pattern.row_entries, codes, values, w, r, gram, product, blocks, cross,
+        rhs_b,
+    )  # fmt: skip
     levels = None if blocked is None else LevelSums(blocks=blocks, cross=cross, rhs=rhs_b)
     return RowStatistics(0.5 * (gram + gram.T), product, levels=levels)
 
@@ -514,13 +525,20 @@ def _eliminate(
         else:
             block_inv = np.linalg.inv(blocks)
             logdet_b = float(np.sum(np.linalg.slogdet(blocks)[1]))
-        gain = cross * block_inv if K == 1 else block_inv @ cross  # K = 1: a broadcast, not J 1x1 products
         mean_b_part = np.einsum("jkl,jl->jk", block_inv, rhs_b)
         if pattern is None:
+            gain = cross * block_inv if K == 1 else block_inv @ cross  # K = 1: a broadcast, not J 1x1 products
             schur = schur - cross.reshape(J * K, q).T @ gain.reshape(J * K, q)
-        else:  # the same sums over each level's pairs of columns (zero elsewhere), into schur (a new array)
-            pattern_schur(cross, gain, pattern.level_ptr, pattern.level_cols, schur)
-        rhs = rhs - gain.reshape(J * K, q).T @ rhs_b.ravel()
+            rhs = rhs - gain.reshape(J * K, q).T @ rhs_b.ravel()
+        else:  # the same sums on each level's entries (zero elsewhere), the Schur sums into schur (a new array)
+            levels = pattern.entry_levels
+            if K == 1:
+                values = cross * block_inv[levels, 0]
+            else:
+                values = np.einsum("tkl,tl->tk", block_inv[levels], cross)
+            gain = PatternGains(pattern.level_ptr, pattern.level_cols, levels, values, q)
+            pattern_schur(cross, values, pattern.level_ptr, pattern.level_cols, schur)
+            rhs = rhs - np.bincount(pattern.level_cols, np.einsum("tk,tk->t", values, rhs_b[levels]), minlength=q)
     with small_lapack(q):
         chol, info = lapack.dpotrf(schur, lower=1, clean=1)
     if info != 0 and blocked is not None and rhs_weights is not None:
@@ -571,15 +589,6 @@ def square_root_schur(
     return schur, rhs
 
 
-def level_covariances(gain: np.ndarray, cov_d: np.ndarray, block_inv: np.ndarray) -> np.ndarray:
-    """Each level's marginal covariance ``P_jj^-1 + G_j S^-1 G_j'`` (``(J, K, K)``): the diagonal blocks of
-    ``G S^-1 G'`` by one BLAS product, without a ``(JK)``-square matrix (a three-operand ``einsum`` took 12 times
-    as long)."""
-    q = cov_d.shape[0]
-    spread = (gain.reshape(-1, q) @ cov_d).reshape(gain.shape)
-    return block_inv + (spread[:, :, None, :] * gain[:, None, :, :]) @ np.ones(q)
-
-
 def gaussian_posterior(
     D: np.ndarray,
     w: np.ndarray,
@@ -614,13 +623,10 @@ def gaussian_posterior(
         cov_d = lapack.dpotri(e.chol, lower=1)[0]
     cov_d = cov_d + np.tril(cov_d, -1).T  # dpotri fills the lower triangle only
     mean_b, cov_b = np.zeros((0, 0)), np.zeros((0, 0, 0))
-    if blocked is not None:
-        mean_b = e.mean_b_part - e.gain @ mean_d
-        if pattern is None:
-            cov_b = level_covariances(e.gain, cov_d, e.block_inv)
-        else:
-            cov_b = np.empty_like(e.block_inv)
-            pattern_level_covariances(e.gain, cov_d, e.block_inv, pattern.level_ptr, pattern.level_cols, cov_b)
+    if blocked is not None:  # over the levels' columns with a pattern: an accurate fit keeps hundreds of these
+        gains = level_gains(e.gain)
+        mean_b = e.mean_b_part - gains.times(mean_d)
+        cov_b = gains.covariances(cov_d, e.block_inv)
     logdet = 2.0 * float(np.sum(np.log(np.diag(e.chol)))) + e.logdet_b
     return GaussianPosterior(
         mean_d=mean_d,
@@ -660,8 +666,7 @@ def gaussian_draw(
         noise = noise * np.sqrt(e.block_inv[:, :, 0])
     else:
         noise = np.einsum("jkl,jl->jk", np.linalg.cholesky(e.block_inv), noise)
-    J, K, q = e.gain.shape  # G theta_d as one product (a batched (J, K, q) @ q product is 8x slower)
-    return theta_d, e.mean_b_part - (e.gain.reshape(J * K, q) @ theta_d).reshape(J, K) + noise
+    return theta_d, e.mean_b_part - level_gains(e.gain).times(theta_d) + noise
 
 
 def gaussian_mean(
@@ -677,8 +682,7 @@ def gaussian_mean(
     mean_d = lapack.dpotrs(e.chol, e.rhs, lower=1)[0]
     if blocked is None:
         return mean_d, np.zeros((0, 0))
-    J, K, q = e.gain.shape
-    return mean_d, e.mean_b_part - (e.gain.reshape(J * K, q) @ mean_d).reshape(J, K)
+    return mean_d, e.mean_b_part - level_gains(e.gain).times(mean_d)
 
 
 def gaussian_from_natural(precision: np.ndarray, eta: np.ndarray) -> GaussianPosterior:

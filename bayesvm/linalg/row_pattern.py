@@ -35,13 +35,16 @@ LEVEL_PAIRS_SHARE = 0.1
 class RowPattern:
     """Each row's nonzero columns (``row_ptr``, ``row_cols``: CSR's ``indptr`` and ``indices``) and each level's,
     the union of its rows' (``level_ptr``, ``level_cols``; empty without a blocked factor); ``width`` is the most
-    columns of any level."""
+    columns of any level.  ``row_entries[t]``: where row entry ``t``'s column sits among its level's entries (an index
+    into ``level_cols``; -1 for a row without a level); ``entry_levels[t]``: the level of level entry ``t``."""
 
     row_ptr: np.ndarray
     row_cols: np.ndarray
     level_ptr: np.ndarray
     level_cols: np.ndarray
     width: int
+    row_entries: np.ndarray
+    entry_levels: np.ndarray
 
 
 def row_pattern(
@@ -64,7 +67,7 @@ def row_pattern(
     empty = np.zeros(0, dtype=np.int64)
     if codes is None or n_levels == 0:
         widths = np.diff(row_ptr)
-        return RowPattern(row_ptr, row_cols, empty, empty, int(widths.max()) if n else 0)
+        return RowPattern(row_ptr, row_cols, empty, empty, int(widths.max()) if n else 0, empty, empty)
     seen = np.flatnonzero(codes >= 0)
     membership = sp.csr_matrix((np.ones(seen.size), (codes[seen], seen)), shape=(n_levels, n))
     present = sp.csr_matrix((np.ones(row_cols.size), row_cols, row_ptr), shape=(n, q))
@@ -76,7 +79,12 @@ def row_pattern(
     if float(np.sum(widths.astype(float) ** 2)) > LEVEL_PAIRS_SHARE * n_levels * float(q) ** 2:
         return None
     width = max(int(widths.max()) if n_levels else 0, int(np.diff(row_ptr).max()) if n else 0)
-    return RowPattern(row_ptr, row_cols, levels.indptr.astype(np.int64), levels.indices.astype(np.int64), width)
+    level_ptr, level_cols = levels.indptr.astype(np.int64), levels.indices.astype(np.int64)
+    entry_levels = np.repeat(np.arange(n_levels, dtype=np.int64), widths)
+    row_codes = np.repeat(np.asarray(codes, dtype=np.int64), np.diff(row_ptr))
+    keys = entry_levels * q + level_cols  # sorted: by level, then column
+    row_entries = np.where(row_codes >= 0, np.searchsorted(keys, row_codes * q + row_cols), -1).astype(np.int64)
+    return RowPattern(row_ptr, row_cols, level_ptr, level_cols, width, row_entries, entry_levels)
 
 
 def add_row_pairs(D, i, row_ptr, row_cols, w, r, gram, product):
@@ -91,16 +99,23 @@ def add_row_pairs(D, i, row_ptr, row_cols, w, r, gram, product):
             gram[a, row_cols[t2]] += wa * D[i, row_cols[t2]]
 
 
-def add_level_row(D, i, row_ptr, row_cols, sparse, values, local, w, r, blocks, cross, rhs_b):
-    """Row ``i``'s terms of its level's sums (index ``local``): ``sum w z z'``, ``sum w z_k d'`` (over the row's listed
-    columns where ``sparse``, else every column) and ``sum z r``."""
+def add_level_blocks(values, i, local, w, r, blocks, rhs_b):
+    """Row ``i``'s terms of its level's ``sum w z z'`` and ``sum z r`` (level index ``local``)."""
     K = values.shape[1]
     for k in range(K):
         z = values[i, k]
-        wz = z * w
         rhs_b[local, k] += z * r
         for k2 in range(K):
-            blocks[local, k, k2] += wz * values[i, k2]
+            blocks[local, k, k2] += z * w * values[i, k2]
+
+
+def add_level_row(D, i, row_ptr, row_cols, sparse, values, local, w, r, blocks, cross, rhs_b):
+    """Row ``i``'s terms of its level's sums (index ``local``): ``sum w z z'``, ``sum w z_k d'`` (``(J, K, q)``, over
+    the row's listed columns where ``sparse``, else every column) and ``sum z r`` (the Gibbs row pass,
+    :func:`bayesvm.engines.linear.compiled_rows._row_pass`)."""
+    add_level_blocks(values, i, local, w, r, blocks, rhs_b)
+    for k in range(values.shape[1]):
+        wz = values[i, k] * w
         if sparse:
             for t in range(row_ptr[i], row_ptr[i + 1]):
                 cross[local, k, row_cols[t]] += wz * D[i, row_cols[t]]
@@ -109,59 +124,70 @@ def add_level_row(D, i, row_ptr, row_cols, sparse, values, local, w, r, blocks, 
                 cross[local, k, a] += wz * D[i, a]
 
 
-def _pattern_sums(D, row_ptr, row_cols, codes, values, w, r, gram, product, blocks, cross, rhs_b):
-    """``D' W D``, ``D' r`` and the per-level sums ``sum w z z'``, ``sum w z_k d'``, ``sum z r`` (``codes`` of size 0:
-    no blocked factor; rows of code ``-1`` belong to no level) over each row's listed columns; zeroes them first."""
+def _pattern_sums(D, row_ptr, row_cols, row_entries, codes, values, w, r, gram, product, blocks, cross, rhs_b):
+    """``D' W D``, ``D' r`` and the per-level sums ``sum w z z'``, ``sum w z_k d'`` (on the levels' entries,
+    ``cross[row_entries[t], k]``: ``(nnz, K)``) and ``sum z r`` (``codes`` of size 0: no blocked factor; rows of code
+    ``-1`` belong to no level) over each row's listed columns; zeroes them first."""
     gram[:] = 0.0
     product[:] = 0.0
     blocks[:] = 0.0
     cross[:] = 0.0
     rhs_b[:] = 0.0
     n = D.shape[0]
+    K = values.shape[1]
     has_levels = codes.size == n and n > 0
     for i in range(n):
         add_row_pairs(D, i, row_ptr, row_cols, w[i], r[i], gram, product)
         if has_levels and codes[i] >= 0:
-            add_level_row(D, i, row_ptr, row_cols, True, values, codes[i], w[i], r[i], blocks, cross, rhs_b)
+            add_level_blocks(values, i, codes[i], w[i], r[i], blocks, rhs_b)
+            for k in range(K):
+                wz = values[i, k] * w[i]
+                for t in range(row_ptr[i], row_ptr[i + 1]):
+                    cross[row_entries[t], k] += wz * D[i, row_cols[t]]
 
 
-def _pattern_schur(cross, gain, level_ptr, level_cols, schur):
-    """``schur -= sum_j P_dj G_j``, i.e. ``schur[a, b] -= sum_jk cross[j, k, a] gain[j, k, b]``, over each level's
-    pairs of columns."""
-    J, K = cross.shape[0], cross.shape[1]
+def _pattern_schur(cross, gains, level_ptr, level_cols, schur):
+    """``schur -= sum_j P_dj G_j``, i.e. ``schur[a, b] -= sum_k cross[j, k, a] G[j, k, b]``, over each level's pairs of
+    columns, from both on the levels' entries (``cross[t, k]``, ``gains[t, k]``: ``(nnz, K)``)."""
+    K = cross.shape[1]
+    for j in range(level_ptr.size - 1):
+        for t in range(level_ptr[j], level_ptr[j + 1]):
+            a = level_cols[t]
+            for t2 in range(level_ptr[j], level_ptr[j + 1]):
+                b = level_cols[t2]
+                total = 0.0
+                for k in range(K):
+                    total += cross[t, k] * gains[t2, k]
+                schur[a, b] -= total
+
+
+def _pattern_level_covariances(values, level_ptr, level_cols, cov_d, block_inv, cov_b):
+    """Each level's marginal covariance ``cov_b[j] = P_jj^-1 + G_j S^-1 G_j'`` over its pairs of columns, from the
+    gains on the levels' entries (``values[t, k] = G[j, k, level_cols[t]]``,
+    :class:`bayesvm.linalg.level_gains.PatternGains`)."""
+    J, K = block_inv.shape[0], block_inv.shape[1]
     for j in range(J):
-        for k in range(K):
-            for t in range(level_ptr[j], level_ptr[j + 1]):
-                a = level_cols[t]
-                c = cross[j, k, a]
-                for t2 in range(level_ptr[j], level_ptr[j + 1]):
-                    b = level_cols[t2]
-                    schur[a, b] -= c * gain[j, k, b]
-
-
-def _pattern_level_covariances(gain, cov_d, block_inv, level_ptr, level_cols, cov_b):
-    """Each level's marginal covariance ``cov_b[j] = P_jj^-1 + G_j S^-1 G_j'`` over its pairs of columns."""
-    J, K = gain.shape[0], gain.shape[1]
-    for j in range(J):
+        start, stop = level_ptr[j], level_ptr[j + 1]
         for k in range(K):
             for m in range(K):
                 total = 0.0
-                for t in range(level_ptr[j], level_ptr[j + 1]):
+                for t in range(start, stop):
                     a = level_cols[t]
                     inner = 0.0
-                    for t2 in range(level_ptr[j], level_ptr[j + 1]):
-                        inner += cov_d[a, level_cols[t2]] * gain[j, m, level_cols[t2]]
-                    total += gain[j, k, a] * inner
+                    for t2 in range(start, stop):
+                        inner += cov_d[a, level_cols[t2]] * values[t2, m]
+                    total += values[t, k] * inner
                 cov_b[j, k, m] = block_inv[j, k, m] + total
 
 
 def _pattern_predictor(
-    D, row_ptr, row_cols, codes, values, level_ptr, level_cols, mean_d, cov_d, mean_b, gain, block_inv, mean, var,
+    D, row_ptr, row_cols, codes, values, level_ptr, level_cols, mean_d, cov_d, mean_b, gains, block_inv, mean, var,
     resid,
 ):  # fmt: skip
     """Each row's predictive mean ``d_i' mu_d + z_i' mu_j`` and variance ``r_i' S^-1 r_i + z_i' P_jj^-1 z_i``,
     ``r_i = d_i - G_j' z_i`` (:meth:`bayesvm.linalg.dense.GaussianPosterior.predictor`), over the row's columns, or
-    its level's (which hold them) where it has one; ``resid`` is work space of the pattern's width."""
+    its level's (which hold them) where it has one; ``gains[t, k] = G[j, k, level_cols[t]]`` on the levels' entries;
+    ``resid`` is work space of the pattern's width."""
     n = D.shape[0]
     K = values.shape[1]
     has_levels = codes.size == n and n > 0
@@ -185,7 +211,7 @@ def _pattern_predictor(
             a = level_cols[start + t]
             x = D[i, a]
             for k in range(K):
-                x -= values[i, k] * gain[j, k, a]
+                x -= values[i, k] * gains[start + t, k]
             resid[t] = x
         for k in range(K):
             m += values[i, k] * mean_b[j, k]
@@ -202,6 +228,7 @@ def _pattern_predictor(
 
 if numba is not None:
     add_row_pairs = compile_nogil(add_row_pairs, inline=True)
+    add_level_blocks = compile_nogil(add_level_blocks, inline=True)
     add_level_row = compile_nogil(add_level_row, inline=True)
     pattern_sums = compile_nogil(_pattern_sums)
     pattern_schur = compile_nogil(_pattern_schur)

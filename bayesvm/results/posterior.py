@@ -239,9 +239,10 @@ class MixturePosterior:
             return None
         if codes is None or not thetas[0].mean_b.size:
             return row_pattern(D, None)
-        support = np.zeros((thetas[0].gain.shape[0], thetas[0].gain.shape[2]), dtype=bool)
+        J, _, q = thetas[0].gains.shape
+        support = np.zeros((J, q), dtype=bool)
         for theta in thetas:
-            support |= np.any(theta.gain != 0.0, axis=1)
+            support |= theta.gains.support()
         return row_pattern(D, codes, support.shape[0], support)
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ def dense_covariance(theta) -> tuple[np.ndarray, np.ndarray]:
     if theta.mean_b.size == 0:
         return theta.mean_d, theta.cov_d
     J, K = theta.mean_b.shape
-    G = theta.gain.reshape(J * K, q)
+    G = theta.gains.dense().reshape(J * K, q)
     cross = -theta.cov_d @ G.T
     block = np.zeros((J * K, J * K))
     for j in range(J):

@@ -6,6 +6,7 @@ import pytest
 
 from bayesvm.linalg import compiled, row_pattern
 from bayesvm.linalg.dense import BlockedFactor, gaussian_posterior
+from bayesvm.linalg.level_gains import PatternGains
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
 
@@ -38,8 +39,10 @@ def test_posterior_over_the_pattern_equals_the_dense_one(K, unassigned):
     prior_b = np.eye(K) * 1.7
     dense = gaussian_posterior(D, w, r, prior_dd, blocked, prior_b)
     sparse = gaussian_posterior(D, w, r, prior_dd, blocked, prior_b, pattern)
-    for name in ["mean_d", "cov_d", "mean_b", "cov_b", "gain", "block_inv"]:
+    for name in ["mean_d", "cov_d", "mean_b", "cov_b", "block_inv"]:
         np.testing.assert_allclose(getattr(sparse, name), getattr(dense, name), rtol=1e-9, atol=1e-12, err_msg=name)
+    assert isinstance(sparse.gain, PatternGains) and isinstance(dense.gain, np.ndarray)  # kept over the levels' columns
+    np.testing.assert_allclose(sparse.gains.dense(), dense.gain, rtol=1e-9, atol=1e-12)
     assert sparse.logdet_precision == pytest.approx(dense.logdet_precision, rel=1e-12)
     mean, var = dense.predictor(D, blocked.codes, blocked.values)
     pattern_mean, pattern_var = sparse.predictor(D, blocked.codes, blocked.values, pattern)
@@ -74,17 +77,34 @@ def test_uncompiled_kernels_equal_the_compiled_ones():
     w, r = rng.gamma(2.0, 1.0, n), rng.standard_normal(n)
 
     def sums(kernel):
-        out = [np.empty((q, q)), np.empty(q), np.empty((J, K, K)), np.empty((J, K, q)), np.empty((J, K))]
-        kernel(D, pattern.row_ptr, pattern.row_cols, blocked.codes, blocked.values, w, r, *out)
+        nnz = pattern.level_cols.size
+        out = [np.empty((q, q)), np.empty(q), np.empty((J, K, K)), np.empty((nnz, K)), np.empty((J, K))]
+        kernel(D, pattern.row_ptr, pattern.row_cols, pattern.row_entries, blocked.codes, blocked.values, w, r, *out)
         return out
 
     for left, right in zip(sums(row_pattern._pattern_sums), sums(row_pattern.pattern_sums)):
         np.testing.assert_allclose(left, right, rtol=1e-12, atol=1e-13)
     gain = rng.standard_normal((J, K, q))
+    gains = PatternGains.from_dense(gain, pattern)
     schur = [np.eye(q), np.eye(q)]
-    row_pattern._pattern_schur(gain, gain, pattern.level_ptr, pattern.level_cols, schur[0])
-    row_pattern.pattern_schur(gain, gain, pattern.level_ptr, pattern.level_cols, schur[1])
+    row_pattern._pattern_schur(gains.values, gains.values, pattern.level_ptr, pattern.level_cols, schur[0])
+    row_pattern.pattern_schur(gains.values, gains.values, pattern.level_ptr, pattern.level_cols, schur[1])
     np.testing.assert_allclose(schur[0], schur[1], rtol=1e-12, atol=1e-12)
+    cov_d = np.cov(rng.standard_normal((q, 3 * q)))
+    block_inv = np.broadcast_to(np.eye(K), (J, K, K)).copy()
+    covs = [np.empty((J, K, K)), np.empty((J, K, K))]
+    for kernel, out in zip([row_pattern._pattern_level_covariances, row_pattern.pattern_level_covariances], covs):
+        kernel(gains.values, pattern.level_ptr, pattern.level_cols, cov_d, block_inv, out)
+    np.testing.assert_allclose(covs[0], covs[1], rtol=1e-12, atol=1e-12)
+    predicted = [(np.empty(n), np.empty(n)), (np.empty(n), np.empty(n))]
+    mean_d, mean_b = rng.standard_normal(q), rng.standard_normal((J, K))
+    for kernel, (mean, var) in zip([row_pattern._pattern_predictor, row_pattern.pattern_predictor], predicted):
+        kernel(
+            D, pattern.row_ptr, pattern.row_cols, blocked.codes, blocked.values, pattern.level_ptr, pattern.level_cols,
+            mean_d, cov_d, mean_b, gains.values, block_inv, mean, var, np.empty(pattern.width),
+        )  # fmt: skip
+    for left, right in zip(*predicted):
+        np.testing.assert_allclose(left, right, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("case", ["narrow", "dense", "crossed"])
@@ -119,7 +139,7 @@ def test_new_rows_need_the_gains_support():
     new = D[:50].copy()
     new[:, 4] = 0.0
     codes, values = blocked.codes[:50], blocked.values[:50]
-    support = np.any(posterior.gain != 0.0, axis=1)
+    support = posterior.gains.support()
     pattern = row_pattern.row_pattern(new, codes, blocked.n_levels, support)
     mean, var = posterior.predictor(new, codes, values)
     pattern_mean, pattern_var = posterior.predictor(new, codes, values, pattern)

@@ -7,11 +7,12 @@ import pytest
 
 import bayesvm
 from bayesvm.linalg import compiled
+from bayesvm.linalg.level_gains import PatternGains
 from bayesvm.results import posterior
 
 
 @pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
-def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch):
+def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch, tmp_path):
     rng = np.random.default_rng(4)
     n, sites, people = 360, 40, 120
     person = rng.integers(0, people, n)
@@ -40,3 +41,13 @@ def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch):
     dense = [fit.predict_interval(frame) for frame in (data, new)]
     for left, right in zip(with_pattern, dense):
         np.testing.assert_allclose(left.to_numpy(), right.to_numpy(), rtol=1e-9, atol=1e-12)
+    # the nodes keep their gains over the levels' columns, sharing one pair of index arrays, and a saved fit keeps it
+    thetas = fit.result.thetas
+    assert all(isinstance(t.gain, PatternGains) and t.gain.level_ptr is thetas[0].gain.level_ptr for t in thetas)
+    monkeypatch.undo()
+    path = tmp_path / "fit.bsvm"
+    fit.save(path)
+    loaded = bayesvm.load(path)
+    kept = loaded.result.thetas
+    assert all(isinstance(t.gain, PatternGains) and t.gain.level_cols is kept[0].gain.level_cols for t in kept)
+    np.testing.assert_array_equal(loaded.predict_interval(new).to_numpy(), fit.predict_interval(new).to_numpy())

@@ -87,7 +87,7 @@ def test_moved_gaussian_matches_its_draws(fits):
     before and after the move, and the moved means and covariances are those of its own joint draws."""
     raw, _ = fits
     theta = raw.result.thetas[int(np.argmax(raw.result.weights))]
-    identity = theta.block_inv + np.einsum("jkq,qr,jlr->jkl", theta.gain, theta.cov_d, theta.gain)
+    identity = theta.block_inv + np.einsum("jkq,qr,jlr->jkl", theta.gains.dense(), theta.cov_d, theta.gains.dense())
     np.testing.assert_allclose(theta.cov_b, identity, rtol=1e-8, atol=1e-10)
     center = theta.mean_d + np.array([0.1, -0.2])
     matrix = np.array([[0.8, 0.0], [0.4, 1.3]])  # a scaling and the second coordinate's regression on the first
@@ -102,8 +102,8 @@ def test_moved_gaussian_matches_its_draws(fits):
     # the conditional of the blocked effects given theta_d is unchanged
     t = draws_d[0]
     np.testing.assert_allclose(
-        moved.mean_b - np.einsum("jkq,q->jk", moved.gain, t - moved.mean_d),
-        theta.mean_b - np.einsum("jkq,q->jk", theta.gain, t - theta.mean_d),
+        moved.mean_b - np.einsum("jkq,q->jk", moved.gains.dense(), t - moved.mean_d),
+        theta.mean_b - np.einsum("jkq,q->jk", theta.gains.dense(), t - theta.mean_d),
     )
     assert moved.logdet_precision == pytest.approx(theta.logdet_precision - 2 * np.log(0.8 * 1.3))  # det M
 

@@ -147,7 +147,7 @@ def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBR
             if codes is not None and theta.mean_b.size:
                 zb, lvl = values[mis_rows], codes[mis_rows]
                 mean_r = mean_r + np.sum(zb * theta.mean_b[lvl], axis=1)
-                resid = D0 - np.einsum("nk,nkq->nq", zb, theta.gain[lvl])
+                resid = D0 - np.einsum("nk,nkq->nq", zb, theta.gains.take(lvl))
             cov_rb = (resid @ theta.cov_d[:, K]) * gamma
             Erb_all = np.zeros((n, V))
             Erb_all[mis_rows] = mean_r[:, None] * Eb[None] + cov_rb

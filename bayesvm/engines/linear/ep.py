@@ -879,7 +879,7 @@ def _chi(problem: VBProblem, state: EPState) -> np.ndarray:
         return (1.0 - problem.y * mean_f) ** 2 + var_f
     codes = None if problem.blocked is None else problem.blocked.codes
     values = None if problem.blocked is None else problem.blocked.values
-    mean_f, var_f = state.theta.predictor(problem.D, codes, values)
+    mean_f, var_f = state.theta.predictor(problem.D, codes, values, problem.row_pattern)
     return (1.0 - problem.y * mean_f) ** 2 + var_f
 
 
