@@ -199,6 +199,20 @@ class GaussianPosterior:
     def dim(self) -> int:
         return self.mean_d.size + self.mean_b.size
 
+    def check_shapes(self) -> None:
+        """Raise ``ValueError`` unless the arrays fit together (``q`` dense coefficients, ``J`` levels of ``K``): a
+        loaded file's posterior is checked before the compiled predictor reads it without bounds checks."""
+        q = self.mean_d.shape[0] if self.mean_d.ndim == 1 else -1
+        J, K = self.mean_b.shape if self.mean_b.ndim == 2 else (-1, -1)
+        expected = {"cov_d": (q, q), "cov_b": (J, K, K), "block_inv": (J, K, K)}
+        if self.mean_b.size == 0:
+            expected = {"cov_d": (q, q)}
+        for name, shape in expected.items():
+            if q < 0 or J < 0 or getattr(self, name).shape != shape:
+                raise ValueError(f"the posterior's {name} does not fit its means")
+        if self.mean_b.size:
+            self.gains.check_shapes(J, K, q)
+
     def cov_entries(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """``Cov(theta_d)[rows, cols]`` (broadcast)."""
         return self.cov_d[rows, cols]
@@ -244,6 +258,10 @@ class GaussianPosterior:
         mean, var = np.empty(n), np.empty(n)
         none = np.zeros(0, dtype=np.int64)
         has_levels = codes is not None and self.mean_b.size > 0
+        if D.shape[1] != self.mean_d.size or (
+            has_levels and (values.shape[1] != self.mean_b.shape[1] or np.max(codes, initial=-1) >= len(self.mean_b))
+        ):  # (the compiled loop reads without bounds checks)
+            raise ValueError("the rows do not fit the posterior's coefficients")
         gains = self.gains.aligned(pattern) if has_levels else np.zeros((0, 1))
         pattern_predictor(
             D, pattern.row_ptr, pattern.row_cols, codes if has_levels else none,

@@ -66,6 +66,11 @@ class DenseGains:
     def covariances(self, cov_d: np.ndarray, block_inv: np.ndarray) -> np.ndarray:
         return level_covariances(self.array, cov_d, block_inv)
 
+    def check_shapes(self, J: int, K: int, q: int) -> None:
+        """Raise ``ValueError`` unless these are ``(J, K, q)`` gains."""
+        if self.array.shape != (J, K, q):
+            raise ValueError("the posterior's gains do not fit its means")
+
 
 @dataclass(frozen=True, eq=False)
 class PatternGains:
@@ -131,6 +136,25 @@ class PatternGains:
         if np.count_nonzero(found) != mine.size:
             raise RuntimeError("the layout does not hold every column of the gains")  # a caller's bug, not the user's
         return np.where(found[:, None], self.values[at], 0.0) if J else np.zeros((0, self.values.shape[1]))
+
+    def check_shapes(self, J: int, K: int, q: int) -> None:
+        """Raise ``ValueError`` unless these are ``(J, K, q)`` gains on a valid layout: ``level_ptr`` runs from 0 to
+        the entries, each level's columns are increasing and below ``q``, and ``entry_levels`` names each entry's
+        level (a loaded file's gains are checked before compiled loops read them without bounds checks)."""
+        ptr, cols, levels, values = self.level_ptr, self.level_cols, self.entry_levels, self.values
+        arrays = all(
+            isinstance(a, np.ndarray) and a.ndim == d for a, d in ((ptr, 1), (cols, 1), (levels, 1), (values, 2))
+        )
+        if not arrays or self.q != q or values.shape != (cols.size, K) or ptr.size != J + 1 or levels.size != cols.size:
+            raise ValueError("the posterior's gains do not fit its means")
+        within = np.diff(cols) > 0
+        if (
+            ptr[0] != 0 or ptr[-1] != cols.size or np.any(np.diff(ptr) < 0)
+            or (cols.size and (cols.min() < 0 or cols.max() >= q))
+            or not np.array_equal(levels, np.repeat(np.arange(J), np.diff(ptr)))
+            or np.any(~within & (levels[1:] == levels[:-1]))
+        ):  # fmt: skip
+            raise ValueError("the posterior's gains are not on a valid layout")
 
     def covariances(self, cov_d: np.ndarray, block_inv: np.ndarray) -> np.ndarray:
         """Each level's ``P_jj^-1 + G_j S^-1 G_j'`` over its pairs of columns (compiled; dense without numba, as a

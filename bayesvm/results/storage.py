@@ -11,8 +11,9 @@ The file is a standard zip archive (``unzip -l fit.bsvm`` lists it) holding
 The archive's comment is ``bayesvm-sha256:`` and the SHA-256 digest of every byte before it, so a
 single flipped bit anywhere in the file is detected and the file refused.  :func:`load_fit` checks
 that digest, the manifest and each entry's digest, reads the arrays without pickle, rebuilds only
-allowed classes without running their methods, and checks every formula term it restores against the
-restricted formula grammar.  :func:`save_fit` writes to a temporary file in the same directory and
+allowed classes without running their methods, checks every formula term it restores against the
+restricted formula grammar, and checks that every Gaussian posterior's arrays fit together (the compiled
+predictors read them without bounds checks).  :func:`save_fit` writes to a temporary file in the same directory and
 renames it over the target, so an interrupted save leaves any previous file intact.
 
 Pickle is not used by default.  ``load_fit(path, allow_pickle=True)`` reads files written by bayesvm
@@ -191,13 +192,19 @@ def _read_entry(zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
 
 
 def _validators() -> dict:
-    """Checks on restored objects: every formula term must pass the restricted grammar."""
+    """Checks on restored objects: every formula term must pass the restricted grammar, and every Gaussian posterior's
+    arrays must fit together (compiled predictors read them without bounds checks)."""
     from formulaic.parser.types.factor import Factor
 
     from ..formula.bars import ParsedFormula, check_formula_text
     from ..formula.restricted import check_factor
+    from ..linalg.dense import GaussianPosterior
 
-    return {Factor: check_factor, ParsedFormula: lambda parsed: check_formula_text(parsed.formula)}
+    return {
+        Factor: check_factor,
+        ParsedFormula: lambda parsed: check_formula_text(parsed.formula),
+        GaussianPosterior: GaussianPosterior.check_shapes,
+    }
 
 
 def _load_pickle(path: Path, raw: bytes):

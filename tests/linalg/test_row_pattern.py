@@ -147,3 +147,26 @@ def test_new_rows_need_the_gains_support():
     np.testing.assert_allclose(pattern_var, var, rtol=1e-9, atol=1e-12)
     rows_only = row_pattern.row_pattern(new, codes, blocked.n_levels)
     assert np.max(np.abs(posterior.predictor(new, codes, values, rows_only)[1] - var)) > 1e-4
+
+
+def test_rows_that_do_not_fit_the_posterior_are_refused():
+    """The compiled predictor reads without bounds checks: rows of another width, a level the posterior does not have
+    or another number of random-effect columns are refused before it runs."""
+    rng = np.random.default_rng(9)
+    D, blocked = _nested_design(rng)
+    n, q = D.shape
+    w = rng.gamma(2.0, 1.0, n)
+    posterior = gaussian_posterior(D, w, np.ones(n) * 2.0, np.eye(q), blocked, np.eye(1))
+    codes, values = blocked.codes, blocked.values
+    narrow = np.ascontiguousarray(D[:, :-1])
+    beyond = codes.copy()
+    beyond[0] = blocked.n_levels
+    cases = [
+        (narrow, codes, values, row_pattern.row_pattern(narrow, codes, blocked.n_levels)),
+        (D, beyond, values, row_pattern.row_pattern(D, beyond, blocked.n_levels + 1)),
+        (D, codes, np.ones((n, 2)), row_pattern.row_pattern(D, codes, blocked.n_levels)),
+    ]
+    for rows, level_codes, level_values, pattern in cases:
+        assert pattern is not None
+        with pytest.raises(ValueError, match="do not fit"):
+            posterior.predictor(rows, level_codes, level_values, pattern)

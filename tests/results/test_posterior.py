@@ -1,6 +1,10 @@
 """The accurate fit's mixture posterior predicts with the rows' and levels' nonzero columns
 (bayesvm.linalg.row_pattern) exactly as over every column, on training rows and on new ones."""
 
+import io
+import json
+import zipfile
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,6 +13,8 @@ import bayesvm
 from bayesvm.linalg import compiled
 from bayesvm.linalg.level_gains import PatternGains
 from bayesvm.results import posterior
+
+from .test_storage import _posterior_states, _rewrite
 
 
 @pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
@@ -51,3 +57,16 @@ def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch, t
     kept = loaded.result.thetas
     assert all(isinstance(t.gain, PatternGains) and t.gain.level_cols is kept[0].gain.level_cols for t in kept)
     np.testing.assert_array_equal(loaded.predict_interval(new).to_numpy(), fit.predict_interval(new).to_numpy())
+    # a file whose gains point outside the dense part (the compiled predictor reads them unchecked) is refused
+    with zipfile.ZipFile(path) as archive:
+        graph = json.loads(archive.read("graph.json"))
+    (index,) = {state["gain"]["state"]["level_cols"].get("index") for state in _posterior_states(graph)} - {None}
+
+    def out_of_range(entries):
+        columns = np.load(io.BytesIO(entries[f"arrays/{index}.npy"]))
+        buffer = io.BytesIO()
+        np.save(buffer, columns + 10_000)
+        entries[f"arrays/{index}.npy"] = buffer.getvalue()
+
+    with pytest.raises(ValueError, match="not on a valid layout"):
+        bayesvm.load(_rewrite(path, tmp_path / "evil.bsvm", out_of_range))

@@ -309,3 +309,34 @@ def test_saving_something_that_is_not_data_names_it(em_file, tmp_path):
             fit.save(tmp_path / "x.bsvm")
     finally:
         del fit.extra
+
+
+def _posterior_states(graph):
+    """Every stored Gaussian posterior's state (the JSON nodes, to edit in place)."""
+    found, stack = [], [graph]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("$") == "obj" and node.get("cls", "").endswith(":GaussianPosterior"):
+                found.append(node["state"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+@pytest.mark.parametrize("part", ["gain", "cov_b", "cov_d"])
+def test_a_posterior_whose_arrays_do_not_fit_is_refused(part, tmp_path):
+    """The predictors' compiled loops read a posterior's arrays without bounds checks: a file whose posterior holds
+    arrays of the wrong shapes (here one array in place of another) is refused on loading."""
+    fit, _ = _make("accurate-vb")
+    path = fit.save(tmp_path / "fit.bsvm")
+
+    def change(graph):
+        states = _posterior_states(graph)
+        assert states
+        states[0][part] = {"$": "ref", "id": states[0]["mean_d"]["id"]}  # the same array twice
+        return graph
+
+    with pytest.raises(ValueError, match=f"the posterior's {part}s? do(es)? not fit"):
+        bayesvm.load(_rewrite(path, tmp_path / "evil.bsvm", _edit_graph(change)))
