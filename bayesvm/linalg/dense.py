@@ -121,6 +121,19 @@ class BlockedFactor:
     def K(self) -> int:
         return self.values.shape[1]
 
+    def check_shapes(self, n: int | None = None) -> None:
+        """Raise ``ValueError`` unless ``codes`` are integers in ``[-1, n_levels)`` with one row of ``values`` each (and
+        ``n`` of them where given): a loaded file's factor is checked before compiled loops index by it."""
+        codes, values = self.codes, self.values
+        if not (
+            isinstance(codes, np.ndarray) and codes.ndim == 1 and np.issubdtype(codes.dtype, np.integer)
+            and isinstance(values, np.ndarray) and values.ndim == 2 and values.shape[0] == codes.size
+            and isinstance(self.n_levels, (int, np.integer)) and (n is None or codes.size == n)
+        ):  # fmt: skip
+            raise ValueError("the grouping factor's codes and values do not fit together")
+        if codes.size and (codes.min() < -1 or codes.max() >= self.n_levels):
+            raise ValueError("the grouping factor's codes name levels it does not have")
+
     def sorted_order(self) -> np.ndarray:
         """A row permutation that makes every level's rows contiguous."""
         return np.argsort(self.codes, kind="stable")

@@ -104,6 +104,14 @@ class VBProblem:
     def is_sparse(self) -> bool:
         return sp.issparse(self.D)
 
+    def check_shapes(self) -> None:
+        """Raise ``ValueError`` unless the rows of ``y``, ``D`` and the blocked factor agree (a loaded file's problem
+        is checked before the compiled sums and evidence loops index by them)."""
+        if not (isinstance(self.y, np.ndarray) and self.y.ndim == 1 and self.D.ndim == 2 and self.D.shape[0] == self.n):
+            raise ValueError("the problem's response and design do not have the same rows")
+        if self.blocked is not None:
+            self.blocked.check_shapes(self.n)
+
     @cached_property
     def row_pattern(self) -> RowPattern | None:
         """Dense path: each row's and each blocked level's nonzero columns where the dense part is wide and mostly

@@ -192,18 +192,21 @@ def _read_entry(zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
 
 
 def _validators() -> dict:
-    """Checks on restored objects: every formula term must pass the restricted grammar, and every Gaussian posterior's
-    arrays must fit together (compiled predictors read them without bounds checks)."""
+    """Checks on restored objects: every formula term must pass the restricted grammar, and every Gaussian posterior's,
+    grouping factor's and problem's arrays must fit together (compiled loops read them without bounds checks)."""
     from formulaic.parser.types.factor import Factor
 
     from ..formula.bars import ParsedFormula, check_formula_text
     from ..formula.restricted import check_factor
-    from ..linalg.dense import GaussianPosterior
+    from ..linalg.dense import BlockedFactor, GaussianPosterior
+    from ..model.problems import VBProblem
 
     return {
         Factor: check_factor,
         ParsedFormula: lambda parsed: check_formula_text(parsed.formula),
         GaussianPosterior: GaussianPosterior.check_shapes,
+        BlockedFactor: BlockedFactor.check_shapes,
+        VBProblem: VBProblem.check_shapes,
     }
 
 

@@ -340,3 +340,29 @@ def test_a_posterior_whose_arrays_do_not_fit_is_refused(part, tmp_path):
 
     with pytest.raises(ValueError, match=f"the posterior's {part}s? do(es)? not fit"):
         bayesvm.load(_rewrite(path, tmp_path / "evil.bsvm", _edit_graph(change)))
+
+
+def test_a_grouping_factor_naming_levels_it_does_not_have_is_refused(tmp_path):
+    """Rows' level codes index compiled loops (the accurate fit's evidence, the Gibbs row pass): a file whose factor
+    names a level beyond its count is refused on loading."""
+    fit, _ = _make("accurate-vb")
+    path = fit.save(tmp_path / "fit.bsvm")
+    with zipfile.ZipFile(path) as archive:
+        graph = json.loads(archive.read("graph.json"))
+    found, stack = [], [graph]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("$") == "obj" and node.get("cls", "").endswith(":BlockedFactor"):
+                found.append(node["state"]["n_levels"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    assert found
+
+    def fewer_levels(entries):
+        text = entries["graph.json"].decode()
+        entries["graph.json"] = text.replace('"n_levels":' + json.dumps(found[0]), '"n_levels":2').encode()
+
+    with pytest.raises(ValueError, match="codes name levels it does not have"):
+        bayesvm.load(_rewrite(path, tmp_path / "evil.bsvm", fewer_levels))
