@@ -518,7 +518,7 @@ def pattern_statistics(
         rhs_b,
     )  # fmt: skip
     levels = None if blocked is None else LevelSums(blocks=blocks, cross=cross, rhs=rhs_b)
-    return RowStatistics(0.5 * (gram + gram.T), product, levels=levels)
+    return RowStatistics(gram, product, levels=levels)
 
 
 def _eliminate(

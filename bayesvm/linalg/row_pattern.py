@@ -88,15 +88,35 @@ def row_pattern(
 
 
 def add_row_pairs(D, i, row_ptr, row_cols, w, r, gram, product):
-    """Row ``i``'s terms of ``D' W D`` and ``D' r`` over its listed nonzero columns: ``gram[a, b] += w D_ia D_ib``
-    for every pair, ``product[a] += r D_ia`` (shared with the Gibbs row pass,
-    :func:`bayesvm.engines.linear.compiled_rows._row_pass`)."""
+    """Row ``i``'s terms of ``D' W D`` and ``D' r`` over its listed nonzero columns (increasing): ``gram[a, b] += w D_ia
+    D_ib`` for every pair with ``b <= a`` (the lower triangle: :func:`mirror_lower` completes it), ``product[a] += r
+    D_ia`` (shared with the Gibbs row pass, :func:`bayesvm.engines.linear.compiled_rows._row_pass`)."""
     for t in range(row_ptr[i], row_ptr[i + 1]):
         a = row_cols[t]
         product[a] += r * D[i, a]
         wa = w * D[i, a]
-        for t2 in range(row_ptr[i], row_ptr[i + 1]):
+        for t2 in range(row_ptr[i], t + 1):
             gram[a, row_cols[t2]] += wa * D[i, row_cols[t2]]
+
+
+def mirror_lower(matrix):
+    """Copy the lower triangle of a square matrix onto its upper one (after sums over pairs ``b <= a``)."""
+    for a in range(matrix.shape[0]):
+        for b in range(a):
+            matrix[b, a] = matrix[a, b]
+
+
+def quadratic_form(cov, cols, start, count, x):
+    """``sum_t sum_t2 x_t cov[c_t, c_t2] x_t2`` over columns ``c_t = cols[start + t]`` of a symmetric ``cov``, from its
+    lower triangle of pairs (each entry read once)."""
+    total = 0.0
+    for t in range(count):
+        a = cols[start + t]
+        inner = 0.5 * cov[a, a] * x[t]
+        for t2 in range(t):
+            inner += cov[a, cols[start + t2]] * x[t2]
+        total += x[t] * inner
+    return 2.0 * total
 
 
 def add_level_blocks(values, i, local, w, r, blocks, rhs_b):
@@ -144,21 +164,24 @@ def _pattern_sums(D, row_ptr, row_cols, row_entries, codes, values, w, r, gram, 
                 wz = values[i, k] * w[i]
                 for t in range(row_ptr[i], row_ptr[i + 1]):
                     cross[row_entries[t], k] += wz * D[i, row_cols[t]]
+    mirror_lower(gram)
 
 
 def _pattern_schur(cross, gains, level_ptr, level_cols, schur):
     """``schur -= sum_j P_dj G_j``, i.e. ``schur[a, b] -= sum_k cross[j, k, a] G[j, k, b]``, over each level's pairs of
-    columns, from both on the levels' entries (``cross[t, k]``, ``gains[t, k]``: ``(nnz, K)``)."""
+    columns, from both on the levels' entries (``cross[t, k]``, ``gains[t, k]``: ``(nnz, K)``).  ``P_dj G_j = P_dj
+    P_jj^-1 P_jd`` is symmetric: the pairs ``b <= a`` are summed and mirrored."""
     K = cross.shape[1]
     for j in range(level_ptr.size - 1):
         for t in range(level_ptr[j], level_ptr[j + 1]):
             a = level_cols[t]
-            for t2 in range(level_ptr[j], level_ptr[j + 1]):
+            for t2 in range(level_ptr[j], t + 1):
                 b = level_cols[t2]
                 total = 0.0
                 for k in range(K):
                     total += cross[t, k] * gains[t2, k]
                 schur[a, b] -= total
+    mirror_lower(schur)
 
 
 def _pattern_level_covariances(values, level_ptr, level_cols, cov_d, block_inv, cov_b):
@@ -169,15 +192,17 @@ def _pattern_level_covariances(values, level_ptr, level_cols, cov_d, block_inv, 
     for j in range(J):
         start, stop = level_ptr[j], level_ptr[j + 1]
         for k in range(K):
-            for m in range(K):
+            for m in range(k + 1):  # sum_{t, t2} v_tk C_{t t2} v_t2m over the pairs t2 <= t of the symmetric C
                 total = 0.0
                 for t in range(start, stop):
                     a = level_cols[t]
-                    inner = 0.0
-                    for t2 in range(start, stop):
-                        inner += cov_d[a, level_cols[t2]] * values[t2, m]
-                    total += values[t, k] * inner
+                    total += cov_d[a, a] * values[t, k] * values[t, m]
+                    for t2 in range(start, t):
+                        total += cov_d[a, level_cols[t2]] * (
+                            values[t, k] * values[t2, m] + values[t2, k] * values[t, m]
+                        )
                 cov_b[j, k, m] = block_inv[j, k, m] + total
+                cov_b[j, m, k] = block_inv[j, m, k] + total
 
 
 def _pattern_predictor(
@@ -198,13 +223,10 @@ def _pattern_predictor(
         j = codes[i] if has_levels else -1
         v = 0.0
         if j < 0:
-            for t in range(row_ptr[i], row_ptr[i + 1]):
-                a = row_cols[t]
-                inner = 0.0
-                for t2 in range(row_ptr[i], row_ptr[i + 1]):
-                    inner += cov_d[a, row_cols[t2]] * D[i, row_cols[t2]]
-                v += D[i, a] * inner
-            mean[i], var[i] = m, v
+            count = row_ptr[i + 1] - row_ptr[i]
+            for t in range(count):
+                resid[t] = D[i, row_cols[row_ptr[i] + t]]
+            mean[i], var[i] = m, quadratic_form(cov_d, row_cols, row_ptr[i], count, resid)
             continue
         start, count = level_ptr[j], level_ptr[j + 1] - level_ptr[j]
         for t in range(count):
@@ -217,17 +239,13 @@ def _pattern_predictor(
             m += values[i, k] * mean_b[j, k]
             for k2 in range(K):
                 v += values[i, k] * values[i, k2] * block_inv[j, k, k2]
-        for t in range(count):
-            a = level_cols[start + t]
-            inner = 0.0
-            for t2 in range(count):
-                inner += cov_d[a, level_cols[start + t2]] * resid[t2]
-            v += resid[t] * inner
-        mean[i], var[i] = m, v
+        mean[i], var[i] = m, v + quadratic_form(cov_d, level_cols, start, count, resid)
 
 
 if numba is not None:
     add_row_pairs = compile_nogil(add_row_pairs, inline=True)
+    mirror_lower = compile_nogil(mirror_lower, inline=True)
+    quadratic_form = compile_nogil(quadratic_form, inline=True)
     add_level_blocks = compile_nogil(add_level_blocks, inline=True)
     add_level_row = compile_nogil(add_level_row, inline=True)
     pattern_sums = compile_nogil(_pattern_sums)
