@@ -17,6 +17,10 @@ Folds are stratified by class and drawn with the fit's seed (0 if it had none). 
 and engine with the checks' warnings silenced (the full fit already reported them) and, for Gibbs, at most
 2 chains of 500 tuning and 500 kept draws: the map needs each row's posterior mean and variance of ``f``,
 which those estimate to well within what a 3-parameter map can resolve.
+
+Where the full fit took a second or more (:data:`FOLD_PROCESSES_FROM_SECONDS`), the fold fits run side by side in
+worker processes, one per CPU (:func:`bayesvm.engines.workers.run_in_processes`, as the Gibbs chains do: they end
+with the parent on Ctrl-C or SIGTERM), each with one BLAS thread; the folds' fits are the same either way.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks import Checks
+from ..engines.workers import run_in_processes
 from ..errors import BayesvmError
 
 
@@ -51,6 +57,9 @@ def register_refit(name: str, function: Callable[..., Any]) -> None:
 
 #: Folds of the default cross-fitting
 DEFAULT_FOLDS = 5
+#: The fold fits run in worker processes, side by side, where the full fit took at least this many seconds
+#: (:func:`fold_processes`)
+FOLD_PROCESSES_FROM_SECONDS = 1.0
 #: Gibbs settings of a fold fit, at most
 FOLD_GIBBS = {"chains": 2, "tune": 500, "draws": 500}
 #: Quantiles matched by the alignment, and the fewest rows a side of the boundary needs for it
@@ -220,21 +229,21 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
     layout = getattr(getattr(fit.model, "design", None), "imputation", None)
     imputed = tuple(layout.variables) if layout is not None and call.options.get("missing") == "impute" else ()
     spec = getattr(getattr(getattr(fit, "model", None), "design", None), "spec", None)
-    unaligned: list[int] = []
+    cores = fold_processes(fit, folds)
+    jobs = []
     for k in range(folds):
+        options = _fold_options(call, k, base, imputed, spec)
+        if cores > 1 and call.function == "bsvm":
+            options["cores"] = 1  # (a worker process may not start chain processes of its own)
+        job = (function, call.formula, data, fold_of == k, options, k, folds, target is not None, cores > 1)
+        jobs.append((_fold_moments, job))
+    if cores > 1:
+        moments = run_in_processes(jobs, cores, "cross-fitting fold fit")
+    else:
+        moments = [job(*args) for job, args in jobs]
+    unaligned: list[int] = []
+    for k, (mean, var, new_var, source) in enumerate(moments):
         held = fold_of == k
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                fold_fit = function(
-                    call.formula, data.iloc[np.flatnonzero(~held)], **_fold_options(call, k, base, imputed, spec)
-                )
-                mean, var, new_var = fold_fit.link_moments(data.iloc[np.flatnonzero(held)])
-                source = (
-                    None if target is None else _training_decision_values(fold_fit, data.iloc[np.flatnonzero(~held)])
-                )
-        except (ValueError, ArithmeticError) as exc:  # a fit's own errors, and a numerical failure (LinAlgError)
-            raise _fold_failure(k, folds, exc) from None
         out.loc[held, "unaligned_mean"] = mean
         if source is not None:
             mean, factor = align_decision_values(mean, source, target)
@@ -248,6 +257,38 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
             f"fold(s) {unaligned} not carried onto the full fit's scale: {whose} could not predict its own training rows"
         )
     return out
+
+
+def fold_processes(fit, folds: int) -> int:
+    """Worker processes for the fold fits: one per fold up to the CPUs (:func:`bayesvm.arguments.default_cores`; 1
+    where processes would be spawned or inside a worker) where the full fit took at least
+    :data:`FOLD_PROCESSES_FROM_SECONDS`, else 1 (a process costs more than a quick fit).  The folds' fits do not
+    depend on it."""
+    from ..arguments import default_cores
+
+    elapsed = getattr(getattr(fit, "result", None), "elapsed", None)
+    if not isinstance(elapsed, (int, float)) or elapsed < FOLD_PROCESSES_FROM_SECONDS:
+        return 1
+    return default_cores(folds)
+
+
+def _fold_moments(function, formula, data, held, options, k, folds, aligned, single_thread):
+    """Fold ``k``'s fit on the rows not ``held`` and its posterior moments of ``f`` on the ``held`` rows: ``(mean,
+    var, new_var, source)``, ``source`` its means on its own training rows (None unless ``aligned``, or where it cannot
+    predict them); the fit's errors as :func:`_fold_failure`.  ``single_thread``: BLAS runs one thread (the folds'
+    worker processes share the CPUs)."""
+    from threadpoolctl import threadpool_limits
+
+    train, test = data.iloc[np.flatnonzero(~held)], data.iloc[np.flatnonzero(held)]
+    try:
+        with warnings.catch_warnings(), threadpool_limits(limits=1) if single_thread else nullcontext():
+            warnings.simplefilter("ignore")
+            fold_fit = function(formula, train, **options)
+            mean, var, new_var = fold_fit.link_moments(test)
+            source = _training_decision_values(fold_fit, train) if aligned else None
+    except (ValueError, ArithmeticError) as exc:  # a fit's own errors, and a numerical failure (LinAlgError)
+        raise _fold_failure(k, folds, exc) from None
+    return np.asarray(mean, dtype=float), np.asarray(var, dtype=float), np.asarray(new_var, dtype=float), source
 
 
 def _fold_failure(k: int, folds: int, exc: Exception) -> CrossFitError:

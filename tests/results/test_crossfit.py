@@ -200,3 +200,59 @@ def test_fold_fits_build_the_full_fits_columns(formula, kind):
     assert "4-fold cross-fitted" in description and "prior only" not in description
     if kind == "linear":
         assert list(fit.model.design.x_names) == list(fit.fixef.index)
+
+
+def test_fold_fits_in_worker_processes_equal_the_serial_ones(monkeypatch):
+    """Fold fits side by side in worker processes (a full fit of at least FOLD_PROCESSES_FROM_SECONDS) give the serial
+    ones' moments; a Gibbs fit's folds run their chains serially inside the workers (which may not start processes of
+    their own); a fold that fails in a worker is named."""
+    import bayesvm
+    import bayesvm.results.crossfit as crossfit
+    from tests.conftest import simulate_logistic
+
+    data, formula = simulate_logistic(300, 3, seed=8)
+    fits = [
+        bayesvm.bsvm(formula, data, vb="meanfield", seed=1),
+        bayesvm.bsvm(formula, data, method="gibbs", draws=40, tune=20, chains=2, cores=2, seed=1, progress=False),
+    ]
+    started = []
+    real_run = crossfit.run_in_processes
+    monkeypatch.setattr(crossfit, "run_in_processes", lambda *args: started.append(args[1]) or real_run(*args))
+    for fit in fits:
+        serial = crossfit.cross_fitted_predictions(fit, folds=3, seed=1)
+        monkeypatch.setattr(crossfit, "fold_processes", lambda fit, folds: 2)
+        parallel = crossfit.cross_fitted_predictions(fit, folds=3, seed=1)
+        monkeypatch.undo()
+        monkeypatch.setattr(crossfit, "run_in_processes", lambda *args: started.append(args[1]) or real_run(*args))
+        for column in ["mean", "var", "new_var", "unaligned_mean"]:
+            np.testing.assert_allclose(parallel[column], serial[column], rtol=1e-9, atol=1e-12, err_msg=column)
+    assert started == [2, 2]
+    refit = crossfit.REFITTERS["bsvm"]
+
+    def second_fold_fails(formula, rows, **options):
+        if options["seed"] == 2:  # the fit's seed 1, fold k = 1
+            raise ValueError("no variance left")
+        return refit(formula, rows, **options)
+
+    monkeypatch.setitem(crossfit.REFITTERS, "bsvm", second_fold_fails)
+    monkeypatch.setattr(crossfit, "fold_processes", lambda fit, folds: 2)
+    with pytest.raises(
+        crossfit.CrossFitError, match=r"folds other than 2 of 3 failed \(ValueError: no variance left\)"
+    ):
+        crossfit.cross_fitted_predictions(fits[0], folds=3, seed=1)
+
+
+def test_fold_processes_only_for_fits_that_take_time(monkeypatch):
+    import bayesvm.results.crossfit as crossfit
+
+    class Quick:
+        class result:
+            elapsed = 0.2
+
+    class Slow:
+        class result:
+            elapsed = 30.0
+
+    monkeypatch.setattr("bayesvm.arguments.default_cores", lambda chains: min(chains, 2))
+    assert crossfit.fold_processes(Quick(), 5) == 1 and crossfit.fold_processes(Slow(), 5) == 2
+    assert crossfit.fold_processes(object(), 5) == 1  # (no record of the time: as a quick fit)

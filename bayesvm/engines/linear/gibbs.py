@@ -14,12 +14,8 @@ Full conditionals, with ``omega_i = 1 / a_i`` and ``C = [D, Z_b]``:
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
@@ -48,6 +44,7 @@ from ...model.output import EngineOutput
 from ...model.problems import VBProblem, sorted_by_level
 from .. import variance_prior
 from ..joint import LogPrior, component_values, log_pseudo_likelihood
+from ..workers import run_in_processes
 from . import compiled_rows
 from .collapsed_variance import CollapsedVariance
 from .interweave import ScaleMoves
@@ -662,158 +659,38 @@ def run_until_converged(
     return records, reason
 
 
-#: Seconds between a chain worker's checks that its parent process is still alive.
-PARENT_CHECK_SECONDS = 0.5
-#: Seconds the parent waits on its workers' pipes before it looks at pending signals again.
-SIGNAL_CHECK_SECONDS = 0.25
-
-
-def _end_with_parent(parent: int) -> None:
-    """Set up a chain worker: a daemon thread ends it once its parent is gone (terminated, killed or crashed:
-    the worker is then re-parented and ``os.getppid()`` changes), so no chain outlives its run.
-
-    The worker is forked inside :func:`_sigterm_raises`, so it would inherit the handler that turns SIGTERM into
-    ``SystemExit``; SIGTERM (what :func:`_stop_workers` sends) is restored to its default, ending the worker at
-    once, and Ctrl-C, which a terminal sends to the whole process group, is ignored here: the parent ends the
-    workers.
-    """
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])  # (a mask is inherited from the forking thread)
-
-    def watch() -> None:
-        while True:
-            time.sleep(PARENT_CHECK_SECONDS)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="bayesvm-parent-watch", daemon=True).start()
-
-
-def _chain_worker(chain, args: tuple, parent: int, send) -> None:
-    """A chain worker process: run ``chain(*args)`` and send ``("ok", result)`` or ``("error", exception)``."""
-    _end_with_parent(parent)
-    try:
-        message = ("ok", chain(*args))
-    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent, which raises it
-        message = ("error", exc)
-    try:
-        send.send(message)
-    except Exception as exc:  # an exception that does not pickle: its text
-        send.send(("error", RuntimeError(f"{type(message[1]).__name__}: {message[1]} ({exc})")))
-    send.close()
-
-
-@contextmanager
-def _sigterm_raises():
-    """In the main thread, SIGTERM raises ``SystemExit`` (as Ctrl-C raises ``KeyboardInterrupt``), so that the
-    workers below are ended instead of the process dying with them still running."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _stop_workers(processes) -> None:
-    """Terminate every worker process now (SIGTERM, then SIGKILL after 5 seconds)."""
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5.0)
-        if process.is_alive():
-            process.kill()
-            process.join(timeout=5.0)
-
-
 def run_chains(
     chain, problem, draws: int, tune: int, thin: int, chains: int, seed, cores: int, progress: bool, warm_up=None
 ):
     """``chain(problem, draws, tune, thin, seed_sequence, show)`` for each of ``chains`` independent seeds
     spawned from ``SeedSequence(seed)``: in ``min(cores, chains)`` processes at a time when ``cores > 1`` (the
-    same draws as serially), with a tqdm bar on a terminal.  Shared by every Gibbs engine.
+    same draws as serially; :func:`bayesvm.engines.workers.run_in_processes`: on Ctrl-C or SIGTERM the workers end
+    too), with a tqdm bar on a terminal.  Shared by every Gibbs engine.
 
     ``warm_up()``, where given, runs in this process before the workers are forked (not where they would be
     spawned): what it loads (numba's compiled functions, from its disk cache on first use) every worker then
     inherits instead of loading it again.
-
-    Each chain runs in its own process and sends its draws back through a pipe; nothing else (no pool, no
-    manager thread) stands between the parent and its workers.  On Ctrl-C or SIGTERM the workers are terminated
-    before the exception propagates, and a worker whose parent disappears (e.g. killed) ends itself within a
-    second.  A chain's exception is raised in the parent; a worker that dies without a result raises
-    ``RuntimeError``.
     """
     seeds = np.random.SeedSequence(seed).spawn(chains)
     show = progress and sys.stderr.isatty()
     if cores <= 1 or chains <= 1:
         return [chain(problem, draws, tune, thin, s, show) for s in seeds]
-    import multiprocessing
-    from multiprocessing.connection import wait
-
-    context = multiprocessing.get_context()
-    if warm_up is not None and context.get_start_method() == "fork":
-        warm_up()
-    results: list = [None] * chains
-    waiting = list(range(chains))
-    running: dict = {}  # receiving end -> (chain index, process)
     bar = None
     if show:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=chains, desc=f"Gibbs ({chains} chains)", leave=False)
     try:
-        with _sigterm_raises():
-            while waiting or running:
-                while waiting and len(running) < min(cores, chains):
-                    i = waiting.pop(0)
-                    receive, send = context.Pipe(duplex=False)
-                    process = context.Process(
-                        target=_chain_worker,
-                        args=(chain, (problem, draws, tune, thin, seeds[i], False), os.getpid(), send),
-                        name=f"bayesvm-chain-{i}",
-                        daemon=True,
-                    )
-                    process.start()
-                    send.close()
-                    running[receive] = (i, process)
-                # a timeout, so that the main thread wakes up to run a pending Ctrl-C / SIGTERM handler: the kernel
-                # may deliver a process-directed signal to another thread (BLAS, numba), which leaves a select()
-                # without timeout asleep in the main thread (seen as a hang under load)
-                for receive in wait(list(running), timeout=SIGNAL_CHECK_SECONDS):
-                    i, process = running[receive]  # (still listed: an interrupt during recv ends it too)
-                    try:
-                        status, payload = receive.recv()
-                    except EOFError:
-                        process.join()
-                        raise RuntimeError(
-                            f"the process of Gibbs chain {i + 1} ended without a result (exit code "
-                            f"{process.exitcode}); memory may have run out: try fewer cores or draws"
-                        ) from None
-                    del running[receive]
-                    receive.close()
-                    process.join()
-                    if status == "error":
-                        raise payload
-                    results[i] = payload
-                    if bar is not None:
-                        bar.update()
-    except BaseException:
-        _stop_workers([process for _, process in running.values()])
-        for receive in running:
-            receive.close()
-        raise
+        return run_in_processes(
+            [(chain, (problem, draws, tune, thin, s, False)) for s in seeds],
+            cores,
+            "Gibbs chain",
+            warm_up=warm_up,
+            on_result=None if bar is None else lambda index: bar.update(),
+        )
     finally:
         if bar is not None:
             bar.close()
-    return results
 
 
 TUNE = 1000
