@@ -20,9 +20,26 @@ from ..engines.linear.gibbs import GibbsResult
 from ..engines.linear.vb import VBResult
 from ..engines.selection.vb import SelectionVBResult
 from ..linalg import compiled
+from ..linalg.dense import GaussianPosterior
 from ..linalg.row_pattern import RowPattern, row_pattern
 from .new_levels import ComponentLaw, discrete_law
 from .prediction import gaussian_average_probability, pseudo_probability
+
+
+def prediction_pattern(D, codes, thetas: list[GaussianPosterior]) -> RowPattern | None:
+    """The rows' and levels' nonzero columns of new rows ``D`` (one pattern for every posterior's predictor), each
+    level's holding its gains' support in every posterior (rows of new data need not touch every column the training
+    rows did: :func:`bayesvm.linalg.row_pattern.row_pattern`), or None (sparse rows, no numba, or not sparse enough
+    to pay)."""
+    if sp.issparse(D) or not compiled.available():
+        return None
+    if codes is None or not thetas[0].mean_b.size:
+        return row_pattern(D, None)
+    J, _, q = thetas[0].gains.shape
+    support = np.zeros((J, q), dtype=bool)
+    for theta in thetas:
+        support |= theta.gains.support()
+    return row_pattern(D, codes, J, support)
 
 
 class VariationalPosterior:
@@ -58,7 +75,10 @@ class VariationalPosterior:
         return ComponentLaw("inverse_wishart", shape=float(post.shape), scale=np.asarray(post.scale, dtype=float))
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and variance of ``f``."""
+        """Posterior mean and variance of ``f`` (over the rows' and levels' nonzero columns where the dense part is
+        wide and mostly zero, as the fit's own sweeps: :func:`prediction_pattern`)."""
+        if isinstance(self.theta, GaussianPosterior):
+            return self.theta.predictor(D, codes, values, prediction_pattern(D, codes, [self.theta]))
         return self.theta.predictor(D, codes, values)
 
     def probability(self, D, codes, values) -> np.ndarray:
@@ -230,30 +250,15 @@ class MixturePosterior:
         """The hyperparameter nodes' values of component ``c`` with their weights."""
         return discrete_law(self.result.covariances[c], self.result.weights)
 
-    def _pattern(self, D, codes) -> RowPattern | None:
-        """The rows' and levels' nonzero columns of ``D`` (one pattern for every node's predictor), each level's
-        holding its gains' support in every node (rows of new data need not touch every column the training rows
-        did: :func:`bayesvm.linalg.row_pattern.row_pattern`), or None."""
-        thetas = self.result.thetas
-        if sp.issparse(D) or not compiled.available():
-            return None
-        if codes is None or not thetas[0].mean_b.size:
-            return row_pattern(D, None)
-        J, _, q = thetas[0].gains.shape
-        support = np.zeros((J, q), dtype=bool)
-        for theta in thetas:
-            support |= theta.gains.support()
-        return row_pattern(D, codes, support.shape[0], support)
-
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
-        pattern = self._pattern(D, codes)
+        pattern = prediction_pattern(D, codes, self.result.thetas)
         parts = [(w, *th.predictor(D, codes, values, pattern)) for w, th in self._pairs()]
         mean = sum(w * m for w, m, _ in parts)
         second = sum(w * (v + m**2) for w, m, v in parts)
         return mean, second - mean**2
 
     def probability(self, D, codes, values) -> np.ndarray:
-        pattern = self._pattern(D, codes)
+        pattern = prediction_pattern(D, codes, self.result.thetas)
         mixture = sum(
             w * gaussian_average_probability(*th.predictor(D, codes, values, pattern)) for w, th in self._pairs()
         )

@@ -1,4 +1,4 @@
-"""The accurate fit's mixture posterior predicts with the rows' and levels' nonzero columns
+"""The mean-field and the accurate fits' posteriors predict with the rows' and levels' nonzero columns
 (bayesvm.linalg.row_pattern) exactly as over every column, on training rows and on new ones."""
 
 import io
@@ -17,8 +17,9 @@ from bayesvm.results import posterior
 from .test_storage import _posterior_states, _rewrite
 
 
-@pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
-def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch, tmp_path):
+def _two_sites():
+    """People nested in sites (the sites' indicators in the dense part, the people eliminated), and the same people's
+    first 60 rows moved to another site: their rows miss the column of the site their training rows touched."""
     rng = np.random.default_rng(4)
     n, sites, people = 360, 40, 120
     person = rng.integers(0, people, n)
@@ -30,14 +31,34 @@ def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch, t
         "y": (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int), "x": x, "g": np.array(["a", "b", "c"])[group],
         "site": "s" + pd.Series(site_of[person]).astype(str), "person": "p" + pd.Series(person).astype(str),
     })  # fmt: skip
-    fit = bayesvm.bsvm("y ~ x + g + (1 | site) + (1 | person)", data, seed=0, vb="accurate", penalty=1.0)
-    assert fit.result.__class__.__name__ == "IntegratedResult"
-    # the same people in another site: their rows miss the column of the site their training rows touched
     new = data.iloc[:60].assign(
         site=lambda frame: frame["site"].map(
             dict(zip(sorted(set(data["site"])), sorted(set(data["site"]))[1:] + ["s0"]))
         )
     )
+    return data, new
+
+
+@pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+def test_mean_field_prediction_over_the_pattern_equals_the_dense_one(monkeypatch):
+    data, new = _two_sites()
+    fit = bayesvm.bsvm("y ~ x + g + (1 | site) + (1 | person)", data, seed=0, vb="meanfield", penalty=1.0)
+    assert isinstance(fit.result.theta.gain, PatternGains)
+    patterns = []
+    original = posterior.row_pattern
+    monkeypatch.setattr(posterior, "row_pattern", lambda *args: patterns.append(original(*args)) or patterns[-1])
+    with_pattern = [fit.predict_interval(frame) for frame in (data, new)]
+    assert patterns and all(p is not None and p.level_ptr.size for p in patterns)
+    monkeypatch.setattr(posterior, "row_pattern", lambda *args: None)
+    for left, frame in zip(with_pattern, (data, new)):
+        np.testing.assert_allclose(left.to_numpy(), fit.predict_interval(frame).to_numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch, tmp_path):
+    data, new = _two_sites()
+    fit = bayesvm.bsvm("y ~ x + g + (1 | site) + (1 | person)", data, seed=0, vb="accurate", penalty=1.0)
+    assert fit.result.__class__.__name__ == "IntegratedResult"
     patterns = []
     original = posterior.row_pattern
     monkeypatch.setattr(posterior, "row_pattern", lambda *args: patterns.append(original(*args)) or patterns[-1])
