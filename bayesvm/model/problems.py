@@ -105,12 +105,14 @@ class VBProblem:
         return sp.issparse(self.D)
 
     def check_shapes(self) -> None:
-        """Raise ``ValueError`` unless the rows of ``y``, ``D`` and the blocked factor agree (a loaded file's problem
-        is checked before the compiled sums and evidence loops index by them)."""
-        if not (isinstance(self.y, np.ndarray) and self.y.ndim == 1 and self.D.ndim == 2 and self.D.shape[0] == self.n):
-            raise ValueError("the problem's response and design do not have the same rows")
+        """Raise ``ValueError`` unless ``y`` holds every row of ``D`` and the blocked factor has ``D``'s rows (a loaded
+        file's problem is checked before the compiled sums and evidence loops index all three by row).  An out-of-core
+        fit's problem keeps the rows of one partition in ``D`` and every row's ``y``."""
+        rows = self.D.shape[0] if getattr(self.D, "ndim", 0) == 2 else -1
+        if not (isinstance(self.y, np.ndarray) and self.y.ndim == 1 and 0 <= rows <= self.n):
+            raise ValueError("the problem's response does not hold every row of its design")
         if self.blocked is not None:
-            self.blocked.check_shapes(self.n)
+            self.blocked.check_shapes(rows)
 
     @cached_property
     def row_pattern(self) -> RowPattern | None:

@@ -366,3 +366,26 @@ def test_a_grouping_factor_naming_levels_it_does_not_have_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match="codes name levels it does not have"):
         bayesvm.load(_rewrite(path, tmp_path / "evil.bsvm", fewer_levels))
+
+
+def test_a_problem_whose_response_misses_rows_of_its_design_is_refused(tmp_path):
+    fit, _ = _make("gibbs")
+    path = fit.save(tmp_path / "fit.bsvm")
+
+    def change(graph):
+        found, stack = [], [graph]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                if node.get("$") == "obj" and node.get("cls", "").endswith(":VBProblem"):
+                    found.append(node["state"])
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        assert found
+        few = found[0]["fixed_precision"]  # an array of a few entries, read again as the response
+        found[0]["y"] = {"$": "ndarray", "index": few["index"], "id": 10**9}
+        return graph
+
+    with pytest.raises(ValueError, match="response does not hold every row"):
+        bayesvm.load(_rewrite(path, tmp_path / "evil.bsvm", _edit_graph(change)))
