@@ -124,7 +124,7 @@ class BlockedFactor:
     def check_shapes(self, n: int | None = None) -> None:
         """Raise ``ValueError`` unless ``codes`` are integers in ``[-1, n_levels)`` with one row of ``values`` each (and
         ``n`` of them where given): a loaded file's factor is checked before compiled loops index by it."""
-        codes, values = self.codes, self.values
+        codes, values = getattr(self, "codes", None), getattr(self, "values", None)
         if not (
             isinstance(codes, np.ndarray) and codes.ndim == 1 and np.issubdtype(codes.dtype, np.integer)
             and isinstance(values, np.ndarray) and values.ndim == 2 and values.shape[0] == codes.size
@@ -215,6 +215,9 @@ class GaussianPosterior:
     def check_shapes(self) -> None:
         """Raise ``ValueError`` unless the arrays fit together (``q`` dense coefficients, ``J`` levels of ``K``): a
         loaded file's posterior is checked before the compiled predictor reads it without bounds checks."""
+        arrays = ("mean_d", "cov_d", "mean_b", "cov_b", "block_inv")
+        if not all(isinstance(getattr(self, name), np.ndarray) for name in arrays):
+            raise ValueError("the posterior's means and covariances are not arrays")
         q = self.mean_d.shape[0] if self.mean_d.ndim == 1 else -1
         J, K = self.mean_b.shape if self.mean_b.ndim == 2 else (-1, -1)
         expected = {"cov_d": (q, q), "cov_b": (J, K, K), "block_inv": (J, K, K)}
@@ -224,6 +227,8 @@ class GaussianPosterior:
             if q < 0 or J < 0 or getattr(self, name).shape != shape:
                 raise ValueError(f"the posterior's {name} does not fit its means")
         if self.mean_b.size:
+            if not isinstance(self.gain, (np.ndarray, PatternGains)):
+                raise ValueError("the posterior's gains are not an array")
             self.gains.check_shapes(J, K, q)
 
     def cov_entries(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

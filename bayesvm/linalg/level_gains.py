@@ -143,7 +143,8 @@ class PatternGains:
         level (a loaded file's gains are checked before compiled loops read them without bounds checks)."""
         ptr, cols, levels, values = self.level_ptr, self.level_cols, self.entry_levels, self.values
         arrays = all(
-            isinstance(a, np.ndarray) and a.ndim == d for a, d in ((ptr, 1), (cols, 1), (levels, 1), (values, 2))
+            isinstance(a, np.ndarray) and a.ndim == d and (d == 2 or np.issubdtype(a.dtype, np.integer))
+            for a, d in ((ptr, 1), (cols, 1), (levels, 1), (values, 2))
         )
         if not arrays or self.q != q or values.shape != (cols.size, K) or ptr.size != J + 1 or levels.size != cols.size:
             raise ValueError("the posterior's gains do not fit its means")

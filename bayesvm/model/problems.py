@@ -109,7 +109,7 @@ class VBProblem:
         file's problem is checked before the compiled sums and evidence loops index all three by row).  An out-of-core
         fit's problem keeps the rows of one partition in ``D`` and every row's ``y``."""
         rows = self.D.shape[0] if getattr(self.D, "ndim", 0) == 2 else -1
-        if not (isinstance(self.y, np.ndarray) and self.y.ndim == 1 and 0 <= rows <= self.n):
+        if not (isinstance(self.y, np.ndarray) and self.y.ndim == 1 and 0 <= rows <= self.y.size):
             raise ValueError("the problem's response does not hold every row of its design")
         if self.blocked is not None:
             self.blocked.check_shapes(rows)
