@@ -1,4 +1,5 @@
-"""Chain worker processes end with their parent: on SIGTERM, on Ctrl-C and when the parent is killed."""
+"""Worker processes (Gibbs chains, cross-fitting's fold fits: bayesvm.engines.workers) end with their parent: on
+SIGTERM, on Ctrl-C and when the parent is killed."""
 
 import os
 import signal
@@ -39,6 +40,16 @@ SCRIPT = textwrap.dedent(
     n = 400
     frame = pd.DataFrame({"x": rng.standard_normal(n), "g": rng.integers(0, 20, n)})
     frame["y"] = np.where(frame["x"] + rng.logistic(size=n) > 0, 1, 0)
+    if os.environ.get("BAYESVM_TEST_JOB") == "folds":  # the calibration's fold fits, each as long as a test
+        import time
+        import bayesvm.results.crossfit as crossfit
+
+        fit = bayesvm.bsvm("y ~ x + (1 | g)", frame, vb="meanfield")
+        crossfit.fold_processes = lambda fit, folds: 2
+        refit = crossfit.REFITTERS["bsvm"]
+        crossfit.REFITTERS["bsvm"] = lambda *args, **kwargs: time.sleep(10**6) or refit(*args, **kwargs)
+        print("ready", flush=True)
+        fit.calibrate()
     print("ready", flush=True)
     bayesvm.bsvm("y ~ x + (1 | g)", frame, method="gibbs", draws=10**6, tune=10, chains=2, cores=2,
                  progress=False)
@@ -68,10 +79,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _start_and_find_workers(tmp_path, other_thread: bool = False):
+def _start_and_find_workers(tmp_path, other_thread: bool = False, job: str = "chains"):
     script = tmp_path / "chains.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "BAYESVM_TEST_OTHER_THREAD": "1" if other_thread else ""}
+    env = {**os.environ, "BAYESVM_TEST_OTHER_THREAD": "1" if other_thread else "", "BAYESVM_TEST_JOB": job}
     parent = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -81,7 +92,7 @@ def _start_and_find_workers(tmp_path, other_thread: bool = False):
     while time.time() < deadline and len(workers) < 2:
         time.sleep(0.2)
         workers = _children(parent.pid)
-    assert len(workers) >= 2, "the chain workers did not start"
+    assert len(workers) >= 2, f"the {job} workers did not start"
     time.sleep(1.0)  # the workers are sampling
     return parent, workers
 
@@ -103,7 +114,17 @@ def _gone_within(pids: set[int], seconds: float) -> bool:
     ids=["SIGTERM", "SIGINT", "SIGKILL", "SIGINT-to-another-thread", "SIGTERM-to-another-thread"],
 )  # fmt: skip
 def test_workers_end_with_the_parent(tmp_path, how, other_thread):
-    parent, workers = _start_and_find_workers(tmp_path, other_thread)
+    _workers_end_with_the_parent(tmp_path, how, other_thread, "chains")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"])
+def test_fold_fit_workers_end_with_the_parent(tmp_path, how):
+    _workers_end_with_the_parent(tmp_path, how, False, "folds")
+
+
+def _workers_end_with_the_parent(tmp_path, how, other_thread, job):
+    parent, workers = _start_and_find_workers(tmp_path, other_thread, job)
     try:
         os.kill(parent.pid, how)
         try:
@@ -115,7 +136,7 @@ def test_workers_end_with_the_parent(tmp_path, how, other_thread):
             raise AssertionError(
                 f"the parent did not end after {signal.Signals(how).name}:\n{parent.stderr.read()}"
             ) from None
-        assert _gone_within(workers, 10), f"chain workers still running after {signal.Signals(how).name}"
+        assert _gone_within(workers, 10), f"{job} workers still running after {signal.Signals(how).name}"
     finally:
         for pid in workers:
             if _alive(pid):
