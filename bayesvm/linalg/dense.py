@@ -35,6 +35,8 @@ import scipy.sparse as sp
 from scipy.linalg import lapack
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
+from . import compiled
+from .dense_rows import level_rows_predictor
 from .level_gains import DenseGains, PatternGains, level_gains
 from .row_pattern import RowPattern, pattern_predictor, pattern_schur, pattern_sums
 
@@ -255,6 +257,8 @@ class GaussianPosterior:
             return self._pattern_predictor(D, codes, values, pattern)
         if codes is None or not self.mean_b.size:
             return self._mean_and_quadratic_rows(D)
+        if compiled.available() and isinstance(self.gains, DenseGains):
+            return self._compiled_level_rows(D, codes, values)
         mean = D @ self.mean_d
         var = 0.0
         seen = codes >= 0
@@ -269,6 +273,28 @@ class GaussianPosterior:
             for l in range(z.shape[1]):
                 var = var + z[:, k] * z[:, l] * block_inv[:, k, l]
         return mean, var + self._quadratic_rows(resid)
+
+    def _compiled_level_rows(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`predictor` with a blocked factor and dense gains by the compiled row loop of
+        :mod:`bayesvm.linalg.dense_rows`: ``D S^-1`` one BLAS product per chunk of rows, the rest ``O(q K)`` per row."""
+        n, q = D.shape
+        gains = self.gains.dense()
+        if q != self.mean_d.size or values.shape[1] != self.mean_b.shape[1] or np.max(codes, initial=-1) >= len(gains):
+            raise ValueError(
+                "the rows do not fit the posterior's coefficients"
+            )  # (the loop reads without bounds checks)
+        J, K, _ = gains.shape
+        spread = (gains.reshape(J * K, q) @ self.cov_d).reshape(J, K, q)
+        codes = np.asarray(codes, dtype=np.int64)
+        mean, var = np.empty(n), np.empty(n)
+        for start in range(0, n, ROW_CHUNK):
+            rows = slice(start, start + ROW_CHUNK)
+            chunk = D[rows]
+            level_rows_predictor(
+                chunk, chunk @ self.cov_d, codes[rows], values[rows], self.mean_d, self.mean_b, gains, spread,
+                self.block_inv, mean[rows], var[rows],
+            )  # fmt: skip
+        return mean, var
 
     def _pattern_predictor(self, D, codes, values, pattern: RowPattern) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`predictor` over each row's (or its level's) nonzero columns (:mod:`bayesvm.linalg.row_pattern`)."""
