@@ -148,9 +148,49 @@ class SampledPosterior:
         return parts
 
     def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance (``ddof=1``) of ``f`` over the draws, row by row: from the draws' covariances where that
+        is the cheaper way (:meth:`_link_from_covariances`), else from each draw's ``f``."""
+        theta_d, theta_b = self._flat()
+        S, q = theta_d.shape
+        blocked = codes is not None and theta_b.size > 0
+        J, K = theta_b.shape[1:] if blocked else (0, 0)
+        n = D.shape[0]
+        if S > 1 and not sp.issparse(D) and J * K * q + q * q < n * (q + K):
+            return self._link_from_covariances(D, codes if blocked else None, values, theta_d, theta_b)
         parts = self._per_row(D, codes, values, lambda f: np.stack([f.mean(axis=0), f.var(axis=0, ddof=1)]))
         both = np.concatenate(parts, axis=1)
         return both[0], both[1]
+
+    @staticmethod
+    def _link_from_covariances(D, codes, values, theta_d, theta_b) -> tuple[np.ndarray, np.ndarray]:
+        """``f_i = d_i' theta_d + z_i' theta_j`` is linear in the draws, so its mean is ``f`` at the draws' means and
+        its variance over the draws is ``d' C_dd d + 2 z' C_jd d + z' C_jj z`` with the draws' covariances (the same
+        sums as the variance of each draw's ``f``, regrouped): ``O(S (q^2 + J K q))`` once instead of ``O(S n (q +
+        K))``; on toenail's 10,000 draws of 1,908 rows about a tenth of the time."""
+        S = theta_d.shape[0]
+        centred_d = theta_d - theta_d.mean(axis=0)
+        cov_dd = centred_d.T @ centred_d / (S - 1)
+        mean = D @ theta_d.mean(axis=0)
+        spread = D @ cov_dd
+        var = np.einsum("ij,ij->i", spread, D)
+        if codes is None:
+            return mean, var
+        J, K = theta_b.shape[1:]
+        seen = codes >= 0
+        z = np.where(seen[:, None], values, 0.0)
+        idx = np.where(seen, codes, 0)
+        mean_b = theta_b.mean(axis=0)
+        cov_bd, cov_bb = np.empty((J, K, D.shape[1])), np.empty((J, K, K))  # Cov(theta_jk, theta_d), Cov(theta_j)
+        step = max(1, 4_000_000 // max(1, S * K))  # levels at a time (a copy of their draws, as _per_row's rows)
+        for start in range(0, J, step):
+            levels = slice(start, min(J, start + step))
+            centred = theta_b[:, levels] - mean_b[levels]
+            count = centred.shape[1]
+            cov_bd[levels] = (centred.reshape(S, count * K).T @ centred_d / (S - 1)).reshape(count, K, -1)
+            cov_bb[levels] = np.einsum("sjk,sjl->jkl", centred, centred) / (S - 1)
+        mean = mean + np.einsum("nk,nk->n", z, mean_b[idx])
+        var = var + 2.0 * np.einsum("nk,nkq,nq->n", z, cov_bd[idx], D) + np.einsum("nk,nkl,nl->n", z, cov_bb[idx], z)
+        return mean, np.maximum(var, 0.0)
 
     def probability(self, D, codes, values) -> np.ndarray:
         """Posterior mean of ``p(+1 | f)`` over the draws (exact Monte Carlo average)."""

@@ -91,3 +91,27 @@ def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch, t
 
     with pytest.raises(ValueError, match="not on a valid layout"):
         bayesvm.load(_rewrite(path, tmp_path / "evil.bsvm", out_of_range))
+
+
+@pytest.mark.filterwarnings("ignore::bayesvm.ConvergenceWarning")
+@pytest.mark.parametrize("formula", ["y ~ x + g + (1 | person)", "y ~ x + (1 + x | person)", "y ~ x + g"])
+def test_sampled_link_from_covariances_equals_the_draws(formula, monkeypatch):
+    """A Gibbs fit's mean and variance of ``f`` from the draws' covariances (on many rows) equal those of each draw's
+    ``f`` (the path taken for few rows): training rows, and new rows with unseen people (code -1)."""
+    data, _ = _two_sites()
+    fit = bayesvm.bsvm(formula, data, method="gibbs", draws=150, tune=50, chains=2, cores=1, seed=2, progress=False)
+    sampled = fit.posterior
+    new = data.iloc[:80].assign(person=lambda frame: np.where(np.arange(80) % 3 == 0, "unseen", frame["person"]))
+    for frame in (data, new):
+        D, codes, values = fit._rows(frame, True)[0]
+        blocked = sampled.result.theta_b.size > 0
+        assert frame is data or not blocked or np.any(codes < 0)
+        mean, var = sampled._link_from_covariances(D, codes if blocked else None, values, *sampled._flat())
+        f = np.concatenate(sampled._per_row(D, codes, values, lambda draws: draws), axis=1)
+        np.testing.assert_allclose(mean, f.mean(axis=0), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(var, f.var(axis=0, ddof=1), rtol=1e-9, atol=1e-12)
+    # the fit's own link on its training rows takes the covariance path (many rows, few levels and columns)
+    D, codes, values = fit._rows(data, True)[0]
+    expected = np.concatenate(sampled._per_row(D, codes, values, lambda draws: draws.mean(axis=0)))
+    monkeypatch.setattr(type(sampled), "_per_row", lambda *args: pytest.fail("f formed draw by draw"))
+    np.testing.assert_allclose(np.asarray(fit.predict(kind="link")), expected, rtol=1e-10, atol=1e-12)
