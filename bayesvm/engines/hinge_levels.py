@@ -185,7 +185,7 @@ _INSERTION_ROWS = 32
 _DIRECT_ABOVE = -21.0
 
 
-def _log_ndtr_scalar(x: float) -> float:
+def log_ndtr_scalar(x: float) -> float:
     """``log Phi(x)`` (as :func:`scipy.special.log_ndtr`): ``log1p(-Phi(-x))`` in the upper tail, ``log(erfc / 2)``
     in between, and below :data:`_SERIES_BELOW` the asymptotic series ``-x^2/2 - log(-x) - log(2 pi)/2 + log(1 - 1/x^2
     + 3/x^4 - 15/x^6 + 105/x^8)`` (relative error below ``945 / x^10``, 2e-12 at ``x = -30``)."""
@@ -207,9 +207,9 @@ def _log_interval_in_logs(a, c, lo, hi, sigma2, sd):
     centre = c * sigma2
     alpha, beta = (lo - centre) / sd, (hi - centre) / sd
     if alpha > 0.0:
-        big, small = _log_ndtr_compiled(-alpha), _log_ndtr_compiled(-beta)
+        big, small = log_ndtr_compiled(-alpha), log_ndtr_compiled(-beta)
     else:
-        big, small = _log_ndtr_compiled(beta), _log_ndtr_compiled(alpha)
+        big, small = log_ndtr_compiled(beta), log_ndtr_compiled(alpha)
     x = min(small - big, 0.0)
     diff = np.log(-np.expm1(x)) if x > -0.6931 else np.log1p(-np.exp(x))
     return a + 0.5 * c * c * sigma2 + big + diff
@@ -392,7 +392,7 @@ def _chosen_intervals(y, eta, slope, rows, sigma2, gumbel, centre, lo_out, hi_ou
 
 
 if compiled_rows.numba is not None:
-    _log_ndtr_compiled = compiled_rows.compile_nogil(_log_ndtr_scalar)
+    log_ndtr_compiled = compiled_rows.compile_nogil(log_ndtr_scalar)
     _log_interval_in_logs = compiled_rows.compile_nogil(_log_interval_in_logs)
     _log_interval = compiled_rows.compile_nogil(_log_interval)
     _log_sum_step = compiled_rows.compile_nogil(_log_sum_step)
@@ -405,4 +405,4 @@ if compiled_rows.numba is not None:
     draws_log_integral_sums = compiled_rows.compile_nogil(_draws_log_integral_sums)
     chosen_intervals = compiled_rows.compile_nogil(_chosen_intervals)
 else:  # never called: callers check compiled_rows.available()
-    _log_ndtr_compiled = log_integral_sum = draws_log_integral_sums = chosen_intervals = None
+    log_ndtr_compiled = log_integral_sum = draws_log_integral_sums = chosen_intervals = None

@@ -24,8 +24,8 @@ def _posterior(rng, n, q, J, K, unassigned, scale=1.0):
 
 @pytest.mark.parametrize(
     "n, K, unassigned, layout",
-    [(300, 1, 0, "C"), (300, 2, 7, "C"), (ROW_CHUNK + 50, 1, 3, "C"), (300, 2, 0, "F")],
-    ids=["intercept", "slope-unassigned", "two-chunks", "fortran-order"],
+    [(300, 1, 0, "C"), (300, 2, 7, "C"), (2 * ROW_CHUNK + 50, 1, 3, "C"), (300, 2, 0, "F")],
+    ids=["intercept", "slope-unassigned", "halves-of-chunks", "fortran-order"],
 )
 def test_compiled_predictor_equals_numpy(monkeypatch, n, K, unassigned, layout):
     rng = np.random.default_rng(n + K + unassigned)

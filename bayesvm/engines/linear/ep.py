@@ -60,11 +60,13 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_ndtr, logsumexp, multigammaln
 
 from ...errors import BayesvmError
-from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
+from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior, in_row_halves
 from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
 from .. import variance_prior
+from ..hinge_levels import log_ndtr_compiled
+from . import compiled_rows
 from .node_evidence import MIN_ESS_FRACTION, NodeEvidence, NodeWeights, UnreliableEvidence, node_evidence
 from .vb import (
     ComponentPosterior,
@@ -98,7 +100,20 @@ class AccurateFitError(BayesvmError):
 
 
 def tilted_moments(y: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``log Z``, mean and variance of ``f`` under ``N(f; m, v) exp(-2 max(0, 1 - y f))``."""
+    """``log Z``, mean and variance of ``f`` under ``N(f; m, v) exp(-2 max(0, 1 - y f))``.
+
+    With ``a = y m`` and ``s = sqrt(v)`` the tilted density is a mixture of two truncated normals: ``N(a + 2v, v)`` on
+    ``y f < 1`` (weight ``exp(2a + 2v - 2) Phi(beta)``, ``beta = (1 - a - 2v) / s``) and ``N(a, v)`` on ``y f > 1``
+    (weight ``Phi(-alpha)``, ``alpha = (1 - a) / s``); each piece's moments by its inverse Mills ratio.  Where numba
+    is installed by a compiled loop over the rows (:func:`_tilted_rows`, the same operations), in two halves on the
+    row threads on many rows (:func:`bayesvm.linalg.dense.in_row_halves`: a third of an EP sweep on 200,000 rows),
+    else by numpy.
+    """
+    if compiled_rows.available():
+        y, m, v = (np.ascontiguousarray(x, dtype=float) for x in (y, m, v))
+        log_z, mean, var = np.empty(m.size), np.empty(m.size), np.empty(m.size)
+        in_row_halves(m.size, lambda rows: tilted_rows(y[rows], m[rows], v[rows], log_z[rows], mean[rows], var[rows]))
+        return log_z, mean, var
     a, s = y * m, np.sqrt(v)
     beta = (1.0 - a - 2.0 * v) / s  # piece 1: N(a + 2v, v) on z < 1
     alpha = (1.0 - a) / s  # piece 2: N(a, v) on z > 1
@@ -117,6 +132,42 @@ def tilted_moments(y: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndar
     mean = p1 * mean1 + p2 * mean2
     var = p1 * (var1 + (mean1 - mean) ** 2) + p2 * (var2 + (mean2 - mean) ** 2)
     return log_z, y * mean, np.clip(var, 1e-12 * v, v)
+
+
+def _tilted_row(y, m, v):
+    """:func:`tilted_moments` of one row, the numpy path's operations in its order: ``(log Z, mean, variance)``."""
+    a, s = y * m, np.sqrt(v)
+    beta = (1.0 - a - 2.0 * v) / s
+    alpha = (1.0 - a) / s
+    log_phi1, log_phi2 = log_ndtr_compiled(beta), log_ndtr_compiled(-alpha)
+    log_w1 = 2.0 * a + 2.0 * v - 2.0 + log_phi1
+    log_w2 = log_phi2
+    high = max(log_w1, log_w2)
+    log_z = high + np.log1p(np.exp(min(log_w1, log_w2) - high)) if high > -np.inf else high  # np.logaddexp
+    p1 = np.exp(log_w1 - log_z)
+    p2 = 1.0 - p1
+    lam1 = np.exp(-0.5 * beta**2 - LOG_SQRT_2PI - log_phi1)
+    lam2 = np.exp(-0.5 * alpha**2 - LOG_SQRT_2PI - log_phi2)
+    mean1 = a + 2.0 * v - s * lam1
+    var1 = v * min(max(1.0 - beta * lam1 - lam1**2, 0.0), 1.0)
+    mean2 = a + s * lam2
+    var2 = v * min(max(1.0 + alpha * lam2 - lam2**2, 0.0), 1.0)
+    mean = p1 * mean1 + p2 * mean2
+    var = p1 * (var1 + (mean1 - mean) ** 2) + p2 * (var2 + (mean2 - mean) ** 2)
+    return log_z, y * mean, min(max(var, 1e-12 * v), v)
+
+
+def _tilted_rows(y, m, v, log_z, mean, var):
+    """:func:`_tilted_row` of every row, into ``log_z``, ``mean`` and ``var``."""
+    for i in range(m.size):
+        log_z[i], mean[i], var[i] = _tilted_row(y[i], m[i], v[i])
+
+
+if compiled_rows.numba is not None:
+    _tilted_row = compiled_rows.compile_nogil(_tilted_row, inline=True)
+    tilted_rows = compiled_rows.compile_nogil(_tilted_rows)
+else:  # never called: tilted_moments checks compiled_rows.available()
+    tilted_rows = None
 
 
 @dataclass
