@@ -140,8 +140,13 @@ def check_text_numbers(frame: pd.DataFrame, columns: list[str], as_factor: set[s
             )
         else:
             detail = f"every value is a number (e.g. {examples}); convert it with pd.to_numeric(data[{name!r}])"
+        stored = (
+            "stored as text"
+            if any(isinstance(v, str) for v in values)
+            else f"in a column of dtype {column.dtype} (Python objects, read as categories)"
+        )
         raise DesignError(
-            f"column {name!r} holds numbers stored as text, which would make one dummy column per distinct value: "
+            f"column {name!r} holds numbers {stored}, which would make one dummy column per distinct value: "
             f"{detail}, or write C({name}) in the formula if it really is a factor"
         )
 

@@ -54,7 +54,11 @@ REFUSED = {
     "duplicated columns": (lambda d: bayesvm.bsvm(FORMULA, pd.concat([d, d[["x1"]]], axis=1)), ["duplicated", "x1"]),
     "numbers as text": (
         lambda d: bayesvm.bsvm(FORMULA, d.assign(x2=d.x2.round(2).astype(str))),
-        ["'x2'", "pd.to_numeric"],
+        ["'x2'", "stored as text", "pd.to_numeric"],
+    ),
+    "numbers as objects": (
+        lambda d: bayesvm.bsvm(FORMULA, d.assign(x2=d.x2.astype(object))),
+        ["'x2'", "dtype object", "pd.to_numeric"],
     ),
     "stray text value": (
         lambda d: bayesvm.bsvm(FORMULA, d.assign(x2=d.x2.round(2).astype(str).where(d.index != 3, "?"))),
