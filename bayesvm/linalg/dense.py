@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -447,11 +448,13 @@ def row_pool() -> ThreadPoolExecutor:
     """Two worker threads for row halves (one pool per process: a forked child gets its own)."""
     pid = os.getpid()
     if _ROW_POOL.get("pid") != pid:
-        _ROW_POOL.update(pid=pid, pool=ThreadPoolExecutor(max_workers=2))
+        _ROW_POOL.update(pid=pid, pool=ThreadPoolExecutor(max_workers=2, thread_name_prefix=ROW_THREAD_PREFIX))
     return _ROW_POOL["pool"]
 
 
 _ROW_POOL: dict = {}
+#: Names of the row threads (:func:`in_row_halves` inside one of them runs inline: the two threads may both wait)
+ROW_THREAD_PREFIX = "bayesvm-rows"
 
 #: From this many rows a compiled row loop (which releases the GIL) runs as two halves on the row threads
 #: (:func:`in_row_halves`): EP's tilted moments and the dense predictor cost about 100 and 150 ns a row, against
@@ -462,9 +465,13 @@ COMPILED_SPLIT_ROWS = 4096
 def in_row_halves(n: int, work: Callable[[slice], None]) -> None:
     """``work(rows)`` over rows ``0..n``: as two halves on the row threads (:func:`row_pool`) from
     :data:`COMPILED_SPLIT_ROWS` rows, else in one call; in one call too inside a daemonic worker process (the
-    cross-fitting fold fits and the Gibbs chains already keep every CPU busy).  ``work`` writes disjoint rows, so the
-    result does not depend on the split."""
-    if n < COMPILED_SPLIT_ROWS or multiprocessing.current_process().daemon:
+    cross-fitting fold fits and the Gibbs chains already keep every CPU busy) and inside a row thread (which would
+    wait on the pool it occupies).  ``work`` writes disjoint rows, so the result does not depend on the split."""
+    if (
+        n < COMPILED_SPLIT_ROWS
+        or multiprocessing.current_process().daemon
+        or threading.current_thread().name.startswith(ROW_THREAD_PREFIX)
+    ):
         work(slice(0, n))
         return
     half = n // 2
