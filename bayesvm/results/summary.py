@@ -207,6 +207,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
         "n_iter": fit.n_iter,
         "converged": fit.converged,
         "elapsed": fit.elapsed,
+        "floor_note": getattr(fit.result, "floor_note", ""),  # (EM: where its continuation stopped)
     }
     if inclusion is not None and not inclusion["p_include"].isna().all():
         info.update(selected=fit.selected, n_penalized=len(inclusion))
@@ -682,6 +683,8 @@ def _convergence_checks(info: dict) -> list[str]:
     if method == "em":
         word = "OK" if info["converged"] else "FAIL"
         state = "converged" if info["converged"] else "NOT converged: raise max_iter"
+        if info["converged"] and info.get("floor_note"):
+            state = f"converged; {info['floor_note']}"
         return [
             _verdict(word, "convergence", state),
             _verdict("NOTE", "uncertainty", "a posterior mode has no SDs or intervals (use method='vb' or 'gibbs')"),
