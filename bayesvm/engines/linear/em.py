@@ -116,6 +116,56 @@ def _stalled(objective: list[float], stages: list[int]) -> bool:
     return bool(tiny and np.sum(recent < 0) >= STALL_DECREASES)
 
 
+class FloorContinuation:
+    """The continuation over :data:`MARGIN_FLOORS` (module docstring), shared by EM and the lasso's EM
+    (:mod:`bayesvm.engines.selection.lasso_em`): the objective's trace and each iteration's stage, and where a stage's
+    ascent breaks down (:data:`BREAKDOWN_RTOL`), the state at the end of the last finished stage."""
+
+    def __init__(self) -> None:
+        self.stage = 0
+        self.objective: list[float] = []
+        self.stages: list[int] = []
+        self.best = -np.inf  # the current stage's highest objective
+        self.finished = None  # the caller's state at the end of the last finished stage
+        self.note = ""
+
+    @property
+    def eps(self) -> float:
+        return MARGIN_FLOORS[self.stage]
+
+    def record(self, value: float) -> bool:
+        """Append this iteration's objective; True when it fell below the stage's best by more than
+        :data:`BREAKDOWN_RTOL` after an earlier stage finished (the caller then returns :attr:`finished`)."""
+        self.objective.append(value)
+        self.stages.append(self.stage)
+        if self.finished is not None and value < self.best - BREAKDOWN_RTOL * abs(self.best):
+            return True
+        self.best = max(self.best, value)
+        return False
+
+    def finish_stage(self, state) -> bool:
+        """The current stage converged at ``state``: True at the last floor, else the next floor starts."""
+        if self.stage == len(MARGIN_FLOORS) - 1:
+            return True
+        self.finished, self.best = state, -np.inf
+        self.stage += 1
+        return False
+
+    def stopped(self, on_margin: int) -> float:
+        """Record why the continuation stopped (:attr:`note`); returns the floor the kept state solves."""
+        self.note = (
+            f"the margin floor stopped at {MARGIN_FLOORS[self.stage - 1]:.0e}: below it the weighted solves on "
+            f"{on_margin:,} rows on or inside the margin lost precision (the ascent at {self.eps:.0e} was no longer "
+            f"monotone), so the mode solves the hinge problem smoothed within {MARGIN_FLOORS[self.stage - 1]:.0e} of "
+            "the margin"
+        )
+        return MARGIN_FLOORS[self.stage - 1]
+
+    def stalled(self) -> bool:
+        """:func:`_stalled` of the current stage."""
+        return _stalled(self.objective, self.stages)
+
+
 def fit_em(problem: VBProblem, tol: float = 1e-10, max_iter: int = 20000) -> EMResult:
     """See :func:`_fit_em`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
     check_modal_priors(problem)
@@ -134,16 +184,11 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
     y, D, blocked = problem.y, problem.D, problem.blocked
     omega = np.ones(y.size)
     covs = [np.eye(c.k) for c in problem.components]
-    objective: list[float] = []
-    stages: list[int] = []
+    floors = FloorContinuation()
     theta_d = theta_b = None
     converged = False
-    stage = 0
-    finished = None  # (theta_d, theta_b, covs, margin) at the end of the last stage that finished
-    best = -np.inf  # the current stage's highest objective
-    floor_note = ""
     for _ in range(max_iter):
-        eps = MARGIN_FLOORS[stage]
+        eps = floors.eps
         precisions = [spd_inverse(c) for c in covs]
         rhs = y * (1.0 + omega)
         if problem.is_sparse:
@@ -155,54 +200,41 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions)
             new_d, new_b = gaussian_mean(D, omega, rhs, prior_dd, blocked, prior_b)  # M-step
-        covs = [component_mode(c, component_values(c, new_d, new_b)) for c in problem.components]  # CM-steps
+        new_covs = [component_mode(c, component_values(c, new_d, new_b)) for c in problem.components]  # CM-steps
         f = D @ new_d
         if blocked is not None:
             f = f + np.sum(blocked.values * new_b[blocked.codes], axis=1)
-        margin = 1.0 - y * f
-        objective.append(_smoothed_log_likelihood(margin, eps) + log_prior(problem, new_d, new_b, covs))
-        stages.append(stage)
-        if finished is not None and objective[-1] < best - BREAKDOWN_RTOL * abs(best):  # (see BREAKDOWN_RTOL)
-            theta_d, theta_b, covs, margin = finished
-            floor_note = _floor_note(stage, int(np.sum(margin >= -SUPPORT_TOL)))
+        new_margin = 1.0 - y * f
+        if floors.record(_smoothed_log_likelihood(new_margin, eps) + log_prior(problem, new_d, new_b, new_covs)):
+            theta_d, theta_b, covs, margin = floors.finished  # the ascent broke down (BREAKDOWN_RTOL)
+            floors.stopped(int(np.sum(margin >= -SUPPORT_TOL)))
             converged = True
             break
-        best = max(best, objective[-1])
+        covs, margin = new_covs, new_margin
         omega = 1.0 / np.maximum(np.abs(margin), eps)  # E-step, eq. 14 (floored)
         done = False
         if theta_d is not None:
             change = max(np.max(np.abs(new_d - theta_d), initial=0.0), np.max(np.abs(new_b - theta_b), initial=0.0))
             scale = 1.0 + max(np.max(np.abs(new_d), initial=0.0), np.max(np.abs(new_b), initial=0.0))
-            done = change < tol * scale or _stalled(objective, stages)
+            done = change < tol * scale or floors.stalled()
         theta_d, theta_b = new_d, new_b
         if done:
-            if stage == len(MARGIN_FLOORS) - 1:
+            if floors.finish_stage((theta_d, theta_b, covs, margin)):
                 converged = True
                 break
-            finished, best = (theta_d, theta_b, covs, margin), -np.inf
-            stage += 1
-            omega = 1.0 / np.maximum(np.abs(margin), MARGIN_FLOORS[stage])
+            omega = 1.0 / np.maximum(np.abs(margin), floors.eps)
     if order is not None:
         margin = margin[np.argsort(order)]
     return EMResult(
         theta_d=theta_d,
         theta_b=theta_b,
         components=covs,
-        objective=np.asarray(objective),
-        stage=np.asarray(stages),
+        objective=np.asarray(floors.objective),
+        stage=np.asarray(floors.stages),
         support=margin >= -SUPPORT_TOL,
         margin=margin,
         converged=converged,
-        n_iter=len(objective),
+        n_iter=len(floors.objective),
         elapsed=time.perf_counter() - start,
-        floor_note=floor_note,
-    )
-
-
-def _floor_note(stage: int, on_margin: int) -> str:
-    """What the mode solves when the continuation stopped before floor ``MARGIN_FLOORS[stage]``."""
-    return (
-        f"the margin floor stopped at {MARGIN_FLOORS[stage - 1]:.0e}: below it the weighted solves on {on_margin:,} "
-        f"rows on or inside the margin lost precision (the ascent at {MARGIN_FLOORS[stage]:.0e} was no longer "
-        f"monotone), so the mode solves the hinge problem smoothed within {MARGIN_FLOORS[stage - 1]:.0e} of the margin"
+        floor_note=floors.note,
     )

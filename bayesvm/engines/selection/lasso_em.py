@@ -39,7 +39,7 @@ from ...model.output import EngineOutput
 from ...model.problems import SelectionProblem
 from ...priors import Lasso
 from ..joint import log_component_prior
-from ..linear.em import MARGIN_FLOORS, SUPPORT_TOL, _smoothed_log_likelihood, component_mode
+from ..linear.em import MARGIN_FLOORS, SUPPORT_TOL, FloorContinuation, _smoothed_log_likelihood, component_mode
 from .vb import LOG_2PI
 
 #: Slopes below ``ZERO_TOL (1 + max |beta|)`` at convergence are reported as exactly 0: MM approaches the
@@ -65,6 +65,8 @@ class LassoEMResult(EngineOutput):
     n_iter: int
     elapsed: float
     covariances: list[np.ndarray] = field(default_factory=list)
+    #: Where the continuation stopped before the last floor (:class:`bayesvm.engines.linear.em.FloorContinuation`)
+    floor_note: str = ""
 
     @property
     def scale_estimate(self) -> tuple[str, float]:
@@ -123,48 +125,54 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
     penalty_weight = np.ones(m)
     covs = [np.eye(c.k) for c in problem.components]  # random-effect terms: CM-step after each M-step
     beta = None
-    objective: list[float] = []
-    stages: list[int] = []
-    stage, converged = 0, False
+    floors = FloorContinuation()
+    converged = False
     for _ in range(max_iter):
-        eps = MARGIN_FLOORS[stage]
+        eps = floors.eps
         lam = problem.fixed_precision.copy()
         lam[sel] = penalty_weight / (nu * s)
         precision = problem.weighted_gram(omega)
         precision[np.diag_indices(q)] += lam
         problem.add_component_precisions(precision, [spd_inverse(c) for c in covs])
         new = sla.cho_solve(sla.cho_factor(precision, lower=True), X.T @ (y * (1.0 + omega)))  # M-step
+        new_nu = nu
         if prior.nu is None:  # CME step
-            nu = (prior.b + float(np.sum(_huber(new[sel], eps) / s))) / (prior.a + m - 1.0)
-        covs = [component_mode(c, new[c.index]) for c in problem.components]  # CM-steps (as engines.linear.em)
-        margin = 1.0 - y * (X @ new)
-        objective.append(_objective(problem, margin, new, nu, eps, covs))
-        stages.append(stage)
+            new_nu = (prior.b + float(np.sum(_huber(new[sel], eps) / s))) / (prior.a + m - 1.0)
+        new_covs = [component_mode(c, new[c.index]) for c in problem.components]  # CM-steps (as engines.linear.em)
+        new_margin = 1.0 - y * (X @ new)
+        if floors.record(_objective(problem, new_margin, new, new_nu, eps, new_covs)):
+            beta, nu, covs, margin = floors.finished  # the ascent broke down (linear.em.BREAKDOWN_RTOL)
+            floors.stopped(int(np.sum(margin >= -SUPPORT_TOL)))
+            converged = True
+            break
+        nu, covs, margin = new_nu, new_covs, new_margin
         omega = 1.0 / np.maximum(np.abs(margin), eps)  # E-step, hinge
         penalty_weight = 1.0 / np.maximum(np.abs(new[sel]), eps)  # E-step, E[1/tau_j] / (nu s_j)
-        done = beta is not None and np.max(np.abs(new - beta)) < tol * (1.0 + np.max(np.abs(new)))
+        done = beta is not None and (
+            np.max(np.abs(new - beta)) < tol * (1.0 + np.max(np.abs(new))) or floors.stalled()
+        )  # (at rounding level: linear.em.STALL_RTOL)
         beta = new
         if done:
-            if stage == len(MARGIN_FLOORS) - 1:
+            if floors.finish_stage((beta, nu, covs, margin)):
                 converged = True
                 break
-            stage += 1
-            eps = MARGIN_FLOORS[stage]
-            omega = 1.0 / np.maximum(np.abs(margin), eps)
-            penalty_weight = 1.0 / np.maximum(np.abs(beta[sel]), eps)
+            omega = 1.0 / np.maximum(np.abs(margin), floors.eps)
+            penalty_weight = 1.0 / np.maximum(np.abs(beta[sel]), floors.eps)
+    floor = MARGIN_FLOORS[floors.stage - 1] if floors.note else floors.eps  # (the floor the kept mode solves)
     coef = beta.copy()
-    zero = np.abs(coef[sel]) < max(MARGIN_FLOORS[stage], ZERO_TOL * (1.0 + np.max(np.abs(coef))))
+    zero = np.abs(coef[sel]) < max(floor, ZERO_TOL * (1.0 + np.max(np.abs(coef))))
     coef[sel[zero]] = 0.0
     return LassoEMResult(
         coef=coef,
         nu=nu,
-        objective=np.asarray(objective),
-        stage=np.asarray(stages),
+        objective=np.asarray(floors.objective),
+        stage=np.asarray(floors.stages),
         support=margin >= -SUPPORT_TOL,
         margin=margin,
         selected=sel,
         converged=converged,
-        n_iter=len(objective),
+        n_iter=len(floors.objective),
         elapsed=time.perf_counter() - start,
         covariances=covs,
+        floor_note=floors.note,
     )
