@@ -26,6 +26,25 @@ from .results.pcvm_fit import PCVMFit
 PCVM_METHODS = ("laplace", "ep", "em")
 
 
+def _check_pcvm_design(design) -> None:
+    """Refuse what a PCVM cannot hold, in its own words (the kernel fits' checks speak of ``kernel=`` and ``gp()``
+    terms, which ``pcvm()`` has neither of): its model is one kernel expansion over every predictor (Chen, Tino & Yao),
+    with no random effects, no ``gp()`` terms and no imputation model."""
+    parts = []
+    if design.re_terms:
+        parts.append(f"random effects {[t.bar.group_name for t in design.re_terms]}")
+    if design.gp_terms:
+        parts.append(f"gp() terms {[t.label for t in design.gp_terms]}")
+    if design.imputation is not None:
+        parts.append("missing='impute'")
+    if parts:
+        raise BayesvmError(
+            f"pcvm() fits one kernel expansion over all the predictors, so it cannot take {' or '.join(parts)}; "
+            "for a nonlinear effect beside random effects or imputed predictors use "
+            "bsvm('y ~ gp(x1, x2) + (1 | g)', data), or drop them (missing='drop' for missing values)"
+        )
+
+
 def pcvm(
     formula: str,
     data: pd.DataFrame,
@@ -78,6 +97,7 @@ def pcvm(
         rank="keep",
         fold=_fold_design,
     )
+    _check_pcvm_design(design)
     model = build_kernel_model(design, RBF() if kernel is None else kernel, standardize, "all", "kmeans", 0)
     problem = KernelProblem(X=model.inputs(design.X), y=design.y, kernel=model.kernel)
     X, y = problem.X, problem.y

@@ -52,5 +52,11 @@ def test_pcvm_options_are_checked(banana):
     train, _ = banana
     with pytest.raises(BayesvmError, match="method must be"):
         bayesvm.pcvm("label ~ x1 + x2", train, method="mcmc")
-    with pytest.raises(BayesvmError, match="random effects"):
+    with pytest.raises(BayesvmError, match=r"pcvm\(\) fits one kernel expansion .* random effects \['patientID'\]"):
         bayesvm.pcvm("outcome ~ time + (1 | patientID)", bayesvm.datasets.load_toenail())
+    with pytest.raises(BayesvmError, match=r"cannot take gp\(\) terms \['gp\(x2\)'\]") as refused:
+        bayesvm.pcvm("label ~ x1 + gp(x2)", train)
+    assert "kernel=" not in str(refused.value)  # (pcvm() has no kernel= shorthand to speak of)
+    missing = train.assign(x1=train["x1"].where(train.index != train.index[0]))
+    with pytest.raises(BayesvmError, match="missing='impute'"):
+        bayesvm.pcvm("label ~ x1 + x2", missing, missing="impute")
