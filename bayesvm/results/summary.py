@@ -260,7 +260,10 @@ def build_summary(fit, level: float = 0.95) -> Summary:
             fixed_correction=getattr(r, "fixed_correction", None),
         )
     elif fit.method == "em":
-        info.update(objective=float(fit.objective[-1]), n_support=int(fit.result.support.sum()))
+        objective, stage = fit.objective, np.asarray(fit.result.stage)
+        if info["floor_note"]:  # the mode kept is the last finished stage's, not the broken stage's last iterate
+            objective = objective[stage < stage[-1]]
+        info.update(objective=float(objective[-1]), n_support=int(fit.result.support.sum()))
     elif sampled:
         from .diagnostics import inclusion_disagreement, sampled_fit_problems
 

@@ -121,4 +121,7 @@ def test_continuation_stops_where_the_ascent_breaks_down():
         assert np.all(np.diff(finished) >= -BREAKDOWN_RTOL * abs(finished[-1])), stage
     # the fit is the last finished stage's mode: its margins give its rows on the margin
     assert f"{int(np.sum(result.margin >= -1e-6)):,} rows on or inside the margin" in result.floor_note
-    assert "OK       convergence: converged; the margin floor stopped" in str(fit.summary())
+    summary = str(fit.summary())
+    assert "OK       convergence: converged; the margin floor stopped" in summary
+    kept = result.objective[result.stage == broken - 1][-1]  # the criterion is the kept mode's objective
+    assert f"log posterior at the mode {kept:.2f}" in summary
