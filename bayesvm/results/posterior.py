@@ -25,6 +25,10 @@ from ..linalg.row_pattern import RowPattern, row_pattern
 from .new_levels import ComponentLaw, discrete_law
 from .prediction import gaussian_average_probability, pseudo_probability
 
+#: Sampled posteriors form at most about this many values at a time (a chunk of draws' ``f``, of levels' draws, or of
+#: rows' gathered covariances).
+VALUES_AT_ONCE = 4_000_000
+
 
 def prediction_pattern(D, codes, thetas: list[GaussianPosterior]) -> RowPattern | None:
     """The rows' and levels' nonzero columns of new rows ``D`` (one pattern for every posterior's predictor), each
@@ -138,7 +142,7 @@ class SampledPosterior:
         """Apply ``reduce`` to ``f`` draws in row chunks (at most ~4 million values at a time)."""
         theta_d, theta_b = self._flat()
         n = D.shape[0]
-        step = max(1, 4_000_000 // max(1, theta_d.shape[0]))
+        step = max(1, VALUES_AT_ONCE // max(1, theta_d.shape[0]))
         parts = []
         for start in range(0, n, step):
             rows = slice(start, min(n, start + step))
@@ -181,7 +185,7 @@ class SampledPosterior:
         idx = np.where(seen, codes, 0)
         mean_b = theta_b.mean(axis=0)
         cov_bd, cov_bb = np.empty((J, K, D.shape[1])), np.empty((J, K, K))  # Cov(theta_jk, theta_d), Cov(theta_j)
-        step = max(1, 4_000_000 // max(1, S * K))  # levels at a time (a copy of their draws, as _per_row's rows)
+        step = max(1, VALUES_AT_ONCE // max(1, S * K))  # levels at a time (a copy of their draws)
         for start in range(0, J, step):
             levels = slice(start, min(J, start + step))
             centred = theta_b[:, levels] - mean_b[levels]
@@ -189,7 +193,12 @@ class SampledPosterior:
             cov_bd[levels] = (centred.reshape(S, count * K).T @ centred_d / (S - 1)).reshape(count, K, -1)
             cov_bb[levels] = np.einsum("sjk,sjl->jkl", centred, centred) / (S - 1)
         mean = mean + np.einsum("nk,nk->n", z, mean_b[idx])
-        var = var + 2.0 * np.einsum("nk,nkq,nq->n", z, cov_bd[idx], D) + np.einsum("nk,nkl,nl->n", z, cov_bb[idx], z)
+        rows_at_once = max(1, VALUES_AT_ONCE // max(1, K * D.shape[1]))  # (a chunk's gathered covariances)
+        for start in range(0, D.shape[0], rows_at_once):
+            rows = slice(start, start + rows_at_once)
+            zr, ir = z[rows], idx[rows]
+            var[rows] += 2.0 * np.einsum("nk,nkq,nq->n", zr, cov_bd[ir], D[rows])
+            var[rows] += np.einsum("nk,nkl,nl->n", zr, cov_bb[ir], zr)
         return mean, np.maximum(var, 0.0)
 
     def probability(self, D, codes, values) -> np.ndarray:

@@ -94,10 +94,12 @@ def test_mixture_prediction_over_the_pattern_equals_the_dense_one(monkeypatch, t
 
 
 @pytest.mark.filterwarnings("ignore::bayesvm.ConvergenceWarning")
+@pytest.mark.parametrize("chunk", [posterior.VALUES_AT_ONCE, 500], ids=["one-chunk", "many-chunks"])
 @pytest.mark.parametrize("formula", ["y ~ x + g + (1 | person)", "y ~ x + (1 + x | person)", "y ~ x + g"])
-def test_sampled_link_from_covariances_equals_the_draws(formula, monkeypatch):
+def test_sampled_link_from_covariances_equals_the_draws(formula, chunk, monkeypatch):
     """A Gibbs fit's mean and variance of ``f`` from the draws' covariances (on many rows) equal those of each draw's
     ``f`` (the path taken for few rows): training rows, and new rows with unseen people (code -1)."""
+    monkeypatch.setattr(posterior, "VALUES_AT_ONCE", chunk)  # (500: levels and rows in chunks of a few)
     data, _ = _two_sites()
     fit = bayesvm.bsvm(formula, data, method="gibbs", draws=150, tune=50, chains=2, cores=1, seed=2, progress=False)
     sampled = fit.posterior
