@@ -22,11 +22,7 @@ Identities used (``G_l = P_l^{-1} P_{l,d}``, ``h_i = G_{l(i)}' z_i``):
 from __future__ import annotations
 
 import functools
-import multiprocessing
-import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -41,6 +37,7 @@ from . import compiled
 from .dense_rows import level_rows_predictor
 from .level_gains import DenseGains, PatternGains, level_gains
 from .row_pattern import RowPattern, pattern_predictor, pattern_schur, pattern_sums
+from .row_threads import in_row_halves, in_two_parts, row_pool
 
 #: Below this many dense columns the engines run BLAS single-threaded: the per-sweep products
 #: are too small for threads to pay off, and on small machines the thread hand-offs dominate
@@ -316,12 +313,19 @@ class GaussianPosterior:
         ):  # (the compiled loop reads without bounds checks)
             raise ValueError("the rows do not fit the posterior's coefficients")
         gains = self.gains.aligned(pattern) if has_levels else np.zeros((0, 1))
-        pattern_predictor(
-            D, pattern.row_ptr, pattern.row_cols, codes if has_levels else none,
-            values if has_levels else np.zeros((n, 1)), pattern.level_ptr, pattern.level_cols, self.mean_d,
-            self.cov_d, self.mean_b if has_levels else np.zeros((0, 1)), gains,
-            self.block_inv if has_levels else np.zeros((0, 1, 1)), mean, var, np.empty(max(pattern.width, 1)),
-        )  # fmt: skip
+        codes = codes if has_levels else none
+        values = values if has_levels else np.zeros((n, 1))
+        mean_b = self.mean_b if has_levels else np.zeros((0, 1))
+        block_inv = self.block_inv if has_levels else np.zeros((0, 1, 1))
+
+        def predict(_, rows: slice) -> None:
+            pattern_predictor(
+                D, pattern.row_ptr, pattern.row_cols, codes, values, pattern.level_ptr, pattern.level_cols, self.mean_d,
+                self.cov_d, mean_b, gains, block_inv, mean, var, np.empty(max(pattern.width, 1)), rows.start,
+                rows.stop,
+            )  # fmt: skip
+
+        in_two_parts(predict, n, *pattern.row_parts)
         return mean, var
 
     def _mean_and_quadratic_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -444,40 +448,6 @@ def weighted_gram(D: np.ndarray, w: np.ndarray) -> np.ndarray:
 SPLIT_ROWS = 200_000
 
 
-def row_pool() -> ThreadPoolExecutor:
-    """Two worker threads for row halves (one pool per process: a forked child gets its own)."""
-    pid = os.getpid()
-    if _ROW_POOL.get("pid") != pid:
-        _ROW_POOL.update(pid=pid, pool=ThreadPoolExecutor(max_workers=2, thread_name_prefix=ROW_THREAD_PREFIX))
-    return _ROW_POOL["pool"]
-
-
-_ROW_POOL: dict = {}
-#: Names of the row threads (:func:`in_row_halves` inside one of them runs inline: the two threads may both wait)
-ROW_THREAD_PREFIX = "bayesvm-rows"
-
-#: From this many rows a compiled row loop (which releases the GIL) runs as two halves on the row threads
-#: (:func:`in_row_halves`): EP's tilted moments and the dense predictor cost about 100 and 150 ns a row, against
-#: some 50 microseconds to hand a half to a thread.
-COMPILED_SPLIT_ROWS = 4096
-
-
-def in_row_halves(n: int, work: Callable[[slice], None]) -> None:
-    """``work(rows)`` over rows ``0..n``: as two halves on the row threads (:func:`row_pool`) from
-    :data:`COMPILED_SPLIT_ROWS` rows, else in one call; in one call too inside a daemonic worker process (the
-    cross-fitting fold fits and the Gibbs chains already keep every CPU busy) and inside a row thread (which would
-    wait on the pool it occupies).  ``work`` writes disjoint rows, so the result does not depend on the split."""
-    if (
-        n < COMPILED_SPLIT_ROWS
-        or multiprocessing.current_process().daemon
-        or threading.current_thread().name.startswith(ROW_THREAD_PREFIX)
-    ):
-        work(slice(0, n))
-        return
-    half = n // 2
-    list(row_pool().map(work, [slice(0, half), slice(half, n)]))
-
-
 def splits_rows(n: int, q: int) -> bool:
     """Whether row-wise products over ``n x q`` run as two threaded halves (where BLAS runs one thread)."""
     return n >= SPLIT_ROWS and q < SINGLE_THREAD_BELOW and float(n) * q * q < THREADS_ABOVE_WORK
@@ -576,12 +546,36 @@ def pattern_statistics(
     blocks, cross, rhs_b = np.empty((J, K, K)), np.empty((pattern.level_cols.size, K)), np.empty((J, K))
     codes = np.zeros(0, dtype=np.int64) if blocked is None else blocked.codes
     values = np.zeros((n, 1)) if blocked is None else blocked.values
-    pattern_sums(
-        D, pattern.row_ptr, pattern.row_cols, pattern.row_entries, codes, values, w, r, gram, product, blocks, cross,
-        rhs_b,
-    )  # fmt: skip
+    sums = [(gram, product, blocks, cross, rhs_b)]
+
+    def add_rows(part: int, rows: slice) -> None:  # part 1 sums into arrays of its own, added below
+        out = sums[0] if part == 0 else tuple(np.empty_like(a) for a in sums[0])
+        pattern_sums(
+            D, pattern.row_ptr, pattern.row_cols, pattern.row_entries, codes, values, w, r, *out, rows.start, rows.stop
+        )  # fmt: skip
+        if part == 1:
+            sums.append(out)
+
+    in_two_parts(add_rows, n, *pattern.row_parts)
+    for whole, part in zip(*sums) if len(sums) > 1 else ():
+        whole += part
     levels = None if blocked is None else LevelSums(blocks=blocks, cross=cross, rhs=rhs_b)
     return RowStatistics(gram, product, levels=levels)
+
+
+def pattern_schur_sums(cross: np.ndarray, gains: np.ndarray, pattern: RowPattern, schur: np.ndarray) -> np.ndarray:
+    """``schur - sum_j P_dj G_j`` over the levels' pairs of columns (:func:`bayesvm.linalg.row_pattern.pattern_schur`,
+    in place), in two parts of equal work on the row threads where it pays (part 1 into a zero matrix, added)."""
+    parts = [schur]
+
+    def subtract(part: int, levels: slice) -> None:
+        out = schur if part == 0 else np.zeros_like(schur)
+        pattern_schur(cross, gains, pattern.level_ptr, pattern.level_cols, out, levels.start, levels.stop)
+        if part == 1:
+            parts.append(out)
+
+    in_two_parts(subtract, pattern.level_ptr.size - 1, *pattern.level_parts)
+    return schur + parts[1] if len(parts) > 1 else schur
 
 
 def _eliminate(
@@ -630,8 +624,8 @@ def _eliminate(
                 values = cross * block_inv[levels, 0]
             else:
                 values = np.einsum("tkl,tl->tk", block_inv[levels], cross)
-            gain = PatternGains(pattern.level_ptr, pattern.level_cols, levels, values, q)
-            pattern_schur(cross, values, pattern.level_ptr, pattern.level_cols, schur)
+            gain = PatternGains(pattern.level_ptr, pattern.level_cols, levels, values, q, pattern.level_parts)
+            schur = pattern_schur_sums(cross, values, pattern, schur)
             rhs = rhs - np.bincount(pattern.level_cols, np.einsum("tk,tk->t", values, rhs_b[levels]), minlength=q)
     with small_lapack(q):
         chol, info = lapack.dpotrf(schur, lower=1, clean=1)

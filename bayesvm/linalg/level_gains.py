@@ -19,7 +19,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import compiled
-from .row_pattern import RowPattern, pattern_level_covariances
+from .row_pattern import RowPattern, level_parts, pattern_level_covariances
+from .row_threads import in_two_parts
 
 
 def level_covariances(gain: np.ndarray, cov_d: np.ndarray, block_inv: np.ndarray) -> np.ndarray:
@@ -84,12 +85,17 @@ class PatternGains:
     entry_levels: np.ndarray
     values: np.ndarray
     q: int
+    #: the pattern's :attr:`~bayesvm.linalg.row_pattern.RowPattern.level_parts` (None: computed when needed, as for
+    #: gains read from a file)
+    parts: tuple[int, bool] | None = None
 
     @classmethod
     def from_dense(cls, gain: np.ndarray, pattern: RowPattern) -> PatternGains:
         """The entries of dense gains on ``pattern``'s level columns (which hold their support)."""
         values = np.ascontiguousarray(gain[pattern.entry_levels, :, pattern.level_cols])
-        return cls(pattern.level_ptr, pattern.level_cols, pattern.entry_levels, values, gain.shape[2])
+        return cls(
+            pattern.level_ptr, pattern.level_cols, pattern.entry_levels, values, gain.shape[2], pattern.level_parts
+        )
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -163,7 +169,14 @@ class PatternGains:
         if not compiled.available():
             return level_covariances(self.dense(), cov_d, block_inv)
         out = np.empty_like(block_inv)
-        pattern_level_covariances(self.values, self.level_ptr, self.level_cols, cov_d, block_inv, out)
+
+        def levels_covariances(_, levels: slice) -> None:  # levels write disjoint blocks of out
+            pattern_level_covariances(
+                self.values, self.level_ptr, self.level_cols, cov_d, block_inv, out, levels.start, levels.stop
+            )
+
+        cut, split = level_parts(self.level_ptr) if self.parts is None else self.parts
+        in_two_parts(levels_covariances, len(block_inv), cut, split)
         return out
 
 

@@ -15,20 +15,30 @@ and gains ``G_j = P_jj^-1 P_jd`` only the union of its rows' columns (:class:`Ro
 over those columns only (a zero entry adds nothing), compiled with numba: on guImmun an EP solve took 18 ms and
 the default fit 135 s.  Where numba is not installed, or the pattern is not sparse enough to pay
 (:data:`LEVEL_PAIRS_SHARE`), :func:`row_pattern` gives None and the dense BLAS path runs.
+
+Each loop takes a range of rows or levels, so that a long one runs as two parts of equal work, one per CPU
+(:mod:`bayesvm.linalg.row_threads`; where, :attr:`RowPattern.row_parts` and :attr:`RowPattern.level_parts`): the
+per-level outputs of disjoint levels or rows are disjoint, and the sums over rows or levels go into arrays of their
+own for the second part, added at the end.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
 
 from .compiled import available, compile_nogil, numba, sparse_rows
+from .row_threads import balanced_cut
 
 #: The pattern is used where the levels' pairs of columns, ``sum_j s_j^2`` (``s_j`` the columns of level ``j``), are
 #: at most this share of the dense ``J q^2``: a compiled loop over pairs costs a few times a BLAS multiply-add.
 LEVEL_PAIRS_SHARE = 0.1
+#: Cost of a row or level in the loops' estimate beside its pairs of columns (``width^2``), in the same units: its
+#: fixed work and cache misses (measured 40-300 ns a row, 1-2 ns a pair)
+ITEM_COST = 50.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,6 +55,23 @@ class RowPattern:
     width: int
     row_entries: np.ndarray
     entry_levels: np.ndarray
+
+    @cached_property
+    def row_parts(self) -> tuple[int, bool]:
+        """Where the loops over rows cut them into two parts of equal work, and whether they are worth two threads
+        (:func:`bayesvm.linalg.row_threads.balanced_cut`; each row costs :data:`ITEM_COST` plus its pairs of
+        columns).  Computed once per pattern: the sweeps call the loops thousands of times."""
+        return balanced_cut(ITEM_COST + np.diff(self.row_ptr).astype(float) ** 2)
+
+    @cached_property
+    def level_parts(self) -> tuple[int, bool]:
+        """:attr:`row_parts` for the loops over levels (each level's pairs of columns)."""
+        return level_parts(self.level_ptr)
+
+
+def level_parts(level_ptr: np.ndarray) -> tuple[int, bool]:
+    """Where loops over levels with these pointers cut them into two parts of equal work, and whether to split."""
+    return balanced_cut(ITEM_COST + np.diff(level_ptr).astype(float) ** 2)
 
 
 def row_pattern(
@@ -144,10 +171,12 @@ def add_level_row(D, i, row_ptr, row_cols, sparse, values, local, w, r, blocks, 
                 cross[local, k, a] += wz * D[i, a]
 
 
-def _pattern_sums(D, row_ptr, row_cols, row_entries, codes, values, w, r, gram, product, blocks, cross, rhs_b):
+def _pattern_sums(
+    D, row_ptr, row_cols, row_entries, codes, values, w, r, gram, product, blocks, cross, rhs_b, first, last
+):  # fmt: skip
     """``D' W D``, ``D' r`` and the per-level sums ``sum w z z'``, ``sum w z_k d'`` (on the levels' entries,
     ``cross[row_entries[t], k]``: ``(nnz, K)``) and ``sum z r`` (``codes`` of size 0: no blocked factor; rows of code
-    ``-1`` belong to no level) over each row's listed columns; zeroes them first."""
+    ``-1`` belong to no level) over each row's listed columns, rows ``first..last``; zeroes them first."""
     gram[:] = 0.0
     product[:] = 0.0
     blocks[:] = 0.0
@@ -156,7 +185,7 @@ def _pattern_sums(D, row_ptr, row_cols, row_entries, codes, values, w, r, gram, 
     n = D.shape[0]
     K = values.shape[1]
     has_levels = codes.size == n and n > 0
-    for i in range(n):
+    for i in range(first, last):
         add_row_pairs(D, i, row_ptr, row_cols, w[i], r[i], gram, product)
         if has_levels and codes[i] >= 0:
             add_level_blocks(values, i, codes[i], w[i], r[i], blocks, rhs_b)
@@ -167,12 +196,13 @@ def _pattern_sums(D, row_ptr, row_cols, row_entries, codes, values, w, r, gram, 
     mirror_lower(gram)
 
 
-def _pattern_schur(cross, gains, level_ptr, level_cols, schur):
-    """``schur -= sum_j P_dj G_j``, i.e. ``schur[a, b] -= sum_k cross[j, k, a] G[j, k, b]``, over each level's pairs of
-    columns, from both on the levels' entries (``cross[t, k]``, ``gains[t, k]``: ``(nnz, K)``).  ``P_dj G_j = P_dj
-    P_jj^-1 P_jd`` is symmetric: the pairs ``b <= a`` are summed and mirrored."""
+def _pattern_schur(cross, gains, level_ptr, level_cols, schur, first, last):
+    """``schur -= sum_j P_dj G_j`` over levels ``first..last``, i.e. ``schur[a, b] -= sum_k cross[j, k, a] G[j, k,
+    b]``, over each level's pairs of columns, from both on the levels' entries (``cross[t, k]``, ``gains[t, k]``:
+    ``(nnz, K)``).  ``P_dj G_j = P_dj P_jj^-1 P_jd`` is symmetric: the pairs ``b <= a`` are summed and mirrored (from
+    a symmetric ``schur``, the result is symmetric)."""
     K = cross.shape[1]
-    for j in range(level_ptr.size - 1):
+    for j in range(first, last):
         for t in range(level_ptr[j], level_ptr[j + 1]):
             a = level_cols[t]
             for t2 in range(level_ptr[j], t + 1):
@@ -184,12 +214,12 @@ def _pattern_schur(cross, gains, level_ptr, level_cols, schur):
     mirror_lower(schur)
 
 
-def _pattern_level_covariances(values, level_ptr, level_cols, cov_d, block_inv, cov_b):
+def _pattern_level_covariances(values, level_ptr, level_cols, cov_d, block_inv, cov_b, first, last):
     """Each level's marginal covariance ``cov_b[j] = P_jj^-1 + G_j S^-1 G_j'`` over its pairs of columns, from the
     gains on the levels' entries (``values[t, k] = G[j, k, level_cols[t]]``,
-    :class:`bayesvm.linalg.level_gains.PatternGains`)."""
-    J, K = block_inv.shape[0], block_inv.shape[1]
-    for j in range(J):
+    :class:`bayesvm.linalg.level_gains.PatternGains`), levels ``first..last``."""
+    K = block_inv.shape[1]
+    for j in range(first, last):
         start, stop = level_ptr[j], level_ptr[j + 1]
         for k in range(K):
             for m in range(k + 1):  # sum_{t, t2} v_tk C_{t t2} v_t2m over the pairs t2 <= t of the symmetric C
@@ -207,16 +237,16 @@ def _pattern_level_covariances(values, level_ptr, level_cols, cov_d, block_inv, 
 
 def _pattern_predictor(
     D, row_ptr, row_cols, codes, values, level_ptr, level_cols, mean_d, cov_d, mean_b, gains, block_inv, mean, var,
-    resid,
+    resid, first, last,
 ):  # fmt: skip
     """Each row's predictive mean ``d_i' mu_d + z_i' mu_j`` and variance ``r_i' S^-1 r_i + z_i' P_jj^-1 z_i``,
     ``r_i = d_i - G_j' z_i`` (:meth:`bayesvm.linalg.dense.GaussianPosterior.predictor`), over the row's columns, or
     its level's (which hold them) where it has one; ``gains[t, k] = G[j, k, level_cols[t]]`` on the levels' entries;
-    ``resid`` is work space of the pattern's width."""
+    ``resid`` is work space of the pattern's width; rows ``first..last``."""
     n = D.shape[0]
     K = values.shape[1]
     has_levels = codes.size == n and n > 0
-    for i in range(n):
+    for i in range(first, last):
         m = 0.0
         for t in range(row_ptr[i], row_ptr[i + 1]):
             m += D[i, row_cols[t]] * mean_d[row_cols[t]]

@@ -1,11 +1,9 @@
 """The compiled dense predictor with a blocked factor (bayesvm.linalg.dense_rows) equals numpy's."""
 
-import threading
-
 import numpy as np
 import pytest
 
-from bayesvm.linalg import compiled, dense, dense_rows
+from bayesvm.linalg import compiled, dense_rows
 from bayesvm.linalg.dense import ROW_CHUNK, BlockedFactor, gaussian_posterior
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
@@ -86,24 +84,3 @@ def test_rows_that_do_not_fit_are_refused():
     ]:
         with pytest.raises(ValueError, match="do not fit"):
             posterior.predictor(np.ascontiguousarray(rows), codes, values)
-
-
-def test_row_halves_split_on_the_main_thread_and_run_inline_in_a_row_thread():
-    """Two halves on the row threads from COMPILED_SPLIT_ROWS rows; one call below it and inside a row thread (both
-    of the pool's threads could otherwise wait on halves that no thread is left to run)."""
-    calls: list[tuple[slice, str]] = []
-
-    def work(rows: slice) -> None:
-        calls.append((rows, threading.current_thread().name))
-
-    dense.in_row_halves(dense.COMPILED_SPLIT_ROWS, work)
-    assert sorted((c[0].start, c[0].stop) for c in calls) == [(0, 2048), (2048, 4096)]
-    assert all(name.startswith(dense.ROW_THREAD_PREFIX) for _, name in calls)
-    calls.clear()
-    dense.in_row_halves(100, work)
-    assert calls == [(slice(0, 100), threading.current_thread().name)]
-    calls.clear()
-    nested = [dense.row_pool().submit(dense.in_row_halves, 10_000, work) for _ in range(2)]
-    for job in nested:
-        job.result(timeout=30)
-    assert sorted((c[0].start, c[0].stop) for c in calls) == [(0, 10_000), (0, 10_000)]

@@ -79,7 +79,9 @@ def test_uncompiled_kernels_equal_the_compiled_ones():
     def sums(kernel):
         nnz = pattern.level_cols.size
         out = [np.empty((q, q)), np.empty(q), np.empty((J, K, K)), np.empty((nnz, K)), np.empty((J, K))]
-        kernel(D, pattern.row_ptr, pattern.row_cols, pattern.row_entries, blocked.codes, blocked.values, w, r, *out)
+        kernel(
+            D, pattern.row_ptr, pattern.row_cols, pattern.row_entries, blocked.codes, blocked.values, w, r, *out, 0, n
+        )
         return out
 
     for left, right in zip(sums(row_pattern._pattern_sums), sums(row_pattern.pattern_sums)):
@@ -87,21 +89,21 @@ def test_uncompiled_kernels_equal_the_compiled_ones():
     gain = rng.standard_normal((J, K, q))
     gains = PatternGains.from_dense(gain, pattern)
     schur = [np.eye(q), np.eye(q)]
-    row_pattern._pattern_schur(gains.values, gains.values, pattern.level_ptr, pattern.level_cols, schur[0])
-    row_pattern.pattern_schur(gains.values, gains.values, pattern.level_ptr, pattern.level_cols, schur[1])
+    row_pattern._pattern_schur(gains.values, gains.values, pattern.level_ptr, pattern.level_cols, schur[0], 0, J)
+    row_pattern.pattern_schur(gains.values, gains.values, pattern.level_ptr, pattern.level_cols, schur[1], 0, J)
     np.testing.assert_allclose(schur[0], schur[1], rtol=1e-12, atol=1e-12)
     cov_d = np.cov(rng.standard_normal((q, 3 * q)))
     block_inv = np.broadcast_to(np.eye(K), (J, K, K)).copy()
     covs = [np.empty((J, K, K)), np.empty((J, K, K))]
     for kernel, out in zip([row_pattern._pattern_level_covariances, row_pattern.pattern_level_covariances], covs):
-        kernel(gains.values, pattern.level_ptr, pattern.level_cols, cov_d, block_inv, out)
+        kernel(gains.values, pattern.level_ptr, pattern.level_cols, cov_d, block_inv, out, 0, J)
     np.testing.assert_allclose(covs[0], covs[1], rtol=1e-12, atol=1e-12)
     predicted = [(np.empty(n), np.empty(n)), (np.empty(n), np.empty(n))]
     mean_d, mean_b = rng.standard_normal(q), rng.standard_normal((J, K))
     for kernel, (mean, var) in zip([row_pattern._pattern_predictor, row_pattern.pattern_predictor], predicted):
         kernel(
             D, pattern.row_ptr, pattern.row_cols, blocked.codes, blocked.values, pattern.level_ptr, pattern.level_cols,
-            mean_d, cov_d, mean_b, gains.values, block_inv, mean, var, np.empty(pattern.width),
+            mean_d, cov_d, mean_b, gains.values, block_inv, mean, var, np.empty(pattern.width), 0, n,
         )  # fmt: skip
     for left, right in zip(*predicted):
         np.testing.assert_allclose(left, right, rtol=1e-12, atol=1e-12)

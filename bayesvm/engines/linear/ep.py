@@ -60,7 +60,8 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_ndtr, logsumexp, multigammaln
 
 from ...errors import BayesvmError
-from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior, in_row_halves
+from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
+from ...linalg.row_threads import in_row_halves
 from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
@@ -106,7 +107,7 @@ def tilted_moments(y: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndar
     ``y f < 1`` (weight ``exp(2a + 2v - 2) Phi(beta)``, ``beta = (1 - a - 2v) / s``) and ``N(a, v)`` on ``y f > 1``
     (weight ``Phi(-alpha)``, ``alpha = (1 - a) / s``); each piece's moments by its inverse Mills ratio.  Where numba
     is installed by a compiled loop over the rows (:func:`_tilted_rows`, the same operations), in two halves on the
-    row threads on many rows (:func:`bayesvm.linalg.dense.in_row_halves`: a third of an EP sweep on 200,000 rows),
+    row threads on many rows (:func:`bayesvm.linalg.row_threads.in_row_halves`: a third of an EP sweep on 200,000 rows),
     else by numpy.
     """
     if compiled_rows.available():

@@ -32,11 +32,11 @@ from ...linalg.dense import (
     _gram_and_product,
     blas_threads,
     gaussian_draw,
-    row_pool,
     row_statistics,
     spd_inverse,
     splits_rows,
 )
+from ...linalg.row_threads import row_pool
 from ...linalg.schur import schur_sparse_draw
 from ...linalg.sparse import SparseCholesky
 from ...memory import check_memory

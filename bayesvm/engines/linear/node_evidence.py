@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp
 
-from ...linalg.dense import row_pool
+from ...linalg.row_threads import row_pool
 from ...model.problems import VBProblem
 from ..hinge_levels import LevelLayout, draws_log_integral_sums, pieces
 from . import compiled_rows

@@ -14,7 +14,7 @@ from bayesvm.engines.linear import compiled_rows
 from bayesvm.engines.linear import ep as ep_module
 from bayesvm.engines.linear.ep import EP_TOL, fit_accurate, run_ep, tilted_moments
 from bayesvm.formula import build_design, parse_formula
-from bayesvm.linalg import dense
+from bayesvm.linalg import row_threads
 from bayesvm.model import build_model
 from bayesvm.priors import InverseWishart, PriorSet
 from tests.conftest import simulate_grouped, simulate_logistic, simulate_quasi_separated
@@ -49,7 +49,7 @@ def test_tilted_moments_match_quadrature():
 def test_compiled_tilted_moments_equal_numpy(monkeypatch, split_from):
     """The compiled pass over the rows (ep._tilted_rows, and its Python source; in one call or two threaded halves)
     gives numpy's moments, in the tails too: cavities far on either side of the margin, tiny and huge variances."""
-    monkeypatch.setattr(dense, "COMPILED_SPLIT_ROWS", split_from)
+    monkeypatch.setattr(row_threads, "COMPILED_SPLIT_ROWS", split_from)
     rng = np.random.default_rng(4)
     n = 4000
     y = rng.choice([-1.0, 1.0], n)
