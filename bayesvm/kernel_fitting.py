@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 from .arguments import data_name, iteration_defaults
-from .errors import BayesvmError, ConvergenceWarning
+from .errors import BayesvmError, ConvergenceWarning, IdentifiabilityWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
 from .model.kernel import build_kernel_model
@@ -67,6 +67,9 @@ def fit_kernel(formula, data, *, method, positive, missing, standardize, tol, ma
                                       hyper_source, batch=model.locations is None)  # fmt: skip
         result.elapsed += learning_seconds  # (the VB fit that learned the hyperparameters included)
     fit = KernelFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data), tol=tol)
+    reach = fit.reach_problem()
+    if reach:
+        warnings.warn(reach, IdentifiabilityWarning, stacklevel=3)
     if method == "gibbs":
         from .results.diagnostics import mcmc_problems
 

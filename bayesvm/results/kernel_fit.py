@@ -17,8 +17,9 @@ import pandas as pd
 from scipy.stats import norm
 
 from ..arguments import as_level
+from ..checks.kernel_reach import CHECKED_ROWS, reach_message, unreached
 from ..engines.kernel.vb import KernelVBResult
-from ..errors import BayesvmError
+from ..errors import BayesvmError, IdentifiabilityWarning
 from ..model.kernel import KernelModel
 from ..model.problems import KernelProblem
 from .base import Fit
@@ -82,9 +83,36 @@ class KernelFit(Fit):
         return self.problem.X if newdata is None else self.model.new_inputs(newdata)
 
     def _predictive(self, newdata, include_random: bool, new_levels: str):
-        """``q(f)`` at the rows (section 4.4's ``q(f*)``); a kernel fit has no random effects."""
-        mean, var = self.posterior.link(self._inputs(newdata))
+        """``q(f)`` at the rows (section 4.4's ``q(f*)``); a kernel fit has no random effects.  New rows where ``f``
+        keeps its prior (:mod:`bayesvm.checks.kernel_reach`) are warned about, once per call (training rows passed as
+        ``newdata`` too)."""
+        inputs = self._inputs(newdata)
+        mean, var = self.posterior.link(inputs)
+        if newdata is not None and self.checks_reach:
+            count = int(np.sum(unreached(var, self.kernel.diag(inputs))))
+            if count:
+                warnings.warn(reach_message(count, len(var), self.kernel, "rows asked for"), IdentifiabilityWarning, 3)
         return mean, var, None, None, None
+
+    #: Whether ``f`` has the kernel's zero-mean prior, so that rows keeping it can be found (not a PCVM's)
+    checks_reach = True
+
+    def reach_problem(self) -> str:
+        """Why the fit cannot be read at many of its training rows (``f`` keeps its prior there: at least
+        :data:`~bayesvm.checks.kernel_reach.TRAINING_SHARE` of them), or ``""``."""
+        from ..checks.kernel_reach import TRAINING_SHARE
+
+        X = self.problem.X
+        if not self.checks_reach or X.shape[0] != self.model.design.n or not len(X):
+            return ""  # (out-of-core data: the training rows are not in memory)
+        rows = np.unique(np.linspace(0, len(X) - 1, min(len(X), CHECKED_ROWS)).astype(int))
+        _, var = self.posterior.link(X[rows])
+        count = int(np.sum(unreached(var, self.kernel.diag(X[rows]))))
+        if count < TRAINING_SHARE * rows.size:
+            return ""
+        return reach_message(
+            count, rows.size, self.kernel, "training rows" + (" checked" if rows.size < len(X) else "")
+        )
 
     def predict(
         self,

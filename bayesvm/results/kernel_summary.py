@@ -69,6 +69,7 @@ def kernel_summary(fit) -> Summary:
         "batch_size": r.batch_size,
         "decreases": list(r.decreases),
         "calibration": None if fit._calibration is None else fit._calibration.describe(),
+        "reach": fit.reach_problem(),
     }
     info.update(model="kernel", hyperparameters=fit.hyperparameters)
     return Summary(fixed=pd.DataFrame(columns=["mean", "sd"]), random=pd.DataFrame(), info=info, render=render_kernel)
@@ -130,6 +131,8 @@ def render_kernel(summary: Summary) -> str:
         lines.append(f"WARNING: {i['stopping']}")
     if i["decreases"]:
         lines.append(f"Warning: the lower bound decreased at iteration(s) {i['decreases'][:10]}")
+    if i.get("reach"):
+        lines.append(f"WARNING: {i['reach']}")
     lines.append(f"Approximation: {APPROXIMATIONS.get(engine, 'mean-field q(f) q(a) (Wenzel et al. 2017)')}.")
     calibration = i.get("calibration")
     lines.append(

@@ -22,6 +22,7 @@ class PCVMFit(KernelFit):
 
     result: PCVMResult
     likelihood_note = "the PCVM's probit likelihood"
+    checks_reach = False  # (its f has a bias and relevance weights, not the kernel's zero-mean prior)
 
     def _pseudo(self, mean, var, law, rows, extra) -> np.ndarray:
         return norm.cdf(mean / np.sqrt(1.0 + var))
