@@ -17,7 +17,7 @@ import pandas as pd
 from scipy.stats import norm
 
 from ..arguments import as_level
-from ..checks.kernel_reach import CHECKED_ROWS, reach_message, unreached
+from ..checks.kernel_reach import CHECKED_ROWS, TRAINING_SHARE, reach_message, unreached
 from ..engines.kernel.vb import KernelVBResult
 from ..errors import BayesvmError, IdentifiabilityWarning
 from ..model.kernel import KernelModel
@@ -100,8 +100,6 @@ class KernelFit(Fit):
     def reach_problem(self) -> str:
         """Why the fit cannot be read at many of its training rows (``f`` keeps its prior there: at least
         :data:`~bayesvm.checks.kernel_reach.TRAINING_SHARE` of them), or ``""``."""
-        from ..checks.kernel_reach import TRAINING_SHARE
-
         X = self.problem.X
         if not self.checks_reach or X.shape[0] != self.model.design.n or not len(X):
             return ""  # (out-of-core data: the training rows are not in memory)
