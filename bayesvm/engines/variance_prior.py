@@ -35,6 +35,8 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import digamma, gammaln
 
+from .overrelax import relaxed_inverse_gamma
+
 LOG_PI = float(np.log(np.pi))
 TINY = float(np.finfo(float).tiny)
 
@@ -100,10 +102,23 @@ def draw_auxiliary(comp, variance: float, rng: np.random.Generator) -> float | N
     return (comp.prior_nu / variance + comp.prior_t_scale**-2) / rng.gamma(0.5 * (comp.prior_nu + 1.0))
 
 
-def draw(comp, sum_squares: float, rng: np.random.Generator, aux: float | None) -> tuple[float, float | None]:
-    """Gibbs: ``sigma^2 | u (, a)`` and, for the half-t, then ``a | sigma^2``; returns ``(sigma^2, a)``."""
+def draw(
+    comp,
+    sum_squares: float,
+    rng: np.random.Generator,
+    aux: float | None,
+    current: float | None = None,
+    relaxation: float = 0.0,
+) -> tuple[float, float | None]:
+    """Gibbs: ``sigma^2 | u (, a)`` and, for the half-t, then ``a | sigma^2``; returns ``(sigma^2, a)``.  With
+    ``relaxation > 0`` and the ``current`` variance, the over-relaxed step of the same inverse gamma
+    (:func:`bayesvm.engines.overrelax.relaxed_inverse_gamma`)."""
     shape, rate = conditional_inverse_gamma(comp, aux)
-    variance = (rate + 0.5 * sum_squares) / rng.gamma(shape + 0.5 * comp.n_levels)
+    shape, scale = shape + 0.5 * comp.n_levels, rate + 0.5 * sum_squares
+    if relaxation > 0.0 and current is not None:
+        variance = relaxed_inverse_gamma(shape, scale, current, rng, relaxation)
+    else:
+        variance = scale / rng.gamma(shape)
     return variance, draw_auxiliary(comp, variance, rng)
 
 

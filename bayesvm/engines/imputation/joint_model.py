@@ -64,6 +64,7 @@ from ..linear.vb import (
     lower_bound,
     update_component,
 )
+from ..overrelax import RELAXATION
 from .normal_model import imputation_step, marginal_moments, missing_patterns, start_state
 
 
@@ -353,8 +354,9 @@ def _chain(problem: ImputationProblem, draws: int, tune: int, thin: int, seed, s
                 theta_d, theta_b, covs, f = intercepts(theta_d, theta_b, covs, aux, f, rng, step)
         omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
         covs = draw_components(
-            base.components, [component_values(c, theta_d, theta_b) for c in base.components], rng, aux
-        )
+            base.components, [component_values(c, theta_d, theta_b) for c in base.components], rng, aux, covs,
+            RELAXATION if moves and step >= tune else 0.0,  # over-relaxed after tuning, as the linear sampler's
+        )  # fmt: skip
         if prob.mode != "mi":
             # z_{i,M} | rest
             b = gamma * theta_d[K]

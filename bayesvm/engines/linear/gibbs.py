@@ -44,6 +44,7 @@ from ...model.output import EngineOutput
 from ...model.problems import VBProblem, sorted_by_level
 from .. import variance_prior
 from ..joint import LogPrior, component_values, log_pseudo_likelihood
+from ..overrelax import RELAXATION
 from ..workers import run_in_processes
 from . import compiled_rows
 from .collapsed_variance import CollapsedVariance
@@ -361,10 +362,19 @@ class GibbsResult(EngineOutput):
         return self.theta_d.shape[1]
 
 
-def draw_components(components, values: list[np.ndarray], rng: np.random.Generator, aux: list) -> list[np.ndarray]:
+def draw_components(
+    components,
+    values: list[np.ndarray],
+    rng: np.random.Generator,
+    aux: list,
+    current: list[np.ndarray] | None = None,
+    relaxation: float = 0.0,
+) -> list[np.ndarray]:
     """One Gibbs draw of every variance component given its coefficients ``values[c]`` (``J x k``): IW, IG, or
     the half-t through its auxiliary variable, kept in ``aux[c]`` between draws (updated in place;
-    :mod:`bayesvm.engines.variance_prior`)."""
+    :mod:`bayesvm.engines.variance_prior`).  With ``relaxation > 0`` and the ``current`` components, each variance
+    (not an inverse-Wishart matrix) takes the over-relaxed step of its inverse gamma instead
+    (:mod:`bayesvm.engines.overrelax`)."""
     out = []
     for c, (comp, u) in enumerate(zip(components, values)):
         if comp.is_wishart:
@@ -373,7 +383,8 @@ def draw_components(components, values: list[np.ndarray], rng: np.random.Generat
                 np.atleast_2d(stats.invwishart(df=comp.prior_df + comp.n_levels, scale=scale).rvs(random_state=rng))
             )
             continue
-        variance, aux[c] = variance_prior.draw(comp, float(np.sum(u**2)), rng, aux[c])
+        now = None if current is None else float(current[c][0, 0])
+        variance, aux[c] = variance_prior.draw(comp, float(np.sum(u**2)), rng, aux[c], now, relaxation)
         out.append(np.array([[variance]]))
     return out
 
@@ -483,7 +494,8 @@ def chain_draws(
     update of each fixed-effect coefficient given the rest (:mod:`bayesvm.engines.linear.interweave`; False gives the
     paper's sampler, kept for comparison) and then each random intercept's variance with its random effects
     integrated out, and they given it (:mod:`bayesvm.engines.linear.collapsed_variance`); ``w | theta``
-    (step 2); ``Sigma | theta`` (step 3).
+    (step 2); ``Sigma | theta`` (step 3).  With ``interweave`` each variance's draw in step 3 (not an
+    inverse-Wishart matrix) is over-relaxed after tuning (:mod:`bayesvm.engines.overrelax`, ``alpha = RELAXATION``).
     """
     rng = np.random.default_rng(seed)
     _, problem = sorted_by_level(problem)
@@ -503,6 +515,10 @@ def chain_draws(
         collapsed = None
     step = 0
     while True:
+        # the over-relaxed variance draws (overrelax) once tuning is over: the schedule of the collapsed step is
+        # settled during tuning from the lag-1 autocorrelation of the variance's ordinary draws, which over-relaxing
+        # would hide
+        relaxation = RELAXATION if interweave and step >= tune else 0.0
         precisions = [spd_inverse(c) for c in covs]
         if sparse:
             theta_d = sparse_coefficient_draw(problem, omega, precisions, rng)
@@ -529,8 +545,9 @@ def chain_draws(
                     theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step)
             loglik, omega, stats = rows(theta_d, theta_b)  # omega | theta, and the next draw's row sums
         covs = draw_components(
-            problem.components, [component_values(c, theta_d, theta_b) for c in problem.components], rng, aux
-        )
+            problem.components, [component_values(c, theta_d, theta_b) for c in problem.components], rng, aux, covs,
+            relaxation,
+        )  # fmt: skip
         if tick is not None:
             tick()
         kept = step - tune
