@@ -1,10 +1,11 @@
-"""Over-relaxed variance draws: a conditional draw that lands on the far side of the conditional from the current
-value (Adler 1981; Neal 1998), so that a variance tied to its random effects moves further per iteration than with
+"""Over-relaxed variance draws: a conditional draw that lands on the far side of the conditional from the current value
+(Adler 1981; Neal 1998), so that a variance tied to its random effects moves further per iteration than with
 independent conditional draws.
 
-**The step.**  ``sigma^2 | u ~ IG(k, B)`` (Luts & Ormerod 2014, Appendix A, step 3, and the half-t's given its auxiliary
-variable), i.e. ``sigma^2 = B / G`` with ``G ~ Gamma(k, 1)``.  With ``z = Phi^-1(F_k(B / sigma^2))`` (``F_k`` the
-``Gamma(k, 1)`` CDF), ``z ~ N(0, 1)`` exactly when ``sigma^2`` follows the conditional, and Adler's step
+**The step.**  ``sigma^2 | u ~ IG(k, B)`` for each random-effect term's variance (Luts & Ormerod 2014, Appendix A,
+step 3, and the half-t's given its auxiliary variable), i.e. ``sigma^2 = B / G`` with ``G ~ Gamma(k, 1)``.  With ``z =
+Phi^-1(F_k(B / sigma^2))`` (``F_k`` the ``Gamma(k, 1)`` CDF), ``z ~ N(0, 1)`` exactly when ``sigma^2`` follows the
+conditional, and Adler's step
 
     z' = -alpha z + sqrt(1 - alpha^2) e,        e ~ N(0, 1),  0 <= alpha < 1,
 
@@ -15,24 +16,29 @@ Gibbs sampler that makes it in place of the ordinary draw keeps its target.  ``a
 tails are computed from the side where they are accurate (the regularised gamma function's complement above the
 median), so no value of ``sigma^2`` maps to an infinite ``z``.
 
-**Why.**  Given its random effects a variance with many levels is narrow (``k`` about half the levels) beside its
-posterior, and the pair crawls.  Over-relaxing the draw, after tuning (the collapsed step's schedule is settled during
-tuning from the ordinary draws' lag-1 autocorrelation, which over-relaxing would hide), measured with 4 chains in one
-process, seeds 1 and 2 (``python -m benchmarks.gibbs_mixing``): Fair's affairs (two random intercepts of 6 and 4
-levels) smallest bulk ESS 1,139 and 1,242 -> 1,993 and 2,404 of 8,000 draws; lme4's cbpp without the collapsed step's
-switch 26 and 48 -> 122 and 65; toenail's patient SD about 3,300 -> 4,700 of 10,000; cbpp with the switch, the nested
-sites and the one-row groups about as before (within the seeds' spread).
+**Why.**  Given its random effects a term's variance is narrow beside its posterior, and the pair crawls.
+Over-relaxing the draw, after tuning (the collapsed step's schedule is settled during tuning from the ordinary draws'
+lag-1 autocorrelation, which over-relaxing would hide), ``python -m benchmarks.gibbs_mixing`` (2026-11-30, against the
+sampler before it; each quantity's ESS from ``mcmc_diagnostics`` of the benchmark's fits): Fair's affairs (random
+intercepts of 6 occupations and 4 religions), 4 x (1,000 + 2,000), seed 3: the two SDs' bulk ESS from 1,129 and 1,431
+to 2,286 and 2,631 of 8,000 draws (tail ESS 2,133 and 2,074 to 3,183 and 2,661), the smallest of all from 1,129 to
+2,286 in the same 9.2 s; lme4's cbpp without the collapsed step's switch, seeds 1 and 2: the herd SD's from 26 and 48
+to 85 and 64; toenail's patient SD from 3,404 to 4,560 and 4,352 (seeds 1 and 2; the smallest, ``visit:treatment``'s,
+3,369 -> 3,414); cbpp with the switch (787 and 888 against 827 and 814), the nested sites (1,605 and 1,385 against
+1,429 and 1,457) and the one-row groups (each chain 6-18% in the smaller mode, 14% exact, R-hat 1.01) about as before.
 
-**Not over-relaxed: ``theta | w``.**  The same step on the Gaussian ``theta | w, Sigma`` (``theta' = mu - alpha (theta -
-mu) + sqrt(1 - alpha^2) d``, exact as well) raised toenail's smallest ESS by a third, but on cbpp without the switch it
-cut the fixed effects' from 26 and 48 to 8 and 8 (R-hat 1.4-1.5; 21 and 92 with ``alpha = 0.5``): given the
-augmentation weights the mean of ``theta`` follows ``theta`` itself, and stepping across it each iteration made the
-chain oscillate.  Inverse-Wishart matrices keep their ordinary draws.
+**Not over-relaxed.**  The learned penalty's variance, over a few slopes, is wide given them: over-relaxed, it sent
+the slopes' prior precision from one tail to the other each iteration, and toenail's penalised ``visit:treatment``
+fell from 3,369 to 2,892-3,109 and the penalty SD's tail ESS from 9,709 to 1,534-2,064 of 10,000.  The same step on
+the Gaussian ``theta | w, Sigma`` (``theta' = mu - alpha (theta - mu) + sqrt(1 - alpha^2) d``, exact as well) raised
+toenail's smallest ESS by a third, but on cbpp without the switch it cut the fixed effects' from 26 and 48 to 8 and 8
+(R-hat 1.4-1.5; 21 and 92 with ``alpha = 0.5``): given the augmentation weights the mean of ``theta`` follows
+``theta`` itself, and stepping across it each iteration made the chain oscillate.  Inverse-Wishart matrices keep their
+ordinary draws.
 
 Checked: the step keeps its inverse gamma (``tests/engines/test_overrelax.py``); the samplers that make it are checked
 against quadrature with it in place (``tests/engines/linear/test_interweave.py``,
-``tests/engines/linear/test_collapsed_variance.py``).
-"""
+``tests/engines/linear/test_collapsed_variance.py``)."""
 
 from __future__ import annotations
 

@@ -372,9 +372,9 @@ def draw_components(
 ) -> list[np.ndarray]:
     """One Gibbs draw of every variance component given its coefficients ``values[c]`` (``J x k``): IW, IG, or
     the half-t through its auxiliary variable, kept in ``aux[c]`` between draws (updated in place;
-    :mod:`bayesvm.engines.variance_prior`).  With ``relaxation > 0`` and the ``current`` components, each variance
-    (not an inverse-Wishart matrix) takes the over-relaxed step of its inverse gamma instead
-    (:mod:`bayesvm.engines.overrelax`)."""
+    :mod:`bayesvm.engines.variance_prior`).  With ``relaxation > 0`` and the ``current`` components, the variance of
+    each random-effect term (not an inverse-Wishart matrix, not the learned penalty) takes the over-relaxed step of
+    its inverse gamma instead (:mod:`bayesvm.engines.overrelax`)."""
     out = []
     for c, (comp, u) in enumerate(zip(components, values)):
         if comp.is_wishart:
@@ -383,7 +383,7 @@ def draw_components(
                 np.atleast_2d(stats.invwishart(df=comp.prior_df + comp.n_levels, scale=scale).rvs(random_state=rng))
             )
             continue
-        now = None if current is None else float(current[c][0, 0])
+        now = None if current is None or comp.source < 0 else float(current[c][0, 0])
         variance, aux[c] = variance_prior.draw(comp, float(np.sum(u**2)), rng, aux[c], now, relaxation)
         out.append(np.array([[variance]]))
     return out
@@ -494,8 +494,8 @@ def chain_draws(
     update of each fixed-effect coefficient given the rest (:mod:`bayesvm.engines.linear.interweave`; False gives the
     paper's sampler, kept for comparison) and then each random intercept's variance with its random effects
     integrated out, and they given it (:mod:`bayesvm.engines.linear.collapsed_variance`); ``w | theta``
-    (step 2); ``Sigma | theta`` (step 3).  With ``interweave`` each variance's draw in step 3 (not an
-    inverse-Wishart matrix) is over-relaxed after tuning (:mod:`bayesvm.engines.overrelax`, ``alpha = RELAXATION``).
+    (step 2); ``Sigma | theta`` (step 3).  With ``interweave`` the draw of each random-effect term's variance in step
+    3 is over-relaxed after tuning (:mod:`bayesvm.engines.overrelax`, ``alpha = RELAXATION``).
     """
     rng = np.random.default_rng(seed)
     _, problem = sorted_by_level(problem)
