@@ -53,7 +53,8 @@ RELAXATION = 0.95
 
 def _gamma_normal_score(shape: float, value: float) -> float:
     """``Phi^-1(F(value))`` for ``F`` the ``Gamma(shape, 1)`` CDF, from the lower or the upper tail, whichever is
-    smaller (accurate in both)."""
+    smaller (accurate in both); a tail probability that underflows to 0 (below about 1e-308, beyond ``|z| = 37.5``)
+    gives ``-38`` or ``38``."""
     lower = float(special.gammainc(shape, value))
     if lower <= 0.5:
         return float(special.ndtri(lower)) if lower > 0.0 else -38.0
