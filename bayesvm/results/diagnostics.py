@@ -110,13 +110,23 @@ def mcmc_problems(
 SEPARATION_SDS = 2.0
 
 
-def separated_chains(values: np.ndarray, names: list[str]) -> str | None:
+#: The advice where a chain of the joint imputation model sat apart on an imputed column's coefficient
+#: (:func:`separated_chains`; ``ChainStart`` in ``engines/imputation/joint_model.py``).
+JOINT_MODES_ADVICE = (
+    "the joint imputation model (imputation='joint') can have several modes in which an imputed column's coefficient "
+    "differs, even in sign, as the imputations are pulled towards their rows' class by the unnormalised hinge "
+    "pseudo-likelihood ({columns} here): no single mode is the answer; imputation='mi' (the default) has no such pull"
+)
+
+
+def separated_chains(values: np.ndarray, names: list[str], imputed: list[str] | None = None) -> str | None:
     """The chains that sat apart from the others, or None: for each quantity (``values``: ``(chains, draws, k)``), a
     chain whose mean lies more than :data:`SEPARATION_SDS` pooled within-chain SDs from the median of the other
     chains' means.  Ordinary slow mixing (R-hat 1.01-1.05) moves chain means by a fraction of an SD; a chain stuck in
     another mode (MASS's bacteria before the learned penalty's rescaling move: one chain at slopes near 0 for all
     its 3,000 draws, 7 SDs from the others) lies several SDs away, and more draws of the same chains need not bring
-    it back."""
+    it back.  ``imputed``: the coefficients of columns imputed by the joint model; where a chain sat apart on one of
+    them the advice is :data:`JOINT_MODES_ADVICE`."""
     values = np.asarray(values, dtype=float)
     chains = values.shape[0]
     if chains < 3 or values.shape[1] < 2:
@@ -140,6 +150,10 @@ def separated_chains(values: np.ndarray, names: list[str]) -> str | None:
             f"chain {c + 1} sat apart from the others on {[names[j] for j in columns][:4]} ({names[k]!r}: mean "
             f"{means[c, k]:.3g} against {others.min():.3g} to {others.max():.3g}, {pooled[k]:.2g} within-chain SD)"
         )
+    apart = {names[k] for columns in found.values() for k in columns}
+    modes = [name for name in imputed or [] if name in apart]
+    if modes:
+        return "; ".join(parts) + ": " + JOINT_MODES_ADVICE.format(columns=modes)
     return (
         "; ".join(parts) + ": a region of the posterior that the other chains did not visit, or the reverse, for all "
         "the draws; longer chains need not merge them: run more chains (e.g. chains=8) and compare with the default fit"
@@ -171,7 +185,11 @@ def chain_separation(fit) -> str | None:
             (dim,) = [d for d in array.dims if d not in ("chain", "draw")]
             arrays.append(np.asarray(array.transpose("chain", "draw", dim).values))
             names.extend(f"{name}[{term}]" for term in array[dim].values)
-    return separated_chains(np.concatenate(arrays, axis=2), names)
+    imputed = None
+    layout = fit.model.design.imputation
+    if layout is not None and getattr(fit.result, "imputation_mode", None) == "joint":
+        imputed = [str(v) for j, v in enumerate(layout.variables) if layout.missing[:, j].any()]
+    return separated_chains(np.concatenate(arrays, axis=2), names, imputed)
 
 
 #: Inclusion probabilities that differ by more than this between chains, or whose draws (Rao-Blackwellised where kept) have an R-hat

@@ -1,6 +1,9 @@
+import warnings
+
 import numpy as np
 import pandas as pd
 
+import bayesvm
 from bayesvm.results.diagnostics import mcmc_problems
 
 
@@ -66,6 +69,9 @@ def test_a_chain_that_sat_apart_is_named():
     halves = draws.copy()
     halves[2:, :, 0] += 8.0
     assert separated_chains(halves, ["a", "b", "c"]) is None
+    joint = separated_chains(stuck, ["a", "b", "c"], imputed=["c"])  # an imputed column's coefficient: the joint model
+    assert "imputation='joint') can have several modes" in joint and "(['c'] here)" in joint and "chains=8" not in joint
+    assert separated_chains(stuck, ["a", "b", "c"], imputed=["a"]) == text  # (apart elsewhere: the general advice)
     table = pd.DataFrame(
         {"r_hat": [1.3, 1.0], "ess_bulk": [900.0, 900.0], "ess_tail": [900.0, 900.0]}, index=["a", "c"]
     )
@@ -73,3 +79,22 @@ def test_a_chain_that_sat_apart_is_named():
     table["r_hat"] = 1.0
     table["ess_bulk"] = 50.0
     assert "run about draws=" in mcmc_problems(table, 4, 500, text)  # (only the ESS fails: more draws help)
+
+
+def test_a_joint_imputation_chain_apart_on_an_imputed_coefficient_gets_the_joint_models_advice():
+    """chain_separation reads which columns the joint model imputed (pima2 with imputation='joint': one chain of four
+    with insulin's coefficient of the other sign, glucose's a third of the others')."""
+    from bayesvm.results.diagnostics import chain_separation
+    from tests.engines.imputation.test_joint_model import simulate
+
+    frame, _, _ = simulate(n=150, seed=4)
+    options = dict(method="gibbs", missing="impute", draws=100, tune=100, chains=4, seed=1, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, imputation="joint", **options)
+        mi = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, **options)
+    for each in (fit, mi):
+        column = list(each.fixef.index).index("x2")
+        each.result.theta_d[1, :, column] += 20.0 * each.result.theta_d[..., column].std()
+    assert "(['x2'] here)" in chain_separation(fit)
+    assert "chains=8" in chain_separation(mi)  # multiple imputation: the general advice
