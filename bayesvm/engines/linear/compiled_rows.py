@@ -226,16 +226,79 @@ def _coordinate_sweep(
         theta[j] = new
 
 
+def _slice_end(a, b, c0, c3, level, width, sign, steps):
+    """The end on side ``sign`` (+1 or -1) of 0 of the slice ``{t: g(t) > level}`` of the concave
+    ``g(t) = -2 sum_i max(0, a_i - t b_i) + c0 t^2 + c3 t`` (``g(0) > level``): stepping out by doubling from
+    ``width``, then Newton's method from outside the slice, which stays outside and converges monotonically (a concave
+    function lies below its tangents, so each tangent's root is not inside the slice).  Returns NaN where ``steps``
+    doublings stay inside (an unbounded slice: an improper line)."""
+    t = sign * width
+    outside = False
+    total, slope, value = 0.0, 0.0, 0.0
+    for _ in range(steps):
+        total, slope = 0.0, 0.0
+        for i in range(a.size):
+            r = a[i] - t * b[i]
+            if r > 0.0:
+                total += r
+                slope += b[i]
+        value = -2.0 * total + c0 * t * t + c3 * t
+        if value <= level:
+            outside = True
+            break
+        t *= 2.0
+    if not outside:
+        return np.nan
+    for _ in range(100):
+        gradient = 2.0 * slope + 2.0 * c0 * t + c3
+        if value >= level or sign * gradient >= 0.0:  # on the slice's edge (or a flat tangent: rounding)
+            return t
+        new = t - (value - level) / gradient
+        if abs(new - t) <= 1e-13 * (abs(t) + width):
+            return new
+        t = new
+        total, slope = 0.0, 0.0
+        for i in range(a.size):
+            r = a[i] - t * b[i]
+            if r > 0.0:
+                total += r
+                slope += b[i]
+        value = -2.0 * total + c0 * t * t + c3 * t
+    return t
+
+
+def _overrelaxed_line(a, b, c0, c3, exponential, width, steps):
+    """One over-relaxed slice update from ``t = 0`` of the concave line density
+    ``g(t) = -2 sum_i max(0, a_i - t b_i) + c0 t^2 + c3 t`` (Neal 2003, section 6): the slice at the level
+    ``g(0) - exponential`` is an interval ``[L, R]`` (``g`` is concave), and ``L + R``, the reflection of 0 through its
+    middle, keeps the uniform distribution on it (an involution that preserves length), so the update keeps ``g``'s
+    density.  The ends are found to rounding (:func:`_slice_end`); 0 is kept where the reflection falls outside the
+    slice by rounding or the slice is unbounded."""
+    total = 0.0
+    for i in range(a.size):
+        total += max(a[i], 0.0)
+    level = -2.0 * total - exponential
+    right = _slice_end(a, b, c0, c3, level, width, 1.0, steps)
+    left = _slice_end(a, b, c0, c3, level, width, -1.0, steps)
+    if not (np.isfinite(right) and np.isfinite(left)):
+        return 0.0
+    t = left + right
+    total = 0.0
+    for i in range(a.size):
+        total += max(a[i] - t * b[i], 0.0)
+    if -2.0 * total + c0 * t * t + c3 * t > level:
+        return t
+    return 0.0
+
+
 def _direction_sweep(
-    theta, f, margin, columns, directions, direction_x, direction_slope, widths, precision, exponentials, uniforms,
-    steps,
+    theta, f, margin, columns, directions, direction_x, direction_slope, widths, precision, exponentials, steps
 ):  # fmt: skip
     """The direction moves of :meth:`bayesvm.engines.linear.interweave.ScaleMoves.direction_moves` in one compiled
     loop: along direction ``k`` (``directions[:, k]`` over the coefficients ``columns``; ``direction_x[:, k]`` its
-    row values and ``direction_slope[:, k]`` those times ``y``) the step ``t`` from :func:`_hinge_slice` with
-    ``c = (-a / 2, 0, 0, -b)``, ``a = v' Lambda v`` and ``b = v' Lambda theta`` (the normal prior along the line), on the
-    random numbers the numpy path draws for it; ``theta``, ``f`` and ``margin = y f`` are updated in place."""
-    c = np.zeros(4)
+    row values and ``direction_slope[:, k]`` those times ``y``) the over-relaxed step ``t`` of :func:`_overrelaxed_line`
+    with ``c0 = -a / 2``, ``c3 = -b``, ``a = v' Lambda v`` and ``b = v' Lambda theta`` (the normal prior along the line),
+    on the level's exponential ``exponentials[k]``; ``theta``, ``f`` and ``margin = y f`` are updated in place."""
     n = f.size
     base = np.empty(n)
     for k in range(directions.shape[1]):
@@ -244,11 +307,9 @@ def _direction_sweep(
         for j in range(columns.size):
             a += directions[j, k] * precision[j] * directions[j, k]
             b += directions[j, k] * precision[j] * theta[columns[j]]
-        c[0] = -0.5 * a
-        c[3] = -b
         for i in range(n):
             base[i] = 1.0 - margin[i]
-        step = hinge_slice(base, direction_slope[:, k], c, False, 0.0, widths[k], exponentials[k], uniforms[k], steps)
+        step = _overrelaxed_line(base, direction_slope[:, k], -0.5 * a, -b, exponentials[k], widths[k], steps)
         for j in range(columns.size):
             theta[columns[j]] += step * directions[j, k]
         for i in range(n):
@@ -258,6 +319,8 @@ def _direction_sweep(
 
 if numba is not None:
     hinge_slice = compile_nogil(_hinge_slice)
+    _slice_end = compile_nogil(_slice_end)
+    _overrelaxed_line = compile_nogil(_overrelaxed_line)
     direction_sweep = compile_nogil(_direction_sweep)
     coordinate_sweep = compile_nogil(_coordinate_sweep)
 else:  # never called: callers check available()

@@ -59,8 +59,14 @@ Fixed-effect directions (the same partially collapsed step along other lines): o
 the columns are collinear (``visit`` and ``visit:treatment``; ``age`` and ``I(age**2)``), since each coefficient's
 conditional is narrow along the line the others hold fixed.  After the coordinates, ``theta_F`` (the same columns) moves
 along each eigenvector ``v_k`` of ``X_F' X_F``, fixed once from the design: ``theta_F + t v_k`` with ``t`` from
-``exp(-2 sum_i (1 - y_i (f_i + t x_i' v_k))_+ - (theta_F + t v_k)' Lambda (theta_F + t v_k) / 2)`` by slice sampling
-(width :data:`COORDINATE_WIDTH` ``/ ||X_F v_k||``).  A fixed direction makes each update a Gibbs step of the
+``exp(-2 sum_i (1 - y_i (f_i + t x_i' v_k))_+ - (theta_F + t v_k)' Lambda (theta_F + t v_k) / 2)`` by over-relaxed
+slice sampling (Neal 2003, section 6: this density is log-concave, so its slice is an interval ``[L, R]`` and ``t = L +
+R`` reflects the current point through its middle; :func:`bayesvm.engines.linear.compiled_rows._overrelaxed_line`;
+the bracket's first width :data:`COORDINATE_WIDTH` ``/ ||X_F v_k||``).  The reflection suppresses the random walk of
+successive updates along a line: on toenail ``visit:treatment``'s bulk ESS went from 3,414 to 6,134 of 10,000 draws
+and the smallest (now the patient SD's) from 3,414 to 4,575, for 8% more time (2026-11-30); against 4 x (1,000 + 25,000)
+draws of the paper's imputation sampler the coefficients of the joint-imputation test problem with 40 small groups
+agree within 0.7 Monte Carlo SEs.  A fixed direction makes each update a Gibbs step of the
 conditional along that line (the lines do not depend on the state), so the target is kept; where the design changes
 between iterations (imputed columns) the lines stay those of the chain's first design (fixed lines; only their row
 values ``X_F v_k`` follow the design, which the step conditions on).  Measured: mlmRev's Contraception
@@ -306,26 +312,26 @@ class ScaleMoves:
         return precision
 
     def direction_moves(self, theta_d, theta_b, covs, aux, f, rng):
-        """The fixed-effect coefficients along each fixed direction, ``w`` integrated out, by slice sampling (module
-        docstring)."""
+        """The fixed-effect coefficients along each fixed direction, ``w`` integrated out, by over-relaxed slice
+        sampling (module docstring; :func:`bayesvm.engines.linear.compiled_rows._overrelaxed_line`)."""
         if self.directions.shape[1] == 0:
             return theta_d, theta_b, covs, f
         theta_d, f = theta_d.copy(), f.copy()
         columns, lam = self.sweep_columns, self._precision(covs)[self.sweep_columns]
         margin = self.problem.y * f
-        exponentials, uniforms = slice_numbers(rng, self.directions.shape[1])
+        exponentials = rng.exponential(size=self.directions.shape[1])
         if compiled_rows.available():  # one compiled loop on the same random numbers, in the same order
             compiled_rows.direction_sweep(
                 theta_d, f, margin, columns, self.directions, self.direction_x, self.direction_slope,
-                self.direction_widths, lam, exponentials, uniforms, SLICE_STEPS,
+                self.direction_widths, lam, exponentials, SLICE_STEPS,
             )  # fmt: skip
             return theta_d, theta_b, covs, f
         for k in range(self.directions.shape[1]):
             v, x, slope = self.directions[:, k], self.direction_x[:, k], self.direction_slope[:, k]
-            c = (-0.5 * float(v @ (lam * v)), 0.0, 0.0, -float(v @ (lam * theta_d[columns])))
-            step = hinge_slice_drawn(
-                1.0 - margin, slope, c, False, 0.0, self.direction_widths[k], exponentials[k], uniforms[k]
-            )
+            step = compiled_rows._overrelaxed_line(
+                1.0 - margin, slope, -0.5 * float(v @ (lam * v)), -float(v @ (lam * theta_d[columns])),
+                float(exponentials[k]), float(self.direction_widths[k]), SLICE_STEPS,
+            )  # fmt: skip
             theta_d[columns] += step * v
             f += step * x
             margin += step * slope

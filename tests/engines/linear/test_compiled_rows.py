@@ -179,3 +179,38 @@ def test_sparse_rows_only_for_wide_mostly_zero_parts():
         np.testing.assert_array_equal(row_cols[row_ptr[i] : row_ptr[i + 1]], np.flatnonzero(wide[i]))
     for dense in (rng.standard_normal((500, 62)), wide[:, :20]):  # dense, or too narrow to gain
         assert [a.size for a in compiled_rows.sparse_rows(dense)] == [0, 0]
+
+
+@pytest.mark.parametrize("kernel", ["compiled", "python"])
+def test_overrelaxed_line_keeps_the_line_density(kernel):
+    """The over-relaxed slice update of a direction move (``compiled_rows._overrelaxed_line``, compiled and its Python
+    source) keeps the concave line density ``-2 sum (a_i - t b_i)_+ + c0 t^2 + c3 t``: draws from the density (inverse
+    CDF on a fine grid) stay so distributed after a step, the step is an involution given its level (from ``x`` to
+    ``x'`` and back), and it moves to the far side of the slice (the draws' lag-1 correlation is negative)."""
+    step = compiled_rows._overrelaxed_line
+    if kernel == "python":
+        step = getattr(step, "py_func", step)
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(0.5, 1.0, 40), rng.normal(0.3, 1.0, 40)
+    c0, c3 = -0.05, 0.2
+
+    def log_density(t):
+        t = np.asarray(t, dtype=float)[..., None]
+        return -2.0 * np.maximum(a - t * b, 0.0).sum(axis=-1) + c0 * t[..., 0] ** 2 + c3 * t[..., 0]
+
+    grid = np.linspace(-30.0, 30.0, 600_001)
+    weights = np.exp(log_density(grid) - log_density(grid).max())
+    cdf = np.cumsum(weights) / weights.sum()
+    assert cdf[0] < 1e-12 and 1.0 - cdf[-2] < 1e-12  # the grid holds the mass
+    x = np.interp(rng.random(4_000), cdf, grid)
+    moved = np.empty_like(x)
+    for i, x0 in enumerate(x):  # the density at x0 + t: a_i - x0 b_i, c3 + 2 c0 x0 (and a constant)
+        exponential = rng.exponential()
+        t = step(a - x0 * b, b, c0, c3 + 2.0 * c0 * x0, exponential, 1.0, 50)
+        moved[i] = x0 + t
+        # from x0 + t with the same level (its exponential shifted by the density difference) back to x0
+        shift = float(log_density(x0 + t) - log_density(x0))
+        back = step(a - (x0 + t) * b, b, c0, c3 + 2.0 * c0 * (x0 + t), exponential + shift, 1.0, 50)
+        assert back == pytest.approx(-t, abs=1e-8 * (1.0 + abs(t)))
+    assert stats.kstest(moved, lambda v: np.interp(v, grid, cdf)).pvalue > 1e-3
+    assert np.corrcoef(x, moved)[0, 1] < -0.3
