@@ -226,44 +226,64 @@ def _coordinate_sweep(
         theta[j] = new
 
 
+def _line_sums(a, b, t):
+    """``(A, B)``: the sums of ``a_i`` and of ``b_i`` over the rows with ``a_i - t b_i > 0``, so that on the piece of
+    the line density containing ``t``, ``g(s) = -2 (A - s B) + c0 s^2 + c3 s`` (one pass over the rows)."""
+    total, slope = 0.0, 0.0
+    for i in range(a.size):
+        if a[i] - t * b[i] > 0.0:
+            total += a[i]
+            slope += b[i]
+    return total, slope
+
+
+def _line_sums_numpy(a, b, t):
+    """:func:`_line_sums` by numpy (where numba is not installed)."""
+    active = a - t * b > 0.0
+    return float(np.sum(a[active])), float(np.sum(b[active]))
+
+
+def _piece_root(c0, beta, gamma, sign):
+    """The root on side ``sign`` of 0 of ``c0 s^2 + beta s + gamma`` with ``gamma > 0 >= c0`` (one root on each side
+    of 0 where ``c0 < 0``), without cancellation; NaN where there is none on that side."""
+    if c0 == 0.0:
+        if beta * sign >= 0.0:
+            return np.nan
+        return -gamma / beta
+    root = np.sqrt(max(beta * beta - 4.0 * c0 * gamma, 0.0))
+    q = -0.5 * (beta + root) if beta >= 0.0 else 0.5 * (root - beta)
+    first, second = q / c0, gamma / q  # (the two roots: of opposite signs)
+    return first if first * sign > 0.0 else second
+
+
 def _slice_end(a, b, c0, c3, level, width, sign, steps):
     """The end on side ``sign`` (+1 or -1) of 0 of the slice ``{t: g(t) > level}`` of the concave
-    ``g(t) = -2 sum_i max(0, a_i - t b_i) + c0 t^2 + c3 t`` (``g(0) > level``): stepping out by doubling from
-    ``width``, then Newton's method from outside the slice, which stays outside and converges monotonically (a concave
-    function lies below its tangents, so each tangent's root is not inside the slice).  Returns NaN where ``steps``
-    doublings stay inside (an unbounded slice: an improper line)."""
+    ``g(t) = -2 sum_i max(0, a_i - t b_i) + c0 t^2 + c3 t`` (``g(0) > level``, ``c0 <= 0``): stepping out by doubling
+    from ``width``, then from outside the slice the root of ``level`` on the quadratic piece of ``g`` at the current
+    point, repeated until a root lies on its own piece (then it is the end, exactly).  Each piece's quadratic lies on
+    or above ``g`` (``g`` is the minimum of them), so each root is outside the slice or on its end, nearer to it than
+    the last point.  Returns NaN where ``steps`` doublings stay inside (an unbounded slice: an improper line)."""
     t = sign * width
     outside = False
-    total, slope, value = 0.0, 0.0, 0.0
+    total, slope = 0.0, 0.0
     for _ in range(steps):
-        total, slope = 0.0, 0.0
-        for i in range(a.size):
-            r = a[i] - t * b[i]
-            if r > 0.0:
-                total += r
-                slope += b[i]
-        value = -2.0 * total + c0 * t * t + c3 * t
-        if value <= level:
+        total, slope = _line_sums(a, b, t)
+        if -2.0 * (total - t * slope) + c0 * t * t + c3 * t <= level:
             outside = True
             break
         t *= 2.0
     if not outside:
         return np.nan
-    for _ in range(100):
-        gradient = 2.0 * slope + 2.0 * c0 * t + c3
-        if value >= level or sign * gradient >= 0.0:  # on the slice's edge (or a flat tangent: rounding)
+    for _ in range(a.size + 2):  # (each repeat crosses at least one kink)
+        new = _piece_root(c0, 2.0 * slope + c3, -2.0 * total - level, sign)
+        if not np.isfinite(new) or new * sign >= t * sign:  # (rounding at the end: stay)
             return t
-        new = t - (value - level) / gradient
-        if abs(new - t) <= 1e-13 * (abs(t) + width):
+        new_total, new_slope = _line_sums(a, b, new)
+        if new_total == total and new_slope == slope:  # the root is on its own piece: the end
             return new
-        t = new
-        total, slope = 0.0, 0.0
-        for i in range(a.size):
-            r = a[i] - t * b[i]
-            if r > 0.0:
-                total += r
-                slope += b[i]
-        value = -2.0 * total + c0 * t * t + c3 * t
+        if -2.0 * (new_total - new * new_slope) + c0 * new * new + c3 * new >= level:  # on the end, to rounding
+            return new
+        t, total, slope = new, new_total, new_slope
     return t
 
 
@@ -272,21 +292,17 @@ def _overrelaxed_line(a, b, c0, c3, exponential, width, steps):
     ``g(t) = -2 sum_i max(0, a_i - t b_i) + c0 t^2 + c3 t`` (Neal 2003, section 6): the slice at the level
     ``g(0) - exponential`` is an interval ``[L, R]`` (``g`` is concave), and ``L + R``, the reflection of 0 through its
     middle, keeps the uniform distribution on it (an involution that preserves length), so the update keeps ``g``'s
-    density.  The ends are found to rounding (:func:`_slice_end`); 0 is kept where the reflection falls outside the
-    slice by rounding or the slice is unbounded."""
-    total = 0.0
-    for i in range(a.size):
-        total += max(a[i], 0.0)
+    density.  The ends are exact roots of ``g``'s quadratic pieces (:func:`_slice_end`); 0 is kept where the reflection
+    falls outside the slice by rounding or the slice is unbounded."""
+    total, _ = _line_sums(a, b, 0.0)
     level = -2.0 * total - exponential
     right = _slice_end(a, b, c0, c3, level, width, 1.0, steps)
     left = _slice_end(a, b, c0, c3, level, width, -1.0, steps)
     if not (np.isfinite(right) and np.isfinite(left)):
         return 0.0
     t = left + right
-    total = 0.0
-    for i in range(a.size):
-        total += max(a[i] - t * b[i], 0.0)
-    if -2.0 * total + c0 * t * t + c3 * t > level:
+    total, slope = _line_sums(a, b, t)
+    if -2.0 * (total - t * slope) + c0 * t * t + c3 * t > level:
         return t
     return 0.0
 
@@ -319,12 +335,15 @@ def _direction_sweep(
 
 if numba is not None:
     hinge_slice = compile_nogil(_hinge_slice)
+    _line_sums = compile_nogil(_line_sums, inline=True)
+    _piece_root = compile_nogil(_piece_root, inline=True)
     _slice_end = compile_nogil(_slice_end)
     _overrelaxed_line = compile_nogil(_overrelaxed_line)
     direction_sweep = compile_nogil(_direction_sweep)
     coordinate_sweep = compile_nogil(_coordinate_sweep)
 else:  # never called: callers check available()
     hinge_slice = coordinate_sweep = direction_sweep = None
+    _line_sums = _line_sums_numpy  # (the direction moves' numpy path runs _overrelaxed_line: its passes by numpy)
 
 
 def _intercept_draw(gram, product, prior_dd, blocks, cross, rhs_b, prior_b, eps_d, eps_b, theta_d, theta_b):

@@ -181,15 +181,20 @@ def test_sparse_rows_only_for_wide_mostly_zero_parts():
         assert [a.size for a in compiled_rows.sparse_rows(dense)] == [0, 0]
 
 
-@pytest.mark.parametrize("kernel", ["compiled", "python"])
-def test_overrelaxed_line_keeps_the_line_density(kernel):
-    """The over-relaxed slice update of a direction move (``compiled_rows._overrelaxed_line``, compiled and its Python
-    source) keeps the concave line density ``-2 sum (a_i - t b_i)_+ + c0 t^2 + c3 t``: draws from the density (inverse
+@pytest.mark.parametrize("kernel", ["compiled", "python", "numpy"])
+def test_overrelaxed_line_keeps_the_line_density(kernel, monkeypatch):
+    """The over-relaxed slice update of a direction move (``compiled_rows._overrelaxed_line``, compiled, its Python
+    source, and that source with numpy's passes over the rows as where numba is not installed) keeps the concave line density ``-2 sum (a_i - t b_i)_+ + c0 t^2 + c3 t``: draws from the density (inverse
     CDF on a fine grid) stay so distributed after a step, the step is an involution given its level (from ``x`` to
     ``x'`` and back), and it moves to the far side of the slice (the draws' lag-1 correlation is negative)."""
     step = compiled_rows._overrelaxed_line
-    if kernel == "python":
+    if kernel != "compiled":
         step = getattr(step, "py_func", step)
+    if kernel == "numpy":
+        end = compiled_rows._slice_end
+        monkeypatch.setattr(compiled_rows, "_slice_end", getattr(end, "py_func", end))
+        monkeypatch.setattr(compiled_rows, "_line_sums", compiled_rows._line_sums_numpy)
+        monkeypatch.setattr(compiled_rows, "_piece_root", getattr(compiled_rows._piece_root, "py_func", None))
     rng = np.random.default_rng(3)
     a, b = rng.normal(0.5, 1.0, 40), rng.normal(0.3, 1.0, 40)
     c0, c3 = -0.05, 0.2
@@ -214,3 +219,26 @@ def test_overrelaxed_line_keeps_the_line_density(kernel):
         assert back == pytest.approx(-t, abs=1e-8 * (1.0 + abs(t)))
     assert stats.kstest(moved, lambda v: np.interp(v, grid, cdf)).pvalue > 1e-3
     assert np.corrcoef(x, moved)[0, 1] < -0.3
+
+
+def test_line_pieces_give_the_slice_ends_exactly():
+    """``_slice_end`` solves the quadratic piece at its current point until a root lies on its own piece: the end
+    agrees with bisection on the density to rounding, with a flat prior (``c0 = 0``, a linear piece) too; the numpy
+    sums equal the loop's."""
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(0.5, 1.0, 300), rng.normal(0.2, 1.0, 300)
+    for t in (-2.0, 0.0, 0.7):
+        assert compiled_rows._line_sums_numpy(a, b, t) == pytest.approx(compiled_rows._line_sums(a, b, t), rel=1e-12)
+    for c0, c3 in ((-0.3, 0.1), (0.0, 0.4)):
+
+        def g(t):
+            return -2.0 * np.maximum(a - t * b, 0.0).sum() + c0 * t * t + c3 * t
+
+        level = g(0.0) - 1.3
+        for sign in (1.0, -1.0):
+            end = compiled_rows._slice_end(a, b, c0, c3, level, 0.01, sign, 50)
+            inside, outside = 0.0, sign * 100.0
+            for _ in range(200):
+                middle = 0.5 * (inside + outside)
+                inside, outside = (middle, outside) if g(middle) > level else (inside, middle)
+            assert end == pytest.approx(inside, abs=1e-9), (c0, sign)
