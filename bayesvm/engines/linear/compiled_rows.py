@@ -237,10 +237,32 @@ def _line_sums(a, b, t):
     return total, slope
 
 
+def _line_start_sums(a, b, width):
+    """In one pass over the rows: ``sum_i max(a_i, 0)`` (``g(0)``'s) and :func:`_line_sums` at ``width`` and at
+    ``-width`` (the first points of the two ends' searches)."""
+    zero, right, right_slope, left, left_slope = 0.0, 0.0, 0.0, 0.0, 0.0
+    for i in range(a.size):
+        if a[i] > 0.0:
+            zero += a[i]
+        shift = width * b[i]
+        if a[i] - shift > 0.0:
+            right += a[i]
+            right_slope += b[i]
+        if a[i] + shift > 0.0:
+            left += a[i]
+            left_slope += b[i]
+    return zero, right, right_slope, left, left_slope
+
+
 def _line_sums_numpy(a, b, t):
     """:func:`_line_sums` by numpy (where numba is not installed)."""
     active = a - t * b > 0.0
     return float(np.sum(a[active])), float(np.sum(b[active]))
+
+
+def _line_start_sums_numpy(a, b, width):
+    """:func:`_line_start_sums` by numpy (where numba is not installed)."""
+    return (float(np.sum(np.maximum(a, 0.0))),) + _line_sums_numpy(a, b, width) + _line_sums_numpy(a, b, -width)
 
 
 def _piece_root(c0, beta, gamma, sign):
@@ -256,22 +278,22 @@ def _piece_root(c0, beta, gamma, sign):
     return first if first * sign > 0.0 else second
 
 
-def _slice_end(a, b, c0, c3, level, width, sign, steps):
-    """The end on side ``sign`` (+1 or -1) of 0 of the slice ``{t: g(t) > level}`` of the concave
-    ``g(t) = -2 sum_i max(0, a_i - t b_i) + c0 t^2 + c3 t`` (``g(0) > level``, ``c0 <= 0``): stepping out by doubling
-    from ``width``, then from outside the slice the root of ``level`` on the quadratic piece of ``g`` at the current
-    point, repeated until a root lies on its own piece (then it is the end, exactly).  Each piece's quadratic lies on
-    or above ``g`` (``g`` is the minimum of them), so each root is outside the slice or on its end, nearer to it than
-    the last point.  Returns NaN where ``steps`` doublings stay inside (an unbounded slice: an improper line)."""
-    t = sign * width
+def _slice_end(a, b, c0, c3, level, t, total, slope, steps):
+    """The end on the side of ``t`` of 0 of the slice ``{s: g(s) > level}`` of the concave
+    ``g(s) = -2 sum_i max(0, a_i - s b_i) + c0 s^2 + c3 s`` (``g(0) > level``, ``c0 <= 0``), from the first point
+    ``t`` with its :func:`_line_sums` ``total`` and ``slope``: stepping out by doubling ``t``, then from outside the
+    slice the root of ``level`` on the quadratic piece of ``g`` at the current point, repeated until a root lies on its
+    own piece (then it is the end, exactly).  Each piece's quadratic lies on or above ``g`` (``g`` is the minimum of
+    them), so each root is outside the slice or on its end, nearer to it than the last point.  Returns NaN where
+    ``steps`` doublings stay inside (an unbounded slice: an improper line)."""
+    sign = 1.0 if t > 0.0 else -1.0
     outside = False
-    total, slope = 0.0, 0.0
     for _ in range(steps):
-        total, slope = _line_sums(a, b, t)
         if -2.0 * (total - t * slope) + c0 * t * t + c3 * t <= level:
             outside = True
             break
         t *= 2.0
+        total, slope = _line_sums(a, b, t)
     if not outside:
         return np.nan
     for _ in range(a.size + 2):  # (each repeat crosses at least one kink)
@@ -290,31 +312,50 @@ def _slice_end(a, b, c0, c3, level, width, sign, steps):
 def _overrelaxed_line(a, b, c0, c3, exponential, width, steps):
     """One over-relaxed slice update from ``t = 0`` of the concave line density
     ``g(t) = -2 sum_i max(0, a_i - t b_i) + c0 t^2 + c3 t`` (Neal 2003, section 6): the slice at the level
-    ``g(0) - exponential`` is an interval ``[L, R]`` (``g`` is concave), and ``L + R``, the reflection of 0 through its
-    middle, keeps the uniform distribution on it (an involution that preserves length), so the update keeps ``g``'s
-    density.  The ends are exact roots of ``g``'s quadratic pieces (:func:`_slice_end`); 0 is kept where the reflection
-    falls outside the slice by rounding or the slice is unbounded."""
-    total, _ = _line_sums(a, b, 0.0)
-    level = -2.0 * total - exponential
-    right = _slice_end(a, b, c0, c3, level, width, 1.0, steps)
-    left = _slice_end(a, b, c0, c3, level, width, -1.0, steps)
-    if not (np.isfinite(right) and np.isfinite(left)):
-        return 0.0
-    t = left + right
-    total, slope = _line_sums(a, b, t)
-    if -2.0 * (total - t * slope) + c0 * t * t + c3 * t > level:
-        return t
-    return 0.0
+    ``g(0) - exponential`` is an interval ``[L, R]`` around 0 (``g`` is concave), and ``L + R``, the reflection of 0
+    through its middle, keeps the uniform distribution on it (an involution that preserves length), so the update
+    keeps ``g``'s density.  The ends are exact roots of ``g``'s quadratic pieces (:func:`_slice_end`), so ``L + R``
+    lies inside the slice; 0 is kept where a slice is unbounded (an improper line).  Returns the step and the slice's
+    half-width (NaN where unbounded).  ``width``: the first point of the ends' searches (:func:`line_start`)."""
+    zero, right, right_slope, left, left_slope = _line_start_sums(a, b, width)
+    level = -2.0 * zero - exponential
+    upper = _slice_end(a, b, c0, c3, level, width, right, right_slope, steps)
+    lower = _slice_end(a, b, c0, c3, level, -width, left, left_slope, steps)
+    if not (np.isfinite(upper) and np.isfinite(lower)):
+        return 0.0, np.nan
+    return lower + upper, 0.5 * (upper - lower)
+
+
+#: The direction moves' memory of each line's scale (:func:`line_start`): the share of the newest slice in it, and the
+#: first point of the ends' searches in units of the slice's expected half-width.
+SCALE_MEMORY, START_FACTOR = 0.3, 1.25
+
+
+def line_start(scale, exponential):
+    """The first point of the ends' searches for a level ``exponential`` below the current point's: where a line's
+    density is near a normal of SD ``scale``, its slice's half-width is ``scale sqrt(2 exponential)``; this a little
+    beyond it, so one pass usually lands outside and the pieces' roots start near the ends.  The ends found do not
+    depend on it (:func:`_slice_end` solves for them exactly), only the passes it takes."""
+    return START_FACTOR * scale * np.sqrt(2.0 * exponential) + 1e-12 * scale
+
+
+def line_scale(scale, half_width, exponential):
+    """The line's scale after a slice of ``half_width`` at the level ``exponential``: a running average
+    (:data:`SCALE_MEMORY`) of ``half_width / sqrt(2 exponential)``; unchanged where the slice was unbounded."""
+    if not np.isfinite(half_width) or exponential <= 0.0:
+        return scale
+    return (1.0 - SCALE_MEMORY) * scale + SCALE_MEMORY * half_width / np.sqrt(2.0 * exponential)
 
 
 def _direction_sweep(
-    theta, f, margin, columns, directions, direction_x, direction_slope, widths, precision, exponentials, steps
+    theta, f, margin, columns, directions, direction_x, direction_slope, scales, precision, exponentials, steps
 ):  # fmt: skip
     """The direction moves of :meth:`bayesvm.engines.linear.interweave.ScaleMoves.direction_moves` in one compiled
     loop: along direction ``k`` (``directions[:, k]`` over the coefficients ``columns``; ``direction_x[:, k]`` its
     row values and ``direction_slope[:, k]`` those times ``y``) the over-relaxed step ``t`` of :func:`_overrelaxed_line`
     with ``c0 = -a / 2``, ``c3 = -b``, ``a = v' Lambda v`` and ``b = v' Lambda theta`` (the normal prior along the line),
-    on the level's exponential ``exponentials[k]``; ``theta``, ``f`` and ``margin = y f`` are updated in place."""
+    on the level's exponential ``exponentials[k]``, its ends' searches started by :func:`line_start` from the line's
+    ``scales[k]``; ``theta``, ``f``, ``margin = y f`` and ``scales`` (:func:`line_scale`) are updated in place."""
     n = f.size
     base = np.empty(n)
     for k in range(directions.shape[1]):
@@ -325,7 +366,9 @@ def _direction_sweep(
             b += directions[j, k] * precision[j] * theta[columns[j]]
         for i in range(n):
             base[i] = 1.0 - margin[i]
-        step = _overrelaxed_line(base, direction_slope[:, k], -0.5 * a, -b, exponentials[k], widths[k], steps)
+        start = line_start(scales[k], exponentials[k])
+        step, half_width = _overrelaxed_line(base, direction_slope[:, k], -0.5 * a, -b, exponentials[k], start, steps)
+        scales[k] = line_scale(scales[k], half_width, exponentials[k])
         for j in range(columns.size):
             theta[columns[j]] += step * directions[j, k]
         for i in range(n):
@@ -336,6 +379,9 @@ def _direction_sweep(
 if numba is not None:
     hinge_slice = compile_nogil(_hinge_slice)
     _line_sums = compile_nogil(_line_sums, inline=True)
+    _line_start_sums = compile_nogil(_line_start_sums, inline=True)
+    line_start = compile_nogil(line_start, inline=True)
+    line_scale = compile_nogil(line_scale, inline=True)
     _piece_root = compile_nogil(_piece_root, inline=True)
     _slice_end = compile_nogil(_slice_end)
     _overrelaxed_line = compile_nogil(_overrelaxed_line)
@@ -344,6 +390,7 @@ if numba is not None:
 else:  # never called: callers check available()
     hinge_slice = coordinate_sweep = direction_sweep = None
     _line_sums = _line_sums_numpy  # (the direction moves' numpy path runs _overrelaxed_line: its passes by numpy)
+    _line_start_sums = _line_start_sums_numpy
 
 
 def _intercept_draw(gram, product, prior_dd, blocks, cross, rhs_b, prior_b, eps_d, eps_b, theta_d, theta_b):

@@ -194,6 +194,7 @@ def test_overrelaxed_line_keeps_the_line_density(kernel, monkeypatch):
         end = compiled_rows._slice_end
         monkeypatch.setattr(compiled_rows, "_slice_end", getattr(end, "py_func", end))
         monkeypatch.setattr(compiled_rows, "_line_sums", compiled_rows._line_sums_numpy)
+        monkeypatch.setattr(compiled_rows, "_line_start_sums", compiled_rows._line_start_sums_numpy)
         monkeypatch.setattr(compiled_rows, "_piece_root", getattr(compiled_rows._piece_root, "py_func", None))
     rng = np.random.default_rng(3)
     a, b = rng.normal(0.5, 1.0, 40), rng.normal(0.3, 1.0, 40)
@@ -211,11 +212,11 @@ def test_overrelaxed_line_keeps_the_line_density(kernel, monkeypatch):
     moved = np.empty_like(x)
     for i, x0 in enumerate(x):  # the density at x0 + t: a_i - x0 b_i, c3 + 2 c0 x0 (and a constant)
         exponential = rng.exponential()
-        t = step(a - x0 * b, b, c0, c3 + 2.0 * c0 * x0, exponential, 1.0, 50)
+        t = step(a - x0 * b, b, c0, c3 + 2.0 * c0 * x0, exponential, 1.0, 50)[0]
         moved[i] = x0 + t
         # from x0 + t with the same level (its exponential shifted by the density difference) back to x0
         shift = float(log_density(x0 + t) - log_density(x0))
-        back = step(a - (x0 + t) * b, b, c0, c3 + 2.0 * c0 * (x0 + t), exponential + shift, 1.0, 50)
+        back = step(a - (x0 + t) * b, b, c0, c3 + 2.0 * c0 * (x0 + t), exponential + shift, 0.1, 50)[0]
         assert back == pytest.approx(-t, abs=1e-8 * (1.0 + abs(t)))
     assert stats.kstest(moved, lambda v: np.interp(v, grid, cdf)).pvalue > 1e-3
     assert np.corrcoef(x, moved)[0, 1] < -0.3
@@ -229,14 +230,18 @@ def test_line_pieces_give_the_slice_ends_exactly():
     a, b = rng.normal(0.5, 1.0, 300), rng.normal(0.2, 1.0, 300)
     for t in (-2.0, 0.0, 0.7):
         assert compiled_rows._line_sums_numpy(a, b, t) == pytest.approx(compiled_rows._line_sums(a, b, t), rel=1e-12)
+        assert compiled_rows._line_start_sums_numpy(a, b, abs(t)) == pytest.approx(
+            compiled_rows._line_start_sums(a, b, abs(t)), rel=1e-12
+        )
     for c0, c3 in ((-0.3, 0.1), (0.0, 0.4)):
 
-        def g(t):
+        def g(t, c0=c0, c3=c3):
             return -2.0 * np.maximum(a - t * b, 0.0).sum() + c0 * t * t + c3 * t
 
         level = g(0.0) - 1.3
         for sign in (1.0, -1.0):
-            end = compiled_rows._slice_end(a, b, c0, c3, level, 0.01, sign, 50)
+            start = sign * 0.01
+            end = compiled_rows._slice_end(a, b, c0, c3, level, start, *compiled_rows._line_sums(a, b, start), 50)
             inside, outside = 0.0, sign * 100.0
             for _ in range(200):
                 middle = 0.5 * (inside + outside)
