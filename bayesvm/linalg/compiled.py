@@ -29,12 +29,22 @@ def available() -> bool:
     return numba is not None and os.environ.get(ENVIRONMENT_SWITCH, "1") != "0"
 
 
-def compile_nogil(func, inline: bool = False):
+#: The one floating-point licence given to compiled sums over rows (:func:`compile_nogil`'s ``reassociate``): the terms
+#: may be added in another order, so the loop runs in SIMD lanes (a hinge sum over toenail's 1,908 rows: 0.22 against
+#: 2.3 us).  NaN and infinities keep their IEEE meaning.
+REASSOCIATE = {"reassoc"}
+
+
+def compile_nogil(func, inline: bool = False, reassociate: bool = False):
     """``numba.njit(nogil=True)`` with the compiled code cached on disk; where numba finds no writable cache
     location it refuses ``cache=True`` at decoration time, and the function is then compiled on first use in
     each process instead of breaking ``import bayesvm``.  ``inline``: compiled into each compiled caller (a small
-    helper called per level or per row, whose call would cost more than its body)."""
+    helper called per level or per row, whose call would cost more than its body).  ``reassociate``: a sum over
+    rows that may be added in any order (:data:`REASSOCIATE`; not with ``inline``, whose body takes its caller's
+    flags)."""
     options = {"nogil": True, "inline": "always"} if inline else {"nogil": True}
+    if reassociate:
+        options["fastmath"] = REASSOCIATE
     try:
         return numba.njit(cache=True, **options)(func)
     except RuntimeError:

@@ -129,6 +129,26 @@ else:  # never called: callers check available()
     row_pass = None
 
 
+def _hinge_sum(a, b, d):
+    """``sum_i max(0, a_i - d b_i)``, one pass over the rows (compiled with :data:`REASSOCIATE`: in SIMD lanes)."""
+    total = 0.0
+    for i in range(a.size):
+        r = a[i] - d * b[i]
+        total += r if r > 0.0 else 0.0
+    return total
+
+
+def _hinge_sums3(a, b, d0, d1, d2):
+    """:func:`_hinge_sum` at three values of ``d`` in one pass over the rows."""
+    s0, s1, s2 = 0.0, 0.0, 0.0
+    for i in range(a.size):
+        r0, r1, r2 = a[i] - d0 * b[i], a[i] - d1 * b[i], a[i] - d2 * b[i]
+        s0 += r0 if r0 > 0.0 else 0.0
+        s1 += r1 if r1 > 0.0 else 0.0
+        s2 += r2 if r2 > 0.0 else 0.0
+    return s0, s1, s2
+
+
 def _hinge_slice(a, b, c, log_scale, x0, width, exponential, uniforms, steps):
     """One slice-sampling update (stepping out, then shrinkage; Neal 2003) of the densities of the Gibbs sampler's
     moves with the augmentation integrated out (:mod:`bayesvm.engines.linear.interweave`):
@@ -154,19 +174,12 @@ def _hinge_slice(a, b, c, log_scale, x0, width, exponential, uniforms, steps):
 
     def log_density(t):
         d = np.exp(t) if log_scale else t
-        total = 0.0
-        for i in range(a.size):
-            total += max(a[i] - d * b[i], 0.0)
-        return -2.0 * total + smooth(t)
+        return -2.0 * _hinge_sum(a, b, d) + smooth(t)
 
     left = x0 - width * uniforms[0]
     right = left + width
     d0, d_left, d_right = (np.exp(x0), np.exp(left), np.exp(right)) if log_scale else (x0, left, right)
-    at_x0, at_left, at_right = 0.0, 0.0, 0.0
-    for i in range(a.size):
-        at_x0 += max(a[i] - d0 * b[i], 0.0)
-        at_left += max(a[i] - d_left * b[i], 0.0)
-        at_right += max(a[i] - d_right * b[i], 0.0)
+    at_x0, at_left, at_right = _hinge_sums3(a, b, d0, d_left, d_right)
     level = -2.0 * at_x0 + smooth(x0) - exponential
     value = -2.0 * at_left + smooth(left)
     for _ in range(steps):
@@ -231,9 +244,9 @@ def _line_sums(a, b, t):
     the line density containing ``t``, ``g(s) = -2 (A - s B) + c0 s^2 + c3 s`` (one pass over the rows)."""
     total, slope = 0.0, 0.0
     for i in range(a.size):
-        if a[i] - t * b[i] > 0.0:
-            total += a[i]
-            slope += b[i]
+        active = 1.0 if a[i] - t * b[i] > 0.0 else 0.0  # (a select, not a branch: the loop runs in SIMD lanes)
+        total += active * a[i]
+        slope += active * b[i]
     return total, slope
 
 
@@ -242,15 +255,14 @@ def _line_start_sums(a, b, width):
     ``-width`` (the first points of the two ends' searches)."""
     zero, right, right_slope, left, left_slope = 0.0, 0.0, 0.0, 0.0, 0.0
     for i in range(a.size):
-        if a[i] > 0.0:
-            zero += a[i]
+        zero += a[i] if a[i] > 0.0 else 0.0
         shift = width * b[i]
-        if a[i] - shift > 0.0:
-            right += a[i]
-            right_slope += b[i]
-        if a[i] + shift > 0.0:
-            left += a[i]
-            left_slope += b[i]
+        on_right = 1.0 if a[i] - shift > 0.0 else 0.0
+        on_left = 1.0 if a[i] + shift > 0.0 else 0.0
+        right += on_right * a[i]
+        right_slope += on_right * b[i]
+        left += on_left * a[i]
+        left_slope += on_left * b[i]
     return zero, right, right_slope, left, left_slope
 
 
@@ -378,8 +390,10 @@ def _direction_sweep(
 
 if numba is not None:
     hinge_slice = compile_nogil(_hinge_slice)
-    _line_sums = compile_nogil(_line_sums, inline=True)
-    _line_start_sums = compile_nogil(_line_start_sums, inline=True)
+    _hinge_sum = compile_nogil(_hinge_sum, reassociate=True)
+    _hinge_sums3 = compile_nogil(_hinge_sums3, reassociate=True)
+    _line_sums = compile_nogil(_line_sums, reassociate=True)
+    _line_start_sums = compile_nogil(_line_start_sums, reassociate=True)
     line_start = compile_nogil(line_start, inline=True)
     line_scale = compile_nogil(line_scale, inline=True)
     _piece_root = compile_nogil(_piece_root, inline=True)
