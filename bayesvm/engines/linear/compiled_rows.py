@@ -363,8 +363,8 @@ def _direction_sweep(
     theta, f, margin, columns, directions, direction_x, direction_slope, scales, precision, exponentials, steps
 ):  # fmt: skip
     """The direction moves of :meth:`bayesvm.engines.linear.interweave.ScaleMoves.direction_moves` in one compiled
-    loop: along direction ``k`` (``directions[:, k]`` over the coefficients ``columns``; ``direction_x[:, k]`` its
-    row values and ``direction_slope[:, k]`` those times ``y``) the over-relaxed step ``t`` of :func:`_overrelaxed_line`
+    loop: along direction ``k`` (``directions[:, k]`` over the coefficients ``columns``; ``direction_x[k]`` its
+    row values and ``direction_slope[k]`` those times ``y``, contiguous rows) the over-relaxed step ``t`` of :func:`_overrelaxed_line`
     with ``c0 = -a / 2``, ``c3 = -b``, ``a = v' Lambda v`` and ``b = v' Lambda theta`` (the normal prior along the line),
     on the level's exponential ``exponentials[k]``, its ends' searches started by :func:`line_start` from the line's
     ``scales[k]``; ``theta``, ``f``, ``margin = y f`` and ``scales`` (:func:`line_scale`) are updated in place."""
@@ -379,13 +379,13 @@ def _direction_sweep(
         for i in range(n):
             base[i] = 1.0 - margin[i]
         start = line_start(scales[k], exponentials[k])
-        step, half_width = _overrelaxed_line(base, direction_slope[:, k], -0.5 * a, -b, exponentials[k], start, steps)
+        step, half_width = _overrelaxed_line(base, direction_slope[k], -0.5 * a, -b, exponentials[k], start, steps)
         scales[k] = line_scale(scales[k], half_width, exponentials[k])
         for j in range(columns.size):
             theta[columns[j]] += step * directions[j, k]
         for i in range(n):
-            f[i] += step * direction_x[i, k]
-            margin[i] += step * direction_slope[i, k]
+            f[i] += step * direction_x[k, i]
+            margin[i] += step * direction_slope[k, i]
 
 
 if numba is not None:

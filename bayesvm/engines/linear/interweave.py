@@ -278,11 +278,13 @@ class ScaleMoves:
         self.sweep_x = np.concatenate([c[2] for c in self.columns]) if self.columns else np.zeros(0)
         self.sweep_slope = np.concatenate([c[3] for c in self.columns]) if self.columns else np.zeros(0)
         self.sweep_widths = np.array([c[4] for c in self.columns], dtype=float)
-        self.directions, self.direction_x = fixed_directions(problem.D, self.sweep_columns, lines)
-        self.direction_slope = problem.y[:, None] * self.direction_x
+        self.directions, direction_x = fixed_directions(problem.D, self.sweep_columns, lines)
+        # each line's row values X_F v_k and y X_F v_k as a contiguous row (lines x rows): its passes run in SIMD lanes
+        self.direction_x = np.ascontiguousarray(direction_x.T)
+        self.direction_slope = self.direction_x * problem.y[None, :]
         # each line's scale, to start its slice's ends' searches near them (compiled_rows.line_start): at first the
         # spread of a line density of |X_F v_k|^2 rows' worth of hinge terms, 1 / |X_F v_k|
-        self.direction_scales = 1.0 / np.sqrt(np.maximum(np.sum(self.direction_x**2, axis=0), 1e-300))
+        self.direction_scales = 1.0 / np.sqrt(np.maximum(np.sum(self.direction_x**2, axis=1), 1e-300))
         self.ones = np.ones(problem.y.size)  # the global move's a_i (hinge_slice)
         self.free = np.ones(problem.D.shape[1], dtype=bool)  # columns with a fixed normal prior
         for comp in problem.components:
@@ -332,7 +334,7 @@ class ScaleMoves:
             )  # fmt: skip
             return theta_d, theta_b, covs, f
         for k in range(self.directions.shape[1]):
-            v, x, slope = self.directions[:, k], self.direction_x[:, k], self.direction_slope[:, k]
+            v, x, slope = self.directions[:, k], self.direction_x[k], self.direction_slope[k]
             scale, exponential = float(self.direction_scales[k]), float(exponentials[k])
             step, half_width = compiled_rows._overrelaxed_line(
                 1.0 - margin, slope, -0.5 * float(v @ (lam * v)), -float(v @ (lam * theta_d[columns])),
