@@ -67,7 +67,8 @@ scale of each line, :func:`bayesvm.engines.linear.compiled_rows.line_start`, whi
 successive updates along a line: on toenail ``visit:treatment``'s bulk ESS went from 3,414 to 6,134 of 10,000 draws
 and the smallest (now the patient SD's) from 3,414 to 4,575, for 5-10% more time; on Fair's 6,366 rows the fixed
 effects' from 3,067-5,751 to 3,320-9,387 of 8,000 for 20% more time (each end takes about 4 passes over the rows, the
-ordinary slice update about 4 in all; 2026-11-30); against 4 x (1,000 + 25,000)
+ordinary slice update about 4 in all; 2026-11-30; the passes have since run in SIMD lanes, which more than repaid
+it: :data:`bayesvm.linalg.compiled.REASSOCIATE`); against 4 x (1,000 + 25,000)
 draws of the paper's imputation sampler the coefficients of the joint-imputation test problem with 40 small groups
 agree within 0.7 Monte Carlo SEs.  A fixed direction makes each update a Gibbs step of the
 conditional along that line (the lines do not depend on the state), so the target is kept; where the design changes
