@@ -195,7 +195,9 @@ def test_overrelaxed_line_keeps_the_line_density(kernel, monkeypatch):
         monkeypatch.setattr(compiled_rows, "_slice_end", getattr(end, "py_func", end))
         monkeypatch.setattr(compiled_rows, "_line_sums", compiled_rows._line_sums_numpy)
         monkeypatch.setattr(compiled_rows, "_line_start_sums", compiled_rows._line_start_sums_numpy)
-        monkeypatch.setattr(compiled_rows, "_piece_root", getattr(compiled_rows._piece_root, "py_func", None))
+        monkeypatch.setattr(
+            compiled_rows, "_piece_root", getattr(compiled_rows._piece_root, "py_func", compiled_rows._piece_root)
+        )
     rng = np.random.default_rng(3)
     a, b = rng.normal(0.5, 1.0, 40), rng.normal(0.3, 1.0, 40)
     c0, c3 = -0.05, 0.2
