@@ -293,6 +293,15 @@ class ScaleMoves:
                 self.free[comp.index.ravel()] = False
         self.free_precision = np.asarray(problem.fixed_precision, dtype=float)[self.free]
         self.calls = 0  # (the learned penalty's move runs on a fixed schedule of calls: PENALTY_EVERY)
+        # single-column components in theta_d (the learned penalty, whose "levels" are its slopes): the rescaled
+        # columns as one dense block, so a move's b = block @ theta is one product (:meth:`_column_term_move`)
+        self.column_blocks: list = [None] * len(problem.components)
+        for c, (comp, subset) in enumerate(zip(problem.components, self.subsets)):
+            if not comp.blocked and comp.k == 1 and not comp.is_wishart and np.any(subset):
+                moved = comp.index[subset, 0]
+                block = problem.D[:, moved]
+                block = block.toarray() if sp.issparse(block) else np.asarray(block, dtype=float)
+                self.column_blocks[c] = (moved, np.ascontiguousarray(block), comp.index[~subset, 0])
 
     def _contribution(self, c: int, k: int, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
         """``b_i``: row ``i``'s part of ``f`` from coordinate ``k`` of the rescaled levels of component ``c``."""
@@ -427,6 +436,27 @@ class ScaleMoves:
         f[rows] += (d - 1.0) * b
         return f
 
+    def _column_term_move(self, c: int, theta_d, covs, aux, f, rng) -> np.ndarray:
+        """:meth:`_moves` for a single-column component in ``theta_d`` (the learned penalty: its slopes rescaled with
+        its variance), on the rescaled columns' dense block, over every row: a row with ``b_i = 0`` adds a constant
+        to the density.  Updates ``theta_d`` and ``covs`` in place; returns the new ``f``."""
+        comp = self.problem.components[c]
+        moved, block, kept_columns = self.column_blocks[c]
+        b = block @ theta_d[moved]
+        if not np.any(b):  # the coordinate is zero everywhere: nothing to rescale
+            return f
+        y = self.problem.y
+        margin, slope = 1.0 - y * (f - b), y * b
+        kept = theta_d[kept_columns]
+        power, prior, _ = _prior_terms(comp, covs[c], 0, aux[c])
+        quadratic = float(kept @ kept) / float(covs[c][0, 0]) + prior[0]
+        exponent = 2.0 - kept.size - power  # as the general loop with k = 1
+        t = hinge_slice(margin, slope, (0.0, -0.5 * prior[1], -0.5 * quadratic, exponent), True, 0.0, SLICE_WIDTH, rng)
+        d = float(np.exp(t))
+        theta_d[moved] *= d
+        covs[c] = covs[c] * (d * d)
+        return f + (d - 1.0) * b
+
     def _moves(self, theta_d, theta_b, covs, aux, f, rng):
         """One move per coordinate of every component; returns ``(theta_d, theta_b, covs, f)`` (new arrays).
 
@@ -445,6 +475,9 @@ class ScaleMoves:
                 continue
             if comp.blocked and comp.k == 1 and not comp.is_wishart and self.intercept_path:
                 f = self._blocked_intercept_move(c, theta_b, covs, aux, f, rng)
+                continue
+            if self.column_blocks[c] is not None and self.intercept_path:
+                f = self._column_term_move(c, theta_d, covs, aux, f, rng)
                 continue
             for k in range(comp.k):
                 b = self._contribution(c, k, theta_d, theta_b)
