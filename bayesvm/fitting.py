@@ -239,6 +239,8 @@ def bsvm(
     one_class = one_class_findings(fit, checks.one_class)
     Diagnostics(tuple(one_class)).enforce()
     fit.diagnostics = diagnostics.with_findings(one_class)
+    if fit.method == "gibbs":  # (after the identifiability findings, which can be why the chains cannot settle)
+        _warn_mcmc(fit)
     check_at_fit_end(fit, checks.vb_check)
     return _recorded(options, fit)
 
@@ -300,9 +302,7 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
             progress=progress,
             monitor=_reported_quantities(model, problem),
         )
-        fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data))
-        _warn_mcmc(fit)
-        return fit
+        return BSVMFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data))
     if method == "em":
         result = fit_em(problem, tol=tol, max_iter=max_iter)
         fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data), tol=tol)
@@ -617,9 +617,7 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
             problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress,
             monitor=_reported_selection_quantities(model, problem),
         )  # fmt: skip
-        fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name)
-        _warn_mcmc(fit)
-        return fit
+        return BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name)
     chosen, why = (vb, None) if method != "vb" or vb is not None else default_selection_vb(model)
     if method == "vb" and chosen == "accurate":
         try:
@@ -832,11 +830,9 @@ def _fit_imputation(
             problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress
         )
         imputed = problem.design(result.imputation.z_mean)
-        fit = BSVMFit(
+        return BSVMFit(
             model=model, problem=replace(problem.base, D=imputed), method=method, result=result, data_name=name
         )
-        _warn_mcmc(fit)
-        return fit
     result = fit_impute_vb(problem, tol=tol, max_iter=max_iter)
     fit = BSVMFit(model=model, problem=replace(problem.base, D=result.design), method=method, result=result,
                   data_name=name, tol=tol)  # fmt: skip
@@ -868,9 +864,7 @@ def _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, t
                   tol=None if method == "gibbs" else tol)  # fmt: skip
     if vb == "accurate" and method != "gibbs":
         _warn_floored_sites(model, result.fits)
-    if method == "gibbs":
-        _warn_mcmc(fit)
-    elif not result.converged:
+    if method != "gibbs" and not result.converged:
         what = ("accurate VB (EP) did not converge" if vb == "accurate"
                 else f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}")  # fmt: skip
         warnings.warn(f"{what} on at least one completed data set", ConvergenceWarning, 4)
@@ -914,7 +908,7 @@ def _warn_mcmc(fit: BSVMFit) -> None:
         cap = f"draws='auto' {stopping}, short of R-hat <= {AUTO_RHAT} and bulk ESS >= {AUTO_ESS} for every quantity"
         message = f"{cap}; {message}" if message else cap
     if message:
-        warnings.warn(message, ConvergenceWarning, stacklevel=4)
+        warnings.warn(message, ConvergenceWarning, stacklevel=3)  # (from bsvm: the caller of bsvm)
     disagreement = inclusion_disagreement(fit)
     if disagreement:
-        warnings.warn(disagreement, ConvergenceWarning, stacklevel=4)
+        warnings.warn(disagreement, ConvergenceWarning, stacklevel=3)

@@ -98,3 +98,26 @@ def test_a_joint_imputation_chain_apart_on_an_imputed_coefficient_gets_the_joint
         each.result.theta_d[1, :, column] += 20.0 * each.result.theta_d[..., column].std()
     assert "(['x2'] here)" in chain_separation(fit)
     assert "chains=8" in chain_separation(mi)  # multiple imputation: the general advice
+
+
+def test_separation_under_a_learned_penalty_replaces_the_advice_to_run_longer():
+    """Fixed effects that separate the classes under the learned penalty (IG(0.01, 0.01): the slopes' prior is a t with
+    0.02 degrees of freedom) leave the posterior without a mean along the separating direction: the mixing warning
+    names the column and says longer chains will not help, instead of asking for more draws.  A fixed penalty keeps
+    the usual advice."""
+    from bayesvm.errors import ConvergenceWarning
+
+    rng = np.random.default_rng(0)
+    x1 = rng.normal(size=20)
+    frame = pd.DataFrame({"y": np.where(x1 > 0, "a", "b"), "x1": x1, "x2": x1 + rng.normal(scale=0.3, size=20)})
+    options = dict(method="gibbs", draws=200, tune=200, chains=4, seed=1, progress=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bayesvm.bsvm("y ~ x1 + x2", frame, **options)
+    [mixing] = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert "separated by ['x1']" in mixing and "longer chains will not settle" in mixing, mixing
+    assert "run about draws" not in mixing
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bayesvm.bsvm("y ~ x1 + x2", frame, penalty=1.0, **options)
+    assert not any("longer chains will not settle" in str(w.message) for w in caught)
