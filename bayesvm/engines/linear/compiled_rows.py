@@ -28,10 +28,13 @@ from ...linalg.compiled import (  # noqa: F401  (the compiled plumbing, re-expor
 )
 from ...linalg.row_pattern import add_level_row, add_row_pairs, mirror_lower
 
-#: Rows per block of the Gram product inside the pass: the block's weighted copy stays in cache and
-#: ``D_block' (w D_block)`` is one BLAS call (the whole pass over 500,000 x 10 rows measured 36-43 ms this
-#: way against 52 ms with per-row rank-one updates; 128 to 4096 rows per block were within noise of 256).
+#: Rows per block of the pass: a block's weights and responses are drawn first, then its sums are taken column by
+#: column while the block is in cache (the whole pass over 500,000 x 10 rows measured 36-43 ms with blocks, against
+#: 52 ms with per-row rank-one updates; 128 to 4096 rows per block were within noise of 256).
 BLOCK_ROWS = 256
+#: Up to this many columns a block's ``D' W D`` and ``D' r`` are summed pair by pair in registers
+#: (:func:`_block_gram`); above, by one BLAS product per block.
+REGISTER_SUM_COLUMNS = 16
 
 
 def inverse_gaussian_scalar(mean: float, normal: float, uniform: float) -> float:
@@ -61,69 +64,162 @@ def _row_product(D, i, row_ptr, row_cols, sparse, theta_d):
     return total
 
 
+def _block_gram(block, size, weights, rhs, gram, product):
+    """A block's terms of ``D' W D`` (the lower triangle) and ``D' r``: ``block`` holds its rows' columns as
+    contiguous rows (``(q, BLOCK_ROWS)``, the first ``size`` filled), ``weights`` and ``rhs`` its ``omega_i`` and ``r_i``;
+    each entry is summed in a register over the block (in SIMD lanes: :data:`REASSOCIATE`), then added.  Updating the
+    accumulators in memory row by row serialises on their stores (toenail's 1,908 x 4 rows: the whole pass 155-240 us
+    that way, 60-75 us this way)."""
+    q = block.shape[0]
+    for a in range(q):
+        s = 0.0
+        for t in range(size):
+            s += rhs[t] * block[a, t]
+        product[a] += s
+        for b in range(a + 1):
+            s = 0.0
+            for t in range(size):
+                s += weights[t] * block[a, t] * block[b, t]
+            gram[a, b] += s
+
+
+def _block_level_sums(D, start, stop, codes, values, omega, rhs, level0, blocks, cross, rhs_b):
+    """Rows ``start..stop``'s terms of the per-level sums ``sum w z z'``, ``sum w z_k d'`` and ``sum z r``
+    (``rhs[i - start] = r_i``), one run of equal level codes at a time (rows sorted by level, as the Gibbs chains keep
+    them, make each level one run; unsorted codes give shorter runs and the same sums), each entry summed in a
+    register over the run (:func:`_block_gram`'s reason)."""
+    q, K = D.shape[1], values.shape[1]
+    first = start
+    while first < stop:
+        level = codes[first]
+        last = first + 1
+        while last < stop and codes[last] == level:
+            last += 1
+        local = level - level0
+        for k in range(K):
+            s = 0.0
+            for i in range(first, last):
+                s += values[i, k] * rhs[i - start]
+            rhs_b[local, k] += s
+            for k2 in range(K):
+                s = 0.0
+                for i in range(first, last):
+                    s += omega[i] * values[i, k] * values[i, k2]
+                blocks[local, k, k2] += s
+            for a in range(q):
+                s = 0.0
+                for i in range(first, last):
+                    s += omega[i] * values[i, k] * D[i, a]
+                cross[local, k, a] += s
+        first = last
+
+
+def _dense_row_pass(D, y, codes, values, theta_d, theta_b, normals, uniforms, floor, level0, omega, gram, product,
+                    blocks, cross, rhs_b):  # fmt: skip
+    """:func:`_row_pass` over every column, a block of :data:`BLOCK_ROWS` rows at a time: the block's ``f_i``, hinge
+    terms and ``omega_i`` first (its columns copied as contiguous rows on the way), then its sums (:func:`_block_gram`,
+    or one BLAS product per block above :data:`REGISTER_SUM_COLUMNS` columns, and :func:`_block_level_sums`)."""
+    n, q = D.shape
+    K = values.shape[1] if codes.size == n else 0  # (no blocked factor: no level terms)
+    wide = q > REGISTER_SUM_COLUMNS
+    block = np.empty((0 if wide else q, BLOCK_ROWS))
+    weighted = np.empty((BLOCK_ROWS if wide else 0, q))
+    weights, rhs = np.empty(BLOCK_ROWS), np.empty(BLOCK_ROWS)
+    hinge = 0.0
+    for start in range(0, n, BLOCK_ROWS):
+        stop = min(start + BLOCK_ROWS, n)
+        for i in range(start, stop):
+            f = 0.0
+            for a in range(q):
+                f += D[i, a] * theta_d[a]
+            for k in range(K):
+                f += values[i, k] * theta_b[codes[i], k]
+            margin = 1.0 - y[i] * f
+            hinge += margin if margin > 0.0 else 0.0
+            w = inverse_gaussian_scalar(1.0 / max(abs(margin), floor), normals[i], uniforms[i])
+            omega[i] = w
+            weights[i - start] = w
+            rhs[i - start] = y[i] * (1.0 + w)
+            if wide:
+                for a in range(q):
+                    weighted[i - start, a] = D[i, a] * w
+            else:
+                for a in range(q):
+                    block[a, i - start] = D[i, a]
+        size = stop - start
+        if wide:
+            rows = D[start:stop]
+            gram += np.dot(rows.T, weighted[:size])
+            product += np.dot(rhs[:size], rows)
+        else:
+            _block_gram(block, size, weights, rhs, gram, product)
+        if K > 0:
+            _block_level_sums(D, start, stop, codes, values, omega, rhs, level0, blocks, cross, rhs_b)
+    if not wide:
+        mirror_lower(gram)
+    return hinge
+
+
+def _sparse_row_pass(D, row_ptr, row_cols, y, codes, values, theta_d, theta_b, normals, uniforms, floor, level0,
+                     omega, gram, product, blocks, cross, rhs_b):  # fmt: skip
+    """:func:`_row_pass` over each row's listed nonzero columns (``row_ptr``, ``row_cols``), one row at a time."""
+    n = D.shape[0]
+    has_levels = codes.size == n and n > 0
+    hinge = 0.0
+    for i in range(n):
+        f = _row_product(D, i, row_ptr, row_cols, True, theta_d)
+        level = 0
+        if has_levels:
+            level = codes[i]
+            for k in range(values.shape[1]):
+                f += values[i, k] * theta_b[level, k]
+        margin = 1.0 - y[i] * f
+        if margin > 0.0:
+            hinge += margin
+        w = inverse_gaussian_scalar(1.0 / max(abs(margin), floor), normals[i], uniforms[i])
+        omega[i] = w
+        r = y[i] * (1.0 + w)
+        add_row_pairs(D, i, row_ptr, row_cols, w, r, gram, product)
+        if has_levels:
+            add_level_row(D, i, row_ptr, row_cols, True, values, level - level0, w, r, blocks, cross, rhs_b)
+    mirror_lower(gram)  # the pairs b <= a were summed
+    return hinge
+
+
 def _row_pass(
     D, row_ptr, row_cols, y, codes, values, theta_d, theta_b, normals, uniforms, floor, level0, omega, gram, product,
     blocks, cross, rhs_b,
 ):  # fmt: skip
-    """One pass over rows ``D`` (a half): fills ``omega``, ``gram`` (``D' W D``), ``product`` (``D' r``) and the
-    per-level sums ``blocks`` (``sum w z z'``), ``cross`` (``sum w z_k d'``) and ``rhs_b`` (``sum z r``) for levels
-    ``level0, level0 + 1, ...`` (index ``codes[i] - level0``); returns ``sum_i max(0, 1 - y_i f_i)``.
+    """One pass over rows ``D`` (a half): fills ``omega`` (``omega_i | theta ~ InverseGaussian(1 / |1 - y_i f_i|, 1)``,
+    Luts & Ormerod 2014, App. A, step 2), ``gram`` (``D' W D``), ``product`` (``D' r``) and the per-level sums
+    ``blocks`` (``sum w z z'``), ``cross`` (``sum w z_k d'``) and ``rhs_b`` (``sum z r``) for levels ``level0, level0 +
+    1, ...`` (index ``codes[i] - level0``); returns ``sum_i max(0, 1 - y_i f_i)``.
 
     ``codes`` of size 0 means no blocked factor.  ``row_ptr`` of size ``n + 1`` with ``row_cols`` lists each row's
     nonzero columns (:func:`sparse_rows`): then only those are visited, and ``D' W D`` is summed over each row's
-    pairs of them instead of by BLAS over every column (a crossed factor's indicators in the dense part: guImmun's
-    177 columns, about 15 nonzero per row); of size 0, every column.  The accumulators are zeroed here.  Written so
-    that the same function also runs uncompiled (the tests run both).
+    pairs of them instead of over every column (a crossed factor's indicators in the dense part: guImmun's 177
+    columns, about 15 nonzero per row; :func:`_sparse_row_pass`); of size 0, every column (:func:`_dense_row_pass`).
+    The accumulators are zeroed here.  Written so that the same function also runs uncompiled (the tests run both).
     """
-    n, q = D.shape
-    K = values.shape[1]
-    has_levels = codes.size == n and n > 0
-    sparse = row_ptr.size == n + 1
     gram[:] = 0.0
     product[:] = 0.0
     blocks[:] = 0.0
     cross[:] = 0.0
     rhs_b[:] = 0.0
-    weighted = np.empty((BLOCK_ROWS, q))
-    rhs = np.empty(BLOCK_ROWS)
-    hinge = 0.0
-    for start in range(0, n, BLOCK_ROWS):
-        stop = min(start + BLOCK_ROWS, n)
-        for i in range(start, stop):
-            f = _row_product(D, i, row_ptr, row_cols, sparse, theta_d)
-            level = 0
-            if has_levels:
-                level = codes[i]
-                for k in range(K):
-                    f += values[i, k] * theta_b[level, k]
-            margin = 1.0 - y[i] * f
-            if margin > 0.0:
-                hinge += margin
-            margin = max(abs(margin), floor)
-            w = inverse_gaussian_scalar(1.0 / margin, normals[i], uniforms[i])
-            omega[i] = w
-            r = y[i] * (1.0 + w)
-            rhs[i - start] = r
-            if sparse:
-                add_row_pairs(D, i, row_ptr, row_cols, w, r, gram, product)
-            else:
-                for a in range(q):
-                    weighted[i - start, a] = D[i, a] * w
-            if has_levels:
-                add_level_row(D, i, row_ptr, row_cols, sparse, values, level - level0, w, r, blocks, cross, rhs_b)
-        if not sparse:
-            size = stop - start
-            rows = D[start:stop]
-            gram += np.dot(rows.T, weighted[:size])
-            product += np.dot(rhs[:size], rows)
-    if sparse:  # the pairs b <= a were summed
-        mirror_lower(gram)
-    return hinge
+    if row_ptr.size == D.shape[0] + 1:
+        return _sparse_row_pass(D, row_ptr, row_cols, y, codes, values, theta_d, theta_b, normals, uniforms, floor,
+                                level0, omega, gram, product, blocks, cross, rhs_b)  # fmt: skip
+    return _dense_row_pass(D, y, codes, values, theta_d, theta_b, normals, uniforms, floor, level0, omega, gram,
+                           product, blocks, cross, rhs_b)  # fmt: skip
 
 
 if numba is not None:
     inverse_gaussian_scalar = compile_nogil(inverse_gaussian_scalar)
     _row_product = compile_nogil(_row_product, inline=True)
+    _block_gram = compile_nogil(_block_gram, reassociate=True)
+    _block_level_sums = compile_nogil(_block_level_sums, reassociate=True)
+    _dense_row_pass = compile_nogil(_dense_row_pass, reassociate=True)
+    _sparse_row_pass = compile_nogil(_sparse_row_pass)
     row_pass = compile_nogil(_row_pass)
 else:  # never called: callers check available()
     row_pass = None
