@@ -164,15 +164,40 @@ def draw_levels(part: Pieces, sigma2: float, rng: np.random.Generator) -> np.nda
 def draw_level_effects(layout: LevelLayout, eta: np.ndarray, sigma2: float, rng: np.random.Generator) -> np.ndarray:
     """One exact draw of every level's effect given ``sigma2`` and the rest of the predictor ``eta`` (``(n,)``), as
     :func:`draw_levels` on ``pieces(layout, eta)`` with the same random numbers (the same draw to rounding), but
-    without building the intervals of every level: where numba is installed each level's intervals are built, scored
-    and chosen in one pass (:func:`_chosen_intervals`), and only the truncated normals are drawn by numpy."""
+    without building the intervals of every level: where numba is installed each level's intervals are built, scored,
+    chosen and drawn from in one compiled pass (:func:`_compiled_level_draws`)."""
     if not compiled_rows.available():
         return draw_levels(pieces(layout, eta[None, :]), sigma2, rng)
     J, K = layout.shape
-    gumbel = -np.log(rng.exponential(size=(J, K + 1)))
-    centre, lo, hi = np.empty(J), np.empty(J), np.empty(J)
-    chosen_intervals(layout.y, eta, layout.slope, layout.rows, float(sigma2), gumbel, centre, lo, hi)
-    return truncated_normal(centre, float(np.sqrt(sigma2)), lo, hi, rng.random(J))
+    exponentials = rng.exponential(size=(J, K + 1))  # the Gumbels of draw_levels, -log of these
+    uniforms = rng.random(J)
+    out = np.empty(J)
+    compiled_level_draws(layout.y, eta, layout.slope, layout.rows, float(sigma2), exponentials, uniforms, out)
+    return out
+
+
+def draw_level_effects_in_place(
+    layout: LevelLayout, f: np.ndarray, values: np.ndarray, codes: np.ndarray, effects: np.ndarray, sigma2: float,
+    rng: np.random.Generator,
+) -> np.ndarray:  # fmt: skip
+    """:func:`draw_level_effects` for a term of every row: the rest of the predictor is ``f - values * effects[codes]``
+    (``effects`` the current draws), and ``f`` is moved to the new effects in place (``rest + values * new[codes]``),
+    in the same compiled call where numba is installed (the same arithmetic as the numpy path, which it stays without
+    numba).  Returns the new effects."""
+    rest = f - values * effects[codes] if not compiled_rows.available() else None
+    if rest is not None:
+        new = draw_level_effects(layout, rest, sigma2, rng)
+        f[:] = rest + values * new[codes]
+        return new
+    J, K = layout.shape
+    exponentials = rng.exponential(size=(J, K + 1))  # (the random numbers of draw_level_effects, in its order)
+    uniforms = rng.random(J)
+    out = np.empty(J)
+    compiled_level_draws_in_place(
+        layout.y, f, values, codes, np.ascontiguousarray(effects), layout.slope, layout.rows, float(sigma2),
+        exponentials, uniforms, np.empty(f.size), out,
+    )  # fmt: skip
+    return out
 
 
 #: Below this ``log Phi(x)`` is the asymptotic series (``erfc`` underflows near ``x = -38``).
@@ -360,10 +385,24 @@ def _interval_buffers(K):
     )  # fmt: skip
 
 
-def _chosen_intervals(y, eta, slope, rows, sigma2, gumbel, centre, lo_out, hi_out):
-    """Each level's interval for :func:`draw_level_effects`: its intervals (:func:`_level_intervals`, the order of
-    :func:`pieces`), the one with the largest ``log`` term plus ``gumbel[j, q]`` (Gumbel-max, as :func:`draw_levels`),
-    and its truncated normal's centre ``c sigma2`` and ends, written to ``centre``, ``lo_out`` and ``hi_out``.
+def _truncated_normal_scalar(mean, sd, lo, hi, uniform):
+    """:func:`truncated_normal` of one value, by the same operations (``log_ndtr`` and ``ndtri_exp`` are scipy's own C
+    functions here: :func:`bayesvm.linalg.compiled.scipy_special`)."""
+    alpha, beta = (lo - mean) / sd, (hi - mean) / sd
+    upper = alpha > 0.0
+    big = _special_log_ndtr(-alpha if upper else beta, 0)
+    small = _special_log_ndtr(-beta if upper else alpha, 0)
+    x = _special_ndtri_exp(big + np.log(uniform + (1.0 - uniform) * np.exp(small - big)), 0)
+    if upper:
+        x = -x
+    return mean + sd * min(max(x, alpha), beta)
+
+
+def _compiled_level_draws(y, eta, slope, rows, sigma2, exponentials, uniforms, out):
+    """Each level's draw for :func:`draw_level_effects`: its intervals (:func:`_level_intervals`, the order of
+    :func:`pieces`), the one with the largest ``log`` term plus its Gumbel ``-log(exponentials[j, q])`` (Gumbel-max,
+    as :func:`draw_levels`), and the truncated normal on it from ``uniforms[j]`` (:func:`_truncated_normal_scalar`),
+    written to ``out[j]``.
 
     The exact terms (two ``erfc`` each) are computed best bound (:func:`_interval_bound`) first and only while a bound
     can still win: once the best term plus its Gumbel exceeds every other interval's bound plus its Gumbel, that
@@ -371,12 +410,14 @@ def _chosen_intervals(y, eta, slope, rows, sigma2, gumbel, centre, lo_out, hi_ou
     J, K = slope.shape
     sd = np.sqrt(sigma2)
     kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi, key = _interval_buffers(K)
+    gumbel = np.empty(K + 1)
     for j in range(J):
         count = _level_intervals(y, eta, slope[j], rows[j], kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi)
         for q in range(count):
-            key[q] = _interval_bound(a[q], c[q], lo[q], hi[q], sigma2, sd) + gumbel[j, q]
+            gumbel[q] = -np.log(exponentials[j, q])
+            key[q] = _interval_bound(a[q], c[q], lo[q], hi[q], sigma2, sd) + gumbel[q]
         best = -np.inf
-        centre[j], lo_out[j], hi_out[j] = 0.0, -np.inf, np.inf  # (every term -inf: numpy's argmax takes the first)
+        centre, lo_j, hi_j = 0.0, -np.inf, np.inf  # (every term -inf: numpy's argmax takes the first)
         while True:
             q, top = -1, best
             for r in range(count):
@@ -386,9 +427,21 @@ def _chosen_intervals(y, eta, slope, rows, sigma2, gumbel, centre, lo_out, hi_ou
                 break
             key[q] = -np.inf
             value = _log_interval(a[q], c[q], lo[q], hi[q], sigma2, sd)
-            if value > -np.inf and value + gumbel[j, q] > best:
-                best = value + gumbel[j, q]
-                centre[j], lo_out[j], hi_out[j] = c[q] * sigma2, lo[q], hi[q]
+            if value > -np.inf and value + gumbel[q] > best:
+                best = value + gumbel[q]
+                centre, lo_j, hi_j = c[q] * sigma2, lo[q], hi[q]
+        out[j] = _truncated_normal_scalar(centre, sd, lo_j, hi_j, uniforms[j])
+
+
+def _compiled_level_draws_in_place(y, f, values, codes, effects, slope, rows, sigma2, exponentials, uniforms, rest,
+                                   out):  # fmt: skip
+    """:func:`_compiled_level_draws` on ``rest = f - values * effects[codes]`` (into the buffer ``rest``), then ``f =
+    rest + values * out[codes]`` (:func:`draw_level_effects_in_place`)."""
+    for i in range(f.size):
+        rest[i] = f[i] - values[i] * effects[codes[i]]
+    _compiled_level_draws(y, rest, slope, rows, sigma2, exponentials, uniforms, out)
+    for i in range(f.size):
+        f[i] = rest[i] + values[i] * out[codes[i]]
 
 
 if compiled_rows.numba is not None:
@@ -403,6 +456,12 @@ if compiled_rows.numba is not None:
     _interval_buffers = compiled_rows.compile_nogil(_interval_buffers, inline=True)
     log_integral_sum = compiled_rows.compile_nogil(_log_integral_sum)
     draws_log_integral_sums = compiled_rows.compile_nogil(_draws_log_integral_sums)
-    chosen_intervals = compiled_rows.compile_nogil(_chosen_intervals)
+    _special_log_ndtr = compiled_rows.scipy_special("log_ndtr")
+    _special_ndtri_exp = compiled_rows.scipy_special("ndtri_exp")
+    _truncated_normal_scalar = compiled_rows.compile_nogil(_truncated_normal_scalar, inline=True)
+    compiled_level_draws = compiled_rows.compile_nogil(_compiled_level_draws)
+    _compiled_level_draws = compiled_rows.compile_nogil(_compiled_level_draws, inline=True)
+    compiled_level_draws_in_place = compiled_rows.compile_nogil(_compiled_level_draws_in_place)
 else:  # never called: callers check compiled_rows.available()
-    log_ndtr_compiled = log_integral_sum = draws_log_integral_sums = chosen_intervals = None
+    log_ndtr_compiled = log_integral_sum = draws_log_integral_sums = compiled_level_draws = None
+    compiled_level_draws_in_place = None

@@ -47,6 +47,8 @@ import math
 import numpy as np
 from scipy import special
 
+from ..linalg import compiled
+
 #: ``alpha`` of the over-relaxed variance draws of the default Gibbs samplers (``0`` gives the ordinary draws).
 RELAXATION = 0.95
 
@@ -69,13 +71,51 @@ def _gamma_from_normal_score(shape: float, z: float) -> float:
     return float(special.gammainccinv(shape, special.ndtr(-z)))
 
 
+def _relaxed_gamma(shape: float, value: float, alpha: float, normal: float) -> float:
+    """The over-relaxed step on ``G = value`` of ``Gamma(shape, 1)`` (module docstring) with its standard normal
+    given; NaN, 0 or infinity where the new value is not representable."""
+    z = _gamma_normal_score(shape, value)
+    return _gamma_from_normal_score(shape, -alpha * z + math.sqrt(1.0 - alpha * alpha) * normal)
+
+
+def _compiled_gamma_normal_score(shape, value):
+    """:func:`_gamma_normal_score` compiled, on scipy's own C functions (the same values)."""
+    lower = _special_gammainc(shape, value, 0)
+    if lower <= 0.5:
+        return _special_ndtri(lower, 0) if lower > 0.0 else -38.0
+    upper = _special_gammaincc(shape, value, 0)
+    return -_special_ndtri(upper, 0) if upper > 0.0 else 38.0
+
+
+def _compiled_relaxed_gamma(shape, value, alpha, normal):
+    """:func:`_relaxed_gamma` compiled."""
+    z = -alpha * _compiled_gamma_normal_score(shape, value) + math.sqrt(1.0 - alpha * alpha) * normal
+    if z <= 0.0:
+        return _special_gammaincinv(shape, _special_ndtr(z, 0), 0)
+    return _special_gammainccinv(shape, _special_ndtr(-z, 0), 0)
+
+
+if compiled.numba is not None:
+    _special_gammainc = compiled.scipy_special("gammainc", 2)
+    _special_gammaincc = compiled.scipy_special("gammaincc", 2)
+    _special_gammaincinv = compiled.scipy_special("gammaincinv", 2)
+    _special_gammainccinv = compiled.scipy_special("gammainccinv", 2)
+    _special_ndtri = compiled.scipy_special("ndtri")
+    _special_ndtr = compiled.scipy_special("ndtr")
+    _compiled_gamma_normal_score = compiled.compile_nogil(_compiled_gamma_normal_score, inline=True)
+    compiled_relaxed_gamma = compiled.compile_nogil(_compiled_relaxed_gamma)
+else:  # never called: relaxed_inverse_gamma checks compiled.available()
+    compiled_relaxed_gamma = None
+
+
 def relaxed_inverse_gamma(shape: float, scale: float, current: float, rng: np.random.Generator, alpha: float) -> float:
     """The over-relaxed step of ``sigma^2 | rest ~ IG(shape, scale)`` from ``current`` (module docstring): one standard
     normal from ``rng``.  Where the new value is not representable (a normal score beyond ``ndtr``'s range, an event
-    of probability below 1e-300 from a chain at its target) the ordinary draw ``scale / G`` is taken instead."""
-    z = _gamma_normal_score(shape, scale / current)
-    z_new = -alpha * z + math.sqrt(1.0 - alpha * alpha) * float(rng.standard_normal())
-    gamma = _gamma_from_normal_score(shape, z_new)
+    of probability below 1e-300 from a chain at its target) the ordinary draw ``scale / G`` is taken instead.  Compiled
+    where numba is installed (the same scipy functions, one call instead of six ufunc calls)."""
+    normal = float(rng.standard_normal())
+    step = compiled_relaxed_gamma if compiled.available() else _relaxed_gamma
+    gamma = float(step(shape, scale / current, alpha, normal))
     if not gamma > 0.0 or not math.isfinite(gamma):
         gamma = float(rng.gamma(shape))
     return scale / gamma

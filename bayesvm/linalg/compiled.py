@@ -51,6 +51,39 @@ def compile_nogil(func, inline: bool = False, reassociate: bool = False):
         return numba.njit(**options)(func)
 
 
+def _capsule_signature(capsule) -> str:
+    """The C signature a Cython ``__pyx_capi__`` capsule is named by (``"double (double, int __pyx_skip_dispatch)"``)."""
+    import ctypes
+
+    name = ctypes.pythonapi.PyCapsule_GetName
+    name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    return name(capsule).decode()
+
+
+def scipy_special(name: str, arguments: int = 1):
+    """``scipy.special``'s real function ``name`` of ``arguments`` doubles, callable from compiled code as
+    ``function(x, ..., 0)`` (the last argument is Cython's ``skip_dispatch``): the C function that
+    ``scipy.special.cython_special`` exports (the fused variant of double arguments where it has several), linked
+    by a symbol of its own, so that the callers stay cacheable on disk (a ctypes pointer would be compiled in as a
+    constant, which numba refuses to cache).  The same code as the ufunc of that name, so a compiled caller computes
+    what the numpy path computes.  None without numba."""
+    if numba is None:
+        return None
+    import llvmlite.binding as llvm
+    import scipy.special.cython_special as cython_special
+    from numba import types
+
+    wanted = "double (" + ", ".join(["double"] * arguments) + ", int __pyx_skip_dispatch)"
+    capi = cython_special.__pyx_capi__
+    found = [key for key in capi if (key == name or key.endswith("fuse_0" + name) or key.endswith("fuse_1" + name))]
+    found = [key for key in found if _capsule_signature(capi[key]) == wanted]
+    if not found:
+        raise ImportError(f"scipy.special.cython_special has no {wanted} function {name!r}")
+    symbol = f"bayesvm_scipy_special_{name}"
+    llvm.add_symbol(symbol, numba.extending.get_cython_function_address("scipy.special.cython_special", found[0]))
+    return types.ExternalFunction(symbol, types.float64(*([types.float64] * arguments), types.intc))
+
+
 def sparse_rows(D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(row_ptr, row_cols)``: each row's nonzero columns (CSR's ``indptr`` and ``indices``) where the dense part is
     wide and mostly zero (:data:`SPARSE_ROWS_FROM_COLUMNS`, :data:`SPARSE_ROWS_DENSITY`; a crossed or nested factor's

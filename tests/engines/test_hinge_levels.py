@@ -123,6 +123,15 @@ def test_level_effects_are_the_draws_of_the_intervals(levels, sigma2, numba_swit
         got = hinge_levels.draw_level_effects(layout, eta, sigma2, np.random.default_rng(seed))
         expected = draw_levels(pieces(layout, eta[None, :]), sigma2, np.random.default_rng(seed))
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.sqrt(sigma2))
+        # the same draw with the rest of the predictor taken from f and f moved to the new effects in the same call
+        effects = np.random.default_rng(seed + 100).normal(0.0, 1.0, J)
+        f = eta + v * effects[codes]
+        moved = f.copy()
+        new = hinge_levels.draw_level_effects_in_place(
+            layout, moved, v, codes, effects, sigma2, np.random.default_rng(seed)
+        )
+        np.testing.assert_allclose(new, expected, rtol=1e-9, atol=1e-9 * np.sqrt(sigma2))
+        np.testing.assert_allclose(moved, f - v * effects[codes] + v * new[codes], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")

@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bayesvm.engines.overrelax import _gamma_from_normal_score, _gamma_normal_score, relaxed_inverse_gamma
+from bayesvm.engines.overrelax import (
+    _gamma_from_normal_score,
+    _gamma_normal_score,
+    _relaxed_gamma,
+    compiled_relaxed_gamma,
+    relaxed_inverse_gamma,
+)
+from bayesvm.linalg import compiled
 
 
 @pytest.mark.parametrize("shape,scale", [(150.0, 900.0), (2.5, 0.3), (0.6, 1e-4)])
@@ -38,3 +45,15 @@ def test_normal_scores_are_exact_in_both_tails(shape):
         assert _gamma_from_normal_score(shape, z) == pytest.approx(value, rel=1e-6)
     upper = stats.gamma(shape).isf(1e-100)  # beyond 1 - 1e-16 the score comes from the upper tail
     assert _gamma_normal_score(shape, upper) == pytest.approx(-stats.norm.ppf(1e-100), rel=1e-6)
+
+
+@pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+def test_compiled_step_is_the_numpy_step():
+    """The compiled step (scipy's C functions called from numba) gives the numpy step's value on the same normal,
+    in the middle and in both tails of the gamma, where both tails' regularised functions take over."""
+    rng = np.random.default_rng(3)
+    for shape in (0.6, 3.0, 150.0):
+        values = stats.gamma(shape).ppf(np.concatenate([rng.random(200), [1e-200, 1e-12, 1 - 1e-12]]))
+        for value, normal in zip(values[values > 0], rng.standard_normal(values.size)):
+            expected = _relaxed_gamma(shape, value, 0.95, normal)
+            assert compiled_relaxed_gamma(shape, value, 0.95, normal) == pytest.approx(expected, rel=1e-14)

@@ -73,7 +73,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import variance_prior
-from ..hinge_levels import LevelLayout, draw_level_effects, draw_levels, pieces
+from ..hinge_levels import LevelLayout, draw_level_effects, draw_level_effects_in_place, draw_levels, pieces
 from .interweave import LOG_VARIANCE_RANGE, LOG_VARIANCE_WIDTH, SLICE_STEPS, slice_sample_drawn
 from .location_shift import shift, term_shifts
 from .nested_intercepts import nested_intercepts
@@ -229,11 +229,14 @@ class CollapsedVariance:
     def level_draw(self, term, layout, theta_d, theta_b, covs, f, rng) -> None:
         """``u | beta, Sigma, y`` with ``w`` integrated out: every level's effect from its exact conditional given
         ``sigma^2`` and the rest of the predictor (module docstring, "Exact level draws"); updates ``f`` in place."""
-        rows = slice(None) if term.rows is None else term.rows
         z, codes = term.values, term.codes
-        rest = f[rows] - z * self._effects(term, theta_d, theta_b)[codes]
-        new = draw_level_effects(layout, rest, float(covs[term.c][0, 0]), rng)
-        f[rows] = rest + z * new[codes]
+        if term.rows is None:  # a term of every row: the rest of f and its update in one call
+            new = draw_level_effects_in_place(layout, f, z, codes, self._effects(term, theta_d, theta_b),
+                                              float(covs[term.c][0, 0]), rng)  # fmt: skip
+        else:
+            rest = f[term.rows] - z * self._effects(term, theta_d, theta_b)[codes]
+            new = draw_level_effects(layout, rest, float(covs[term.c][0, 0]), rng)
+            f[term.rows] = rest + z * new[codes]
         self._set_effects(term, theta_d, theta_b, new)
 
     def collapsed_draw(self, term, layout, theta_d, theta_b, covs, aux, f, rng) -> None:

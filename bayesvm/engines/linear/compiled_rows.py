@@ -24,6 +24,7 @@ from ...linalg.compiled import (  # noqa: F401  (the compiled plumbing, re-expor
     available,
     compile_nogil,
     numba,
+    scipy_special,
     sparse_rows,
 )
 from ...linalg.row_pattern import add_level_row, add_row_pairs, mirror_lower

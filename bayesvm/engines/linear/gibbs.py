@@ -464,10 +464,8 @@ def dense_coefficient_draw(
     :func:`linalg.gaussian_draw`; for a random intercept whose level sums the compiled row pass gave, by
     :func:`compiled_rows.intercept_draw` on the same standard normals (the same draw, without the general path's
     temporaries: about a fifth of an iteration on toenail)."""
-    if (
-        stats is not None and stats.levels is not None and blocked is not None and blocked.K == 1
-        and compiled_rows.available()
-    ):  # fmt: skip
+    if stats is not None and stats.levels is not None and blocked is not None and blocked.K == 1:
+        # (the level sums come only from the compiled row pass: numba is there)
         q, J = D.shape[1], blocked.n_levels
         eps_d, eps_b = rng.standard_normal(q), rng.standard_normal((J, 1))
         theta_d, theta_b = np.empty(q), np.empty((J, 1))
@@ -510,6 +508,7 @@ def chain_draws(
     stats = None if sparse else row_statistics(D, omega, y * (1.0 + omega), blocked)
     mover = ScaleMoves(problem) if interweave and problem.components else None
     prior_density = LogPrior(problem)
+    fixed_diagonal = np.diag(problem.fixed_precision).astype(float)  # (the prior precision's fixed part, copied)
     collapsed = CollapsedVariance(problem, tune) if mover is not None else None
     if collapsed is not None and not collapsed.has_moves:
         collapsed = None
@@ -534,7 +533,7 @@ def chain_draws(
             loglik = log_pseudo_likelihood(y, f)
             omega = latent(np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR))
         else:
-            prior_dd, prior_b = _prior_precisions(problem, precisions)
+            prior_dd, prior_b = _prior_precisions(problem, precisions, fixed_diagonal)
             theta_d, theta_b = dense_coefficient_draw(D, omega, y, prior_dd, blocked, prior_b, rng, stats)
             if mover is not None:  # before w | theta, which it needs (interweave module)
                 f = rows.predictor(theta_d, theta_b)

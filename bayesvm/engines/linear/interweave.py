@@ -171,18 +171,23 @@ def slice_numbers(rng: np.random.Generator, updates: int) -> tuple[np.ndarray, n
     return rng.exponential(size=updates), rng.random((updates, SLICE_STEPS + 1))
 
 
-def hinge_slice(a, b, c, log_scale: bool, x0: float, width: float, rng: np.random.Generator) -> float:
+def hinge_slice(
+    a, b, c, log_scale: bool, x0: float, width: float, rng: np.random.Generator, compiled: bool | None = None
+) -> float:
     """One slice update of ``log p(t) = -2 sum_i max(0, a_i - d b_i) + c_0 d^2 + c_1 / d + c_2 / d^2 + c_3 t`` with
     ``d = e^t`` (``log_scale``) or ``d = t``: compiled (:func:`bayesvm.engines.linear.compiled_rows.hinge_slice`)
-    where numba is installed, else by numpy on the same random numbers (the same draw)."""
-    return hinge_slice_drawn(a, b, c, log_scale, x0, width, rng.exponential(), rng.random(SLICE_STEPS + 1))
+    where numba is installed, else by numpy on the same random numbers (the same draw); ``compiled``: the caller's
+    answer to :func:`compiled_rows.available` (None: ask it)."""
+    return hinge_slice_drawn(a, b, c, log_scale, x0, width, rng.exponential(), rng.random(SLICE_STEPS + 1), compiled)
 
 
-def hinge_slice_drawn(a, b, c, log_scale: bool, x0: float, width: float, exponential: float, uniforms) -> float:
+def hinge_slice_drawn(
+    a, b, c, log_scale: bool, x0: float, width: float, exponential: float, uniforms, compiled: bool | None = None
+) -> float:
     """:func:`hinge_slice` with its random numbers given (the level's ``exponential``, the bracket's and shrinkage's
     ``uniforms``)."""
     c = np.asarray(c, dtype=float)
-    if compiled_rows.available():
+    if compiled_rows.available() if compiled is None else compiled:
         return float(compiled_rows.hinge_slice(a, b, c, log_scale, x0, width, exponential, uniforms, SLICE_STEPS))
 
     def log_density(t):
@@ -242,7 +247,11 @@ class ScaleMoves:
 
     def __init__(self, problem, lines: np.ndarray | None = None):
         self.problem = problem
+        self.compiled = compiled_rows.available()  # (asked once: the moves run every iteration)
         self.subsets = [single_class_levels(problem, comp) for comp in problem.components]
+        self.movable = [bool(np.any(subset)) for subset in self.subsets]
+        # the global move's slice width (module docstring, GLOBAL_WIDTH_ROWS)
+        self.global_width = SLICE_WIDTH * min(1.0, float(np.sqrt(GLOBAL_WIDTH_ROWS / problem.y.size)))
         self.row_masks = []
         self.blocked_rows = []  # blocked components: (rows of the rescaled levels, their codes, values and y)
         for comp, subset in zip(problem.components, self.subsets):
@@ -337,7 +346,7 @@ class ScaleMoves:
         columns, lam = self.sweep_columns, self._precision(covs)[self.sweep_columns]
         margin = self.problem.y * f
         exponentials = rng.exponential(size=self.directions.shape[1])
-        if compiled_rows.available():  # one compiled loop on the same random numbers, in the same order
+        if self.compiled:  # one compiled loop on the same random numbers, in the same order
             compiled_rows.direction_sweep(
                 theta_d, f, margin, columns, self.directions, self.direction_x, self.direction_slope,
                 self.direction_scales, lam, exponentials, SLICE_STEPS,
@@ -362,7 +371,7 @@ class ScaleMoves:
         precision = self._precision(covs)
         margin = self.problem.y * f
         exponentials, uniforms = slice_numbers(rng, len(self.columns))
-        if compiled_rows.available():  # one compiled loop, on the random numbers the loop below takes, in its order
+        if self.compiled:  # one compiled loop, on the random numbers the loop below takes, in its order
             compiled_rows.coordinate_sweep(
                 theta_d, f, margin, self.sweep_columns, self.sweep_ptr, self.sweep_rows, self.sweep_x,
                 self.sweep_slope, self.sweep_widths, precision[self.sweep_columns], exponentials, uniforms,
@@ -373,7 +382,7 @@ class ScaleMoves:
             old = float(theta_d[j])
             base = 1.0 - margin[rows] + old * slope
             c = (-0.5 * precision[j], 0.0, 0.0, 0.0)
-            new = hinge_slice_drawn(base, slope, c, False, old, width, exponentials[t], uniforms[t])
+            new = hinge_slice_drawn(base, slope, c, False, old, width, exponentials[t], uniforms[t], self.compiled)
             f[rows] += (new - old) * x
             margin[rows] += (new - old) * slope
             theta_d[j] = new
@@ -396,10 +405,8 @@ class ScaleMoves:
                 exponent += 2.0 - power
                 quadratic += q2
 
-        ones = self.ones
-        width = SLICE_WIDTH * min(1.0, np.sqrt(GLOBAL_WIDTH_ROWS / margin.size))
-        d = float(np.exp(hinge_slice(ones, margin, (-0.5 * fixed_sq, 0.0, -0.5 * quadratic, exponent), True, 0.0,
-                                     width, rng)))  # fmt: skip
+        d = float(np.exp(hinge_slice(self.ones, margin, (-0.5 * fixed_sq, 0.0, -0.5 * quadratic, exponent), True, 0.0,
+                                     self.global_width, rng, self.compiled)))  # fmt: skip
         return theta_d * d, theta_b * d, [c * d * d for c in covs], f * d
 
     def _blocked_intercept_move(self, c: int, theta_b, covs, aux, f, rng) -> np.ndarray:
@@ -412,7 +419,7 @@ class ScaleMoves:
         column = int(comp.index[0, 0])
         variance = float(covs[c][0, 0])
         power, prior, _ = _prior_terms(comp, covs[c], 0, aux[c])
-        if compiled_rows.available():  # one compiled loop on the numbers hinge_slice draws, in its order
+        if self.compiled:  # one compiled loop on the numbers hinge_slice draws, in its order
             exponential, uniforms = rng.exponential(), rng.random(SLICE_STEPS + 1)
             f = f.copy()
             d = compiled_rows.intercept_rescale(
@@ -428,7 +435,8 @@ class ScaleMoves:
         kept = theta_b[~subset, column]
         quadratic = float(kept @ kept) / variance + prior[0]
         exponent = 2.0 - kept.size - power  # as _moves with k = 1
-        t = hinge_slice(margin, slope, (0.0, -0.5 * prior[1], -0.5 * quadratic, exponent), True, 0.0, SLICE_WIDTH, rng)
+        t = hinge_slice(margin, slope, (0.0, -0.5 * prior[1], -0.5 * quadratic, exponent), True, 0.0, SLICE_WIDTH, rng,
+                        self.compiled)  # fmt: skip
         d = float(np.exp(t))
         theta_b[subset, column] *= d
         covs[c] = covs[c] * (d * d)
@@ -451,7 +459,8 @@ class ScaleMoves:
         power, prior, _ = _prior_terms(comp, covs[c], 0, aux[c])
         quadratic = float(kept @ kept) / float(covs[c][0, 0]) + prior[0]
         exponent = 2.0 - kept.size - power  # as the general loop with k = 1
-        t = hinge_slice(margin, slope, (0.0, -0.5 * prior[1], -0.5 * quadratic, exponent), True, 0.0, SLICE_WIDTH, rng)
+        t = hinge_slice(margin, slope, (0.0, -0.5 * prior[1], -0.5 * quadratic, exponent), True, 0.0, SLICE_WIDTH, rng,
+                        self.compiled)  # fmt: skip
         d = float(np.exp(t))
         theta_d[moved] *= d
         covs[c] = covs[c] * (d * d)
@@ -471,7 +480,7 @@ class ScaleMoves:
         self.calls += 1
         for c, comp in enumerate(problem.components):
             subset = self.subsets[c]
-            if not np.any(subset) or (comp.source < 0 and not penalty_turn):
+            if not self.movable[c] or (comp.source < 0 and not penalty_turn):
                 continue
             if comp.blocked and comp.k == 1 and not comp.is_wishart and self.intercept_path:
                 f = self._blocked_intercept_move(c, theta_b, covs, aux, f, rng)
@@ -493,7 +502,8 @@ class ScaleMoves:
                 q2, q1, _ = (kept[0] + prior[0], kept[1] + prior[1], 0.0)
                 exponent = comp.k + 1 - n_kept - power  # on log d: p(D Sigma D) d^(k+1) / d, times d of d = e^t
 
-                t = hinge_slice(margin, slope, (0.0, -0.5 * q1, -0.5 * q2, exponent), True, 0.0, SLICE_WIDTH, rng)
+                t = hinge_slice(margin, slope, (0.0, -0.5 * q1, -0.5 * q2, exponent), True, 0.0, SLICE_WIDTH, rng,
+                                self.compiled)  # fmt: skip
                 d = float(np.exp(t))
                 if comp.blocked:
                     level_rows = subset

@@ -146,9 +146,12 @@ def initial_component(comp: VarianceComponent) -> ComponentPosterior:
     return variance_prior.initial(comp, ComponentPosterior)
 
 
-def _prior_precisions(problem: VBProblem, precisions: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
-    """Prior precision of ``theta_d`` (``q x q``) and of one level of ``theta_b`` (``K x K``)."""
-    prior_dd = np.diag(problem.fixed_precision).astype(float)
+def _prior_precisions(
+    problem: VBProblem, precisions: list[np.ndarray], fixed_diagonal: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Prior precision of ``theta_d`` (``q x q``) and of one level of ``theta_b`` (``K x K``); ``fixed_diagonal``:
+    ``diag(problem.fixed_precision)`` computed once by a caller that asks every iteration (it is copied)."""
+    prior_dd = np.diag(problem.fixed_precision).astype(float) if fixed_diagonal is None else fixed_diagonal.copy()
     prior_b = None if problem.blocked is None else np.zeros((problem.blocked.K, problem.blocked.K))
     for comp, prec in zip(problem.components, precisions):
         if comp.k == 1:  # (every Gibbs iteration: no index grids for a single column)
