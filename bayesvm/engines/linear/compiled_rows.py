@@ -485,6 +485,57 @@ def _direction_sweep(
             margin[i] += step * direction_slope[k, i]
 
 
+def _global_and_fixed_moves(
+    theta_d, theta_b, f, y, ones, free, free_precision, exponent, quadratic, width, global_exponential,
+    global_uniforms, variances, base_precision, penalty_of_column, columns, col_ptr, row_idx, x_values, slope_values,
+    widths, coordinate_exponentials, coordinate_uniforms, directions, direction_x, direction_slope, scales,
+    direction_exponentials, steps,
+):  # fmt: skip
+    """:meth:`bayesvm.engines.linear.interweave.ScaleMoves.global_move`, then ``coordinate_moves`` and
+    ``direction_moves``, in one compiled call on the random numbers they draw, in their order (the Python glue between
+    the three kernels cost about as much as the global move's own pass on toenail).  The global move's prior terms
+    (``exponent``, ``quadratic``: no inverse-Wishart term) come from the caller; ``variances`` (each component's) are
+    rescaled by ``d^2`` in place, the coefficients' prior precisions are ``base_precision`` plus ``1 / variances[c]``
+    on the columns of the learned penalty ``c`` (``penalty_of_column``, -1 elsewhere).  ``theta_d``, ``theta_b`` and
+    ``f`` are updated in place; returns ``d``."""
+    n = f.size
+    margin = np.empty(n)
+    for i in range(n):
+        margin[i] = y[i] * f[i]
+    fixed_sq = 0.0
+    for t in range(free.size):
+        fixed_sq += theta_d[free[t]] * (free_precision[t] * theta_d[free[t]])
+    c = np.zeros(4)
+    c[0], c[2], c[3] = -0.5 * fixed_sq, -0.5 * quadratic, exponent
+    d = np.exp(hinge_slice(ones, margin, c, True, 0.0, width, global_exponential, global_uniforms, steps))
+    for j in range(theta_d.size):
+        theta_d[j] = theta_d[j] * d
+    for j in range(theta_b.shape[0]):
+        for k in range(theta_b.shape[1]):
+            theta_b[j, k] = theta_b[j, k] * d
+    for i in range(n):
+        f[i] = f[i] * d
+    for v in range(variances.size):
+        variances[v] = variances[v] * d * d
+    precision = base_precision.copy()
+    for j in range(precision.size):
+        if penalty_of_column[j] >= 0:
+            precision[j] += 1.0 / variances[penalty_of_column[j]]
+    swept = np.empty(columns.size)
+    for t in range(columns.size):
+        swept[t] = precision[columns[t]]
+    for i in range(n):
+        margin[i] = y[i] * f[i]
+    coordinate_sweep(theta_d, f, margin, columns, col_ptr, row_idx, x_values, slope_values, widths, swept,
+                     coordinate_exponentials, coordinate_uniforms, steps)  # fmt: skip
+    if directions.shape[1] > 0:
+        for i in range(n):
+            margin[i] = y[i] * f[i]
+        direction_sweep(theta_d, f, margin, columns, directions, direction_x, direction_slope, scales, swept,
+                        direction_exponentials, steps)  # fmt: skip
+    return d
+
+
 if numba is not None:
     hinge_slice = compile_nogil(_hinge_slice)
     _hinge_sum = compile_nogil(_hinge_sum, reassociate=True)
@@ -498,8 +549,9 @@ if numba is not None:
     _overrelaxed_line = compile_nogil(_overrelaxed_line)
     direction_sweep = compile_nogil(_direction_sweep)
     coordinate_sweep = compile_nogil(_coordinate_sweep)
+    global_and_fixed_moves = compile_nogil(_global_and_fixed_moves)
 else:  # never called: callers check available()
-    hinge_slice = coordinate_sweep = direction_sweep = None
+    hinge_slice = coordinate_sweep = direction_sweep = global_and_fixed_moves = None
     _line_sums = _line_sums_numpy  # (the direction moves' numpy path runs _overrelaxed_line: its passes by numpy)
     _line_start_sums = _line_start_sums_numpy
 

@@ -302,6 +302,15 @@ class ScaleMoves:
                 self.free[comp.index.ravel()] = False
         self.free_precision = np.asarray(problem.fixed_precision, dtype=float)[self.free]
         self.calls = 0  # (the learned penalty's move runs on a fixed schedule of calls: PENALTY_EVERY)
+        # the global, coordinate and direction moves in one compiled call (_fused_moves) where every component is a
+        # single variance (an inverse-Wishart term's prior enters the global move through its matrix inverse)
+        self.fused = self.compiled and not any(comp.is_wishart or comp.k != 1 for comp in problem.components)
+        self.free_columns = np.flatnonzero(self.free).astype(np.intp)
+        self.base_precision = np.asarray(problem.fixed_precision, dtype=float).copy()
+        self.penalty_of_column = np.full(problem.D.shape[1], -1, dtype=np.intp)
+        for c, comp in enumerate(problem.components):
+            if comp.source < 0:
+                self.penalty_of_column[comp.index.ravel()] = c
         # single-column components in theta_d (the learned penalty, whose "levels" are its slopes): the rescaled
         # columns as one dense block, so a move's b = block @ theta is one product (:meth:`_column_term_move`)
         self.column_blocks: list = [None] * len(problem.components)
@@ -325,9 +334,34 @@ class ScaleMoves:
 
     def __call__(self, theta_d, theta_b, covs, aux, f, rng):
         out = self._moves(theta_d, theta_b, covs, aux, f, rng)
+        if self.fused:
+            return self._fused_moves(*out[:3], aux, out[3], rng)
         out = self.global_move(*out[:3], aux, out[3], rng)
         out = self.coordinate_moves(*out[:3], aux, out[3], rng)
         return self.direction_moves(*out[:3], aux, out[3], rng)
+
+    def _fused_moves(self, theta_d, theta_b, covs, aux, f, rng):
+        """:meth:`global_move`, :meth:`coordinate_moves` and :meth:`direction_moves` in one compiled call
+        (:func:`bayesvm.engines.linear.compiled_rows.global_and_fixed_moves`) on the random numbers they draw, in their
+        order: the same moves to rounding (tested).  ``_moves`` returned new arrays, which are updated in place."""
+        exponent, quadratic = float(self.free.sum()), 0.0
+        for comp, cov, a in zip(self.problem.components, covs, aux):
+            power, (q2, _, _), _ = _prior_terms(comp, cov, 0, a)
+            exponent += 2.0 - power
+            quadratic += q2
+        global_exponential, global_uniforms = rng.exponential(), rng.random(SLICE_STEPS + 1)
+        exponentials, uniforms = slice_numbers(rng, len(self.columns))
+        lines = self.directions.shape[1]
+        direction_exponentials = rng.exponential(size=lines) if lines else np.zeros(0)
+        variances = np.array([float(cov[0, 0]) for cov in covs])
+        compiled_rows.global_and_fixed_moves(
+            theta_d, theta_b, f, self.problem.y, self.ones, self.free_columns, self.free_precision, exponent,
+            quadratic, self.global_width, global_exponential, global_uniforms, variances, self.base_precision,
+            self.penalty_of_column, self.sweep_columns, self.sweep_ptr, self.sweep_rows, self.sweep_x,
+            self.sweep_slope, self.sweep_widths, exponentials, uniforms, self.directions, self.direction_x,
+            self.direction_slope, self.direction_scales, direction_exponentials, SLICE_STEPS,
+        )  # fmt: skip
+        return theta_d, theta_b, [np.array([[v]]) for v in variances], f
 
     def _precision(self, covs) -> np.ndarray:
         """Each ``theta_d`` coefficient's prior precision: fixed, or the learned penalty's ``1 / sigma_u^2``."""

@@ -155,6 +155,42 @@ def test_random_intercept_rescaling_equals_the_general_move(prior, numba_switch,
         assert not np.allclose(out[True][2][-1], covs[-1])  # the variance moved
 
 
+@pytest.mark.skipif(not interweave.compiled_rows.available(), reason="numba is not installed")
+@pytest.mark.parametrize("prior", ["inverse-gamma", "half-t"])
+@pytest.mark.parametrize("formula", ["y ~ x + I(x**2) + (1 | g)", "y ~ x + I(x**2)"])
+def test_fused_moves_equal_the_three_moves(formula, prior):
+    """The global, coordinate and direction moves in one compiled call (``ScaleMoves._fused_moves``) make the draws of
+    ``global_move``, ``coordinate_moves`` and ``direction_moves`` in turn, from the same seed: the same coefficients,
+    variances (the learned penalty's and the random intercept's), predictor and line scales."""
+    from bayesvm.priors import InverseGamma
+
+    data = _grouped(seed=4, groups=12)
+    priors = PriorSet(random=InverseGamma()) if prior == "inverse-gamma" else None
+    problem = _problem(formula, data, "learn", priors)
+    result = sample_gibbs(problem, draws=3, tune=3, chains=1, seed=1, progress=False)
+    theta_d, theta_b = result.theta_d[0, -1], result.theta_b[0, -1]
+    covs = [c[0, -1] for c in result.components]
+    aux = [None if prior == "inverse-gamma" else 0.8] * len(covs)
+    f = problem.D @ theta_d
+    if problem.blocked is not None:
+        f = f + problem.blocked.values[:, 0] * theta_b[problem.blocked.codes, 0]
+    fused, separate = ScaleMoves(problem), ScaleMoves(problem)
+    assert fused.fused and fused.directions.shape[1] >= 2
+    separate.fused = False
+    for seed in range(8):
+        out = {}
+        for moves in (fused, separate):
+            moves.calls = seed  # (the same turn of the learned penalty's move)
+            state = [theta_d.copy(), theta_b.copy(), [c.copy() for c in covs], f.copy()]
+            out[moves is fused] = moves(*state[:3], aux, state[3], np.random.default_rng(seed))
+        for a, b in zip(out[True][:2] + out[True][3:], out[False][:2] + out[False][3:]):
+            np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
+        for a, b in zip(out[True][2], out[False][2]):
+            np.testing.assert_allclose(a, b, rtol=1e-11)
+        np.testing.assert_allclose(fused.direction_scales, separate.direction_scales, rtol=1e-11)
+    assert not np.allclose(out[True][0], theta_d)  # the moves moved
+
+
 def _log_joint_slope_grid(problem, b0, b1, phi):
     """``log p(y, beta_0, beta_1, phi)`` up to a constant on a grid, for ``y ~ x + (1 | g)`` with a fixed penalty: the
     random intercepts integrated out exactly (:func:`bayesvm.engines.linear.node_evidence.group_log_integrals`)."""
