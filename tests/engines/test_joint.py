@@ -49,6 +49,15 @@ def test_log_prior_with_constants_computed_once_equals_log_prior(formula, penalt
             root = rng.standard_normal((comp.k, comp.k)) * 0.5 + np.eye(comp.k)
             covs.append(root @ root.T)
         assert density(theta_d, theta_b, covs) == pytest.approx(log_prior(problem, theta_d, theta_b, covs), rel=1e-12)
+    # all draws at once, as the samplers compute it for their kept draws
+    draws = [(rng.standard_normal(problem.D.shape[1]), rng.standard_normal((J, K))) for _ in range(6)]
+    draw_covs = [[np.eye(c.k) * rng.gamma(2.0) for c in problem.components] for _ in draws]
+    together = density.of_draws(
+        np.stack([d for d, _ in draws]), np.stack([b for _, b in draws]),
+        [np.stack([covs[c] for covs in draw_covs]) for c in range(len(problem.components))],
+    )  # fmt: skip
+    one_by_one = [density(d, b, covs) for (d, b), covs in zip(draws, draw_covs)]
+    np.testing.assert_allclose(together, one_by_one, rtol=1e-12)
 
 
 @pytest.mark.parametrize("prior", [InverseGamma(2.0, 0.7), HalfT(3.0, 2.5), HalfT(1.0, 0.2)], ids=str)

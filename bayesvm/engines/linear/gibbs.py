@@ -422,17 +422,21 @@ def _chain(
     stream.close()
     if bar is not None:
         bar.close()
-    return stack_draws(records, len(problem.components))
+    return stack_draws(records, problem)
 
 
-def stack_draws(records: list[tuple], n_components: int) -> dict:
-    """Kept draws ``(theta_d, theta_b, covs, log posterior)`` of one chain as arrays (a chain's dict)."""
-    return {
+def stack_draws(records: list[tuple], problem: VBProblem) -> dict:
+    """Kept draws ``(theta_d, theta_b, covs, log pseudo-likelihood)`` of one chain (:func:`chain_draws`) as arrays
+    (a chain's dict), with each draw's log posterior: the log pseudo-likelihood plus the log prior, the latter
+    computed here for every draw at once (:meth:`bayesvm.engines.joint.LogPrior.of_draws`)."""
+    out = {
         "theta_d": np.stack([r[0] for r in records]),
         "theta_b": np.stack([r[1] for r in records]),
-        "components": [np.stack([r[2][c] for r in records]) for c in range(n_components)],
-        "log_posterior": np.array([r[3] for r in records]),
+        "components": [np.stack([r[2][c] for r in records]) for c in range(len(problem.components))],
     }
+    prior = LogPrior(problem).of_draws(out["theta_d"], out["theta_b"], out["components"])
+    out["log_posterior"] = np.array([r[3] for r in records]) + prior
+    return out
 
 
 def sparse_coefficient_draw(
@@ -482,9 +486,10 @@ def dense_coefficient_draw(
 def chain_draws(
     problem: VBProblem, tune: int, thin: int, seed: np.random.SeedSequence, interweave: bool = True, tick=None
 ):
-    """One chain, as a generator: after ``tune`` iterations it yields ``(theta_d, theta_b, covs, log posterior)``
-    every ``thin`` iterations, for as long as it is asked (``draws="auto"`` keeps asking until the chains
-    agree).  ``tick()`` is called once per iteration (a progress bar).
+    """One chain, as a generator: after ``tune`` iterations it yields ``(theta_d, theta_b, covs, log
+    pseudo-likelihood)`` every ``thin`` iterations (:func:`stack_draws` adds the log prior), for as long as it is
+    asked (``draws="auto"`` keeps asking until the chains agree).  ``tick()`` is called once per iteration (a
+    progress bar).
 
     Each iteration: ``theta | w, Sigma`` (Luts & Ormerod 2014, App. A, step 1); with ``interweave``, with ``w``
     integrated out, the random intercepts' effects given the rest (on levels of few rows; collapsed_variance), one
@@ -507,7 +512,6 @@ def chain_draws(
     rows = None if sparse else DenseRows(D, y, blocked, latent)
     stats = None if sparse else row_statistics(D, omega, y * (1.0 + omega), blocked)
     mover = ScaleMoves(problem) if interweave and problem.components else None
-    prior_density = LogPrior(problem)
     fixed_diagonal = np.diag(problem.fixed_precision).astype(float)  # (the prior precision's fixed part, copied)
     collapsed = CollapsedVariance(problem, tune) if mover is not None else None
     if collapsed is not None and not collapsed.has_moves:
@@ -555,7 +559,7 @@ def chain_draws(
                 np.array(theta_d, copy=True),
                 np.array(theta_b, copy=True),
                 [np.array(c, copy=True) for c in covs],
-                loglik + prior_density(theta_d, theta_b, covs),
+                loglik,
             )
         step += 1
 
@@ -627,7 +631,7 @@ def sample_until_converged(
 
     with blas_threads(problem.D.shape[1], problem.n):
         records, reason = run_until_converged(streams, watched, progress, max_draws, max_seconds)
-    return [stack_draws(kept, n_components) for kept in records], reason
+    return [stack_draws(kept, problem) for kept in records], reason
 
 
 def run_until_converged(
