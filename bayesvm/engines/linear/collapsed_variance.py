@@ -186,23 +186,43 @@ class CollapsedVariance:
         self.active = [few and tune == 0 for few in self.few_rows]
         self.tuning_draws: list[list[float]] = [[] for _ in self.terms]
 
-    def __call__(self, theta_d, theta_b, covs, aux, f, rng, step: int = 0):
+    def __call__(self, theta_d, theta_b, covs, aux, f, rng, step: int = 0, due: list[int] | None = None):
         """Iteration ``step``'s moves; updates ``theta_d``, ``theta_b``, ``covs``, ``aux`` and ``f`` in place (``f`` is
-        the linear predictor at the current coefficients) and returns them."""
-        for i, (term, layout) in enumerate(zip(self.terms, self.layouts)):
-            few = self.few_rows[i]
-            decide = self.tune // 4 if few else self.tune // 2
-            if self.tune // 8 <= step < decide:
-                self.tuning_draws[i].append(float(np.log(covs[term.c][0, 0])))
-            elif step == decide and self.tune > 0:
-                self.active[i] = _weak(self.tuning_draws[i]) if few else _sticky(self.tuning_draws[i])
-            if ((few and step < decide) or self.active[i]) and step % COLLAPSED_EVERY == 0:
-                self.collapsed_draw(term, layout, theta_d, theta_b, covs, aux, f, rng)
+        the linear predictor at the current coefficients) and returns them.  ``due``: :meth:`due` of this step, where
+        the caller asked it already."""
+        due = self.due(step) if due is None else due
+        self.record(step, covs)
+        for i in due:
+            self.collapsed_draw(self.terms[i], self.layouts[i], theta_d, theta_b, covs, aux, f, rng)
         for term_shift in self.shifts:
             shift(self.problem, term_shift, theta_d, theta_b, covs, rng)
         for nested in self.nested:
             nested(self.problem, theta_d, theta_b, covs, aux, rng)
         return theta_d, theta_b, covs, f
+
+    def _decision_step(self, i: int) -> int:
+        """The iteration at which term ``i``'s schedule is settled (class docstring)."""
+        return self.tune // 4 if self.few_rows[i] else self.tune // 2
+
+    def due(self, step: int) -> list[int]:
+        """The terms whose collapsed step falls on iteration ``step`` (settling each term's schedule at its decision
+        step, from the tuning draws recorded before it); asked before the iteration's other moves, whose result the
+        schedule does not depend on."""
+        terms = []
+        for i in range(len(self.terms)):
+            few, decide = self.few_rows[i], self._decision_step(i)
+            if step == decide and self.tune > 0:
+                self.active[i] = _weak(self.tuning_draws[i]) if few else _sticky(self.tuning_draws[i])
+            if ((few and step < decide) or self.active[i]) and step % COLLAPSED_EVERY == 0:
+                terms.append(i)
+        return terms
+
+    def record(self, step: int, covs) -> None:
+        """Iteration ``step``'s tuning draw of each term's ``log sigma^2`` (after the iteration's moves, before its
+        collapsed step), where ``step`` is in the term's window (class docstring)."""
+        for i, term in enumerate(self.terms):
+            if self.tune // 8 <= step < self._decision_step(i):
+                self.tuning_draws[i].append(float(np.log(covs[term.c][0, 0])))
 
     def level_draws(self, theta_d, theta_b, covs, f, rng) -> None:
         """:meth:`level_draw` of every term with few rows per level (module docstring, "Exact level draws"); updates

@@ -48,6 +48,7 @@ from ..overrelax import RELAXATION
 from ..workers import run_in_processes
 from . import compiled_rows
 from .collapsed_variance import CollapsedVariance
+from .fused_iteration import FusedIteration
 from .interweave import ScaleMoves
 from .vb import _prior_precisions, _sparse_prior
 
@@ -516,6 +517,7 @@ def chain_draws(
     collapsed = CollapsedVariance(problem, tune) if mover is not None else None
     if collapsed is not None and not collapsed.has_moves:
         collapsed = None
+    fused = FusedIteration(problem, rows, mover, collapsed, MARGIN_FLOOR)
     step = 0
     while True:
         # the over-relaxed variance draws (overrelax) once tuning is over: the schedule of the collapsed step is
@@ -539,14 +541,19 @@ def chain_draws(
         else:
             prior_dd, prior_b = _prior_precisions(problem, precisions, fixed_diagonal)
             theta_d, theta_b = dense_coefficient_draw(D, omega, y, prior_dd, blocked, prior_b, rng, stats)
-            if mover is not None:  # before w | theta, which it needs (interweave module)
-                f = rows.predictor(theta_d, theta_b)
-                if collapsed is not None:  # u | beta, Sigma with w integrated out (collapsed_variance)
-                    collapsed.level_draws(theta_d, theta_b, covs, f, rng)
-                theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
-                if collapsed is not None:  # w integrated out too (collapsed_variance)
-                    theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step)
-            loglik, omega, stats = rows(theta_d, theta_b)  # omega | theta, and the next draw's row sums
+            due = collapsed.due(step) if collapsed is not None else []
+            if fused.ready and not due:  # the steps below in one compiled call (fused_iteration)
+                theta_d, theta_b, covs, loglik, omega, stats = fused(theta_d, theta_b, covs, aux, rng)
+                collapsed.record(step, covs)
+            else:
+                if mover is not None:  # before w | theta, which it needs (interweave module)
+                    f = rows.predictor(theta_d, theta_b)
+                    if collapsed is not None:  # u | beta, Sigma with w integrated out (collapsed_variance)
+                        collapsed.level_draws(theta_d, theta_b, covs, f, rng)
+                    theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
+                    if collapsed is not None:  # w integrated out too (collapsed_variance)
+                        theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step, due)
+                loglik, omega, stats = rows(theta_d, theta_b)  # omega | theta, and the next draw's row sums
         covs = draw_components(
             problem.components, [component_values(c, theta_d, theta_b) for c in problem.components], rng, aux, covs,
             relaxation,
