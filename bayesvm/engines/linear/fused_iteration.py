@@ -71,7 +71,8 @@ def _column_rescale(theta_d, f, y, block, moved, kept, variance, power, prior_qu
 def _fused_steps(
     theta_d, theta_b, variances, shapes, rates, f,
     D, row_ptr, row_cols, y, codes, values, column,
-    level_draws, layout_y, layout_slope, layout_rows, level_exponentials, level_uniforms, rest, new_effects,
+    level_draws, term_values, layout_y, layout_slope, layout_rows, level_exponentials, level_uniforms, rest,
+    new_effects,
     kinds, turns, rescale_rows, rescale_codes, rescale_values, rescale_y, subset, block, moved, kept,
     move_exponentials, move_uniforms,
     ones, free, free_precision, n_free, global_width, global_exponential, global_uniforms, base_precision,
@@ -93,7 +94,7 @@ def _fused_steps(
         effects = np.empty(J)
         for j in range(J):
             effects[j] = theta_b[j, column]
-        compiled_level_draws_in_place(layout_y, f, values[:, column], codes, effects, layout_slope, layout_rows,
+        compiled_level_draws_in_place(layout_y, f, term_values, codes, effects, layout_slope, layout_rows,
                                        variances[_intercept(kinds)],
                                        level_exponentials, level_uniforms, rest, new_effects)  # fmt: skip
         for j in range(J):
@@ -229,7 +230,7 @@ class FusedIteration:
         hinge = fused_steps(
             theta_d, theta_b, variances, shapes, rates, self.f,
             rows.D, rows.row_ptr, rows.row_cols, rows.y, rows.codes, rows.values, self.column,
-            self.level_draws, *self.layout, level_exponentials, level_uniforms, self.rest, self.new_effects,
+            self.level_draws, self.term.values, *self.layout, level_exponentials, level_uniforms, self.rest, self.new_effects,
             self.kinds, turns, *self.rescale, self.subset, block, moved, kept, move_exponentials, move_uniforms,
             mover.ones, mover.free_columns, mover.free_precision, float(mover.free.sum()), mover.global_width,
             global_exponential, global_uniforms, mover.base_precision, mover.penalty_of_column, mover.sweep_columns,
