@@ -135,6 +135,18 @@ def pieces(layout: LevelLayout, eta: np.ndarray) -> Pieces:
     return Pieces(a=-2.0 * (suffix_sb + prefix_sb), c=2.0 * (suffix_s + prefix_s), lo=lo, hi=hi)
 
 
+def level_pieces(layout: LevelLayout, eta: np.ndarray) -> Pieces:
+    """:func:`pieces` of one draw's predictor ``eta`` (``(n,)``): each level's intervals built in one compiled pass
+    where numba is installed (:func:`_level_intervals`, the same intervals to rounding; an empty slot past a level's
+    last interval has ``lo = hi = inf``), else by :func:`pieces`."""
+    if not compiled_rows.available():
+        return pieces(layout, eta[None, :])
+    J, K = layout.shape
+    a, c, lo, hi = (np.empty((1, J, K + 1)) for _ in range(4))
+    compiled_pieces(layout.y, eta, layout.slope, layout.rows, a[0], c[0], lo[0], hi[0])
+    return Pieces(a=a, c=c, lo=lo, hi=hi)
+
+
 def truncated_normal(mean: np.ndarray, sd: float, lo: np.ndarray, hi: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     """``N(mean, sd^2)`` truncated to ``[lo, hi]`` by inversion in log space (exact in either tail): with
     ``alpha, beta`` the standardised ends, the CDF's ``log Phi`` when ``alpha <= 0``, else the survival function's."""
@@ -433,6 +445,20 @@ def _compiled_level_draws(y, eta, slope, rows, sigma2, exponentials, uniforms, o
         out[j] = _truncated_normal_scalar(centre, sd, lo_j, hi_j, uniforms[j])
 
 
+def _compiled_pieces(y, eta, slope, rows, a_out, c_out, lo_out, hi_out):
+    """Every level's intervals (:func:`_level_intervals`) into ``(J, K + 1)`` arrays, the empty slots ``a = c = 0``,
+    ``lo = hi = inf`` (:func:`level_pieces`)."""
+    J, K = slope.shape
+    kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi, _ = _interval_buffers(K)
+    for j in range(J):
+        count = _level_intervals(y, eta, slope[j], rows[j], kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi)
+        for q in range(K + 1):
+            if q < count:
+                a_out[j, q], c_out[j, q], lo_out[j, q], hi_out[j, q] = a[q], c[q], lo[q], hi[q]
+            else:
+                a_out[j, q], c_out[j, q], lo_out[j, q], hi_out[j, q] = 0.0, 0.0, np.inf, np.inf
+
+
 def _compiled_level_draws_in_place(y, f, values, codes, effects, slope, rows, sigma2, exponentials, uniforms, rest,
                                    out):  # fmt: skip
     """:func:`_compiled_level_draws` on ``rest = f - values * effects[codes]`` (into the buffer ``rest``), then ``f =
@@ -462,6 +488,7 @@ if compiled_rows.numba is not None:
     compiled_level_draws = compiled_rows.compile_nogil(_compiled_level_draws)
     _compiled_level_draws = compiled_rows.compile_nogil(_compiled_level_draws, inline=True)
     compiled_level_draws_in_place = compiled_rows.compile_nogil(_compiled_level_draws_in_place)
+    compiled_pieces = compiled_rows.compile_nogil(_compiled_pieces)
 else:  # never called: callers check compiled_rows.available()
     log_ndtr_compiled = log_integral_sum = draws_log_integral_sums = compiled_level_draws = None
-    compiled_level_draws_in_place = None
+    compiled_level_draws_in_place = compiled_pieces = None

@@ -65,6 +65,14 @@ def test_compiled_sum_matches_numpy(sigma2, monkeypatch):
     compiled = part.log_integral_sum(sigma2)
     monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "0")
     assert part.log_integral_sum(sigma2) == pytest.approx(compiled, rel=1e-11, abs=1e-9)
+    # the intervals built in one compiled pass: the same terms, shifted too
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "1")
+    built = hinge_levels.level_pieces(LevelLayout(y, v, codes, J), eta)
+    for delta in (0.0, 0.3):
+        np.testing.assert_allclose(
+            built.shifted(delta).log_integrals(np.array([sigma2])), part.shifted(delta).log_integrals(np.array([sigma2])),
+            rtol=1e-11, atol=1e-9,
+        )  # fmt: skip
 
 
 @pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")

@@ -73,8 +73,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import variance_prior
-from ..hinge_levels import LevelLayout, draw_level_effects, draw_level_effects_in_place, draw_levels, pieces
-from .interweave import LOG_VARIANCE_RANGE, LOG_VARIANCE_WIDTH, SLICE_STEPS, slice_sample_drawn
+from ..hinge_levels import LevelLayout, draw_level_effects, draw_level_effects_in_place, draw_levels, level_pieces
+from .interweave import LOG_VARIANCE_RANGE, LOG_VARIANCE_WIDTH, SLICE_STEPS, slice_sample_valued
 from .location_shift import shift, term_shifts
 from .nested_intercepts import nested_intercepts
 
@@ -268,12 +268,13 @@ class CollapsedVariance:
         rest = f[rows] - z * self._effects(term, theta_d, theta_b)[codes]
         location = term.location
         target = _CollapsedTarget(
-            pieces(layout, rest[None, :]), variance_prior.log_density_of_log_variance(comp), term.n_levels,
+            level_pieces(layout, rest), variance_prior.log_density_of_log_variance(comp), term.n_levels,
             0.0 if location is None else float(theta_d[location]),
             0.0 if location is None else float(self.problem.fixed_precision[location]),
         )  # fmt: skip
         t, delta = float(np.log(covs[term.c][0, 0])), 0.0
-        t = slice_sample_drawn(
+        # (each update hands the density at its new point to the next, which would evaluate it first)
+        t, density = slice_sample_valued(
             lambda x: target.log_density(x, delta),
             t,
             LOG_VARIANCE_WIDTH,
@@ -281,10 +282,10 @@ class CollapsedVariance:
             rng.random(SLICE_STEPS + 1),
         )
         if location is not None:
-            delta = target.location_slice(t, delta, rng)
-        t = target.variance_jumps(t, delta, rng)
+            delta, density = target.location_slice(t, delta, rng, density)
+        t, density = target.variance_jumps(t, delta, rng, density)
         if location is not None:
-            delta = target.location_slice(t, delta, rng)
+            delta, density = target.location_slice(t, delta, rng, density)
             theta_d[location] = target.beta + delta
         s = float(np.exp(t))
         new = draw_levels(target.part.shifted(delta), s, rng)
@@ -335,19 +336,20 @@ class _CollapsedTarget:
         """The spread of ``delta`` given ``t``: of the mean of ``J`` effects, and at least the floor."""
         return float(np.sqrt(np.exp(t) / self.n_levels + LOCATION_WIDTH_FLOOR**2))
 
-    def variance_jumps(self, t: float, delta: float, rng: np.random.Generator) -> float:
-        """:data:`JUMPS` random-walk Metropolis updates of ``t | delta``."""
-        current = self.log_density(t, delta)
+    def variance_jumps(self, t: float, delta: float, rng: np.random.Generator, current: float) -> tuple[float, float]:
+        """:data:`JUMPS` random-walk Metropolis updates of ``t | delta`` from the density ``current`` at ``(t, delta)``;
+        returns the new ``t`` and the density there."""
         for _ in range(JUMPS):
             proposal = t + JUMP_SD * rng.standard_normal()
             value = self.log_density(proposal, delta)
             if np.log(rng.random()) < value - current:
                 t, current = proposal, value
-        return t
+        return t, current
 
-    def location_slice(self, t: float, delta: float, rng: np.random.Generator) -> float:
-        """One slice update of ``delta | t``."""
-        return slice_sample_drawn(
+    def location_slice(self, t: float, delta: float, rng: np.random.Generator, current: float) -> tuple[float, float]:
+        """One slice update of ``delta | t`` from the density ``current`` at ``(t, delta)``; returns the new ``delta``
+        and the density there."""
+        return slice_sample_valued(
             lambda d: self.log_density(t, d), delta, 2.0 * self.location_scale(t), rng.exponential(),
-            rng.random(SLICE_STEPS + 1),
+            rng.random(SLICE_STEPS + 1), current,
         )  # fmt: skip

@@ -143,7 +143,17 @@ def slice_sample_drawn(log_density, x0: float, width: float, exponential: float,
     """One slice-sampling update of a univariate density (stepping out, then shrinkage; Neal 2003) with its random
     numbers given: ``exponential`` sets the level, ``uniforms[0]`` places the bracket, ``uniforms[1:]`` are the
     shrinkage proposals (at most ``uniforms.size - 1``; then ``x0`` stays)."""
-    level = log_density(x0) - exponential
+    return slice_sample_valued(log_density, x0, width, exponential, uniforms)[0]
+
+
+def slice_sample_valued(
+    log_density, x0: float, width: float, exponential: float, uniforms: np.ndarray, at_x0: float | None = None
+) -> tuple[float, float]:
+    """:func:`slice_sample_drawn` that also returns the log density at the new point, and takes it at ``x0`` where
+    the caller knows it (``at_x0``): a caller whose density costs a pass over every level's intervals then does not
+    evaluate the same point twice (the same draw either way)."""
+    start = log_density(x0) if at_x0 is None else at_x0
+    level = start - exponential
     left = x0 - width * uniforms[0]
     right = left + width
     for _ in range(SLICE_STEPS):
@@ -156,13 +166,14 @@ def slice_sample_drawn(log_density, x0: float, width: float, exponential: float,
         right += width
     for u in uniforms[1:]:
         x = left + (right - left) * u
-        if log_density(x) > level:
-            return x
+        value = log_density(x)
+        if value > level:
+            return x, value
         if x < x0:
             left = x
         else:
             right = x
-    return x0  # the bracket shrank onto x0 (a density this narrow is already sampled by staying)
+    return x0, start  # the bracket shrank onto x0 (a density this narrow is already sampled by staying)
 
 
 def slice_numbers(rng: np.random.Generator, updates: int) -> tuple[np.ndarray, np.ndarray]:
