@@ -29,7 +29,14 @@ from ...linalg.dense import RowStatistics
 from ..hinge_levels import compiled_level_draws_in_place
 from ..variance_prior import conditional_inverse_gamma
 from . import compiled_rows
-from .compiled_rows import global_and_fixed_moves, hinge_slice, intercept_rescale, predictor, row_pass
+from .compiled_rows import (
+    global_and_fixed_moves,
+    hinge_slice,
+    intercept_draw,
+    intercept_rescale,
+    predictor,
+    row_pass,
+)
 from .interweave import PENALTY_EVERY, SLICE_STEPS, SLICE_WIDTH, ScaleMoves, slice_numbers
 
 
@@ -139,6 +146,22 @@ def _fused_steps(
                     product, blocks, cross, rhs_b)  # fmt: skip
 
 
+def _coefficient_draw(gram, product, base_precision, penalty_of_column, variances, intercept, blocks, cross, rhs_b,
+                      eps_d, eps_b, theta_d, theta_b):  # fmt: skip
+    """``theta | w`` (:func:`bayesvm.engines.linear.compiled_rows.intercept_draw`) with the prior precisions built
+    here as ``vb._prior_precisions`` builds them: ``base_precision`` on the diagonal plus ``1 / variances[c]`` on the
+    columns of the learned penalty ``c``, and ``1 / variances[intercept]`` for each level; returns False (nothing
+    filled) where the Schur complement is not positive definite."""
+    q = gram.shape[0]
+    prior_dd = np.zeros((q, q))
+    for j in range(q):
+        prior_dd[j, j] = base_precision[j]
+        if penalty_of_column[j] >= 0:
+            prior_dd[j, j] += 1.0 / variances[penalty_of_column[j]]
+    return intercept_draw(gram, product, prior_dd, blocks, cross, rhs_b, 1.0 / variances[intercept], eps_d, eps_b,
+                          theta_d, theta_b)  # fmt: skip
+
+
 def _intercept(kinds):
     """The random intercept's component."""
     for c in range(kinds.size):
@@ -151,8 +174,9 @@ if compiled_rows.numba is not None:
     _column_rescale = compiled_rows.compile_nogil(_column_rescale)
     _intercept = compiled_rows.compile_nogil(_intercept, inline=True)
     fused_steps = compiled_rows.compile_nogil(_fused_steps)
+    coefficient_draw = compiled_rows.compile_nogil(_coefficient_draw)
 else:  # never called: FusedIteration.ready is False without numba
-    fused_steps = None
+    fused_steps = coefficient_draw = None
 
 
 class FusedIteration:
@@ -194,6 +218,22 @@ class FusedIteration:
                 self.location_penalty = int(shift.penalty)
         J = problem.blocked.n_levels
         self.rest, self.new_effects, self.f = np.empty(problem.y.size), np.empty(J), np.empty(problem.y.size)
+
+    def coefficient_draw(self, covs, stats, rng):
+        """``theta | w, Sigma`` from the compiled row pass's sums ``stats`` as
+        :func:`bayesvm.engines.linear.gibbs.dense_coefficient_draw` makes it (the same standard normals), with the prior
+        precisions built in the compiled call; None (the normals drawn) where the compiled draw refuses (the caller
+        then takes ``dense_coefficient_draw``'s fallback)."""
+        q, J = self.problem.D.shape[1], self.problem.blocked.n_levels
+        eps_d, eps_b = rng.standard_normal(q), rng.standard_normal((J, 1))
+        theta_d, theta_b = np.empty(q), np.empty((J, 1))
+        variances = np.array([float(cov[0, 0]) for cov in covs])
+        levels = stats.levels
+        drawn = coefficient_draw(
+            stats.gram, stats.product, self.mover.base_precision, self.mover.penalty_of_column, variances,
+            self.intercept, levels.blocks, levels.cross, levels.rhs, eps_d, eps_b, theta_d, theta_b,
+        )  # fmt: skip
+        return (theta_d, theta_b) if drawn else None
 
     def __call__(self, theta_d, theta_b, covs, aux, rng):
         """The fused steps from ``theta | w``'s draw ``(theta_d, theta_b)``: returns ``(theta_d, theta_b, covs,

@@ -524,8 +524,8 @@ def chain_draws(
         # settled during tuning from the lag-1 autocorrelation of the variance's ordinary draws, which over-relaxing
         # would hide
         relaxation = RELAXATION if interweave and step >= tune else 0.0
-        precisions = [spd_inverse(c) for c in covs]
         if sparse:
+            precisions = [spd_inverse(c) for c in covs]
             theta_d = sparse_coefficient_draw(problem, omega, precisions, rng)
             theta_b = np.zeros((0, 0))
             if mover is not None:  # before w | theta, which it needs (interweave module)
@@ -539,8 +539,16 @@ def chain_draws(
             loglik = log_pseudo_likelihood(y, f)
             omega = latent(np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR))
         else:
-            prior_dd, prior_b = _prior_precisions(problem, precisions, fixed_diagonal)
-            theta_d, theta_b = dense_coefficient_draw(D, omega, y, prior_dd, blocked, prior_b, rng, stats)
+            drawn = fused.coefficient_draw(covs, stats, rng) if fused.ready and stats.levels is not None else None
+            if drawn is not None:  # the prior precisions and the draw in one compiled call (fused_iteration)
+                theta_d, theta_b = drawn
+            else:
+                prior_dd, prior_b = _prior_precisions(problem, [spd_inverse(c) for c in covs], fixed_diagonal)
+                if fused.ready and stats.levels is not None:  # (its normals drawn: the compiled draw's fallback)
+                    theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng,
+                                                     stats=stats)  # fmt: skip
+                else:
+                    theta_d, theta_b = dense_coefficient_draw(D, omega, y, prior_dd, blocked, prior_b, rng, stats)
             due = collapsed.due(step) if collapsed is not None else []
             if fused.ready and not due:  # the steps below in one compiled call (fused_iteration)
                 theta_d, theta_b, covs, loglik, omega, stats = fused(theta_d, theta_b, covs, aux, rng)

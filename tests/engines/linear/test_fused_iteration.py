@@ -73,3 +73,15 @@ def test_other_structures_take_the_separate_steps(formula, penalty):
     assert not _fused(problem).ready
     draws = gibbs._chain(problem, 20, 20, 1, np.random.SeedSequence(1), False)
     assert np.all(np.isfinite(draws["theta_d"]))
+
+
+def test_a_refused_compiled_draw_takes_the_same_fallback(monkeypatch):
+    """Where the compiled ``theta | w`` refuses (a Schur complement not positive definite in floating point), the
+    fused chain falls back as the separate steps do: the general draw on fresh normals, the same chain."""
+    problem = _problem("y ~ x * w + (1 | g)", _grouped(seed=7, groups=30, size=4), "learn")
+    monkeypatch.setattr(fused_iteration, "coefficient_draw", lambda *args: False)
+    monkeypatch.setattr(compiled_rows, "intercept_draw", lambda *args: False)
+    fused = gibbs._chain(problem, 30, 20, 1, np.random.SeedSequence(2), False)
+    monkeypatch.setattr(fused_iteration, "_structure_fits", lambda *args: False)
+    separate = gibbs._chain(problem, 30, 20, 1, np.random.SeedSequence(2), False)
+    np.testing.assert_allclose(fused["theta_d"], separate["theta_d"], rtol=1e-7, atol=1e-8)
