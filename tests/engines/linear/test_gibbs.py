@@ -358,13 +358,15 @@ def test_compiled_row_pass_gives_the_numpy_chain(monkeypatch):
 def test_compiled_iteration_on_unsplit_rows_gives_the_numpy_chain(monkeypatch):
     """On rows that do not split (every small data set), a seed gives the same chain with numba as without: the
     compiled row pass over every row and the compiled random-intercept draw (``compiled_rows.intercept_draw``) take
-    the normals and uniforms the numpy path takes (only the order of floating-point sums differs)."""
-    from bayesvm.engines.linear import compiled_rows, gibbs
+    the normals and uniforms the numpy path takes (only the order of floating-point sums differs; the compiled draw
+    is the fused iteration's where the problem has its structure, ``fused_iteration.coefficient_draw``)."""
+    from bayesvm.engines.linear import compiled_rows, fused_iteration, gibbs
 
     assert compiled_rows.available()
     calls = []
-    original = compiled_rows.intercept_draw
+    original, fused = compiled_rows.intercept_draw, fused_iteration.coefficient_draw
     monkeypatch.setattr(compiled_rows, "intercept_draw", lambda *args: calls.append(1) or original(*args))
+    monkeypatch.setattr(fused_iteration, "coefficient_draw", lambda *args: calls.append(1) or fused(*args))
     data = _small_data(n=60, seed=3)
     runs = {}
     for switch in ("1", "0"):
