@@ -47,9 +47,8 @@ def inverse_gaussian_scalar(mean: float, normal: float, uniform: float) -> float
     t = np.sqrt(t) + y
     t = t * t
     x = y * 4.0 * mean / t
-    if (mean + x) * uniform > mean:
-        return mean / x * mean
-    return x
+    other = mean / x * mean  # (both roots, then a select: a branch on a fair coin mispredicts half the rows)
+    return other if (mean + x) * uniform > mean else x
 
 
 def _row_product(D, i, row_ptr, row_cols, sparse, theta_d):
