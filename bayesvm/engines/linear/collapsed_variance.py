@@ -35,9 +35,9 @@ have prior mean ``delta = beta' - beta`` in the integrals (:meth:`bayesvm.engine
 ``delta | t`` (a normal prior times the ``I_j``) gets one slice update before the jumps on ``t`` and one after.  On
 one-row groups ``beta`` is pinned to within 0.02 by the hinge's kinks when ``sigma`` is near 0 but spread by 0.4
 near 1; moved only given ``u``, it kept ``sigma`` from leaving the upper mode.  A composition of kernels that each
-keep the target keeps it, so running the step on a fixed schedule is exact: every fourth iteration, for terms with
-few rows per level, and after the first quarter of tuning only for those whose variance the tuning draws show weakly
-identified; for terms with many rows per level, from half-way through tuning only where the draws of the variance
+keep the target keeps it, so running the step on a fixed schedule is exact: for terms with few rows per level every
+eighth iteration of the first quarter of tuning, and after it every fourth iteration for those whose variance the
+tuning draws show weakly identified; for terms with many rows per level, from half-way through tuning only where the draws of the variance
 stick (its random effects pinned by rows on the margin: lme4's cbpp) (:class:`CollapsedVariance`).
 
 **Exact level draws** (every iteration, :meth:`CollapsedVariance.level_draws`; the samplers make them right after the
@@ -83,6 +83,15 @@ JUMPS = 2
 JUMP_SD = 3.0
 #: The collapsed variance step runs on every ``COLLAPSED_EVERY``-th iteration (:class:`CollapsedVariance`).
 COLLAPSED_EVERY = 4
+#: ... and, for a term with few rows per level, on every ``TUNING_EVERY``-th iteration of the first quarter of tuning,
+#: before its schedule is settled: the step costs about ten iterations, and on toenail, whose variance does not need it,
+#: every 4th iteration there took 10-15% of a chain.  Against every 4th, 8 chains each: the same decisions on toenail
+#: (0 of 8 on; the window's SD of ``log sigma^2`` 0.15-0.18 against 0.14-0.19), MASS's bacteria (8 of 8; 0.44-2.67
+#: against 0.49-1.73), the one-row groups of ``benchmarks.gibbs_mixing`` (8 of 8) and MASS's OME (0 of 8; 0.24-0.27
+#: against 0.21-0.26; the threshold :data:`WEAK_LOG_VARIANCE_SD` is 0.3); after tuning the kernel is the same
+#: (bacteria, 4 x (2,000 + 4,000), seeds 1-4: two seeds of each visit the far mode; the one-row groups' shares of the
+#: small mode 5-24% against 6-20%, 14% exact)
+TUNING_EVERY = 8
 #: The location's slice width is ``2 sqrt(sigma^2 / J + LOCATION_WIDTH_FLOOR^2)``: the spread of the mean of ``J``
 #: effects, and at least the scale on which a hinge's kinks pin it when ``sigma`` is tiny (about 0.02 on the one-row
 #: groups of ``benchmarks/gibbs_mixing.py``)
@@ -157,9 +166,10 @@ class CollapsedVariance:
     (module docstring).
 
     The collapsed step is for terms whose levels have few rows (:data:`FEW_ROWS`).  It runs every
-    :data:`COLLAPSED_EVERY` iterations in the first quarter of tuning (``tune`` iterations); a quarter of the way
+    :data:`TUNING_EVERY` iterations in the first quarter of tuning (``tune`` iterations); a quarter of the way
     through tuning each term's schedule is settled from the chain's own draws and fixed from then on (so the kept
-    draws come from one fixed kernel): the step goes on for the terms whose ``log sigma^2`` varied by more than
+    draws come from one fixed kernel): the step goes on, every :data:`COLLAPSED_EVERY` iterations, for the terms
+    whose ``log sigma^2`` varied by more than
     :data:`WEAK_LOG_VARIANCE_SD` over the second eighth of tuning, where a funnel or a second mode is (a
     well-identified variance mixes well without it, and on toenail the step would cost about as much as the rest of
     an iteration).  A term with many rows per level starts without the step; half-way through tuning it is switched
@@ -213,7 +223,8 @@ class CollapsedVariance:
             few, decide = self.few_rows[i], self._decision_step(i)
             if step == decide and self.tune > 0:
                 self.active[i] = _weak(self.tuning_draws[i]) if few else _sticky(self.tuning_draws[i])
-            if ((few and step < decide) or self.active[i]) and step % COLLAPSED_EVERY == 0:
+            tuning = few and step < decide
+            if (tuning and step % TUNING_EVERY == 0) or (not tuning and self.active[i] and step % COLLAPSED_EVERY == 0):
                 terms.append(i)
         return terms
 

@@ -218,6 +218,12 @@ class FusedIteration:
                 self.location_penalty = int(shift.penalty)
         J = problem.blocked.n_levels
         self.rest, self.new_effects, self.f = np.empty(problem.y.size), np.empty(J), np.empty(problem.y.size)
+        # the components rescaled on the learned penalty's turn (True) and on the other calls (ScaleMoves._moves)
+        self.turns = {
+            turn: np.array([mover.movable[c] and (comp.source >= 0 or turn) for c, comp in enumerate(components)])
+            for turn in (True, False)
+        }
+        self.turned = {turn: np.flatnonzero(self.turns[turn]) for turn in (True, False)}
 
     def coefficient_draw(self, covs, stats, rng):
         """``theta | w, Sigma`` from the compiled row pass's sums ``stats`` as
@@ -246,13 +252,11 @@ class FusedIteration:
             level_exponentials, level_uniforms = rng.exponential(size=(J, K + 1)), rng.random(J)
         else:
             level_exponentials, level_uniforms = np.zeros((0, 0)), np.zeros(0)
-        penalty_turn = mover.calls % PENALTY_EVERY == 0  # ScaleMoves._moves
+        turn = mover.calls % PENALTY_EVERY == 0  # ScaleMoves._moves: the learned penalty's turn
         mover.calls += 1
-        turns = np.array(
-            [mover.movable[c] and (comp.source >= 0 or penalty_turn) for c, comp in enumerate(components)]
-        )  # fmt: skip
+        turns = self.turns[turn]
         move_exponentials, move_uniforms = np.zeros(turns.size), np.zeros((turns.size, SLICE_STEPS + 1))
-        for c in np.flatnonzero(turns):
+        for c in self.turned[turn]:
             move_exponentials[c], move_uniforms[c] = rng.exponential(), rng.random(SLICE_STEPS + 1)
         global_exponential, global_uniforms = rng.exponential(), rng.random(SLICE_STEPS + 1)  # ScaleMoves._fused_moves
         coordinate_exponentials, coordinate_uniforms = slice_numbers(rng, len(mover.columns))
