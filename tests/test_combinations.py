@@ -43,9 +43,15 @@ def test_selection_with_random_intercept_vb_agrees_with_gibbs(laplace_zero_fits)
     sd = np.sqrt(np.diag(gibbs.fixef_cov))
     assert np.all(np.abs(vb.fixef - gibbs.fixef) < 0.5 * sd), pd.DataFrame({"vb": vb.fixef, "gibbs": gibbs.fixef})
     assert vb.selected == gibbs.selected == ["a", "b"]
-    # the random intercept's variance is learned by both (truth 1; mean-field VB understates it)
+    # the random intercept's variance is learned by both (truth 1; mean-field VB understates it, here by under 1%:
+    # long Gibbs runs give 1.072 +- 0.004 against VB's 1.066, so the order is checked within 3 Monte Carlo SEs of
+    # these 4 x 1,000 draws, 0.008)
+    import arviz as az
+
     vb_var, gibbs_var = vb.variance_components[0].mean[0, 0], gibbs.variance_components[0].mean[0, 0]
-    assert 0.3 < vb_var < gibbs_var < 2.5
+    draws = gibbs.result.components[0][..., 0, 0]
+    mcse = float(az.mcse(az.convert_to_dataset({"v": draws}))["v"])
+    assert 0.3 < vb_var < gibbs_var + 3.0 * mcse and gibbs_var < 2.5
 
 
 def _accurate_agrees_with_gibbs(accurate, gibbs, inclusion_gap: float = 0.1) -> None:
