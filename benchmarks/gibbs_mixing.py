@@ -48,7 +48,9 @@ does.
   :mod:`bayesvm.engines.linear.nested_intercepts` (the default) against without it, and the largest mean difference in
   Monte Carlo SEs.
 
-``--quick`` runs toenail only; ``--fair`` the Fair check only; ``--spam`` the spam rows only; ``--one-row`` the
+``--quick`` runs toenail only; ``--repeat N`` adds N alternating runs of the default sampler and bambi on toenail, each
+pair's ratio of min-ESS per second and their median (also against pymc's own sampling clock, its compilation and set-up
+left out); ``--fair`` the Fair check only; ``--spam`` the spam rows only; ``--one-row`` the
 one-row groups only; ``--cbpp`` cbpp only; ``--nested`` the nested intercepts only; ``--spam-seeds 1 2 3`` spike-and-slab on spam with the default moves, once per seed, the
 largest R-hat of the inclusion probabilities' Rao-Blackwellised draws next to the indicators'.
 """
@@ -90,7 +92,7 @@ def _toenail(interweave: bool, seed: int) -> tuple[float, float, float, dict]:
     return float(table["ess_bulk"].min()), float(table["r_hat"].max()), seconds, means
 
 
-def _bambi_toenail() -> tuple[float, float] | None:
+def _bambi_toenail() -> tuple[float, float, float] | None:
     try:
         import bambi
     except ImportError:
@@ -109,7 +111,29 @@ def _bambi_toenail() -> tuple[float, float] | None:
     # the fixed effects and the patient SD (not the 294 per-patient effects or their offsets), as for bayesvm
     names = [v for v in idata.posterior.data_vars if "patientID" not in v or v.endswith("_sigma")]
     ess = az.ess(idata, var_names=names, method="bulk")
-    return float(min(float(np.min(ess[v])) for v in names)), seconds
+    sampling = float(idata.posterior.attrs.get("sampling_time", float("nan")))  # pymc's own clock: tuning and draws
+    return float(min(float(np.min(ess[v])) for v in names)), seconds, sampling
+
+
+def _repeat_ratio(repeats: int) -> None:
+    """``--repeat N``: N more toenail runs of the default sampler and of bambi's NUTS, alternating in this process (both
+    compiled by the runs above), each pair's ratio of min-ESS per second and their median: on a shared 2-core machine
+    the two samplers' times swing by a third from run to run, mostly together, so one pair's ratio is a noisy
+    estimate."""
+    ratios, sampling_ratios = [], []
+    for repeat in range(repeats):
+        ess, _, seconds, _ = _toenail(True, seed=1)
+        bambi_ess, bambi_seconds, bambi_sampling = _bambi_toenail()
+        ratios.append((ess / seconds) / (bambi_ess / bambi_seconds))
+        sampling_ratios.append((ess / seconds) / (bambi_ess / bambi_sampling))
+        print(
+            f"repeat {repeat + 1}: bayesvm {ess / seconds:.0f} ESS/s ({seconds:.1f} s), bambi {bambi_ess / bambi_seconds:.1f}"
+            f" ESS/s ({bambi_seconds:.1f} s; sampling {bambi_sampling:.1f} s): {ratios[-1]:.1f} times ("
+            f"{sampling_ratios[-1]:.1f} against bambi's sampling time alone)"
+        )
+    for label, values in (("", ratios), (", against bambi's sampling time alone", sampling_ratios)):
+        print(f"ratio of min-ESS per second over {repeats} repeats{label}: median {np.median(values):.1f}, range "
+              f"{min(values):.1f}-{max(values):.1f}")  # fmt: skip
 
 
 def _spam_selection(spam, prior, moves: dict, seed: int = 1) -> tuple[np.ndarray, np.ndarray, float]:
@@ -371,6 +395,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cbpp", action="store_true")
     parser.add_argument("--nested", action="store_true")
     parser.add_argument("--spam-seeds", type=int, nargs="+", metavar="SEED")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     if args.spam_seeds:
@@ -407,14 +432,17 @@ def main(argv: list[str] | None = None) -> None:
     if bambi is None:
         print(f"{'bambi NUTS (logistic GLMM)':<34} not installed (pip install bambi)")
     else:
-        ess, seconds = bambi
+        ess, seconds, sampling = bambi
         print(
             f"{'bambi NUTS (logistic GLMM)':<34} {ess:>8.0f} {ess / draws:>9.3f} {ess / seconds:>7.1f} {'':>10} {seconds:>8.1f}"
+            f"  (of which sampling {sampling:.1f} s: {ess / sampling:.1f} ESS/s)"
         )
     default, paper = runs.values()
     print("posterior means, default against paper sampler: " + ", ".join(
         f"{name} {default[name]:.3f} / {paper[name]:.3f}" for name in default
     ))  # fmt: skip
+    if args.repeat > 1 and bambi is not None:
+        _repeat_ratio(args.repeat)
     if args.quick:
         return
     _spam()
