@@ -228,6 +228,21 @@ class CollapsedVariance:
                 terms.append(i)
         return terms
 
+    def quiet_steps(self, step: int, limit: int) -> int:
+        """How many iterations from ``step`` on (at most ``limit``) have no collapsed step due and settle no term's
+        schedule (what :meth:`due` would return empty for, without its decision): the iterations a compiled run of
+        whole iterations may take (:meth:`bayesvm.engines.linear.fused_iteration.FusedIteration.run`)."""
+        for offset in range(limit):
+            at = step + offset
+            for i in range(len(self.terms)):
+                few, decide = self.few_rows[i], self._decision_step(i)
+                if at == decide and self.tune > 0:
+                    return offset
+                tuning = few and at < decide
+                if (tuning and at % TUNING_EVERY == 0) or (not tuning and self.active[i] and at % COLLAPSED_EVERY == 0):
+                    return offset
+        return limit
+
     def record(self, step: int, covs) -> None:
         """Iteration ``step``'s tuning draw of each term's ``log sigma^2`` (after the iteration's moves, before its
         collapsed step), where ``step`` is in the term's window (class docstring)."""

@@ -1,21 +1,28 @@
-"""The middle of a Gibbs iteration in one compiled call, for a random intercept with or without the learned penalty.
+"""Whole Gibbs iterations in one compiled call, for a random intercept with or without the learned penalty.
 
-Between ``theta | w`` and the variance draws, each iteration of :func:`bayesvm.engines.linear.gibbs.chain_draws`
-makes: the predictor; the exact level draws ``u | beta, Sigma, y`` with ``w`` integrated out
+Each iteration of :func:`bayesvm.engines.linear.gibbs.chain_draws` makes ``theta | w`` (Luts & Ormerod 2014, App. A,
+step 1), then: the predictor; the exact level draws ``u | beta, Sigma, y`` with ``w`` integrated out
 (:meth:`bayesvm.engines.linear.collapsed_variance.CollapsedVariance.level_draws`); the rescaling moves of each term
 with its variance, the global rescaling and the fixed-effect coordinate and direction moves
 (:class:`bayesvm.engines.linear.interweave.ScaleMoves`); the location shift of the random intercept
-(:mod:`bayesvm.engines.linear.location_shift`); and the row pass, ``w | theta`` with the next draw's row sums
-(:func:`bayesvm.engines.linear.compiled_rows.row_pass`).  Each is a compiled kernel, but the Python between them (a
-dozen calls, copies and small numpy operations) cost about a seventh of toenail's iteration.
+(:mod:`bayesvm.engines.linear.location_shift`); the row pass, ``w | theta`` with the next draw's row sums
+(:func:`bayesvm.engines.linear.compiled_rows.row_pass`; step 2); and the variance draws (step 3:
+:func:`bayesvm.engines.linear.gibbs.draw_components`).  Each is a compiled kernel, but the Python between them (about
+40 small calls: random numbers, small arrays, the variance draws) cost about a third of toenail's iteration.
 
 Where the problem is a dense design (rows that do not split) with one random intercept (a blocked factor of one
-column, whose levels own their rows) and, besides it, at most the learned penalty's variance, and where no collapsed
-variance step falls on the iteration (:meth:`CollapsedVariance.due`), :class:`FusedIteration` makes all of these
-steps in one compiled call (:func:`_fused_steps`), on the random numbers the separate steps draw, in their order: the
-same chain to rounding (``tests/engines/linear/test_fused_iteration.py``), so the separate steps, which the samplers'
-exactness tests check against quadrature, stay the definition.  Everything else (other designs, the collapsed
-variance step's iterations, numba not installed) takes the separate steps.
+column, whose levels own their rows) and, besides it, at most the learned penalty's variance, :class:`FusedIteration`
+makes them in one compiled loop (:func:`_fused_chain`: :func:`_coefficient_draw`, :func:`_fused_steps`,
+:func:`_variance_draws`) over the iterations on which nothing else would run (no collapsed variance step or schedule
+decision due, on one side of the end of tuning: :meth:`CollapsedVariance.quiet_steps`; at most :data:`BATCH` per call),
+drawing its random numbers from the chain's own ``numpy.random.Generator`` (numba's port of its distributions: the
+same numbers as numpy's calls) in the order the separate steps draw them: the same chain to rounding
+(``tests/engines/linear/test_fused_iteration.py``), so the separate steps, which the samplers' exactness tests check
+against quadrature, stay the definition.  On an iteration whose ``theta | w`` Python draws (the first, before any row
+pass; the fallback where the compiled draw refuses a Schur complement that is not positive definite, after drawing
+its normals, as the separate path's fallback does) the rest of the iteration is the same call from after that draw.
+Everything else (other designs, the collapsed variance step's iterations, numba not installed) takes the separate
+steps.
 
 One difference by construction: the learned penalty's rescaling draws its random numbers even where every slope is
 exactly 0 (the separate move then draws none), an event of probability 0 for slopes drawn from a density.
@@ -23,11 +30,15 @@ exactly 0 (the separate move then draws none), an event of probability 0 for slo
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...linalg.dense import RowStatistics
 from ..hinge_levels import compiled_level_draws_in_place
-from ..variance_prior import conditional_inverse_gamma
+from ..overrelax import compiled_relaxed_gamma
+from ..variance_prior import is_half_t
 from . import compiled_rows
 from .compiled_rows import (
     global_and_fixed_moves,
@@ -37,7 +48,7 @@ from .compiled_rows import (
     predictor,
     row_pass,
 )
-from .interweave import PENALTY_EVERY, SLICE_STEPS, SLICE_WIDTH, ScaleMoves, slice_numbers
+from .interweave import PENALTY_EVERY, SLICE_STEPS, SLICE_WIDTH, ScaleMoves
 
 
 def _column_rescale(theta_d, f, y, block, moved, kept, variance, power, prior_quadratic, exponential, uniforms,
@@ -170,21 +181,210 @@ def _intercept(kinds):
     return -1
 
 
+#: :meth:`FusedIteration.run`: at most this many iterations per compiled call (the iterations it runs ahead of the
+#: caller are kept, not wasted, except after the chain's last draw).
+BATCH = 64
+
+
+def _variance_draws(rng, theta_d, theta_b, column, variances, aux, has_aux, half_t, nu, t_scale2, inverse_t_scale2,
+                    prior_a, prior_b, n_levels, relaxed, kinds, slope_ptr, slope_cols, relaxation):  # fmt: skip
+    """Step 3 of every component ``c`` (``kinds[c]``: 1 the random intercept, whose values are ``theta_b[:, column]``;
+    2 the learned penalty, whose slopes are ``theta_d[slope_cols[slope_ptr[c]:slope_ptr[c + 1]]]``), in place, as
+    :func:`bayesvm.engines.variance_prior.draw` makes it: ``sigma^2 | u ~ IG(A + J / 2, B + sum u^2 / 2)``, with the
+    half-t's ``IG(nu / 2, nu / a)`` for its prior given ``a`` (``s^2`` before ``a``'s first draw, ``has_aux`` False);
+    with ``relaxation > 0`` and ``relaxed[c]`` (a random-effect term) the over-relaxed step of that inverse gamma
+    (:func:`bayesvm.engines.overrelax.relaxed_inverse_gamma`, with its fallback to the ordinary draw); then the half-t's
+    ``a | sigma^2 ~ IG((nu + 1) / 2, nu / sigma^2 + 1 / s^2)``."""
+    for c in range(kinds.size):
+        sum_squares = 0.0
+        if kinds[c] == 1:
+            for j in range(theta_b.shape[0]):
+                sum_squares += theta_b[j, column] * theta_b[j, column]
+        else:
+            for t in range(slope_ptr[c], slope_ptr[c + 1]):
+                sum_squares += theta_d[slope_cols[t]] * theta_d[slope_cols[t]]
+        if half_t[c]:
+            a = aux[c] if has_aux[c] else t_scale2[c]
+            shape, rate = 0.5 * nu[c], nu[c] / a
+        else:
+            shape, rate = prior_a[c], prior_b[c]
+        shape, scale = shape + 0.5 * n_levels[c], rate + 0.5 * sum_squares
+        if relaxation > 0.0 and relaxed[c]:
+            normal = rng.standard_normal()
+            gamma = compiled_relaxed_gamma(shape, scale / variances[c], relaxation, normal)
+            if not (gamma > 0.0 and math.isfinite(gamma)):
+                gamma = rng.gamma(shape)
+            variances[c] = scale / gamma
+        else:
+            variances[c] = scale / rng.gamma(shape)
+        if half_t[c]:
+            aux[c] = (nu[c] / variances[c] + inverse_t_scale2[c]) / rng.gamma(0.5 * (nu[c] + 1.0))
+            has_aux[c] = True
+
+
+def _fill_normals(rng, out):
+    for i in range(out.size):
+        out[i] = rng.standard_normal()
+
+
+def _fill_uniforms(rng, out):
+    for i in range(out.size):
+        out[i] = rng.random()
+
+
+def _fill_exponentials(rng, out):
+    for i in range(out.size):
+        out[i] = rng.exponential()
+
+
+def _fused_chain(
+    rng, count, calls, penalty_every, relaxation, drawn_first,
+    first_gram, first_product, first_blocks, first_cross, first_rhs,
+    theta_d, theta_b, variances, aux, has_aux, half_t, nu, t_scale2, inverse_t_scale2, prior_a, prior_b, n_levels,
+    relaxed, slope_ptr, slope_cols, intercept,
+    f, D, row_ptr, row_cols, y, codes, values, column,
+    level_draws, term_values, layout_y, layout_slope, layout_rows, level_exponentials, level_uniforms, rest,
+    new_effects,
+    kinds, turns_penalty, turns_other, rescale_rows, rescale_codes, rescale_values, rescale_y, subset, block, moved,
+    kept, move_exponentials, move_uniforms,
+    ones, free, free_precision, n_free, global_width, global_uniforms, base_precision,
+    penalty_of_column, columns, col_ptr, row_idx, x_values, slope_values, widths, coordinate_exponentials,
+    coordinate_uniforms, directions, direction_x, direction_slope, scales, direction_exponentials,
+    location, location_penalty, fixed_location_precision,
+    normals, uniforms, floor, omega, gram, product, blocks, cross, rhs_b, symmetric_gram, eps_d, eps_b,
+    steps, width,
+    out_theta_d, out_theta_b, out_moved, out_variances, out_loglik,
+):  # fmt: skip
+    """``count`` whole iterations (module docstring) from ``theta | w``, in place, on ``rng``'s numbers in the order of
+    the separate steps (``theta | w``, the level draws, the moves, the row pass, the variance draws): iteration ``i``'s
+    coefficients, variances after the moves (for the collapsed step's tuning record), variances after step 3 and log
+    pseudo-likelihood go to row ``i`` of the ``out_`` arrays.  The first ``theta | w`` takes the caller's row sums
+    (``first_``), later ones the row pass's (``gram`` symmetrised); with ``drawn_first`` the first iteration starts
+    after its ``theta | w``, which the caller drew into ``theta_d`` and ``theta_b``.  ``calls``: the moves' calls so far (the learned
+    penalty's rescaling on every ``penalty_every``-th).  Returns ``(iterations completed, refused)``: ``refused``
+    where iteration ``completed``'s compiled ``theta | w`` refused after drawing its normals."""
+    J = theta_b.shape[0]
+    for it in range(count):
+        if it == 0 and drawn_first:  # theta | w drawn by the caller (its fallback, or a first draw without row sums)
+            drawn = True
+        elif it == 0:
+            _fill_normals(rng, eps_d)
+            for j in range(J):
+                eps_b[j, 0] = rng.standard_normal()
+            drawn = coefficient_draw(first_gram, first_product, base_precision, penalty_of_column, variances,
+                                      intercept, first_blocks, first_cross, first_rhs, eps_d, eps_b, theta_d,
+                                      theta_b)  # fmt: skip
+        else:
+            _fill_normals(rng, eps_d)
+            for j in range(J):
+                eps_b[j, 0] = rng.standard_normal()
+            q = gram.shape[0]
+            for a in range(q):
+                for b in range(q):
+                    symmetric_gram[a, b] = 0.5 * (gram[a, b] + gram[b, a])
+            drawn = coefficient_draw(symmetric_gram, product, base_precision, penalty_of_column, variances,
+                                      intercept, blocks, cross, rhs_b, eps_d, eps_b, theta_d, theta_b)  # fmt: skip
+        if not drawn:
+            return it, True
+        # the separate steps' random numbers, in their order: the level draws (hinge_levels), the rescaling moves of
+        # the components on this turn, the global, coordinate and direction moves (ScaleMoves), the location shift, the
+        # row pass (LatentDraws.whole_numbers)
+        if level_draws:
+            for j in range(level_exponentials.shape[0]):
+                _fill_exponentials(rng, level_exponentials[j])
+            _fill_uniforms(rng, level_uniforms)
+        turns = turns_penalty if (calls + it) % penalty_every == 0 else turns_other
+        move_exponentials[:] = 0.0
+        move_uniforms[:] = 0.0
+        for c in range(turns.size):
+            if turns[c]:
+                move_exponentials[c] = rng.exponential()
+                _fill_uniforms(rng, move_uniforms[c])
+        global_exponential = rng.exponential()
+        _fill_uniforms(rng, global_uniforms)
+        _fill_exponentials(rng, coordinate_exponentials)
+        for t in range(coordinate_uniforms.shape[0]):
+            _fill_uniforms(rng, coordinate_uniforms[t])
+        _fill_exponentials(rng, direction_exponentials)
+        shift_normal = rng.standard_normal() if location >= 0 else 0.0
+        _fill_normals(rng, normals)
+        _fill_uniforms(rng, uniforms)
+        shapes, rates = np.empty(kinds.size), np.empty(kinds.size)
+        for c in range(kinds.size):  # variance_prior.conditional_inverse_gamma
+            if half_t[c]:
+                shapes[c] = 0.5 * nu[c]
+                rates[c] = nu[c] / (aux[c] if has_aux[c] else t_scale2[c])
+            else:
+                shapes[c], rates[c] = prior_a[c], prior_b[c]
+        hinge = fused_steps(
+            theta_d, theta_b, variances, shapes, rates, f,
+            D, row_ptr, row_cols, y, codes, values, column,
+            level_draws, term_values, layout_y, layout_slope, layout_rows, level_exponentials, level_uniforms, rest,
+            new_effects,
+            kinds, turns, rescale_rows, rescale_codes, rescale_values, rescale_y, subset, block, moved, kept,
+            move_exponentials, move_uniforms,
+            ones, free, free_precision, n_free, global_width, global_exponential, global_uniforms, base_precision,
+            penalty_of_column, columns, col_ptr, row_idx, x_values, slope_values, widths, coordinate_exponentials,
+            coordinate_uniforms, directions, direction_x, direction_slope, scales, direction_exponentials,
+            location, location_penalty, fixed_location_precision, shift_normal,
+            normals, uniforms, floor, omega, gram, product, blocks, cross, rhs_b,
+            steps, width,
+        )  # fmt: skip
+        out_moved[it, :] = variances
+        out_loglik[it] = -2.0 * hinge
+        _variance_draws(rng, theta_d, theta_b, column, variances, aux, has_aux, half_t, nu, t_scale2,
+                        inverse_t_scale2, prior_a, prior_b, n_levels, relaxed, kinds, slope_ptr, slope_cols,
+                        relaxation)  # fmt: skip
+        out_theta_d[it, :] = theta_d
+        for j in range(J):
+            out_theta_b[it, j] = theta_b[j, 0]
+        out_variances[it, :] = variances
+    return count, False
+
+
 if compiled_rows.numba is not None:
     _column_rescale = compiled_rows.compile_nogil(_column_rescale)
     _intercept = compiled_rows.compile_nogil(_intercept, inline=True)
     fused_steps = compiled_rows.compile_nogil(_fused_steps)
     coefficient_draw = compiled_rows.compile_nogil(_coefficient_draw)
+    _fill_normals = compiled_rows.compile_nogil(_fill_normals, inline=True)
+    _fill_uniforms = compiled_rows.compile_nogil(_fill_uniforms, inline=True)
+    _fill_exponentials = compiled_rows.compile_nogil(_fill_exponentials, inline=True)
+    _variance_draws = compiled_rows.compile_nogil(_variance_draws)
+    fused_chain = compiled_rows.compile_nogil(_fused_chain)
 else:  # never called: FusedIteration.ready is False without numba
-    fused_steps = coefficient_draw = None
+    fused_steps = coefficient_draw = fused_chain = None
+
+
+@dataclass
+class Batch:
+    """:meth:`FusedIteration.run`'s iterations: ``completed`` of them, row ``i`` of each array iteration ``i``'s
+    (coefficients ``draws_d`` and ``draws_b``, variances after the moves and after step 3, log pseudo-likelihood); ``refused``: the next
+    iteration's compiled ``theta | w`` refused after drawing its normals (the caller takes the fallback).  The
+    chain's state after the last completed iteration: ``theta_d``, ``theta_b``, ``covs``, ``aux``, ``stats``,
+    ``omega``."""
+
+    completed: int
+    refused: bool
+    draws_d: np.ndarray
+    draws_b: np.ndarray
+    moved: np.ndarray
+    variances: np.ndarray
+    loglik: np.ndarray
+    theta_d: np.ndarray
+    theta_b: np.ndarray
+    covs: list
+    aux: list
+    stats: RowStatistics
+    omega: np.ndarray
 
 
 class FusedIteration:
     """The fused steps of one chain (module docstring), set up from the chain's own row pass (``rows``: a
     :class:`bayesvm.engines.linear.gibbs.DenseRows`), moves (``mover``) and level moves (``collapsed``), whose arrays
-    it uses.  ``ready`` says whether the problem has the structure the compiled call makes; :meth:`__call__` then
-    replaces the steps for an iteration on which no collapsed variance step falls; ``floor`` is the row pass's floor
-    on ``|1 - y f|``."""
+    it uses.  ``ready`` says whether the problem has the structure the compiled call makes; :meth:`run` then makes
+    the iterations on which no collapsed variance step falls, and :meth:`coefficient_draw` the ``theta | w`` of those
+    on which one does; ``floor`` is the row pass's floor on ``|1 - y f|``."""
 
     def __init__(self, problem, rows, mover, collapsed, floor: float):
         self.ready = _structure_fits(problem, rows, mover, collapsed)
@@ -224,6 +424,20 @@ class FusedIteration:
             for turn in (True, False)
         }
         self.turned = {turn: np.flatnonzero(self.turns[turn]) for turn in (True, False)}
+        # run(): each component's prior and values, as _variance_draws takes them
+        self.half_t = np.array([is_half_t(comp) for comp in components])
+        self.nu = np.array([float(comp.prior_nu) for comp in components])
+        self.t_scale2 = np.array([float(comp.prior_t_scale) ** 2 if is_half_t(comp) else 1.0 for comp in components])
+        self.inverse_t_scale2 = np.array([float(comp.prior_t_scale) ** -2 if is_half_t(comp) else 1.0
+                                          for comp in components])  # fmt: skip
+        self.prior_a = np.array([float(comp.prior_a) for comp in components])
+        self.prior_b = np.array([float(comp.prior_b) for comp in components])
+        self.n_levels = np.array([float(comp.n_levels) for comp in components])
+        self.relaxed = np.array([comp.source >= 0 for comp in components])
+        slopes = [np.zeros(0, dtype=np.intp) if comp.blocked else np.asarray(comp.index, dtype=np.intp).ravel()
+                  for comp in components]  # fmt: skip
+        self.slope_ptr = np.concatenate([[0], np.cumsum([part.size for part in slopes])]).astype(np.intp)
+        self.slope_cols = np.concatenate(slopes).astype(np.intp)
 
     def coefficient_draw(self, covs, stats, rng):
         """``theta | w, Sigma`` from the compiled row pass's sums ``stats`` as
@@ -241,52 +455,65 @@ class FusedIteration:
         )  # fmt: skip
         return (theta_d, theta_b) if drawn else None
 
-    def __call__(self, theta_d, theta_b, covs, aux, rng):
-        """The fused steps from ``theta | w``'s draw ``(theta_d, theta_b)``: returns ``(theta_d, theta_b, covs,
-        log pseudo-likelihood, omega, row sums)`` as the separate steps leave them (``theta_d`` and ``theta_b`` are
-        updated in place)."""
+    def run(
+        self, count: int, theta_d, theta_b, covs, aux, stats, rng, relaxation: float, drawn_first: bool = False
+    ) -> Batch:
+        """``count`` whole iterations from ``theta | w`` in one compiled call (module docstring): the chain's state
+        ``(theta_d, theta_b, covs, aux, stats)`` before them (not changed; ``stats`` the row sums of the first
+        ``theta | w``) and its generator ``rng``; ``relaxation`` the over-relaxation of step 3 (0 in tuning).  With
+        ``drawn_first``, ``(theta_d, theta_b)`` is the first iteration's ``theta | w``, drawn by the caller (the
+        fallback of a refused compiled draw, or the first iteration's, before any row pass), and that iteration
+        starts after it."""
         mover, rows = self.mover, self.rows
-        components = self.problem.components
-        J, K = self.level_shape
-        if self.level_draws:  # collapsed_variance.level_draws (hinge_levels.draw_level_effects_in_place)
-            level_exponentials, level_uniforms = rng.exponential(size=(J, K + 1)), rng.random(J)
-        else:
-            level_exponentials, level_uniforms = np.zeros((0, 0)), np.zeros(0)
-        turn = mover.calls % PENALTY_EVERY == 0  # ScaleMoves._moves: the learned penalty's turn
-        mover.calls += 1
-        turns = self.turns[turn]
-        move_exponentials, move_uniforms = np.zeros(turns.size), np.zeros((turns.size, SLICE_STEPS + 1))
-        for c in self.turned[turn]:
-            move_exponentials[c], move_uniforms[c] = rng.exponential(), rng.random(SLICE_STEPS + 1)
-        global_exponential, global_uniforms = rng.exponential(), rng.random(SLICE_STEPS + 1)  # ScaleMoves._fused_moves
-        coordinate_exponentials, coordinate_uniforms = slice_numbers(rng, len(mover.columns))
-        lines = mover.directions.shape[1]
-        direction_exponentials = rng.exponential(size=lines) if lines else np.zeros(0)
-        shift_normal = float(rng.standard_normal(1)[0]) if self.location >= 0 else 0.0
-        normals, uniforms = rows.latent.whole_numbers()  # DenseRows._compiled_whole
-        shapes_rates = [conditional_inverse_gamma(comp, a) for comp, a in zip(components, aux)]
-        shapes = np.array([shape for shape, _ in shapes_rates])
-        rates = np.array([rate for _, rate in shapes_rates])
+        q, J = self.problem.D.shape[1], self.problem.blocked.n_levels
+        nc = self.kinds.size
+        K = self.level_shape[1]
+        level_exponentials = np.empty((J, K + 1) if self.level_draws else (0, 0))
+        level_uniforms = np.empty(J if self.level_draws else 0)
+        move_exponentials, move_uniforms = np.zeros(nc), np.zeros((nc, SLICE_STEPS + 1))
+        n_columns, lines, n = len(mover.columns), mover.directions.shape[1], self.problem.y.size
+        theta_d, theta_b = np.array(theta_d, dtype=float), np.ascontiguousarray(theta_b, dtype=float)
         variances = np.array([float(cov[0, 0]) for cov in covs])
+        has_aux = np.array([a is not None for a in aux])
+        aux_values = np.array([float(a) if a is not None else 0.0 for a in aux])
+        out_theta_d, out_theta_b = np.empty((count, q)), np.empty((count, J))
+        out_moved, out_variances, out_loglik = np.empty((count, nc)), np.empty((count, nc)), np.empty(count)
         gram, product = rows.parts[0]
         levels = rows.levels
+        if drawn_first:  # (no first theta | w to draw: the row pass's arrays stand in for its row sums)
+            first = (gram, product, levels.blocks, levels.cross, levels.rhs)
+        else:
+            first = tuple(np.ascontiguousarray(part) for part in
+                          (stats.gram, stats.product, stats.levels.blocks, stats.levels.cross, stats.levels.rhs))  # fmt: skip
         block, moved, kept = self.penalty_block
-        hinge = fused_steps(
-            theta_d, theta_b, variances, shapes, rates, self.f,
-            rows.D, rows.row_ptr, rows.row_cols, rows.y, rows.codes, rows.values, self.column,
-            self.level_draws, self.term.values, *self.layout, level_exponentials, level_uniforms, self.rest, self.new_effects,
-            self.kinds, turns, *self.rescale, self.subset, block, moved, kept, move_exponentials, move_uniforms,
+        completed, refused = fused_chain(
+            rng, count, mover.calls, PENALTY_EVERY, relaxation, drawn_first, *first,
+            theta_d, theta_b, variances, aux_values, has_aux, self.half_t, self.nu, self.t_scale2,
+            self.inverse_t_scale2, self.prior_a, self.prior_b, self.n_levels, self.relaxed, self.slope_ptr,
+            self.slope_cols, self.intercept,
+            self.f, rows.D, rows.row_ptr, rows.row_cols, rows.y, rows.codes, rows.values, self.column,
+            self.level_draws, self.term.values, *self.layout, level_exponentials, level_uniforms, self.rest,
+            self.new_effects,
+            self.kinds, self.turns[True], self.turns[False], *self.rescale, self.subset, block, moved, kept,
+            move_exponentials, move_uniforms,
             mover.ones, mover.free_columns, mover.free_precision, float(mover.free.sum()), mover.global_width,
-            global_exponential, global_uniforms, mover.base_precision, mover.penalty_of_column, mover.sweep_columns,
+            np.empty(SLICE_STEPS + 1), mover.base_precision, mover.penalty_of_column, mover.sweep_columns,
             mover.sweep_ptr, mover.sweep_rows, mover.sweep_x, mover.sweep_slope, mover.sweep_widths,
-            coordinate_exponentials, coordinate_uniforms, mover.directions, mover.direction_x,
-            mover.direction_slope, mover.direction_scales, direction_exponentials,
-            self.location, self.location_penalty, self.location_precision, shift_normal,
-            normals, uniforms, self.floor, rows.omega, gram, product, levels.blocks, levels.cross, levels.rhs,
+            np.empty(n_columns), np.empty((n_columns, SLICE_STEPS + 1)), mover.directions, mover.direction_x,
+            mover.direction_slope, mover.direction_scales, np.empty(lines),
+            self.location, self.location_penalty, self.location_precision,
+            np.empty(n), np.empty(n), self.floor, rows.omega, gram, product, levels.blocks, levels.cross, levels.rhs,
+            np.empty((q, q)), np.empty(q), np.empty((J, 1)),
             SLICE_STEPS, SLICE_WIDTH,
+            out_theta_d, out_theta_b, out_moved, out_variances, out_loglik,
         )  # fmt: skip
-        stats = RowStatistics(0.5 * (gram + gram.T), product, levels=levels)
-        return theta_d, theta_b, [np.array([[v]]) for v in variances], -2.0 * float(hinge), rows.omega, stats
+        mover.calls += completed
+        if completed:
+            covs = [np.array([[v]]) for v in out_variances[completed - 1]]
+            aux = [float(a) if has else None for a, has in zip(aux_values, has_aux)]
+            stats = RowStatistics(0.5 * (gram + gram.T), product, levels=levels)
+        return Batch(completed, bool(refused), out_theta_d, out_theta_b, out_moved, out_variances, out_loglik,
+                     theta_d, theta_b, covs, aux, stats, rows.omega)  # fmt: skip
 
 
 def _structure_fits(problem, rows, mover, collapsed) -> bool:

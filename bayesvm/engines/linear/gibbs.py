@@ -48,7 +48,7 @@ from ..overrelax import RELAXATION
 from ..workers import run_in_processes
 from . import compiled_rows
 from .collapsed_variance import CollapsedVariance
-from .fused_iteration import FusedIteration
+from .fused_iteration import BATCH, FusedIteration
 from .interweave import ScaleMoves
 from .vb import _prior_precisions, _sparse_prior
 
@@ -518,12 +518,27 @@ def chain_draws(
     if collapsed is not None and not collapsed.has_moves:
         collapsed = None
     fused = FusedIteration(problem, rows, mover, collapsed, MARGIN_FLOOR)
-    step = 0
+    step, refused = 0, False
+    # (FusedIteration.run's first call takes the state before its first theta | w, which overwrites it)
+    theta_d = np.zeros(D.shape[1])
+    theta_b = np.zeros((blocked.n_levels, blocked.K)) if blocked is not None else np.zeros((0, 0))
     while True:
         # the over-relaxed variance draws (overrelax) once tuning is over: the schedule of the collapsed step is
         # settled during tuning from the lag-1 autocorrelation of the variance's ordinary draws, which over-relaxing
         # would hide
         relaxation = RELAXATION if interweave and step >= tune else 0.0
+        if fused.ready and not refused and stats.levels is not None:
+            # whole iterations in one compiled call where nothing else is due (fused_iteration.FusedIteration.run)
+            count = collapsed.quiet_steps(step, min(BATCH, tune - step) if step < tune else BATCH)
+            if count:
+                batch = fused.run(count, theta_d, theta_b, covs, aux, stats, rng, relaxation)
+                theta_d, theta_b, covs, aux, stats, omega = (batch.theta_d, batch.theta_b, batch.covs, batch.aux,
+                                                             batch.stats, batch.omega)  # fmt: skip
+                refused = batch.refused
+                yield from _batch_draws(batch, step, tune, thin, collapsed, tick)
+                step += batch.completed
+                if not refused:
+                    continue
         if sparse:
             precisions = [spd_inverse(c) for c in covs]
             theta_d = sparse_coefficient_draw(problem, omega, precisions, rng)
@@ -539,7 +554,10 @@ def chain_draws(
             loglik = log_pseudo_likelihood(y, f)
             omega = latent(np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR))
         else:
-            drawn = fused.coefficient_draw(covs, stats, rng) if fused.ready and stats.levels is not None else None
+            if refused:  # the compiled run's theta | w refused after drawing its normals: the fallback below
+                drawn, refused = None, False
+            else:
+                drawn = fused.coefficient_draw(covs, stats, rng) if fused.ready and stats.levels is not None else None
             if drawn is not None:  # the prior precisions and the draw in one compiled call (fused_iteration)
                 theta_d, theta_b = drawn
             else:
@@ -550,9 +568,13 @@ def chain_draws(
                 else:
                     theta_d, theta_b = dense_coefficient_draw(D, omega, y, prior_dd, blocked, prior_b, rng, stats)
             due = collapsed.due(step) if collapsed is not None else []
-            if fused.ready and not due:  # the steps below in one compiled call (fused_iteration)
-                theta_d, theta_b, covs, loglik, omega, stats = fused(theta_d, theta_b, covs, aux, rng)
-                collapsed.record(step, covs)
+            if fused.ready and not due:  # the rest of the iteration in one compiled call (fused_iteration)
+                batch = fused.run(1, theta_d, theta_b, covs, aux, stats, rng, relaxation, drawn_first=True)
+                theta_d, theta_b, covs, aux, stats, omega = (batch.theta_d, batch.theta_b, batch.covs, batch.aux,
+                                                             batch.stats, batch.omega)  # fmt: skip
+                yield from _batch_draws(batch, step, tune, thin, collapsed, tick)
+                step += 1
+                continue
             else:
                 if mover is not None:  # before w | theta, which it needs (interweave module)
                     f = rows.predictor(theta_d, theta_b)
@@ -577,6 +599,20 @@ def chain_draws(
                 loglik,
             )
         step += 1
+
+
+def _batch_draws(batch, step: int, tune: int, thin: int, collapsed: CollapsedVariance, tick):
+    """The kept draws of a compiled run of iterations (:meth:`FusedIteration.run`) whose first is iteration ``step``,
+    as :func:`chain_draws` yields them, with each iteration's tuning record of the collapsed step and progress tick."""
+    J = batch.theta_b.shape[0]
+    for i in range(batch.completed):
+        collapsed.record(step + i, [np.array([[v]]) for v in batch.moved[i]])
+        if tick is not None:
+            tick()
+        kept = step + i - tune
+        if kept >= 0 and kept % thin == 0:
+            covs = [np.array([[v]]) for v in batch.variances[i]]
+            yield batch.draws_d[i].copy(), batch.draws_b[i].reshape(J, 1).copy(), covs, float(batch.loglik[i])
 
 
 #: ``draws="auto"``: draws per chain between checks, the targets (every monitored quantity) and the caps.

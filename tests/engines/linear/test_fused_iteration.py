@@ -77,11 +77,57 @@ def test_other_structures_take_the_separate_steps(formula, penalty):
 
 def test_a_refused_compiled_draw_takes_the_same_fallback(monkeypatch):
     """Where the compiled ``theta | w`` refuses (a Schur complement not positive definite in floating point), the
-    fused chain falls back as the separate steps do: the general draw on fresh normals, the same chain."""
+    fused chain falls back as the separate steps do: the general draw on fresh normals, the same chain; so does the
+    compiled run of whole iterations (``FusedIteration.run``), which stops at the refusing iteration."""
     problem = _problem("y ~ x * w + (1 | g)", _grouped(seed=7, groups=30, size=4), "learn")
+    q, J = problem.D.shape[1], problem.blocked.n_levels
+
+    original = fused_iteration.fused_chain
+
+    def refusing_run(rng, count, calls, every, relaxation, drawn_first, *args):
+        if drawn_first:  # the rest of an iteration whose theta | w the caller drew (the fallback)
+            return original(rng, count, calls, every, relaxation, drawn_first, *args)
+        rng.standard_normal(q), rng.standard_normal((J, 1))  # a refusal: its first theta | w's normals drawn
+        return 0, True
+
+    monkeypatch.setattr(fused_iteration, "fused_chain", refusing_run)
     monkeypatch.setattr(fused_iteration, "coefficient_draw", lambda *args: False)
     monkeypatch.setattr(compiled_rows, "intercept_draw", lambda *args: False)
     fused = gibbs._chain(problem, 30, 20, 1, np.random.SeedSequence(2), False)
     monkeypatch.setattr(fused_iteration, "_structure_fits", lambda *args: False)
     separate = gibbs._chain(problem, 30, 20, 1, np.random.SeedSequence(2), False)
     np.testing.assert_allclose(fused["theta_d"], separate["theta_d"], rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "batch,thin,tune,groups,size",
+    [(7, 1, 40, 30, 4), (64, 3, 40, 30, 4), (64, 1, 0, 30, 4), (64, 1, 40, 4, 30)],
+    ids=["short-runs", "thinned", "untuned", "many-rows-per-level"],
+)
+def test_whole_iterations_in_one_call_are_the_per_iteration_chain(batch, thin, tune, groups, size, monkeypatch):
+    """``FusedIteration.run`` (whole iterations, theta | w and the variance draws included, in one compiled call on the
+    chain's generator) makes the chain of one fused call per iteration, seed for seed: runs cut short by the collapsed
+    step's tuning iterations, by the end of tuning and by ``batch``, thinned draws, the learned penalty's half-t and
+    its auxiliary variable, the location shift, the over-relaxed variance draws after tuning (from the first iteration:
+    ``tune=0``) and levels of many rows (no level draws, the collapsed step's schedule settled at mid-tuning)."""
+    problem = _problem("y ~ x * w + (1 | g)", _grouped(seed=11, groups=groups, size=size), "learn")
+    iterations = []
+    original = fused_iteration.fused_chain
+
+    def counted(*args):
+        completed, refused = original(*args)
+        iterations.append(completed)
+        return completed, refused
+
+    monkeypatch.setattr(fused_iteration, "fused_chain", counted)
+    monkeypatch.setattr(gibbs, "BATCH", batch)
+    whole = gibbs._chain(problem, 40, tune, thin, np.random.SeedSequence(8), False)
+    assert sum(iterations) > 0.6 * (tune + 40 * thin) and max(iterations) <= batch  # most iterations, in several runs
+    monkeypatch.setattr(gibbs, "BATCH", 0)
+    per_iteration = gibbs._chain(problem, 40, tune, thin, np.random.SeedSequence(8), False)
+    assert whole["theta_d"].shape == per_iteration["theta_d"].shape == (40, problem.D.shape[1])
+    for name in ("theta_d", "theta_b", "log_posterior"):
+        np.testing.assert_allclose(whole[name], per_iteration[name], rtol=1e-7, atol=1e-8, err_msg=name)
+    for a, b in zip(whole["components"], per_iteration["components"]):
+        np.testing.assert_allclose(a, b, rtol=1e-7)
+    assert np.std(whole["components"][0]) > 0

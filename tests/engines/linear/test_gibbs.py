@@ -359,14 +359,23 @@ def test_compiled_iteration_on_unsplit_rows_gives_the_numpy_chain(monkeypatch):
     """On rows that do not split (every small data set), a seed gives the same chain with numba as without: the
     compiled row pass over every row and the compiled random-intercept draw (``compiled_rows.intercept_draw``) take
     the normals and uniforms the numpy path takes (only the order of floating-point sums differs; the compiled draw
-    is the fused iteration's where the problem has its structure, ``fused_iteration.coefficient_draw``)."""
+    is the fused iteration's where the problem has its structure, ``fused_iteration.coefficient_draw``, or inside its
+    whole iterations, ``fused_iteration.fused_chain``)."""
     from bayesvm.engines.linear import compiled_rows, fused_iteration, gibbs
 
     assert compiled_rows.available()
     calls = []
     original, fused = compiled_rows.intercept_draw, fused_iteration.coefficient_draw
+    whole = fused_iteration.fused_chain
     monkeypatch.setattr(compiled_rows, "intercept_draw", lambda *args: calls.append(1) or original(*args))
     monkeypatch.setattr(fused_iteration, "coefficient_draw", lambda *args: calls.append(1) or fused(*args))
+
+    def whole_iterations(*args):  # FusedIteration.run: its iterations' compiled draws
+        completed, refused = whole(*args)
+        calls.extend([1] * completed)
+        return completed, refused
+
+    monkeypatch.setattr(fused_iteration, "fused_chain", whole_iterations)
     data = _small_data(n=60, seed=3)
     runs = {}
     for switch in ("1", "0"):
