@@ -384,6 +384,32 @@ def test_lattice_extension_stays_on_the_lattice_and_follows_a_one_sided_tail(d, 
     np.testing.assert_allclose(weights @ nodes, full_weights @ full_nodes, atol=0.02)
 
 
+def test_one_hyperparameter_lattice_stops_extending_a_side_where_ep_failed():
+    """One hyperparameter with a heavy tail on one side and EP failing beyond a point on the other (a 13-row
+    Laplace-zero fit, a column at scale 1e8: 28 failed nodes, 55 s): the failed side is not extended, the tail is
+    still followed on the other."""
+    from bayesvm.engines.linear import ep
+
+    _, lattice, _, step = ep._design(1, 21, 4.0)
+    edge = float(lattice[:, 0].min())
+
+    def log_post_z(z):  # a slow exponential tail towards positive z; EP "fails" (-inf) below the initial lattice
+        z = float(np.ravel(z)[0])
+        return -np.inf if z < edge - step / 2 else (-0.6 * z if z > 0 else -0.5 * z**2)
+
+    calls = []
+
+    def counted(z):
+        calls.append(float(np.ravel(z)[0]))
+        return log_post_z(z)
+
+    logp = np.array([log_post_z(z) for z in lattice])
+    logp[np.argmin(lattice[:, 0])] = -np.inf  # the initial lattice's lowest node failed
+    nodes, _, ok = ep._extend_lattice(lattice, logp, step, counted)
+    assert ok and nodes[:, 0].max() > 10  # the heavy side is followed until its tail is negligible
+    assert min(calls) > edge  # no node below the failed one was tried
+
+
 def test_lattice_follows_two_variances_towards_zero_within_its_node_limit():
     """Two random intercepts with variances near zero and a learned penalty (the posterior of ``log sigma^2`` has an
     exponential tail towards zero under the half-t prior): the tails were cut off at the earlier 300 nodes."""
