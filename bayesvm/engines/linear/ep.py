@@ -875,7 +875,9 @@ def _extend_lattice(
             # a side whose outermost node failed (EP did not converge there: no mass, and the fit is reported as not
             # converged) is not extended: farther out along it EP fails again, each failure costing every attempt of
             # EP_ATTEMPTS (a 13-row Laplace-zero fit with a column at scale 1e8 spent 55 s on 28 such nodes)
-            sides = [s for s in (-1.0, 1.0) if np.isfinite(logp[np.argmin(np.abs(lattice[:, 0] - s * (radius - step)))])]
+            sides = [
+                s for s in (-1.0, 1.0) if np.isfinite(logp[np.argmin(np.abs(lattice[:, 0] - s * (radius - step)))])
+            ]
             new = np.array([[s * radius] for s in sides])
             if not sides or lattice.shape[0] + len(sides) > MAX_LATTICE_NODES:
                 break
