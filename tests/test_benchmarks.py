@@ -85,3 +85,24 @@ def test_nested_benchmark_solve_times():
     assert data["mother"].nunique() == 200 and data["community"].nunique() <= 40
     pattern_ms, dense_ms, width = _solve_times(data)
     assert width > 32 and pattern_ms > 0 and dense_ms > 0
+
+
+def test_kernel_oracle_cavities_remove_each_rows_own_site():
+    """The cavity of ``benchmarks.kernel_oracle`` equals ``q`` recomputed without the row's site (chi fixed)."""
+    import bayesvm
+    from bayesvm.engines.kernel.vb import Whitened, natural_target
+    from bayesvm.kernels import RBF
+    from benchmarks.kernel_oracle import cavities
+
+    data = bayesvm.datasets.load_ratsch("titanic")
+    train, _ = data.split(0)
+    train = train.iloc[:60]
+    fit = bayesvm.bsvm(data.formula, train, kernel=RBF(), inducing=20, seed=0)
+    B, residual = fit.result.features(fit._inputs(train))
+    y, chi = fit.model.problem().y, fit.result.chi
+    mean, var = cavities(fit, train)
+    for i in (0, 7, 31):
+        keep = np.arange(y.size) != i
+        q = Whitened(*natural_target(y[keep], B[keep].T, chi[keep]))
+        np.testing.assert_allclose(mean[i], B[i] @ q.mean, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(var[i], B[i] @ q.cov @ B[i] + residual[i], rtol=1e-8, atol=1e-10)
