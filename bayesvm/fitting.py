@@ -621,7 +621,7 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
     chosen, why = (vb, None) if method != "vb" or vb is not None else default_selection_vb(model)
     if method == "vb" and chosen == "accurate":
         try:
-            result = fit_selection_accurate(problem)
+            result = fit_selection_accurate(problem, stop_at_failure=vb is None)  # (the default falls back)
         except AccurateFitError as exc:
             if vb is not None:
                 raise

@@ -167,7 +167,7 @@ def test_laplace_zero_defaults_to_ep_with_few_slopes(monkeypatch):
     assert "Carbonetto" in str(slab.summary()) and slab.vb_note is None
     assert "Alg. 3" in str(asked.summary()) and asked.vb_note is None
 
-    def failing(problem):
+    def failing(problem, **options):
         raise AccurateFitError("accurate VB: expectation propagation did not converge for this selection model")
 
     from bayesvm.engines.selection import ep as selection_ep

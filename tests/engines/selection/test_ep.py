@@ -165,3 +165,28 @@ def test_negative_slope_precisions_that_make_q_improper_are_floored(monkeypatch)
     floored = run_selection_ep(problem, [], width, *start, max_iter=500)
     assert floored.clipped and floored.converged and floored.tau[n:].min() >= 0.0
     assert np.isfinite(floored.log_evidence) and 0.0 < floored.tilted.p_include[0] < 1.0
+
+
+def test_the_default_path_stops_at_the_first_node_where_ep_fails(monkeypatch):
+    """``stop_at_failure`` (the default ``vb``, which falls back to mean-field VB on any failure) raises at the first
+    failed node, after that node's attempts; without it the search goes on to other nodes (and here, with EP failing
+    everywhere, ends with no converged node)."""
+    from bayesvm.engines.linear.ep import EP_ATTEMPTS, AccurateFitError
+
+    problem = _two_coefficients(LaplaceZero(0.3))
+    real, calls = selection_ep.run_selection_ep, []
+
+    def never_converges(*args, **kwargs):
+        calls.append(1)
+        state = real(*args, **{**kwargs, "max_iter": 2})
+        state.converged = False
+        return state
+
+    monkeypatch.setattr(selection_ep, "run_selection_ep", never_converges)
+    with pytest.raises(AccurateFitError, match="EP did not converge at a node"):
+        fit_selection_accurate(problem, stop_at_failure=True)
+    assert len(calls) == len(EP_ATTEMPTS)  # one node (no warm start yet), every damping
+    calls.clear()
+    with pytest.raises(AccurateFitError, match="converged at no node"):
+        fit_selection_accurate(problem)
+    assert len(calls) > 3 * len(EP_ATTEMPTS)
