@@ -190,3 +190,19 @@ def test_the_default_path_stops_at_the_first_node_where_ep_fails(monkeypatch):
     with pytest.raises(AccurateFitError, match="converged at no node"):
         fit_selection_accurate(problem)
     assert len(calls) > 3 * len(EP_ATTEMPTS)
+
+
+def test_warm_starts_get_a_capped_budget_before_the_cold_start():
+    """Each warm start at most WARM_SWEEPS per damping, then the cold start's whole schedule, then the warm start's
+    strongest damping in full (a warm start that fails oscillates for its whole budget; the cold start often converges
+    in tens of sweeps)."""
+    schedule = ((0.7, 200), (0.3, 1000), (0.1, 4000))
+    warm = object()
+    order = selection_ep._attempt_order([warm], schedule)
+    cap = selection_ep.WARM_SWEEPS
+    assert order == [
+        (warm, 0.7, 200), (warm, 0.3, cap), (warm, 0.1, cap),
+        (None, 0.7, 200), (None, 0.3, 1000), (None, 0.1, 4000),
+        (warm, 0.1, 4000),
+    ]  # fmt: skip
+    assert selection_ep._attempt_order([], schedule) == [(None, d, s) for d, s in schedule]
