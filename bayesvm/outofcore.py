@@ -33,9 +33,9 @@ from .formula.design import (
     NewDesign,
     _bad_mask,
     _group_labels,
-    _required_variables,
     _sorted_levels,
     build_design,
+    required_variables,
 )
 from .formula.response import code_response
 
@@ -197,8 +197,8 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
         dict.fromkeys(
             [
                 parsed.response,
-                *_required_variables(parsed.fixed, head, "data"),
-                *(v for bar in parsed.bars for v in _required_variables(bar.expr, head, "data")),
+                *required_variables(parsed.fixed, head, "data"),
+                *(v for bar in parsed.bars for v in required_variables(bar.expr, head, "data")),
                 *(v for bar in parsed.bars for v in bar.group),
                 *(v for spec in parsed.gp_terms for v in spec.variables),
             ]

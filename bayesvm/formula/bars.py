@@ -167,6 +167,12 @@ def parse_formula(formula: str, columns=None) -> ParsedFormula:
         raise FormulaError(
             f"formula {formula!r} has nothing on the right of '~'; use '~ 1' for an intercept-only model"
         )
+    if rhs[-1] in "+-*/:^" or rhs.startswith(("*", "/", ":", "^")):
+        at = "ends" if rhs[-1] in "+-*/:^" else "starts"
+        raise FormulaError(
+            f"formula {formula!r} {at} with the operator {rhs[-1] if at == 'ends' else rhs[0]!r}, "
+            "which needs a term on each side"
+        )
 
     if columns is not None:
         rhs = quote_dotted_columns(rhs, columns)

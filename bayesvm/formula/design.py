@@ -10,17 +10,14 @@ Nothing here knows about engines or results (DESIGN section 2).
 
 from __future__ import annotations
 
-import copy
 import difflib
 import re
-import warnings
 from dataclasses import dataclass, replace
 
 import formulaic
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from formulaic.errors import FormulaicError
 
 from ..checks.rank import Aliased, aliased_columns
 from ..errors import DataError, DesignError, FormulaError
@@ -35,7 +32,9 @@ from .frames import (
 )
 from .gp_terms import GpTerm, build_gp_term
 from .imputation import ImputationLayout, check_imputable, imputation_layout
+from .materializer import materialize
 from .response import ResponseCoding, code_response
+from .restricted import formula_variables
 
 MISSING_CHOICES = ("error", "drop", "impute")
 
@@ -224,11 +223,11 @@ class Design:
             If a needed value is missing.
         """
         newdata = as_frame(newdata, "newdata")
-        needed = set(_required_variables(self.parsed.fixed, newdata, "newdata"))
+        needed = set(required_variables(self.parsed.fixed, newdata, "newdata"))
         needed |= {v for term in self.gp_terms for v in term.spec.variables}
         if include_random:
             for term in self.re_terms:
-                needed |= set(_required_variables(term.bar.expr, newdata, "newdata")) | set(term.bar.group)
+                needed |= set(required_variables(term.bar.expr, newdata, "newdata")) | set(term.bar.group)
         _check_columns(newdata, needed, "newdata")
         newdata = coerce_like_training(plain_columns(newdata, sorted(needed)), self.numeric_variables, "newdata")
         check_column_kinds(newdata, sorted(needed))
@@ -248,7 +247,7 @@ class Design:
                     newdata[name] = np.where(
                         np.isnan(raw_values[:, j]), self.imputation.observed_mean[j], raw_values[:, j]
                     )
-        X = _materialize(self.spec, newdata, "fixed effects")
+        X = materialize(self.spec, newdata, "fixed effects")
         if self.x_keep is not None:
             X = X[:, list(self.x_keep)]
         _check_finite(X, self.x_names, "newdata")
@@ -260,7 +259,7 @@ class Design:
                 continue
             labels = _group_labels(newdata, term.bar.group)
             codes.append(term.levels.get_indexer(labels))
-            values.append(_materialize(term.spec, newdata, str(term.bar))[:, list(term.columns)])
+            values.append(materialize(term.spec, newdata, str(term.bar))[:, list(term.columns)])
             _check_finite(values[-1], term.term_names, "newdata")
         bases = tuple(term.basis(_gp_inputs(newdata, term.spec, "newdata")) for term in self.gp_terms)
         return NewDesign(X=X, codes=tuple(codes), values=tuple(values), imputation_values=raw_values, gp_bases=bases)
@@ -277,28 +276,9 @@ class NewDesign:
     gp_bases: tuple[np.ndarray, ...] = ()  # the gp() terms' bases of the new rows
 
 
-def _required_variables(formula: str, data: pd.DataFrame, what: str) -> list[str]:
-    """Data columns a formula part uses.
-
-    formulaic's ``required_variables`` reads a quoted name such as ```cad.dur``` inside a
-    function call as the attribute ``dur`` of ``cad``, and leaves out a column that shares the
-    name of one of its transforms (``cs``, ``poly``); both are repaired here.
-    """
-    try:
-        variables = {str(v) for v in formulaic.Formula(formula).required_variables}
-    except FormulaicError as exc:
-        raise FormulaError(f"cannot parse formula part {formula!r}: {exc}") from None
-    # formulaic leaves out names that are also its transforms (a column called `cs` or `poly`):
-    # any bare name of the formula that is a column of the data is used as that column
-    for name in re.findall(r"(?<![`\w.])([A-Za-z_][A-Za-z0-9_]*)(?![\w.(`])", formula):
-        if name in data.columns:
-            variables.add(name)
-    for quoted in re.findall(r"`([^`]+)`", formula):
-        variables.add(quoted)
-        head = quoted.split(".")[0]
-        if "." in quoted and head not in data.columns:
-            variables.discard(head)
-    return sorted(variables)
+def required_variables(formula: str, data: pd.DataFrame, what: str) -> list[str]:
+    """Data columns a formula part uses (:func:`bayesvm.formula.restricted.formula_variables`), sorted."""
+    return formula_variables(formula)
 
 
 def _check_columns(data: pd.DataFrame, needed: set[str], what: str) -> None:
@@ -346,26 +326,6 @@ def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: s
     if not keep.any():
         raise DataError(f"no complete rows are left in {what} after dropping missing values in {sorted(counts)}")
     return keep
-
-
-def _materialize(spec_or_formula, data: pd.DataFrame, what: str, as_matrix: bool = False) -> np.ndarray:
-    """The model matrix of ``data`` by a formula (a formulaic ``ModelMatrix``) or by a spec (an array; with
-    ``as_matrix``, the ``ModelMatrix``), any formulaic failure raised as :class:`DesignError` naming ``what``."""
-    try:
-        with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
-            warnings.simplefilter("error", UserWarning)
-            if isinstance(spec_or_formula, str):
-                matrix = formulaic.model_matrix(spec_or_formula, data, na_action="raise", context={})
-            else:  # on a copy: formulaic updates a spec's state while it materialises, even when that then fails
-                matrix = copy.deepcopy(spec_or_formula).get_model_matrix(data, na_action="raise", context={})
-    except UserWarning as exc:
-        raise DesignError(f"cannot build the {what} design: {exc}") from None
-    except (FormulaicError, ValueError, TypeError) as exc:
-        message = str(exc).split("\n")[0]
-        raise DesignError(f"cannot build the {what} design: {message}") from None
-    if isinstance(spec_or_formula, str) or as_matrix:
-        return matrix
-    return np.asarray(matrix, dtype=float)
 
 
 def _clean_name(name: str) -> str:
@@ -468,11 +428,11 @@ def build_design(
     data = as_frame(data, "data")
     if missing not in MISSING_CHOICES:
         raise DataError(f"missing must be one of {MISSING_CHOICES}, got {missing!r}")
-    bar_vars = [v for bar in parsed.bars for v in _required_variables(bar.expr, data, "data")]
+    bar_vars = [v for bar in parsed.bars for v in required_variables(bar.expr, data, "data")]
     group_vars = [v for bar in parsed.bars for v in bar.group]
     gp_vars = [v for spec in parsed.gp_terms for v in spec.variables]
     parsed = expand_dot(parsed, data.columns, group_vars)
-    fixed_vars = _required_variables(parsed.fixed, data, "data")
+    fixed_vars = required_variables(parsed.fixed, data, "data")
     used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars, *gp_vars]))
     _check_columns(data, set(used), "data")
     data = plain_columns(data, used, labels=(parsed.response,))
@@ -516,9 +476,9 @@ def build_design(
 
     response = code_response(frame[parsed.response], parsed.response, positive)
     if fold is None or fold.fixed_spec is None:
-        matrix = _materialize(parsed.fixed, frame, "fixed effects")
+        matrix = materialize(parsed.fixed, frame, "fixed effects")
     else:
-        matrix = _materialize(fold.fixed_spec, frame, "fixed effects", as_matrix=True)
+        matrix = materialize(fold.fixed_spec, frame, "fixed effects", as_matrix=True)
     X = np.asarray(matrix, dtype=float)
     x_names = tuple(_clean_name(str(c)) for c in matrix.columns)
     if not x_names:
@@ -546,7 +506,7 @@ def build_design(
         X, x_names = X[:, list(keep)], tuple(x_names[j] for j in keep)
     layout = None
     if impute:
-        layout = imputation_layout(matrix.model_spec, raw, impute, lambda expr: _required_variables(expr, raw, "data"))
+        layout = imputation_layout(matrix.model_spec, raw, impute, lambda expr: required_variables(expr, raw, "data"))
         if keep is not None:
             position = {j: i for i, j in enumerate(keep)}
             lost = [v for v, col in zip(layout.variables, layout.x_columns) if col not in position]
@@ -558,7 +518,7 @@ def build_design(
 
     re_terms: list[ReTerm] = []
     for bar in parsed.bars:
-        lhs = _materialize(bar.expr, frame, str(bar))
+        lhs = materialize(bar.expr, frame, str(bar))
         values = np.asarray(lhs, dtype=float)
         names = [_clean_name(str(c)) for c in lhs.columns]
         if values.shape[1] == 0:
