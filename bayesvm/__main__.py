@@ -7,6 +7,7 @@ message names the option, column or file); 3 the fit ran but did not converge (t
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import warnings
@@ -69,12 +70,21 @@ def _add_output(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage error in one line (what is wrong and where the help is), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bayesvm", description="Bayesian support vector machines.", epilog=EPILOG
-    )
+    parser = _Parser(prog="python -m bayesvm", description="Bayesian support vector machines.", epilog=EPILOG)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    sub = parser.add_subparsers(dest="command", required=True)
+    anywhere = argparse.ArgumentParser(add_help=False)  # --debug after the sub-command too
+    anywhere.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    original = sub.add_parser
+    sub.add_parser = lambda *args, **kwargs: original(*args, parents=[anywhere], **kwargs)
 
     example = sub.add_parser("example", help="run a worked example from the papers", epilog=EPILOG)
     example.add_argument("name", choices=sorted(EXAMPLES))
@@ -396,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = show
         try:
             return COMMANDS[args.command](args)
+        except BrokenPipeError:  # the reader went away (``... | head``): stop quietly, as other tools do
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 0
         except (BayesvmError, OSError) as exc:
             if args.debug:
                 raise

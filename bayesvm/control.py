@@ -9,6 +9,7 @@ samplers take them; giving the same field both ways is an error.
 from __future__ import annotations
 
 import difflib
+import numbers
 from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
@@ -75,6 +76,47 @@ class Control:
 
 
 CONTROL_FIELDS = tuple(f.name for f in fields(Control))
+#: Settings that only the samplers (``method="gibbs"``) read (``cores``, where any process runs, is not one: the
+#: cross-fitting fold fits set it for every method).
+SAMPLING_FIELDS = ("draws", "tune", "chains", "thin")
+#: Most chains one fit may run (each is a full run of the sampler).
+MAX_CHAINS = 128
+#: Most completed data sets multiple imputation may fit.
+MAX_IMPUTATIONS = 1000
+
+
+def check_settings_apply(control: Control, method: str, vb: object) -> None:
+    """Refuse settings the chosen engine would ignore, naming them: sampling settings (``draws=`` ...) without
+    ``method="gibbs"``, ``vb=`` with the samplers or EM; and requests past :data:`MAX_CHAINS` chains or
+    :data:`MAX_IMPUTATIONS` imputations.
+
+    Raises
+    ------
+    BayesvmError
+        Naming the setting and the method that would not use it.
+    """
+    defaults = Control()
+    if method != "gibbs":
+        given = [name for name in SAMPLING_FIELDS if not _same(getattr(control, name), getattr(defaults, name))]
+        if given:
+            raise BayesvmError(
+                f"{', '.join(f'{name}=' for name in given)} only apply to method='gibbs' (the samplers); "
+                f"method={method!r} would ignore them"
+            )
+    if vb is not None and method in ("gibbs", "em"):
+        raise BayesvmError(
+            f"vb={vb!r} goes with method='vb' (and 'svi'), where it chooses the variational engine; "
+            f"method={method!r} would ignore it"
+        )
+    chains = control.chains
+    if isinstance(chains, numbers.Integral) and not isinstance(chains, bool) and chains > MAX_CHAINS:
+        raise BayesvmError(f"chains={chains:,} is more than {MAX_CHAINS}; run fewer, longer chains (draws=)")
+    imputations = control.imputations
+    if isinstance(imputations, numbers.Integral) and not isinstance(imputations, bool):
+        if imputations > MAX_IMPUTATIONS:
+            raise BayesvmError(
+                f"imputations={imputations:,} is more than {MAX_IMPUTATIONS}; 20-100 completed data sets are plenty"
+            )
 
 
 def default_tune(tune: int | None, selection: bool) -> int | None:

@@ -16,7 +16,7 @@ from .checks import (
     one_class_findings,
     singular_findings,
 )
-from .control import Control, default_tune, resolve_control
+from .control import Control, check_settings_apply, default_tune, resolve_control
 from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
@@ -169,6 +169,7 @@ def bsvm(
     }  # fmt: skip
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
+    check_settings_apply(control, method, vb)
     seed = options["seed"] = as_seed(seed)
     standardize, progress = as_flag(standardize, "standardize"), as_flag(progress, "progress")
     chains, thin = as_count(chains, "chains"), as_count(thin, "thin")

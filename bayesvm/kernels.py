@@ -27,10 +27,20 @@ from .errors import BayesvmError
 __all__ = ["Kernel", "RBF", "Matern52", "Linear", "Constant", "Sum"]
 
 
+#: Range of a kernel hyperparameter: its square and its reciprocal's square stay finite and nonzero in float64.
+HYPERPARAMETER_RANGE = (1e-150, 1e150)
+
+
 def _positive(name: str, value: object, owner: str) -> np.ndarray:
-    arr = np.atleast_1d(np.asarray(value, dtype=float))
+    try:
+        arr = np.atleast_1d(np.asarray(value, dtype=float))
+    except (TypeError, ValueError):
+        raise BayesvmError(f"{owner}: {name} must be a positive number, got {value!r}") from None
+    low, high = HYPERPARAMETER_RANGE
     if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise BayesvmError(f"{owner}: {name} must be positive and finite, got {value!r}")
+    if np.any(arr < low) or np.any(arr > high):
+        raise BayesvmError(f"{owner}: {name} must be between {low:g} and {high:g}, got {value!r}; rescale the inputs")
     return arr
 
 

@@ -137,7 +137,17 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         raise BayesvmError(f"kernel must be None, 'rbf', 'matern52' or a bayesvm.kernels kernel, got {self.kernel!r}")
 
     def fit(self, X, y) -> BayesianSVC:
-        """Fit one binary Bayesian SVM (two classes) or one per class (one-vs-rest)."""
+        """Fit one binary Bayesian SVM (two classes) or one per class (one-vs-rest).  A fit that is refused (or
+        fails) leaves the estimator as it was: a previous fit stays usable."""
+        before = dict(vars(self))
+        try:
+            return self._fit(X, y)
+        except BaseException:
+            vars(self).clear()
+            vars(self).update(before)
+            raise
+
+    def _fit(self, X, y) -> BayesianSVC:
         from .arguments import as_count
 
         self._kernel()  # validate before any work

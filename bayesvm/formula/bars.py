@@ -175,6 +175,7 @@ def parse_formula(formula: str, columns=None) -> ParsedFormula:
         )
 
     if columns is not None:
+        _check_numbers_that_name_columns(rhs, formula, columns)
         rhs = quote_dotted_columns(rhs, columns)
     rhs, gp_terms = extract_gp_terms(rhs, formula)
     bars: list[Bar] = []
@@ -215,6 +216,23 @@ def parse_formula(formula: str, columns=None) -> ParsedFormula:
     )
 
 
+#: A number written in a formula (``0``, ``1``, ``2.5``), outside names and backticks.
+_NUMBER = re.compile(r"(?<![\w.`])(\d+(?:\.\d*)?)(?![\w.`])")
+
+
+def _check_numbers_that_name_columns(rhs: str, formula: str, columns) -> None:
+    """A formula reads ``0``, ``1`` as the intercept and other numbers as constants: where the data name a column
+    so (pandas' default names), the unquoted number is ambiguous, so it is refused with the backticked spelling."""
+    names = {str(c) for c in columns}
+    unquoted = re.sub(r"`[^`]*`|'[^']*'|\"[^\"]*\"", " ", rhs)
+    for token in _NUMBER.findall(unquoted):
+        if token in names:
+            raise FormulaError(
+                f"{token} in {formula!r} is read as a number (1 and 0 add or remove the intercept), and the data have "
+                f"a column named {token}: write the column in backticks, `{token}`"
+            )
+
+
 def _unquoted_names_hint(formula: str, columns) -> str:
     """A hint for columns whose names hold characters a formula reads as operators or separators (a space, ``-``,
     ``/``) and that the formula writes without backticks; empty when there are none (or no columns)."""
@@ -238,6 +256,15 @@ def _depth_zero_text(inner: str) -> str:
         elif depth == 0:
             out.append(char)
     return "".join(out)
+
+
+#: A term removed with ``-``: a name or a backtick-quoted name (not ``- 1``, not ``-(...)``).
+_REMOVED = re.compile(r"(?:^|(?<=[\s(+]))-\s*(`[^`]+`|[A-Za-z_.][A-Za-z0-9_.]*)")
+
+
+def removed_names(fixed: str) -> list[str]:
+    """The column names a fixed part removes with ``-`` (``y ~ . - id``), without backticks."""
+    return [_strip_backticks(name) for name in _REMOVED.findall(fixed)]
 
 
 def expand_dot(parsed: ParsedFormula, columns, grouping_factors) -> ParsedFormula:
@@ -267,3 +294,19 @@ def expand_dot(parsed: ParsedFormula, columns, grouping_factors) -> ParsedFormul
 def check_formula_text(formula: str) -> None:
     """Check every term of a whole formula (fixed part and random-effect bars) before anything evaluates it."""
     parse_formula(formula)  # checks each part with check_formula_part
+
+
+def check_parsed_formula(parsed: ParsedFormula) -> None:
+    """Check a restored split formula: the formula as written, its fixed part (after ``.`` expansion) and each bar's
+    left-hand side and grouping factors, each on its own, since a file could change one without the others."""
+    for text in (parsed.formula, parsed.fixed, parsed.response):
+        if not isinstance(text, str):
+            raise FormulaError(f"a stored formula part must be text, got {type(text).__name__}")
+    check_formula_text(parsed.formula)
+    check_formula_part(parsed.fixed)
+    if not isinstance(parsed.bars, tuple) or not all(isinstance(bar, Bar) for bar in parsed.bars):
+        raise FormulaError("a stored formula's random-effect terms are not bars")
+    for bar in parsed.bars:
+        check_formula_part(bar.expr)
+        if not all(isinstance(name, str) for name in bar.group):
+            raise FormulaError(f"a stored bar's grouping factors {bar.group!r} are not column names")

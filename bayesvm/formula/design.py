@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from ..checks.rank import Aliased, aliased_columns
 from ..errors import DataError, DesignError, FormulaError
-from .bars import Bar, ParsedFormula, expand_dot
+from .bars import Bar, ParsedFormula, expand_dot, removed_names
 from .frames import (
     as_frame,
     check_column_kinds,
@@ -96,6 +96,16 @@ class ReTerm:
     def column_names(self) -> list[str]:
         return [f"{name}|{self.group}[{level}]" for level in self.levels for name in self.term_names]
 
+    def check_shapes(self) -> None:
+        """Raise ``ValueError`` unless the term's names, columns, codes and values fit together (a restored file)."""
+        values, codes = self.values, self.codes
+        if not (isinstance(values, np.ndarray) and values.ndim == 2 and isinstance(codes, np.ndarray)):
+            raise ValueError(f"random-effect term {self.bar}: its values or codes are not arrays")
+        if codes.shape != (values.shape[0],) or not values.shape[1] == len(self.term_names) == len(self.columns):
+            raise ValueError(f"random-effect term {self.bar}: its codes, values and names do not match")
+        if codes.size and int(codes.max()) >= len(self.levels):
+            raise ValueError(f"random-effect term {self.bar}: its columns or level codes do not match its levels")
+
     def z_matrix(self, codes: np.ndarray | None = None, values: np.ndarray | None = None) -> sp.csr_matrix:
         """Sparse ``n x (J k)`` design; rows with code -1 (unseen level) are all zero."""
         codes = self.codes if codes is None else codes
@@ -164,6 +174,24 @@ class Design:
     gp_terms: tuple[GpTerm, ...] = ()
     gp_bases: tuple[np.ndarray, ...] = ()
     wide_kept: tuple[str, ...] = ()
+
+    def check_shapes(self) -> None:
+        """Raise ``ValueError`` unless the design's names, rows and columns fit together (a restored file whose
+        ``x_names`` or rows were changed is refused when it loads, not when it predicts)."""
+        X = self.X
+        if not (isinstance(X, np.ndarray) and X.ndim == 2 and isinstance(self.y, np.ndarray) and self.y.ndim == 1):
+            raise ValueError("the design's X or y is not an array of the right shape")
+        if len(self.x_names) != X.shape[1]:
+            raise ValueError(f"the design names {len(self.x_names)} columns but X has {X.shape[1]}")
+        if self.y.shape[0] != len(self.row_index) or X.shape[0] > self.y.shape[0]:  # streamed: X holds a prototype
+            raise ValueError("the design's response, rows and X do not have the same rows")
+        if self.x_keep is not None and len(self.x_keep) != X.shape[1]:
+            raise ValueError("the design's kept columns do not match X")
+        for term in self.re_terms:
+            if term.codes.shape[0] != X.shape[0]:
+                raise ValueError(f"random-effect term {term.bar} does not have the design's rows")
+        if len(self.gp_bases) != len(self.gp_terms):
+            raise ValueError("the design's gp() terms and their bases do not match")
 
     def response_of(self, newdata: pd.DataFrame) -> np.ndarray:
         """The response of new rows coded -1 / +1 (:meth:`ResponseCoding.encode_new`)."""
@@ -364,7 +392,8 @@ def _check_unseen_levels(spec, newdata: pd.DataFrame) -> None:
             continue
         values = newdata[column]
         known = set(categories) | {str(c) for c in categories}
-        unseen = [v for v in pd.unique(values) if v not in known and str(v) not in known]
+        unseen = [v.item() if isinstance(v, np.generic) else v for v in pd.unique(values)]
+        unseen = [v for v in unseen if v not in known and str(v) not in known]
         if unseen:
             count = int(values.isin(unseen).sum())
             raise DesignError(
@@ -431,6 +460,9 @@ def build_design(
     bar_vars = [v for bar in parsed.bars for v in required_variables(bar.expr, data, "data")]
     group_vars = [v for bar in parsed.bars for v in bar.group]
     gp_vars = [v for spec in parsed.gp_terms for v in spec.variables]
+    for name in removed_names(parsed.fixed):  # R: object 'zz' not found; formulaic would drop the term silently
+        if name not in data.columns:
+            _check_columns(data, {name}, "data")
     parsed = expand_dot(parsed, data.columns, group_vars)
     fixed_vars = required_variables(parsed.fixed, data, "data")
     used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars, *gp_vars]))

@@ -41,6 +41,12 @@ def as_frame(data: object, what: str) -> pd.DataFrame:
         raise DataError(
             f"{what} must be a data frame (pandas, polars, pyarrow) or a dict of columns, got {type(data).__name__}"
         )
+    if not all(isinstance(name, str) for name in frame.columns):  # 0, 1, ... as pandas names unnamed columns
+        named = frame.columns.map(str)
+        if named.duplicated().any():
+            clash = named[named.duplicated()].unique().tolist()
+            raise DataError(f"{what} has column names that are the same as text: {clash}; rename them")
+        frame = frame.rename(columns=str)  # a new frame: the caller's keeps its names
     duplicated = frame.columns[frame.columns.duplicated()].unique().tolist()
     if duplicated:
         raise DataError(f"{what} has duplicated column names {duplicated}; rename them so that each column is unique")

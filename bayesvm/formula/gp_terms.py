@@ -36,9 +36,12 @@ from scipy.linalg import cholesky, solve_triangular
 
 from ..errors import DesignError, FormulaError
 from ..kernels import RBF, Matern52
+from ..memory import check_memory
 
 #: Inducing locations of a ``gp()`` term when ``k`` is not given.
 DEFAULT_BASIS = 20
+#: Most inducing locations a ``gp()`` term may ask for (its basis is ``n x k``, its kernel matrix ``k x k``).
+MAX_BASIS = 1000
 #: Kernels a ``gp()`` term may name.
 GP_KERNELS = {"rbf": RBF, "matern52": Matern52}
 #: Jitter added to the diagonal of ``K_UU`` (unit-variance kernel) before its Cholesky factor.
@@ -97,8 +100,10 @@ def _option(name: str, text: str, call: str) -> object:
         else:
             raise FormulaError(f"{call}: option {name}={text} must be a constant") from None
     if name == "k":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-            raise FormulaError(f"{call}: k (the number of inducing locations) must be an integer >= 2, got {text}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_BASIS:
+            raise FormulaError(
+                f"{call}: k (the number of inducing locations) must be an integer from 2 to {MAX_BASIS}, got {text}"
+            )
         return value
     if name == "lengthscale":
         if value is None:
@@ -266,6 +271,11 @@ def build_gp_term(spec: GpSpec, values: np.ndarray) -> GpTerm:
         )
     inputs = (values - center) / scale
     m = spec.k if spec.k is not None else DEFAULT_BASIS
+    check_memory(
+        3 * 8.0 * (values.shape[0] * m + m * m),
+        f"{spec.label}: its basis ({values.shape[0]:,} rows x {m:,} inducing locations)",
+        "ask for fewer inducing locations (k=)",
+    )
     locations = _locations(inputs, m)
     lengthscale = spec.lengthscale if spec.lengthscale is not None else _median_distance(inputs)
     kernel = GP_KERNELS[spec.kernel](lengthscale=lengthscale, variance=1.0, learn=False)

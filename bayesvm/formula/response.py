@@ -101,6 +101,12 @@ def code_response(values: pd.Series, name: str, positive: object | None = None) 
             f"response {name!r} has {n_missing} missing value(s) (rows {rows}{'...' if n_missing > 5 else ''})"
         )
     levels = _sorted_levels(values)
+    kinds = {"text" if isinstance(level, str) else "number" for level in levels}
+    if len(kinds) > 1:
+        raise DataError(
+            f"response {name!r} mixes numbers and text ({levels[:6]}): {'/'.join(map(repr, levels[:2]))} would be "
+            f"different classes; make the column one type, e.g. data[{name!r}].astype(str)"
+        )
     if len(levels) != 2:
         shown = levels[:6]
         raise DataError(

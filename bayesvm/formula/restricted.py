@@ -59,7 +59,9 @@ def formula_factors(part: str) -> list:
         formula = formulaic.Formula(DOT.sub("1", part))
     except FormulaicError as exc:
         raise FormulaError(f"cannot parse formula part {part!r}: {str(exc).splitlines()[0]}") from None
-    except (RecursionError, MemoryError, ValueError, TypeError, SyntaxError) as exc:
+    except RecursionError:
+        raise FormulaError(f"formula part {part[:60]!r}... is nested too deeply to parse") from None
+    except (MemoryError, ValueError, TypeError, SyntaxError) as exc:
         raise FormulaError(f"cannot parse formula part {part[:200]!r}: {type(exc).__name__}") from None
     factors = _factors(formula)
     for factor in factors:

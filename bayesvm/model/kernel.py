@@ -6,6 +6,7 @@ standardisation, the data-dependent kernel defaults and the choice of inducing p
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +88,13 @@ def choose_locations(
         M = int(inducing)
         if M < 1:
             raise BayesvmError(f"inducing must be at least 1, got {M}")
+        if M > n:
+            warnings.warn(
+                f"inducing={M:,} is more than the {n:,} training rows: every row is an inducing point "
+                "(as inducing='all' with the inducing-point engine)",
+                UserWarning,
+                stacklevel=4,
+            )
         if M >= n:
             return inputs.copy()
         if method == "random":

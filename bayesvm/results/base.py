@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from ..arguments import as_flag
 from ..errors import BayesvmError
 
 PREDICT_KINDS = ("class", "prob", "pseudo", "link")
@@ -55,6 +56,8 @@ class Fit(ABC):
     result: object
     data_name: str = "data"
     tol: float = 1e-8
+    #: the posterior summaries of ``result`` (:meth:`_make_posterior`), made when the fit is built
+    posterior: object = field(init=False, repr=False, compare=False, default=None)
 
     # defaults for fits restored from files written before these attributes existed
     _calibration = None
@@ -165,6 +168,7 @@ class Fit(ABC):
             raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
         if new_levels not in NEW_LEVELS:
             raise BayesvmError(f"new_levels must be one of {NEW_LEVELS}, got {new_levels!r}")
+        include_random = as_flag(include_random, "include_random")
         mean, var, law, rows, extra = self._predictive(newdata, include_random, new_levels)
         if kind == "link":
             values = mean
@@ -194,6 +198,7 @@ class Fit(ABC):
 
         if new_levels not in NEW_LEVELS:
             raise BayesvmError(f"new_levels must be one of {NEW_LEVELS}, got {new_levels!r}")
+        include_random = as_flag(include_random, "include_random")
         mean, var, law, _, _ = self._predictive(newdata, include_random, new_levels)
         sd = np.sqrt(var + expected_new_variance(law, mean.size))
         z = norm.ppf(0.5 + as_level(level) / 2.0)
@@ -366,21 +371,23 @@ class Fit(ABC):
         return plot_calibration(self, newdata=newdata, bins=bins, ax=ax)
 
     # ----- storage and export ----------------------------------------------------------
-    def save(self, path):
+    def save(self, path, key: bytes | str | None = None):
         """Write the whole fit to ``path`` as data (a checksummed zip of JSON and ``.npy`` arrays, written
-        atomically; see :mod:`bayesvm.results.storage`); ``bayesvm.load`` reads it without running any code."""
+        atomically; see :mod:`bayesvm.results.storage`); ``bayesvm.load`` reads it without running any code.  With
+        ``key``, the file is also signed (HMAC-SHA256), and ``bayesvm.load(path, key=key)`` refuses it if anyone
+        without the key changed it."""
         from .storage import save_fit
 
         call = self.call
         if call is None or call.data is None or isinstance(call.data, pd.DataFrame):
-            return save_fit(self, path)
+            return save_fit(self, path, key)
         # out-of-core data are a lazy graph, not data: the file keeps the call without them (a loaded fit keeps
         # its learned probability map; re-calibrating it needs held-out rows)
         from dataclasses import replace
 
         self.call = replace(call, data=None)
         try:
-            return save_fit(self, path)
+            return save_fit(self, path, key)
         finally:
             self.call = call
 

@@ -20,7 +20,9 @@ object, so a loaded fit has the same structure as the saved one.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
 import importlib
 import io
 import math
@@ -79,6 +81,14 @@ MOVED_CLASSES = {
     "bayesvm.crossfit:FitCall": "bayesvm.results.crossfit:FitCall",
 }
 MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
+#: Attributes of formulaic's records that are neither dataclass fields, slots nor annotations (their internals):
+#: ``module:qualname`` -> names.
+FOREIGN_ATTRIBUTES = {
+    "formulaic.formula:SimpleFormula": frozenset({"_SimpleFormula__terms", "ordering", "_parser", "_nested_parser"}),
+    "formulaic.parser.types.term:Term": frozenset({"factors", "origin", "_factor_key", "_hash"}),
+    "formulaic.materializers.types.scoped_factor:ScopedFactor": frozenset({"factor", "reduced"}),
+    "formulaic.materializers.base:EncodedTermStructure": frozenset({"term", "scoped_terms", "columns"}),
+}
 #: Builtin bases a stored object may subclass (its value is stored beside its attributes).
 _BUILTIN_BASES = (str, int, float, tuple, frozenset)
 _SPARSE_FORMATS = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "coo": sp.coo_matrix}
@@ -193,7 +203,14 @@ class Encoder:
         base = next((b for b in _BUILTIN_BASES if isinstance(obj, b)), None)
         if base is not None:
             node["base"] = [base.__name__, self.encode(base(obj), path)]
-        node["state"] = {name: self.encode(value, f"{path}.{name}") for name, value in _attributes(obj).items()}
+        attributes = _attributes(obj)
+        undeclared = sorted(set(attributes) - stored_attributes(cls))
+        if undeclared:
+            raise StorageError(
+                f"{path}.{undeclared[0]}: {cls.__qualname__} does not declare this attribute, so it cannot be stored "
+                "(a saved fit holds only the fields its classes declare)"
+            )
+        node["state"] = {name: self.encode(value, f"{path}.{name}") for name, value in attributes.items()}
         return node
 
     def _encode_values(self, values: pd.Index | pd.Series, path: str) -> dict:
@@ -238,6 +255,50 @@ def _check_class(cls: type, path: str) -> None:
             f"{path}: objects of type {cls.__module__}.{cls.__qualname__} cannot be stored as data "
             "(only bayesvm and formulaic records, numpy, pandas and scipy.sparse values)"
         )
+
+
+@functools.cache
+def stored_attributes(cls: type) -> frozenset[str]:
+    """The attributes a stored instance of ``cls`` may hold: its dataclass fields, slots, annotated attributes,
+    cached properties and class-level defaults (lower-case, not methods or properties), and for formulaic's records
+    the internals of :data:`FOREIGN_ATTRIBUTES`.  Anything else in a file (an attribute named ``predict`` that
+    would shadow the method) is refused, and a fit holding anything else cannot be saved."""
+    names: set[str] = set(FOREIGN_ATTRIBUTES.get(_class_name(cls), ()))
+    if dataclasses.is_dataclass(cls):
+        names.update(field.name for field in dataclasses.fields(cls))
+    for klass in cls.__mro__:
+        slots = getattr(klass, "__slots__", ())
+        names.update((slots,) if isinstance(slots, str) else slots)
+        names.update(vars(klass).get("__annotations__", {}))
+        for name, value in vars(klass).items():
+            if isinstance(value, functools.cached_property):
+                names.add(name)
+            elif not (
+                name.startswith("__")
+                or name.isupper()
+                or callable(value)
+                or isinstance(value, property | staticmethod | classmethod)
+            ):
+                names.add(name)
+    methods = {name for klass in cls.__mro__ for name, value in vars(klass).items() if _is_method(value)}
+    return frozenset(names - methods - {"__dict__", "__weakref__"})
+
+
+def _is_method(value: object) -> bool:
+    return isinstance(value, property | staticmethod | classmethod) or (
+        callable(value) and not isinstance(value, type | functools.cached_property)
+    )
+
+
+def _required_fields(cls: type) -> frozenset[str]:
+    """Dataclass fields without a default: a stored instance that lacks one is refused."""
+    if not dataclasses.is_dataclass(cls):
+        return frozenset()
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.init
+    )
 
 
 def _attributes(obj: object) -> dict[str, Any]:
@@ -422,10 +483,16 @@ class Decoder:
         state = node["state"]
         if not isinstance(state, dict):
             raise StorageError(f"bad state for {node['cls']}")
+        allowed = stored_attributes(cls)
         for name, value in state.items():
             if not isinstance(name, str) or not name.isidentifier() or (name.startswith("__") and name.endswith("__")):
                 raise StorageError(f"bad attribute name {name!r} for {node['cls']}")
+            if name not in allowed:
+                raise StorageError(f"{cls.__qualname__} has no field {name!r} that a saved fit defines")
             object.__setattr__(obj, name, self.decode(value))
+        missing = sorted(_required_fields(cls) - set(state))
+        if missing:
+            raise StorageError(f"the stored {cls.__qualname__} lacks its field(s) {missing}")
         for klass, check in self._validators.items():
             if isinstance(obj, klass):
                 check(obj)

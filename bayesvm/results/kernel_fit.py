@@ -31,6 +31,7 @@ class KernelPosterior:
     """``q(f(x))`` of a kernel fit: Gaussian, from the engine's inducing-point posterior."""
 
     kind = "kernel"
+    result: KernelVBResult
 
     def __init__(self, result: KernelVBResult):
         self.result = result

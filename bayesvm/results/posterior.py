@@ -50,6 +50,8 @@ class VariationalPosterior:
     """Posterior summaries from a VB fit."""
 
     kind = "variational"
+    result: VBResult
+    theta: object
 
     def __init__(self, result: VBResult):
         self.result = result
@@ -104,6 +106,7 @@ class SampledPosterior:
     """Posterior summaries from MCMC draws (chains x draws)."""
 
     kind = "sampled"
+    result: GibbsResult
 
     def __init__(self, result: GibbsResult):
         self.result = result
@@ -214,6 +217,7 @@ class ModePosterior:
     """A posterior mode (EM / ECME): point values, no spread."""
 
     kind = "mode"
+    result: EMResult
 
     def __init__(self, result: EMResult):
         self.result = result
@@ -256,6 +260,7 @@ class MixturePosterior:
     """A weighted mixture of Gaussians over grid nodes of ``log sigma^2`` (``vb="accurate"``)."""
 
     kind = "mixture"
+    result: IntegratedResult
 
     def __init__(self, result: IntegratedResult):
         self.result = result
@@ -328,6 +333,7 @@ class SelectionPosterior:
     """
 
     kind = "variational"
+    result: SelectionVBResult
 
     def __init__(self, result: SelectionVBResult):
         self.result = result

@@ -30,7 +30,7 @@ def test_parse_splits_gp_terms_from_the_fixed_part_and_the_bars():
         ("y ~ x:gp(age)", "must be added with '+'"),
         ("y ~ gp(age) * x", "must be followed by '+'"),
         ("y ~ gp(age, m=3)", "unknown option 'm'"),
-        ("y ~ gp(age, k=1)", "integer >= 2"),
+        ("y ~ gp(age, k=1)", "integer from 2"),
         ("y ~ gp(age, lengthscale=-1)", "positive number"),
         ("y ~ gp(age, kernel='cubic')", "kernel must be one of"),
         ("y ~ gp(log(age))", "inputs must be column names"),

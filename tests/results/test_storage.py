@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -17,6 +16,8 @@ import pytest
 import bayesvm
 from bayesvm import kernels, priors
 from bayesvm.results import storage
+
+from ..adversarial.archives import rewrite
 
 
 def _frame(n=90, seed=0, missing=False):
@@ -138,20 +139,13 @@ def test_old_pickles_load_only_when_allowed_with_a_warning(em_file, tmp_path):
 
 def _rewrite(path, out, edit):
     """Re-pack a saved fit after ``edit(entries)``, with every checksum recomputed (an attacker can)."""
-    with zipfile.ZipFile(path) as zf:
-        entries = {name: zf.read(name) for name in zf.namelist()}
-    edit(entries)
-    manifest = json.loads(entries.pop("manifest.json"))
-    manifest["sha256"] = {name: hashlib.sha256(data).hexdigest() for name, data in entries.items()}
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as zf:
-        zf.writestr("manifest.json", json.dumps(manifest))
-        for name, data in entries.items():
-            zf.writestr(name, data)
-        zf.comment = b"bayesvm-sha256:" + b"0" * 64
-    body = buffer.getvalue()[:-64]
-    out.write_bytes(body + hashlib.sha256(body[: -len(b"bayesvm-sha256:")]).hexdigest().encode())
-    return out
+
+    def raw_manifest(entries):
+        entries["manifest.json"] = json.dumps(entries["manifest.json"]).encode()
+        edit(entries)
+        entries["manifest.json"] = json.loads(entries["manifest.json"])
+
+    return rewrite(path, out, raw_manifest)
 
 
 def _edit_graph(change):

@@ -99,6 +99,8 @@ class KernelVBResult(EngineOutput):
     #: Gibbs: the draws of ``v`` (chains, draws, M) and the log pseudo-posterior of each (chains, draws)
     weight_draws: np.ndarray | None = None
     log_posterior: np.ndarray | None = None
+    #: Cholesky factor of the kernel matrix of the locations (with jitter), computed from the fields above
+    _chol: np.ndarray = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         self._chol = _cholesky(self.kernel.matrix(self.locations) + self.jitter * np.eye(len(self.locations)))

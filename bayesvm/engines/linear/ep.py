@@ -291,6 +291,10 @@ class Hyperparameters:
     to a constant; ``log_jacobian`` maps a density of ``phi`` to one of the covariances.
     """
 
+    components: tuple[VarianceComponent, ...]
+    sizes: list[int]
+    starts: np.ndarray
+
     def __init__(self, components: tuple[VarianceComponent, ...]):
         self.components = components
         self.sizes = [c.k * (c.k + 1) // 2 for c in components]
