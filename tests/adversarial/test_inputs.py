@@ -78,6 +78,33 @@ REFUSED = {
         ["GiB", "inducing"],
     ),
     "pcvm too big": (lambda d: bayesvm.pcvm(FORMULA, pd.concat([d] * 5000, ignore_index=True)), ["GiB", "inducing"]),
+    # arguments a method would ignore, and requests past their bounds
+    "draws under vb": (lambda d: bayesvm.bsvm(FORMULA, d, draws=100, **FAST), ["draws=", "method='gibbs'"]),
+    "chains under em": (lambda d: bayesvm.bsvm(FORMULA, d, method="em", chains=2), ["chains=", "'em'"]),
+    "accurate with em": (lambda d: bayesvm.bsvm(FORMULA, d, method="em", vb="accurate"), ["vb='accurate'", "'em'"]),
+    "a million chains": (lambda d: bayesvm.bsvm(FORMULA, d, method="gibbs", chains=10**6), ["chains=1,000,000"]),
+    "ten million imputations": (
+        lambda d: bayesvm.bsvm(FORMULA, d.assign(x2=d.x2.where(d.index % 5 > 0)), missing="impute", imputations=10**7),
+        ["imputations=10,000,000"],
+    ),
+    "tiny lengthscale": (lambda d: bayesvm.bsvm(FORMULA, d, kernel=kernels.RBF(lengthscale=1e-300)), ["lengthscale"]),
+    "huge variance": (lambda d: bayesvm.bsvm(FORMULA, d, kernel=kernels.RBF(variance=1e300)), ["variance"]),
+    "gp basis": (lambda d: bayesvm.bsvm("y ~ x1 + gp(x2, k=1000000)", d), ["k=", "1000"]),
+    # formulas R would refuse
+    "trailing plus": (lambda d: bayesvm.bsvm("y ~ x1 +", d), ["'+'"]),
+    "removing a column that is not there": (lambda d: bayesvm.bsvm("y ~ . - zz", d[["y", "x1"]]), ["'zz'"]),
+    "numbers and text in the response": (
+        lambda d: bayesvm.bsvm("y ~ x1", d.assign(y=d.y.map({0: 0, 1: "1"}))),
+        ["'y'", "numbers and text"],
+    ),
+    "a number that names a column": (
+        lambda d: bayesvm.bsvm("y ~ 0 + 1", pd.DataFrame({0: d.x1, 1: d.x2, "y": d.y})),
+        ["backticks", "`0`"],
+    ),
+    "non-ASCII name in a call": (
+        lambda d: bayesvm.bsvm("y ~ np.log(größe)", d.assign(größe=d.x2.abs())),
+        ["'größe'", "backticks"],
+    ),
 }
 
 
@@ -126,6 +153,11 @@ ACCEPTED = {
         "b ~ x1", d.assign(b=d.y.map({0: "no", 1: "yes"}).astype("string")), **FAST
     ),
     "numeric codes as a factor": lambda d: bayesvm.bsvm("y ~ x1 + C(k)", d.assign(k=d.g.astype(str)), **FAST),
+    "a column named np": lambda d: bayesvm.bsvm("y ~ np + np.log(x2 ** 2)", d.assign(np=d.x1), **FAST),
+    "integer column names in backticks": lambda d: bayesvm.bsvm(
+        "y ~ `0` + `1`", pd.DataFrame({0: d.x1, 1: d.x2, "y": d.y}), **FAST
+    ),
+    "non-ASCII column names": lambda d: bayesvm.bsvm("y ~ größe + np.log(`größe` ** 2)", d.assign(größe=d.x2), **FAST),
 }
 
 
@@ -224,3 +256,38 @@ def test_an_export_that_would_not_fit_in_memory_is_refused_before_drawing(fit):
         fit.to_inference_data(draws=10**9)
     with pytest.raises(BayesvmError, match="draws must be"):
         fit.to_inference_data(draws=True)
+
+
+@pytest.mark.parametrize("flag", ["no", 0, None, "False"])
+def test_include_random_must_be_a_flag(fit, frame, flag):
+    with pytest.raises(BayesvmError, match="include_random must be True or False"):
+        fit.predict(frame, include_random=flag)
+
+
+def test_a_factor_trained_on_text_refuses_numbers_it_never_saw(fit, frame):
+    with pytest.raises(BayesvmError, match=r"'f'.*\[0, 1, 2\].*never saw"):
+        fit.predict(frame.assign(f=np.arange(len(frame)) % 3))
+
+
+def test_a_refused_fit_leaves_a_fitted_estimator_intact(frame):
+    from bayesvm.sklearn import BayesianSVC
+
+    X, y = frame[["x1", "x2"]].to_numpy(), frame.y.to_numpy()
+    model = BayesianSVC().fit(X, y)
+    before = model.predict_proba(X)
+    with pytest.raises(ValueError):
+        model.fit(X, np.zeros(len(y)))
+    with pytest.raises(ValueError):
+        model.fit(X[:, :1], np.array(["a"] * len(y)))
+    np.testing.assert_array_equal(model.classes_, [0, 1])
+    np.testing.assert_array_equal(model.predict_proba(X), before)
+
+
+def test_command_line_usage_errors_take_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "bayesvm", "fit", "--bogus"], capture_output=True, text=True)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--help" in lines[0] and "usage:" not in done.stderr
