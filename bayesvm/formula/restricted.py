@@ -9,6 +9,8 @@ formulaic's ``required_variables`` (which evaluates parts of the text with Pytho
 
 from __future__ import annotations
 
+import ast
+import math
 import re
 
 import formulaic
@@ -19,6 +21,11 @@ from .interpreter import check_term, term_variables
 
 #: Longest formula part formulaic is given to parse.
 MAX_FORMULA_LENGTH = 100_000
+#: Most terms a formula part may expand to (``(a + b + ...)^k`` and ``a * b * ...`` grow combinatorially, and
+#: formulaic's expansion of them before anything is checked grows faster still).
+MAX_TERMS = 1000
+#: Largest exponent of a power of terms (an exponent above the number of terms adds nothing).
+MAX_POWER = 20
 
 
 def check_factor(factor) -> None:
@@ -55,6 +62,12 @@ def formula_factors(part: str) -> list:
         raise FormulaError(f"a formula must be text, got {type(part).__name__}")
     if len(part) > MAX_FORMULA_LENGTH:
         raise FormulaError(f"formula of {len(part):,} characters; at most {MAX_FORMULA_LENGTH:,}")
+    terms = expanded_terms(part)
+    if terms > MAX_TERMS:
+        raise FormulaError(
+            f"formula part {part[:80]!r} expands to about {terms:,} terms (powers and products of sums); at most "
+            f"{MAX_TERMS:,}: write the interactions you need, e.g. (a + b + c)^2 rather than a higher power"
+        )
     try:
         formula = formulaic.Formula(DOT.sub("1", part))
     except FormulaicError as exc:
@@ -67,6 +80,55 @@ def formula_factors(part: str) -> list:
     for factor in factors:
         check_factor(factor)
     return factors
+
+
+def expanded_terms(part: str) -> int:
+    """An upper bound on the terms a formula part expands to, from its syntax alone (no formulaic parse): a sum adds
+    its sides, ``a * b`` gives ``a + b + a:b``, ``a:b`` multiplies, ``a / b`` gives ``a + a:b``, and ``(...)^k`` (or
+    ``**k``) every interaction of up to ``k`` of its terms.  A part this reading cannot parse counts as one term per
+    ``+`` unless it has a power, whose exponent is then read alone."""
+    code = re.sub(r"`[^`]*`", "_q", part)
+    code = re.sub(r"(?<![:<>=!]):(?![:=])", "@", code).replace("^", "**")
+    try:
+        tree = ast.parse(code, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        powers = [int(k) for k in re.findall(r"(?:\*\*|\^)\s*\(?\s*(\d{1,12})", part)]
+        return (MAX_TERMS + 1) if any(k > 8 for k in powers) else part.count("+") + 1
+    try:
+        return _count_terms(tree.body)
+    except RecursionError:
+        return MAX_TERMS + 1
+
+
+def _count_terms(node: ast.AST) -> int:
+    if isinstance(node, ast.BinOp):
+        op = type(node.op)
+        if op is ast.Pow:
+            base = _count_terms(node.left)
+            power = node.right.value if isinstance(node.right, ast.Constant) else None
+            if not isinstance(power, int) or isinstance(power, bool) or power < 1:
+                return base
+            if power > MAX_POWER:  # formulaic multiplies the base out once per unit of the exponent
+                raise FormulaError(
+                    f"the power {ast.unparse(node)[:60]} has the exponent {power:,}; at most {MAX_POWER} (an exponent "
+                    "above the number of terms adds no interaction)"
+                )
+            return sum(math.comb(base, i) for i in range(1, min(power, base) + 1)) if base < 64 else MAX_TERMS + 1
+        left, right = _count_terms(node.left), _count_terms(node.right)
+        if op in (ast.Add, ast.Sub):
+            return left + right
+        if op is ast.Mult:
+            return left + right + left * right
+        if op is ast.MatMult:
+            return left * right
+        if op is ast.Div:
+            return left + left * right
+        return left + right
+    if isinstance(node, ast.UnaryOp):
+        return _count_terms(node.operand)
+    if isinstance(node, ast.Constant):
+        return 0
+    return 1  # a name, a call (one factor, whatever its arguments), braces
 
 
 def check_formula_part(part: str) -> None:

@@ -194,3 +194,20 @@ def test_the_command_line_refuses_code_in_a_formula(frame, tmp_path):
     assert done.returncode == 2, done.stderr
     assert "Subscript" in done.stderr and "Traceback" not in done.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "formula, words",
+    [
+        ("y ~ (x1 + x2 + f + g + x1:x2 + f:g + x1:f + x2:g + x1:g + x2:f)^10", ["terms"]),
+        ("y ~ (x1 + x2)**1000000", ["exponent 1,000,000"]),
+        ("y ~ x1*x2*f*g*x1*x2*f*g*x1*x2*f*g", ["terms"]),
+    ],
+)
+def test_formulas_that_expand_combinatorially_are_refused_before_formulaic_expands_them(frame, formula, words):
+    started = time.perf_counter()
+    with pytest.raises(BayesvmError) as info:
+        bayesvm.bsvm(formula, frame, **FAST)
+    assert time.perf_counter() - started < 10
+    for word in words:
+        assert word in str(info.value)
