@@ -282,6 +282,9 @@ def expand_dot(parsed: ParsedFormula, columns, grouping_factors) -> ParsedFormul
         return parsed
     skip = {parsed.response, *grouping_factors}
     names = [str(c) for c in columns if str(c) not in skip]
+    quoted = [name for name in names if "`" in name]
+    if quoted:
+        raise FormulaError(f"'.' cannot stand for column(s) {quoted[:3]}: their names hold a backtick; rename them")
     if not names:
         raise FormulaError(
             f"'.' in {parsed.formula!r} stands for every column except the response and the grouping factors, "

@@ -19,10 +19,10 @@ from formulaic.errors import FormulaicError
 from ..errors import FormulaError
 from .interpreter import check_term, term_variables
 
-#: Longest formula part formulaic is given to parse.
-MAX_FORMULA_LENGTH = 100_000
-#: Most terms a formula part may expand to (``(a + b + ...)^k`` and ``a * b * ...`` grow combinatorially, and
-#: formulaic's expansion of them before anything is checked grows faster still).
+#: Longest formula part formulaic is given to parse (``y ~ .`` on a wide frame writes every column).
+MAX_FORMULA_LENGTH = 2_000_000
+#: Most terms the interactions of a formula part may add to the terms written in it (``(a + b + ...)^k`` and
+#: ``a * b * ...`` grow combinatorially, and formulaic's expansion of them, before anything is checked, faster still).
 MAX_TERMS = 1000
 #: Largest exponent of a power of terms (an exponent above the number of terms adds nothing).
 MAX_POWER = 20
@@ -63,10 +63,11 @@ def formula_factors(part: str) -> list:
     if len(part) > MAX_FORMULA_LENGTH:
         raise FormulaError(f"formula of {len(part):,} characters; at most {MAX_FORMULA_LENGTH:,}")
     terms = expanded_terms(part)
-    if terms > MAX_TERMS:
+    if terms > MAX_TERMS + part.count("+") + 1:
         raise FormulaError(
             f"formula part {part[:80]!r} expands to about {terms:,} terms (powers and products of sums); at most "
-            f"{MAX_TERMS:,}: write the interactions you need, e.g. (a + b + c)^2 rather than a higher power"
+            f"{MAX_TERMS:,} more than it writes: write the interactions you need, e.g. (a + b + c)^2 rather than a "
+            "higher power"
         )
     try:
         formula = formulaic.Formula(DOT.sub("1", part))
@@ -93,11 +94,11 @@ def expanded_terms(part: str) -> int:
         tree = ast.parse(code, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         powers = [int(k) for k in re.findall(r"(?:\*\*|\^)\s*\(?\s*(\d{1,12})", part)]
-        return (MAX_TERMS + 1) if any(k > 8 for k in powers) else part.count("+") + 1
+        return (MAX_TERMS + part.count("+") + 2) if any(k > 8 for k in powers) else part.count("+") + 1
     try:
         return _count_terms(tree.body)
     except RecursionError:
-        return MAX_TERMS + 1
+        return 2**64
 
 
 def _count_terms(node: ast.AST) -> int:
@@ -113,7 +114,9 @@ def _count_terms(node: ast.AST) -> int:
                     f"the power {ast.unparse(node)[:60]} has the exponent {power:,}; at most {MAX_POWER} (an exponent "
                     "above the number of terms adds no interaction)"
                 )
-            return sum(math.comb(base, i) for i in range(1, min(power, base) + 1)) if base < 64 else MAX_TERMS + 1
+            if base >= 64:  # past any bound below, without computing it
+                return 2**64
+            return sum(math.comb(base, i) for i in range(1, min(power, base) + 1))
         left, right = _count_terms(node.left), _count_terms(node.right)
         if op in (ast.Add, ast.Sub):
             return left + right

@@ -488,11 +488,17 @@ class Decoder:
             if not isinstance(name, str) or not name.isidentifier() or (name.startswith("__") and name.endswith("__")):
                 raise StorageError(f"bad attribute name {name!r} for {node['cls']}")
             if name not in allowed:
-                raise StorageError(f"{cls.__qualname__} has no field {name!r} that a saved fit defines")
+                raise StorageError(
+                    f"{cls.__qualname__} has no field {name!r} that a saved fit defines (a file changed after it was "
+                    "saved, or saved by another version of bayesvm: refit the model with this version and save it again)"
+                )
             object.__setattr__(obj, name, self.decode(value))
         missing = sorted(_required_fields(cls) - set(state))
         if missing:
-            raise StorageError(f"the stored {cls.__qualname__} lacks its field(s) {missing}")
+            raise StorageError(
+                f"the stored {cls.__qualname__} lacks its field(s) {missing} (a file changed after it was saved, or "
+                "saved by another version of bayesvm: refit the model with this version and save it again)"
+            )
         for klass, check in self._validators.items():
             if isinstance(obj, klass):
                 check(obj)

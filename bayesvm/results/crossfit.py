@@ -25,6 +25,7 @@ with the parent on Ctrl-C or SIGTERM), each with one BLAS thread; the folds' fit
 
 from __future__ import annotations
 
+import importlib
 import re
 import warnings
 from collections.abc import Callable
@@ -45,14 +46,28 @@ class CrossFitError(BayesvmError):
     fit's probabilities fall back to the calibration prior's map, with a warning naming the cause."""
 
 
-#: The fitting functions a :class:`FitCall` names (``"bsvm"``, ``"pcvm"``), registered by the package face
-#: (:mod:`bayesvm.fitting`, :mod:`bayesvm.pcvm_fit`) as it is imported, so that ``results/`` never imports the face.
+#: Where the fitting functions a :class:`FitCall` names live (``module:function``): a fit loaded in a process that
+#: never imported the face still finds its refit; a file can only name a key of this table.
+REFIT_FUNCTIONS = {"bsvm": "bayesvm.fitting:bsvm", "pcvm": "bayesvm.pcvm_fit:pcvm"}
+#: The fitting functions resolved so far (the face registers its own as it is imported, so ``results/`` never
+#: imports it at import time).
 REFITTERS: dict[str, Callable[..., Any]] = {}
 
 
 def register_refit(name: str, function: Callable[..., Any]) -> None:
     """Make ``function`` the refit of fits whose :class:`FitCall` names ``name``."""
     REFITTERS[name] = function
+
+
+def refit_function(name: object) -> Callable[..., Any] | None:
+    """The fitting function a :class:`FitCall` names, imported on first use (:data:`REFIT_FUNCTIONS`); ``None`` for a
+    name that is not one."""
+    if not isinstance(name, str) or name not in REFIT_FUNCTIONS:
+        return None
+    if name not in REFITTERS:
+        module, function = REFIT_FUNCTIONS[name].split(":")
+        REFITTERS[name] = getattr(importlib.import_module(module), function)
+    return REFITTERS[name]
 
 
 #: Folds of the default cross-fitting
@@ -207,7 +222,7 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
             "so it cannot be cross-fitted: calibrate it on held-out rows with fit.calibrate(newdata=frame), "
             "or use predict(kind='pseudo') for the uncalibrated pseudo-likelihood"
         )
-    function = REFITTERS.get(call.function)
+    function = refit_function(call.function)
     if function is None:
         raise BayesvmError(f"the fit was made by {call.function!r}, which is not a known fitting function")
     base = call.options.get("seed")

@@ -383,3 +383,48 @@ def test_a_problem_whose_response_misses_rows_of_its_design_is_refused(tmp_path)
 
     with pytest.raises(ValueError, match="response does not hold every row"):
         bayesvm.load(_rewrite(path, tmp_path / "evil.bsvm", _edit_graph(change)))
+
+
+FRESH_PROCESS = """
+import sys, warnings
+import pandas as pd
+import bayesvm
+warnings.simplefilter("ignore")
+new = pd.read_csv(sys.argv[1])
+for path in sys.argv[2:]:
+    fit = bayesvm.load(path)
+    for kind in ("class", "prob", "pseudo", "link"):
+        values = fit.predict(new, kind=kind)
+        assert len(values) == len(new), (path, kind)
+    print(path, "ok")
+"""
+
+
+@pytest.mark.once
+def test_a_loaded_fit_predicts_every_kind_in_a_fresh_process(tmp_path):
+    """In a process that imported nothing but ``bayesvm`` and loaded the files: no fitting function was imported
+    there, so the probability map's fold refits must find theirs (each fit is saved before any probability is
+    asked for, so the map is learned in the new process); the command line's ``predict`` too."""
+    import subprocess
+    import sys
+
+    paths = []
+    for name in ("accurate-vb", "impute-mi-vb", "kernel-vb"):
+        fit, new = _make(name)
+        paths.append(str(fit.save(tmp_path / f"{name}.bsvm")))
+    paths.append(str(bayesvm.pcvm("y ~ x1 + x2", _frame(), method="em").save(tmp_path / "pcvm.bsvm")))
+    csv = tmp_path / "new.csv"
+    _frame(seed=1).to_csv(csv, index=False)
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(csv), *paths], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count(" ok") == len(paths)
+    cli = subprocess.run(
+        [sys.executable, "-m", "bayesvm", "predict", paths[0], str(csv), "--kind", "prob", "--output", "csv"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert len(cli.stdout.strip().splitlines()) == len(_frame(seed=1)) + 1
