@@ -23,6 +23,7 @@ from ..checks.rank import Aliased, aliased_columns
 from ..errors import DataError, DesignError, FormulaError
 from .bars import Bar, ParsedFormula, expand_dot, removed_names
 from .frames import (
+    MAX_FIXED_COLUMNS,
     as_frame,
     check_column_kinds,
     check_factor_sizes,
@@ -471,7 +472,8 @@ def build_design(
     check_column_kinds(data, used)
     predictors = list(dict.fromkeys([*fixed_vars, *bar_vars, *gp_vars]))
     check_text_numbers(data, [v for v in predictors if v != parsed.response], _factor_wrapped(parsed))
-    check_factor_sizes(data, [v for v in fixed_vars if v != parsed.response], len(data))
+    coefficients = None if rank == "keep" else MAX_FIXED_COLUMNS  # kernel inputs have no coefficient per column
+    check_factor_sizes(data, [v for v in fixed_vars if v != parsed.response], len(data), coefficients)
     numeric = frozenset(
         v
         for v in predictors

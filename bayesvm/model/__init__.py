@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from ..errors import BayesvmError, FormulaError
 from ..formula.design import Design, NewDesign
+from ..formula.frames import MAX_FIXED_COLUMNS
 from ..linalg.dense import BlockedFactor
 from ..memory import check_memory
 from ..priors import HalfT, LaplaceZero, Lasso, PriorSet, SpikeSlab
@@ -326,6 +327,20 @@ def validate_selection(design: Design, prior: object, unpenalized: object) -> tu
     return prior, names
 
 
+def _check_fixed_width(design: Design) -> None:
+    """Refuse a fixed part wider than :data:`MAX_FIXED_COLUMNS`, naming its widest terms."""
+    if design.p <= MAX_FIXED_COLUMNS:
+        return
+    widths = sorted(((cols.size, term) for term, cols in design.term_columns().items()), reverse=True)[:3]
+    shown = ", ".join(f"{term!r} ({width:,} columns)" for width, term in widths)
+    raise BayesvmError(
+        f"the fixed part has {design.p:,} columns, more than {MAX_FIXED_COLUMNS:,}: every engine factorises their "
+        f"{design.p:,} x {design.p:,} precision each sweep; the widest terms are {shown}.  A factor with many levels "
+        "belongs in a random-effect term, e.g. (1 | id), which is fitted on its sparse structure; for wide data, "
+        "select or reduce the columns first"
+    )
+
+
 def build_model(
     design: Design,
     penalty: object,
@@ -351,6 +366,7 @@ def build_model(
     if prior is not None and not any(n != "(Intercept)" for n in design.x_names):
         raise BayesvmError("a selection prior needs at least one slope in the fixed part of the formula")
     p = design.p
+    _check_fixed_width(design)
     center, scale = np.zeros(p), np.ones(p)
     if standardize and design.n > 1:
         mean, sd = design.column_moments()

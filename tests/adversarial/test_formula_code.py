@@ -155,13 +155,14 @@ def test_requests_beyond_the_data_are_refused_before_they_run(frame, case):
 
 
 def test_an_interaction_too_wide_for_memory_is_refused_before_it_is_built():
-    """``C(a):C(b)`` with 3,000 x 3,001 levels: formulaic would build nine million columns."""
+    """``C(a):C(b)`` with 2,000 x 2,001 levels: fewer main-effect columns than the fixed part's bound, but formulaic
+    would build four million interaction columns."""
     rows = 9_000
     rng = np.random.default_rng(0)
     data = pd.DataFrame(
         {
-            "a": [f"a{i % 3000}" for i in range(rows)],
-            "b": [f"b{(i * 7) % 3001}" for i in range(rows)],
+            "a": [f"a{i % 2000}" for i in range(rows)],
+            "b": [f"b{(i * 7) % 2001}" for i in range(rows)],
             "y": rng.integers(0, 2, rows),
         }
     )

@@ -90,6 +90,15 @@ REFUSED = {
     "tiny lengthscale": (lambda d: bayesvm.bsvm(FORMULA, d, kernel=kernels.RBF(lengthscale=1e-300)), ["lengthscale"]),
     "huge variance": (lambda d: bayesvm.bsvm(FORMULA, d, kernel=kernels.RBF(variance=1e300)), ["variance"]),
     "gp basis": (lambda d: bayesvm.bsvm("y ~ x1 + gp(x2, k=1000000)", d), ["k=", "1000"]),
+    "ten thousand levels in the fixed part": (
+        lambda d: bayesvm.bsvm(
+            "y ~ x1 + h",
+            pd.concat([d] * 200, ignore_index=True).assign(h=lambda t: [f"h{i % 10000}" for i in t.index]),
+            method="em",
+            penalty=1.0,
+        ),
+        ["10,000 levels", "(1 | h)"],
+    ),
     # formulas R would refuse
     "trailing plus": (lambda d: bayesvm.bsvm("y ~ x1 +", d), ["'+'"]),
     "removing a column that is not there": (lambda d: bayesvm.bsvm("y ~ . - zz", d[["y", "x1"]]), ["'zz'"]),
