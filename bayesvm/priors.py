@@ -149,7 +149,7 @@ class PriorSet:
         return cls(**{"random": InverseGamma(0.01, 0.01), **changes})
 
 
-# ----- shrinkage and selection priors for the penalised slopes (issue 5) --------------------------
+# ----- shrinkage and selection priors for the penalised slopes --------------------------
 @dataclass(frozen=True)
 class LaplaceZero:
     """Laplace-zero prior (Luts & Ormerod 2014, section 3.2; Wand & Ormerod 2011).

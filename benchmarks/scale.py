@@ -1,4 +1,4 @@
-"""Speed at scale (issue 10, first measurements): ``python -m benchmarks.scale [--small]``.
+"""Speed at scale : ``python -m benchmarks.scale [--small]``.
 
 Cases, each timed in this process next to its floor or peer:
 

@@ -37,7 +37,7 @@ and its slopes form a funnel that a chain can fall into and not leave (MASS's ``
 with the move none of 16 did, R-hat 1.000-1.001).  Every call it cost 0.15 ms on toenail (the general path below,
 not compiled), a third of an iteration.
 
-Global rescaling (issue 24; the parameter expansion of Liu & Wu 1999 in the group form of Liu & Sabatti 2000):
+Global rescaling (the parameter expansion of Liu & Wu 1999 in the group form of Liu & Sabatti 2000):
 every coefficient times ``d`` and every covariance (the learned penalty's too) times ``d^2``, so ``f -> d f``.
 A coefficient in a variance component keeps its conditional density with the Jacobian
 (``p(d u | d^2 Sigma) d^dim = p(u | Sigma)``); a coefficient with a fixed ``N(0, 1/lambda_j)`` prior gives

@@ -1,4 +1,4 @@
-"""Line moves of the fixed effects with the augmentation integrated out (issue 24, item 2).
+"""Line moves of the fixed effects with the augmentation integrated out.
 
 The selection samplers' single-slope updates (:mod:`bayesvm.engines.selection.marginal_pairs`) move one
 coefficient at a time.  Where predictors carry overlapping signal (spam's ``hp``, ``hpl``, ``george``, ``lab``,

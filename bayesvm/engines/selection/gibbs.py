@@ -20,7 +20,7 @@ and ``r = X' Y (1 + omega)``, formed once per iteration (one ``syrk``):
   ``1 / (nu^2 s_j^2 tau_j)``), ``1/nu ~ Gamma(a + m, b + sum |beta_j| / s_j)`` (``tau`` integrated
   out; when ``nu`` is learned), ``1/tau_j ~ InverseGaussian(nu s_j / |beta_j|, 1)``.
 
-Random-effect terms (``problem.components``, issue 23) are one more Gaussian block: their prior precision
+Random-effect terms (``problem.components``) are one more Gaussian block: their prior precision
 ``blockdiag(Sigma_c^{-1})`` is added to ``G`` (their columns are never scaled by an indicator), so each
 step above conditions on it -- spike-and-slab's collapsed model moves integrate the random effects out
 with the slopes -- and ``Sigma_c | u_c`` is drawn after the coefficients (:func:`bayesvm.engines.linear.gibbs.

@@ -17,7 +17,7 @@ CME step (ECME, ``nu`` learned): the exact conditional mode of the observed-data
 printed ratio is upside down: the conditional of ``1/nu`` is ``Gamma(a + m, b + sum |beta_j| / s_j)``,
 whose mode is the ratio above.)
 
-Random-effect terms (issue 23): their prior precision ``Sigma_c^{-1}`` joins the M-step's weighted least
+Random-effect terms: their prior precision ``Sigma_c^{-1}`` joins the M-step's weighted least
 squares, and a CM-step sets each ``Sigma_c`` to its conditional mode given the random effects
 (:func:`bayesvm.engines.linear.em.component_mode`), so the objective, now with ``log N(u_c | 0, Sigma_c) +
 log p(Sigma_c)``, still increases at every iteration.  As in :mod:`bayesvm.engines.linear.em`, the mode needs a

@@ -1,4 +1,4 @@
-"""Exact updates of ``(gamma_k, beta_k)`` with the augmentation integrated out (issue 24, item 2).
+"""Exact updates of ``(gamma_k, beta_k)`` with the augmentation integrated out.
 
 The single-site updates of :mod:`bayesvm.engines.selection.gibbs` draw each indicator given ``omega``.  On
 thousands of rows that is sticky: ``omega_i = 1 / |1 - y_i f_i|`` is drawn from the current fit's margins,

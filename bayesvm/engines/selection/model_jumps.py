@@ -1,5 +1,5 @@
 """Model jumps: independence Metropolis-Hastings proposals of the whole model from the VB fit, so that a chain caught
-in a far worse model gets out (issue 24, item 2).
+in a far worse model gets out.
 
 **The trap.**  The hinge pseudo-likelihood has local optima in model space that single-slope moves cannot leave.  On
 mlmRev's Contraception (``use ~ age + urban + livch + (1 | district)``, Laplace-zero) the model with every slope out

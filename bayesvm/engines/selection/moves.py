@@ -1,4 +1,4 @@
-"""Swap moves between correlated slopes for the selection Gibbs samplers (issue 24, item 2).
+"""Swap moves between correlated slopes for the selection Gibbs samplers.
 
 The single-site updates of :mod:`bayesvm.engines.selection.gibbs` draw each indicator given the
 augmentation ``omega``.  ``omega_i`` is drawn from the current fit's margins, so it remembers which of two

@@ -1,4 +1,4 @@
-"""Sheared pair updates: an indicator redrawn together with the slopes that share its signal (issue 24, item 2).
+"""Sheared pair updates: an indicator redrawn together with the slopes that share its signal.
 
 On spam the indicator that kept the Laplace-zero chains apart at the default length (``hpl``: R-hat 1.07, bulk
 ESS 48 over 4 x 1,000 draws) has no substitute to exchange with: no other indicator is anti-correlated with it

@@ -30,7 +30,7 @@ Lower bound (written term by term in :func:`_prior_bound` and the data term; the
 ``+ (q/2)(1 + log 2 pi) + log|P^{-1}| / 2``.
 Every ``E[log b_k]``, ``E[1/b_k]`` and ``E[log sigma^2]`` cancels between ``log p`` and ``log q``.
 
-**Random effects** (issue 23): the columns of each random-effect term join ``theta`` as one more block, with
+**Random effects**: the columns of each random-effect term join ``theta`` as one more block, with
 ``g = 1`` and prior precision ``E[Sigma^{-1}]`` of its ``q(Sigma)`` (inverse gamma, half-t or inverse
 Wishart: :func:`bayesvm.engines.linear.vb.update_component`, Alg. 2 step 4).  They enter ``P`` beside the slopes,
 are updated after step 3 from ``E[u_j u_j']`` and add :func:`bayesvm.engines.linear.vb.component_bound` to the bound;
