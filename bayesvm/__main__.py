@@ -287,13 +287,18 @@ def _example(name: str) -> int:
     title, formula = EXAMPLES[name]
     data = datasets.load_toenail()
     print(title, end="\n\n")
+    print("== 1. The default fit (accurate VB) ==\n")
     fit = bsvm(formula, data, progress=False)
     print(command_line_hints(str(fit.summary())), end="\n\n")
-    meanfield = bsvm(formula, data, progress=False, vb="meanfield")
+    with warnings.catch_warnings(record=True) as caught:  # this fit's warnings belong under its own heading
+        warnings.simplefilter("always")
+        meanfield = bsvm(formula, data, progress=False, vb="meanfield")
     bound = meanfield.lower_bound
     steps = bound[1:] - bound[:-1]
     monotone = bool(steps.min() >= -1e-8 * abs(bound[-1])) if steps.size else True
-    print("The paper's mean-field VB (Algorithm 2) on the same model, for comparison:")
+    print("== 2. The paper's mean-field VB (Algorithm 2) on the same model, for comparison ==\n")
+    for warning in caught:
+        print(f"  its {warning.category.__name__}: {command_line_hints(str(warning.message))}")
     print(
         f"  lower bound on log p(y): {bound[0]:.2f} after sweep 1 -> {bound[-1]:.2f} after sweep {bound.size}; "
         f"{'never decreased' if monotone else 'DECREASED (a bug)'}; "
@@ -325,6 +330,7 @@ def _fit(args) -> int:
 
     data = read_csv(args.csv, args.encoding)
     data.attrs["name"] = args.csv
+    data.attrs["rows"] = len(data)
     fit = bsvm(args.formula, data, **_fit_options(args))
     if args.save:
         fit.calibration_map()  # learned now, saved with the fit: predict from the file needs no refits
@@ -354,6 +360,9 @@ def _predict(args) -> int:
     data = read_csv(args.csv, args.encoding)
     predicted = fit.predict(data, kind=args.kind, new_levels=args.new_levels)
     frame = predicted.to_frame()
+    if args.kind in ("prob", "pseudo"):  # the column says which class it is the probability of
+        coding = fit.model.design.response
+        frame.columns = [f"{args.kind}_{coding.name}={coding.positive}"]
     if args.interval:
         frame = frame.join(fit.predict_interval(data, new_levels=args.new_levels))
     frame.index.name = "row"

@@ -109,5 +109,8 @@ def check_iterations(max_iter, tol) -> None:
 
 def data_name(data: object) -> str:
     rows = len(data) if hasattr(data, "__len__") else "?"
-    name = getattr(data, "attrs", {}).get("name") if hasattr(data, "attrs") else None
+    attrs = getattr(data, "attrs", {}) if hasattr(data, "attrs") else {}
+    name = attrs.get("name") if isinstance(attrs, dict) else None
+    if name and attrs.get("rows", rows) != rows:  # pandas carries attrs to subsets and copies
+        return f"a subset of {name} ({rows} rows)"
     return f"{name} ({rows} rows)" if name else f"{rows} rows"

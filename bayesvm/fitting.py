@@ -69,7 +69,9 @@ def bsvm(
     data
         The data; never modified.
     method
-        ``"vb"``: mean-field variational Bayes (Luts & Ormerod 2014, Alg. 1-2);
+        ``"vb"`` (default): variational Bayes, the accurate fit (expectation propagation integrated over the
+        variance parameters) where it applies and the papers' mean-field VB (Luts & Ormerod 2014, Alg. 1-3)
+        otherwise, as ``vb`` chooses;
         ``"gibbs"``: Gibbs sampling (Appendix A; Polson & Scott 2011, section 4);
         ``"em"``: the posterior mode by EM (fixed penalty) or ECME (learned penalty or random-effect
         variances; Polson & Scott 2011, section 3); with ``penalty=alpha``, no random effects and
@@ -77,7 +79,7 @@ def bsvm(
     penalty
         ``"learn"`` (slopes share ``sigma_u^2 ~ IG(A_u, B_u)``, Example 1), a float ``alpha > 0``
         (slopes ``~ N(0, 1/(4 alpha))``: the SVM objective ``sum hinge + alpha ||beta||^2``,
-        Alg. 1), or ``None`` (vague ``N(0, sigma_beta^2)`` on every fixed effect). The
+        Alg. 1), or ``None`` (also ``"none"``: vague ``N(0, sigma_beta^2)`` on every fixed effect). The
         intercept is never penalised.
     positive
         The response value coded +1; default: the second class in categorical or sorted order.
@@ -170,6 +172,8 @@ def bsvm(
     if method not in METHODS:
         raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
     check_settings_apply(control, method, vb)
+    if isinstance(penalty, str) and penalty.lower() == "none":  # as the command line spells it
+        penalty = options["penalty"] = None
     seed = options["seed"] = as_seed(seed)
     standardize, progress = as_flag(standardize, "standardize"), as_flag(progress, "progress")
     chains, thin = as_count(chains, "chains"), as_count(thin, "thin")

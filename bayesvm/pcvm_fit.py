@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from .arguments import as_count, as_flag, as_seed
+from .arguments import as_count, as_flag, as_seed, data_name
 from .engines.kernel.pcvm import BIAS_PRECISION, PCVMResult, fit_pcvm_ep, fit_pcvm_laplace
 from .engines.kernel.pcvm_em import fit_pcvm_em
 from .errors import BayesvmError
@@ -116,7 +116,7 @@ def pcvm(
         alpha=selected.alpha, mean=mean, cov=cov, approximation=method, loo_error=loo, n_iter=selected.n_iter,
         converged=selected.converged, elapsed=time.perf_counter() - start,
     )  # fmt: skip
-    name = getattr(data, "attrs", {}).get("name") or f"{len(data)} rows"
+    name = data_name(data)
     fit = PCVMFit(model=model, problem=problem, method=method, result=result, data_name=name)
     options["seed"] = seed
     fit.call = record_call("pcvm", formula, data, options, design.row_index, design.parsed.fixed)

@@ -65,7 +65,7 @@ ROW_INCHES, MIN_INCHES = 0.22, 3.0
 def plot_coefficients(
     fit,
     level: float = 0.95,
-    intercept: bool = False,
+    intercept: bool = True,
     sort: bool = False,
     standardize: bool = False,
     ax=None,
@@ -77,7 +77,7 @@ def plot_coefficients(
     level
         Credible level of the intervals.
     intercept
-        Include the intercept.
+        Include the intercept (``False`` leaves it out, e.g. when its scale dwarfs the slopes').
     sort
         Order the rows by the posterior mean (largest at the top) instead of formula order.
     standardize
@@ -148,10 +148,12 @@ def plot_ranef(fit, group: str, term: str = "(Intercept)", level: float = 0.95, 
 
 
 def plot_inclusion(fit, ax=None, labels: bool = True):
-    """Posterior inclusion probabilities as bars shaded by ``P(slope > 0 | y)``, as Luts & Ormerod's Fig. 3.
+    """Posterior inclusion probabilities as bars coloured by ``P(slope > 0 | included)``, after Luts & Ormerod's
+    Fig. 3.
 
-    Darker bars mean a likely positive association with the +1 class, lighter ones a likely negative one;
-    the colour bar is the legend.  The figure widens with the number of predictors.
+    Yellow bars mean a likely positive association with the +1 class, dark purple ones a likely negative one; no
+    shade is white, so every bar shows against the background.  The colour bar is the legend.  The figure widens
+    with the number of predictors.
     """
     table = fit.inclusion
     if table is None:
@@ -165,7 +167,7 @@ def plot_inclusion(fit, ax=None, labels: bool = True):
     from matplotlib.colors import Normalize
 
     shade = np.where(table["p_include"] > 0, table["p_positive"] / np.maximum(table["p_include"], 1e-300), 0.5)
-    colors = cm.Greys(0.05 + 0.9 * np.clip(shade, 0.0, 1.0))
+    colors = _shading_map()(np.clip(shade, 0.0, 1.0))
     positions = np.arange(len(table))
     ax.bar(positions, table["p_include"], color=colors, edgecolor="black", linewidth=0.5)
     ax.axhline(0.5, color="C3", lw=0.8, ls="--", label="0.5: selected above")
@@ -184,11 +186,10 @@ def plot_inclusion(fit, ax=None, labels: bool = True):
 
 
 def _shading_map():
-    """The Greys map restricted to the shades the bars use (0.05-0.95)."""
+    """The colours of ``P(slope > 0 | included)`` from 0 to 1: viridis, which has no white."""
     from matplotlib import cm
-    from matplotlib.colors import LinearSegmentedColormap
 
-    return LinearSegmentedColormap.from_list("inclusion", cm.Greys(np.linspace(0.05, 0.95, 256)))
+    return cm.viridis
 
 
 def plot_calibration(fit, newdata=None, bins: int = 10, ax=None):

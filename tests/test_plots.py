@@ -2,6 +2,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import bayesvm  # noqa: E402
@@ -76,7 +77,8 @@ def test_forest_plot_reads_at_64_terms(tmp_path):
     fit = bayesvm.bsvm("y ~ .", frame, vb="meanfield")
     ax = plots.plot_coefficients(fit, sort=True, standardize=True)
     ax.figure.savefig(tmp_path / "forest.png")
-    assert len(ax.get_yticklabels()) == 64 and not _tick_labels_overlap(ax, "y")
+    labels = [label.get_text() for label in ax.get_yticklabels()]
+    assert len(labels) == 65 and "(Intercept)" in labels and not _tick_labels_overlap(ax, "y")  # shown by default
     assert "standardised" in ax.get_title() and "per SD" in ax.get_xlabel()
     assert ax.get_legend() is not None
     means = [line for line in ax.get_lines() if line.get_marker() == "o"][0].get_xdata()
@@ -97,6 +99,9 @@ def test_inclusion_plot_has_a_legend_and_readable_labels(tmp_path):
     assert ax.get_title() and ax.get_legend() is not None
     assert any(other.get_ylabel() == "P(slope > 0 | included)" for other in ax.figure.axes)  # the colour bar
     assert not _tick_labels_overlap(ax, "x")
+    # every bar stands out from the white background, whatever its sign
+    faces = np.array([bar.get_facecolor()[:3] for bar in ax.patches])
+    assert faces.sum(axis=1).max() < 2.7
     plt.close("all")
 
 

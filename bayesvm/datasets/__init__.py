@@ -28,6 +28,7 @@ def _read(name: str, **kwargs) -> pd.DataFrame:
     with files(__package__).joinpath("data", name).open("rb") as handle:
         frame = pd.read_csv(handle, **kwargs)
     frame.attrs["name"] = name.removesuffix(".csv")
+    frame.attrs["rows"] = len(frame)  # a subset keeps the attributes: data_name() tells it by its rows
     return frame
 
 
@@ -101,4 +102,5 @@ def load_ratsch(name: str) -> RatschData:
     frame = pd.DataFrame(X, columns=[f"x{j + 1}" for j in range(X.shape[1])])
     frame["y"] = y.astype(int)
     frame.attrs["name"] = name
+    frame.attrs["rows"] = len(frame)
     return RatschData(name=name, frame=frame, train=train, test=test)

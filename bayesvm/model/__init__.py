@@ -57,6 +57,8 @@ def validate_penalty(penalty: object) -> float | str | None:
     """``"learn"``, ``None`` or a positive finite float."""
     if penalty is None or (isinstance(penalty, str) and penalty == "learn"):
         return penalty
+    if isinstance(penalty, str) and penalty.lower() == "none":
+        return None
     if isinstance(penalty, str):
         raise BayesvmError(f"penalty must be 'learn', None or a positive number, got {penalty!r}")
     if isinstance(penalty, bool):

@@ -87,8 +87,8 @@ class Fit(ABC):
         """The ArviZ groups that depend on the model: ``posterior`` and, if asked, ``log_likelihood``."""
 
     @abstractmethod
-    def summary(self, level: float = 0.95):
-        """The printed summary; ``str()`` of the returned object prints it."""
+    def summary(self, level: float = 0.95, detail: bool = False):
+        """The printed summary; ``str()`` of the returned object prints it (``detail``: also the engine's report)."""
 
     def _pseudo(self, mean, var, law, rows, extra) -> np.ndarray:
         """The normalised pseudo-likelihood averaged over ``q(f) = N(mean, var)`` (``kind="pseudo"``)."""

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from ..arguments import as_level
+from ..arguments import as_flag, as_level
 from ..checks.findings import Diagnostics
 from ..engines.linear.em import EMResult
 from ..engines.linear.gibbs import GibbsResult
@@ -409,11 +409,19 @@ class BSVMFit(Fit):
         return gp_effect(self, term=term, newdata=newdata, points=points, level=level)
 
     # ----- reporting -----------------------------------------------------------------
-    def summary(self, level: float = 0.95):
-        """lme4-style summary; ``str()`` of the returned object prints it."""
+    def summary(self, level: float = 0.95, detail: bool = False):
+        """lme4-style summary; ``str()`` of the returned object prints it.
+
+        Parameters
+        ----------
+        level
+            Credible level of the intervals.
+        detail
+            Also the engine's own report (for the accurate fit: its lattice over the variance parameters, how its
+            nodes were weighted, what the PSIS check corrected)."""
         from .summary import build_summary
 
-        return build_summary(self, as_level(level))
+        return build_summary(self, as_level(level), as_flag(detail, "detail"))
 
     def __repr__(self) -> str:
         detail = f", lower bound {self.lower_bound[-1]:.4f}" if self.lower_bound.size else ""

@@ -145,7 +145,7 @@ class KernelFit(Fit):
         return pd.Series(norm.cdf(mean / np.sqrt(1.0 + var)), index=self._row_labels(newdata), name="prob")
 
     # ----- reporting -----------------------------------------------------------------------
-    def summary(self, level: float = 0.95):
+    def summary(self, level: float = 0.95, detail: bool = False):
         """Kernel, hyperparameters, inducing points, lower bound and stopping rule; ``str()`` prints it."""
         from .kernel_summary import kernel_summary
 

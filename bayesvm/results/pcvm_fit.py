@@ -49,7 +49,7 @@ class PCVMFit(KernelFit):
     def hyperparameters(self) -> pd.Series:
         return pd.Series({"bias": self.result.mean[0]}, name="value")
 
-    def summary(self, level: float = 0.95):
+    def summary(self, level: float = 0.95, detail: bool = False):
         """Relevance vectors, bias, selection and convergence; ``str()`` prints it."""
         from .kernel_summary import pcvm_summary
 

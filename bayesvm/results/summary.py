@@ -117,7 +117,7 @@ class Summary:
         return f"<pre>{self}</pre>"
 
 
-def build_summary(fit, level: float = 0.95) -> Summary:
+def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
     design = fit.model.design
     mean = fit.fixef
     sd = np.sqrt(np.diag(fit.fixef_cov.to_numpy()))
@@ -303,6 +303,7 @@ def build_summary(fit, level: float = 0.95) -> Summary:
     info["identifiability"] = [(f.check, f.action, f.message) for f in fit.diagnostics.findings]
     info["calibration"] = None if fit._calibration is None else fit._calibration.describe()
     info["docs"] = _documentation_topic(fit)
+    info["detail"] = detail
     return Summary(fixed=fixed, random=random, info=info)
 
 
@@ -518,6 +519,11 @@ def _footer(info: dict) -> str:
 def _fit_line(info: dict) -> str:
     ms = f"{1000 * info['elapsed']:.1f} ms"
     method = info["method"]
+    if method == "vb-accurate" and not info.get("detail"):
+        nodes = f" at {info['n_nodes']} values of the variance parameters" if info["n_nodes"] > 1 else ""
+        corrected = info.get("fixed_correction")
+        moved = "; the PSIS check corrected the fixed effects it found off" if corrected is not None else ""
+        return f"Fit: accurate VB (EP{nodes}){moved}; {ms}; summary(detail=True) shows the engine's report"
     if method == "vb-accurate":
         if info["n_nodes"] > 1:
             rule = "lattice" if info["design"] == "lattice" else "Gauss-Hermite rule"
