@@ -15,14 +15,34 @@ mean linear predictors.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .errors import BayesvmError
+from .errors import ApproximationWarning, BayesvmError, ConvergenceWarning, IdentifiabilityWarning
 from .fitting import bsvm
+
+
+def _warn_findings(findings: pd.DataFrame) -> None:
+    """One warning for a fit's findings (a cross-validation prints one per fold, not one per check), naming the binary
+    problem and the first finding; all of them are in the estimator's ``findings_``."""
+    if findings.empty:
+        return
+    first = findings.iloc[0]
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    category = next(
+        (c for c in (IdentifiabilityWarning, ApproximationWarning, ConvergenceWarning) if c.__name__ == first.warning),
+        UserWarning,
+    )
+    warnings.warn(
+        f"BayesianSVC, {first.problem}: {first.message.splitlines()[0]}{more}; every finding is in .findings_",
+        category,
+        stacklevel=4,
+    )
 
 
 class BayesianSVC(ClassifierMixin, BaseEstimator):
@@ -72,6 +92,9 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         The full fit (binary) or the one-vs-rest fits (multiclass, in ``classes_`` order).
     n_iter_ : ndarray
         Sweeps (VB), iterations (EM) or iterations per chain (Gibbs) of each binary fit.
+    findings_ : DataFrame
+        The warnings of the binary fits (``problem``, ``warning``, ``message``): a fit says them in one warning, so
+        that a cross-validation prints one per fold.
     n_features_in_ : int
     feature_names_in_ : ndarray, only when fitted on a frame with string column names.
     """
@@ -159,10 +182,17 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         if self.classes_.size < 2:
             raise BayesvmError(f"y has 1 class ({self.classes_.tolist()}); a classifier needs at least two")
         frame = self._frame(X)
-        if self.classes_.size == 2:
-            fits = [self._fit_binary(frame, y == self.classes_[1])]
-        else:
-            fits = [self._fit_binary(frame, y == label) for label in self.classes_]
+        labels = [self.classes_[1]] if self.classes_.size == 2 else list(self.classes_)
+        fits, findings = [], []
+        for label in labels:
+            with warnings.catch_warnings(record=True) as caught:  # collected, then said once for this fit
+                warnings.simplefilter("always")
+                fits.append(self._fit_binary(frame, y == label))
+            shown = label.item() if isinstance(label, np.generic) else label
+            problem = f"class {shown!r}" + (" against the rest" if self.classes_.size > 2 else "")
+            findings += [(problem, w.category.__name__, str(w.message)) for w in caught]
+        self.findings_ = pd.DataFrame(findings, columns=["problem", "warning", "message"])
+        _warn_findings(self.findings_)
         self.result_ = fits[0] if len(fits) == 1 else fits
         if self.kernel is None:
             coefs = np.array([fit.fixef.to_numpy() for fit in fits])

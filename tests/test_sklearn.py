@@ -131,3 +131,20 @@ def test_pcvm_classifier_chooses_the_lengthscale_by_cross_validation():
     np.testing.assert_array_equal(best.classes_[(proba[:, 1] > 0.5).astype(int)], best.predict(X[160:]))
     em = PCVMClassifier(method="em", lengthscale=0.4).fit(X[:160], y[:160])
     assert em.score(X[160:], y[160:]) > best.score(X[160:], y[160:]) - 0.1  # EM: a MAP, slightly worse
+
+
+def test_a_fit_says_its_findings_once_and_keeps_them():
+    """One warning per fit (a cross-validation prints one per fold), naming the binary problem; every finding is
+    kept in ``findings_``."""
+    import warnings
+
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = BayesianSVC().fit(X, y)
+    ours = [w for w in caught if "BayesianSVC" in str(w.message)]
+    assert len(ours) == 1 and "class 0 against the rest" in str(ours[0].message)
+    assert len(caught) == 1
+    assert {"problem", "warning", "message"} <= set(model.findings_.columns) and len(model.findings_) >= 1
