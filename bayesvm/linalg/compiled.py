@@ -29,6 +29,29 @@ def available() -> bool:
     return numba is not None and os.environ.get(ENVIRONMENT_SWITCH, "1") != "0"
 
 
+def on_disk(function) -> bool:
+    """Whether numba's disk cache holds compiled code of ``function`` (a function of :func:`compile_nogil`) for some
+    signature, so that a process loads it instead of compiling it.  True where that cannot be told (no cache, or a
+    numba whose cache is laid out otherwise): the caller then does what it would do with the code at hand."""
+    try:
+        return os.path.exists(function._cache._cache_file._index_path)
+    except AttributeError:
+        return True
+
+
+_said: set[str] = set()
+
+
+def say_once(key: str, message: str) -> None:
+    """Print ``message`` on standard error the first time ``key`` is said in this process (a one-time wait)."""
+    if key in _said:
+        return
+    _said.add(key)
+    import sys
+
+    print(f"bayesvm: {message}", file=sys.stderr, flush=True)
+
+
 #: The one floating-point licence given to compiled sums over rows (:func:`compile_nogil`'s ``reassociate``): the terms
 #: may be added in another order, so the loop runs in SIMD lanes (a hinge sum over toenail's 1,908 rows: 0.22 against
 #: 2.3 us).  NaN and infinities keep their IEEE meaning.

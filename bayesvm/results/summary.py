@@ -523,7 +523,9 @@ def _fit_line(info: dict) -> str:
         nodes = f" at {info['n_nodes']} values of the variance parameters" if info["n_nodes"] > 1 else ""
         corrected = info.get("fixed_correction")
         moved = "; the PSIS check corrected the fixed effects it found off" if corrected is not None else ""
-        return f"Fit: accurate VB (EP{nodes}){moved}; {ms}; summary(detail=True) shows the engine's report"
+        weights = info.get("node_weights")
+        caveat = _node_weights_text(weights) if weights is not None and weights.method != "importance" else ""
+        return f"Fit: accurate VB (EP{nodes}){moved}; {ms}; summary(detail=True) shows the engine's report{caveat}"
     if method == "vb-accurate":
         if info["n_nodes"] > 1:
             rule = "lattice" if info["design"] == "lattice" else "Gauss-Hermite rule"

@@ -68,7 +68,8 @@ def test_corrected_fit_matches_quadrature(fits):
     np.testing.assert_allclose(sd, exact_sd, rtol=0.05)
     record = corrected.result.fixed_correction
     assert record is not None and "x" in record.names
-    assert "Coefficients corrected by PSIS" in str(corrected.summary())
+    assert "Coefficients corrected by PSIS" in str(corrected.summary(detail=True))
+    assert "the PSIS check corrected the fixed effects" in str(corrected.summary())
     assert raw.result.fixed_correction is None  # vb_check="ignore": no check, so nothing corrected
 
 

@@ -386,8 +386,8 @@ class FusedIteration:
     the iterations on which no collapsed variance step falls, and :meth:`coefficient_draw` the ``theta | w`` of those
     on which one does; ``floor`` is the row pass's floor on ``|1 - y f|``."""
 
-    def __init__(self, problem, rows, mover, collapsed, floor: float):
-        self.ready = _structure_fits(problem, rows, mover, collapsed)
+    def __init__(self, problem, rows, mover, collapsed, floor: float, enabled: bool = True):
+        self.ready = enabled and _structure_fits(problem, rows, mover, collapsed)
         if not self.ready:
             return
         self.problem, self.rows, self.mover, self.collapsed, self.floor = problem, rows, mover, collapsed, floor

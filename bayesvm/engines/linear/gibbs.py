@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy import stats
 
+from ...linalg import compiled
 from ...linalg.dense import (
     SPLIT_ROWS,
     BlockedFactor,
@@ -46,7 +47,7 @@ from .. import variance_prior
 from ..joint import LogPrior, component_values, log_pseudo_likelihood
 from ..overrelax import RELAXATION
 from ..workers import run_in_processes
-from . import compiled_rows
+from . import compiled_rows, fused_iteration
 from .collapsed_variance import CollapsedVariance
 from .fused_iteration import BATCH, FusedIteration
 from .interweave import ScaleMoves
@@ -398,9 +399,10 @@ def _run_chain(
     seed: np.random.SeedSequence,
     show: bool,
     interweave: bool = True,
+    whole: bool = True,
 ) -> dict:
     with blas_threads(problem.D.shape[1], problem.n):
-        return _chain(problem, draws, tune, thin, seed, show, interweave)
+        return _chain(problem, draws, tune, thin, seed, show, interweave, whole)
 
 
 def _chain(
@@ -411,14 +413,17 @@ def _chain(
     seed: np.random.SeedSequence,
     show: bool,
     interweave: bool = True,
+    whole: bool = True,
 ) -> dict:
-    """``draws`` kept draws of one chain (:func:`chain_draws`), stacked."""
+    """``draws`` kept draws of one chain (:func:`chain_draws`), stacked; ``whole``: with the compiled whole iterations
+    where the problem has their structure (:mod:`.fused_iteration`; else the separately compiled steps: the same
+    chain to rounding)."""
     bar = None
     if show:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=tune + draws * thin, desc="Gibbs", leave=False)
-    stream = chain_draws(problem, tune, thin, seed, interweave, tick=None if bar is None else bar.update)
+    stream = chain_draws(problem, tune, thin, seed, interweave, tick=None if bar is None else bar.update, whole=whole)
     records = [next(stream) for _ in range(draws)]
     stream.close()
     if bar is not None:
@@ -485,7 +490,13 @@ def dense_coefficient_draw(
 
 
 def chain_draws(
-    problem: VBProblem, tune: int, thin: int, seed: np.random.SeedSequence, interweave: bool = True, tick=None
+    problem: VBProblem,
+    tune: int,
+    thin: int,
+    seed: np.random.SeedSequence,
+    interweave: bool = True,
+    tick=None,
+    whole: bool = True,
 ):
     """One chain, as a generator: after ``tune`` iterations it yields ``(theta_d, theta_b, covs, log
     pseudo-likelihood)`` every ``thin`` iterations (:func:`stack_draws` adds the log prior), for as long as it is
@@ -517,7 +528,7 @@ def chain_draws(
     collapsed = CollapsedVariance(problem, tune) if mover is not None else None
     if collapsed is not None and not collapsed.has_moves:
         collapsed = None
-    fused = FusedIteration(problem, rows, mover, collapsed, MARGIN_FLOOR)
+    fused = FusedIteration(problem, rows, mover, collapsed, MARGIN_FLOOR, enabled=whole)
     step, refused = 0, False
     # (FusedIteration.run's first call takes the state before its first theta | w, which overwrites it)
     theta_d = np.zeros(D.shape[1])
@@ -801,10 +812,62 @@ def sample_gibbs(
         f"storing {chains} x {draws} draws of {size} parameters",
         "use fewer draws, thin=k, or method='vb'",
     )
-    chain = _run_chain if _interweave else partial(_run_chain, interweave=False)
+    whole = _whole_iterations_at_hand()
+    chain = partial(_run_chain, interweave=_interweave, whole=whole)
     warm_up = partial(_load_compiled, chain, problem) if compiled_rows.available() else None
     runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress, warm_up)
+    if not whole and _interweave:
+        _compile_whole_iterations_in_background(problem)
     return _gibbs_result(runs, problem, start, tune, thin, seed)
+
+
+def _whole_iterations_at_hand() -> bool:
+    """Whether the chains use the compiled whole iterations (:mod:`.fused_iteration`): where numba has them on disk
+    when this process first asks, and from then on in this process (so that a seed gives the same draws in every fit
+    of a process).  A process that finds them missing (the first after install) compiles only the separate steps
+    (about half the compiling; the same chain to rounding) and says once that it is compiling; the whole iterations
+    are then compiled in the background (:func:`_compile_whole_iterations_in_background`) for later processes."""
+    if not compiled_rows.available():
+        return False
+    if not _decided:
+        if not compiled.on_disk(compiled_rows.row_pass):
+            compiled.say_once(
+                "gibbs",
+                "compiling the Gibbs sampler for this machine; this happens once (numba keeps the compiled code on "
+                "disk for later fits)",
+            )
+        _decided.append(compiled.on_disk(fused_iteration.fused_chain))
+    return _decided[0]
+
+
+_decided: list[bool] = []
+
+
+_background: list = []
+
+
+def _compile_whole_iterations_in_background(problem: VBProblem) -> None:
+    """Compile the whole iterations in a background process (once per process, where processes fork), so that they
+    are on disk for the next fit; the process ends with this one.  Two throwaway iterations of a chain on
+    ``problem`` compile exactly the variants the chains call."""
+    import multiprocessing
+
+    if _background or "fork" not in multiprocessing.get_all_start_methods():
+        return
+    process = multiprocessing.get_context("fork").Process(
+        target=_quietly, args=(partial(_run_chain, whole=True), problem), daemon=True
+    )
+    process.start()
+    _background.append(process)
+
+
+def _quietly(chain, problem: VBProblem) -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    _load_compiled(chain, problem)
 
 
 def _load_compiled(chain, problem: VBProblem) -> None:

@@ -91,7 +91,7 @@ def test_unreliable_importance_weights_keep_eps(fits, monkeypatch):
 
 
 def test_summary_says_how_the_nodes_were_weighted(fits):
-    text = str(fits[0].summary())
+    text = str(fits[0].summary(detail=True))
     assert "Nodes weighted by importance-sampled evidence p(y | variances)" in text
     assert "(importance-sampled at each node)" in text
 
