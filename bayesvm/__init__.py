@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .results.base import Fit
     from .results.fit import BSVMFit
     from .results.kernel_fit import KernelFit
+    from .results.multiclass import MulticlassFit
     from .results.storage import load_fit as load
 
 from .version import __version__
@@ -41,6 +42,7 @@ _LAZY = {
     "Fit": (".results.base", "Fit"),
     "BSVMFit": (".results.fit", "BSVMFit"),
     "KernelFit": (".results.kernel_fit", "KernelFit"),
+    "MulticlassFit": (".results.multiclass", "MulticlassFit"),
     "Checks": (".checks", "Checks"),
     "Control": (".control", "Control"),
     "Diagnostics": (".checks", "Diagnostics"),
@@ -73,6 +75,7 @@ __all__ = [
     "Fit",
     "BSVMFit",
     "KernelFit",
+    "MulticlassFit",
     "Checks",
     "Control",
     "Diagnostics",

@@ -17,9 +17,11 @@ from .checks import (
     singular_findings,
 )
 from .control import Control, check_settings_apply, default_tune, resolve_control
-from .errors import BayesvmError, ConvergenceWarning, ScaleWarning
+from .errors import BayesvmError, ConvergenceWarning, DataError, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
+from .formula.frames import as_frame
+from .formula.response import sorted_levels
 from .kernel_fitting import fit_kernel
 from .kernels import Kernel
 from .model import MAX_DENSE_COLUMNS, PENALTY_SOURCE, build_model
@@ -29,6 +31,7 @@ from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .results.crossfit import record_call, register_refit
 from .results.fit import BSVMFit
 from .results.kernel_fit import KernelFit
+from .results.multiclass import MulticlassFit
 from .results.vb_check import check_at_fit_end
 
 METHODS = ("vb", "gibbs", "em", "svi")
@@ -82,7 +85,9 @@ def bsvm(
         Alg. 1), or ``None`` (also ``"none"``: vague ``N(0, sigma_beta^2)`` on every fixed effect). The
         intercept is never penalised.
     positive
-        The response value coded +1; default: the second class in categorical or sorted order.
+        The response value coded +1; default: the second class in categorical or sorted order.  A response of
+        more than two classes is fitted one-vs-rest (a :class:`bayesvm.MulticlassFit`: one fit per class against
+        the rest, probabilities normalised over the classes), or, with ``positive=``, that class against the rest.
     missing
         ``"error"`` (default), ``"drop"`` (complete cases on the variables the formula uses) or
         ``"impute"``: numeric main-effect predictors with missing values are imputed under a normal model
@@ -174,6 +179,9 @@ def bsvm(
     check_settings_apply(control, method, vb)
     if isinstance(penalty, str) and penalty.lower() == "none":  # as the command line spells it
         penalty = options["penalty"] = None
+    classes = None if is_dask_frame(data) else several_classes(formula, data)
+    if classes is not None:  # a response of more than two classes: one fit per class against the rest
+        return _one_vs_rest(classes, options)
     seed = options["seed"] = as_seed(seed)
     standardize, progress = as_flag(standardize, "standardize"), as_flag(progress, "progress")
     chains, thin = as_count(chains, "chains"), as_count(thin, "thin")
@@ -251,6 +259,51 @@ def bsvm(
 
 
 register_refit("bsvm", bsvm)  # cross-fitting (results/crossfit.py) refits through it
+
+
+#: The negative class of each one-vs-rest fit.
+REST = "(rest)"
+
+
+def several_classes(formula: object, data: object) -> tuple[str, tuple] | None:
+    """``(response, classes)`` where the response has more than two classes, else ``None`` (the two-class fit,
+    which reports anything wrong with the formula or the response itself)."""
+    if not isinstance(formula, str) or "~" not in formula:
+        return None
+    try:
+        frame = as_frame(data, "data")
+        response = parse_formula(formula, frame.columns).response
+    except BayesvmError:
+        return None
+    if response not in frame.columns:
+        return None
+    levels = sorted_levels(frame[response])
+    return (response, tuple(levels)) if len(levels) > 2 else None
+
+
+def _one_vs_rest(classes: tuple[str, tuple], options: dict) -> MulticlassFit:
+    """One fit per class against the rest (:mod:`bayesvm.results.multiclass`); ``positive=`` names one class and
+    fits that class against the rest alone."""
+    response, levels = classes
+    options = dict(options)
+    formula, data, positive = options.pop("formula"), as_frame(options.pop("data"), "data"), options.pop("positive")
+    column = data[response]
+
+    def against_rest(label):  # the class as text against "(rest)", so that summary() names both
+        frame = data.copy()
+        frame[response] = pd.Series(np.where(column == label, str(label), REST), index=data.index).where(
+            column.notna(), None
+        )
+        return bsvm(formula, frame, positive=str(label), **options)
+
+    if positive is not None:
+        chosen = [level for level in levels if level == positive or str(level) == str(positive)]
+        if not chosen:
+            raise DataError(
+                f"positive={positive!r} is not a class of response {response!r}; classes are {list(levels)}"
+            )
+        return against_rest(chosen[0])
+    return MulticlassFit(response=response, classes=levels, fits=tuple(against_rest(label) for label in levels))
 
 
 def _recorded(options: dict, fit):

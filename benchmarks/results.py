@@ -54,6 +54,11 @@ BENCHMARKS = {
         False,
     ),
     "pcvm": (["benchmarks.pcvm"], "PCVM against SVC and the paper's tables", False),
+    "loo_calibration": (
+        ["benchmarks.loo_calibration"],
+        "the probability map from PSIS leave-one-out against 5-fold cross-fitting",
+        False,
+    ),
 }
 
 

@@ -57,7 +57,7 @@ class ResponseCoding:
             return out
 
 
-def _sorted_levels(values: pd.Series) -> list:
+def sorted_levels(values: pd.Series) -> list:
     if isinstance(values.dtype, pd.CategoricalDtype):
         present = set(values.dropna().unique())
         return [level for level in values.cat.categories if level in present]
@@ -100,7 +100,7 @@ def code_response(values: pd.Series, name: str, positive: object | None = None) 
         raise DataError(
             f"response {name!r} has {n_missing} missing value(s) (rows {rows}{'...' if n_missing > 5 else ''})"
         )
-    levels = _sorted_levels(values)
+    levels = sorted_levels(values)
     kinds = {"text" if isinstance(level, str) else "number" for level in levels}
     if len(kinds) > 1:
         raise DataError(

@@ -239,19 +239,26 @@ class Fit(ABC):
             self.calibrate()
         return self._calibration
 
-    def calibrate(self, newdata: pd.DataFrame | None = None, folds: int = 5, seed: int | None = None):
+    def calibrate(
+        self, newdata: pd.DataFrame | None = None, folds: int = 5, seed: int | None = None, method: str = "auto"
+    ):
         """Learn the map from the posterior of ``f`` to ``P(y = positive)`` (:mod:`bayesvm.results.calibration`).
 
         Parameters
         ----------
         newdata
-            ``None`` (default): cross-fitting, the model refitted on ``folds - 1`` folds of the training rows
-            predicts the remaining fold (:mod:`bayesvm.results.crossfit`; costs ``folds`` fits).  A frame with the
-            response: held-out rows the fit never saw (cheaper for large or out-of-core data).
+            ``None`` (default): out-of-sample predictions of the training rows: for a fit without random effects
+            their leave-one-out moments from the fit's own draws (:mod:`bayesvm.results.loo`, PSIS-LOO: no refit);
+            otherwise cross-fitting, the model refitted on ``folds - 1`` folds of the training rows predicts the
+            remaining fold (:mod:`bayesvm.results.crossfit`; costs ``folds`` fits).  A frame with the response:
+            held-out rows the fit never saw (cheaper for large or out-of-core data).
         folds
-            Folds of the cross-fitting.
+            Folds of the cross-fitting (and of the calibration report's scoring).
         seed
             Seed of the fold assignment and the fold fits (default: the fit's seed, or 0).
+        method
+            Without ``newdata``: ``"auto"`` (PSIS-LOO where it serves, else cross-fitting), ``"loo"`` or
+            ``"crossfit"``.
 
         Returns
         -------
@@ -259,10 +266,20 @@ class Fit(ABC):
             Also kept by the fit (and saved with it): later probabilities use it.
         """
         from ..arguments import as_count, as_seed
+        from . import loo
         from .calibration import fit_calibration_map
 
         folds = as_count(folds, "folds", low=2)
         seed = as_seed(seed)
+        if method not in ("auto", "loo", "crossfit"):
+            raise BayesvmError(f"method must be 'auto', 'loo' or 'crossfit', got {method!r}")
+        why = loo.applies(self)
+        if method == "loo" and why is not None:
+            raise BayesvmError(f"PSIS leave-one-out cannot calibrate this fit ({why}); use method='crossfit'")
+        if newdata is None and method != "crossfit" and why is None:
+            predictions = loo.loo_predictions(self, seed=0 if seed is None else seed, folds=folds)
+            self._calibration = fit_calibration_map(predictions, "PSIS leave-one-out")
+            return self._calibration
         if newdata is None:
             from .crossfit import CrossFitError, cross_fitted_predictions
 

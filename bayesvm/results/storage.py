@@ -68,6 +68,7 @@ _FIT_CLASSES = (
     "bayesvm.results.fit:BSVMFit",
     "bayesvm.results.kernel_fit:KernelFit",
     "bayesvm.results.pcvm_fit:PCVMFit",
+    "bayesvm.results.multiclass:MulticlassFit",
 )
 
 

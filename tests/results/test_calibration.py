@@ -341,7 +341,7 @@ def small_fit():
 
 def test_cross_fitting_is_stratified_and_out_of_sample(small_fit):
     fit, data = small_fit
-    cmap = fit.calibrate(folds=4, seed=2)
+    cmap = fit.calibrate(folds=4, seed=2, method="crossfit")
     pred = cmap.predictions
     assert len(pred) == len(data) and set(pred["fold"]) == {0, 1, 2, 3}
     for k in range(4):  # both classes in every fold, in proportion
@@ -350,7 +350,7 @@ def test_cross_fitting_is_stratified_and_out_of_sample(small_fit):
     # an out-of-fold prediction is not the in-sample one
     assert np.abs(pred["mean"].to_numpy() - fit.predict(kind="link")).max() > 1e-3
     assert "4-fold cross-fitted" in cmap.describe() and "4-fold" in str(fit.summary())
-    again = fit.calibrate(folds=4, seed=2)  # deterministic given the seed
+    again = fit.calibrate(folds=4, seed=2, method="crossfit")  # deterministic given the seed
     np.testing.assert_allclose(again.weights, cmap.weights)
     np.testing.assert_allclose(again.maps[0].mode, cmap.maps[0].mode)
 
@@ -419,8 +419,11 @@ def test_a_fit_without_its_rows_says_how_to_calibrate(small_fit):
     orphan = copy.copy(fit)
     orphan.call, orphan._calibration = None, None
     with pytest.raises(BayesvmError, match=r"fit.calibrate\(newdata=frame\)"):
-        orphan.predict(data, kind="prob")
+        orphan.calibrate(method="crossfit")
     assert orphan.predict(data, kind="pseudo").shape == (len(data),)
+    # PSIS leave-one-out needs the fit's own rows only
+    assert orphan.predict(data, kind="prob").shape == (len(data),)
+    assert orphan.calibration_map().source == "PSIS leave-one-out"
 
 
 def test_a_failing_fold_is_named_and_the_prior_map_used(monkeypatch):
@@ -443,7 +446,7 @@ def test_a_failing_fold_is_named_and_the_prior_map_used(monkeypatch):
 
     monkeypatch.setitem(crossfit.REFITTERS, "bsvm", third_fails)
     with pytest.warns(UserWarning, match=r"folds other than 3 of 5 failed .*cannot take.*held-out rows"):
-        cmap = fit.calibrate(folds=5)
+        cmap = fit.calibrate(folds=5, method="crossfit")
     assert cmap.n == 0 and "cannot take" in cmap.describe() and "prior" in str(fit.summary())
 
 
@@ -464,7 +467,8 @@ def test_a_numerical_failure_of_a_fold_fit_is_named_not_raised(monkeypatch):
 
     monkeypatch.setitem(crossfit.REFITTERS, "bsvm", second_fails)
     with pytest.warns(UserWarning, match=r"folds other than 2 of 5 failed \(LinAlgError: the posterior precision"):
-        prob = fit.predict(data, kind="prob")
+        fit.calibrate(method="crossfit")
+    prob = fit.predict(data, kind="prob")
     assert np.all(np.isfinite(prob)) and "prior only" in fit.calibration_map().describe()
 
 
@@ -476,7 +480,7 @@ def test_a_level_on_one_row_does_not_fail_a_fold():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm(formula + " + rare", data, vb="meanfield")
-        cmap = fit.calibrate(folds=5)
+        cmap = fit.calibrate(folds=5, method="crossfit")
     assert cmap.n == 60 and "5-fold cross-fitted" in cmap.describe()
 
 
@@ -509,10 +513,10 @@ def test_sklearn_predict_proba_is_the_calibrated_probability():
         proba = clf.predict_proba(X)[:, 1]
         np.testing.assert_allclose(proba, clf.result_.predict(clf._check(X), kind="prob"))
         np.testing.assert_array_equal(clf.predict(X), (proba > 0.5).astype(int))
-        assert clf.result_.calibration_map().source.startswith("5-fold cross-fitted")
+        assert clf.result_.calibration_map().source == "PSIS leave-one-out"  # a fixed-effect fit: no refits
         three = BayesianSVC(calibration_folds=3).fit(X, y)
         three.predict_proba(X[:3])
-        assert three.result_.calibration_map().source.startswith("3-fold cross-fitted")
+        assert set(three.result_.calibration_map().predictions["fold"]) == {0, 1, 2}
         em = BayesianSVC(method="em", penalty=0.5).fit(X, y)
         np.testing.assert_array_equal(em.predict(X), (em.predict_proba(X)[:, 1] > 0.5).astype(int))
         assert np.all(np.diff(em.decision_function(X)[np.argsort(em.predict_proba(X)[:, 1])]) >= -1e-9)

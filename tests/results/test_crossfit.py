@@ -99,7 +99,10 @@ def test_a_fold_left_unaligned_is_named_in_the_map(monkeypatch):
     held = frame["fold"] == 1
     np.testing.assert_array_equal(frame.loc[held, "mean"], frame.loc[held, "unaligned_mean"])
     assert not np.array_equal(frame.loc[~held, "mean"], frame.loc[~held, "unaligned_mean"])
-    assert "fold(s) [2] not carried onto the full fit's scale" in fit.calibrate(folds=3, seed=1).describe()
+    assert (
+        "fold(s) [2] not carried onto the full fit's scale"
+        in fit.calibrate(folds=3, seed=1, method="crossfit").describe()
+    )
 
 
 def test_fold_fits_of_a_gibbs_fit_cap_the_sampler_settings_the_default_tune_included():
@@ -195,7 +198,7 @@ def test_fold_fits_build_the_full_fits_columns(formula, kind):
             fit = bayesvm.pcvm(formula, data)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        description = fit.calibrate(folds=4, seed=1).describe()
+        description = fit.calibrate(folds=4, seed=1, method="crossfit").describe()
     assert not [w for w in caught if "cross-fitting" in str(w.message)], [str(w.message) for w in caught]
     assert "4-fold cross-fitted" in description and "prior only" not in description
     if kind == "linear":

@@ -1,0 +1,111 @@
+"""A response with more than two classes: one binary fit per class against the rest (one-vs-rest), as scikit-learn's
+``OneVsRestClassifier`` and ``SVC``'s probability estimates for several classes do.
+
+Each binary fit is an ordinary :class:`~bayesvm.results.fit.BSVMFit` of the same formula with the response ``y == k``
+(class ``k`` is the positive class).  Probabilities are the binary fits' calibrated ``P(y = k)`` normalised to sum
+to one over the classes; the predicted class is the most probable one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..arguments import as_flag
+from ..errors import BayesvmError
+
+#: What :meth:`MulticlassFit.predict` gives.
+MULTICLASS_KINDS = ("class", "prob", "link")
+
+
+@dataclass(eq=False)
+class MulticlassFit:
+    """One-vs-rest fits of a response with more than two classes.
+
+    Attributes
+    ----------
+    response
+        The response column.
+    classes
+        Its classes, in sorted (or categorical) order.
+    fits
+        One binary fit per class (class ``k`` against the rest), in ``classes`` order.
+    """
+
+    response: str
+    classes: tuple
+    fits: tuple
+
+    @property
+    def formula(self) -> str:
+        return self.fits[0].formula
+
+    @property
+    def fixef(self) -> pd.DataFrame:
+        """Posterior means of the fixed effects: one column per class (its fit against the rest)."""
+        return pd.DataFrame({label: fit.fixef for label, fit in zip(self.classes, self.fits)})
+
+    def predict(self, newdata: pd.DataFrame | None = None, kind: str = "class", include_random: bool = True):
+        """``"class"``: the most probable class (a Series); ``"prob"``: each class's probability, normalised over the
+        classes (a frame, one column per class); ``"link"``: each binary fit's decision value ``f`` (a frame)."""
+        if kind not in MULTICLASS_KINDS:
+            raise BayesvmError(f"kind must be one of {MULTICLASS_KINDS} for a fit of several classes, got {kind!r}")
+        include_random = as_flag(include_random, "include_random")
+        if kind == "link":
+            return self._columns(newdata, "link", include_random)
+        prob = self._columns(newdata, "prob", include_random)
+        prob = prob.div(prob.sum(axis=1), axis=0)
+        if kind == "prob":
+            return prob
+        labels = np.asarray(self.classes, dtype=object)[np.argmax(prob.to_numpy(), axis=1)]
+        return pd.Series(labels, index=prob.index, name=self.response)
+
+    def _columns(self, newdata, kind: str, include_random: bool) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                label: fit.predict(newdata, kind=kind, include_random=include_random)
+                for label, fit in zip(self.classes, self.fits)
+            }  # fmt: skip
+        )
+
+    def summary(self, level: float = 0.95, detail: bool = False) -> MulticlassSummary:
+        """One summary: the classes and, for each, its fit's fixed effects, variance components and checks."""
+        return MulticlassSummary(self, [fit.summary(level=level, detail=detail) for fit in self.fits])
+
+    def save(self, path, key: bytes | str | None = None):
+        """Write every class's fit to ``path`` (:mod:`bayesvm.results.storage`)."""
+        from .storage import save_fit
+
+        return save_fit(self, path, key)
+
+    def __repr__(self) -> str:
+        return f"<MulticlassFit one-vs-rest over {len(self.classes)} classes: {self.formula!r}>"
+
+
+@dataclass(frozen=True, eq=False)
+class MulticlassSummary:
+    """The per-class summaries of a :class:`MulticlassFit`; ``str()`` prints them as one report."""
+
+    fit: MulticlassFit
+    parts: list
+
+    @property
+    def fixed(self) -> pd.DataFrame:
+        """Every class's fixed-effect table, stacked with the class as the outer index."""
+        return pd.concat({label: part.fixed for label, part in zip(self.fit.classes, self.parts)}, names=["class"])
+
+    def __str__(self) -> str:
+        classes = ", ".join(repr(label) for label in self.fit.classes)
+        head = (
+            f"One-vs-rest Bayesian SVM over {len(self.fit.classes)} classes of {self.fit.response!r} ({classes}): "
+            "one binary fit per class against the rest; probabilities normalised over the classes"
+        )
+        sections = [head]
+        for label, part in zip(self.fit.classes, self.parts):
+            sections.append(f"\n===== class {label!r} against the rest =====\n{part}")
+        return "\n".join(sections)
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{self}</pre>"

@@ -1,0 +1,72 @@
+"""A response of more than two classes: one-vs-rest fits, probabilities that sum to one, one summary, saved whole."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayesvm
+from bayesvm.errors import BayesvmError
+
+
+@pytest.fixture(scope="module")
+def three():
+    rng = np.random.default_rng(0)
+    n = 180
+    data = pd.DataFrame({"x": rng.normal(size=n), "z": rng.normal(size=n), "g": rng.choice(list("abcdef"), n)})
+    latent = 1.5 * data.x - 0.5 * data.z + rng.logistic(size=n)
+    data["y"] = np.select([latent < -0.7, latent < 0.7], ["low", "mid"], "high")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x + z + (1 | g)", data, vb="meanfield")
+    return fit, data
+
+
+def test_one_fit_per_class_and_probabilities_that_sum_to_one(three):
+    fit, data = three
+    assert isinstance(fit, bayesvm.MulticlassFit) and fit.classes == ("high", "low", "mid")
+    prob = fit.predict(data, kind="prob")
+    assert list(prob.columns) == ["high", "low", "mid"]
+    np.testing.assert_allclose(prob.sum(axis=1), 1.0)
+    classes = fit.predict(data)
+    assert (classes == prob.idxmax(axis=1)).all()
+    assert (classes == data.y).mean() > 0.5  # the classes are ordered by x
+    for label, binary in zip(fit.classes, fit.fits):
+        assert binary.model.design.response.positive == label and binary.model.design.response.negative == "(rest)"
+    assert fit.fixef.shape == (3, 3) and fit.fixef.loc["x", "high"] > 0 > fit.fixef.loc["x", "low"]
+
+
+def test_one_summary_names_each_class(three):
+    fit, _ = three
+    text = str(fit.summary())
+    assert text.startswith("One-vs-rest Bayesian SVM over 3 classes of 'y'")
+    for label in fit.classes:
+        assert f"===== class {label!r} against the rest =====" in text
+    assert fit.summary().fixed.index.names[0] == "class"
+
+
+def test_saved_and_loaded_whole(three, tmp_path):
+    fit, data = three
+    prob = fit.predict(data, kind="prob")
+    loaded = bayesvm.load(fit.save(tmp_path / "multi.bsvm"))
+    assert isinstance(loaded, bayesvm.MulticlassFit)
+    pd.testing.assert_frame_equal(loaded.predict(data, kind="prob"), prob)
+
+
+def test_positive_fits_one_class_against_the_rest(three):
+    _, data = three
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x + z", data, positive="high", vb="meanfield")
+    assert isinstance(fit, bayesvm.BSVMFit) and fit.model.design.response.positive == "high"
+    with pytest.raises(BayesvmError, match="positive='top' is not a class"):
+        bayesvm.bsvm("y ~ x + z", data, positive="top", vb="meanfield")
+
+
+def test_a_multiclass_fit_refuses_kinds_it_has_not(three):
+    fit, data = three
+    with pytest.raises(BayesvmError, match="kind must be one of"):
+        fit.predict(data, kind="pseudo")
