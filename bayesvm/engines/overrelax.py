@@ -16,25 +16,15 @@ Gibbs sampler that makes it in place of the ordinary draw keeps its target.  ``a
 tails are computed from the side where they are accurate (the regularised gamma function's complement above the
 median), so no value of ``sigma^2`` maps to an infinite ``z``.
 
-**Why.**  Given its random effects a term's variance is narrow beside its posterior, and the pair crawls.
-Over-relaxing the draw, after tuning (the collapsed step's schedule is settled during tuning from the ordinary draws'
-lag-1 autocorrelation, which over-relaxing would hide), ``python -m benchmarks.gibbs_mixing`` (2026-11-30, against the
-sampler before it; each quantity's ESS from ``mcmc_diagnostics`` of the benchmark's fits): Fair's affairs (random
-intercepts of 6 occupations and 4 religions), 4 x (1,000 + 2,000), seed 3: the two SDs' bulk ESS from 1,129 and 1,431
-to 2,286 and 2,631 of 8,000 draws (tail ESS 2,133 and 2,074 to 3,183 and 2,661), the smallest of all from 1,129 to
-2,286 in the same 9.2 s; lme4's cbpp without the collapsed step's switch, seeds 1 and 2: the herd SD's from 26 and 48
-to 85 and 64; toenail's patient SD from 3,404 to 4,560 and 4,352 (seeds 1 and 2; the smallest, ``visit:treatment``'s,
-3,369 -> 3,414); cbpp with the switch (787 and 888 against 827 and 814), the nested sites (1,605 and 1,385 against
-1,429 and 1,457) and the one-row groups (each chain 6-18% in the smaller mode, 14% exact, R-hat 1.01) about as before.
+**Why.**  Given its random effects a term's variance is narrow beside its posterior, and the pair crawls; the
+over-relaxed draw moves it across its conditional.  It starts after tuning (the collapsed step's schedule is settled
+during tuning from the ordinary draws' lag-1 autocorrelation, which over-relaxing would hide).  Its effect on mixing
+is measured by ``python -m benchmarks.gibbs_mixing``.
 
-**Not over-relaxed.**  The learned penalty's variance, over a few slopes, is wide given them: over-relaxed, it sent
-the slopes' prior precision from one tail to the other each iteration, and toenail's penalised ``visit:treatment``
-fell from 3,369 to 2,892-3,109 and the penalty SD's tail ESS from 9,709 to 1,534-2,064 of 10,000.  The same step on
-the Gaussian ``theta | w, Sigma`` (``theta' = mu - alpha (theta - mu) + sqrt(1 - alpha^2) d``, exact as well) raised
-toenail's smallest ESS by a third, but on cbpp without the switch it cut the fixed effects' from 26 and 48 to 8 and 8
-(R-hat 1.4-1.5; 21 and 92 with ``alpha = 0.5``): given the augmentation weights the mean of ``theta`` follows
-``theta`` itself, and stepping across it each iteration made the chain oscillate.  Inverse-Wishart matrices keep their
-ordinary draws.
+**Not over-relaxed.**  The learned penalty's variance, over a few slopes, is wide given them: over-relaxed, it would
+send the slopes' prior precision from one tail to the other each iteration.  The Gaussian ``theta | w, Sigma`` is not
+over-relaxed either: given the augmentation weights the mean of ``theta`` follows ``theta`` itself, and stepping
+across it each iteration makes the chain oscillate.  Inverse-Wishart matrices keep their ordinary draws.
 
 Checked: the step keeps its inverse gamma (``tests/engines/test_overrelax.py``); the samplers that make it are checked
 against quadrature with it in place (``tests/engines/linear/test_interweave.py``,

@@ -1,13 +1,12 @@
 """Moves of a random intercept (or of one uncorrelated random slope) with the augmentation weights integrated out:
 its variance drawn with its random effects integrated out too, and a shift between it and its fixed effect.
 
-Why: on data where most levels have one class and a few rows (MASS::bacteria: 50 children, 220 rows, 26 children of
-one class only) the pseudo-posterior of ``sigma`` has a mode near 0 and a smaller one near 1.  The paper's step
-``sigma^2 | u`` (Luts & Ormerod 2014, Appendix A, step 3) cannot leave either: at ``sigma ~ 0.02`` every ``u_j`` is
-tied to ``sigma`` and ``sigma`` to the ``u_j``.  The rescaling moves of :mod:`bayesvm.engines.linear.interweave`
-move ``sigma`` and the ``u_j`` together, but only along a ray; and given the augmentation weights ``w`` the ``u_j``
-are nearly fixed (a row on the margin has a large weight), so integrating ``u`` out given ``w`` does not free
-``sigma`` either (both measured: R-hat 1.1-1.5 on bacteria).  Integrating out ``w`` and ``u`` both does.
+Why: where most levels have one class and a few rows the pseudo-posterior of ``sigma`` can have a mode near 0 and a
+smaller one away from it.  The paper's step ``sigma^2 | u`` (Luts & Ormerod 2014, Appendix A, step 3) cannot leave
+either (at ``sigma ~ 0`` every ``u_j`` is tied to ``sigma`` and ``sigma`` to the ``u_j``), the rescaling moves of
+:mod:`bayesvm.engines.linear.interweave` move them together only along a ray, and given the augmentation weights
+``w`` the ``u_j`` are nearly fixed (a row on the margin has a large weight).  Integrating out ``w`` and ``u`` frees
+``sigma``.
 
 **Collapsed variance** (every :data:`COLLAPSED_EVERY` iterations).  With ``w`` integrated out, each level's hinge
 pseudo-likelihood integrates over ``u_j ~ N(0, s)`` (``s = sigma^2``) in closed form, ``I_j(s)``, given the rest of
@@ -24,47 +23,38 @@ an exact update of the block ``(s, u)`` of the pseudo-posterior ``pi(theta, Sigm
 the sampler draws ``w | theta`` afresh before anything uses it (a partially collapsed step: van Dyk & Park 2008).
 For the half-t prior ``p(s)`` is its marginal density, the auxiliary variable ``a`` of ``s | a ~ IG(nu / 2, nu / a)``
 integrated out too (:func:`bayesvm.engines.variance_prior.log_density_of_log_variance`), and ``a`` is drawn afresh
-given the new ``s`` (:func:`bayesvm.engines.variance_prior.draw_auxiliary`).  Given ``a`` the step was ten times
-slower to cross: ``a`` follows ``s`` into either mode, and ``IG(nu / 2, nu / a)`` with the upper mode's ``a`` puts a
-factor ``exp(-nu / (a s))``, hundreds of log units, on the lower mode's ``s`` (one-row groups of
-``benchmarks/gibbs_mixing.py``, the step repeated alone: 70-80 crossings between the modes in 10,000 steps given
-``a``, about 500 with it integrated out).
+given the new ``s`` (:func:`bayesvm.engines.variance_prior.draw_auxiliary`): given ``a``, the factor
+``exp(-nu / (a s))`` of one mode's ``a`` weighs heavily against the other mode's ``s``.
 
 Where the term has a location column (below), its coefficient ``beta`` joins the block: the level's effects then
 have prior mean ``delta = beta' - beta`` in the integrals (:meth:`bayesvm.engines.hinge_levels.Pieces.shifted`), and
-``delta | t`` (a normal prior times the ``I_j``) gets one slice update before the jumps on ``t`` and one after.  On
-one-row groups ``beta`` is pinned to within 0.02 by the hinge's kinks when ``sigma`` is near 0 but spread by 0.4
-near 1; moved only given ``u``, it kept ``sigma`` from leaving the upper mode.  A composition of kernels that each
-keep the target keeps it, so running the step on a fixed schedule is exact: for terms with few rows per level every
-eighth iteration of the first quarter of tuning, and after it every fourth iteration for those whose variance the
-tuning draws show weakly identified; for terms with many rows per level, from half-way through tuning only where the draws of the variance
-stick (its random effects pinned by rows on the margin: lme4's cbpp) (:class:`CollapsedVariance`).
+``delta | t`` (a normal prior times the ``I_j``) gets one slice update before the jumps on ``t`` and one after (moved
+only given ``u``, ``beta`` is pinned by the hinge's kinks when ``sigma`` is small).  A composition of kernels that
+each keep the target keeps it, so running the step on a fixed schedule is exact: for terms with few rows per level
+every eighth iteration of the first quarter of tuning, and after it every fourth iteration for those whose variance
+the tuning draws show weakly identified; for terms with many rows per level, from half-way through tuning only where
+the draws of the variance stick (its random effects pinned by rows on the margin) (:class:`CollapsedVariance`).
 
 **Exact level draws** (every iteration, :meth:`CollapsedVariance.level_draws`; the samplers make them right after the
 draw of ``theta | w``, before every other move), for every eligible term with few rows per level (:data:`FEW_ROWS`):
 ``u | beta, Sigma, y`` with ``w`` integrated out, each level's effect from its exact conditional given ``s`` and the
 rest of the predictor (the mixture of truncated normals above;
-:func:`bayesvm.engines.hinge_levels.draw_level_effects`). Given ``w`` an informative level's ``u_j`` is held near its
-last value by the weights of its rows at the margin, and the fixed effects that move with it (``visit:treatment`` on
-toenail) and ``sigma`` with them; drawn without ``w`` it moves as far as the data allow. It is a Gibbs step of the
-block ``u`` of ``pi(theta, Sigma | y)``, so it keeps the target (the sampler draws ``w | theta`` afresh before using
-it, as after every move here). Toenail, 4 x (1,000 + 2,500), seeds 1 and 2: the smallest bulk ESS went from 1,538 and
-1,533 to 3,369 and 3,366, every quantity's about doubled (made after the other moves instead of before them: 3,029 and
-2,934), for about 0.17 ms more per iteration (0.07 ms of it the compiled choice of each level's interval). A level of
-many rows is pinned by its data, not by ``w``: on Fair's affairs (occupations and religions of about 1,000 rows each)
-the draws left the smallest ESS where it was (1,186) and cost 1.3 ms an iteration, so such terms keep the joint draw
+:func:`bayesvm.engines.hinge_levels.draw_level_effects`).  Given ``w`` an informative level's ``u_j`` is held near its
+last value by the weights of its rows at the margin, and the fixed effects and ``sigma`` that move with it; drawn
+without ``w`` it moves as far as the data allow.  It is a Gibbs step of the block ``u`` of ``pi(theta, Sigma | y)``,
+so it keeps the target.  A level of many rows is pinned by its data, not by ``w``, so such terms keep the joint draw
 alone.
 
 **Location shift** (every iteration), for every random-effect term, correlated ones too: the fixed effects that
 carry a term's mean move against its effects, ``f`` unchanged (:mod:`bayesvm.engines.linear.location_shift`); and
 for a random intercept nested in another, both variances with the outer effects integrated out given the totals,
-then the outer effects
-(:mod:`bayesvm.engines.linear.nested_intercepts`).
+then the outer effects (:mod:`bayesvm.engines.linear.nested_intercepts`).
 
-The collapsed step applies to a single-column term whose levels each own their rows: each row has at most one nonzero among
-the term's columns, so the levels integrate out one at a time.  Correlated terms (inverse Wishart) and the learned
-penalty keep the conditional draw ``Sigma | u``.  Checked against quadrature, step by step and as part of the whole
-sampler (``tests/engines/linear/test_collapsed_variance.py``).
+The collapsed step applies to a single-column term whose levels each own their rows: each row has at most one nonzero
+among the term's columns, so the levels integrate out one at a time.  Correlated terms (inverse Wishart) and the
+learned penalty keep the conditional draw ``Sigma | u``.  Checked against quadrature, step by step and as part of the
+whole sampler (``tests/engines/linear/test_collapsed_variance.py``); the mixing it buys is measured by
+``benchmarks/gibbs_mixing.py``.
 """
 
 from __future__ import annotations
@@ -84,34 +74,23 @@ JUMP_SD = 3.0
 #: The collapsed variance step runs on every ``COLLAPSED_EVERY``-th iteration (:class:`CollapsedVariance`).
 COLLAPSED_EVERY = 4
 #: ... and, for a term with few rows per level, on every ``TUNING_EVERY``-th iteration of the first quarter of tuning,
-#: before its schedule is settled: the step costs about ten iterations, and on toenail, whose variance does not need it,
-#: every 4th iteration there took 10-15% of a chain.  Against every 4th, 8 chains each: the same decisions on toenail
-#: (0 of 8 on; the window's SD of ``log sigma^2`` 0.15-0.18 against 0.14-0.19), MASS's bacteria (8 of 8; 0.44-2.67
-#: against 0.49-1.73), the one-row groups of ``benchmarks.gibbs_mixing`` (8 of 8) and MASS's OME (0 of 8; 0.24-0.27
-#: against 0.21-0.26; the threshold :data:`WEAK_LOG_VARIANCE_SD` is 0.3); after tuning the kernel is the same
-#: (bacteria, 4 x (2,000 + 4,000), seeds 1-4: two seeds of each visit the far mode; the one-row groups' shares of the
-#: small mode 5-24% against 6-20%, 14% exact)
+#: before its schedule is settled: the step costs about ten iterations, and these iterations only decide whether the
+#: term needs it (the same decisions as every 4th, in ``tests/engines/linear/test_collapsed_variance.py``)
 TUNING_EVERY = 8
 #: The location's slice width is ``2 sqrt(sigma^2 / J + LOCATION_WIDTH_FLOOR^2)``: the spread of the mean of ``J``
-#: effects, and at least the scale on which a hinge's kinks pin it when ``sigma`` is tiny (about 0.02 on the one-row
-#: groups of ``benchmarks/gibbs_mixing.py``)
+#: effects, and at least the scale on which a hinge's kinks pin it when ``sigma`` is tiny
 LOCATION_WIDTH_FLOOR = 0.05
 #: The collapsed step is for terms whose levels have few rows (median at most this): there each ``u_j`` is barely
 #: informed by its own rows, and ``sigma^2 | u`` sits in a funnel; with many rows per level the ``u_j`` are pinned by
-#: their data and the step costs more than it gives (Fair's affairs, 6,366 rows in 6 and 4 levels: twice the time for
-#: 12% more effective draws)
+#: their data and the step costs more than it gives
 FEW_ROWS = 10
 #: A term is weakly identified when its ``log sigma^2`` has a standard deviation above this over the second eighth
-#: of tuning (bacteria 0.5-2.8 in either mode; toenail's patients 0.16-0.20).
+#: of tuning (a well identified variance stays well below it; a funnel or two modes far above)
 WEAK_LOG_VARIANCE_SD = 0.3
 #: A term with many rows per level gets the step all the same where the conditional draws of its ``log sigma^2``
 #: stick: their lag-1 autocorrelation from the eighth to the half of tuning at least this (an AR(1) with it has one
-#: effective draw in 16).  There the ``u_j`` are pinned by rows on the margin and ``sigma^2 | u`` crawls: lme4's
-#: ``cbpp`` (842 rows in 15 herds, the herd SD near 0; here with a numeric ``period``), 0.92-0.98 in 16 chains, bulk
-#: ESS of the herd SD 31-35 of 4,000 draws without the step and 768-772 with it (40% more time; with ``C(period)``
-#: 30 against 743-838, ``benchmarks/gibbs_mixing.py --cbpp``).  Fair's
-#: affairs (6,366 rows in 6 and 4 levels) 0.62-0.81 in 24 chains, where the step doubles ESS at four times the
-#: time; lme4's VerbAgg items 0.30-0.42; HSAUR3's respiratory centres (2 levels of 222 rows) 0.73-0.86.
+#: effective draw in 16).  There the ``u_j`` are pinned by rows on the margin and ``sigma^2 | u`` crawls (a variance
+#: near 0 on levels of many rows; ``benchmarks/gibbs_mixing.py --cbpp``)
 STICKY_LAG1 = 0.88
 
 

@@ -105,10 +105,9 @@ class LatentDraws:
     On many rows (:data:`linalg.SPLIT_ROWS`) the rows are split in two fixed halves at ``split`` (default
     ``n // 2``), each with its own generator spawned from the chain's.  A half draws its standard normals and
     uniforms in bulk and transforms them (:func:`inverse_gaussian`), in its own thread (numpy releases the
-    GIL in both): 15-22 ms against 18-21 ms for ``Generator.wald`` per 500,000 rows, and the compiled row
-    pass takes the same numbers.  :class:`DenseRows` draws the next numbers (:meth:`prefetch`) while the
-    caller draws ``theta``: 1,000 draws at 10^6 rows took 45 s against 55 s without.  The split does not
-    depend on the machine, so a seed gives the same chain everywhere.
+    GIL in both), and the compiled row pass takes the same numbers.  :class:`DenseRows` draws the next numbers
+    (:meth:`prefetch`) while the caller draws ``theta``, so the two overlap.  The split does not depend on the
+    machine, so a seed gives the same chain everywhere.
     """
 
     def __init__(self, rng: np.random.Generator, n: int, split: int | None = None):
@@ -273,8 +272,8 @@ class DenseRows:
         hinge = float(np.sum(np.maximum(margin, 0.0)))
         omega = self.omega[rows] = self.latent.draw_half(h, np.maximum(np.abs(margin), MARGIN_FLOOR), numbers)
         r = y * (1.0 + omega)
-        if self.blocked is not None:  # as linalg.row_statistics, written straight into the buffers (measured:
-            # returning temporaries and copying them in cost 10 ms per iteration at 10^6 rows)
+        if self.blocked is not None:  # as linalg.row_statistics, written straight into the buffers (no temporaries
+            # of every row to copy in)
             z = self.blocked.values[rows]
             wz = self.wz[rows] = z * omega[:, None]
             self.wzz[rows] = (wz[:, :, None] * z[:, None, :]).reshape(z.shape[0], -1)
@@ -874,8 +873,7 @@ def _load_compiled(chain, problem: VBProblem) -> None:
     """Two throwaway iterations of ``chain`` (its own seed; no chain's random numbers; the second, with no collapsed
     step due, runs the compiled whole iterations of ``fused_iteration`` where the problem has their structure), so
     that numba loads the compiled functions the chains call into this process before the chains' workers fork from
-    it.  Otherwise each worker loads them again: on toenail (4 chains, 2 processes at a time) the fit took 4.9 s
-    instead of 3.7 s when repeated, 5.1 s instead of 4.4 s the first time."""
+    it; otherwise each worker loads them again."""
     chain(problem, 2, 0, 1, np.random.SeedSequence(0), False)
 
 

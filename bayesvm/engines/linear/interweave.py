@@ -32,10 +32,7 @@ move leaves ``pi(theta, Sigma | y)`` invariant, so the chain keeps its target (c
 and against the paper's sampler in ``tests/engines/linear/test_interweave.py``).  ``log d`` is drawn by slice
 sampling (Neal 2003), exactly.  The learned penalty's component gets the same move (its "levels" are the slopes) on
 every :data:`PENALTY_EVERY`-th call, a fixed schedule, so the chain stays exact: given ``w`` the penalty's variance
-and its slopes form a funnel that a chain can fall into and not leave (MASS's ``bacteria``, ``y ~ trt + I(week > 2) +
-(1 | ID)``: one chain of 12 sat at a penalty variance of 0.005 and slopes near 0 for all its 3,000 draws, R-hat 1.53;
-with the move none of 16 did, R-hat 1.000-1.001).  Every call it cost 0.15 ms on toenail (the general path below,
-not compiled), a third of an iteration.
+and its slopes form a funnel that a chain can fall into and not leave.
 
 Global rescaling (the parameter expansion of Liu & Wu 1999 in the group form of Liu & Sabatti 2000):
 every coefficient times ``d`` and every covariance (the learned penalty's too) times ``d^2``, so ``f -> d f``.
@@ -45,15 +42,14 @@ A coefficient in a variance component keeps its conditional density with the Jac
 inverse-Wishart term gives ``-(nu + k + 1) k log d - tr(Psi Sigma^-1) / (2 d^2) + k (k + 1) log d`` (the
 Jacobian of ``Sigma -> d^2 Sigma`` on its ``k (k + 1) / 2`` entries); with the Haar measure ``dd / d`` and
 ``d = e^t`` the density of ``t`` is the product of these and ``exp(-2 sum_i (1 - d y_i f_i)_+)``.  This is the
-direction in which the augmented sampler crawls: on toenail the patient SD's bulk ESS rose from 323 to about
-1,100-1,400 of 10,000 draws.
+direction in which the augmented sampler crawls.
 
 Fixed-effect coordinates (a partially collapsed Gibbs step, van Dyk & Park 2008): each coefficient of a column
 outside the random-effect terms, in turn, from ``pi(theta_j | theta_-j, Sigma, y)`` with ``w`` integrated out,
 ``exp(-2 sum_i (1 - y_i f_i)_+ - lambda_j theta_j^2 / 2)`` (``lambda_j`` the fixed prior precision or, for a
 penalised slope, ``1 / sigma_u^2``), by slice sampling with width :data:`COORDINATE_WIDTH` ``/ ||x_j||``.  The
 joint draw ``theta | w`` moves the coefficients together but only as far as ``w`` lets them; these steps break
-that dependence (toenail's ``visit:treatment`` from about 800 to about 1,250).
+that dependence.
 
 Fixed-effect directions (the same partially collapsed step along other lines): one coordinate at a time crawls where
 the columns are collinear (``visit`` and ``visit:treatment``; ``age`` and ``I(age**2)``), since each coefficient's
@@ -64,19 +60,10 @@ slice sampling (Neal 2003, section 6: this density is log-concave, so its slice 
 R`` reflects the current point through its middle; :func:`bayesvm.engines.linear.compiled_rows._overrelaxed_line`
 finds ``L`` and ``R`` exactly, as roots of the density's quadratic pieces, from first points near them set by a running
 scale of each line, :func:`bayesvm.engines.linear.compiled_rows.line_start`, which changes only the passes it takes).  The reflection suppresses the random walk of
-successive updates along a line: on toenail ``visit:treatment``'s bulk ESS went from 3,414 to 6,134 of 10,000 draws
-and the smallest (now the patient SD's) from 3,414 to 4,575, for 5-10% more time; on Fair's 6,366 rows the fixed
-effects' from 3,067-5,751 to 3,320-9,387 of 8,000 for 20% more time (each end takes about 4 passes over the rows, the
-ordinary slice update about 4 in all; 2026-11-30; the passes have since run in SIMD lanes, which more than repaid
-it: :data:`bayesvm.linalg.compiled.REASSOCIATE`); against 4 x (1,000 + 25,000)
-draws of the paper's imputation sampler the coefficients of the joint-imputation test problem with 40 small groups
-agree within 0.7 Monte Carlo SEs.  A fixed direction makes each update a Gibbs step of the
-conditional along that line (the lines do not depend on the state), so the target is kept; where the design changes
-between iterations (imputed columns) the lines stay those of the chain's first design (fixed lines; only their row
-values ``X_F v_k`` follow the design, which the step conditions on).  Measured: mlmRev's Contraception
-(``age + I(age^2) + urban + livch + (1 | district)``, 4 x (1,000 + 1,000), seeds 3 and 4) min bulk ESS of the fixed
-effects 835 and 771 -> 978 and 1,079; toenail (4 x (1,000 + 2,500)) ``visit:treatment`` 1,155 -> 1,975 and the
-smallest of all 1,155 -> 1,463 (the patient SD's now); about 10% more time per iteration.  All moves are checked
+successive updates along a line.  A fixed direction makes each update a Gibbs step of the conditional along that line
+(the lines do not depend on the state), so the target is kept; where the design changes between iterations (imputed
+columns) the lines stay those of the chain's first design (fixed lines; only their row values ``X_F v_k`` follow the
+design, which the step conditions on).  The mixing these moves buy is measured by ``benchmarks/gibbs_mixing.py``.  All moves are checked
 against quadrature and against the paper's sampler in ``tests/engines/linear/test_interweave.py``.
 """
 

@@ -24,12 +24,8 @@ them, so the whole is an exact update of the block ``(s_o, s_i, v, u)`` at fixed
 visited (``O(levels)``).
 
 Why: given ``v`` the outer variance sits in a funnel, and given the augmentation weights the sampler moves ``v`` and
-``u`` only as far as the weights let them; integrating ``v`` out given ``w`` frees ``s_o``.  lme4's grouseticks
-(``ticked ~ C(YEAR) + cHEIGHT + (1 | LOCATION/BROOD)``, 403 rows, 118 broods in 63 locations; data none of this was
-tuned on), 4 x (1,000 + 1,000): the location SD's bulk ESS 105-111 -> 857-865, the brood SD's 418-459 -> 946-964, max
-R-hat 1.017-1.020 -> 1.004, for 10-40% more time; the patients-in-sites simulation of ``benchmarks/gibbs_mixing.py
---nested``: the site SD's 118-133 -> 1,073-1,280.  (The shift of ``v`` against ``u`` at fixed variances alone, tried
-first, gained nothing measurable: the variances' split was what crawled.)
+``u`` only as far as the weights let them; integrating ``v`` out given ``w`` frees ``s_o`` (its mixing is measured by
+``benchmarks/gibbs_mixing.py --nested``).
 
 Only random intercepts (the terms' values 1 on every row they cover) of single-column, uncorrelated terms whose levels
 own their rows (:func:`bayesvm.engines.linear.collapsed_variance.eligible_terms`), and only where the two terms cover
