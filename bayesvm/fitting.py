@@ -404,9 +404,8 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
     return fit
 
 
-#: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs
-#: 20-60 mean-field fits: about 17 s at 20,000 rows with a random intercept and a learned penalty, and 6 s
-#: more for its importance-sampled node weights with numba, 16 s without).
+#: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs 20-60 mean-field
+#: fits, one EP fit per node of its lattice).
 AUTO_ACCURATE_MAX_ROWS = 20_000
 
 
@@ -714,23 +713,11 @@ def default_selection_vb(model) -> tuple[str, str | None]:
 
     Laplace-zero: the accurate fit (EP with a site per slope, :mod:`bayesvm.engines.selection.ep`) where
     :func:`default_vb` would choose it and there are at most :data:`AUTO_ACCURATE_SELECTION_MAX_SLOPES` penalised
-    slopes; if EP fails or does not converge, mean-field VB, and ``summary()`` says so.  Measured against 4 x 5,000
-    Gibbs draws on public data none of it was tuned on (mean / largest gap of the inclusion probabilities):
-
-    ============================  ===========  ============  ==========
-    data (slopes)                 mean-field   EP            EP's time
-    ============================  ===========  ============  ==========
-    AER CreditCard (9)            0.24 / 0.99  0.03 / 0.21   0.5 s
-    MASS birthwt (7)              0.27 / 0.96  0.01 / 0.07   0.4 s
-    MASS biopsy (9)               0.23 / 0.54  0.06 / 0.13   0.5 s
-    SwissLabor, Mroz, Pima        <= 0.006     <= 0.002      0.2 s
-    mlbench Sonar (60)            0.40 / 1.00  0.14 / 1.00   74 s
-    ============================  ===========  ============  ==========
-
-    With many correlated slopes EP is slow and often does not converge (Sonar's first 15 and 30 bands: 9 s and 85 s,
-    neither converged; spam 137 s, breast cancer 39 s), so mean-field VB stays the default there.  Spike-and-slab
-    and the lasso: mean-field VB (Carbonetto & Stephens' spike-and-slab factors were closer to Gibbs than EP on
-    CreditCard, largest gap 0.01 against 0.91).
+    slopes; if EP fails or does not converge, mean-field VB, and ``summary()`` says so.  There EP's inclusion
+    probabilities are far closer to a long Gibbs run's than mean-field VB's (``python -m benchmarks.selection_accuracy``);
+    with many correlated slopes EP is slow and often does not converge, so mean-field VB stays the default there.
+    Spike-and-slab and the lasso: mean-field VB (Carbonetto & Stephens' spike-and-slab factors are the closer
+    approximation there).
     """
     from .priors import LaplaceZero
 
@@ -772,12 +759,9 @@ def default_mi_vb(problem) -> tuple[str, str | None]:
 
     The accurate fit where :func:`default_vb` would choose it, the only variance hyperparameter is a learned
     penalty (or there is none) and there are at most :data:`AUTO_ACCURATE_MI_MAX_ROWS` rows: then each
-    completed data set costs one EP fit per node of a one-dimensional lattice (mlbench's PimaIndiansDiabetes2,
-    768 rows: 1.5 s for the 20 completed data sets against 0.3 s), and mean-field's intervals would be too narrow
-    (there 0.50-0.72 of Gibbs's posterior SDs, the accurate fit's 0.78-1.02; MASS's biopsy: 0.24-0.50 against
-    0.94-1.03).  With random-effect or ``gp()`` terms each completed data set is a lattice over their variances too
-    (minutes in all), and on more rows EP needs more sweeps per node (acath, 2,258 rows: 9.5 s against 0.5 s), so
-    mean-field VB there, and ``summary()`` says why.
+    completed data set costs one EP fit per node of a one-dimensional lattice, and mean-field's intervals would be
+    too narrow.  With random-effect or ``gp()`` terms each completed data set is a lattice over their variances too,
+    and on more rows EP needs more sweeps per node, so mean-field VB there, and ``summary()`` says why.
     """
     engine, why = default_vb(problem)
     if engine != "accurate":

@@ -28,8 +28,8 @@ __all__ = [
     "singular_findings",
 ]
 
-#: The separation test on the fixed effects runs up to this many rows x columns (HiGHS: about 1 s at
-#: 4,601 x 58); larger designs get a note instead.
+#: The separation test on the fixed effects runs up to this many rows x columns (a linear programme whose cost grows
+#: with them); larger designs get a note instead.
 SEPARATION_MAX_VALUES = 5_000_000
 
 

@@ -40,12 +40,11 @@ from .row_pattern import RowPattern, pattern_predictor, pattern_schur, pattern_s
 from .row_threads import in_row_halves, in_two_parts, row_pool
 
 #: Below this many dense columns the engines run BLAS single-threaded: the per-sweep products
-#: are too small for threads to pay off, and on small machines the thread hand-offs dominate
-#: (spam, 58 columns: 0.2 s single-threaded against 1.4 s with two threads).
+#: are too small for threads to pay off, and on small machines the thread hand-offs dominate.
 SINGLE_THREAD_BELOW = 512
 
 #: ... unless a sweep's row products are large: with ``n q^2`` above this many multiply-adds the
-#: threads pay off (a million rows by 50 columns: ``D' W D`` 0.43 s single-threaded, 0.30 s with two).
+#: threads pay off.
 THREADS_ABOVE_WORK = 1e9
 
 
@@ -78,9 +77,8 @@ def _controller() -> ThreadpoolController:
 
 def small_lapack(q: int) -> AbstractContextManager:
     """One BLAS thread for LAPACK on a small ``q x q`` matrix inside a threaded engine: right after a
-    threaded product OpenBLAS can stall a small ``dpotri`` for tens of milliseconds (measured 79 ms on
-    50 x 50; 0.2 ms single-threaded)."""
-    if q < SINGLE_THREAD_BELOW and not _SINGLE_THREADED[0]:  # (a threadpoolctl limit costs ~60 us)
+    threaded product OpenBLAS can stall a small ``dpotri`` for far longer than the factorisation takes."""
+    if q < SINGLE_THREAD_BELOW and not _SINGLE_THREADED[0]:  # (the limit itself costs little)
         return _controller().limit(limits=1, user_api="blas")
     return nullcontext()
 
@@ -102,7 +100,7 @@ def runs_with_blas_threads(size: Callable[..., int]) -> Callable:
 #: Entries of ``rows`` below which :meth:`BlockedFactor.weighted_sum` weights the rows densely.
 SMALL_WEIGHTED_SUM = 200_000
 #: Levels x rows up to which the level sums are one dense product with the membership matrix: on a few dozen rows
-#: scipy's sparse product costs ~20 us of dispatch per call, most of a small EP sweep (three calls a sweep).
+#: scipy's sparse product is mostly dispatch, much of a small EP sweep.
 DENSE_INDICATOR_ENTRIES = 40_000
 
 
@@ -153,9 +151,9 @@ class BlockedFactor:
 
     def weighted_sum(self, weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``sum_{i in level j} weights_i rows_i`` for every level: ``J x r`` from ``rows`` (``n x r``), one
-        sparse-dense product (measured 7x faster than ``np.add.reduceat`` at a million rows).  Below
-        :data:`SMALL_WEIGHTED_SUM` entries the rows are weighted first and summed by the cached indicator (building
-        a weighted sparse matrix costs ~100 us, most of an EP site update on a few hundred rows)."""
+        sparse-dense product (faster than ``np.add.reduceat`` on many rows).  Below :data:`SMALL_WEIGHTED_SUM` entries
+        the rows are weighted first and summed by the cached indicator (building a weighted sparse matrix would cost
+        more than the sum)."""
         ind = self._indicator
         if rows.size < SMALL_WEIGHTED_SUM:
             return ind @ (rows * weights[:, None])
@@ -411,8 +409,7 @@ class _Eliminated:
     logdet_b: float
 
 
-#: Rows per chunk of the row-wise products (keeps the temporaries in cache; at a million rows by 50
-#: columns 8192 gave the fastest sweep, 0.36 s against 0.51 s with 16384).
+#: Rows per chunk of the row-wise products (keeps the temporaries in cache).
 ROW_CHUNK = 8192
 
 

@@ -2,8 +2,8 @@
 
 The exact sparse path (:mod:`bayesvm.linalg.schur`) eliminates the largest term ``A`` and
 factorises the Schur complement ``S = P_RR - P_RA G`` (``G = P_AA^{-1} P_AR``) on the other ``q``
-coefficients ``R``.  For crossed factors ``S`` is dense, so each sweep costs ``q^3``: 12 s at
-``q = 10^4`` on two cores.  This module only *applies* ``S`` to vectors
+coefficients ``R``.  For crossed factors ``S`` is dense, so each sweep costs ``q^3``.  This module only *applies*
+``S`` to vectors
 (``S v = P_RR v - P_RA (G v)``, two sparse products) and replaces every factorisation:
 
 * the mean ``mu_R = S^{-1} (r_R - G' r_A)`` by preconditioned conjugate gradients (block-Jacobi:

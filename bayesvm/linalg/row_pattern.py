@@ -12,8 +12,8 @@ eliminated).  Every EP or mean-field sweep of :func:`bayesvm.linalg.dense.gaussi
 
 although row ``i`` touches only its own nonzero columns and level ``j``'s cross terms ``P_jd = sum_i w_i z_i d_i'``
 and gains ``G_j = P_jj^-1 P_jd`` only the union of its rows' columns (:class:`RowPattern`).  Here the same sums run
-over those columns only (a zero entry adds nothing), compiled with numba: on guImmun an EP solve took 18 ms and
-the default fit 135 s.  Where numba is not installed, or the pattern is not sparse enough to pay
+over those columns only (a zero entry adds nothing), compiled with numba.  Where numba is not installed, or the
+pattern is not sparse enough to pay
 (:data:`LEVEL_PAIRS_SHARE`), :func:`row_pattern` gives None and the dense BLAS path runs.
 
 Each loop takes a range of rows or levels, so that a long one runs as two parts of equal work, one per CPU

@@ -38,8 +38,8 @@ from scipy.linalg import lapack, solve_triangular
 
 from ..memory import available_memory
 
-#: Largest Schur complement (columns outside the eliminated term) factorised densely:
-#: 12,000 columns is a 1.2 GB matrix and about 25 s of LAPACK per solve on two cores.
+#: Largest Schur complement (columns outside the eliminated term) factorised densely: 12,000 columns is a 1.2 GB
+#: matrix and ``12,000^3 / 3`` multiply-adds per solve.
 MAX_SCHUR_COLUMNS = 12_000
 
 #: Smallest fraction of non-zeros of the Schur complement for which a dense factorisation
@@ -52,7 +52,7 @@ PAIR_CHUNK = 4_000_000
 
 #: A row's quadratic form over pairs of its stored entries costs about this many multiply-adds of the sparse-dense
 #: product ``d cov`` per pair (numpy's gathers): the product serves where ``nnz(d) q`` is below this many times the
-#: pairs (guImmun's nested design, 2,159 rows by 177 columns with 17 entries a row: 60 ms by pairs, 8 ms by product).
+#: pairs.
 PAIR_COST = 30
 
 #: Entries of the dense ``rows x q`` product computed at once by :func:`_row_quadratic_by_product`.

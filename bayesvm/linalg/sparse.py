@@ -181,8 +181,7 @@ def _selected_inverse(L: sp.csc_matrix, d: np.ndarray) -> tuple[np.ndarray, np.n
     ``A = L_JJ^{-T} L_SJ'``: one dense step per supernode, from the roots of the elimination tree down.
     Supernodes of one depth are independent (:func:`_supernode_levels`); the narrow ones of one width are
     done together (:func:`_supernode_batch`; e.g. the 10^5 levels of a nested factor, whose pattern is the
-    parent level and the fixed effects): 0.09 s per selected inverse at 10^6 rows, against 6.6 s one
-    supernode at a time.
+    parent level and the fixed effects), one batched step instead of one per supernode.
     """
     N = d.size
     indptr, data = L.indptr, L.data

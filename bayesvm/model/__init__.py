@@ -44,12 +44,10 @@ MAX_DENSE_COLUMNS = 2000
 #: path (the largest factor eliminated onto a dense Schur complement, :mod:`bayesvm.linalg.schur`) once the dense
 #: path's row products ``n q^2`` exceed this many multiply-adds a sweep.  The dense path forms ``D' W D`` and the
 #: rows' variances over all ``q`` columns on every sweep; the sparse one only touches each row's stored entries and
-#: factorises the ``q x q`` complement.  A crossed design of 20,000 rows with 2,000 and 1,500 levels (``q = 1,506``):
-#: a mean-field sweep 3.2 s on the dense path, 0.23 s on the sparse one.
+#: factorises the ``q x q`` complement (``benchmarks/scale.py`` times both).
 MAX_DENSE_WORK = 5e8
 #: Below this many dense columns the dense path stays: the sparse path's index work costs about as much as the dense
-#: products (guImmun, ``(1 | mom) + (1 | comm)``, 2,159 rows, ``q = 177``: an EP sweep 34 ms dense, 26 ms sparse;
-#: 2.4 ms dense with numba, which sums over each row's and mother's nonzero columns: :mod:`bayesvm.linalg.row_pattern`).
+#: products, which numba sums over each row's and level's nonzero columns only (:mod:`bayesvm.linalg.row_pattern`).
 SPARSE_FROM_COLUMNS = 256
 
 

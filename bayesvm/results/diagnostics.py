@@ -148,9 +148,7 @@ def separated_chains(values: np.ndarray, names: list[str], imputed: list[str] | 
     """The chains that sat apart from the others, or None: for each quantity (``values``: ``(chains, draws, k)``), a
     chain whose mean lies more than :data:`SEPARATION_SDS` pooled within-chain SDs from the median of the other
     chains' means.  Ordinary slow mixing (R-hat 1.01-1.05) moves chain means by a fraction of an SD; a chain stuck in
-    another mode (MASS's bacteria before the learned penalty's rescaling move: one chain at slopes near 0 for all
-    its 3,000 draws, 7 SDs from the others) lies several SDs away, and more draws of the same chains need not bring
-    it back.  ``imputed``: the coefficients of columns imputed by the joint model; where a chain sat apart on one of
+    another mode lies several SDs away, and more draws of the same chains need not bring it back.  ``imputed``: the coefficients of columns imputed by the joint model; where a chain sat apart on one of
     them the advice is :data:`JOINT_MODES_ADVICE`."""
     values = np.asarray(values, dtype=float)
     chains = values.shape[0]

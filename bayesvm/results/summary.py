@@ -16,8 +16,8 @@ from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE
 from .vb_check import AUTO_CHECK_DRAWS, KHAT_GOOD, KHAT_LIMIT, VBCheck, not_run_by_itself
 
-#: ``summary()`` suggests ``probes`` when the exact sparse path factorised a dense complement this large
-#: (at 10^4 columns the probe fit took 44 s against 268 s; at 2,000 columns the exact path is faster).
+#: ``summary()`` suggests ``probes`` when the exact sparse path factorised a dense complement this large (below it
+#: the exact path is the faster).
 PROBES_HINT_COLUMNS = 4000
 
 METHOD_TITLES = {

@@ -30,8 +30,8 @@ from ...linalg.compiled import (  # noqa: F401  (the compiled plumbing, re-expor
 from ...linalg.row_pattern import add_level_row, add_row_pairs, mirror_lower
 
 #: Rows per block of the pass: a block's weights and responses are drawn first, then its sums are taken column by
-#: column while the block is in cache (the whole pass over 500,000 x 10 rows measured 36-43 ms with blocks, against
-#: 52 ms with per-row rank-one updates; 128 to 4096 rows per block were within noise of 256).
+#: column while the block is in cache (faster than a rank-one update per row; the pass is insensitive to the block's
+#: size over a wide range around this).
 BLOCK_ROWS = 256
 #: Up to this many columns a block's ``D' W D`` and ``D' r`` are summed pair by pair in registers
 #: (:func:`_block_gram`); above, by one BLAS product per block.
@@ -68,8 +68,7 @@ def _block_gram(block, size, weights, rhs, gram, product):
     """A block's terms of ``D' W D`` (the lower triangle) and ``D' r``: ``block`` holds its rows' columns as
     contiguous rows (``(q, BLOCK_ROWS)``, the first ``size`` filled), ``weights`` and ``rhs`` its ``omega_i`` and ``r_i``;
     each entry is summed in a register over the block (in SIMD lanes: :data:`REASSOCIATE`), then added.  Updating the
-    accumulators in memory row by row serialises on their stores (toenail's 1,908 x 4 rows: the whole pass 155-240 us
-    that way, 60-75 us this way)."""
+    accumulators in memory row by row would serialise on their stores."""
     q = block.shape[0]
     for a in range(q):
         s = 0.0
@@ -257,7 +256,7 @@ def _hinge_slice(a, b, c, log_scale, x0, width, exponential, uniforms, steps):
     (:func:`bayesvm.engines.linear.interweave.hinge_slice` without numba) make the same draw.
 
     The densities at ``x0`` and at both ends of the first bracket are summed in one pass over the rows (a pass is
-    bound by memory, so three sums cost about as much as one: 1.5 ms against 1.3 ms on 10^6 rows); every later
+    bound by memory, so three sums cost about as much as one); every later
     evaluation is a pass of its own.
     """
 

@@ -878,7 +878,7 @@ def _extend_lattice(
         if not ball:
             # a side whose outermost node failed (EP did not converge there: no mass, and the fit is reported as not
             # converged) is not extended: farther out along it EP fails again, each failure costing every attempt of
-            # EP_ATTEMPTS (a 13-row Laplace-zero fit with a column at scale 1e8 spent 55 s on 28 such nodes)
+            # EP_ATTEMPTS
             sides = [
                 s for s in (-1.0, 1.0) if np.isfinite(logp[np.argmin(np.abs(lattice[:, 0] - s * (radius - step)))])
             ]

@@ -17,10 +17,7 @@ learned penalty's ``1 / sigma_u^2`` for a penalised slope).  That is ``N(M^-1 b,
 The translation group's Haar measure is Lebesgue and its Jacobian 1, so drawing ``delta`` from this conditional
 leaves the posterior invariant (Liu & Sabatti's generalised Gibbs step); no row is visited.  Given the
 augmentation weights the sampler's joint draw of ``(beta, u)`` moves the two only as far as the weights let them, so
-where the levels are many and each says little the mean of the ``u_j`` and ``beta_L`` crawl together.  Measured on
-mlmRev's Contraception, ``use ~ age + I(age^2) + urban + livch + (urban | district)``, 4 x (1,000 + 1,000): the
-intercept's bulk ESS 601 -> 734 and the ``livch`` contrasts' 203-218 -> 255-290 (a random intercept of a single
-column had its own shift before: :mod:`bayesvm.engines.linear.collapsed_variance`).
+where the levels are many and each says little the mean of the ``u_j`` and ``beta_L`` crawl together.
 
 A column that changes between iterations (imputed) is never a location; neither is a column with an inclusion
 indicator (the selection samplers give such columns precision 0, which excludes them).

@@ -4,7 +4,7 @@ The selection samplers' single-slope updates (:mod:`bayesvm.engines.selection.ma
 coefficient at a time.  Where predictors carry overlapping signal (spam's ``hp``, ``hpl``, ``george``, ``lab``,
 ``num85``) the posterior of the coefficients is a long, narrow ridge: an indicator can only switch once the
 slopes it shares the signal with have moved along that ridge, one small step per iteration, so the chains
-disagreed on those indicators for thousands of draws (R-hat 1.08-1.11).
+disagree on those indicators for thousands of draws.
 
 A **line move** (hit-and-run; Smith 1984, Chen & Schmeiser 1993) draws ``t`` from the exact conditional of the
 coefficients on the line ``c + t d`` and moves to ``c + t d``, on the posterior with ``omega`` (and Laplace-zero's
@@ -30,11 +30,10 @@ then fixed), so the lines follow the ridges; before the first estimate, and with
 :data:`MIN_TUNE` tuning iterations, there are no line moves.  ``tests/engines/selection/test_directions.py``
 checks a sampler with only these moves against the exact posterior of the model probabilities.
 
-Measured on spam, 4 x (1,000 + 1,000) with Laplace-zero (``/tmp``-free: ``python -m benchmarks.gibbs_mixing``
-prints seed 1): the largest R-hat of the inclusion indicators over seeds 1-4 went from 1.11-1.23 to 1.04-1.11,
-together with the exchanges' learned partners (:meth:`bayesvm.engines.selection.marginal_pairs.MarginalPairs.observe`).
-Spike-and-slab redraws its coefficients from their collapsed conditional every iteration; there the lines did not
-lower R-hat over three seeds and cost 20% more time, so they run by default with Laplace-zero only.
+With Laplace-zero the lines, together with the exchanges' learned partners
+(:meth:`bayesvm.engines.selection.marginal_pairs.MarginalPairs.observe`), let the inclusion indicators mix
+(``python -m benchmarks.gibbs_mixing``).  Spike-and-slab redraws its coefficients from their collapsed conditional
+every iteration, where the lines add cost and no mixing, so they run by default with Laplace-zero only.
 """
 
 from __future__ import annotations

@@ -383,8 +383,8 @@ def fit_selection_accurate(
 
     ``stop_at_failure``: raise :class:`~bayesvm.engines.linear.ep.AccurateFitError` at the first node where EP fails
     to converge (every attempt of ``EP_ATTEMPTS``), for a caller that falls back to mean-field VB on any failure (the
-    default ``vb``): the rest of the integral is then wasted work (a 4-row Laplace-zero fit spent 24 s on 27 failing
-    nodes before falling back).  Without it the failed nodes are left out of the integral and the result reports them.
+    default ``vb``): the rest of the integral is then wasted work.  Without it the failed nodes are left out of the
+    integral and the result reports them.
 
     Returns
     -------

@@ -111,8 +111,8 @@ class ImputedSelectionGibbsResult(SelectionGibbsResult, ImputedGibbsResult):
 TUNE = 2000
 """Default burn-in of this sampler (``bsvm``'s too: :func:`bayesvm.control.default_tune`).  Its sheared pair updates
 (:mod:`bayesvm.engines.selection.sheared_pairs`) estimate each rarely included slope's shift from the tuning draws
-in which it is in and out of the model; with 1000, spike-and-slab on spam left one rare word at R-hat 1.068 on one
-seed of five, with 2000 every inclusion probability had R-hat <= 1.02 on all five (``benchmarks/RESULTS.md``)."""
+in which it is in and out of the model, so a rarely included slope needs long tuning to have been seen in both
+(``benchmarks/gibbs_mixing.py`` checks the inclusion probabilities' R-hat at this length)."""
 
 
 def sample_selection(
@@ -145,8 +145,8 @@ def sample_selection(
     ``swaps=False`` leaves out the swap moves of :mod:`bayesvm.engines.selection.moves`, ``pairs=False`` the
     updates of :mod:`bayesvm.engines.selection.marginal_pairs`, ``exchanges=False`` its exchanges and ``lines=False``
     the line moves of :mod:`bayesvm.engines.selection.directions` (``None``: with Laplace-zero, whose coefficients
-    persist between iterations; spike-and-slab redraws them from their collapsed conditional every iteration, and
-    on spam the lines did not lower its R-hat over three seeds while costing 20% more time), ``shears=False`` the
+    persist between iterations; spike-and-slab redraws them from their collapsed conditional every iteration, where
+    the lines add cost and no mixing), ``shears=False`` the
     sheared pair updates of :mod:`bayesvm.engines.selection.sheared_pairs`, ``jumps=False`` the model jumps of
     :mod:`bayesvm.engines.selection.model_jumps` (their VB fit runs once here, before the chains; not with
     ``imputation`` or more than ``model_jumps.JUMP_MAX_SLOPES`` slopes) and ``collapsed=False`` the random-effect terms' moves of :mod:`bayesvm.engines.linear.collapsed_variance` (all off: the

@@ -50,9 +50,8 @@ slope's value is then drawn as above.
 Each pair of strong substitutes (indicator correlation below ``-STRONG_AFFINITY`` in the tuning draws, the pairs
 fixed with the weights) gets :data:`STRONG_EXCHANGES` more exchanges after the sweep.  Their choice does not depend
 on the state either, so each is the same Gibbs step on the restricted posterior.  An exchange switches such a pair
-only now and then, because the other slopes' values suit the one that is in; more attempts buy more switches for
-about 0.3 ms each.  On spam with Laplace-zero, 4 x (1,000 + 1,000), seed 1: ``font``'s and ``charHash``'s bulk
-ESS went from 109-111 to 368-371 and their R-hat from 1.059 to 1.008, at the same run time (129 s and 136 s).
+only now and then, because the other slopes' values suit the one that is in; more attempts buy more switches at a
+small cost each (``benchmarks/gibbs_mixing.py`` measures the inclusion indicators' mixing).
 
 **Rao-Blackwellised inclusion probabilities.**  Each update draws ``gamma_k`` with probability
 ``p_k = P(gamma_k = 1 | the rest, y)``, computed at the state the sweep has reached.  Every step of the chain
@@ -423,8 +422,8 @@ class MarginalPairs:
         (``coef`` is updated in place).  Every slope in random order is paired with a partner drawn by the
         correlation weights, which do not depend on the state, and then each pair of strong substitutes
         (:data:`STRONG_AFFINITY`, fixed after tuning) :data:`STRONG_EXCHANGES` times more; each pair with exactly one
-        slope included is redrawn from its conditional given that.  (Random disjoint pairs, tried first on spam, proposed
-        ``font``/``charHash`` too rarely: max R-hat 1.33.)"""
+        slope included is redrawn from its conditional given that (random disjoint pairs would propose the strongly
+        substituting pairs too rarely)."""
         sel, m = self.selected, self.selected.size
         if m < 2:
             return coef

@@ -48,8 +48,7 @@ JUMP_INFLATION = 1.5
 #: Degrees of freedom of the proposal's Student-t values.
 JUMP_DF = 4.0
 #: The jumps run for problems with at most this many slopes.  Each proposes the whole model, so the chance that it
-#: proposes a model the posterior likes falls as ``(1 - JUMP_FLOOR)^m`` (0.12 at 20 slopes, 0.002 on spam's 57:
-#: there none was accepted, and the spike-and-slab VB fit the proposal needs took 18 s)
+#: proposes a model the posterior likes falls as ``(1 - JUMP_FLOOR)^m`` (0.12 at 20 slopes, 0.002 at 57)
 JUMP_MAX_SLOPES = 20
 
 

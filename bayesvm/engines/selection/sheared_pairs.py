@@ -1,7 +1,6 @@
 """Sheared pair updates: an indicator redrawn together with the slopes that share its signal.
 
-On spam the indicator that kept the Laplace-zero chains apart at the default length (``hpl``: R-hat 1.07, bulk
-ESS 48 over 4 x 1,000 draws) has no substitute to exchange with: no other indicator is anti-correlated with it
+An indicator that keeps the chains apart may have no substitute to exchange with (on spam, ``hpl``: no other indicator is anti-correlated with it
 beyond -0.13.  It switches slowly because the *coefficients* of its neighbours (``hp``, ``george``, ``num85``) sit
 at values that only suit its current state: the pair update of :mod:`bayesvm.engines.selection.marginal_pairs`
 redraws ``(gamma_k, c_k)`` with the neighbours held, so dropping ``hpl`` costs likelihood until they have moved
@@ -59,15 +58,10 @@ The sampler redraws ``omega`` and ``b`` from their full conditionals after the m
 van Dyk & Park 2008, as for the other moves).  ``tests/engines/selection/test_sheared_pairs.py`` checks chains
 whose only model moves are these updates against exact enumeration of the model probabilities.
 
-Measured on spam (Laplace-zero, default settings; ``python -m benchmarks.gibbs_mixing`` prints
-seed 1 with and without these updates): over 2 x 1,000 draws, ``s_hpl`` is +0.87 for ``hp`` and -0.40 for
-``george`` (``hp``'s coefficient drops by 0.87 per unit of ``hpl`` entering), whereas the regression of ``hp`` on
-``hpl`` over all draws has the opposite sign (-0.84: it describes the ridge within one state, not the change
-between states).  At the chain's own states the probability that one update switches ``hpl`` is 31-37%, against
-0.2-2% for the one-slope pair update.  With 4 x (1,000 + 1,000) the largest inclusion R-hat over seeds 1-4 went
-from 1.04-1.11 to 1.010-1.034, at about 20% more time per iteration.  With spike-and-slab the sheared updates alone
-left seed 2 at 1.092 (the chains that never included ``hpl``); with the probes, seeds 1-4 give 1.014-1.033
-(Laplace-zero seeds 1-3: 1.023-1.035), at about 10% more time again.
+The shift ``s_k`` describes how the neighbours' coefficients change *between* the two states of the indicator, which
+the regression of one coefficient on another within a state does not; at the chain's own states a sheared update
+switches a rarely included slope far more often than the one-slope pair update (``python -m benchmarks.gibbs_mixing``
+measures the inclusion indicators' mixing with and without these updates).
 """
 
 from __future__ import annotations
