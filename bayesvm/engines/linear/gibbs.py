@@ -682,7 +682,8 @@ def sample_until_converged(
     SDs); returns the chains' dicts and the stopping reason."""
     monitor = monitor or _default_monitor(problem)
     seeds = np.random.SeedSequence(seed).spawn(chains)
-    streams = [chain_draws(problem, tune, thin, s, interweave) for s in seeds]
+    whole = _whole_iterations_at_hand()  # (as sample_gibbs: the same draws as a fixed-length run of the seed)
+    streams = [chain_draws(problem, tune, thin, s, interweave, whole=whole) for s in seeds]
     n_components = len(problem.components)
 
     def watched(records: list[list]) -> np.ndarray:
