@@ -42,6 +42,7 @@ from formulaic.transforms.contrasts import (
 from formulaic.transforms.patsy_compat import standardize
 
 from ..errors import FormulaError
+from ..memory import available_memory
 
 #: Largest polynomial degree, spline degree of freedom or knot count a term may ask for (also bounded by the data's
 #: distinct values when a fit learns the transform).
@@ -197,6 +198,17 @@ def _spline_bound(call: Call) -> None:
         raise Refusal(f"{call.name}(): {len(knots):,} knots; at most {MAX_BASIS}")
 
 
+def _hashed_bound(call: Call) -> None:
+    """``hashed()`` encodes every one of its ``levels`` as a column: their cells must fit in memory."""
+    levels = call.arguments.get("levels", 1)
+    needed = 3 * 8.0 * max(call.rows, 1) * levels
+    if needed > available_memory():
+        raise Refusal(
+            f"hashed(): levels={levels:,} makes {levels:,} columns of {call.rows:,} rows, about {needed / 2**30:,.1f} GiB; "
+            "use fewer levels"
+        )
+
+
 def _lag_bound(call: Call) -> None:
     if abs(call.arguments.get("k", 1)) > max(call.rows, 1):
         raise Refusal(f"lag(): k={call.arguments['k']:,} is more than the {call.rows:,} rows")
@@ -301,6 +313,7 @@ TRANSFORMS: dict[str, Transform] = {
             ("contrasts", optional(contrasts)),
             ("spans_intercept", flag),
         ),
+        bound=_hashed_bound,
     ),
     "center": Transform(center, (("data", data),), stateful=True),
     "scale": Transform(
