@@ -1,7 +1,7 @@
-"""numba, where it is installed (``pip install "bayesvm[fast]"``): whether compiled code may run, how it is compiled,
+"""numba (a dependency of the package): whether compiled code may run, how it is compiled,
 and the row layout its sparse variants visit.
 
-numba is optional: without it (or with ``BAYESVM_NUMBA=0`` in the environment) every caller takes its numpy path.
+Where numba cannot be imported, or with ``BAYESVM_NUMBA=0`` in the environment, every caller takes its numpy path.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Gibbs sampler's row pass, compiled with numba when it is installed (``pip install "bayesvm[fast]"``).
+"""The Gibbs sampler's row pass, compiled with numba (a dependency; ``BAYESVM_NUMBA=0`` switches it off).
 
 On a dense design with a blocked factor, every Gibbs iteration visits each row once to compute
 ``f_i = d_i' theta_d + z_i' theta_b[j(i)]``, draw ``omega_i | theta ~ InverseGaussian(1 / |1 - y_i f_i|, 1)``
