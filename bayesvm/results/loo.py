@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+from scipy.special import logsumexp
 
 from ..model import PENALTY_SOURCE
 from .crossfit import stratified_folds
@@ -79,7 +80,30 @@ def loo_predictions(fit, draws: int = LOO_DRAWS, seed: int = 0, folds: int = 5) 
 
 def psis_rows(log_ratios: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Normalised PSIS log weights and k-hat of every row of ``log_ratios`` (rows x draws), through ArviZ as
-    :func:`bayesvm.results.vb_check.psis` (vectorised over the rows)."""
+    :func:`bayesvm.results.vb_check.psis` (vectorised over the rows).  A row whose ratios are all equal (every draw
+    outside the row's margin) has uniform weights and k-hat 0: there is no tail to smooth."""
+    rows, draws = log_ratios.shape
+    log_weights = np.full((rows, draws), -np.log(draws))
+    khat = np.zeros(rows)
+    varying = np.ptp(log_ratios, axis=1) > 1e-12
+    if varying.any():
+        try:
+            log_weights[varying], khat[varying] = _arviz_psislw(log_ratios[varying])
+        except ValueError:  # ArviZ 1.x refuses a row whose tail is one value: those rows need no smoothing
+            for i in np.flatnonzero(varying):
+                log_weights[i], khat[i] = _one_row(log_ratios[i])
+    return log_weights, khat
+
+
+def _one_row(log_ratio: np.ndarray) -> tuple[np.ndarray, float]:
+    try:
+        weights, khat = _arviz_psislw(log_ratio[None, :])
+        return weights[0], float(khat[0])
+    except ValueError:  # a tail of one repeated value: the raw ratios, normalised, are bounded
+        return log_ratio - logsumexp(log_ratio), 0.0
+
+
+def _arviz_psislw(log_ratios: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import arviz as az

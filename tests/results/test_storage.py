@@ -393,7 +393,8 @@ warnings.simplefilter("ignore")
 new = pd.read_csv(sys.argv[1])
 for path in sys.argv[2:]:
     fit = bayesvm.load(path)
-    for kind in ("class", "prob", "pseudo", "link"):
+    kinds = ("class", "prob", "link") if isinstance(fit, bayesvm.MulticlassFit) else ("class", "prob", "pseudo", "link")
+    for kind in kinds:
         values = fit.predict(new, kind=kind)
         assert len(values) == len(new), (path, kind)
     print(path, "ok")
@@ -409,10 +410,16 @@ def test_a_loaded_fit_predicts_every_kind_in_a_fresh_process(tmp_path):
     import sys
 
     paths = []
-    for name in ("accurate-vb", "impute-mi-vb", "kernel-vb"):
+    for name in ("accurate-vb", "impute-mi-vb", "kernel-vb", "em", "laplace-zero-vb", "svi"):
         fit, new = _make(name)
         paths.append(str(fit.save(tmp_path / f"{name}.bsvm")))
     paths.append(str(bayesvm.pcvm("y ~ x1 + x2", _frame(), method="em").save(tmp_path / "pcvm.bsvm")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gibbs = bayesvm.bsvm("y ~ x1 + x2", _frame(), **GIBBS)
+        several = bayesvm.bsvm("f ~ x1 + x2", _frame(), vb="meanfield")  # three classes: one-vs-rest
+    paths.append(str(gibbs.save(tmp_path / "gibbs.bsvm")))
+    paths.append(str(several.save(tmp_path / "multiclass.bsvm")))
     csv = tmp_path / "new.csv"
     _frame(seed=1).to_csv(csv, index=False)
     done = subprocess.run(
