@@ -847,27 +847,26 @@ _background: list = []
 
 
 def _compile_whole_iterations_in_background(problem: VBProblem) -> None:
-    """Compile the whole iterations in a background process (once per process, where processes fork), so that they
-    are on disk for the next fit; the process ends with this one.  Two throwaway iterations of a chain on
-    ``problem`` compile exactly the variants the chains call."""
-    import multiprocessing
+    """Compile the whole iterations for later processes, once per process: a detached, low-priority interpreter
+    (:mod:`bayesvm.engines.linear.compile_ahead`) makes two throwaway iterations of a chain with them on a small
+    problem of the same layout, so that numba writes them to its disk cache; it goes on after this process ends, and
+    only one runs at a time on a machine."""
+    import subprocess
+    import sys
 
-    if _background or "fork" not in multiprocessing.get_all_start_methods():
+    if _background:
         return
-    process = multiprocessing.get_context("fork").Process(
-        target=_quietly, args=(partial(_run_chain, whole=True), problem), daemon=True
-    )
-    process.start()
-    _background.append(process)
-
-
-def _quietly(chain, problem: VBProblem) -> None:
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    _load_compiled(chain, problem)
+    _background.append(True)
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "bayesvm.engines.linear.compile_ahead"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:  # no process to be had: the next process compiles them instead
+        pass
 
 
 def _load_compiled(chain, problem: VBProblem) -> None:
