@@ -44,6 +44,9 @@ CHUNK_VALUES = 4e6
 #: The compiled kernel sorts a level's kinks by insertion (``O(K^2)`` per level and draw); levels larger than this
 #: go to numpy's sort instead.
 COMPILED_MAX_LEVEL = 256
+#: Draws x rows below which a class's compiled integrals run in the calling thread: handing two halves to the row
+#: threads costs more than small work itself.
+THREADED_FROM_VALUES = 400_000
 
 
 def integrable_component(problem: VBProblem) -> int | None:
@@ -100,6 +103,8 @@ def _class_log_integrals(layout: LevelLayout, eta: np.ndarray, sigma2: np.ndarra
     S = eta.shape[0]
     if compiled and compiled_rows.available():  # the draws in two halves on the package's two row threads (nogil)
         eta = np.ascontiguousarray(eta)
+        if eta.size < THREADED_FROM_VALUES:
+            return draws_log_integral_sums(layout.y, eta, layout.slope, layout.rows, sigma2)
         halves = [slice(0, S // 2), slice(S // 2, S)]
         sums = row_pool().map(
             lambda h: draws_log_integral_sums(layout.y, eta[h], layout.slope, layout.rows, sigma2[h]), halves
