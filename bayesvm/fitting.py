@@ -16,7 +16,16 @@ from .checks import (
     one_class_findings,
     singular_findings,
 )
+from .combinations import (
+    METHODS,
+    check_checks,
+    check_imputation,
+    check_prior_method,
+    check_probes,
+    check_sampling,
+)
 from .control import Control, check_settings_apply, default_tune, resolve_control
+from .engine_defaults import default_mi_vb, default_selection_vb, default_vb
 from .errors import BayesvmError, ConvergenceWarning, DataError, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
@@ -24,7 +33,7 @@ from .formula.frames import as_frame
 from .formula.response import sorted_levels
 from .kernel_fitting import fit_kernel
 from .kernels import Kernel
-from .model import MAX_DENSE_COLUMNS, PENALTY_SOURCE, build_model
+from .model import MAX_DENSE_COLUMNS, build_model
 from .model.kernel import build_kernel_model
 from .outofcore import is_dask_frame
 from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
@@ -33,14 +42,6 @@ from .results.fit import BSVMFit
 from .results.kernel_fit import KernelFit
 from .results.multiclass import MulticlassFit
 from .results.vb_check import check_at_fit_end
-
-METHODS = ("vb", "gibbs", "em", "svi")
-#: Engines available for each selection prior.
-PRIOR_METHODS = {
-    LaplaceZero: ("vb", "gibbs", "svi"),
-    SpikeSlab: ("vb", "gibbs", "svi"),
-    Lasso: ("vb", "em", "gibbs", "svi"),
-}
 
 
 def bsvm(
@@ -113,10 +114,10 @@ def bsvm(
         ``k (k + 1) / 2``).  ``"meanfield"``: the paper's factorisation (Alg. 1-2; fast, but SDs too narrow
         and variance components shrunk).  ``None`` (default): ``"accurate"`` where it applies and the data
         have at most 20,000 rows on one large grouping factor or none, otherwise ``"meanfield"``
-        (:func:`default_vb`; ``summary()`` says which and why).  ``missing="impute"`` (multiple imputation):
+        (:func:`bayesvm.engine_defaults.default_vb`; ``summary()`` says which and why).  ``missing="impute"`` (multiple imputation):
         ``"accurate"`` on each completed data set where that would be the default, no random-effect or ``gp()``
         term has a variance to integrate over and there are at most 1,000 rows, else mean-field
-        (:func:`default_mi_vb`).  Selection priors, the joint imputation model, kernels, ``method="svi"`` and
+        (:func:`bayesvm.engine_defaults.default_mi_vb`).  Selection priors, the joint imputation model, kernels, ``method="svi"`` and
         out-of-core data use mean-field VB unless ``vb="accurate"`` is asked for (a kernel: EP on its whitened
         features at the VB fit's hyperparameters).
     prior
@@ -197,7 +198,7 @@ def bsvm(
         )
     if vb not in (None, "meanfield", "accurate"):
         raise BayesvmError(f"vb must be None, 'meanfield' or 'accurate', got {vb!r}")
-    _check_probes(
+    check_probes(
         probes, method, vb, kernel is not None or prior is not None or missing == "impute" or is_dask_frame(data)
     )
     if max_iter is None and kernel is None:  # Alg. 3's indicators can creep for a while: more sweeps by default
@@ -224,9 +225,9 @@ def bsvm(
     # posterior modes need a boundary-avoiding variance prior (as blme uses): the default half-t has positive density
     # at sigma = 0, where the joint mode of the random effects and their variance collapses
     priors = (PriorSet.paper() if method == "em" else PriorSet()) if priors is None else priors
-    checks = _check_checks(checks)
+    checks = check_checks(checks)
     if prior is not None:
-        _check_prior_method(prior, method, penalty, vb)
+        check_prior_method(prior, method, penalty, vb)
     parsed = parse_formula(formula, getattr(data, "columns", None))
     design = build_design(
         parsed,
@@ -313,16 +314,6 @@ def _recorded(options: dict, fit):
     return fit
 
 
-def _check_checks(checks: object) -> Checks:
-    if checks is None:
-        return Checks()
-    if not isinstance(checks, Checks):
-        raise BayesvmError(
-            f"checks must be a bayesvm.Checks(...) (or None for the defaults), got {type(checks).__name__}"
-        )
-    return checks
-
-
 def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, thin, seed, cores, progress, probes,
                 imputation, imputations, batch_size, learning_rate):  # fmt: skip
     """The engine for a linear model (``bsvm`` without a kernel, in-memory data)."""
@@ -333,7 +324,7 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
 
     design = model.design
     if method == "gibbs":
-        _check_sampling(draws, tune, chains, thin, cores)
+        check_sampling(draws, tune, chains, thin, cores)
     if method == "svi":
         return _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation, imputations)
     if draws == "auto" and design.imputation is not None:
@@ -342,7 +333,7 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
             "number of draws (their warnings say how many more to run)"
         )
     if design.imputation is not None:
-        _check_imputation(model, method, vb, imputation, imputations)
+        check_imputation(model, method, vb, imputation, imputations)
         return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
                                imputation, imputations, vb)  # fmt: skip
     if model.prior is not None:
@@ -404,11 +395,6 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
     return fit
 
 
-#: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs 20-60 mean-field
-#: fits, one EP fit per node of its lattice).
-AUTO_ACCURATE_MAX_ROWS = 20_000
-
-
 def _warn_oversized(problem) -> None:
     """Warn before an exact sparse fit whose crossed factors leave a dense complement too large to factorise
     densely: the general sparse factorisation then takes hours, where ``probes`` takes minutes."""
@@ -428,18 +414,6 @@ def _warn_oversized(problem) -> None:
         )
 
 
-def _check_probes(probes: object, method: str, vb: str | None, special: bool) -> None:
-    if probes is None:
-        return
-    if isinstance(probes, bool) or not isinstance(probes, (int, np.integer)) or probes < 2:
-        raise BayesvmError(f"probes must be an integer of at least 2, got {probes!r}")
-    if method != "vb" or vb == "accurate" or special:
-        raise BayesvmError(
-            "probes apply to mean-field VB of linear models on complete in-memory data (method='vb', vb=None or "
-            "'meanfield'; no kernel, selection prior or missing='impute')"
-        )
-
-
 def _with_probes(problem, probes: int, seed: int | None):
     """The problem with the probe engine switched on, where it applies."""
     if not problem.is_sparse:
@@ -448,25 +422,6 @@ def _with_probes(problem, probes: int, seed: int | None):
             "largest); this model is solved exactly at little cost, so leave probes=None"
         )
     return replace(problem, probes=int(probes), probe_seed=0 if seed is None else int(seed))
-
-
-def default_vb(problem) -> tuple[str, str | None]:
-    """The variational fit ``vb=None`` chooses, and why it is not the accurate one (``None`` if it is).
-
-    The accurate fit (EP integrated over the variance components) is the default wherever it
-    applies; mean-field VB where it does not (more than six variance hyperparameters), on the sparse
-    path (several large grouping factors, where each EP sweep is a sparse factorisation) and above
-    ``AUTO_ACCURATE_MAX_ROWS`` rows.
-    """
-    from .engines.linear.ep import MAX_HYPERPARAMETERS, Hyperparameters
-
-    if problem.is_sparse:
-        return "meanfield", "several large grouping factors (sparse path)"
-    if problem.n > AUTO_ACCURATE_MAX_ROWS:
-        return "meanfield", f"more than {AUTO_ACCURATE_MAX_ROWS:,} rows"
-    if Hyperparameters(problem.components).size > MAX_HYPERPARAMETERS:
-        return "meanfield", f"more than {MAX_HYPERPARAMETERS} variance hyperparameters"
-    return "accurate", None
 
 
 def _fit_streamed(formula, data, *, method, positive, missing, standardize, penalty, priors, tol, max_iter, seed,
@@ -489,7 +444,7 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
     if prior is not None:
         if kernel is not None:
             raise BayesvmError("a selection prior selects slopes, and a kernel fit has no slopes to penalise")
-        _check_prior_method(prior, method, penalty, vb)
+        check_prior_method(prior, method, penalty, vb)
     tol, max_iter = iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=500)
     streamed = build_streamed(parse_formula(formula, getattr(data, "columns", None)), data, positive, missing)
     name = data_name(data)
@@ -619,40 +574,6 @@ def _fit_linear_svi(
     return fit
 
 
-def _check_sampling(draws, tune, chains, thin, cores) -> None:
-    if draws == "auto":
-        draws = 1
-    for name, value, low in (
-        ("draws", draws, 1),
-        ("tune", tune, 0),
-        ("chains", chains, 1),
-        ("thin", thin, 1),
-        ("cores", cores, 1),
-    ):
-        if not (isinstance(value, int) and value >= low):
-            raise BayesvmError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
-def _check_prior_method(prior: object, method: str, penalty: object, vb: str) -> None:
-    allowed = PRIOR_METHODS.get(type(prior))
-    if allowed is None:
-        raise BayesvmError(
-            f"prior must be bayesvm.priors.LaplaceZero, SpikeSlab or Lasso (or None), got {type(prior).__name__}"
-        )
-    if method not in allowed:
-        why = ""
-        if method == "em" and not isinstance(prior, Lasso):
-            why = (
-                ": a posterior mode does not exist under a point mass at zero (the density is infinite there, "
-                "so every slope's mode is 0)"
-            )
-        raise BayesvmError(f"{type(prior).__name__} is fitted by method in {allowed}, not method={method!r}{why}")
-    if penalty != "learn":
-        raise BayesvmError(
-            f"prior={type(prior).__name__}(...) replaces the penalty: leave penalty at its default, got {penalty!r}"
-        )
-
-
 def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
                    vb=None) -> BSVMFit:  # fmt: skip
     """Dispatch a selection prior to its engine (Alg. 3, Appendix B, Polson & Scott sections 3-4; ``vb="accurate"``:
@@ -707,38 +628,6 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
     return fit
 
 
-def default_selection_vb(model) -> tuple[str, str | None]:
-    """The fit ``vb=None`` chooses for a selection prior, and why it is not the accurate one (``None`` if it is or
-    where mean-field is the family's default without a caveat).
-
-    Laplace-zero: the accurate fit (EP with a site per slope, :mod:`bayesvm.engines.selection.ep`) where
-    :func:`default_vb` would choose it and there are at most :data:`AUTO_ACCURATE_SELECTION_MAX_SLOPES` penalised
-    slopes; if EP fails or does not converge, mean-field VB, and ``summary()`` says so.  There EP's inclusion
-    probabilities are far closer to a long Gibbs run's than mean-field VB's (``python -m benchmarks.selection_accuracy``);
-    with many correlated slopes EP is slow and often does not converge, so mean-field VB stays the default there.
-    Spike-and-slab and the lasso: mean-field VB (Carbonetto & Stephens' spike-and-slab factors are the closer
-    approximation there).
-    """
-    from .priors import LaplaceZero
-
-    if not isinstance(model.prior, LaplaceZero):
-        return "meanfield", None
-    engine, why = default_vb(model.problem())
-    if engine != "accurate":
-        return engine, why
-    slopes = int(model.penalized.sum())
-    if slopes > AUTO_ACCURATE_SELECTION_MAX_SLOPES:
-        return "meanfield", (
-            f"Laplace-zero selection over {slopes} slopes, more than {AUTO_ACCURATE_SELECTION_MAX_SLOPES}: with many "
-            "correlated slopes EP is slow and often does not converge"
-        )
-    return "accurate", None
-
-
-#: ``prior=LaplaceZero()`` with ``vb=None`` fits by EP up to this many penalised slopes (:func:`default_selection_vb`).
-AUTO_ACCURATE_SELECTION_MAX_SLOPES = 12
-
-
 def _warn_floored_sites(model, results) -> None:
     from .results.summary import floored_slopes
 
@@ -750,69 +639,6 @@ def _warn_floored_sites(model, results) -> None:
             "check the inclusion probabilities with method='gibbs'",
             ConvergenceWarning,
             stacklevel=4,
-        )
-
-
-def default_mi_vb(problem) -> tuple[str, str | None]:
-    """The fit ``vb=None`` chooses for each completed data set of multiple imputation, and why it is not the
-    accurate one (``None`` if it is).
-
-    The accurate fit where :func:`default_vb` would choose it, the only variance hyperparameter is a learned
-    penalty (or there is none) and there are at most :data:`AUTO_ACCURATE_MI_MAX_ROWS` rows: then each
-    completed data set costs one EP fit per node of a one-dimensional lattice, and mean-field's intervals would be
-    too narrow.  With random-effect or ``gp()`` terms each completed data set is a lattice over their variances too,
-    and on more rows EP needs more sweeps per node, so mean-field VB there, and ``summary()`` says why.
-    """
-    engine, why = default_vb(problem)
-    if engine != "accurate":
-        return engine, why
-    if any(comp.source != PENALTY_SOURCE for comp in problem.components):
-        return "meanfield", (
-            "multiple imputation with random-effect or gp() terms: an accurate fit of every completed data set, each "
-            "a lattice over their variances, would take minutes"
-        )
-    if problem.n > AUTO_ACCURATE_MI_MAX_ROWS:
-        return "meanfield", (
-            f"multiple imputation on more than {AUTO_ACCURATE_MI_MAX_ROWS:,} rows: an accurate fit of every completed "
-            "data set costs 10-20 times as much"
-        )
-    return "accurate", None
-
-
-#: ``missing="impute"`` with ``vb=None`` fits each completed data set by the accurate VB up to this many rows
-#: (:func:`default_mi_vb`).
-AUTO_ACCURATE_MI_MAX_ROWS = 1_000
-
-
-def _check_imputation(model, method: str, vb: str, imputation: str, imputations: int) -> None:
-    if imputation not in ("mi", "joint"):
-        raise BayesvmError(f"imputation must be 'mi' or 'joint', got {imputation!r}")
-    if not (isinstance(imputations, (int, np.integer)) and imputations >= 2):
-        raise BayesvmError(f"imputations must be an integer >= 2, got {imputations!r}")
-    if method not in ("vb", "gibbs"):
-        why = ": a posterior mode carries no uncertainty to pool over imputations" if method == "em" else ""
-        raise BayesvmError(
-            f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}{why}"
-        )
-    if vb == "accurate" and (imputation != "mi" or method != "vb"):
-        raise BayesvmError(
-            "vb='accurate' with missing='impute' fits each completed data set of multiple imputation "
-            "(imputation='mi', method='vb'): the joint model's imputations depend on the coefficients' mean-field "
-            "factors"
-        )
-    if model.prior is not None and imputation != "mi":
-        raise BayesvmError(
-            "a selection prior with missing='impute' uses multiple imputation (imputation='mi', the default): the "
-            "joint model's imputation step conditions on every coefficient, which this version's selection "
-            "samplers do not provide"
-        )
-    if model.sparse and (imputation != "mi" or vb == "accurate" or model.prior is not None):
-        raise BayesvmError(
-            f"this model's random effects are too many for a dense layout (more than {MAX_DENSE_COLUMNS} columns "
-            "outside the largest grouping factor), so it is fitted on the sparse path, where missing='impute' is "
-            "multiple imputation (imputation='mi', the default) with mean-field VB or Gibbs: the joint model's "
-            "imputation step needs the full posterior covariance of the imputed columns' coefficients with every "
-            "other coefficient, and the accurate and selection fits need dense precisions"
         )
 
 

@@ -31,11 +31,11 @@ from .formula.bars import ParsedFormula
 from .formula.design import (
     Design,
     NewDesign,
-    _bad_mask,
-    _group_labels,
-    _sorted_levels,
+    bad_mask,
     build_design,
+    group_labels,
     required_variables,
+    sorted_group_levels,
 )
 from .formula.response import code_response
 
@@ -83,7 +83,7 @@ def _complete(frame: pd.DataFrame, used: list[str], missing: str) -> pd.DataFram
         return frame
     keep = np.ones(len(frame), dtype=bool)
     for name in used:
-        keep &= ~_bad_mask(frame[name])
+        keep &= ~bad_mask(frame[name])
     return frame.loc[keep]
 
 
@@ -107,7 +107,7 @@ def _partition_rows(frame: pd.DataFrame, design: Design, used: list[str], missin
 
 def _partition_summary(frame: pd.DataFrame, design: Design, used: list[str], missing: str) -> dict:
     """Counts of bad values, rows, column sums of X, the response and each grouping factor's levels."""
-    bad = {name: int(_bad_mask(frame[name]).sum()) for name in used}
+    bad = {name: int(bad_mask(frame[name]).sum()) for name in used}
     groups = tuple(dict.fromkeys(bar.group for bar in design.parsed.bars))
     if missing == "error" and any(bad.values()):
         X, y, labels = np.zeros((0, design.p)), np.zeros(0), {g: pd.Index([]) for g in groups}
@@ -115,7 +115,7 @@ def _partition_summary(frame: pd.DataFrame, design: Design, used: list[str], mis
         frame = _complete(frame, used, missing)
         X = design.rematerialize(frame, include_random=False).X if len(frame) else np.zeros((0, design.p))
         y = design.response.encode(frame[design.parsed.response]) if len(frame) else np.zeros(0)
-        labels = {g: pd.Index(_group_labels(frame, g).unique()) for g in groups}
+        labels = {g: pd.Index(group_labels(frame, g).unique()) for g in groups}
     return {"bad": bad, "rows": len(y), "sum": X.sum(axis=0), "sumsq": (X * X).sum(axis=0), "y": y, "labels": labels}
 
 
@@ -124,8 +124,8 @@ def _with_levels(design: Design, frame: pd.DataFrame, summaries) -> Design:
     terms = []
     for term in design.re_terms:
         seen = pd.Index([]).append([s["labels"][term.bar.group] for s in summaries]).unique()
-        levels = _sorted_levels(pd.Index(seen.astype(str)))
-        terms.append(replace(term, levels=levels, codes=levels.get_indexer(_group_labels(frame, term.bar.group))))
+        levels = sorted_group_levels(pd.Index(seen.astype(str)))
+        terms.append(replace(term, levels=levels, codes=levels.get_indexer(group_labels(frame, term.bar.group))))
     return replace(design, re_terms=tuple(terms))
 
 
@@ -230,7 +230,7 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
     proto = head[used].copy()
     keep = np.ones(len(proto), dtype=bool)
     for name in used:
-        keep &= ~_bad_mask(proto[name])
+        keep &= ~bad_mask(proto[name])
     proto = proto.loc[keep]
     if len(proto) < 2:
         raise DataError("the first partition has fewer than 2 complete rows; repartition the dask frame")

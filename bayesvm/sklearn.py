@@ -23,21 +23,18 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .errors import ApproximationWarning, BayesvmError, ConvergenceWarning, IdentifiabilityWarning
+from .errors import BayesvmError
 from .fitting import bsvm
 
 
-def _warn_findings(findings: pd.DataFrame) -> None:
+def _warn_findings(findings: pd.DataFrame, category: type[Warning]) -> None:
     """One warning for a fit's findings (a cross-validation prints one per fold, not one per check), naming the binary
-    problem and the first finding; all of them are in the estimator's ``findings_``."""
+    problem and the first finding (``category`` is its warning class); all of them are in the estimator's
+    ``findings_``."""
     if findings.empty:
         return
     first = findings.iloc[0]
     more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
-    category = next(
-        (c for c in (IdentifiabilityWarning, ApproximationWarning, ConvergenceWarning) if c.__name__ == first.warning),
-        UserWarning,
-    )
     warnings.warn(
         f"BayesianSVC, {first.problem}: {first.message.splitlines()[0]}{more}; every finding is in .findings_",
         category,
@@ -183,7 +180,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
             raise BayesvmError(f"y has 1 class ({self.classes_.tolist()}); a classifier needs at least two")
         frame = self._frame(X)
         labels = [self.classes_[1]] if self.classes_.size == 2 else list(self.classes_)
-        fits, findings = [], []
+        fits, findings, categories = [], [], []
         for label in labels:
             with warnings.catch_warnings(record=True) as caught:  # collected, then said once for this fit
                 warnings.simplefilter("always")
@@ -191,8 +188,9 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
             shown = label.item() if isinstance(label, np.generic) else label
             problem = f"class {shown!r}" + (" against the rest" if self.classes_.size > 2 else "")
             findings += [(problem, w.category.__name__, str(w.message)) for w in caught]
+            categories += [w.category for w in caught]
         self.findings_ = pd.DataFrame(findings, columns=["problem", "warning", "message"])
-        _warn_findings(self.findings_)
+        _warn_findings(self.findings_, categories[0] if categories else UserWarning)
         self.result_ = fits[0] if len(fits) == 1 else fits
         if self.kernel is None:
             coefs = np.array([fit.fixef.to_numpy() for fit in fits])

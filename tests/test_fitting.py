@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import bayesvm
-from bayesvm import fitting
+from bayesvm import engine_defaults, fitting
 from bayesvm.errors import BayesvmError
 from bayesvm.model import build_model
 
@@ -112,9 +112,9 @@ def test_multiple_imputation_defaults_to_the_accurate_fit_without_random_effects
     assert grouped.result.engine == "meanfield" and "random-effect or gp() terms" in grouped.vb_note
     assert "Mean-field VB by default here (multiple imputation with random-effect" in str(grouped.summary())
     assert asked.result.engine == "meanfield" and asked.vb_note is None
-    assert fitting.default_mi_vb(plain.problem) == ("accurate", None)
-    monkeypatch.setattr(fitting, "AUTO_ACCURATE_MI_MAX_ROWS", 100)  # (120 rows)
-    engine, why = fitting.default_mi_vb(plain.problem)
+    assert engine_defaults.default_mi_vb(plain.problem) == ("accurate", None)
+    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MI_MAX_ROWS", 100)  # (120 rows)
+    engine, why = engine_defaults.default_mi_vb(plain.problem)
     assert engine == "meanfield" and "more than 100 rows" in why
 
 
@@ -147,7 +147,7 @@ def _sparse_signal(p, n=300, seed=8):
 
 def test_laplace_zero_defaults_to_ep_with_few_slopes(monkeypatch):
     """``prior=LaplaceZero()`` with ``vb=None``: EP with a site per slope up to 12 penalised slopes (mean-field VB was
-    off by up to 0.99 in an inclusion probability on public data, ``fitting.default_selection_vb``); mean-field
+    off by up to 0.99 in an inclusion probability on public data, ``engine_defaults.default_selection_vb``); mean-field
     beyond, and for spike-and-slab, with the summary saying why; a failed EP falls back to mean-field and says so."""
     from bayesvm.engines.linear.ep import AccurateFitError
     from bayesvm.priors import LaplaceZero, SpikeSlab

@@ -286,7 +286,7 @@ class Design:
                 codes.append(np.full(len(newdata), -1))
                 values.append(np.zeros((len(newdata), term.k)))
                 continue
-            labels = _group_labels(newdata, term.bar.group)
+            labels = group_labels(newdata, term.bar.group)
             codes.append(term.levels.get_indexer(labels))
             values.append(materialize(term.spec, newdata, str(term.bar))[:, list(term.columns)])
             _check_finite(values[-1], term.term_names, "newdata")
@@ -324,7 +324,7 @@ def _check_columns(data: pd.DataFrame, needed: set[str], what: str) -> None:
             raise FormulaError(f"column {name!r} used in the formula is not in {what}{hint}")
 
 
-def _bad_mask(column: pd.Series) -> np.ndarray:
+def bad_mask(column: pd.Series) -> np.ndarray:
     """Missing values, and infinities in numeric columns."""
     mask = column.isna().to_numpy().copy()
     if pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
@@ -335,7 +335,7 @@ def _bad_mask(column: pd.Series) -> np.ndarray:
 
 def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: str) -> np.ndarray:
     """Rows to keep; raise for missing / non-finite values unless ``missing="drop"``."""
-    bad = {name: _bad_mask(data[name]) for name in columns}
+    bad = {name: bad_mask(data[name]) for name in columns}
     counts = {name: int(mask.sum()) for name, mask in bad.items() if mask.any()}
     keep = np.ones(len(data), dtype=bool)
     if not counts:
@@ -361,7 +361,7 @@ def _clean_name(name: str) -> str:
     return "(Intercept)" if name == "Intercept" else name
 
 
-def _group_labels(data: pd.DataFrame, factors: tuple[str, ...]) -> pd.Index:
+def group_labels(data: pd.DataFrame, factors: tuple[str, ...]) -> pd.Index:
     parts = [data[name].astype(str).to_numpy(dtype=object) for name in factors]
     labels = parts[0]
     for part in parts[1:]:
@@ -369,7 +369,7 @@ def _group_labels(data: pd.DataFrame, factors: tuple[str, ...]) -> pd.Index:
     return pd.Index(labels.astype(str))
 
 
-def _sorted_levels(labels: pd.Index) -> pd.Index:
+def sorted_group_levels(labels: pd.Index) -> pd.Index:
     """Unique labels, in numeric order when every label is a number (``"2"`` before ``"10"``)."""
     unique = pd.Index(labels.unique())
     numeric = pd.to_numeric(pd.Series(unique), errors="coerce")
@@ -492,14 +492,14 @@ def build_design(
         if no_response.any():  # predictors are imputed, the response never is: those rows are dropped (and reported)
             dropped_responses = {parsed.response: int(no_response.sum())}
             data = data.loc[~no_response]
-        bad = {name: _bad_mask(data[name]) for name in used}
+        bad = {name: bad_mask(data[name]) for name in used}
         impute = check_imputable(data, bad, parsed.response, group_vars, bar_vars, gp_vars)
         also = () if fold is None else fold.impute_also
         impute += [v for v in also if v in predictors and v != parsed.response and v not in impute]
         keep = np.ones(len(data), dtype=bool)
     else:
         keep = _check_missing(data, used, missing, "data")
-    n_dropped = {name: int(_bad_mask(data[name]).sum()) for name in used} if not keep.all() else {}
+    n_dropped = {name: int(bad_mask(data[name]).sum()) for name in used} if not keep.all() else {}
     n_dropped = {name: count for name, count in n_dropped.items() if count} or dropped_responses
     frame = data.loc[keep] if not keep.all() else data
     raw = frame
@@ -558,8 +558,8 @@ def build_design(
         if values.shape[1] == 0:
             raise FormulaError(f"random-effect term {bar} has no columns")
         _check_finite(values, names)
-        labels = _group_labels(frame, bar.group)
-        levels = _sorted_levels(labels)
+        labels = group_labels(frame, bar.group)
+        levels = sorted_group_levels(labels)
         codes = levels.get_indexer(labels)
         blocks = [tuple(range(values.shape[1]))] if bar.correlated else [(j,) for j in range(values.shape[1])]
         for cols in blocks:

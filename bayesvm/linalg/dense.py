@@ -450,7 +450,7 @@ def splits_rows(n: int, q: int) -> bool:
     return n >= SPLIT_ROWS and q < SINGLE_THREAD_BELOW and float(n) * q * q < THREADS_ABOVE_WORK
 
 
-def _gram_and_product(D: np.ndarray, w: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def chunked_gram_and_product(D: np.ndarray, w: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n, q = D.shape
     gram, product = np.zeros((q, q)), np.zeros(q)
     for start in range(0, n, ROW_CHUNK):
@@ -467,11 +467,13 @@ def weighted_gram_and_product(D: np.ndarray, w: np.ndarray, r: np.ndarray) -> tu
     if splits_rows(n, q):
         half = n // 2
         parts = list(
-            row_pool().map(lambda rows: _gram_and_product(D[rows], w[rows], r[rows]), [slice(0, half), slice(half, n)])
+            row_pool().map(
+                lambda rows: chunked_gram_and_product(D[rows], w[rows], r[rows]), [slice(0, half), slice(half, n)]
+            )
         )
         gram, product = parts[0][0] + parts[1][0], parts[0][1] + parts[1][1]
     else:
-        gram, product = _gram_and_product(D, w, r)
+        gram, product = chunked_gram_and_product(D, w, r)
     return 0.5 * (gram + gram.T), product
 
 

@@ -44,7 +44,7 @@ import scipy.sparse as sp
 from scipy.linalg import cho_factor, cho_solve, eigh_tridiagonal, solve_triangular
 from scipy.sparse.csgraph import connected_components
 
-from .schur import EliminationLayout, TermElimination, _per_level, eliminate_term, gaussian_log_density
+from .schur import EliminationLayout, TermElimination, eliminate_term, gaussian_log_density, per_level
 
 #: Relative residual at which conjugate gradients stop for the mean and for ``solve``.
 MEAN_RTOL = 1e-10
@@ -589,7 +589,7 @@ def probe_posterior(
     term = eliminate_term(lay, w, prior)
     op = SchurOperator(lay, w, term, dense_block)
     # mean: mu_R = S^{-1} (r_R - G' r_A), mu_A = P_l^{-1} r_l - G mu_R
-    r_A = _per_level(lay, rhs_weights)
+    r_A = per_level(lay, rhs_weights)
     # exact covariances with the fixed effects: Sigma_RF = S^{-1} E_F (p more right-hand sides)
     F = op.F
     unit = np.zeros((lay.q, F.size))

@@ -232,7 +232,7 @@ def _schur_density(cols: np.ndarray, level_ptr: np.ndarray, C_rest: sp.csr_matri
     return sampled.nnz / (columns.size * q)
 
 
-def _per_level(layout: EliminationLayout, weights: np.ndarray) -> np.ndarray:
+def per_level(layout: EliminationLayout, weights: np.ndarray) -> np.ndarray:
     """``(J, K)`` sums ``sum_{i in level l} weights_i z_i``."""
     seen = layout.row_level >= 0
     lev = layout.row_level[seen]
@@ -547,7 +547,7 @@ def _eliminate(layout: EliminationLayout, w: np.ndarray, rhs_weights: np.ndarray
     if info != 0:
         raise np.linalg.LinAlgError("the posterior precision is not positive definite")
     # mean: mu_R = S^{-1} (r_R - G' r_A), mu_A = P_l^{-1} r_l - G mu_R
-    r_A = _per_level(lay, rhs_weights)
+    r_A = per_level(lay, rhs_weights)
     mu_R = lapack.dpotrs(chol, d.T @ rhs_weights - gain_m.T @ r_A.ravel(), lower=1)[0]
     mu_A = np.einsum("jkl,jl->jk", block_inv, r_A).ravel() - gain_m @ mu_R
     mean = np.empty(lay.C.shape[1])

@@ -21,6 +21,7 @@ from ..arguments import as_count
 from ..errors import BayesvmError
 from ..memory import check_memory
 from ..model import PENALTY_SOURCE, gp_index
+from ..priors import LaplaceZero, Lasso
 
 
 def gp_variable(term) -> str:
@@ -28,7 +29,7 @@ def gp_variable(term) -> str:
     return "gp_" + "_".join(term.spec.variables)
 
 
-def _import_arviz():
+def import_arviz():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         import arviz
@@ -37,7 +38,7 @@ def _import_arviz():
 
 
 def arviz_major_version() -> int:
-    return int(_import_arviz().__version__.split(".")[0])
+    return int(import_arviz().__version__.split(".")[0])
 
 
 def as_datatree(groups: dict[str, xr.Dataset]) -> xr.DataTree:
@@ -47,7 +48,7 @@ def as_datatree(groups: dict[str, xr.Dataset]) -> xr.DataTree:
 
 def as_inference_data(groups: dict[str, xr.Dataset]):
     """ArviZ 0.x container."""
-    return _import_arviz().InferenceData(warn_on_custom_groups=False, **groups)
+    return import_arviz().InferenceData(warn_on_custom_groups=False, **groups)
 
 
 def group_names(container) -> set[str]:
@@ -62,7 +63,7 @@ def make_container(groups: dict[str, xr.Dataset]):
     return as_datatree(groups) if arviz_major_version() >= 1 else as_inference_data(groups)
 
 
-def _posterior_dataset(fit, draws: int, seed: int | None) -> xr.Dataset:
+def posterior_dataset(fit, draws: int, seed: int | None) -> xr.Dataset:
     rng = np.random.default_rng(seed)
     model, design = fit.model, fit.model.design
     theta_d, theta_b, comps = fit.posterior.draws(rng, draws)
@@ -174,14 +175,13 @@ def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
     dims = ("chain", "draw")
     names = [fit.model.design.x_names[j] for j in result.selected]
     coords["slope"] = names
-    kind = type(prior).__name__
-    if kind != "Lasso":
+    if not isinstance(prior, Lasso):
         data_vars["include"] = (dims + ("slope",), result.include.astype(np.int8))
         if getattr(result, "include_probability", None) is not None:
             data_vars["include_probability"] = (dims + ("slope",), result.include_probability)
-    if kind == "LaplaceZero":
+    if isinstance(prior, LaplaceZero):
         data_vars["sigma_u"] = (dims, result.scale)
-    elif kind == "Lasso" and prior.nu is None:
+    elif isinstance(prior, Lasso) and prior.nu is None:
         data_vars["nu"] = (dims, result.scale)
 
 
@@ -254,7 +254,7 @@ def linear_groups(fit, draws: int, seed: int | None, log_likelihood: bool) -> di
     """``posterior`` (coefficients, random effects, variance components, selection and imputation draws) and
     ``log_likelihood`` of a linear or mixed fit (:class:`bayesvm.results.fit.BSVMFit`)."""
     _check_export_memory(fit, draws, log_likelihood)
-    posterior = _posterior_dataset(fit, draws, seed)
+    posterior = posterior_dataset(fit, draws, seed)
     groups = {"posterior": posterior}
     if log_likelihood:
         groups["log_likelihood"] = _log_likelihood_dataset(fit, posterior)

@@ -18,10 +18,10 @@ def mcmc_diagnostics(fit) -> pd.DataFrame:
     """
     import warnings
 
-    from .arviz import _import_arviz, _posterior_dataset
+    from .arviz import import_arviz, posterior_dataset
 
-    az = _import_arviz()
-    posterior = _posterior_dataset(fit, draws=1, seed=0)
+    az = import_arviz()
+    posterior = posterior_dataset(fit, draws=1, seed=0)
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         # a slope a selection prior kept at exactly 0 in every draw has no R-hat or ESS (NaN, not flagged)
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -34,9 +34,9 @@ def draw_diagnostics(draws: np.ndarray, names: list[str]) -> pd.DataFrame:
 
     import xarray as xr
 
-    from .arviz import _import_arviz
+    from .arviz import import_arviz
 
-    az = _import_arviz()
+    az = import_arviz()
     posterior = xr.Dataset(
         {"beta": (("chain", "draw", "coef"), np.asarray(draws, dtype=float))}, coords={"coef": names}
     )
@@ -194,9 +194,9 @@ def sampled_fit_problems(fit, table: pd.DataFrame) -> str | None:
 def chain_separation(fit) -> str | None:
     """:func:`separated_chains` of a sampled fit's fixed effects and variance-component SDs (the quantities of
     :func:`mcmc_diagnostics`)."""
-    from .arviz import PENALTY_SD, _posterior_dataset
+    from .arviz import PENALTY_SD, posterior_dataset
 
-    posterior = _posterior_dataset(fit, draws=1, seed=0)
+    posterior = posterior_dataset(fit, draws=1, seed=0)
     arrays, names = [np.asarray(posterior["beta"].values)], [str(c) for c in posterior["coef"].values]
     for name in posterior.data_vars:
         if not (name.startswith("sd_") or name == PENALTY_SD):
@@ -237,9 +237,9 @@ def inclusion_disagreement(fit) -> str | None:
         return None
     import warnings
 
-    from .arviz import _import_arviz
+    from .arviz import import_arviz
 
-    az = _import_arviz()
+    az = import_arviz()
     conditional = getattr(fit.result, "include_probability", None)  # Rao-Blackwellised, where the sampler kept it
     indicators = include.astype(float) if conditional is None else conditional
     per_chain = indicators.mean(axis=1)  # (chains, slopes)

@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from ..checks.findings import IDENTIFIED_FINDINGS
 from ..engines import variance_prior
 from ..engines.linear.ep import accurate_failure
 from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE
-from .vb_check import AUTO_CHECK_DRAWS, KHAT_GOOD, KHAT_LIMIT, VBCheck, not_run_by_itself
+from ..priors import LaplaceZero, Lasso, SpikeSlab
+from .summary_checks import SELECTION_EP_CAVEAT, checks_section
+from .vb_check import AUTO_CHECK_DRAWS, VBCheck, not_run_by_itself
 
 #: ``summary()`` suggests ``probes`` when the exact sparse path factorised a dense complement this large (below it
 #: the exact path is the faster).
@@ -31,13 +32,6 @@ SELECTION_EP_TITLE = (
     "accurate VB: EP with a site per slope for the selection prior, integrated over the variance parameters and "
     "the prior's scale"
 )
-SELECTION_EP_CAVEAT = (
-    "Approximation: EP gives each slope one Gaussian site for its prior (a point mass and a slab, or a Laplace); "
-    "inclusion probabilities come from each slope's tilted distribution. With a few well-separated predictors it "
-    "agrees closely with Gibbs (simulated, with a random intercept: inclusion probabilities within 0.02); with many "
-    "correlated or skewed predictors (spam, scikit-learn's breast cancer) one Gaussian cannot hold the models the "
-    "posterior spreads over, and it can be as far off as mean-field VB: confirm with method='gibbs'."
-)
 SELECTION_VB_CAVEAT = (
     "Approximation: mean-field VB with q(beta, v) q(sigma_u^2) q(a) q(b) q(gamma); it understates posterior\n"
     "SDs, and its inclusion probabilities are nearer 0 or 1 than Gibbs's and can disagree on which slopes are in\n"
@@ -48,9 +42,9 @@ SPIKE_SLAB_VB_TITLE = (
 )
 #: The mean-field family of each selection prior's VB and SVI fits (the title names the engine in front of it).
 SELECTION_VB_FAMILIES = {
-    "LaplaceZero": "the factors of Luts & Ormerod 2014, Alg. 3",
-    "SpikeSlab": "a spike-and-Gaussian factor per slope (Carbonetto & Stephens 2012)",
-    "Lasso": "Park & Casella's (2008) normal scale mixture for the Laplace slopes",
+    LaplaceZero: "the factors of Luts & Ormerod 2014, Alg. 3",
+    SpikeSlab: "a spike-and-Gaussian factor per slope (Carbonetto & Stephens 2012)",
+    Lasso: "Park & Casella's (2008) normal scale mixture for the Laplace slopes",
 }
 LASSO_VB_CAVEAT = (
     "Approximation: mean-field VB with q(beta, u) q(tau) q(1/nu) q(a) q(variance components); it understates\n"
@@ -60,11 +54,6 @@ SPIKE_SLAB_VB_CAVEAT = (
     "Approximation: mean-field VB with q(beta_free, u) prod_k q(beta_k, gamma_k) q(a) q(variance components); it\n"
     "understates posterior SDs, ignores correlations between slopes (with correlated predictors it tends to keep\n"
     "one of a group) and its inclusion probabilities are more extreme than Gibbs's: compare with method='gibbs'."
-)
-VB_CAVEAT = (
-    "Approximation: mean-field VB with q(beta, u) q(a) q(variance components); it understates posterior\n"
-    "SDs (about half of Gibbs's without random effects) and shrinks variance components: compare with\n"
-    "method='gibbs' before relying on the intervals."
 )
 
 
@@ -179,15 +168,15 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
     learned = bool(fit.problem.components) or (prior is not None and prior.learns_scale)
     title = METHOD_TITLES.get(fit.method, fit.method).format(alg=alg, em="ECME" if learned else "EM")
     if prior is not None and fit.method == "gibbs":
-        title = SELECTION_GIBBS_TITLES[type(prior).__name__]
-    spike_slab_vb = type(prior).__name__ == "SpikeSlab" and fit.method in ("vb", "svi")
+        title = SELECTION_GIBBS_TITLES[type(prior)]
+    spike_slab_vb = isinstance(prior, SpikeSlab) and fit.method in ("vb", "svi")
     if spike_slab_vb:
         title = SPIKE_SLAB_VB_TITLE
         alg = "of Carbonetto & Stephens 2012"
     if prior is not None and fit.method == "svi":
-        title = f"stochastic variational inference (Wenzel et al. 2017, section 4.5) with {SELECTION_VB_FAMILIES[type(prior).__name__]}"
-    elif type(prior).__name__ == "Lasso" and fit.method == "vb":
-        title = f"mean-field variational Bayes with {SELECTION_VB_FAMILIES['Lasso']}"
+        title = f"stochastic variational inference (Wenzel et al. 2017, section 4.5) with {SELECTION_VB_FAMILIES[type(prior)]}"
+    elif isinstance(prior, Lasso) and fit.method == "vb":
+        title = f"mean-field variational Bayes with {SELECTION_VB_FAMILIES[Lasso]}"
     info = {
         "method": fit.method,
         "title": title,
@@ -212,7 +201,7 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
     if inclusion is not None and not inclusion["p_include"].isna().all():
         info.update(selected=fit.selected, n_penalized=len(inclusion))
         info["caveat"] = SPIKE_SLAB_VB_CAVEAT if spike_slab_vb else SELECTION_VB_CAVEAT
-    elif type(prior).__name__ == "Lasso":
+    elif isinstance(prior, Lasso):
         info["caveat"] = LASSO_VB_CAVEAT
     mode = fit.result.imputation_mode
     if mode == "mi":
@@ -331,9 +320,9 @@ def floored_slopes(model, results) -> list[str]:
 
 
 SELECTION_GIBBS_TITLES = {
-    "LaplaceZero": "Gibbs sampling (Luts & Ormerod 2014, Appendix B)",
-    "SpikeSlab": "Gibbs sampling (Polson & Scott 2011, section 4.2)",
-    "Lasso": "Gibbs sampling (Polson & Scott 2011, section 4.1)",
+    LaplaceZero: "Gibbs sampling (Luts & Ormerod 2014, Appendix B)",
+    SpikeSlab: "Gibbs sampling (Polson & Scott 2011, section 4.2)",
+    Lasso: "Gibbs sampling (Polson & Scott 2011, section 4.1)",
 }
 
 
@@ -356,11 +345,10 @@ def _prior_text(fit) -> str:
     def learned(symbol: str) -> str:
         return "" if estimate is None else f"{estimate[0].format(s=symbol)} = {estimate[1]:.4g}"
 
-    name = type(prior).__name__
-    if name == "LaplaceZero":
+    if isinstance(prior, LaplaceZero):
         text = f"Laplace-zero, rho = {prior.rho:g}: slope = gamma v, gamma ~ Bernoulli(rho), v ~ Laplace(0, sigma_u)"
         text += f"; {learned('sigma_u')}" if estimate is not None else ""
-    elif name == "SpikeSlab":
+    elif isinstance(prior, SpikeSlab):
         text = f"spike-and-slab, pi = {prior.pi:g}: included slopes ~ N(0, nu^2 s_j^2), nu = {prior.nu:g}"
     else:
         text = "lasso: slopes ~ Laplace(0, nu s_j)"
@@ -447,24 +435,6 @@ def _identifiability_section(info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _untrusted(info: dict) -> bool:
-    """A check other than aliasing (whose columns are dropped, leaving an identified model) and the one-class check
-    (an identified fit of a constant decision value) warned."""
-    return any(
-        check not in IDENTIFIED_FINDINGS and action in ("warn", "stop")
-        for check, action, _ in info.get("identifiability", [])
-    )
-
-
-def _class_finding(info: dict) -> str | None:
-    """``"one_class"`` when the fit puts every training row on one side of the decision boundary, ``"margin"`` when it
-    holds most of them at a margin (:mod:`bayesvm.checks.predicted_classes`), else None."""
-    for check, action, _ in info.get("identifiability", []):
-        if check in ("one_class", "margin") and action == "warn":
-            return check
-    return None
-
-
 def _random_section(summary: Summary) -> str:
     info = summary.info
     if summary.random.empty:
@@ -512,7 +482,7 @@ def _probability_line(info: dict) -> str:
 
 def _footer(info: dict) -> str:
     """What ran (one line, in plain words), the fit criterion, the scale line and one verdict per check."""
-    lines = [_fit_line(info), _criterion_line(info), _scale_line(info), _checks_section(info)]
+    lines = [_fit_line(info), _criterion_line(info), _scale_line(info), checks_section(info)]
     return "\n".join(line for line in lines if line)
 
 
@@ -582,7 +552,7 @@ def _fit_line(info: dict) -> str:
 
 
 def _vb_note_line(info: dict) -> str:
-    """Why the default fit is mean-field VB here (:func:`bayesvm.fitting.default_vb`, ``default_mi_vb``), if it
+    """Why the default fit is mean-field VB here (:func:`bayesvm.engine_defaults.default_vb`, ``default_mi_vb``), if it
     is."""
     if not info.get("vb_note"):
         return ""
@@ -635,206 +605,6 @@ def _scale_line(info: dict) -> str:
         f"Scale: coefficients move the SVM decision value f (f > 0 predicts {info['positive']!r}; the margin is "
         "-1 < f < 1), not the log-odds:\n  do not exponentiate them; effects on the probability scale: "
         "fit.probability_change(column)."
-    )
-
-
-VERDICT_WIDTH = 9
-
-
-def _verdict(word: str, what: str, meaning: str) -> str:
-    return f" {word:<{VERDICT_WIDTH}}{what}: {meaning}"
-
-
-def _checks_section(info: dict) -> str:
-    lines = ["Checks:"]
-    lines += _convergence_checks(info)
-    lines += _approximation_checks(info)
-    if _untrusted(info):
-        lines.append(
-            _verdict(
-                "WARNING",
-                "identifiability",
-                "the problems listed under Identifiability leave part of the posterior shaped by the prior; "
-                "read those coefficients as prior-driven",
-            )
-        )
-    finding = _class_finding(info)
-    if finding == "one_class":
-        lines.append(
-            _verdict(
-                "WARNING",
-                "classes",
-                "every training row is predicted as the same class (see Identifiability): the coefficients describe "
-                "a constant decision value, not the predictors' effects",
-            )
-        )
-    elif finding == "margin":
-        lines.append(
-            _verdict(
-                "WARNING",
-                "classes",
-                "most training rows are held at a margin (see Identifiability): the coefficients show where the "
-                "majority class changes, not the predictors' effects",
-            )
-        )
-    return "\n".join(lines)
-
-
-def _convergence_checks(info: dict) -> list[str]:
-    method = info["method"]
-    if method == "vb-accurate":
-        if info.get("failure"):
-            return [_verdict("FAIL", "convergence", f"NOT converged: {info['failure']}")]
-        return [_verdict("OK", "convergence", "EP converged at every value of the variance parameters")]
-    if method == "gibbs":
-        summary = f"max R-hat {info['max_rhat']:.3f}, min bulk ESS {info['min_ess']:.0f}"
-        if info["problems"]:
-            return [_verdict("WARNING", "mixing", f"{summary}: {info['problems']}")]
-        return [_verdict("OK", "mixing", f"{summary} (every quantity: R-hat <= 1.01, ESS >= 100 per chain)")]
-    if method == "em":
-        word = "OK" if info["converged"] else "FAIL"
-        state = "converged" if info["converged"] else "NOT converged: raise max_iter"
-        if info["converged"] and info.get("floor_note"):
-            state = f"converged; {info['floor_note']}"
-        return [
-            _verdict(word, "convergence", state),
-            _verdict("NOTE", "uncertainty", "a posterior mode has no SDs or intervals (use method='vb' or 'gibbs')"),
-        ]
-    if method == "vb-mi":
-        out = [
-            _verdict("OK", "convergence", "VB converged on every completed data set")
-            if info["converged"]
-            else _verdict("FAIL", "convergence", "VB NOT converged on every completed data set: raise max_iter")
-        ]
-        if info["decreases"]:
-            out.append(
-                _verdict(
-                    "FAIL",
-                    "lower bound",
-                    f"decreased on completed data set(s) {info['decreases'][:10]} (a bug: report it)",
-                )
-            )
-        return out
-    if method == "svi":
-        state = "converged" if info["converged"] else "NOT converged"
-        return [_verdict("OK" if info["converged"] else "WARNING", "convergence", f"{state}: {info['stopping']}")]
-    out = [
-        _verdict("OK", "convergence", f"converged after {info['n_iter']} sweeps")
-        if info["converged"]
-        else _verdict("FAIL", "convergence", f"NOT converged after {info['n_iter']} sweeps: raise max_iter")
-    ]
-    if info["decreases"]:
-        out.append(
-            _verdict("FAIL", "lower bound", f"decreased at iteration(s) {info['decreases'][:10]} (a bug: report it)")
-        )
-    else:
-        out.append(_verdict("OK", "lower bound", "never decreased (fit.lower_bound; plot_lower_bound(fit))"))
-    return out
-
-
-def _approximation_checks(info: dict) -> list[str]:
-    method = info["method"]
-    out = []
-    if (method in ("vb", "vb-mi", "svi") and not info.get("accurate")) or info.get("caveat") == SELECTION_EP_CAVEAT:
-        caveat = info.get("caveat", VB_CAVEAT)
-        if method == "vb-mi":
-            caveat = caveat.replace("q(beta, u)", "q(beta, u) per data set")
-        out.append(_verdict("NOTE", "approximation", " ".join(caveat.replace("Approximation: ", "").split())))
-    if info.get("floored"):
-        out.append(
-            _verdict(
-                "WARNING",
-                "EP sites",
-                f"the sites of {', '.join(info['floored'])} could not match their tilted moments (held at precision "
-                "0 where a negative one made q improper): the approximation is off, for those slopes most; check the "
-                "inclusion probabilities with method='gibbs'",
-            )
-        )
-    check = info.get("psis")
-    if check is None:
-        return out
-    if isinstance(check, str):
-        return out + [_verdict("NOTE", "PSIS check", check)]
-    if method == "vb-accurate" and info.get("failure"):
-        return out + [_verdict("NOTE", "PSIS check", "no verdict (the fit did not converge)")]
-    if _untrusted(info):
-        return out + [
-            _verdict(
-                "NOTE",
-                "PSIS check",
-                f"k-hat = {check.governing_khat:.2f}, but no verdict: it compares q with a posterior that the "
-                "identifiability problems leave shaped by the prior; check with method='gibbs'",
-            )
-        ]
-    draws = f"{check.draws} draws from q"
-    if check.joint_only and check.khat > KHAT_LIMIT:
-        out.append(
-            _verdict(
-                "CAUTION",
-                f"all {check.joint_only} coefficients jointly",
-                f"k-hat = {check.khat:.2f} > 0.7 ({draws}; strict in high dimension, and the random effects of this "
-                "model cannot be integrated out to judge the fixed effects and variances alone): compare with "
-                "method='gibbs' before reporting",
-            )
-        )
-        return out
-    if check.marginal_khat is None:
-        out.append(
-            _khat_verdict(
-                "fixed effects", check.khat, draws, "fit.check_vb().fixef", moved=check.moved, suspects=check.suspects
-            )
-        )
-        return out
-    out.append(
-        _khat_verdict(
-            "fixed effects and variance components", check.marginal_khat, draws, "fit.check_vb().marginal",
-            detail="random effects integrated out exactly", moved=check.moved, suspects=check.suspects,
-        )
-    )  # fmt: skip
-    if check.khat > KHAT_LIMIT:
-        out.append(
-            _verdict(
-                "CAUTION",
-                "individual random effects",
-                f"k-hat = {check.khat:.2f} for the joint q of all coefficients (strict in high dimension): "
-                "fit.ranef is approximate; refit with method='gibbs' before reporting single levels",
-            )
-        )
-    else:
-        out.append(
-            _verdict("OK", "individual random effects", f"k-hat = {check.khat:.2f} for the joint q of all coefficients")
-        )
-    return out
-
-
-def _khat_verdict(
-    what: str, khat: float, draws: str, corrected: str, detail: str = "", moved=None, suspects: tuple[str, ...] = ()
-) -> str:
-    detail = f"; {detail}" if detail else ""
-    if khat <= KHAT_LIMIT and moved is not None:  # (vb_check.SHIFT_LIMIT) the table's means are off by that much
-        name, shift, q_mean, weighted = moved
-        return _verdict(
-            "CAUTION",
-            what,
-            f"importance weighting moves {name!r} by {abs(shift):.1f} of q's posterior SDs ({q_mean:.4g} -> "
-            f"{weighted:.4g}; PSIS k-hat = {khat:.2f}, {draws}{detail}): the table's means are off by that much; "
-            f"report the importance-weighted estimates ({corrected}) or refit with method='gibbs'",
-        )
-    if khat <= KHAT_GOOD:
-        return _verdict("OK", what, f"q matches the exact posterior (PSIS k-hat = {khat:.2f} <= 0.5, {draws}{detail})")
-    if khat <= KHAT_LIMIT:
-        return _verdict(
-            "CAUTION",
-            what,
-            f"q is near the posterior (k-hat = {khat:.2f}, 0.5-0.7, {draws}{detail}); report the "
-            f"importance-weighted estimates: {corrected}",
-        )
-    where = f"; q and its weighted draws disagree most on {', '.join(repr(n) for n in suspects)}" if suspects else ""
-    return _verdict(
-        "FAIL",
-        what,
-        f"q is far from the posterior (k-hat = {khat:.2f} > 0.7, {draws}{detail}): unreliable{where}; use "
-        "method='gibbs'",
     )
 
 

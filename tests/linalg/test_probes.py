@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from bayesvm.engines.linear.vb import _sparse_prior, fit_vb, probe_bound_noise
+from bayesvm.engines.linear.vb import fit_vb, probe_bound_noise, sparse_prior
 from bayesvm.linalg import probes as sparse_probes
 from bayesvm.linalg.probes import probe_posterior
 from tests.conftest import simulate_grouped
@@ -34,7 +34,7 @@ def _setup(formula: str, probes: int, seed: int = 3):
     rng = np.random.default_rng(seed)
     w = rng.gamma(1.0, 1.0, problem.n) + 0.05
     precisions = [np.eye(c.k) * (1.0 + 0.3 * k) + 0.1 * (c.k > 1) for k, c in enumerate(problem.components)]
-    prior = _sparse_prior(problem, precisions)
+    prior = sparse_prior(problem, precisions)
     rhs = problem.y * (1.0 + w)
     layout, block = problem.probe_layout
     theta = probe_posterior(layout, w, rhs, prior, probes, 7, block)

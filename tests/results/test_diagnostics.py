@@ -43,9 +43,9 @@ def test_inclusion_disagreement_names_the_variables():
     rhat_fit = SimpleNamespace(
         result=SimpleNamespace(include=include, include_probability=conditional), inclusion=inclusion
     )
-    from bayesvm.results.arviz import _import_arviz
+    from bayesvm.results.arviz import import_arviz
 
-    az = _import_arviz()
+    az = import_arviz()
     assert float(az.rhat(conditional[..., 0])) > 1.05  # the rank-normalised R-hat alone would flag it
     assert inclusion_disagreement(rhat_fit) is None
     conditional[3, 200:, 0] = 0.05  # one chain at 0.03 against 0.00: a spread of 0.03, R-hat far above 1.05

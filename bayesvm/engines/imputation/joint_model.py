@@ -59,10 +59,10 @@ from ..linear.interweave import ScaleMoves
 from ..linear.vb import (
     LOG_2PI,
     VBResult,
-    _prior_precisions,
-    _second_moments,
     initial_component,
     lower_bound,
+    prior_precisions,
+    second_moments,
     update_component,
 )
 from ..overrelax import RELAXATION
@@ -134,7 +134,7 @@ def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBR
         lam = sigma_df * np.linalg.inv(psi_q)
         # q(theta): rows at E[z]; precision + sum_i w_i Cov(c_i)
         D = prob.design(z)
-        prior_dd, prior_b = _prior_precisions(base, [c.expected_precision() for c in components])
+        prior_dd, prior_b = prior_precisions(base, [c.expected_precision() for c in components])
         extra = np.einsum("i,ijk->jk", w[mis_rows], z_cov[mis_rows]) * np.outer(gamma, gamma)
         prior_dd[np.ix_(K, K)] += extra
         theta = gaussian_posterior(D, w, y * (1.0 + w), prior_dd, blocked, prior_b)
@@ -173,7 +173,7 @@ def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBR
         dev = z - mu_mean
         psi_q = prob.scale + dev.T @ dev + z_cov.sum(axis=0) + n * mu_cov
         # variance components
-        seconds = [_second_moments(c, theta) for c in base.components]
+        seconds = [second_moments(c, theta) for c in base.components]
         components = [update_component(c, s, p) for c, s, p in zip(base.components, seconds, components)]
         bound = _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov, mu_mean, mu_cov, psi_q)
         if bounds and bound < bounds[-1] - 1e-8 * abs(bound):
@@ -418,7 +418,7 @@ def _chain(
             theta_d = sparse_coefficient_draw(current, omega, [spd_inverse(c) for c in covs], rng)
             theta_b = np.zeros((0, 0))
         else:
-            prior_dd, prior_b = _prior_precisions(base, [spd_inverse(c) for c in covs])
+            prior_dd, prior_b = prior_precisions(base, [spd_inverse(c) for c in covs])
             theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng)
         f = D @ theta_d
         if blocked is not None:

@@ -46,7 +46,7 @@ from ...priors import Lasso, SpikeSlab
 from ..joint import log_component_prior, log_prior, predictor_draws
 from ..linear.ep import fit_accurate
 from ..linear.svi import fit_linear_svi
-from ..linear.vb import VBResult, _fit_vb
+from ..linear.vb import VBResult, coordinate_ascent
 from ..selection.ep import fit_selection_accurate
 from ..selection.lasso_vb import fit_lasso_vb
 from ..selection.spike_slab_vb import fit_spike_slab_vb
@@ -111,7 +111,7 @@ def fit_mi_vb(
                 options = dict(svi_options or {}, seed=int(rng.integers(2**31)), tol=tol, max_iter=max_iter)
                 fit = fit_linear_svi(replace(base, D=D), **options)
             else:
-                fit = _fit_vb(replace(base, D=D), tol, max_iter, True)
+                fit = coordinate_ascent(replace(base, D=D), tol, max_iter, True)
             d, b = fit.theta.sample(rng, draws_per_imputation)
             c = [post.sample(rng, draws_per_imputation) for post in fit.components]
         fits.append(fit)

@@ -17,7 +17,7 @@ from scipy import linalg
 
 from ...kernels import Kernel
 from ...model.problems import KernelProblem, VBProblem
-from .vb import JITTER, ROW_CHUNK, _cholesky
+from .vb import JITTER, ROW_CHUNK, jittered_cholesky
 
 
 def kernel_jitter(kernel: Kernel, locations: np.ndarray) -> float:
@@ -28,7 +28,7 @@ def kernel_jitter(kernel: Kernel, locations: np.ndarray) -> float:
 
 def whitened_features(kernel: Kernel, locations: np.ndarray, X: np.ndarray, jitter: float) -> np.ndarray:
     """``A' = (L^-1 K_ZX)'`` (``n x m``), formed in row blocks of :data:`ROW_CHUNK`."""
-    chol = _cholesky(kernel.matrix(locations) + jitter * np.eye(len(locations)))
+    chol = jittered_cholesky(kernel.matrix(locations) + jitter * np.eye(len(locations)))
     out = np.empty((len(X), len(locations)))
     for start in range(0, len(X), ROW_CHUNK):
         rows = X[start : start + ROW_CHUNK]

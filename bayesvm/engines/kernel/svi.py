@@ -50,7 +50,7 @@ from .vb import (
     KernelProblem,
     KernelVBResult,
     Whitened,
-    _absolute_jitter,
+    absolute_jitter,
     gaussian_kl_whitened,
     hyper_objective,
     margin_moments,
@@ -157,7 +157,7 @@ def _whitened_natural(Lm: np.ndarray, mean_u: np.ndarray, cov_u: np.ndarray) -> 
     return 0.5 * (precision + precision.T), eta
 
 
-def _natural_vector(precision: np.ndarray, eta: np.ndarray) -> np.ndarray:
+def natural_vector(precision: np.ndarray, eta: np.ndarray) -> np.ndarray:
     upper = np.triu_indices(eta.size)
     return np.concatenate([eta, precision[upper]])
 
@@ -196,7 +196,7 @@ def fit_svi(
     rule = validate_learning_rate(learning_rate)
     batches = PartitionBatches.in_memory(problem.X, problem.y, batch_size, rng) if batches is None else batches(rng)
     n = batches.n
-    jitter = _absolute_jitter(kernel, problem.X) if jitter is None else jitter
+    jitter = absolute_jitter(kernel, problem.X) if jitter is None else jitter
     learning = learn and kernel.log_params().size > 0
     q = Whitened.prior(len(Z))
     Lm, _ = projection(kernel, Z, Z[:1], jitter)
@@ -222,14 +222,14 @@ def fit_svi(
         for _ in range(warmup):
             Xs, ys, A, chi, scale, _ = minibatch()
             target = natural_target(ys, A, chi, scale)
-            primes.append(_natural_vector(*target) - _natural_vector(q.precision, q.eta))
+            primes.append(natural_vector(*target) - natural_vector(q.precision, q.eta))
         steps.prime(primes)
     converged, it = False, 0
     for it in range(1, max_iter + 1):
         Xs, ys, A, chi, scale, estimate = minibatch()
         estimates.append(estimate)
         precision_hat, eta_hat = natural_target(ys, A, chi, scale)
-        rho = steps(_natural_vector(precision_hat, eta_hat) - _natural_vector(q.precision, q.eta))
+        rho = steps(natural_vector(precision_hat, eta_hat) - natural_vector(q.precision, q.eta))
         q.precision = (1.0 - rho) * q.precision + rho * precision_hat
         q.eta = (1.0 - rho) * q.eta + rho * eta_hat
         q.refresh()

@@ -103,7 +103,7 @@ class KernelVBResult(EngineOutput):
     _chol: np.ndarray = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
-        self._chol = _cholesky(self.kernel.matrix(self.locations) + self.jitter * np.eye(len(self.locations)))
+        self._chol = jittered_cholesky(self.kernel.matrix(self.locations) + self.jitter * np.eye(len(self.locations)))
 
     @property
     def posterior_form(self) -> str:
@@ -132,7 +132,7 @@ class KernelVBResult(EngineOutput):
         return dict(zip(self.kernel.parameter_labels(), np.exp(self.kernel.log_params())))
 
 
-def _cholesky(M: np.ndarray) -> np.ndarray:
+def jittered_cholesky(M: np.ndarray) -> np.ndarray:
     try:
         return linalg.cholesky(M, lower=True)
     except linalg.LinAlgError:
@@ -142,7 +142,7 @@ def _cholesky(M: np.ndarray) -> np.ndarray:
         ) from None
 
 
-def _absolute_jitter(kernel: Kernel, X: np.ndarray) -> float:
+def absolute_jitter(kernel: Kernel, X: np.ndarray) -> float:
     return JITTER * float(np.mean(kernel.diag(X[: min(len(X), 1000)])))
 
 
@@ -177,7 +177,7 @@ class Whitened:
 
 def projection(kernel: Kernel, Z: np.ndarray, X: np.ndarray, jitter: float) -> tuple[np.ndarray, np.ndarray]:
     """``(L_m, A = L_m^-1 K_mn)``."""
-    Lm = _cholesky(kernel.matrix(Z) + jitter * np.eye(len(Z)))
+    Lm = jittered_cholesky(kernel.matrix(Z) + jitter * np.eye(len(Z)))
     return Lm, linalg.solve_triangular(Lm, kernel.matrix(Z, X), lower=True)
 
 
@@ -379,7 +379,7 @@ def fit_inducing(
     t0 = time.perf_counter()
     X, y, kernel = problem.X, problem.y, problem.kernel
     Z0 = np.array(locations, dtype=float)
-    jitter = _absolute_jitter(kernel, X) if jitter is None else jitter
+    jitter = absolute_jitter(kernel, X) if jitter is None else jitter
     learning = learn and (kernel.log_params().size > 0 or learn_locations)
 
     last: dict = {}  # the projection of the latest run(x), reused by gradient(x, ...)
@@ -493,7 +493,7 @@ def fit_batch(
     t0 = time.perf_counter()
     X, y, kernel = problem.X, problem.y, problem.kernel
     n = y.size
-    jitter = _absolute_jitter(kernel, X) if jitter is None else jitter
+    jitter = absolute_jitter(kernel, X) if jitter is None else jitter
     learning = learn and kernel.log_params().size > 0
 
     def run(x):
@@ -519,7 +519,7 @@ def fit_batch(
     q, chi, ascent = _ascend(run(x), chi0, tol, max_iter)
     # whitened form for prediction: m = L^-1 mu, S = L^-1 zeta L^-T with zeta = K - V'V
     K = kernel.matrix(X) + jitter * np.eye(n)
-    L = _cholesky(K)
+    L = jittered_cholesky(K)
     m = linalg.solve_triangular(L, q.mu, lower=True)
     V = linalg.solve_triangular(q.LB, q.sw[:, None] * K, lower=True)
     R = linalg.solve_triangular(L, V.T, lower=True)  # L^-1 V', so L^-1 zeta L^-T = I - R R'

@@ -37,7 +37,7 @@ from ...model.output import EngineOutput
 from ...model.problems import VarianceComponent, VBProblem, sorted_by_level
 from .. import variance_prior
 from ..joint import component_values, log_prior
-from .vb import _prior_precisions, _sparse_prior
+from .vb import prior_precisions, sparse_prior
 
 #: Continuation schedule of the floor on |1 - y f| (the last one is the final accuracy).
 MARGIN_FLOORS = tuple(10.0**-k for k in range(2, 11))
@@ -100,7 +100,7 @@ def check_modal_priors(problem: VBProblem) -> None:
         )
 
 
-def _smoothed_log_likelihood(margin: np.ndarray, eps: float) -> float:
+def smoothed_log_likelihood(margin: np.ndarray, eps: float) -> float:
     """``-sum_i (H_eps(m_i) + m_i)``: the hinge term of the objective EM increases at floor ``eps``."""
     absm = np.abs(margin)
     huber = np.where(absm < eps, 0.5 * margin**2 / eps + 0.5 * eps, absm)
@@ -192,20 +192,20 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
         precisions = [spd_inverse(c) for c in covs]
         rhs = y * (1.0 + omega)
         if problem.is_sparse:
-            prior, new_b = _sparse_prior(problem, precisions), np.zeros((0, 0))
+            prior, new_b = sparse_prior(problem, precisions), np.zeros((0, 0))
             if problem.elimination is not None:  # crossed factors: dense Schur complement
                 new_d = schur_sparse_mean(problem.elimination, omega, rhs, prior)
             else:
                 new_d = SparseCholesky.factor((D.T @ sp.diags(omega) @ D + prior).tocsc()).solve(D.T @ rhs)
         else:
-            prior_dd, prior_b = _prior_precisions(problem, precisions)
+            prior_dd, prior_b = prior_precisions(problem, precisions)
             new_d, new_b = gaussian_mean(D, omega, rhs, prior_dd, blocked, prior_b)  # M-step
         new_covs = [component_mode(c, component_values(c, new_d, new_b)) for c in problem.components]  # CM-steps
         f = D @ new_d
         if blocked is not None:
             f = f + np.sum(blocked.values * new_b[blocked.codes], axis=1)
         new_margin = 1.0 - y * f
-        if floors.record(_smoothed_log_likelihood(new_margin, eps) + log_prior(problem, new_d, new_b, new_covs)):
+        if floors.record(smoothed_log_likelihood(new_margin, eps) + log_prior(problem, new_d, new_b, new_covs)):
             theta_d, theta_b, covs, margin = floors.finished  # the ascent broke down (BREAKDOWN_RTOL)
             floors.stopped(int(np.sum(margin >= -SUPPORT_TOL)))
             converged = True

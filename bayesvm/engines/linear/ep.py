@@ -73,11 +73,11 @@ from .vb import (
     ComponentPosterior,
     VarianceComponent,
     VBProblem,
-    _prior_precisions,
-    _sparse_prior,
     fit_vb,
+    prior_precisions,
     sorted_by_level,
     sparse_posterior,
+    sparse_prior,
 )
 
 
@@ -260,7 +260,7 @@ def _posterior_solver(problem: VBProblem, precisions: list[np.ndarray]):
     """``(tau, nu) -> (q(theta), (mean f, var f))`` for the precision ``C' diag(tau) C + prior``."""
     D = problem.D
     if problem.is_sparse:
-        prior = _sparse_prior(problem, precisions)
+        prior = sparse_prior(problem, precisions)
 
         def solve_sparse(tau, nu):
             theta = sparse_posterior(problem, tau, nu, prior)
@@ -270,7 +270,7 @@ def _posterior_solver(problem: VBProblem, precisions: list[np.ndarray]):
     blocked = problem.blocked
     codes = None if blocked is None else blocked.codes
     values = None if blocked is None else blocked.values
-    prior_dd, prior_b = _prior_precisions(problem, precisions)
+    prior_dd, prior_b = prior_precisions(problem, precisions)
 
     pattern = problem.row_pattern  # (None unless the dense part is wide and mostly zero)
 

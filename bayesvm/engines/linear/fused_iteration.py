@@ -160,7 +160,7 @@ def _fused_steps(
 def _coefficient_draw(gram, product, base_precision, penalty_of_column, variances, intercept, blocks, cross, rhs_b,
                       eps_d, eps_b, theta_d, theta_b):  # fmt: skip
     """``theta | w`` (:func:`bayesvm.engines.linear.compiled_rows.intercept_draw`) with the prior precisions built
-    here as ``vb._prior_precisions`` builds them: ``base_precision`` on the diagonal plus ``1 / variances[c]`` on the
+    here as ``vb.prior_precisions`` builds them: ``base_precision`` on the diagonal plus ``1 / variances[c]`` on the
     columns of the learned penalty ``c``, and ``1 / variances[intercept]`` for each level; returns False (nothing
     filled) where the Schur complement is not positive definite."""
     q = gram.shape[0]

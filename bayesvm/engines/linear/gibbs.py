@@ -30,8 +30,8 @@ from ...linalg.dense import (
     BlockedFactor,
     LevelSums,
     RowStatistics,
-    _gram_and_product,
     blas_threads,
+    chunked_gram_and_product,
     gaussian_draw,
     row_statistics,
     spd_inverse,
@@ -51,7 +51,7 @@ from . import compiled_rows, fused_iteration
 from .collapsed_variance import CollapsedVariance
 from .fused_iteration import BATCH, FusedIteration
 from .interweave import ScaleMoves
-from .vb import _prior_precisions, _sparse_prior
+from .vb import prior_precisions, sparse_prior
 
 #: Smallest |1 - y f| used for the inverse-Gaussian mean (a draw exactly on the margin has probability 0).
 MARGIN_FLOOR = 1e-12
@@ -278,7 +278,7 @@ class DenseRows:
             wz = self.wz[rows] = z * omega[:, None]
             self.wzz[rows] = (wz[:, :, None] * z[:, None, :]).reshape(z.shape[0], -1)
             self.zr[rows] = z * r[:, None]
-        return (*_gram_and_product(self.D[rows], omega, r), hinge)
+        return (*chunked_gram_and_product(self.D[rows], omega, r), hinge)
 
     def _compiled_whole(self, theta_d: np.ndarray, theta_b: np.ndarray) -> tuple[float, np.ndarray, RowStatistics]:
         """:meth:`__call__` on rows that do not split: one compiled pass over every row (the numbers of
@@ -452,7 +452,7 @@ def sparse_coefficient_draw(
     allows it (crossed factors), else by a sparse Cholesky factor."""
     D = problem.D
     rhs = problem.y * (1.0 + omega)
-    prior = _sparse_prior(problem, precisions)
+    prior = sparse_prior(problem, precisions)
     if problem.elimination is not None:
         return schur_sparse_draw(problem.elimination, omega, rhs, prior, rng)
     factor = SparseCholesky.factor((D.T @ sp.diags(omega) @ D + prior).tocsc())
@@ -571,7 +571,7 @@ def chain_draws(
             if drawn is not None:  # the prior precisions and the draw in one compiled call (fused_iteration)
                 theta_d, theta_b = drawn
             else:
-                prior_dd, prior_b = _prior_precisions(problem, [spd_inverse(c) for c in covs], fixed_diagonal)
+                prior_dd, prior_b = prior_precisions(problem, [spd_inverse(c) for c in covs], fixed_diagonal)
                 if fused.ready and stats.levels is not None:  # (its normals drawn: the compiled draw's fallback)
                     theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng,
                                                      stats=stats)  # fmt: skip

@@ -23,10 +23,10 @@ from ..augmentation import update_chi
 from .vb import (
     VBProblem,
     VBResult,
-    _prior_precisions,
-    _second_moments,
     initial_component,
     lower_bound,
+    prior_precisions,
+    second_moments,
     update_component,
 )
 
@@ -73,7 +73,7 @@ def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_i
             r = sum(part[1] for part in parts)
             if theta is not None:  # the bound of the complete q after the previous sweep
                 data = sum(part[2] for part in parts)
-                seconds = [_second_moments(c, theta) for c in problem.components]
+                seconds = [second_moments(c, theta) for c in problem.components]
                 empty = np.zeros(0)
                 rest = lower_bound(problem, empty, theta, empty, empty, empty, components, seconds)
                 bounds.append(data + rest)
@@ -86,10 +86,10 @@ def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_i
                         break
                 if len(bounds) >= max_iter:
                     break
-            precision = _prior_precisions(problem, [post.expected_precision() for post in components])[0]
+            precision = prior_precisions(problem, [post.expected_precision() for post in components])[0]
             theta = gaussian_from_natural(G + precision, r)
             components = [
-                update_component(c, _second_moments(c, theta), post) for c, post in zip(problem.components, components)
+                update_component(c, second_moments(c, theta), post) for c, post in zip(problem.components, components)
             ]
     return VBResult(
         theta=theta, components=components, chi=np.zeros(0), lower_bound=np.array(bounds), converged=converged,

@@ -39,8 +39,8 @@ from ...linalg.dense import gaussian_from_natural, runs_with_blas_threads
 from ...model.problems import VBProblem
 from ..augmentation import data_lower_bound, update_chi
 from ..batches import PartitionBatches
-from ..kernel.svi import StepSize, WindowRule, _natural_vector, validate_learning_rate
-from .vb import VBResult, _prior_precisions, _second_moments, initial_component, lower_bound, update_component
+from ..kernel.svi import StepSize, WindowRule, natural_vector, validate_learning_rate
+from .vb import VBResult, initial_component, lower_bound, prior_precisions, second_moments, update_component
 
 #: Delay ``tau`` of the Robbins-Monro step ``(t + tau)^-kappa`` (module docstring).
 STEP_DELAY = 20.0
@@ -88,7 +88,7 @@ def fit_linear_svi(
 
     def prior_precision(components) -> np.ndarray:
         """``diag(lambda) + blockdiag(E[Sigma_c^{-1}])``: the fixed priors and every variance component's."""
-        return _prior_precisions(problem, [post.expected_precision() for post in components])[0]
+        return prior_precisions(problem, [post.expected_precision() for post in components])[0]
 
     precision, eta = prior_precision(components), np.zeros(p)
     theta = gaussian_from_natural(precision, eta)
@@ -105,7 +105,7 @@ def fit_linear_svi(
 
     def bound(Ds, ys, scale, rows=None):
         mean_f, e, chi = local(Ds, ys) if rows is None else rows
-        seconds = [_second_moments(c, theta) for c in problem.components]
+        seconds = [second_moments(c, theta) for c in problem.components]
         whole = lower_bound(problem, ys, theta, mean_f, e, chi, components, seconds)
         return whole + (scale - 1.0) * data_lower_bound(ys, mean_f, e, chi)
 
@@ -120,7 +120,7 @@ def fit_linear_svi(
         primes = []
         for _ in range(warmup):
             P_hat, eta_hat = target(*batches.next())
-            primes.append(_natural_vector(P_hat, eta_hat) - _natural_vector(precision, eta))
+            primes.append(natural_vector(P_hat, eta_hat) - natural_vector(precision, eta))
         steps.prime(primes)
     converged, it = False, 0
     for it in range(1, max_iter + 1):
@@ -128,14 +128,14 @@ def fit_linear_svi(
         rows = local(Ds, ys)  # under the q(theta) before the step: the bound's estimate and the target share it
         estimates.append(bound(Ds, ys, n / ys.size, rows))
         P_hat, eta_hat = target(Ds, ys, rows)
-        rho = steps(_natural_vector(P_hat, eta_hat) - _natural_vector(precision, eta))
+        rho = steps(natural_vector(P_hat, eta_hat) - natural_vector(precision, eta))
         precision = (1.0 - rho) * precision + rho * P_hat
         eta = (1.0 - rho) * eta + rho * eta_hat
         theta, started = gaussian_from_natural(precision, eta), True
         # each q(Sigma_c) given q(theta): exact (Alg. 2 step 4); the prior part of the precision follows it
         old = prior_precision(components)
         components = [
-            update_component(c, _second_moments(c, theta), post) for c, post in zip(problem.components, components)
+            update_component(c, second_moments(c, theta), post) for c, post in zip(problem.components, components)
         ]
         precision = precision + prior_precision(components) - old
         theta = gaussian_from_natural(precision, eta)

@@ -118,7 +118,7 @@ class VBResult(EngineOutput):
         return self.theta.layout.q if isinstance(self.theta, SchurSparsePosterior) else 0
 
 
-def _second_moments(comp: VarianceComponent, theta: GaussianPosterior) -> np.ndarray:
+def second_moments(comp: VarianceComponent, theta: GaussianPosterior) -> np.ndarray:
     """``sum_j E[u_j u_j']`` over the component's ``J`` vectors, ``(k, k)``."""
     if comp.blocked:
         pos = comp.index[0]
@@ -146,7 +146,7 @@ def initial_component(comp: VarianceComponent) -> ComponentPosterior:
     return variance_prior.initial(comp, ComponentPosterior)
 
 
-def _prior_precisions(
+def prior_precisions(
     problem: VBProblem, precisions: list[np.ndarray], fixed_diagonal: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Prior precision of ``theta_d`` (``q x q``) and of one level of ``theta_b`` (``K x K``); ``fixed_diagonal``:
@@ -168,7 +168,7 @@ def _prior_precisions(
     return prior_dd, prior_b
 
 
-def _sparse_prior(problem: VBProblem, precisions: list[np.ndarray]) -> sp.csr_matrix:
+def sparse_prior(problem: VBProblem, precisions: list[np.ndarray]) -> sp.csr_matrix:
     """Prior precision of ``theta`` as a sparse block-diagonal matrix (sparse path)."""
     size = problem.D.shape[1]
     rows, cols, vals = [np.arange(size)], [np.arange(size)], [np.asarray(problem.fixed_precision, dtype=float)]
@@ -271,10 +271,10 @@ class _Sweeper:
         precisions = [c.expected_precision() for c in components]
         # (1) q(theta): Alg. 2 steps 2-3; (2) q(a): chi_i = (1 - y_i mu_f)^2 + Var(f_i), step 3
         if problem.is_sparse:
-            theta = sparse_posterior(problem, w, y * (1.0 + w), _sparse_prior(problem, precisions))
+            theta = sparse_posterior(problem, w, y * (1.0 + w), sparse_prior(problem, precisions))
             mean_f, var_f = theta.predictor(D, training=True)
         else:
-            prior_dd, prior_b = _prior_precisions(problem, precisions)
+            prior_dd, prior_b = prior_precisions(problem, precisions)
             theta = gaussian_posterior(D, w, y * (1.0 + w), prior_dd, blocked, prior_b, self.pattern)
             codes = None if blocked is None else blocked.codes
             values = None if blocked is None else blocked.values
@@ -282,7 +282,7 @@ class _Sweeper:
         expected_sq = (1.0 - y * mean_f) ** 2 + var_f
         chi = update_chi(expected_sq)
         # (3) variance components: Alg. 2 step 4
-        seconds = [_second_moments(c, theta) for c in problem.components]
+        seconds = [second_moments(c, theta) for c in problem.components]
         components = [update_component(c, s, p) for c, s, p in zip(problem.components, seconds, components)]
         # (4) lower bound of the complete q after the sweep
         bound = lower_bound(problem, y, theta, mean_f, expected_sq, chi, components, seconds)
@@ -343,12 +343,12 @@ def probe_bound_noise(theta: ProbePosterior, bound: float) -> float:
 
 
 def fit_vb(problem: VBProblem, tol: float = 1e-8, max_iter: int = 500, accelerate: bool = True) -> VBResult:
-    """See :func:`_fit_vb`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
+    """See :func:`coordinate_ascent`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
     with blas_threads(problem.D.shape[1], problem.n):
-        return _fit_vb(problem, tol, max_iter, accelerate)
+        return coordinate_ascent(problem, tol, max_iter, accelerate)
 
 
-def _fit_vb(problem: VBProblem, tol: float, max_iter: int, accelerate: bool) -> VBResult:
+def coordinate_ascent(problem: VBProblem, tol: float, max_iter: int, accelerate: bool) -> VBResult:
     """Coordinate ascent (Alg. 1 when there are no components, Alg. 2 otherwise).
 
     Each sweep: (1) ``q(theta)`` given ``E[1/a]`` and the components' expected precisions;

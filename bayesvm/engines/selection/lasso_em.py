@@ -39,7 +39,7 @@ from ...model.output import EngineOutput
 from ...model.problems import SelectionProblem
 from ...priors import Lasso
 from ..joint import log_component_prior
-from ..linear.em import MARGIN_FLOORS, SUPPORT_TOL, FloorContinuation, _smoothed_log_likelihood, component_mode
+from ..linear.em import MARGIN_FLOORS, SUPPORT_TOL, FloorContinuation, component_mode, smoothed_log_likelihood
 from .vb import LOG_2PI
 
 #: Slopes below ``ZERO_TOL (1 + max |beta|)`` at convergence are reported as exactly 0: MM approaches the
@@ -105,7 +105,7 @@ def _objective(problem: SelectionProblem, margin, beta, nu, eps, covs) -> float:
     prior, sel, s = problem.prior, problem.selected, problem.prior_scale
     free = problem.unselected[problem.fixed_precision[problem.unselected] > 0]
     lam = problem.fixed_precision[free]
-    total = _smoothed_log_likelihood(margin, eps)
+    total = smoothed_log_likelihood(margin, eps)
     total += 0.5 * float(np.sum(np.log(lam) - LOG_2PI - lam * beta[free] ** 2))
     total += float(np.sum(-np.log(2.0 * nu * s) - _huber(beta[sel], eps) / (nu * s)))
     if prior.nu is None:

@@ -49,7 +49,7 @@ from ..augmentation import CHI_FLOOR
 from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
 from ..squarem import ascend
 from .message import MessageSweep
-from .vb import LOG_2PI, SelectionVBResult, _component_second
+from .vb import LOG_2PI, SelectionVBResult, component_second
 
 #: Points of the quadrature in ``log kappa`` for ``q(kappa)``, and its half-width in units of the curvature's SD
 KAPPA_GRID = 4001
@@ -141,7 +141,7 @@ class _Sweep:
         return np.ones(self.mean.size)
 
 
-class _CoordinateAscent(MessageSweep):
+class LassoAscent(MessageSweep):
     def __init__(self, problem: SelectionProblem):
         self.p = problem
         prior = problem.prior
@@ -181,7 +181,7 @@ class _CoordinateAscent(MessageSweep):
         cov = sla.cho_solve(chol, np.eye(q))
         mean = sla.cho_solve(chol, r)
         second = cov + np.outer(mean, mean)
-        seconds = [_component_second(c, second) for c in p.components]
+        seconds = [component_second(c, second) for c in p.components]
         components = [update_component(c, m, post) for c, m, post in zip(p.components, seconds, components)]
         new_second_beta = np.diag(second)[sel].copy()
         # the bound at (q(kappa), q(tau), q(theta), q(Sigma)) just formed, without the data term
@@ -230,7 +230,7 @@ class _CoordinateAscent(MessageSweep):
 
 def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool) -> SelectionVBResult:
     start = time.perf_counter()
-    ascent_map = _CoordinateAscent(problem)
+    ascent_map = LassoAscent(problem)
     ascent = ascend(ascent_map, ascent_map.initial_state(), tol, max_iter, accelerate)
     current = ascent.last
     return SelectionVBResult(

@@ -95,7 +95,7 @@ class SlopePrior:
         return -float(np.log(2.0 * self.scale))
 
 
-def _logsumexp(values: np.ndarray) -> float:
+def fast_logsumexp(values: np.ndarray) -> float:
     """``log sum exp(values)`` (scipy's general version costs more than the sums here)."""
     top = float(values.max())
     if not np.isfinite(top):
@@ -241,7 +241,7 @@ def window(a, b, prior, center: float, half_width: float, linear: float = 0.0) -
         lower, upper = center - half_width, center + half_width
         pieces = segments(a, b, prior, lower, upper, linear)
         log_masses = pieces.log_masses()
-        total = _logsumexp(log_masses)
+        total = fast_logsumexp(log_masses)
         lam = pieces.precision
         with np.errstate(invalid="ignore", over="ignore"):  # (an infinite window: returned below)
             left_slope = pieces.kappa[0] - lam * lower
@@ -265,7 +265,7 @@ def slope_evidence(
     and the window's half width (``center`` and ``half_width`` give the first window, as in :func:`draw_pair`)."""
     pieces, log_masses, half_width = window(a, b, prior, center, half_width)
     log_z0 = -2.0 * float(np.sum(np.maximum(0.0, a)))
-    log_z1 = prior.log_constant() + _logsumexp(log_masses)
+    log_z1 = prior.log_constant() + fast_logsumexp(log_masses)
     return log_z1 - log_z0, pieces, log_masses, half_width
 
 

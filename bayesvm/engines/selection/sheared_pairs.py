@@ -78,8 +78,8 @@ from .marginal_pairs import (
     WINDOW_SDS,
     WINDOW_SHRINK,
     SlopePrior,
-    _logsumexp,
     draw_value,
+    fast_logsumexp,
     window,
 )
 
@@ -280,7 +280,7 @@ class ShearedPairs:
         else:
             prior = SlopePrior(precision=quad) if quad > 0.0 else SlopePrior()
             pieces, log_masses, used = window(a_all, b_all, prior, t_now, half_width, gauss_linear + laplace_linear)
-            log_bf = own + _logsumexp(log_masses) + 2.0 * float(np.sum(np.maximum(0.0, a_all)))
+            log_bf = own + fast_logsumexp(log_masses) + 2.0 * float(np.sum(np.maximum(0.0, a_all)))
             new_in = bool(uniforms[0] < expit(log_odds[j] + log_bf))
             t_new = draw_value(pieces, log_masses, uniforms[1], uniforms[2]) if new_in else 0.0
         self.widths[j] = WINDOW_SHRINK * used

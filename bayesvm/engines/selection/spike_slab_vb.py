@@ -61,7 +61,7 @@ from ..augmentation import CHI_FLOOR, inverse_a_mean, update_chi
 from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
 from ..squarem import ascend, squarem_ascent
 from .message import MessageSweep
-from .vb import LOG_2PI, SelectionVBResult, _component_second
+from .vb import LOG_2PI, SelectionVBResult, component_second
 
 #: Sweeps of the all-slopes-included Gaussian fit that gives the first start (at most; it stops when chi is stable)
 JOINT_START_SWEEPS = 100
@@ -122,7 +122,7 @@ class SlabFit:
         return update_chi((1.0 - y * f_mean) ** 2 + f_var)
 
 
-class _CoordinateAscent(MessageSweep):
+class SpikeSlabAscent(MessageSweep):
     def __init__(self, problem: SelectionProblem):
         self.p = problem
         sel = problem.selected
@@ -210,7 +210,7 @@ class _CoordinateAscent(MessageSweep):
         cov[np.ix_(free, free)] = cov_f
         cov[sel, sel] = s2
         second = cov + np.outer(mean, mean)  # (free block: E[theta_F theta_F'], used for the components only)
-        seconds = [_component_second(c, second) for c in p.components]
+        seconds = [component_second(c, second) for c in p.components]
         components = [update_component(c, m, post) for c, m, post in zip(p.components, seconds, components)]
         include = np.ones(q)
         include[sel] = alpha
@@ -264,7 +264,7 @@ class _CoordinateAscent(MessageSweep):
 
 
 def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool) -> SelectionVBResult:
-    return search(_CoordinateAscent(problem), problem, tol, max_iter, accelerate, time.perf_counter())
+    return search(SpikeSlabAscent(problem), problem, tol, max_iter, accelerate, time.perf_counter())
 
 
 def search(

@@ -46,12 +46,12 @@ from ...model.problems import SelectionProblem
 from ...priors import Lasso, SpikeSlab
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
 from ..batches import PartitionBatches
-from ..kernel.svi import StepSize, WindowRule, _natural_vector, validate_learning_rate
+from ..kernel.svi import StepSize, WindowRule, natural_vector, validate_learning_rate
 from ..linear.svi import STEP_DELAY
-from .lasso_vb import _CoordinateAscent as LassoAscent
+from .lasso_vb import LassoAscent
 from .message import minibatch_message
-from .spike_slab_vb import _CoordinateAscent as SpikeSlabAscent
-from .vb import SelectionVBResult, _Alg3
+from .spike_slab_vb import SpikeSlabAscent
+from .vb import LaplaceZeroAscent, SelectionVBResult
 
 #: Said in ``stopping`` of a spike-and-slab SVI fit (module docstring).
 NO_MOVES = "no single-slope model moves (the batch fit's; they need full passes over the rows)"
@@ -69,7 +69,7 @@ class SelectionSVIResult(SelectionVBResult):
 
 def coordinate_object(problem: SelectionProblem):
     """The selection prior's coordinate-ascent object (``update``, ``row_moments``, ``fields``)."""
-    return {SpikeSlab: SpikeSlabAscent, Lasso: LassoAscent}.get(type(problem.prior), _Alg3)(problem)
+    return {SpikeSlab: SpikeSlabAscent, Lasso: LassoAscent}.get(type(problem.prior), LaplaceZeroAscent)(problem)
 
 
 def fit_selection_svi(
@@ -120,7 +120,7 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
     gram, r = estimate(None, *batches.next())  # the batch start's message, E[1/a] = 1, estimated
     factors = ascent.update(gram, r, *rest)
     if rule == "adaptive":
-        steps.prime([_natural_vector(*estimate(factors, *batches.next())) - _natural_vector(gram, r)
+        steps.prime([natural_vector(*estimate(factors, *batches.next())) - natural_vector(gram, r)
                      for _ in range(warmup)])  # fmt: skip
     estimates: list[float] = []
     checks: list[float] = []
@@ -131,7 +131,7 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
         Xs, ys = batches.next()
         estimates.append(bound(factors, Xs, ys))
         gram_hat, r_hat = estimate(factors, Xs, ys)
-        rho = steps(_natural_vector(gram_hat, r_hat) - _natural_vector(gram, r))
+        rho = steps(natural_vector(gram_hat, r_hat) - natural_vector(gram, r))
         gram = (1.0 - rho) * gram + rho * gram_hat
         r = (1.0 - rho) * r + rho * r_hat
         factors = ascent.update(gram, r, *factors.rest, **hold)

@@ -172,7 +172,7 @@ class _Sweep:
         return self.rest[0]
 
 
-class _Alg3(MessageSweep):
+class LaplaceZeroAscent(MessageSweep):
     """Alg. 3 as a map from the state ``(chi, g, psi, B_q)`` to the next sweep."""
 
     def __init__(self, problem: SelectionProblem):
@@ -221,7 +221,7 @@ class _Alg3(MessageSweep):
         # step 11: q(sigma^2)
         scale = problem.prior.variance.b + 0.5 * float(np.sum(expected_b * second_v / s2))
         # random-effect terms: Alg. 2 step 4 from E[u_j u_j'] (module docstring)
-        seconds = [_component_second(c, second) for c in problem.components]
+        seconds = [component_second(c, second) for c in problem.components]
         components = [update_component(c, m, post) for c, m, post in zip(problem.components, seconds, components)]
         bound = _prior_bound(problem, chol, second, g, psi, expected_b, self.shape, scale)
         bound += sum(component_bound(c, post, m) for c, post, m in zip(problem.components, components, seconds))
@@ -259,7 +259,7 @@ class _Alg3(MessageSweep):
 def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool = True) -> SelectionVBResult:
     """Coordinate ascent on Alg. 3 in SQUAREM cycles with the monotone safeguard (:mod:`bayesvm.engines.squarem`)."""
     start = time.perf_counter()
-    alg = _Alg3(problem)
+    alg = LaplaceZeroAscent(problem)
     ascent = ascend(alg, alg.initial_state(), tol, max_iter, accelerate)
     current = ascent.last
     return SelectionVBResult(
@@ -275,7 +275,7 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool 
     )
 
 
-def _component_second(comp: VarianceComponent, second: np.ndarray) -> np.ndarray:
+def component_second(comp: VarianceComponent, second: np.ndarray) -> np.ndarray:
     """``sum_j E[u_j u_j']`` (``k x k``) of a random-effect term from ``E[theta theta']``."""
     idx = comp.index
     return second[idx[:, :, None], idx[:, None, :]].sum(axis=0)

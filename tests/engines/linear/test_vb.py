@@ -188,9 +188,9 @@ def test_schur_complement_matches_dense_solve():
     result2 = fit_vb(problem, max_iter=5)
     chi_prev = result.chi
     weights = 1 / np.sqrt(chi_prev)
-    from bayesvm.engines.linear.vb import _prior_precisions
+    from bayesvm.engines.linear.vb import prior_precisions
 
-    prior_dd, prior_b = _prior_precisions(problem, [c.expected_precision() for c in result.components])
+    prior_dd, prior_b = prior_precisions(problem, [c.expected_precision() for c in result.components])
     prior = np.zeros((C.shape[1], C.shape[1]))
     q = problem.D.shape[1]
     prior[:q, :q] = prior_dd
@@ -250,7 +250,7 @@ def test_nested_and_crossed_posteriors_equal_the_dense_solve(formula, path, monk
     """One sweep's q(theta) on every structured path equals the dense inverse of the full precision."""
     import scipy.sparse as sp
 
-    from bayesvm.engines.linear.vb import _prior_precisions, _sparse_prior
+    from bayesvm.engines.linear.vb import prior_precisions, sparse_prior
 
     data = simulate_grouped(n_groups=9, per_group=6, p=2, seed=11, slope_sd=0.3)
     sparse_solver(monkeypatch, path)
@@ -261,14 +261,14 @@ def test_nested_and_crossed_posteriors_equal_the_dense_solve(formula, path, monk
     precisions = [c.expected_precision() for c in before.components]
     if path.startswith("sparse"):
         C = problem.D.toarray()
-        prior = _sparse_prior(problem, precisions).toarray()
+        prior = sparse_prior(problem, precisions).toarray()
     else:
         Zb, (J, K) = problem.blocked, after.theta.mean_b.shape
         B = np.zeros((problem.n, J * K))
         for i, (c, z) in enumerate(zip(Zb.codes, Zb.values)):
             B[i, c * K : (c + 1) * K] = z
         C = np.hstack([problem.D, B])
-        prior_dd, prior_b = _prior_precisions(problem, precisions)
+        prior_dd, prior_b = prior_precisions(problem, precisions)
         prior = sp.block_diag([prior_dd] + [prior_b] * J).toarray()
     precision = C.T @ (weights[:, None] * C) + prior
     mean = np.linalg.solve(precision, C.T @ (problem.y * (1 + weights)))

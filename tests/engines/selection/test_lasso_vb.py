@@ -15,7 +15,7 @@ import pytest
 from scipy import integrate, stats
 
 from bayesvm.engines.selection.gibbs import sample_selection
-from bayesvm.engines.selection.lasso_vb import _CoordinateAscent, fit_lasso_vb, scale_moments
+from bayesvm.engines.selection.lasso_vb import LassoAscent, fit_lasso_vb, scale_moments
 from bayesvm.priors import Lasso
 
 from .test_selection import _problem, random_intercept_terms
@@ -129,7 +129,7 @@ def test_plain_and_accelerated_ascent_reach_the_same_optimum():
 
 def test_each_sweep_is_a_fixed_point_at_the_optimum():
     problem = _problem(n=150, p=6, k=2, seed=7, prior=Lasso())
-    ascent = _CoordinateAscent(problem)
+    ascent = LassoAscent(problem)
     state = ascent.initial_state()
     bounds = []
     for _ in range(600):

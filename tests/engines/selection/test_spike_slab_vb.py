@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from bayesvm.engines.selection.gibbs import sample_selection
-from bayesvm.engines.selection.spike_slab_vb import _CoordinateAscent, fit_spike_slab_vb
+from bayesvm.engines.selection.spike_slab_vb import SpikeSlabAscent, fit_spike_slab_vb
 from bayesvm.priors import SpikeSlab
 
 from .test_selection import _problem, random_intercept_terms
@@ -109,7 +109,7 @@ def test_each_coordinate_update_is_a_maximum():
     itself: the bound is a function of the state, so the coordinate optimum is a local maximum of it."""
     problem = _problem(n=150, p=6, k=2, seed=7, prior=SpikeSlab(0.3, 4.0))
     res = fit_spike_slab_vb(problem, max_iter=2000, tol=1e-12)
-    ascent = _CoordinateAscent(problem)
+    ascent = SpikeSlabAscent(problem)
     state = ascent.initial_state()
     for _ in range(400):  # the plain iteration to its fixed point
         out = ascent.sweep(*state)
@@ -162,7 +162,7 @@ def test_starts_and_model_moves_escape_the_local_optimum_of_correlated_slopes():
     formula = "y ~ rate_marriage + age + yrs_married + children + religious + educ + occupation + occupation_husb"
     fit = bayesvm.bsvm(formula, fair, prior=SpikeSlab(0.2))
     problem = fit.model.selection_problem()
-    ascent = _CoordinateAscent(problem)
+    ascent = SpikeSlabAscent(problem)
     from_zero = squarem_ascent(
         lambda s: ascent.sweep(*s), lambda s: ascent.encode(*s), lambda x, like: ascent.decode(x, like),
         ascent.initial_state(), 1e-8, 500,

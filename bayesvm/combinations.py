@@ -1,0 +1,107 @@
+"""The combinations of arguments a fit accepts: each check refuses a combination with the reason and what works
+instead (a :class:`~bayesvm.errors.BayesvmError` naming the argument)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .checks import Checks
+from .errors import BayesvmError
+from .model import MAX_DENSE_COLUMNS
+from .priors import LaplaceZero, Lasso, SpikeSlab
+
+METHODS = ("vb", "gibbs", "em", "svi")
+#: Engines available for each selection prior.
+PRIOR_METHODS = {
+    LaplaceZero: ("vb", "gibbs", "svi"),
+    SpikeSlab: ("vb", "gibbs", "svi"),
+    Lasso: ("vb", "em", "gibbs", "svi"),
+}
+
+
+def check_checks(checks: object) -> Checks:
+    if checks is None:
+        return Checks()
+    if not isinstance(checks, Checks):
+        raise BayesvmError(
+            f"checks must be a bayesvm.Checks(...) (or None for the defaults), got {type(checks).__name__}"
+        )
+    return checks
+
+
+def check_probes(probes: object, method: str, vb: str | None, special: bool) -> None:
+    if probes is None:
+        return
+    if isinstance(probes, bool) or not isinstance(probes, (int, np.integer)) or probes < 2:
+        raise BayesvmError(f"probes must be an integer of at least 2, got {probes!r}")
+    if method != "vb" or vb == "accurate" or special:
+        raise BayesvmError(
+            "probes apply to mean-field VB of linear models on complete in-memory data (method='vb', vb=None or "
+            "'meanfield'; no kernel, selection prior or missing='impute')"
+        )
+
+
+def check_sampling(draws, tune, chains, thin, cores) -> None:
+    if draws == "auto":
+        draws = 1
+    for name, value, low in (
+        ("draws", draws, 1),
+        ("tune", tune, 0),
+        ("chains", chains, 1),
+        ("thin", thin, 1),
+        ("cores", cores, 1),
+    ):
+        if not (isinstance(value, int) and value >= low):
+            raise BayesvmError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def check_prior_method(prior: object, method: str, penalty: object, vb: str) -> None:
+    allowed = PRIOR_METHODS.get(type(prior))
+    if allowed is None:
+        raise BayesvmError(
+            f"prior must be bayesvm.priors.LaplaceZero, SpikeSlab or Lasso (or None), got {type(prior).__name__}"
+        )
+    if method not in allowed:
+        why = ""
+        if method == "em" and not isinstance(prior, Lasso):
+            why = (
+                ": a posterior mode does not exist under a point mass at zero (the density is infinite there, "
+                "so every slope's mode is 0)"
+            )
+        raise BayesvmError(f"{type(prior).__name__} is fitted by method in {allowed}, not method={method!r}{why}")
+    if penalty != "learn":
+        raise BayesvmError(
+            f"prior={type(prior).__name__}(...) replaces the penalty: leave penalty at its default, got {penalty!r}"
+        )
+
+
+def check_imputation(model, method: str, vb: str, imputation: str, imputations: int) -> None:
+    if imputation not in ("mi", "joint"):
+        raise BayesvmError(f"imputation must be 'mi' or 'joint', got {imputation!r}")
+    if not (isinstance(imputations, (int, np.integer)) and imputations >= 2):
+        raise BayesvmError(f"imputations must be an integer >= 2, got {imputations!r}")
+    if method not in ("vb", "gibbs"):
+        why = ": a posterior mode carries no uncertainty to pool over imputations" if method == "em" else ""
+        raise BayesvmError(
+            f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}{why}"
+        )
+    if vb == "accurate" and (imputation != "mi" or method != "vb"):
+        raise BayesvmError(
+            "vb='accurate' with missing='impute' fits each completed data set of multiple imputation "
+            "(imputation='mi', method='vb'): the joint model's imputations depend on the coefficients' mean-field "
+            "factors"
+        )
+    if model.prior is not None and imputation != "mi":
+        raise BayesvmError(
+            "a selection prior with missing='impute' uses multiple imputation (imputation='mi', the default): the "
+            "joint model's imputation step conditions on every coefficient, which this version's selection "
+            "samplers do not provide"
+        )
+    if model.sparse and (imputation != "mi" or vb == "accurate" or model.prior is not None):
+        raise BayesvmError(
+            f"this model's random effects are too many for a dense layout (more than {MAX_DENSE_COLUMNS} columns "
+            "outside the largest grouping factor), so it is fitted on the sparse path, where missing='impute' is "
+            "multiple imputation (imputation='mi', the default) with mean-field VB or Gibbs: the joint model's "
+            "imputation step needs the full posterior covariance of the imputed columns' coefficients with every "
+            "other coefficient, and the accurate and selection fits need dense precisions"
+        )

@@ -1,0 +1,92 @@
+"""Which variational fit a call with ``vb=None`` runs: the accurate fit where it applies and pays, mean-field VB
+elsewhere, each choice with the reason ``summary()`` prints."""
+
+from __future__ import annotations
+
+from .model import PENALTY_SOURCE
+
+#: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs 20-60 mean-field
+#: fits, one EP fit per node of its lattice).
+AUTO_ACCURATE_MAX_ROWS = 20_000
+
+
+def default_vb(problem) -> tuple[str, str | None]:
+    """The variational fit ``vb=None`` chooses, and why it is not the accurate one (``None`` if it is).
+
+    The accurate fit (EP integrated over the variance components) is the default wherever it
+    applies; mean-field VB where it does not (more than six variance hyperparameters), on the sparse
+    path (several large grouping factors, where each EP sweep is a sparse factorisation) and above
+    ``AUTO_ACCURATE_MAX_ROWS`` rows.
+    """
+    from .engines.linear.ep import MAX_HYPERPARAMETERS, Hyperparameters
+
+    if problem.is_sparse:
+        return "meanfield", "several large grouping factors (sparse path)"
+    if problem.n > AUTO_ACCURATE_MAX_ROWS:
+        return "meanfield", f"more than {AUTO_ACCURATE_MAX_ROWS:,} rows"
+    if Hyperparameters(problem.components).size > MAX_HYPERPARAMETERS:
+        return "meanfield", f"more than {MAX_HYPERPARAMETERS} variance hyperparameters"
+    return "accurate", None
+
+
+def default_selection_vb(model) -> tuple[str, str | None]:
+    """The fit ``vb=None`` chooses for a selection prior, and why it is not the accurate one (``None`` if it is or
+    where mean-field is the family's default without a caveat).
+
+    Laplace-zero: the accurate fit (EP with a site per slope, :mod:`bayesvm.engines.selection.ep`) where
+    :func:`default_vb` would choose it and there are at most :data:`AUTO_ACCURATE_SELECTION_MAX_SLOPES` penalised
+    slopes; if EP fails or does not converge, mean-field VB, and ``summary()`` says so.  There EP's inclusion
+    probabilities are far closer to a long Gibbs run's than mean-field VB's (``python -m benchmarks.selection_accuracy``);
+    with many correlated slopes EP is slow and often does not converge, so mean-field VB stays the default there.
+    Spike-and-slab and the lasso: mean-field VB (Carbonetto & Stephens' spike-and-slab factors are the closer
+    approximation there).
+    """
+    from .priors import LaplaceZero
+
+    if not isinstance(model.prior, LaplaceZero):
+        return "meanfield", None
+    engine, why = default_vb(model.problem())
+    if engine != "accurate":
+        return engine, why
+    slopes = int(model.penalized.sum())
+    if slopes > AUTO_ACCURATE_SELECTION_MAX_SLOPES:
+        return "meanfield", (
+            f"Laplace-zero selection over {slopes} slopes, more than {AUTO_ACCURATE_SELECTION_MAX_SLOPES}: with many "
+            "correlated slopes EP is slow and often does not converge"
+        )
+    return "accurate", None
+
+
+#: ``prior=LaplaceZero()`` with ``vb=None`` fits by EP up to this many penalised slopes (:func:`default_selection_vb`).
+AUTO_ACCURATE_SELECTION_MAX_SLOPES = 12
+
+
+def default_mi_vb(problem) -> tuple[str, str | None]:
+    """The fit ``vb=None`` chooses for each completed data set of multiple imputation, and why it is not the
+    accurate one (``None`` if it is).
+
+    The accurate fit where :func:`default_vb` would choose it, the only variance hyperparameter is a learned
+    penalty (or there is none) and there are at most :data:`AUTO_ACCURATE_MI_MAX_ROWS` rows: then each
+    completed data set costs one EP fit per node of a one-dimensional lattice, and mean-field's intervals would be
+    too narrow.  With random-effect or ``gp()`` terms each completed data set is a lattice over their variances too,
+    and on more rows EP needs more sweeps per node, so mean-field VB there, and ``summary()`` says why.
+    """
+    engine, why = default_vb(problem)
+    if engine != "accurate":
+        return engine, why
+    if any(comp.source != PENALTY_SOURCE for comp in problem.components):
+        return "meanfield", (
+            "multiple imputation with random-effect or gp() terms: an accurate fit of every completed data set, each "
+            "a lattice over their variances, would take minutes"
+        )
+    if problem.n > AUTO_ACCURATE_MI_MAX_ROWS:
+        return "meanfield", (
+            f"multiple imputation on more than {AUTO_ACCURATE_MI_MAX_ROWS:,} rows: an accurate fit of every completed "
+            "data set costs 10-20 times as much"
+        )
+    return "accurate", None
+
+
+#: ``missing="impute"`` with ``vb=None`` fits each completed data set by the accurate VB up to this many rows
+#: (:func:`default_mi_vb`).
+AUTO_ACCURATE_MI_MAX_ROWS = 1_000

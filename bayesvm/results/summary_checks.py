@@ -1,0 +1,244 @@
+"""The checks section of ``summary()``: one verdict line per check (convergence, the approximation's PSIS check,
+identifiability, classes), each with what it means and what to do."""
+
+from __future__ import annotations
+
+from ..checks.findings import IDENTIFIED_FINDINGS
+from .vb_check import KHAT_GOOD, KHAT_LIMIT
+
+SELECTION_EP_CAVEAT = (
+    "Approximation: EP gives each slope one Gaussian site for its prior (a point mass and a slab, or a Laplace); "
+    "inclusion probabilities come from each slope's tilted distribution. With a few well-separated predictors it "
+    "agrees closely with Gibbs (simulated, with a random intercept: inclusion probabilities within 0.02); with many "
+    "correlated or skewed predictors (spam, scikit-learn's breast cancer) one Gaussian cannot hold the models the "
+    "posterior spreads over, and it can be as far off as mean-field VB: confirm with method='gibbs'."
+)
+VB_CAVEAT = (
+    "Approximation: mean-field VB with q(beta, u) q(a) q(variance components); it understates posterior\n"
+    "SDs (about half of Gibbs's without random effects) and shrinks variance components: compare with\n"
+    "method='gibbs' before relying on the intervals."
+)
+#: Width of the verdict word (``OK``, ``NOTE``, ``CAUTION``, ``WARNING``, ``FAIL``).
+VERDICT_WIDTH = 9
+
+
+def _verdict(word: str, what: str, meaning: str) -> str:
+    return f" {word:<{VERDICT_WIDTH}}{what}: {meaning}"
+
+
+def checks_section(info: dict) -> str:
+    lines = ["Checks:"]
+    lines += _convergence_checks(info)
+    lines += _approximation_checks(info)
+    if _untrusted(info):
+        lines.append(
+            _verdict(
+                "WARNING",
+                "identifiability",
+                "the problems listed under Identifiability leave part of the posterior shaped by the prior; "
+                "read those coefficients as prior-driven",
+            )
+        )
+    finding = _class_finding(info)
+    if finding == "one_class":
+        lines.append(
+            _verdict(
+                "WARNING",
+                "classes",
+                "every training row is predicted as the same class (see Identifiability): the coefficients describe "
+                "a constant decision value, not the predictors' effects",
+            )
+        )
+    elif finding == "margin":
+        lines.append(
+            _verdict(
+                "WARNING",
+                "classes",
+                "most training rows are held at a margin (see Identifiability): the coefficients show where the "
+                "majority class changes, not the predictors' effects",
+            )
+        )
+    return "\n".join(lines)
+
+
+def _convergence_checks(info: dict) -> list[str]:
+    method = info["method"]
+    if method == "vb-accurate":
+        if info.get("failure"):
+            return [_verdict("FAIL", "convergence", f"NOT converged: {info['failure']}")]
+        return [_verdict("OK", "convergence", "EP converged at every value of the variance parameters")]
+    if method == "gibbs":
+        summary = f"max R-hat {info['max_rhat']:.3f}, min bulk ESS {info['min_ess']:.0f}"
+        if info["problems"]:
+            return [_verdict("WARNING", "mixing", f"{summary}: {info['problems']}")]
+        return [_verdict("OK", "mixing", f"{summary} (every quantity: R-hat <= 1.01, ESS >= 100 per chain)")]
+    if method == "em":
+        word = "OK" if info["converged"] else "FAIL"
+        state = "converged" if info["converged"] else "NOT converged: raise max_iter"
+        if info["converged"] and info.get("floor_note"):
+            state = f"converged; {info['floor_note']}"
+        return [
+            _verdict(word, "convergence", state),
+            _verdict("NOTE", "uncertainty", "a posterior mode has no SDs or intervals (use method='vb' or 'gibbs')"),
+        ]
+    if method == "vb-mi":
+        out = [
+            _verdict("OK", "convergence", "VB converged on every completed data set")
+            if info["converged"]
+            else _verdict(
+                "FAIL",
+                "convergence",
+                "accurate VB (EP) NOT converged on every completed data set: max_iter does not change EP's sweeps; "
+                "refit with vb='meanfield', or method='gibbs'"
+                if info.get("engine") == "accurate"
+                else "VB NOT converged on every completed data set: raise max_iter",
+            )
+        ]
+        if info["decreases"]:
+            out.append(
+                _verdict(
+                    "FAIL",
+                    "lower bound",
+                    f"decreased on completed data set(s) {info['decreases'][:10]} (a bug: report it)",
+                )
+            )
+        return out
+    if method == "svi":
+        state = "converged" if info["converged"] else "NOT converged"
+        return [_verdict("OK" if info["converged"] else "WARNING", "convergence", f"{state}: {info['stopping']}")]
+    out = [
+        _verdict("OK", "convergence", f"converged after {info['n_iter']} sweeps")
+        if info["converged"]
+        else _verdict("FAIL", "convergence", f"NOT converged after {info['n_iter']} sweeps: raise max_iter")
+    ]
+    if info["decreases"]:
+        out.append(
+            _verdict("FAIL", "lower bound", f"decreased at iteration(s) {info['decreases'][:10]} (a bug: report it)")
+        )
+    else:
+        out.append(_verdict("OK", "lower bound", "never decreased (fit.lower_bound; plot_lower_bound(fit))"))
+    return out
+
+
+def _approximation_checks(info: dict) -> list[str]:
+    method = info["method"]
+    out = []
+    if (method in ("vb", "vb-mi", "svi") and not info.get("accurate")) or info.get("caveat") == SELECTION_EP_CAVEAT:
+        caveat = info.get("caveat", VB_CAVEAT)
+        if method == "vb-mi":
+            caveat = caveat.replace("q(beta, u)", "q(beta, u) per data set")
+        out.append(_verdict("NOTE", "approximation", " ".join(caveat.replace("Approximation: ", "").split())))
+    if info.get("floored"):
+        out.append(
+            _verdict(
+                "WARNING",
+                "EP sites",
+                f"the sites of {', '.join(info['floored'])} could not match their tilted moments (held at precision "
+                "0 where a negative one made q improper): the approximation is off, for those slopes most; check the "
+                "inclusion probabilities with method='gibbs'",
+            )
+        )
+    check = info.get("psis")
+    if check is None:
+        return out
+    if isinstance(check, str):
+        return out + [_verdict("NOTE", "PSIS check", check)]
+    if method == "vb-accurate" and info.get("failure"):
+        return out + [_verdict("NOTE", "PSIS check", "no verdict (the fit did not converge)")]
+    if _untrusted(info):
+        return out + [
+            _verdict(
+                "NOTE",
+                "PSIS check",
+                f"k-hat = {check.governing_khat:.2f}, but no verdict: it compares q with a posterior that the "
+                "identifiability problems leave shaped by the prior; check with method='gibbs'",
+            )
+        ]
+    draws = f"{check.draws} draws from q"
+    if check.joint_only and check.khat > KHAT_LIMIT:
+        out.append(
+            _verdict(
+                "CAUTION",
+                f"all {check.joint_only} coefficients jointly",
+                f"k-hat = {check.khat:.2f} > 0.7 ({draws}; strict in high dimension, and the random effects of this "
+                "model cannot be integrated out to judge the fixed effects and variances alone): compare with "
+                "method='gibbs' before reporting",
+            )
+        )
+        return out
+    if check.marginal_khat is None:
+        out.append(
+            _khat_verdict(
+                "fixed effects", check.khat, draws, "fit.check_vb().fixef", moved=check.moved, suspects=check.suspects
+            )
+        )
+        return out
+    out.append(
+        _khat_verdict(
+            "fixed effects and variance components", check.marginal_khat, draws, "fit.check_vb().marginal",
+            detail="random effects integrated out exactly", moved=check.moved, suspects=check.suspects,
+        )
+    )  # fmt: skip
+    if check.khat > KHAT_LIMIT:
+        out.append(
+            _verdict(
+                "CAUTION",
+                "individual random effects",
+                f"k-hat = {check.khat:.2f} for the joint q of all coefficients (strict in high dimension): "
+                "fit.ranef is approximate; refit with method='gibbs' before reporting single levels",
+            )
+        )
+    else:
+        out.append(
+            _verdict("OK", "individual random effects", f"k-hat = {check.khat:.2f} for the joint q of all coefficients")
+        )
+    return out
+
+
+def _khat_verdict(
+    what: str, khat: float, draws: str, corrected: str, detail: str = "", moved=None, suspects: tuple[str, ...] = ()
+) -> str:
+    detail = f"; {detail}" if detail else ""
+    if khat <= KHAT_LIMIT and moved is not None:  # (vb_check.SHIFT_LIMIT) the table's means are off by that much
+        name, shift, q_mean, weighted = moved
+        return _verdict(
+            "CAUTION",
+            what,
+            f"importance weighting moves {name!r} by {abs(shift):.1f} of q's posterior SDs ({q_mean:.4g} -> "
+            f"{weighted:.4g}; PSIS k-hat = {khat:.2f}, {draws}{detail}): the table's means are off by that much; "
+            f"report the importance-weighted estimates ({corrected}) or refit with method='gibbs'",
+        )
+    if khat <= KHAT_GOOD:
+        return _verdict("OK", what, f"q matches the exact posterior (PSIS k-hat = {khat:.2f} <= 0.5, {draws}{detail})")
+    if khat <= KHAT_LIMIT:
+        return _verdict(
+            "CAUTION",
+            what,
+            f"q is near the posterior (k-hat = {khat:.2f}, 0.5-0.7, {draws}{detail}); report the "
+            f"importance-weighted estimates: {corrected}",
+        )
+    where = f"; q and its weighted draws disagree most on {', '.join(repr(n) for n in suspects)}" if suspects else ""
+    return _verdict(
+        "FAIL",
+        what,
+        f"q is far from the posterior (k-hat = {khat:.2f} > 0.7, {draws}{detail}): unreliable{where}; use "
+        "method='gibbs'",
+    )
+
+
+def _untrusted(info: dict) -> bool:
+    """A check other than aliasing (whose columns are dropped, leaving an identified model) and the one-class check
+    (an identified fit of a constant decision value) warned."""
+    return any(
+        check not in IDENTIFIED_FINDINGS and action in ("warn", "stop")
+        for check, action, _ in info.get("identifiability", [])
+    )
+
+
+def _class_finding(info: dict) -> str | None:
+    """``"one_class"`` when the fit puts every training row on one side of the decision boundary, ``"margin"`` when it
+    holds most of them at a margin (:mod:`bayesvm.checks.predicted_classes`), else None."""
+    for check, action, _ in info.get("identifiability", []):
+        if check in ("one_class", "margin") and action == "warn":
+            return check
+    return None
