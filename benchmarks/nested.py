@@ -124,7 +124,7 @@ def _solve_times(fit_data: pd.DataFrame) -> tuple[float, float, int]:
     problem = captured["problem"]
     D, blocked = problem.D, problem.blocked
     w = np.ones(problem.n)
-    prior_dd, prior_b = ep._prior_precisions(problem, [np.eye(c.k) for c in problem.components])
+    prior_dd, prior_b = ep.prior_precisions(problem, [np.eye(c.k) for c in problem.components])
     out = []
     for pattern in (problem.row_pattern, None):
         gaussian_posterior(D, w, problem.y * 2.0, prior_dd, blocked, prior_b, pattern)  # (compiles on first use)
