@@ -21,10 +21,9 @@ def topics() -> dict[str, str]:
 
 def path(name: str) -> Path:
     """The Markdown file of vignette ``name`` (e.g. ``"toenail"``)."""
-    file = HERE / f"{name}.md"
-    if not file.is_file():
+    if not isinstance(name, str) or name not in topics():  # a vignette's name, never a path
         raise BayesvmError(f"no vignette {name!r}; the vignettes are {sorted(topics())}")
-    return file
+    return HERE / f"{name}.md"
 
 
 def text(name: str) -> str:

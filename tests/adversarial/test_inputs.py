@@ -300,3 +300,9 @@ def test_command_line_usage_errors_take_one_line(tmp_path):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--help" in lines[0] and "usage:" not in done.stderr
+
+
+@pytest.mark.parametrize("name", ["../../../etc/hostname", "/etc/passwd", "toenail/../spam", ""])
+def test_the_vignettes_are_read_by_name_never_by_path(name):
+    with pytest.raises(BayesvmError, match="no vignette"):
+        bayesvm.docs.text(name)
