@@ -11,6 +11,8 @@ from .model import MAX_DENSE_COLUMNS
 from .priors import LaplaceZero, Lasso, SpikeSlab
 
 METHODS = ("vb", "gibbs", "em", "svi")
+#: Most Monte Carlo probes of the probe engine (each is a vector of every coefficient; a few dozen serve).
+MAX_PROBES = 10_000
 #: Engines available for each selection prior.
 PRIOR_METHODS = {
     LaplaceZero: ("vb", "gibbs", "svi"),
@@ -32,8 +34,8 @@ def check_checks(checks: object) -> Checks:
 def check_probes(probes: object, method: str, vb: str | None, special: bool) -> None:
     if probes is None:
         return
-    if isinstance(probes, bool) or not isinstance(probes, (int, np.integer)) or probes < 2:
-        raise BayesvmError(f"probes must be an integer of at least 2, got {probes!r}")
+    if isinstance(probes, bool) or not isinstance(probes, (int, np.integer)) or not 2 <= probes <= MAX_PROBES:
+        raise BayesvmError(f"probes must be an integer from 2 to {MAX_PROBES:,}, got {probes!r}")
     if method != "vb" or vb == "accurate" or special:
         raise BayesvmError(
             "probes apply to mean-field VB of linear models on complete in-memory data (method='vb', vb=None or "
