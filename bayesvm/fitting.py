@@ -31,7 +31,6 @@ from .formula.bars import parse_formula
 from .formula.design import build_design
 from .formula.frames import as_frame
 from .formula.response import sorted_levels
-from .kernel_fitting import fit_kernel
 from .kernels import Kernel
 from .model import MAX_DENSE_COLUMNS, build_model
 from .model.kernel import build_kernel_model
@@ -215,6 +214,8 @@ def bsvm(
     if kernel is None:
         check_iterations(max_iter, tol)
     else:
+        from .kernel_fitting import fit_kernel  # (kernels load their engines only when asked for)
+
         return _recorded(options, fit_kernel(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
             tol=tol, max_iter=max_iter, seed=seed, kernel=kernel, inducing=inducing,

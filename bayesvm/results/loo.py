@@ -16,15 +16,13 @@ are not exchangeable given the coefficients, keep the refits.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.special import logsumexp
 
 from ..model import PENALTY_SOURCE
 from .crossfit import stratified_folds
+from .psis import psis
 
 #: Draws of the coefficients the leave-one-out moments are averaged over.
 LOO_DRAWS = 1000
@@ -67,7 +65,7 @@ def loo_predictions(fit, draws: int = LOO_DRAWS, seed: int = 0, folds: int = 5) 
         rows = slice(start, min(start + ROWS_PER_CHUNK, y.size))
         f = np.asarray(problem.D[rows]) @ theta.T  # (rows, draws)
         log_ratio = 2.0 * np.maximum(1.0 - y[rows, None] * f, 0.0)
-        log_weights, chunk_khat = psis_rows(log_ratio)
+        log_weights, chunk_khat = psis(log_ratio)
         weights = np.exp(log_weights)
         mean[rows] = np.sum(weights * f, axis=1)
         second[rows] = np.sum(weights * f * f, axis=1)
@@ -76,42 +74,3 @@ def loo_predictions(fit, draws: int = LOO_DRAWS, seed: int = 0, folds: int = 5) 
     frame = pd.DataFrame({"mean": mean, "var": np.maximum(second - mean**2, 0.0), "new_var": 0.0, "y": y, "fold": fold})
     frame.attrs["khat"] = khat
     return frame
-
-
-def psis_rows(log_ratios: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Normalised PSIS log weights and k-hat of every row of ``log_ratios`` (rows x draws), through ArviZ as
-    :func:`bayesvm.results.vb_check.psis` (vectorised over the rows).  A row whose ratios are all equal (every draw
-    outside the row's margin) has uniform weights and k-hat 0: there is no tail to smooth."""
-    rows, draws = log_ratios.shape
-    log_weights = np.full((rows, draws), -np.log(draws))
-    khat = np.zeros(rows)
-    varying = np.ptp(log_ratios, axis=1) > 1e-12
-    if varying.any():
-        try:
-            log_weights[varying], khat[varying] = _arviz_psislw(log_ratios[varying])
-        except ValueError:  # ArviZ 1.x refuses a row whose tail is one value: those rows need no smoothing
-            for i in np.flatnonzero(varying):
-                log_weights[i], khat[i] = _one_row(log_ratios[i])
-    return log_weights, khat
-
-
-def _one_row(log_ratio: np.ndarray) -> tuple[np.ndarray, float]:
-    try:
-        weights, khat = _arviz_psislw(log_ratio[None, :])
-        return weights[0], float(khat[0])
-    except ValueError:  # a tail of one repeated value: the raw ratios, normalised, are bounded
-        return log_ratio - logsumexp(log_ratio), 0.0
-
-
-def _arviz_psislw(log_ratios: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import arviz as az
-
-        if hasattr(az, "psislw"):
-            log_weights, khat = az.psislw(log_ratios)
-        else:  # ArviZ 1.x
-            from arviz_stats.base import array_stats
-
-            log_weights, khat = array_stats.psislw(-np.asarray(log_ratios), 1.0, axis=-1)
-    return np.asarray(log_weights), np.atleast_1d(np.asarray(khat, dtype=float))

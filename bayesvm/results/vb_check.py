@@ -25,6 +25,7 @@ from ..engines.joint import log_prior, log_pseudo_likelihood
 from ..errors import ApproximationWarning, BayesvmError
 from ..model import PENALTY_SOURCE
 from .marginal_check import cell_draws, integrable_component, marginal_log_ratios
+from .psis import psis
 from .psis_correction import ThetaMoments, correct_fixed, theta_moments
 
 KHAT_GOOD = 0.5
@@ -40,22 +41,6 @@ AUTO_CHECK_DRAWS = 1000
 #: Seed of the check run again on a fit that :mod:`bayesvm.results.psis_correction` corrected (not the first check's
 #: seed, whose draws the correction was estimated from)
 RECHECK_SEED = 1
-
-
-def psis(log_ratios: np.ndarray) -> tuple[np.ndarray, float]:
-    """Normalised PSIS log weights and k-hat, through ArviZ (0.x ``psislw``; 1.x arviz-stats)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import arviz as az
-
-        if hasattr(az, "psislw"):
-            log_weights, khat = az.psislw(log_ratios)
-        else:  # ArviZ 1.x
-            from arviz_stats.base import array_stats
-
-            # arviz-stats smooths the ratios of a LOO log likelihood, i.e. takes minus the log ratios
-            log_weights, khat = array_stats.psislw(-np.asarray(log_ratios), 1.0, axis=-1)
-    return np.asarray(log_weights), float(khat)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def test_check_vb_refuses_other_engines(toenail):
 
 
 def test_psis_weights_follow_the_log_ratios():
-    from bayesvm.results.vb_check import psis
+    from bayesvm.results.psis import psis
 
     ratios = np.random.default_rng(0).standard_normal(2000) * 1.5
     log_weights, khat = psis(ratios)
