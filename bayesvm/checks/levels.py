@@ -138,16 +138,26 @@ def random_effect_separation(X: np.ndarray, x_names, design, fixed_isolated: np.
             text += ", so the scale of those effects is determined by the prior: check with method='gibbs'"
         return [Finding("re_separation", "warn" if weak else "note", text, tuple(groups))]
     groups = losing
-    parts = []
+    parts, sloped = [], False
     for group in groups:
         kept, levels = informative[group]
         weak |= kept < MIN_INFORMATIVE_LEVELS
-        parts.append(f"{kept:,} of {levels:,} levels" + (f" of {group!r}" if len(groups) > 1 else ""))
+        of = f" of {group!r}" if len(groups) > 1 else ""
+        both = _levels_with_both_classes(design, group)
+        slopes = [name for t in design.re_terms if t.group == group for name in t.term_names if name != "(Intercept)"]
+        if both > kept and slopes:  # a level's own slope can separate its classes although it has both
+            sloped = True
+            parts.append(
+                f"{kept:,} of {levels:,} levels{of} ({both:,} have both classes, but their own effects, with the slope "
+                f"of {', '.join(repr(s) for s in slopes)}, separate the classes of the others)"
+            )
+        else:
+            parts.append(f"{kept:,} of {levels:,} levels{of}")
     names = " and ".join(repr(g) for g in groups)
     text = (
         f"the random effects of {names} alone separate the classes for {int(isolated.sum()):,} of {n:,} rows "
-        f"({_class_counts(design, isolated)}; levels whose rows are all one class); only {', '.join(parts)} have "
-        "both classes and inform the variance"
+        f"({_class_counts(design, isolated)}; levels whose rows are all one class); only {'; '.join(parts)} "
+        + ("inform the variances" if sloped else "have both classes and inform the variance")
     )
     if weak:
         text += (
@@ -163,6 +173,14 @@ def _informative_levels(design, group: str, isolated: np.ndarray) -> tuple[int, 
     rows_per_level = np.bincount(term.codes, minlength=term.n_levels)
     isolated_per_level = np.bincount(term.codes, weights=isolated.astype(float), minlength=term.n_levels)
     return int((isolated_per_level < rows_per_level).sum()), int(term.n_levels)
+
+
+def _levels_with_both_classes(design, group: str) -> int:
+    """Levels of the grouping factor ``group`` whose rows hold both classes."""
+    term = next(t for t in design.re_terms if t.group == group)
+    positive = np.bincount(term.codes, weights=(design.y > 0).astype(float), minlength=term.n_levels)
+    rows = np.bincount(term.codes, minlength=term.n_levels)
+    return int(((positive > 0) & (positive < rows)).sum())
 
 
 def _class_counts(design, mask: np.ndarray) -> str:

@@ -143,3 +143,24 @@ def test_rows_isolated_only_by_a_level_with_a_fixed_effect_are_called_cells_not_
     assert finding.action == "note" and finding.culprits == ("dept",)
     assert f"'dept' together with the fixed effects separate the classes for {cell} of {n} rows" in finding.message
     assert "every level has both classes" in finding.message and "determined by" not in finding.message
+
+
+def test_a_random_slope_note_counts_the_levels_with_both_classes_per_term():
+    """With ``(month | subject)`` a level with both classes can still be separated by its own line: the note says how
+    many levels have both classes, and how many of them inform the variances."""
+    import warnings
+
+    rng = np.random.default_rng(1)
+    levels, visits = 44, 5
+    g = np.repeat(np.arange(levels), visits)
+    month = np.tile(np.arange(visits), levels).astype(float)
+    u, s = rng.normal(0, 3, levels), rng.normal(0, 1, levels)
+    y = (rng.random(g.size) < 1 / (1 + np.exp(-(u[g] + (0.5 + s[g]) * (month - 2))))).astype(int)
+    data = pd.DataFrame({"y": y, "month": month, "subject": g.astype(str)})
+    both = int(sum(0 < data.y[g == j].mean() < 1 for j in range(levels)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ month + (month | subject)", data, vb="meanfield")
+    notes = [m for m in fit.diagnostics.frame().message if "separate the classes" in m]
+    assert notes and f"({both} have both classes, but their own effects, with the slope of 'month'" in notes[0]
+    assert notes[0].endswith("inform the variances")
