@@ -70,7 +70,7 @@ class BSVMFit(Fit):
         #: findings of the identifiability checks run before the engine (:mod:`bayesvm.checks`)
         self.diagnostics = Diagnostics()
 
-    def check_vb(self, draws: int = 1000, seed: int | None = 0, warn: bool = True):
+    def check_vb(self, draws: int | None = None, seed: int | None = 0, warn: bool = True):
         """PSIS check of a VB fit against the exact pseudo-posterior (see :mod:`bayesvm.results.vb_check`).
 
         Returns a ``VBCheck`` with ``khat``, a ``verdict`` and, when ``khat <= 0.7``, importance-weighted

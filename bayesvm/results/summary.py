@@ -15,7 +15,7 @@ from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE
 from ..priors import LaplaceZero, Lasso, SpikeSlab
 from .summary_checks import SELECTION_EP_CAVEAT, checks_section
-from .vb_check import AUTO_CHECK_DRAWS, VBCheck, not_run_by_itself
+from .vb_check import VBCheck, not_run_by_itself
 
 #: ``summary()`` suggests ``probes`` when the exact sparse path factorised a dense complement this large (below it
 #: the exact path is the faster).
@@ -304,7 +304,7 @@ def _vb_check(fit) -> VBCheck | str:
         if reason is not None:
             return reason
         try:
-            check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)  # the verdict is printed instead
+            check = fit.check_vb(warn=False)  # the verdict is printed instead
         except BayesvmError as exc:
             return f"no PSIS check: {exc}"
     return check

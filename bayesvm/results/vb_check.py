@@ -37,7 +37,14 @@ SHIFT_LIMIT = 0.5
 #: The check runs by itself (at the end of a fit, :func:`check_at_fit_end`, and with ``summary()``) when
 #: rows x draws stays below this: it evaluates the exact pseudo-posterior at every draw; larger fits say how to run it
 AUTO_CHECK_MAX_VALUES = 2e7
-AUTO_CHECK_DRAWS = 1000
+#: The check's first look takes this many draws from q; where the governing k-hat lands within ``BORDER`` of 0.5 or
+#: 0.7 it takes ``SECOND_LOOK_DRAWS`` in all (toenail's accurate fit: k-hat from 1,000 draws spreads over 0.18-0.57
+#: across seeds, from 4,000 over 0.22-0.39)
+FIRST_LOOK_DRAWS = 1000
+SECOND_LOOK_DRAWS = 4000
+BORDER = 0.1
+#: Draws from q whose predictors are held in memory at once
+BATCH_DRAWS = 1000
 #: Seed of the check run again on a fit that :mod:`bayesvm.results.psis_correction` corrected (not the first check's
 #: seed, whose draws the correction was estimated from)
 RECHECK_SEED = 1
@@ -138,7 +145,7 @@ def not_run_by_itself(fit) -> str | None:
     if fit.result.z_cov is not None or fit.result.include is not None or fit.model.prior is not None:
         return "no PSIS check for imputation or selection fits (compare with method='gibbs')"
     n = fit.model.design.n
-    if n * AUTO_CHECK_DRAWS > AUTO_CHECK_MAX_VALUES:
+    if n * FIRST_LOOK_DRAWS > AUTO_CHECK_MAX_VALUES:
         return f"run fit.check_vb() for a PSIS diagnostic (not run automatically for {n} rows)"
     return None
 
@@ -174,11 +181,11 @@ def check_at_fit_end(fit, action: str = "warn") -> None:
     if any(f.check not in IDENTIFIED_FINDINGS and f.action in ("warn", "stop") for f in fit.diagnostics.findings):
         return
     try:
-        check = fit.check_vb(draws=AUTO_CHECK_DRAWS, warn=False)
+        check = fit.check_vb(warn=False)
         if fit.posterior.kind == "mixture" and check.marginal_khat is not None and check.theta_moments is not None:
             if correct_fixed(fit, check.theta_moments, check.governing_khat, check.draws) is not None:
                 # the verdict is about what is reported: the corrected q, with fresh draws
-                check = fit.check_vb(draws=AUTO_CHECK_DRAWS, seed=RECHECK_SEED, warn=False)
+                check = fit.check_vb(seed=RECHECK_SEED, warn=False)
     except BayesvmError as exc:
         fit._vb_check = f"no PSIS check: {exc}"
         return
@@ -270,47 +277,108 @@ def _mixture_proposal(fit, rng, draws):
     return theta_d, theta_b, covs, log_q
 
 
-def check_vb(fit, draws: int = 1000, seed: int | None = 0) -> VBCheck:
-    """PSIS diagnostic (and corrected fixed effects) for a variational fit (mean-field or accurate)."""
+def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
+    """PSIS diagnostic (and corrected fixed effects) for a variational fit (mean-field or accurate).
+
+    ``draws=None`` takes :data:`FIRST_LOOK_DRAWS` draws from q and, when the governing k-hat lands within
+    :data:`BORDER` of a verdict's threshold (0.5 or 0.7), adds draws to :data:`SECOND_LOOK_DRAWS` for that k-hat
+    (its Monte Carlo spread shrinks with the tail draws PSIS fits, so the verdict no longer depends on the seed);
+    an integer takes exactly that many.  The draws are made in batches of :data:`BATCH_DRAWS`, so the memory of
+    the predictor draws stays at ``BATCH_DRAWS x rows``.
+    """
     rng = np.random.default_rng(seed)
-    problem = fit.problem
-    proposal = _mixture_proposal if fit.posterior.kind == "mixture" else _mean_field_proposal
-    theta_d, theta_b, covs, log_q = proposal(fit, rng, draws)
-    f = (problem.D @ theta_d.T).T
-    if problem.blocked is not None:
-        f = f + np.einsum("nk,snk->sn", problem.blocked.values, theta_b[:, problem.blocked.codes, :])
-    log_p = np.array(
-        [
-            log_pseudo_likelihood(problem.y, f[s]) + log_prior(problem, theta_d[s], theta_b[s], [c[s] for c in covs])
-            for s in range(draws)
-        ]
-    )
-    log_weights, khat = psis(log_p - log_q)
+    first = FIRST_LOOK_DRAWS if draws is None else int(draws)
+    log_ratios, theta_d, coefficients = _joint_draws(fit, rng, first)
+    marginal = _marginal_draws(fit, rng, first) if integrable_component(fit.problem) is not None else None
+    if draws is None:
+        if marginal is None and near_threshold(psis(log_ratios)[1]):
+            more = _joint_draws(fit, rng, SECOND_LOOK_DRAWS - first)
+            log_ratios, theta_d = np.concatenate([log_ratios, more[0]]), np.vstack([theta_d, more[1]])
+        elif marginal is not None and near_threshold(psis(marginal[0])[1]):
+            marginal = _joined(marginal, _marginal_draws(fit, rng, SECOND_LOOK_DRAWS - first))
+    log_weights, khat = psis(log_ratios)
     corrected, shift = _weighted(*_fixef_draws(fit, theta_d), log_weights)
     moments = theta_moments(theta_d, _normalised(log_weights))
-    marginal_khat, marginal = None, None
-    evidence = importance_log_evidence(log_p - log_q) if khat <= KHAT_LIMIT else None
-    if integrable_component(problem) is not None:
-        log_ratios, theta_d, covs = marginal_log_ratios(fit, rng, draws)
-        log_weights, marginal_khat = psis(log_ratios)
-        evidence = importance_log_evidence(log_ratios) if marginal_khat <= KHAT_LIMIT else None
+    marginal_khat, marginal_table = None, None
+    evidence = importance_log_evidence(log_ratios) if khat <= KHAT_LIMIT else None
+    governing_draws = theta_d.shape[0]
+    if marginal is not None:
+        marginal_ratios, theta_d, covs = marginal
+        governing_draws = theta_d.shape[0]
+        log_weights, marginal_khat = psis(marginal_ratios)
+        evidence = importance_log_evidence(marginal_ratios) if marginal_khat <= KHAT_LIMIT else None
         names, values = _fixef_draws(fit, theta_d)
-        for comp, cov in zip(problem.components, covs):
+        for comp, cov in zip(fit.problem.components, covs):
             if comp.k == 1:
                 names.append("penalty sigma_u^2" if comp.source == PENALTY_SOURCE else f"sigma^2 {comp.name}")
                 values = np.column_stack([values, cov[:, 0, 0]])
-        marginal, shift = _weighted(names, values, log_weights)
-        marginal = marginal if marginal_khat <= KHAT_LIMIT else None
+        marginal_table, shift = _weighted(names, values, log_weights)
+        marginal_table = marginal_table if marginal_khat <= KHAT_LIMIT else None
         moments = theta_moments(theta_d, _normalised(log_weights))
     governing = khat if marginal_khat is None else marginal_khat
-    coefficients = theta_d.shape[1] + int(np.prod(theta_b.shape[1:]))
     joint_only = coefficients if marginal_khat is None and coefficients > fit.model.design.p else 0
     suspects = _suspects(shift) if governing > KHAT_LIMIT and not joint_only else ()
     return VBCheck(
-        khat=khat, draws=draws, fixef=corrected if khat <= KHAT_LIMIT else None, marginal_khat=marginal_khat,
-        marginal=marginal, log_evidence=evidence, shift=shift if governing <= KHAT_LIMIT else None, suspects=suspects,
-        joint_only=joint_only, theta_moments=moments if governing <= KHAT_LIMIT else None,
+        khat=khat, draws=governing_draws, fixef=corrected if khat <= KHAT_LIMIT else None,
+        marginal_khat=marginal_khat, marginal=marginal_table, log_evidence=evidence,
+        shift=shift if governing <= KHAT_LIMIT else None, suspects=suspects, joint_only=joint_only,
+        theta_moments=moments if governing <= KHAT_LIMIT else None,
     )  # fmt: skip
+
+
+def near_threshold(khat: float) -> bool:
+    """Whether a k-hat from :data:`FIRST_LOOK_DRAWS` draws lies within :data:`BORDER` of a verdict's threshold."""
+    return bool(min(abs(khat - KHAT_GOOD), abs(khat - KHAT_LIMIT)) < BORDER)
+
+
+def _batches(draws: int) -> list[int]:
+    """``draws`` split into batches of at most :data:`BATCH_DRAWS`."""
+    full, rest = divmod(int(draws), BATCH_DRAWS)
+    return [BATCH_DRAWS] * full + ([rest] if rest else [])
+
+
+def _joint_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(log p - log q, fixed-effect draws, number of coefficients)`` of ``draws`` draws from the joint q.
+
+    ``log p`` is the exact log pseudo-posterior (hinge pseudo-likelihood, eq. (2) of Polson & Scott, times the
+    priors) at each draw of every coefficient and variance."""
+    problem = fit.problem
+    proposal = _mixture_proposal if fit.posterior.kind == "mixture" else _mean_field_proposal
+    ratios, thetas, coefficients = [], [], 0
+    for size in _batches(draws):
+        theta_d, theta_b, covs, log_q = proposal(fit, rng, size)
+        f = (problem.D @ theta_d.T).T
+        if problem.blocked is not None:
+            f = f + np.einsum("nk,snk->sn", problem.blocked.values, theta_b[:, problem.blocked.codes, :])
+        log_p = np.array(
+            [
+                log_pseudo_likelihood(problem.y, f[s])
+                + log_prior(problem, theta_d[s], theta_b[s], [c[s] for c in covs])
+                for s in range(size)
+            ]
+        )
+        ratios.append(log_p - log_q)
+        thetas.append(theta_d)
+        coefficients = theta_d.shape[1] + int(np.prod(theta_b.shape[1:]))
+    return np.concatenate(ratios), np.vstack(thetas), coefficients
+
+
+def _marginal_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """:func:`bayesvm.results.marginal_check.marginal_log_ratios` in batches of :data:`BATCH_DRAWS`."""
+    parts = [marginal_log_ratios(fit, rng, size) for size in _batches(draws)]
+    out = parts[0]
+    for part in parts[1:]:
+        out = _joined(out, part)
+    return out
+
+
+def _joined(first: tuple, second: tuple) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Two batches of marginal draws ``(log ratios, theta_d, covariances)`` as one."""
+    return (
+        np.concatenate([first[0], second[0]]),
+        np.vstack([first[1], second[1]]),
+        [np.concatenate([a, b]) for a, b in zip(first[2], second[2])],
+    )
 
 
 #: How many parameters a failed check names as where q and the weighted draws disagree most

@@ -408,3 +408,21 @@ def test_a_check_that_cannot_factorise_q_never_breaks_the_fit(monkeypatch):
     assert "no PSIS check: the PSIS check could not factorise" in str(fit.summary())
     with pytest.raises(bayesvm.BayesvmError, match="could not factorise"):
         fit.check_vb()
+
+
+def test_near_threshold_marks_the_bands_around_both_verdict_thresholds():
+    from bayesvm.results.vb_check import near_threshold
+
+    assert [near_threshold(k) for k in (0.2, 0.45, 0.55, 0.65, 0.75, 0.95)] == [False, True, True, True, True, False]
+
+
+def test_a_borderline_first_look_takes_a_second_look_and_the_verdict_holds_across_seeds(toenail):
+    from bayesvm.results.vb_check import FIRST_LOOK_DRAWS, SECOND_LOOK_DRAWS, near_threshold
+
+    fit = bayesvm.bsvm("outcome ~ treatment * time + (1 | patientID)", toenail)
+    first = [fit.check_vb(draws=FIRST_LOOK_DRAWS, seed=s, warn=False) for s in range(10)]
+    adaptive = [fit.check_vb(seed=s, warn=False) for s in range(10)]
+    for one, other in zip(first, adaptive):  # the first look's draws are the first of the second look's
+        assert other.draws == (SECOND_LOOK_DRAWS if near_threshold(one.governing_khat) else FIRST_LOOK_DRAWS)
+    assert {one.verdict.split(" ")[0].rstrip(":") for one in first} == {"good", "usable"}  # 1,000 draws flip
+    assert {other.verdict.split(" ")[0] for other in adaptive} == {"good"}
