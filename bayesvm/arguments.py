@@ -81,6 +81,15 @@ def as_level(level: object) -> float:
     return float(level)
 
 
+def decision_threshold(threshold: object, kind: str) -> float:
+    """A probability threshold for class decisions: a number strictly between 0 and 1, with ``kind="class"`` only."""
+    if kind != "class":
+        raise BayesvmError(f"threshold applies to kind='class' (the classes it decides), not kind={kind!r}")
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, numbers.Real) or not 0 < threshold < 1:
+        raise BayesvmError(f"threshold must be a probability strictly between 0 and 1 (e.g. 0.3), got {threshold!r}")
+    return float(threshold)
+
+
 def as_flag(value: object, name: str) -> bool:
     """``True`` or ``False`` (numpy booleans too); anything else is refused."""
     if not isinstance(value, (bool, np.bool_)):

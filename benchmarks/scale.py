@@ -387,7 +387,14 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--peer-budget", type=float, default=600.0, help="seconds allowed to statsmodels per size")
     parser.add_argument("--no-peers", action="store_true", help="skip the LinearSVC and statsmodels peers")
     parser.add_argument("--gibbs-ess", action="store_true", help="one-factor Gibbs per effective sample only")
+    parser.add_argument(
+        "--learned-penalty", action="store_true", help="learned-penalty VB at 10^6 x 50 against the LinearSVC grid only"
+    )
     args = parser.parse_args(argv)
+    if args.learned_penalty:  # its own data, whatever cases run before it in the full set
+        rows = [linear_svc_peer(20_000 if args.small else 1_000_000, 50, np.random.default_rng(2014))]
+        _print(rows)
+        return rows
     if args.kernel:
         return kernel_cases([20_000] if args.small else [1_000_000, 5_000_000])
     rng = np.random.default_rng(2014)

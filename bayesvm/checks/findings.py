@@ -13,7 +13,7 @@ ACTIONS = ("ignore", "warn", "stop")
 #: Findings that leave a fitted model identified (aliased columns are dropped; a one-class fit is an identified fit of
 #: a constant decision value, and a fit holding most rows at a margin one of a step), so a PSIS verdict after them
 #: still means what it says
-IDENTIFIED_FINDINGS = ("rank", "one_class", "margin")
+IDENTIFIED_FINDINGS = ("rank", "one_class", "margin", "class_balance")
 
 
 class IdentifiabilityError(BayesvmError):
@@ -28,7 +28,7 @@ class Finding:
     ----------
     check
         Which check (``"separation"``, ``"rank"``, ``"nlevels"``, ``"nobs_vs_nlev"``, ``"nobs_vs_nRE"``,
-        ``"re_separation"``, ``"singular"``, ``"one_class"``, ``"margin"``).
+        ``"re_separation"``, ``"singular"``, ``"one_class"``, ``"margin"``, ``"class_balance"``).
     action
         ``"stop"`` (refused), ``"warn"`` (one warning and a line in ``summary()``), ``"note"`` (a line
         in ``summary()`` only) or ``"ignore"``.
@@ -75,7 +75,8 @@ class Checks:
         Every training row on one side of the decision boundary after the fit (unequal, overlapping classes), or
         most rows held at a margin (the coefficients then show where the majority class changes, not the
         predictors' association: :mod:`bayesvm.checks.predicted_classes`; ``"warn"``; ``"stop"`` acts as
-        ``"warn"``).
+        ``"warn"``); unless ``"ignore"``, a note in ``summary()`` when the decisions call the smaller class for
+        less than half its share of the rows, with the threshold that weighs both classes equally.
     vb_check
         The PSIS check of a VB fit against the posterior it approximates, run at the end of the fit
         (:func:`bayesvm.results.vb_check.check_at_fit_end`; ``"warn"``: one warning when k-hat exceeds 0.7 or the importance

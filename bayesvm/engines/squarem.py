@@ -36,10 +36,12 @@ def squarem_ascent(
     tol: float,
     max_iter: int,
     accelerate: bool = True,
+    absolute_tol: float | None = None,
 ) -> Ascent:
     """Run ``sweep(state) -> result`` (``result.state``, ``result.bound``) until the relative change of the
-    bound is below ``tol`` or ``max_iter`` sweeps.  ``encode(state)`` maps a state to an unconstrained
-    vector and ``decode(x, like)`` back (``like``: a state of the right shapes)."""
+    bound is below ``tol`` (and, with ``absolute_tol``, its change below that many nats) or ``max_iter`` sweeps.
+    ``encode(state)`` maps a state to an unconstrained vector and ``decode(x, like)`` back (``like``: a state of
+    the right shapes)."""
     out = Ascent(last=None)
 
     def record(result) -> bool:
@@ -49,7 +51,8 @@ def squarem_ascent(
         change = out.bounds[-1] - out.bounds[-2]
         if change < -1e-8 * abs(out.bounds[-1]):
             out.decreases.append(len(out.bounds))
-        return abs(change) < tol * abs(out.bounds[-1])
+        limit = tol * abs(out.bounds[-1])
+        return abs(change) < (limit if absolute_tol is None else min(limit, absolute_tol))
 
     x0_known: np.ndarray | None = None  # encoding of `state`, when known
     while out.n_sweeps < max_iter and not out.converged:

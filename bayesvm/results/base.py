@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..arguments import as_flag
+from ..arguments import as_flag, decision_threshold
 from ..errors import BayesvmError
 
 PREDICT_KINDS = ("class", "prob", "pseudo", "link")
@@ -138,6 +138,7 @@ class Fit(ABC):
         kind: str = "class",
         include_random: bool = True,
         new_levels: str = "integrate",
+        threshold: float | None = None,
     ) -> pd.Series:
         """Predict new (or the training) rows: a Series on ``newdata``'s index (the training rows' index for
         ``newdata=None``), so that it aligns with the data as statsmodels' and pandas' results do.
@@ -163,14 +164,25 @@ class Fit(ABC):
             ``sample_new_groups``): the probability for a new patient.  ``"zero"`` sets it to 0: the
             probability for a typical patient (lme4's ``allow.new.levels`` prediction).  Classes and
             ``"link"`` are the same under both (the random effect has mean 0).
+        threshold
+            With ``kind="class"``: the positive class where the calibrated ``P(y = positive)`` is at least this
+            (in (0, 1); scikit-learn's ``FixedThresholdClassifier``), e.g. the data's share of the positive class to
+            weigh both classes equally; ``None`` (default) is the sign of ``f``.
         """
         if kind not in PREDICT_KINDS:
             raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
         if new_levels not in NEW_LEVELS:
             raise BayesvmError(f"new_levels must be one of {NEW_LEVELS}, got {new_levels!r}")
         include_random = as_flag(include_random, "include_random")
+        if threshold is not None:
+            threshold = decision_threshold(threshold, kind)
         mean, var, law, rows, extra = self._predictive(newdata, include_random, new_levels)
-        if kind == "link":
+        if threshold is not None:
+            from .calibration import calibrated_probability
+
+            probability = calibrated_probability(self.calibration_map(), mean, var, law)
+            values = self.model.design.response.decode(np.where(probability >= threshold, 1.0, -1.0))
+        elif kind == "link":
             values = mean
         elif kind == "pseudo":
             values = self._pseudo(mean, var, law, rows, extra)

@@ -105,3 +105,44 @@ def test_a_fit_whose_coefficients_carry_the_association_has_no_margin_finding():
     assert "margin" not in fit.diagnostics.frame()["check"].tolist()
     quiet = bayesvm.bsvm("y ~ group + x", _two_cells(), checks=bayesvm.Checks(one_class="ignore"))
     assert "margin" not in quiet.diagnostics.frame()["check"].tolist()
+
+
+def _rare_class(seed=12, n=300):
+    rng = np.random.default_rng(seed)
+    x, z = rng.standard_normal(n), rng.standard_normal(n)
+    y = np.where(rng.random(n) < 1 / (1 + np.exp(-(-2.0 + 1.5 * x + 0.4 * z))), "low", "normal")
+    return pd.DataFrame({"y": pd.Categorical(y, categories=["normal", "low"]), "x": x, "z": z})
+
+
+def test_decisions_that_rarely_call_the_smaller_class_get_a_note_with_the_balancing_threshold():
+    data = _rare_class()
+    fit = bayesvm.bsvm("y ~ x + z", data)
+    share = float(np.mean(data["y"] == "low"))
+    called = float(np.mean(fit.predict() == "low"))
+    assert called < 0.5 * share  # the sign of f sides with the larger class
+    (finding,) = [f for f in fit.diagnostics.findings if f.check == "class_balance"]
+    assert finding.action == "note" and finding.culprits == ("low",)
+    assert f"threshold={share:.2f}" in finding.message and "class_balance" not in str(fit.summary())
+    assert f"threshold={share:.2f}" in str(fit.summary())
+    balanced = fit.predict(kind="class", threshold=share)
+    probability = fit.predict(kind="prob")
+    assert np.array_equal(balanced == "low", probability >= share)
+    assert np.mean(balanced == "low") > called
+    quiet = bayesvm.bsvm("y ~ x + z", data, checks=bayesvm.Checks(one_class="ignore"))
+    assert not [f for f in quiet.diagnostics.findings if f.check == "class_balance"]
+
+
+def test_balanced_decisions_get_no_note(toenail):
+    fit = bayesvm.bsvm("outcome ~ treatment * time", toenail)
+    assert not [f for f in fit.diagnostics.findings if f.check == "class_balance"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "threshold", "match"),
+    [("prob", 0.3, "kind='class'"), ("class", 1.5, "strictly between 0 and 1"), ("class", True, "probability"),
+     ("class", "0.3", "probability"), ("link", 0.5, "kind='class'")],
+)  # fmt: skip
+def test_a_threshold_outside_class_decisions_or_0_1_is_refused(kind, threshold, match):
+    fit = bayesvm.bsvm("y ~ x + z", _rare_class(n=120), method="em", penalty=1.0)
+    with pytest.raises(ValueError, match=match):
+        fit.predict(kind=kind, threshold=threshold)
