@@ -459,10 +459,23 @@ def _fit_streamed(formula, data, *, method, positive, missing, standardize, pena
                          batches=lambda rng: PartitionBatches(streamed.loader(parts), streamed.counts, batch_size, rng))  # fmt: skip
         fit = KernelFit(model=model, problem=problem, method=method, result=result, data_name=name, tol=tol)
     else:
-        model = _all_dense(build_model(streamed.design, penalty, PriorSet() if priors is None else priors, standardize,
-                                       prior=prior), "out-of-core data stream the rows of one dense q")  # fmt: skip
+        model = build_model(streamed.design, penalty, PriorSet() if priors is None else priors, standardize,
+                            prior=prior)  # fmt: skip
+        if method == "vb" and prior is None and model.sparse:
+            raise BayesvmError(_streamed_refusal(model))
+        if method != "vb" or prior is not None:  # (the largest factor streams by level in full-batch VB only)
+            model = _all_dense(model, "out-of-core SVI and selection priors stream the rows of one dense q")
         problem = model.problem()
-        parts = streamed.parts(lambda new, model=model: model.dense_matrix(new.X, new.codes, new.values, new.gp_bases))
+        if model.blocked_terms:  # the dense columns and the largest factor's codes and values (stream_vb)
+
+            def rows(new, model=model):
+                factor = model.blocked_factor(new.codes, new.values)
+                return model.dense_matrix(new.X, new.codes, new.values, new.gp_bases), factor.codes, factor.values
+
+            parts = streamed.parts(rows)
+        else:
+            parts = streamed.parts(lambda new, model=model: model.dense_matrix(new.X, new.codes, new.values,
+                                                                               new.gp_bases))  # fmt: skip
         if prior is not None:
             result = _fit_streamed_selection(model, method, streamed, parts, tol, max_iter, seed, batch_size,
                                              learning_rate)  # fmt: skip
@@ -503,6 +516,22 @@ def _fit_streamed_selection(model, method, streamed, parts, tol, max_iter, seed,
     return fit_selection_svi(problem, batch_size=batch_size, max_iter=max_iter, tol=tol, learning_rate=learning_rate,
                              seed=seed, batches=lambda rng: PartitionBatches(streamed.loader(parts), streamed.counts,
                                                                              batch_size, rng))  # fmt: skip
+
+
+def _streamed_refusal(model) -> str:
+    """Why out-of-core VB cannot take this model: it streams the largest grouping factor by level and every other
+    random-effect term as dense columns, and those exceed :data:`MAX_DENSE_COLUMNS`."""
+    terms = model.design.re_terms
+    sizes: dict[str, int] = {}
+    for term in terms:
+        sizes[term.group] = sizes.get(term.group, 0) + term.n_levels * term.k
+    largest = max(sizes, key=sizes.get)
+    others = ", ".join(f"{g!r} ({size:,})" for g, size in sizes.items() if g != largest)
+    return (
+        f"out-of-core VB streams the largest grouping factor {largest!r} level by level and the other random-effect "
+        f"terms as dense columns: {others} coefficients, more than {MAX_DENSE_COLUMNS} in all. Crossed factors of "
+        "this size need the sparse structure of in-memory data (method='vb', with probes= for very many levels)"
+    )
 
 
 def _all_dense(model, why: str):

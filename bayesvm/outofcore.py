@@ -12,8 +12,10 @@ cluster unchanged.
 Requirements: text predictors or responses must be categorical with known categories
 (``ddf.categorize(columns=[...])``) so that every partition codes the same levels.  Random effects: the
 levels of each grouping factor are collected over every partition in the same reduction (sorted as in
-memory), and each partition's rows carry their codes, so the engines see the random effects as dense columns
-(at most :data:`bayesvm.model.MAX_DENSE_COLUMNS` coefficients in all).  A ``gp()`` term's basis
+memory), and each partition's rows carry their codes.  Full-batch VB streams the largest grouping factor as
+per-level sums (any number of levels, :mod:`bayesvm.engines.linear.stream_vb`) and the other terms as dense
+columns; SVI and the selection priors see every term as dense columns (at most
+:data:`bayesvm.model.MAX_DENSE_COLUMNS` coefficients in all).  A ``gp()`` term's basis
 (standardisation, inducing locations, centring) is set from the prototype rows.  ``missing="impute"`` is
 refused: its imputations are per-row parameters, which a pass over partitions cannot keep.
 """
@@ -160,10 +162,13 @@ class StreamedData:
 
     @staticmethod
     def map(parts: list, func, *args) -> list:
-        """``func(D, y, *args)`` on every partition's rows (computed where dask runs); the list of results."""
+        """``func(D, y, *args)`` on every partition's rows (computed where dask runs); the list of results.  Each
+        argument enters the graph once, shared by every partition's task (a posterior broadcast to the workers once
+        per pass, not once per partition)."""
         dask = _dask()
+        shared = [dask.delayed(arg) for arg in args]
         return list(
-            dask.compute(*[dask.delayed(lambda rows, *a: func(rows[0], rows[1], *a))(part, *args) for part in parts])
+            dask.compute(*[dask.delayed(lambda rows, *a: func(rows[0], rows[1], *a))(part, *shared) for part in parts])
         )
 
     def loader(self, parts: list):

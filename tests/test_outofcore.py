@@ -204,3 +204,49 @@ def test_streamed_refusals_give_the_reason(client, frame):
         bayesvm.bsvm("y ~ a + b", ddf, vb="accurate")
     with pytest.raises(BayesvmError, match="replaces the penalty"):
         bayesvm.bsvm("y ~ a + b", ddf, prior=bayesvm.priors.SpikeSlab(), penalty=0.5)
+
+
+def test_a_grouping_factor_of_thousands_of_levels_streams_by_level_and_equals_in_memory_vb(client):
+    """More levels than one dense q takes (2,000 coefficients): the factor streams as per-level sums, eliminated
+    on the driver as in memory, and gives the in-memory mean-field optimum."""
+    rng = np.random.default_rng(0)
+    n, levels = 8000, 2500
+    g = rng.integers(0, levels, n)
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    eta = 0.5 + a - 0.5 * b + rng.normal(size=levels)[g]
+    frame = pd.DataFrame(
+        {
+            "y": pd.Categorical(np.where(rng.random(n) < 1 / (1 + np.exp(-eta)), "yes", "no")),
+            "a": a,
+            "b": b,
+            "g": pd.Categorical([f"p{k:05d}" for k in g]),
+        }
+    )
+    formula = "y ~ a + b + (1 | g)"
+    streamed = bayesvm.bsvm(formula, dd.from_pandas(frame, npartitions=3), tol=1e-14)
+    memory = bayesvm.bsvm(formula, frame, vb="meanfield", tol=1e-14)
+    assert streamed.converged and streamed.model.design.groups == {"g": len(np.unique(g))}
+    np.testing.assert_allclose(streamed.fixef, memory.fixef, atol=1e-6)
+    np.testing.assert_allclose(streamed.ranef["g"], memory.ranef["g"], atol=1e-5)
+    np.testing.assert_allclose(streamed.ranef_sd["g"], memory.ranef_sd["g"], rtol=1e-5)
+    assert streamed.variance_components[0].mean[0, 0] == pytest.approx(
+        memory.variance_components[0].mean[0, 0], rel=1e-5
+    )
+    assert np.all(np.diff(streamed.lower_bound) >= -1e-8 * np.abs(streamed.lower_bound[1:]))
+    new = frame.head(4).assign(g=pd.Categorical(["p00003", "p00003", "unseen", "p02000"]))
+    np.testing.assert_allclose(streamed.predict(new, kind="link"), memory.predict(new, kind="link"), atol=1e-5)
+
+
+def test_two_large_crossed_factors_out_of_core_are_refused_naming_the_dense_one(client):
+    rng = np.random.default_rng(1)
+    n = 6000
+    frame = pd.DataFrame(
+        {
+            "y": pd.Categorical(rng.choice(["yes", "no"], n)),
+            "a": rng.normal(size=n),
+            "g": pd.Categorical([f"g{k:05d}" for k in rng.integers(0, 2600, n)]),
+            "h": pd.Categorical([f"h{k:05d}" for k in rng.integers(0, 2200, n)]),
+        }
+    )
+    with pytest.raises(BayesvmError, match=r"largest grouping factor 'g' level by level.*'h' \(2,\d{3}\)"):
+        bayesvm.bsvm("y ~ a + (1 | g) + (1 | h)", dd.from_pandas(frame, npartitions=2))

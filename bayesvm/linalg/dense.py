@@ -703,14 +703,30 @@ def gaussian_posterior(
         The rows' and levels' nonzero columns of ``D`` (:func:`bayesvm.linalg.row_pattern.row_pattern`), or None:
         the sums over them are those over every column, without the zeros.
     """
-    q = D.shape[1]
     e = _eliminate(D, w, rhs_weights, prior_dd, blocked, prior_b, pattern=pattern)
+    return _solved(e, D.shape[1], blocked is not None)
+
+
+def gaussian_from_statistics(
+    stats: RowStatistics, prior_dd: np.ndarray, n_levels: int, K: int, prior_b: np.ndarray | None
+) -> GaussianPosterior:
+    """:func:`gaussian_posterior` from the row sums alone: ``D' W D`` and ``D' r`` in ``stats.gram`` and
+    ``stats.product`` and, with ``K`` columns of a blocked factor of ``n_levels`` levels, its per-level sums in
+    ``stats.levels`` (summed over data partitions by the out-of-core engine: the same elimination, no rows)."""
+    q = stats.gram.shape[0]
+    blocked = None if K == 0 else BlockedFactor(np.zeros(0, dtype=np.int64), np.zeros((0, K)), int(n_levels))
+    e = _eliminate(np.zeros((0, q)), np.zeros(0), None, prior_dd, blocked, prior_b, stats=stats)
+    return _solved(e, q, blocked is not None)
+
+
+def _solved(e: _Eliminated, q: int, has_blocked: bool) -> GaussianPosterior:
+    """The posterior from an elimination: ``theta_d`` from the Schur complement's factor, then ``theta_b``."""
     with small_lapack(q):
         mean_d = lapack.dpotrs(e.chol, e.rhs, lower=1)[0]
         cov_d = lapack.dpotri(e.chol, lower=1)[0]
     cov_d = cov_d + np.tril(cov_d, -1).T  # dpotri fills the lower triangle only
     mean_b, cov_b = np.zeros((0, 0)), np.zeros((0, 0, 0))
-    if blocked is not None:  # over the levels' columns with a pattern: an accurate fit keeps hundreds of these
+    if has_blocked:  # over the levels' columns with a pattern: an accurate fit keeps hundreds of these
         gains = level_gains(e.gain)
         mean_b = e.mean_b_part - gains.times(mean_d)
         cov_b = gains.covariances(cov_d, e.block_inv)

@@ -120,17 +120,21 @@ class KernelFit(Fit):
         include_random: bool = True,
         new_levels: str = "integrate",
         probability: str | None = None,
+        threshold: float | None = None,
     ) -> np.ndarray:
         """Predict new (or the training) rows: as :meth:`Fit.predict` (``kind="prob"`` is the calibrated
         probability, ``"pseudo"`` the raw pseudo-likelihood averaged over ``q(f)``).
 
-        ``include_random`` and ``new_levels`` are ignored (a kernel fit has no random effects).
+        ``include_random`` and ``new_levels`` are ignored (a kernel fit has no random effects); ``threshold`` decides
+        the classes by the calibrated probability, as :meth:`Fit.predict`.
         ``probability`` is deprecated: ``"probit"`` gives Wenzel et al.'s uncalibrated
         ``E Phi(f) = Phi(m / sqrt(1 + v))`` (section 4.4; the map of
         :mod:`bayesvm.results.calibration` with ``a = c = 1``), ``"pseudo"`` equals ``kind="pseudo"``.
         """
         if probability is None or kind not in ("prob", "pseudo"):
-            return super().predict(newdata, kind=kind, include_random=include_random, new_levels=new_levels)
+            return super().predict(
+                newdata, kind=kind, include_random=include_random, new_levels=new_levels, threshold=threshold
+            )
         if probability not in PROBABILITIES:
             raise BayesvmError(f"probability must be one of {PROBABILITIES}, got {probability!r}")
         warnings.warn(

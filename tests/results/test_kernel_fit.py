@@ -192,3 +192,13 @@ def test_separable_classes_name_the_hyperparameter_ml_ii_cannot_fix():
             fixed = bayesvm.bsvm("y ~ x1 + x2", frame, kernel=RBF(variance=1.0, learn=("lengthscale",)), inducing=20,
                                  seed=seed)  # fmt: skip
             assert fixed.converged and np.mean(fixed.predict() == frame["y"]) > 0.95
+
+
+def test_a_kernel_fit_decides_classes_by_a_probability_threshold(fit, banana):
+    _, test = banana
+    probability = fit.predict(test, kind="prob")
+    for threshold in (0.2, 0.5, 0.8):
+        decided = fit.predict(test, kind="class", threshold=threshold)
+        assert np.array_equal(decided == "yes", probability >= threshold)
+    with pytest.raises(BayesvmError, match="kind='class'"):
+        fit.predict(test, kind="prob", threshold=0.3)

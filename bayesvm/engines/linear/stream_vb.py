@@ -7,9 +7,16 @@ sums ``X'WX``, ``X'y(1 + w)`` and ``sum_i [y_i x_i'mu - 1 - sqrt(chi_i) + (chi_i
 records the bound of the complete ``q`` (``q(beta)``, the new ``q(a)``, ``q(sigma_u^2)``) and solves for
 the next ``q(beta)``.  These are exactly the sweeps of :func:`bayesvm.engines.linear.vb.fit_vb` (without its
 SQUAREM acceleration, which would need ``chi`` for every row), one pass per sweep, with memory
-``O(p^2)`` on the driver; ``chi`` is never stored.  Random effects stream as dense columns of the
-partitions' rows (``p`` counts them), each term with its variance component, updated like the penalty's
+``O(p^2)`` on the driver; ``chi`` is never stored.  Random effects of small terms stream as dense columns of
+the partitions' rows (``p`` counts them), each term with its variance component, updated like the penalty's
 (Alg. 2 step 4; the half-t through its auxiliary variable, inverse-Wishart terms alike).
+
+The largest grouping factor (``problem.blocked``, ``J`` levels of ``K`` columns) streams as its per-level sums: each
+partition also returns, for the levels it holds, ``sum w z z'``, ``sum w z d'`` and ``sum z y (1 + w)``; the driver adds
+them by level and eliminates every level's block onto the ``p x p`` Schur complement, as the in-memory dense path
+does (:func:`bayesvm.linalg.dense.gaussian_from_statistics`).  The predictor's mean and variance of a partition's rows
+come from the broadcast ``q(theta)`` (its per-level gains and block inverses, ``O(J K p)``), so memory is
+``O(J K p)`` on the driver and on each worker, never ``O(J^2)``.
 """
 
 from __future__ import annotations
@@ -18,7 +25,16 @@ import time
 
 import numpy as np
 
-from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_from_natural
+from ...linalg.dense import (
+    BlockedFactor,
+    GaussianPosterior,
+    LevelSums,
+    RowStatistics,
+    blas_threads,
+    gaussian_from_natural,
+    gaussian_from_statistics,
+    row_statistics,
+)
 from ..augmentation import update_chi
 from .vb import (
     VBProblem,
@@ -48,6 +64,47 @@ def partition_sums(D: np.ndarray, y: np.ndarray, mean: np.ndarray | None, cov: n
     return (D * w[:, None]).T @ D, D.T @ (y * (1.0 + w)), data, y.size
 
 
+def partition_level_sums(rows: tuple, y: np.ndarray, theta: GaussianPosterior | None, n_levels: int) -> tuple:
+    """``(D'WD, D'y(1 + w), data term, rows, levels, blocks, cross, rhs)`` of one partition whose rows are
+    ``(D, codes, values)`` of the dense columns and the blocked factor: the sums of :func:`partition_sums` and, for
+    each ``levels[j]`` among the partition's levels, ``sum w z z'`` ``(K, K)``, ``sum w z d'`` ``(K, p)`` and
+    ``sum z y (1 + w)`` ``(K,)``; ``theta=None``: the start, ``w = 1``."""
+    D, codes, values = rows
+    if y.size == 0:
+        p, K = D.shape[1], values.shape[1]
+        return np.zeros((p, p)), np.zeros(p), 0.0, 0, np.zeros(0, dtype=np.int64), *_no_levels(K, p)
+    if theta is None:
+        w, data = np.ones(y.size), 0.0
+    else:
+        mean_f, var_f = theta.predictor(D, codes, values)
+        e = (1.0 - y * mean_f) ** 2 + var_f
+        chi = update_chi(e)
+        root = np.sqrt(chi)
+        w = 1.0 / root
+        data = float(np.sum(y * mean_f - 1.0 - root + (chi - e) / (2.0 * root)))
+    levels = np.unique(codes[codes >= 0])
+    local = np.where(codes >= 0, np.searchsorted(levels, codes), -1)  # the partition's own levels, 0..J_k-1
+    blocked = BlockedFactor(codes=local, values=values, n_levels=levels.size)
+    stats = row_statistics(D, w, y * (1.0 + w), blocked)
+    sums = stats.level_sums(blocked, D)
+    return stats.gram, stats.product, data, y.size, levels, sums.blocks, sums.cross, sums.rhs
+
+
+def _no_levels(K: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros((0, K, K)), np.zeros((0, K, p)), np.zeros((0, K))
+
+
+def _added_by_level(parts: list, n_levels: int, K: int, p: int) -> LevelSums:
+    """The partitions' per-level sums added level by level (a level's rows may span partitions)."""
+    blocks, cross, rhs = np.zeros((n_levels, K, K)), np.zeros((n_levels, K, p)), np.zeros((n_levels, K))
+    for part in parts:
+        levels = part[4]  # (unique within a partition: a plain indexed addition)
+        blocks[levels] += part[5]
+        cross[levels] += part[6]
+        rhs[levels] += part[7]
+    return LevelSums(blocks=blocks, cross=cross, rhs=rhs)
+
+
 def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_iter: int = 500) -> VBResult:
     """Coordinate ascent with one pass over the partitions per sweep.
 
@@ -57,8 +114,8 @@ def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_i
     """
     start = time.perf_counter()
     p = problem.D.shape[1]
-    if problem.blocked is not None:
-        raise ValueError("streamed VB keeps every coefficient in one dense q: no blocked factor")
+    blocked = problem.blocked
+    J, K = (0, 0) if blocked is None else (blocked.n_levels, blocked.K)
     components = [initial_component(c) for c in problem.components]
     theta: GaussianPosterior | None = None
     bounds: list[float] = []
@@ -66,9 +123,12 @@ def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_i
     converged = False
     with blas_threads(p):
         for _ in range(max_iter + 1):
-            parts = map_partitions(
-                partition_sums, None if theta is None else theta.mean_d, None if theta is None else theta.cov_d
-            )
+            if blocked is None:
+                parts = map_partitions(
+                    partition_sums, None if theta is None else theta.mean_d, None if theta is None else theta.cov_d
+                )
+            else:
+                parts = map_partitions(partition_level_sums, theta, J)
             G = sum(part[0] for part in parts)
             r = sum(part[1] for part in parts)
             if theta is not None:  # the bound of the complete q after the previous sweep
@@ -86,8 +146,12 @@ def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_i
                         break
                 if len(bounds) >= max_iter:
                     break
-            precision = prior_precisions(problem, [post.expected_precision() for post in components])[0]
-            theta = gaussian_from_natural(G + precision, r)
+            prior_dd, prior_b = prior_precisions(problem, [post.expected_precision() for post in components])
+            if blocked is None:
+                theta = gaussian_from_natural(G + prior_dd, r)
+            else:
+                levels = _added_by_level(parts, J, K, p)
+                theta = gaussian_from_statistics(RowStatistics(G, r, levels=levels), prior_dd, J, K, prior_b)
             components = [
                 update_component(c, second_moments(c, theta), post) for c, post in zip(problem.components, components)
             ]
