@@ -250,3 +250,18 @@ def test_two_large_crossed_factors_out_of_core_are_refused_naming_the_dense_one(
     )
     with pytest.raises(BayesvmError, match=r"largest grouping factor 'g' level by level.*'h' \(2,\d{3}\)"):
         bayesvm.bsvm("y ~ a + (1 | g) + (1 | h)", dd.from_pandas(frame, npartitions=2))
+
+
+@pytest.mark.parametrize("kind", ["class", "prob", "link", "pseudo"])
+def test_predicting_a_dask_frame_gives_a_dask_series_equal_to_the_pandas_prediction(client, frame, kind):
+    fit = bayesvm.bsvm("y ~ a + b + c + g", frame, vb="meanfield")
+    ddf = dd.from_pandas(frame, npartitions=3)
+    lazy = fit.predict(ddf, kind=kind)
+    assert isinstance(lazy, dd.Series)
+    pd.testing.assert_series_equal(lazy.compute(), fit.predict(frame, kind=kind))
+    if kind == "class":
+        balanced = fit.predict(ddf, threshold=0.3).compute()
+        pd.testing.assert_series_equal(balanced, fit.predict(frame, threshold=0.3))
+        interval = fit.predict_interval(ddf, level=0.9)
+        assert isinstance(interval, dd.DataFrame)
+        pd.testing.assert_frame_equal(interval.compute(), fit.predict_interval(frame, level=0.9))

@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..arguments import as_flag, decision_threshold
 from ..errors import BayesvmError
+from ..outofcore import is_dask_frame
 
 PREDICT_KINDS = ("class", "prob", "pseudo", "link")
 NEW_LEVELS = ("integrate", "zero")
@@ -146,7 +147,8 @@ class Fit(ABC):
         Parameters
         ----------
         newdata
-            Rows to predict; ``None`` for the training rows.
+            Rows to predict; ``None`` for the training rows.  A dask data frame gives a dask series, computed
+            partition by partition where dask runs (the probability map is learned first, once).
         kind
             ``"class"``: the response's own class labels, the sign of the posterior mean of ``f``;
             ``"prob"``: the calibrated posterior predictive ``P(y = positive)``
@@ -176,6 +178,14 @@ class Fit(ABC):
         include_random = as_flag(include_random, "include_random")
         if threshold is not None:
             threshold = decision_threshold(threshold, kind)
+        if is_dask_frame(newdata):  # a dask series, one task per partition (the probability map learned first)
+            if kind == "prob" or threshold is not None:
+                self.calibration_map()
+            labels = self.model.design.response.decode(np.array([1.0]))
+            dtype = labels.dtype if kind == "class" else np.float64
+            return newdata.map_partitions(
+                lambda part: self.predict(part, kind, include_random, new_levels, threshold), meta=(kind, dtype)
+            )
         mean, var, law, rows, extra = self._predictive(newdata, include_random, new_levels)
         if threshold is not None:
             from .calibration import calibrated_probability
@@ -211,6 +221,11 @@ class Fit(ABC):
         if new_levels not in NEW_LEVELS:
             raise BayesvmError(f"new_levels must be one of {NEW_LEVELS}, got {new_levels!r}")
         include_random = as_flag(include_random, "include_random")
+        if is_dask_frame(newdata):  # a dask frame, one task per partition
+            meta = pd.DataFrame({name: pd.Series(dtype=float) for name in ("mean", "sd", "lower", "upper")})
+            return newdata.map_partitions(
+                lambda part: self.predict_interval(part, level, include_random, new_levels), meta=meta
+            )
         mean, var, law, _, _ = self._predictive(newdata, include_random, new_levels)
         sd = np.sqrt(var + expected_new_variance(law, mean.size))
         z = norm.ppf(0.5 + as_level(level) / 2.0)
