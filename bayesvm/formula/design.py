@@ -32,7 +32,7 @@ from .frames import (
     plain_columns,
 )
 from .gp_terms import GpTerm, build_gp_term
-from .imputation import ImputationLayout, check_imputable, imputation_layout
+from .imputation import ImputationLayout, check_imputable, imputation_layout, placeholder_values
 from .materializer import materialize
 from .response import ResponseCoding, code_response
 from .restricted import formula_variables
@@ -260,26 +260,27 @@ class Design:
         _check_columns(newdata, needed, "newdata")
         newdata = coerce_like_training(plain_columns(newdata, sorted(needed)), self.numeric_variables, "newdata")
         check_column_kinds(newdata, sorted(needed))
-        imputable = set(self.imputation.variables) if self.imputation is not None else set()
+        layout = self.imputation
+        imputable = set(layout.source_columns) if layout is not None else set()
         _check_missing(newdata, sorted(needed - imputable), missing="error", what="newdata")
-        _check_unseen_levels(self.spec, newdata)
         raw_values = None
         if imputable:  # missing values of imputation variables are integrated out by the fit
-            names = list(self.imputation.variables)
-            raw_values = np.column_stack([newdata[v].to_numpy(dtype=float, na_value=np.nan) for v in names])
-            if np.isinf(raw_values).any():
-                raise DataError(
-                    f"newdata has infinite values in {[n for n, c in zip(names, np.isinf(raw_values).any(0)) if c]}"
-                )
-            if np.isnan(raw_values).any():
-                for j, name in enumerate(names):
-                    newdata[name] = np.where(
-                        np.isnan(raw_values[:, j]), self.imputation.observed_mean[j], raw_values[:, j]
-                    )
+            with_missing = newdata[sorted(imputable)].copy()
+            numeric = [(j, name) for j, name in enumerate(layout.variables) if not layout.categorical[j]]
+            for j, name in numeric:
+                values = newdata[name].to_numpy(dtype=float, na_value=np.nan)
+                if np.isinf(values).any():
+                    raise DataError(f"newdata has infinite values in {name!r}")
+                newdata[name] = np.where(np.isnan(values), layout.observed_mean[j], values)
+            for name, level in layout.placeholders:
+                newdata[name] = newdata[name].where(~with_missing[name].isna(), level)
+        _check_unseen_levels(self.spec, newdata)  # (after the placeholders: a missing level is imputed, not unseen)
         X = materialize(self.spec, newdata, "fixed effects")
         if self.x_keep is not None:
             X = X[:, list(self.x_keep)]
         _check_finite(X, self.x_names, "newdata")
+        if imputable:
+            raw_values = layout.raw_values(with_missing, X)
         codes, values = [], []
         for term in self.re_terms:
             if not include_random:
@@ -503,10 +504,11 @@ def build_design(
     n_dropped = {name: count for name, count in n_dropped.items() if count} or dropped_responses
     frame = data.loc[keep] if not keep.all() else data
     raw = frame
-    if impute:  # placeholders (observed means) so that formulaic can build X; the engines replace them
+    if impute:  # placeholders (observed means, a factor's most frequent level) to build X; the engines replace them
         frame = frame.copy()
+        levels = dict(placeholder_values(frame, impute))
         for name in impute:
-            frame[name] = frame[name].fillna(frame[name].mean())
+            frame[name] = frame[name].fillna(levels[name] if name in levels else frame[name].mean())
 
     response = code_response(frame[parsed.response], parsed.response, positive)
     if fold is None or fold.fixed_spec is None:
@@ -515,6 +517,7 @@ def build_design(
         matrix = materialize(fold.fixed_spec, frame, "fixed effects", as_matrix=True)
     X = np.asarray(matrix, dtype=float)
     x_names = tuple(_clean_name(str(c)) for c in matrix.columns)
+    built, built_names = X, x_names  # (before aliased columns are dropped: the imputation layout's columns)
     if not x_names:
         raise DesignError(
             f"the fixed part {parsed.fixed!r} of the formula has no columns; the model needs an intercept or a "
@@ -540,7 +543,9 @@ def build_design(
         X, x_names = X[:, list(keep)], tuple(x_names[j] for j in keep)
     layout = None
     if impute:
-        layout = imputation_layout(matrix.model_spec, raw, impute, lambda expr: required_variables(expr, raw, "data"))
+        layout = imputation_layout(
+            matrix.model_spec, raw, impute, lambda expr: required_variables(expr, raw, "data"), built, built_names
+        )
         if keep is not None:
             position = {j: i for i, j in enumerate(keep)}
             lost = [v for v, col in zip(layout.variables, layout.x_columns) if col not in position]

@@ -5,13 +5,19 @@ equal to the variable): then the design row is affine in the missing values and 
 model (Luts & Ormerod 2014, section 3.3) applies exactly.  Inside an interaction or a transformation
 (``x:z``, ``np.log(x)``) the row is no longer affine in ``x``; that extension is not derived here,
 so such formulas are refused with a message saying how to rewrite them (create the transformed
-column in the data first).  Missing categorical predictors, grouping factors and random-effect
-variables are refused likewise.
+column in the data first).  Grouping factors and random-effect variables are refused likewise.
+
+A categorical main effect with missing values enters through its indicator columns (one per level but the
+reference): each indicator is an imputation variable of the joint normal model, missing together on the rows where
+the factor is, so the design row stays affine in them and the SVM's updates stay conditionally conjugate.  This is
+the linear-Gaussian (latent-normal) approximation to the factor's distribution: an imputed row carries expected
+indicators, the probabilities of its levels under the normal model (not constrained to one level), which is what the
+linear predictor needs in expectation; a discrete (multinomial) imputation model is not implemented.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -27,16 +33,46 @@ class ImputationLayout:
     ----------
     variables
         Numeric main-effect predictors modelled jointly ``N(mu, Sigma)``: those with missing values
-        and the fully observed ones.
+        and the fully observed ones; and the indicator columns of categorical main effects with missing values,
+        named as their columns of X (``"smoker[T.yes]"``).
     x_columns
         Column of X holding each variable.
     values
-        ``(n, V)`` raw values, NaN where missing.
+        ``(n, V)`` raw values (0/1 for an indicator), NaN where missing.
+    sources
+        The data column of each variable (the factor's for an indicator); empty: each variable is its own column.
+    placeholders
+        ``(column, value)``: what a missing value of a categorical source is replaced by while the design is built (its
+        most frequent level; the indicators it gives are then replaced by the imputation).
     """
 
     variables: tuple[str, ...]
     x_columns: tuple[int, ...]
     values: np.ndarray
+    sources: tuple[str, ...] = ()
+    placeholders: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def source_columns(self) -> tuple[str, ...]:
+        """The data column of each variable."""
+        return self.sources or self.variables
+
+    @property
+    def categorical(self) -> np.ndarray:
+        """Whether each variable is the indicator of a categorical source (its values come from X, not the data)."""
+        return np.array([v != c for v, c in zip(self.variables, self.source_columns)], dtype=bool)
+
+    def raw_values(self, frame: pd.DataFrame, X: np.ndarray) -> np.ndarray:
+        """``(rows, V)`` values of the variables for ``frame`` whose design is ``X`` (built with the placeholders):
+        a numeric variable's column of ``frame``, an indicator's column of ``X``; NaN where the source is missing."""
+        out = np.empty((len(frame), len(self.variables)))
+        for j, (name, source) in enumerate(zip(self.variables, self.source_columns)):
+            missing = frame[source].isna().to_numpy()
+            if name == source:
+                out[:, j] = frame[source].to_numpy(dtype=float, na_value=np.nan)
+            else:
+                out[:, j] = np.where(missing, np.nan, X[:, self.x_columns[j]])
+        return out
 
     @property
     def missing(self) -> np.ndarray:
@@ -86,11 +122,13 @@ def check_imputable(
                 "nonlinear in it, so its conditional given the rest is not Gaussian and the imputation model does "
                 "not apply; use missing='drop' for those rows or impute it before fitting"
             )
-        if not pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype):
-            raise DataError(
-                f"categorical predictor {name!r} has {int(bad[name].sum())} missing value(s) (rows {rows}): "
-                "imputation of categorical predictors is not available; use missing='drop' or add a level"
-            )
+        if is_categorical(column):
+            if column.dropna().nunique() < 2:
+                raise DataError(
+                    f"categorical predictor {name!r} has missing values (rows {rows}) and fewer than 2 observed "
+                    "levels to impute from"
+                )
+            continue
         values = column.to_numpy(dtype=float, na_value=np.nan)
         if np.isinf(values).any():
             raise DataError(f"{name!r} has infinite values (rows {data.index[np.isinf(values)][:5].tolist()})")
@@ -99,12 +137,26 @@ def check_imputable(
     return names
 
 
-def imputation_layout(spec, data: pd.DataFrame, missing_vars: list[str], required) -> ImputationLayout:
+def is_categorical(column: pd.Series) -> bool:
+    """A predictor that formulaic codes by levels (text, categorical, boolean), not as a number."""
+    return not pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype)
+
+
+def placeholder_values(data: pd.DataFrame, names: list[str]) -> tuple[tuple[str, object], ...]:
+    """``(column, most frequent level)`` of each categorical column among ``names``."""
+    return tuple((name, data[name].mode(dropna=True).iloc[0]) for name in names if is_categorical(data[name]))
+
+
+def imputation_layout(
+    spec, data: pd.DataFrame, missing_vars: list[str], required, X: np.ndarray, x_names: tuple[str, ...]
+) -> ImputationLayout:
     """Check that each missing variable is a main effect only, and collect the imputation variables.
 
-    ``required(expr)`` returns the data columns a factor expression uses.
+    ``required(expr)`` returns the data columns a factor expression uses; ``X`` (with ``x_names``) is the design
+    built with the placeholders, from which a categorical variable's indicators are read.
     """
     main_effects: dict[str, int] = {}
+    indicators: list[tuple[str, str, int]] = []  # (indicator, factor, column of X)
     for term, columns in spec.term_slices.items():
         factors = list(term.factors)
         for factor in factors:
@@ -120,14 +172,21 @@ def imputation_layout(spec, data: pd.DataFrame, missing_vars: list[str], require
                     f"them); create the transformed or interacted column in the data before fitting, e.g. "
                     f"data['log_{name}'] = np.log(data['{name}'])"
                 )
-        if len(factors) == 1 and columns.stop - columns.start == 1:
+        if len(factors) == 1 and str(factors[0].expr) in data.columns:
             expr = str(factors[0].expr)
-            if expr in data.columns:
-                column = data[expr]
-                if pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
-                    main_effects[expr] = columns.start
+            if not is_categorical(data[expr]) and columns.stop - columns.start == 1:
+                main_effects[expr] = columns.start
+            elif is_categorical(data[expr]) and expr in missing_vars:
+                indicators += [(x_names[col], expr, col) for col in range(columns.start, columns.stop)]
     variables = [v for v in main_effects if v in missing_vars] + [v for v in main_effects if v not in missing_vars]
-    values = np.column_stack([data[v].to_numpy(dtype=float, na_value=np.nan) for v in variables])
-    return ImputationLayout(
-        variables=tuple(variables), x_columns=tuple(main_effects[v] for v in variables), values=values
+    names = variables + [name for name, _, _ in indicators]
+    sources = variables + [factor for _, factor, _ in indicators]
+    x_columns = [main_effects[v] for v in variables] + [col for _, _, col in indicators]
+    layout = ImputationLayout(
+        variables=tuple(names),
+        x_columns=tuple(x_columns),
+        values=np.zeros((len(data), 0)),
+        sources=tuple(sources) if indicators else (),
+        placeholders=placeholder_values(data, [factor for factor in dict.fromkeys(f for _, f, _ in indicators)]),
     )
+    return replace(layout, values=layout.raw_values(data, X))

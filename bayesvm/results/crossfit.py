@@ -242,7 +242,11 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
     out = pd.DataFrame({"mean": 0.0, "var": 0.0, "new_var": 0.0, "y": y, "fold": fold_of, "unaligned_mean": 0.0})
     target = _training_decision_values(fit, data)
     layout = getattr(getattr(fit.model, "design", None), "imputation", None)
-    imputed = tuple(layout.variables) if layout is not None and call.options.get("missing") == "impute" else ()
+    imputed = (
+        tuple(dict.fromkeys(layout.source_columns))
+        if layout is not None and call.options.get("missing") == "impute"
+        else ()
+    )
     spec = getattr(getattr(getattr(fit, "model", None), "design", None), "spec", None)
     cores = fold_processes(fit, folds)
     jobs = []

@@ -118,9 +118,12 @@ def test_errors_name_the_fault(frame):
     bad_group.loc["p3", "clinic"] = None
     with pytest.raises(DataError, match=r"grouping variable 'clinic' has 1 missing value\(s\) \(rows \['p3'\]\)"):
         _fit(bad_group, "y ~ age + chol + (1 | clinic)")
-    bad_factor = frame.assign(site=frame["clinic"].where(frame.index != "p5"))
-    with pytest.raises(DataError, match="categorical predictor 'site'"):
-        _fit(bad_factor, "y ~ age + chol + site")
+    one_level = frame.assign(site=pd.Series("a", index=frame.index).where(frame.index != "p5"))
+    with pytest.raises(DataError, match="categorical predictor 'site' has missing values .* fewer than 2 observed"):
+        _fit(one_level, "y ~ age + chol + site")
+    factor = frame.assign(site=frame["clinic"].where(frame.index != "p5"))
+    with pytest.raises(DesignError, match="'site' has missing values and appears in the term 'age:site'"):
+        _fit(factor, "y ~ chol + age * site")
     with pytest.raises(BayesvmError, match="method='vb'"):
         _fit(frame, method="em")
     with pytest.raises(BayesvmError, match="accurate.*imputation='mi'"):  # (the joint model's q is mean-field)
@@ -142,3 +145,36 @@ def test_input_frame_unchanged(frame):
     before = frame.copy()
     _fit(frame)
     pd.testing.assert_frame_equal(frame, before)
+
+
+@pytest.mark.parametrize("imputation", ["mi", "joint"])
+def test_missing_categorical_predictors_are_imputed_through_their_indicator_columns(imputation):
+    rng = np.random.default_rng(3)
+    n = 300
+    x = rng.normal(size=n)
+    smoker = rng.choice(["no", "yes"], n, p=[0.6, 0.4])
+    site = rng.choice(["north", "south", "west"], n)
+    eta = 0.8 * x + 1.2 * (smoker == "yes") - 0.8 * (site == "west")
+    data = pd.DataFrame({"y": np.where(rng.random(n) < 1 / (1 + np.exp(-eta)), "case", "control"), "x": x,
+                         "smoker": pd.Categorical(smoker), "site": site})  # fmt: skip
+    full = bayesvm.bsvm("y ~ x + smoker + site", data, positive="case")
+    data.loc[rng.random(n) < 0.15, "smoker"] = np.nan
+    data.loc[rng.random(n) < 0.10, "site"] = None
+    before = data.copy()
+    fit = _fit(data, "y ~ x + smoker + site", imputation=imputation, seed=1, positive="case")
+    pd.testing.assert_frame_equal(data, before)  # the user's frame is not changed
+    layout = fit.model.design.imputation
+    assert layout.variables == ("x", "smoker[T.yes]", "site[T.south]", "site[T.west]")
+    assert layout.source_columns == ("x", "smoker", "site", "site")
+    report = fit.imputation_report().variables
+    assert report.loc["smoker[T.yes]", "n_missing"] == data["smoker"].isna().sum()
+    assert report.loc["site[T.west]", "n_missing"] == data["site"].isna().sum()
+    assert np.max(np.abs(fit.fixef - full.fixef)) < 0.4  # (full data: smoker 1.21, south 0.73, west 0.25)
+    # a row whose factor is missing lies between the same row with either level
+    rows = pd.DataFrame({"x": [0.2] * 3, "smoker": pd.Categorical([np.nan, "no", "yes"]), "site": ["north"] * 3})
+    link = fit.predict(rows, kind="link").to_numpy()
+    assert link[1] < link[0] < link[2]
+    probability = fit.predict(rows, kind="prob").to_numpy()
+    assert np.all((probability > 0) & (probability < 1))
+    with pytest.raises(DesignError, match="never saw"):  # a level that is not missing but new is still refused
+        fit.predict(rows.assign(site=["east", "north", "north"]))
