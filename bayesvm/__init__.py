@@ -17,6 +17,7 @@ from .errors import (
     DesignError,
     FormulaError,
     IdentifiabilityWarning,
+    ImputationWarning,
     ScaleWarning,
 )
 
@@ -92,5 +93,6 @@ __all__ = [
     "ScaleWarning",
     "IdentifiabilityWarning",
     "ApproximationWarning",
+    "ImputationWarning",
     "__version__",
 ]

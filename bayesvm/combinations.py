@@ -78,8 +78,8 @@ def check_prior_method(prior: object, method: str, penalty: object, vb: str) -> 
 
 
 def check_imputation(model, method: str, vb: str, imputation: str, imputations: int) -> None:
-    if imputation not in ("mi", "joint"):
-        raise BayesvmError(f"imputation must be 'mi' or 'joint', got {imputation!r}")
+    if imputation not in ("auto", "mi", "joint"):
+        raise BayesvmError(f"imputation must be 'auto', 'mi' or 'joint', got {imputation!r}")
     if not (isinstance(imputations, (int, np.integer)) and imputations >= 2):
         raise BayesvmError(f"imputations must be an integer >= 2, got {imputations!r}")
     if method not in ("vb", "gibbs"):
@@ -95,7 +95,7 @@ def check_imputation(model, method: str, vb: str, imputation: str, imputations: 
         )
     if model.prior is not None and imputation != "mi":
         raise BayesvmError(
-            "a selection prior with missing='impute' uses multiple imputation (imputation='mi', the default): the "
+            "a selection prior with missing='impute' uses multiple imputation (imputation='mi', what 'auto' chooses there): the "
             "joint model's imputation step conditions on every coefficient, which this version's selection "
             "samplers do not provide"
         )
@@ -103,7 +103,7 @@ def check_imputation(model, method: str, vb: str, imputation: str, imputations: 
         raise BayesvmError(
             f"this model's random effects are too many for a dense layout (more than {MAX_DENSE_COLUMNS} columns "
             "outside the largest grouping factor), so it is fitted on the sparse path, where missing='impute' is "
-            "multiple imputation (imputation='mi', the default) with mean-field VB or Gibbs: the joint model's "
+            "multiple imputation (imputation='mi', what 'auto' chooses there) with mean-field VB or Gibbs: the joint model's "
             "imputation step needs the full posterior covariance of the imputed columns' coefficients with every "
             "other coefficient, and the accurate and selection fits need dense precisions"
         )

@@ -49,8 +49,9 @@ class Control:
         ``inducing`` [``min(n, 100)``] inducing points, ``"all"`` (the full kernel) or an ``(M, d)`` array;
         ``inducing_method`` [``"kmeans"``] or ``"random"``; ``learn_inducing`` [False] optimise them.
     ``missing="impute"``
-        ``imputation`` [``"mi"``: multiple imputation, pooled] or ``"joint"`` (the paper's joint model,
-        Luts & Ormerod 2014 section 3.3); ``imputations`` [20] completed data sets for ``"mi"``.
+        ``imputation`` [``"auto"``: the joint model where it applies, else multiple imputation,
+        :func:`bayesvm.engine_defaults.default_imputation`], ``"joint"`` (the paper's joint model, Luts & Ormerod 2014
+        section 3.3) or ``"mi"`` (multiple imputation, pooled); ``imputations`` [20] completed data sets for ``"mi"``.
     """
 
     tol: float | None = None
@@ -67,7 +68,7 @@ class Control:
     inducing: int | str | np.ndarray | None = None
     inducing_method: str = "kmeans"
     learn_inducing: bool = False
-    imputation: str = "mi"
+    imputation: str = "auto"
     imputations: int = 20
 
     def as_options(self) -> dict:

@@ -35,6 +35,11 @@ class IdentifiabilityWarning(UserWarning):
     """The data cannot identify part of the model as specified (the message names the column, level or term)."""
 
 
+class ImputationWarning(UserWarning):
+    """The imputation model moved an imputed predictor's coefficient far from what the complete rows give (the message
+    names the predictor and what to use for inference on it)."""
+
+
 class ApproximationWarning(UserWarning):
     """A VB fit's PSIS check found q off the posterior it approximates (the message names the parameter, or says that
     the approximation as a whole is unreliable, and what to report instead)."""

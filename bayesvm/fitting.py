@@ -25,8 +25,8 @@ from .combinations import (
     check_sampling,
 )
 from .control import Control, check_settings_apply, default_tune, resolve_control
-from .engine_defaults import default_mi_vb, default_selection_vb, default_vb
-from .errors import BayesvmError, ConvergenceWarning, DataError, ScaleWarning
+from .engine_defaults import default_imputation, default_mi_vb, default_selection_vb, default_vb
+from .errors import BayesvmError, ConvergenceWarning, DataError, ImputationWarning, ScaleWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
 from .formula.frames import as_frame
@@ -90,13 +90,14 @@ def bsvm(
         the rest, probabilities normalised over the classes), or, with ``positive=``, that class against the rest.
     missing
         ``"error"`` (default), ``"drop"`` (complete cases on the variables the formula uses) or
-        ``"impute"``: numeric main-effect predictors with missing values are imputed under a normal model
-        with the other numeric main effects, assuming the values are missing completely at random (MCAR).
-        ``control.imputation`` chooses multiple imputation (``"mi"``, default: ``z | y ~ N(mu_y, Sigma)``
-        sampled exactly; ``method="vb"`` pools the completed-data fits, ``"gibbs"`` draws the imputations
-        inside the chain, :mod:`bayesvm.engines.imputation.multiple`) or the paper's joint model (``"joint"``,
-        Luts & Ormerod 2014 section 3.3, where the SVM pseudo-likelihood also informs the imputations and
-        inflates the imputed predictor's coefficient).  The response is never imputed: rows where it is
+        ``"impute"``: main-effect predictors with missing values (numeric, or a factor's indicator columns) are
+        imputed under a normal model with the other numeric main effects, assuming the values are missing
+        completely at random (MCAR).  ``control.imputation`` chooses the paper's joint model (``"joint"``, Luts &
+        Ormerod 2014 section 3.3, where the SVM pseudo-likelihood also informs the imputations; the default
+        ``"auto"`` with mean-field VB, the better predictor on held-out real data) or multiple imputation
+        (``"mi"``, ``z | y ~ N(mu_y, Sigma)`` sampled exactly; ``method="vb"`` pools the completed-data fits,
+        ``"gibbs"`` draws the imputations inside the chain, :mod:`bayesvm.engines.imputation.multiple`; ``"auto"``
+        with Gibbs, ``vb="accurate"``, ``method="svi"``, a selection prior or the sparse layout).  The response is never imputed: rows where it is
         missing are dropped under ``"drop"`` and ``"impute"`` (as lme4's ``na.omit`` and bambi do) and counted
         in ``summary()``; under ``"error"`` they are refused.
     standardize
@@ -334,6 +335,8 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
             "number of draws (their warnings say how many more to run)"
         )
     if design.imputation is not None:
+        if imputation == "auto":
+            imputation = default_imputation(model, method, vb)
         check_imputation(model, method, vb, imputation, imputations)
         return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
                                imputation, imputations, vb)  # fmt: skip
@@ -551,7 +554,7 @@ def _all_dense(model, why: str):
 
 
 def _fit_linear_svi(
-    model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation="mi", imputations=20
+    model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation="auto", imputations=20
 ) -> BSVMFit:
     """``method="svi"`` without a kernel: Wenzel et al. (2017), section 4.5 (``bayesvm.engines.linear.svi``)."""
     from .engines.linear.svi import fit_linear_svi
@@ -569,7 +572,7 @@ def _fit_linear_svi(
     if model.design.imputation is not None:  # multiple imputation, one SVI fit per completed data set, pooled
         from .engines.imputation.multiple import fit_mi_selection_vb, fit_mi_vb
 
-        if imputation != "mi":
+        if imputation == "joint":
             raise BayesvmError(
                 "method='svi' with missing='impute' uses multiple imputation (imputation='mi'): the joint model's "
                 "imputations are coordinate updates over every row, which minibatches do not visit together"
@@ -738,6 +741,11 @@ def _fit_imputation(
         warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}", ConvergenceWarning, 4)
     if result.decreases:
         warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=4)
+    from .engines.imputation.joint_pull import joint_pull_message
+
+    pulled = joint_pull_message(model, problem.base, result.theta)
+    if pulled is not None:
+        warnings.warn(pulled, ImputationWarning, stacklevel=4)
     return fit
 
 

@@ -85,20 +85,24 @@ def logistic(train, test, response, positive) -> np.ndarray:
 
 
 def run(name: str, frame: pd.DataFrame, response: str, positive, folds: int = 5, seed: int = 0) -> list[dict]:
-    import bayesvm
     from sklearn.model_selection import StratifiedKFold
+
+    import bayesvm
 
     if positive is None:
         positive = 1
     formula = f"{response} ~ " + " + ".join(c for c in frame.columns if c != response)
     y = (frame[response] == positive).to_numpy().astype(int)
     methods = {
-        "bsvm mi": lambda tr, te: bayesvm.bsvm(formula, tr, missing="impute", imputation="mi", positive=positive,
-                                               seed=seed).predict(te, kind="prob"),  # fmt: skip
-        "bsvm joint": lambda tr, te: bayesvm.bsvm(formula, tr, missing="impute", imputation="joint", positive=positive,
-                                                  seed=seed).predict(te, kind="prob"),  # fmt: skip
-        "bsvm mean-imputed": lambda tr, te: (lambda a, b: bayesvm.bsvm(formula, a, positive=positive).predict(
-            b, kind="prob"))(*mean_completed(tr, te)),  # fmt: skip
+        "bsvm mi": lambda tr, te: bayesvm.bsvm(
+            formula, tr, missing="impute", imputation="mi", positive=positive, seed=seed
+        ).predict(te, kind="prob"),  # fmt: skip
+        "bsvm joint": lambda tr, te: bayesvm.bsvm(
+            formula, tr, missing="impute", imputation="joint", positive=positive, seed=seed
+        ).predict(te, kind="prob"),  # fmt: skip
+        "bsvm mean-imputed": lambda tr, te: (
+            lambda a, b: bayesvm.bsvm(formula, a, positive=positive).predict(b, kind="prob")
+        )(*mean_completed(tr, te)),  # fmt: skip
         "LogisticRegression mean-imputed": lambda tr, te: logistic(tr, te, response, positive),
     }
     splitter = StratifiedKFold(folds, shuffle=True, random_state=seed)

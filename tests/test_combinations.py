@@ -246,7 +246,7 @@ def test_svi_with_multiple_imputation_matches_mean_field_on_the_same_imputations
 
     frame, _, _ = simulate(n=1000, seed=5)
     formula = "y ~ x1 + x2 + x3"
-    batch = bayesvm.bsvm(formula, frame, missing="impute", imputations=4, seed=3)
+    batch = bayesvm.bsvm(formula, frame, missing="impute", imputation="mi", imputations=4, seed=3)
     svi = bayesvm.bsvm(formula, frame, method="svi", missing="impute", imputations=4, seed=3, batch_size=250)
     assert svi.result.engine == "svi" and len(svi.result.fits) == 4 and svi.converged
     np.testing.assert_allclose(svi.fixef, batch.fixef, atol=0.05)

@@ -104,9 +104,10 @@ def test_multiple_imputation_defaults_to_the_accurate_fit_without_random_effects
     frame, _, _ = simulate(n=120, seed=5, groups=8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plain = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, missing="impute", imputations=4, seed=1)
-        grouped = bayesvm.bsvm("y ~ x1 + x2 + x3 + (1 | g)", frame, missing="impute", imputations=4, seed=1)
-        asked = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, missing="impute", imputations=4, seed=1, vb="meanfield")
+        mi = {"missing": "impute", "imputation": "mi", "imputations": 4, "seed": 1}
+        plain = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, **mi)
+        grouped = bayesvm.bsvm("y ~ x1 + x2 + x3 + (1 | g)", frame, **mi)
+        asked = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, **mi, vb="meanfield")
     assert plain.result.engine == "accurate" and plain.vb_note is None
     assert "accurate VB (EP integrated over the variance parameters) on each of 4" in str(plain.summary())
     assert grouped.result.engine == "meanfield" and "random-effect or gp() terms" in grouped.vb_note
@@ -131,7 +132,7 @@ def test_multiple_imputation_default_falls_back_to_mean_field_where_ep_fails(mon
     frame, _, _ = simulate(n=80, seed=6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, missing="impute", imputations=3, seed=1)
+        fit = bayesvm.bsvm("y ~ x1 + x2 + x3", frame, missing="impute", imputation="mi", imputations=3, seed=1)
     assert fit.result.engine == "meanfield" and fit.vb_note.endswith("on a completed data set; fell back")
     assert "Mean-field VB by default here (accurate VB: expectation propagation" in str(fit.summary())
     with pytest.raises(AccurateFitError):

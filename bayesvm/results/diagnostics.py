@@ -140,7 +140,7 @@ SEPARATION_SDS = 2.0
 JOINT_MODES_ADVICE = (
     "the joint imputation model (imputation='joint') can have several modes in which an imputed column's coefficient "
     "differs, even in sign, as the imputations are pulled towards their rows' class by the unnormalised hinge "
-    "pseudo-likelihood ({columns} here): no single mode is the answer; imputation='mi' (the default) has no such pull"
+    "pseudo-likelihood ({columns} here): no single mode is the answer; imputation='mi' (what 'auto' chooses for Gibbs) has no such pull"
 )
 
 

@@ -188,7 +188,7 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         "n_positive": n_pos,
         "n_obs": design.n,
         "n_dropped": dict(design.n_dropped),
-        "imputed": _imputation_text(design),
+        "imputed": _imputation_text(design, getattr(fit.result, "imputation_mode", None)),
         "groups": design.groups,
         "penalty": penalty_text,
         "variance_priors": _variance_prior_text(fit),
@@ -390,15 +390,21 @@ def _variance_prior_text(fit) -> str | None:
     return "; ".join(parts) + note
 
 
-def _imputation_text(design) -> str | None:
+def _imputation_text(design, mode: str | None) -> str | None:
     layout = design.imputation
     if layout is None:
         return None
     counts = ", ".join(f"{name} {count}" for name, count in layout.n_missing.items())
     rows = int(layout.missing.any(axis=1).sum())
+    how = (
+        "multiple imputation from a normal model given the class"
+        if mode == "mi"
+        else "the joint model (Luts & Ormerod section 3.3: the fit informs the imputations; it predicts well, but the "
+        "imputed predictors' coefficients lean away from 0: for inference on them, imputation='mi')"
+    )
     return (
         f" Imputed: {counts} value(s) in {rows} of {design.n} rows, inside the model (fit.imputation_report());\n"
-        f"   assumes missing completely at random; joint normal model of {', '.join(layout.variables)}"
+        f"   {how}; assumes missing completely at random; normal model of {', '.join(layout.variables)}"
     )
 
 
