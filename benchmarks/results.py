@@ -47,6 +47,11 @@ BENCHMARKS = {
         "learned-penalty VB at 10^6 x 50 against LinearSVC tuned by 5-fold CV over 10 values of C",
         False,
     ),
+    "imputation_default": (
+        ["benchmarks.imputation_default"],
+        "held-out log loss of the imputation models on four public data sets with missing predictors",
+        False,
+    ),
     "cluster": (
         ["benchmarks.cluster"],
         "a random intercept with 10^5 levels on 10^7 rows of parquet, streamed on a 2-worker LocalCluster",

@@ -37,6 +37,7 @@ from ...linalg.dense import (
 )
 from ..augmentation import update_chi
 from .vb import (
+    ABSOLUTE_TOL,
     VBProblem,
     VBResult,
     initial_component,
@@ -106,7 +107,8 @@ def _added_by_level(parts: list, n_levels: int, K: int, p: int) -> LevelSums:
 
 
 def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_iter: int = 500) -> VBResult:
-    """Coordinate ascent with one pass over the partitions per sweep.
+    """Coordinate ascent with one pass over the partitions per sweep, stopped as the in-memory sweeps are (the
+    bound's increase below ``tol`` relative and :data:`bayesvm.engines.linear.vb.ABSOLUTE_TOL` nats).
 
     ``problem`` gives the prior (``fixed_precision``, the penalty component; its rows are not used);
     ``map_partitions(func, *args)`` applies ``func(D, y, *args)`` to every partition's standardised design
@@ -141,7 +143,7 @@ def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_i
                     change = bounds[-1] - bounds[-2]
                     if change < -1e-8 * abs(bounds[-2]):
                         decreases.append(len(bounds))
-                    if abs(change) < tol * abs(bounds[-1]):
+                    if abs(change) < min(tol * abs(bounds[-1]), ABSOLUTE_TOL):  # (as the in-memory sweeps stop)
                         converged = True
                         break
                 if len(bounds) >= max_iter:
