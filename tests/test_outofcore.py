@@ -265,3 +265,10 @@ def test_predicting_a_dask_frame_gives_a_dask_series_equal_to_the_pandas_predict
         interval = fit.predict_interval(ddf, level=0.9)
         assert isinstance(interval, dd.DataFrame)
         pd.testing.assert_frame_equal(interval.compute(), fit.predict_interval(frame, level=0.9))
+
+
+def test_a_kernel_fit_predicts_a_dask_frame_as_it_predicts_pandas(client, frame):
+    fit = bayesvm.bsvm("y ~ a + b", frame.iloc[:300], kernel=RBF(), inducing=15, seed=1)
+    ddf = dd.from_pandas(frame, npartitions=2)
+    pd.testing.assert_series_equal(fit.predict(ddf, threshold=0.4).compute(), fit.predict(frame, threshold=0.4))
+    pd.testing.assert_series_equal(fit.predict(ddf, kind="link").compute(), fit.predict(frame, kind="link"))

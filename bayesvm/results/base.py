@@ -184,7 +184,10 @@ class Fit(ABC):
             labels = self.model.design.response.decode(np.array([1.0]))
             dtype = labels.dtype if kind == "class" else np.float64
             return newdata.map_partitions(
-                lambda part: self.predict(part, kind, include_random, new_levels, threshold), meta=(kind, dtype)
+                lambda part: self.predict(
+                    part, kind=kind, include_random=include_random, new_levels=new_levels, threshold=threshold
+                ),
+                meta=(kind, dtype),
             )
         mean, var, law, rows, extra = self._predictive(newdata, include_random, new_levels)
         if threshold is not None:
@@ -224,7 +227,10 @@ class Fit(ABC):
         if is_dask_frame(newdata):  # a dask frame, one task per partition
             meta = pd.DataFrame({name: pd.Series(dtype=float) for name in ("mean", "sd", "lower", "upper")})
             return newdata.map_partitions(
-                lambda part: self.predict_interval(part, level, include_random, new_levels), meta=meta
+                lambda part: self.predict_interval(
+                    part, level=level, include_random=include_random, new_levels=new_levels
+                ),
+                meta=meta,
             )
         mean, var, law, _, _ = self._predictive(newdata, include_random, new_levels)
         sd = np.sqrt(var + expected_new_variance(law, mean.size))
