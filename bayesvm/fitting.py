@@ -320,8 +320,9 @@ def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, 
                 imputation, imputations, batch_size, learning_rate):  # fmt: skip
     """The engine for a linear model (``bsvm`` without a kernel, in-memory data)."""
     from .engines.linear.em import fit_em
-    from .engines.linear.ep import AccurateFitError, accurate_failure, fit_accurate
+    from .engines.linear.ep import accurate_failure, fit_accurate
     from .engines.linear.gibbs import sample_gibbs
+    from .engines.linear.hyper_grid import AccurateFitError
     from .engines.linear.vb import fit_vb
 
     design = model.design
@@ -611,7 +612,8 @@ def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin
                    vb=None) -> BSVMFit:  # fmt: skip
     """Dispatch a selection prior to its engine (Alg. 3, Appendix B, Polson & Scott sections 3-4; ``vb="accurate"``:
     EP with a site per slope, :mod:`bayesvm.engines.selection.ep`)."""
-    from .engines.linear.ep import AccurateFitError, accurate_failure
+    from .engines.linear.ep import accurate_failure
+    from .engines.linear.hyper_grid import AccurateFitError
     from .engines.selection.ep import fit_selection_accurate
     from .engines.selection.gibbs import sample_selection
     from .engines.selection.lasso_em import fit_lasso_em
@@ -696,7 +698,7 @@ def _fit_imputation(
     the fit's problem holds the rows at the imputed means."""
     from .engines.imputation.joint_model import fit_impute_vb, sample_impute_gibbs
     from .engines.imputation.multiple import fit_mi_vb
-    from .engines.linear.ep import AccurateFitError
+    from .engines.linear.hyper_grid import AccurateFitError
 
     problem = model.imputation_problem(imputation)
     name = data_name(data)

@@ -56,8 +56,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
-from scipy.optimize import minimize, minimize_scalar
-from scipy.special import log_ndtr, logsumexp, multigammaln
+from scipy.special import log_ndtr, multigammaln
 
 from ...errors import BayesvmError
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
@@ -68,6 +67,15 @@ from ...model.output import EngineOutput
 from .. import variance_prior
 from ..hinge_levels import log_ndtr_compiled
 from . import compiled_rows
+from .hyper_grid import (
+    MAX_EXTENSION_STEPS,
+    MAX_LATTICE_NODES,
+    TAIL_MASS,
+    HyperGrid,
+    extend_lattice,
+    integrate,
+    weighted_grid,
+)
 from .node_evidence import MIN_ESS_FRACTION, NodeEvidence, NodeWeights, UnreliableEvidence, node_evidence
 from .vb import (
     ComponentPosterior,
@@ -94,10 +102,6 @@ class SelectedSlopes(Protocol):
 
 
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
-
-
-class AccurateFitError(BayesvmError):
-    """The accurate fit could not be computed (EP failed everywhere); mean-field VB or Gibbs still work."""
 
 
 def tilted_moments(y: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -464,14 +468,8 @@ class IntegratedResult(EngineOutput):
 #: correlated-slope and toenail designs 1e-5 and 1e-7 give the same means, SDs and variances to four
 #: digits in half the sweeps.
 EP_TOL = 1e-5
-#: Lattice nodes farther than this from the mode (in the standardised ``z``) are skipped: their
-#: weight under the Gaussian approximation of ``p(phi | y)`` is below ``e^-8``.
-MAX_RADIUS = 4.0
-#: Hyperparameters integrated on a lattice (Riemann sum) up to this many, Gauss-Hermite beyond.
-MAX_LATTICE = 3
+
 MAX_HYPERPARAMETERS = 6
-GH_NODES = np.array([-np.sqrt(3.0), 0.0, np.sqrt(3.0)])
-GH_WEIGHTS = np.array([1.0, 4.0, 1.0]) / 6.0
 
 
 def _check_scope(problem: VBProblem) -> None:
@@ -499,26 +497,6 @@ def fit_accurate(
         width = problem.D.shape[1]
     with blas_threads(width, problem.n):
         return _fit_accurate(problem, n_nodes, span, importance_weights)
-
-
-def _design(d: int, n_nodes: int, span: float) -> tuple[str, np.ndarray, np.ndarray, float]:
-    """``(design, z nodes, log quadrature weights in z, lattice step)``."""
-    if d == 1:
-        lattice = np.linspace(-span, span, n_nodes)[:, None]
-    elif d <= MAX_LATTICE:
-        line = np.linspace(-3.0, 3.0, 7 if d == 2 else 5)
-        lattice = np.stack(np.meshgrid(*([line] * d), indexing="ij"), axis=-1).reshape(-1, d)
-        step = float(line[1] - line[0])
-        lattice = lattice[np.sum(lattice**2, axis=1) <= MAX_RADIUS**2]
-        return "lattice", lattice, np.zeros(lattice.shape[0]), step
-    else:
-        grids = np.meshgrid(*([np.arange(3)] * d), indexing="ij")
-        index = np.stack(grids, axis=-1).reshape(-1, d)
-        z = GH_NODES[index]
-        # omega_GH(z) / N(z; 0, I): the node's weight is this times p(phi | y)
-        log_w = np.sum(np.log(GH_WEIGHTS[index]), axis=1) + 0.5 * np.sum(z**2, axis=1)
-        return "gauss-hermite", z, log_w, float(GH_NODES[2])
-    return "lattice", lattice, np.zeros(lattice.shape[0]), float(lattice[1, -1] - lattice[0, -1])
 
 
 def _fit_accurate(problem: VBProblem, n_nodes: int, span: float, importance_weights: bool) -> IntegratedResult:
@@ -642,7 +620,7 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
     try:
         logp = np.array([log_post(t) if np.isfinite(lp) else -np.inf for t, lp in zip(grid.nodes, grid.logp)])
         if grid.design == "lattice":
-            lattice, logp, tails_ok = _extend_lattice(
+            lattice, logp, tails_ok = extend_lattice(
                 lattice, logp, grid.step, lambda z: log_post(grid.center + grid.axes @ z)
             )
             log_rule = np.zeros(lattice.shape[0])
@@ -650,7 +628,7 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
         return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), str(exc))
     if not evaluated or not np.any(np.isfinite(logp)):  # unreachable after integrate(), which needs one EP fit
         return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), "no node had an EP fit to sample from")
-    new = _weighted_grid(grid.center + lattice @ grid.axes.T, lattice, logp, log_rule, grid, tails_ok and grid.tails_ok)
+    new = weighted_grid(grid.center + lattice @ grid.axes.T, lattice, logp, log_rule, grid, tails_ok and grid.tails_ok)
     # each node's own estimate: the nearest evaluation (a node's phi can differ in the last digit from the one it was
     # evaluated at, computed by a matrix product instead of a matrix-vector one); EP failures carry no weight
     points = np.array([phi for phi, _ in evaluated]).reshape(len(evaluated), -1)
@@ -664,132 +642,10 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
     return new, NodeWeights("importance", evidence.draws, ess_fraction, shift)
 
 
-@dataclass
-class HyperGrid:
-    """Nodes of the hyperparameters ``phi = center + axes @ z`` and their normalised weights (see
-    :func:`integrate`); ``keep`` marks the nodes whose weight matters."""
-
-    nodes: np.ndarray
-    lattice: np.ndarray
-    logp: np.ndarray
-    log_rule: np.ndarray
-    weights: np.ndarray
-    keep: np.ndarray
-    axes: np.ndarray
-    step: float
-    design: str
-    center: np.ndarray
-    tails_ok: bool
-
-    @property
-    def log_evidence(self) -> float:
-        return _log_evidence(self.logp, self.log_rule, self.axes, self.step, self.design)
-
-
-def integrate(log_post, start: np.ndarray, start_search: np.ndarray, n_nodes: int = 21, span: float = 4.0) -> HyperGrid:
-    """Integrate over hyperparameters ``phi`` given ``log p(phi | y)`` up to a constant (module docstring).
-
-    One hyperparameter: a scan from ``start`` extended until its best point is interior, then a bounded line
-    search; several: Nelder-Mead from ``start_search``.  Then the axes of the Hessian at the mode, the
-    lattice (or Gauss-Hermite) nodes, evaluated outwards from the mode, and a lattice grown until its tails
-    are negligible.  ``log_post`` is called once per node (the callers cache their EP fits).
-    """
-    d = int(np.size(start))
-    if d == 1:
-        scan = list(float(start[0]) + np.linspace(-1.0, 3.0, 9))
-        values = [log_post(t) for t in scan]
-        for _ in range(40):  # extend the scan until the best point is interior
-            best = int(np.argmax(values))
-            if 0 < best < len(scan) - 1:
-                break
-            if best == 0:
-                scan.insert(0, scan[0] - 1.0)
-                values.insert(0, log_post(scan[0]))
-            else:
-                scan.append(scan[-1] + 1.0)
-                values.append(log_post(scan[-1]))
-        best = int(np.argmax(values))
-        lo, hi = scan[max(best - 1, 0)], scan[min(best + 1, len(scan) - 1)]
-        opt = minimize_scalar(
-            lambda t: -log_post(t), bounds=(lo - 0.5, hi + 0.5), method="bounded", options={"xatol": 1e-3}
-        )
-        phi_star = np.array([float(opt.x)])
-    else:
-        start_phi = np.asarray(start_search, dtype=float)
-        simplex = np.vstack([start_phi, start_phi + 0.5 * np.eye(d)])  # steps of the scale of posterior SDs
-        opt = minimize(
-            lambda t: -log_post(t),
-            start_phi,
-            method="Nelder-Mead",
-            options={"xatol": 1e-2, "fatol": 1e-3, "maxiter": 200 * d, "initial_simplex": simplex},
-        )
-        phi_star = np.asarray(opt.x, dtype=float)
-    axes = _axes(log_post, phi_star)  # phi = phi* + axes @ z, z ~ N(0, I) near the mode
-    design, lattice, log_rule, step = _design(d, n_nodes, span)
-    nodes = phi_star + lattice @ axes.T
-    logp = np.empty(nodes.shape[0])
-    for k in np.argsort(np.sum(lattice**2, axis=1), kind="stable"):  # outwards from the mode
-        logp[k] = log_post(nodes[k])
-    tails_ok = True
-    if design == "lattice":  # heavy tails: extend the lattice until the mass beyond its edge is negligible
-        lattice, logp, tails_ok = _extend_lattice(lattice, logp, step, lambda z: log_post(phi_star + axes @ z))
-        nodes = phi_star + lattice @ axes.T
-        log_rule = np.zeros(lattice.shape[0])
-    if not np.any(np.isfinite(logp + log_rule)):
-        raise AccurateFitError("accurate VB: expectation propagation converged at no node of the variance parameters")
-    shape = HyperGrid(nodes, lattice, logp, log_rule, None, None, axes, step, design, phi_star, tails_ok)
-    return _weighted_grid(nodes, lattice, logp, log_rule, shape, tails_ok)
-
-
-def _weighted_grid(nodes, lattice, logp, log_rule, shape: HyperGrid, tails_ok: bool) -> HyperGrid:
-    """The grid of ``nodes`` with log posteriors ``logp`` normalised into weights; the axes, step, design and centre
-    are ``shape``'s.  A lattice drops the nodes below ``1e-10`` of the mass."""
-    log_weights = logp + log_rule
-    weights = np.exp(log_weights - log_weights.max())
-    weights /= weights.sum()
-    keep = weights > 1e-10 if shape.design == "lattice" else weights > 0
-    return HyperGrid(
-        nodes, lattice, logp, log_rule, weights, keep, shape.axes, shape.step, shape.design, shape.center, tails_ok
-    )
-
-
-def _log_evidence(logp: np.ndarray, log_rule: np.ndarray, axes: np.ndarray, step: float, design: str) -> float:
-    """``log p(y) = log int p(y | phi) p(phi) d phi`` from EP's ``log p(y | phi)`` at the nodes.
-
-    ``phi = phi* + axes @ z``, so ``d phi = |det axes| dz``.  On the lattice each node stands for its cell
-    of volume ``step^d``; the Gauss-Hermite rule integrates ``g(z) N(z; 0, I)`` with ``g = p / N``, and
-    ``log_rule`` already holds ``log omega + |z|^2 / 2``, leaving ``(d / 2) log 2 pi``.  Nodes where EP
-    failed contribute nothing (the fit is then reported as not converged).
-    """
-    d = axes.shape[0]
-    log_volume = float(np.linalg.slogdet(axes)[1])
-    if design == "lattice":
-        log_volume += d * np.log(step)
-    else:
-        log_volume += 0.5 * d * np.log(2.0 * np.pi)
-    return float(logsumexp(logp + log_rule)) + log_volume
-
-
 #: EP attempts at a node: (start, damping, sweeps).  Parallel EP with damping 0.7 oscillates where the prior
 #: is weak along a direction the data barely constrain (quasi-separation: every node above the mode failed
 #: at 0.7 and converged at 0.3 in 90-310 sweeps); stronger damping and more sweeps are tried in turn.
 EP_ATTEMPTS = ((0.7, 200), (0.3, 1000), (0.1, 4000))
-#: The lattice grows until the posterior mass beyond its edge, extrapolated from how fast the outer shells'
-#: masses fall, is below this fraction of the mass inside ...
-TAIL_MASS = 1e-3
-#: ... adding at most this many steps beyond the initial span on each side (each step one EP fit per node),
-#: and stopping before the lattice would exceed this many nodes (a shell of a 3-dimensional ball at 20 steps
-#: holds thousands): a tail that needs more is reported as cut off (``fit.converged`` False).  Two random
-#: intercepts whose variances are near zero, with a learned penalty, need 600-750 nodes (simulated, 150 and 400
-#: rows, three seeds each; Fair's affairs from statsmodels, 2,000 rows, 585): at 300 every one of them was cut off.
-MAX_EXTENSION_STEPS = 40
-MAX_LATTICE_NODES = 1000
-#: With several hyperparameters a new shell node is evaluated only next to a node (diagonals included) that holds
-#: at least this fraction of the lattice's mass: the heavy tail of one direction (a variance near zero) no longer
-#: grows the whole ball, whose other nodes are negligible (a 120-row random-intercept fit with a learned penalty:
-#: 207 EP fits on the shells, 104 of them below ``1e-10`` of the mass).  A skipped node's neighbours inside hold
-#: less than this each, so together the skipped nodes of a shell hold far less than :data:`TAIL_MASS`.
-FRONTIER_MASS = 1e-6
 
 
 def accurate_failure(result: IntegratedResult) -> str:
@@ -816,123 +672,6 @@ def _attempts(warm: list, first: int = 0) -> list[tuple]:
     """``(start, damping, sweeps)``: warm starts first, then the mean-field sites, each with the damping schedule
     from ``EP_ATTEMPTS[first]`` on (where the previous node needed strong damping, its neighbours start there)."""
     return [(start, damping, sweeps) for start in [*warm, None] for damping, sweeps in EP_ATTEMPTS[first:]]
-
-
-def _axes(log_post, phi_star: np.ndarray) -> np.ndarray:
-    """``A`` with ``A A' = H^{-1}`` for the Hessian ``H`` of ``-log p(phi | y)`` at the mode.
-
-    A finite-difference step that reaches a point where EP failed (``-inf``), or a flat or
-    indefinite direction, must not collapse the lattice onto the mode: the step is widened, and a
-    direction's scale is kept between 0.05 and 20 in ``phi``.
-    """
-    for h in (0.05, 0.2, 0.5):
-        hessian = _hessian(log_post, phi_star, h)
-        if np.all(np.isfinite(hessian)):
-            break
-    else:
-        hessian = -np.eye(phi_star.size)
-    eigval, eigvec = np.linalg.eigh(-hessian)
-    eigval = np.clip(eigval, 1.0 / 20.0**2, 1.0 / 0.05**2)
-    return eigvec / np.sqrt(eigval)
-
-
-def _extend_lattice(
-    lattice: np.ndarray, logp: np.ndarray, step: float, log_post_z
-) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Add shells of lattice nodes (same spacing) until the mass beyond the edge is negligible.
-
-    The mass beyond the edge is extrapolated geometrically from the two outermost shells: with ``m_1``
-    the outermost shell's mass and ``rho = m_1 / m_0`` its ratio to the shell inside, the tail holds about
-    ``m_1 rho / (1 - rho)``; the lattice grows while that exceeds :data:`TAIL_MASS` of the total (or
-    ``rho >= 1``).  A heavy tail (a weak penalty under quasi-separation, a variance near zero under a
-    half-t prior) is followed as far as it carries mass.  New nodes are the core's own grid points (multiples of
-    ``step``); with several hyperparameters a shell is added in waves, each wave the grid points next to a node
-    holding at least :data:`FRONTIER_MASS` of the mass, so the lattice grows where the tail lies.  Returns the
-    lattice, its log posteriors and whether the tail became negligible.
-    """
-    d = lattice.shape[1]
-    ball = d > 1
-
-    def radii(points: np.ndarray) -> np.ndarray:
-        return np.sqrt(np.sum(points**2, axis=1)) if ball else np.abs(points[:, 0])
-
-    def relative_weights(logp: np.ndarray) -> np.ndarray:
-        finite = np.isfinite(logp)
-        top = float(np.max(logp[finite])) if finite.any() else 0.0
-        return np.where(finite, np.exp(np.where(finite, logp, top) - top), 0.0)
-
-    radius = float(np.max(radii(lattice)))
-    for _ in range(MAX_EXTENSION_STEPS + 1):
-        weights = relative_weights(logp)
-        r = radii(lattice)
-        outer = r > radius - step / 2
-        inner = (r > radius - 1.5 * step) & ~outer
-        m1, m0 = float(weights[outer].sum()), float(weights[inner].sum())
-        rho = m1 / m0 if m0 > 0 else np.inf
-        tail = m1 * rho / (1.0 - rho) if rho < 1 else np.inf
-        if m1 <= 1e-12 * weights.sum() or tail <= TAIL_MASS * weights.sum():
-            return lattice, logp, True
-        if _ >= MAX_EXTENSION_STEPS:
-            break
-        radius += step
-        if not ball:
-            # a side whose outermost node failed (EP did not converge there: no mass, and the fit is reported as not
-            # converged) is not extended: farther out along it EP fails again, each failure costing every attempt of
-            # EP_ATTEMPTS
-            sides = [
-                s for s in (-1.0, 1.0) if np.isfinite(logp[np.argmin(np.abs(lattice[:, 0] - s * (radius - step)))])
-            ]
-            new = np.array([[s * radius] for s in sides])
-            if not sides or lattice.shape[0] + len(sides) > MAX_LATTICE_NODES:
-                break
-            lattice, logp = np.vstack([lattice, new]), np.concatenate([logp, [log_post_z(z) for z in new]])
-            continue
-        # the nodes of the same lattice (multiples of step) out to the new radius that are not in it yet, taken
-        # in waves: each wave the candidates next to a node that holds at least FRONTIER_MASS of the mass
-        reach = int(np.ceil(radius / step + 0.5))
-        grid = step * np.stack(np.meshgrid(*([np.arange(-reach, reach + 1)] * d), indexing="ij"), axis=-1)
-        grid = grid.reshape(-1, d)
-        known = {tuple(k) for k in np.rint(lattice / step).astype(int)}
-        fresh = np.array([tuple(k) not in known for k in np.rint(grid / step).astype(int)])
-        candidates = grid[fresh & (radii(grid) <= radius + step / 2 + 1e-9)]
-        first_wave = True
-        while candidates.size:
-            near = _near_heavy(candidates, lattice, weights, step)
-            if not near.any():
-                if not first_wave:
-                    break
-                near[:] = True  # the shell as a whole still carries the tail the extrapolation saw
-            if lattice.shape[0] + int(near.sum()) > MAX_LATTICE_NODES:
-                return lattice, logp, False
-            wave, candidates = candidates[near], candidates[~near]
-            lattice, logp = np.vstack([lattice, wave]), np.concatenate([logp, [log_post_z(z) for z in wave]])
-            weights = relative_weights(logp)
-            first_wave = False
-    return lattice, logp, False
-
-
-def _near_heavy(candidates: np.ndarray, lattice: np.ndarray, weights: np.ndarray, step: float) -> np.ndarray:
-    """Which ``candidates`` are next to (diagonals included) a lattice node with at least :data:`FRONTIER_MASS` of
-    the mass."""
-    heavy = lattice[weights >= FRONTIER_MASS * weights.sum()]
-    reach = step * np.sqrt(lattice.shape[1]) * (1.0 + 1e-9)
-    return np.any(np.sum((candidates[:, None, :] - heavy[None, :, :]) ** 2, axis=2) <= reach**2, axis=1)
-
-
-def _hessian(func, x: np.ndarray, h: float) -> np.ndarray:
-    """Central finite-difference Hessian of a scalar function."""
-    d = x.size
-    out = np.empty((d, d))
-    f0 = func(x)
-    for i in range(d):
-        e_i = np.eye(d)[i] * h
-        out[i, i] = (func(x + e_i) - 2.0 * f0 + func(x - e_i)) / h**2
-        for j in range(i):
-            e_j = np.eye(d)[j] * h
-            out[i, j] = out[j, i] = (
-                func(x + e_i + e_j) - func(x + e_i - e_j) - func(x - e_i + e_j) + func(x - e_i - e_j)
-            ) / (4.0 * h * h)
-    return out
 
 
 def _chi(problem: VBProblem, state: EPState) -> np.ndarray:

@@ -41,7 +41,7 @@ to relative ``kappa beta^2 / 2`` over the slopes' range.
 
 The hyperparameters ``phi`` -- each random-effect term's (:class:`bayesvm.engines.linear.ep.Hyperparameters`),
 ``log sigma_u^2`` for Laplace-zero (prior ``IG(A_u, B_u)``), ``log nu`` for a lasso with a learned scale
-(``1/nu ~ Gamma(a, b)``) -- are integrated on the lattice of :func:`bayesvm.engines.linear.ep.integrate`
+(``1/nu ~ Gamma(a, b)``) -- are integrated on the lattice of :func:`bayesvm.engines.linear.hyper_grid.integrate`
 (spike-and-slab and a fixed lasso scale have none of their own).
 """
 
@@ -65,9 +65,9 @@ from ..linear.ep import (
     damped_sites,
     ep_log_evidence,
     final_cavities,
-    integrate,
     tilted_moments,
 )
+from ..linear.hyper_grid import integrate
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 #: Prior precision the selected slopes carry beside their sites (``N(0, 10^8)``, the vague prior of the
@@ -449,7 +449,7 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float, stop_at_failure: 
                 cache[key] = state
                 return state
         if stop_at_failure:
-            from ..linear.ep import AccurateFitError
+            from ..linear.hyper_grid import AccurateFitError
 
             damping, sweeps = EP_ATTEMPTS[-1]
             raise AccurateFitError(
@@ -473,7 +473,7 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float, stop_at_failure: 
     if d == 0:
         state = evaluate(np.zeros(0))
         if state.theta is None:
-            from ..linear.ep import AccurateFitError
+            from ..linear.hyper_grid import AccurateFitError
 
             raise AccurateFitError("accurate VB: expectation propagation did not converge for this selection model")
         return _result(problem, hyper, [state], np.zeros((1, 0)), np.ones(1), np.zeros(1), counter["sweeps"],

@@ -350,14 +350,14 @@ def test_quasi_separation_heavy_tail_is_integrated_not_dropped():
 def test_lattice_extension_stays_on_the_lattice_and_follows_a_one_sided_tail(d, rate, monkeypatch):
     """The extension's nodes are the base lattice's (multiples of its step: a Riemann sum of one lattice), the
     frontier follows a heavy tail in one direction only, and the mass and mean match a full-ball extension."""
-    from bayesvm.engines.linear import ep
+    from bayesvm.engines.linear import hyper_grid
 
     def log_post_z(z):  # Gaussian except a slow exponential tail towards negative z_1 (a variance near zero)
         z = np.atleast_2d(z)
         first = np.where(z[:, 0] < 0, rate * z[:, 0], -0.5 * z[:, 0] ** 2)
         return first - 0.5 * np.sum(z[:, 1:] ** 2, axis=1)
 
-    _, lattice, _, step = ep._design(d, 21, 4.0)
+    _, lattice, _, step = hyper_grid.lattice_design(d, 21, 4.0)
     calls = []
 
     def counted(z):
@@ -365,15 +365,15 @@ def test_lattice_extension_stays_on_the_lattice_and_follows_a_one_sided_tail(d, 
         return float(log_post_z(z)[0])
 
     def extend(frontier_mass):
-        monkeypatch.setattr(ep, "FRONTIER_MASS", frontier_mass)
+        monkeypatch.setattr(hyper_grid, "FRONTIER_MASS", frontier_mass)
         if not frontier_mass:  # the reference: the whole ball (the default run keeps the package's node limit)
-            monkeypatch.setattr(ep, "MAX_LATTICE_NODES", 20_000)
+            monkeypatch.setattr(hyper_grid, "MAX_LATTICE_NODES", 20_000)
         calls.clear()
-        nodes, logp, ok = ep._extend_lattice(lattice, log_post_z(lattice), step, counted)
+        nodes, logp, ok = hyper_grid.extend_lattice(lattice, log_post_z(lattice), step, counted)
         weights = np.exp(logp - logp.max())
         return nodes, weights / weights.sum(), ok, len(calls), weights.sum()
 
-    nodes, weights, ok, evaluations, mass = extend(ep.FRONTIER_MASS)
+    nodes, weights, ok, evaluations, mass = extend(hyper_grid.FRONTIER_MASS)
     assert ok
     np.testing.assert_allclose(nodes / step, np.rint(nodes / step), atol=1e-9)  # on the lattice
     assert len({tuple(k) for k in np.rint(nodes / step).astype(int)}) == len(nodes)  # each node once
@@ -388,9 +388,9 @@ def test_one_hyperparameter_lattice_stops_extending_a_side_where_ep_failed():
     """One hyperparameter with a heavy tail on one side and EP failing beyond a point on the other (a 13-row
     Laplace-zero fit, a column at scale 1e8: 28 failed nodes, 55 s): the failed side is not extended, the tail is
     still followed on the other."""
-    from bayesvm.engines.linear import ep
+    from bayesvm.engines.linear import hyper_grid
 
-    _, lattice, _, step = ep._design(1, 21, 4.0)
+    _, lattice, _, step = hyper_grid.lattice_design(1, 21, 4.0)
     edge = float(lattice[:, 0].min())
 
     def log_post_z(z):  # a slow exponential tail towards positive z; EP "fails" (-inf) below the initial lattice
@@ -405,7 +405,7 @@ def test_one_hyperparameter_lattice_stops_extending_a_side_where_ep_failed():
 
     logp = np.array([log_post_z(z) for z in lattice])
     logp[np.argmin(lattice[:, 0])] = -np.inf  # the initial lattice's lowest node failed
-    nodes, _, ok = ep._extend_lattice(lattice, logp, step, counted)
+    nodes, _, ok = hyper_grid.extend_lattice(lattice, logp, step, counted)
     assert ok and nodes[:, 0].max() > 10  # the heavy side is followed until its tail is negligible
     assert min(calls) > edge  # no node below the failed one was tried
 
@@ -413,13 +413,13 @@ def test_one_hyperparameter_lattice_stops_extending_a_side_where_ep_failed():
 def test_lattice_follows_two_variances_towards_zero_within_its_node_limit():
     """Two random intercepts with variances near zero and a learned penalty (the posterior of ``log sigma^2`` has an
     exponential tail towards zero under the half-t prior): the tails were cut off at the earlier 300 nodes."""
-    from bayesvm.engines.linear import ep
+    from bayesvm.engines.linear import hyper_grid
 
     def log_post_z(z):
         z = np.atleast_2d(z)
         tails = np.where(z[:, 1:] < 0, 0.6 * z[:, 1:], -0.5 * z[:, 1:] ** 2).sum(axis=1)
         return tails - 0.5 * z[:, 0] ** 2
 
-    _, lattice, _, step = ep._design(3, 21, 4.0)
-    nodes, _, ok = ep._extend_lattice(lattice, log_post_z(lattice), step, lambda z: float(log_post_z(z)[0]))
-    assert ok and 300 < len(nodes) <= ep.MAX_LATTICE_NODES
+    _, lattice, _, step = hyper_grid.lattice_design(3, 21, 4.0)
+    nodes, _, ok = hyper_grid.extend_lattice(lattice, log_post_z(lattice), step, lambda z: float(log_post_z(z)[0]))
+    assert ok and 300 < len(nodes) <= hyper_grid.MAX_LATTICE_NODES
