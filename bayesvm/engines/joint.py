@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import stats
 
 from ..model.problems import VarianceComponent, VBProblem
 from . import variance_prior
@@ -80,6 +79,8 @@ def log_component_prior(components, theta_d: np.ndarray, theta_b: np.ndarray, co
     for comp, cov in zip(components, covs):
         u = component_values(comp, theta_d, theta_b)  # (J, k)
         if comp.is_wishart:
+            from scipy import stats
+
             total += float(np.sum(stats.multivariate_normal(np.zeros(comp.k), cov).logpdf(u)))
             total += float(stats.invwishart(df=comp.prior_df, scale=comp.prior_scale).logpdf(cov))
         else:

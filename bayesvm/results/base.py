@@ -216,7 +216,7 @@ class Fit(ABC):
     ) -> pd.DataFrame:
         """Posterior mean, SD and central credible interval of the decision value ``f`` (for a new group level
         with ``new_levels="integrate"``, the SD includes ``E[z' Sigma z]`` and the interval is normal)."""
-        from scipy.stats import norm
+        from scipy.special import ndtri
 
         from ..arguments import as_level
         from .new_levels import expected_new_variance
@@ -234,7 +234,7 @@ class Fit(ABC):
             )
         mean, var, law, _, _ = self._predictive(newdata, include_random, new_levels)
         sd = np.sqrt(var + expected_new_variance(law, mean.size))
-        z = norm.ppf(0.5 + as_level(level) / 2.0)
+        z = ndtri(0.5 + as_level(level) / 2.0)
         return pd.DataFrame(
             {"mean": mean, "sd": sd, "lower": mean - z * sd, "upper": mean + z * sd}, index=self._row_labels(newdata)
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from ..arguments import as_level
 from ..errors import BayesvmError, DataError
@@ -90,7 +90,7 @@ def gp_effect(fit, term: str | None = None, newdata=None, points: int = 100, lev
         D = sp.csr_matrix(D)
     mean, var = fit.posterior.link(D, None, None)
     sd = np.sqrt(np.maximum(var, 0.0))
-    z = norm.ppf(0.5 + as_level(level) / 2.0)
+    z = ndtri(0.5 + as_level(level) / 2.0)
     out = frame.reset_index(drop=True).copy()
     out["mean"], out["sd"], out["lower"], out["upper"] = mean, sd, mean - z * sd, mean + z * sd
     return out

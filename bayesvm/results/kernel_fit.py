@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from ..arguments import as_level
 from ..checks.kernel_reach import CHECKED_ROWS, TRAINING_SHARE, reach_message, unreached
@@ -131,6 +130,8 @@ class KernelFit(Fit):
         ``E Phi(f) = Phi(m / sqrt(1 + v))`` (section 4.4; the map of
         :mod:`bayesvm.results.calibration` with ``a = c = 1``), ``"pseudo"`` equals ``kind="pseudo"``.
         """
+        from scipy.stats import norm
+
         if probability is None or kind not in ("prob", "pseudo"):
             return super().predict(
                 newdata, kind=kind, include_random=include_random, new_levels=new_levels, threshold=threshold

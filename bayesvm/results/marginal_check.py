@@ -27,7 +27,6 @@ factors; accurate: the node mixture over its cells).  PSIS of the ratio gives th
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from ..engines.linear.ep import Hyperparameters
 from ..engines.linear.node_evidence import (
@@ -66,6 +65,8 @@ def _gaussian_draws(rng: np.random.Generator, mean: np.ndarray, cov: np.ndarray,
 
 
 def _mean_field_marginal(result, hyper: Hyperparameters, rng, draws):
+    from scipy import stats
+
     mean, cov = fixed_marginal(result.theta)
     theta_d, log_q = _gaussian_draws(rng, mean, cov, draws)
     phi_parts, log_q_phi = [], np.zeros(draws)
@@ -115,6 +116,8 @@ def cell_draws(result, rng: np.random.Generator, draws: int) -> tuple[np.ndarray
         z = r.lattice[nodes] + r.step * (rng.random((draws, d)) - 0.5)
         log_q = np.full(draws, -d * np.log(r.step))
     else:  # z standard normal truncated to the node's cell
+        from scipy import stats
+
         half = r.step / 2.0
         at = r.lattice[nodes]
         lower = np.where(at < -half, -np.inf, np.where(at > half, half, -half))

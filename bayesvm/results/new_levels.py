@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 #: Gauss-Legendre nodes for a continuous law of ``s``
 CONTINUOUS_NODES = 48
@@ -48,6 +47,8 @@ class ComponentLaw:
 
     def quadratic_form(self, z: np.ndarray, nodes: int) -> tuple[np.ndarray, np.ndarray]:
         """Nodes (rows, S) and weights (S,) of ``s = z' Sigma z`` for each row of ``z`` (rows, k)."""
+        from scipy import stats
+
         if self.kind == "discrete":
             return np.einsum("ij,sjk,ik->is", z, self.values, z), self.weights
         k = z.shape[1]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from ..engines import variance_prior
 from ..engines.linear.ep import accurate_failure
@@ -117,7 +117,7 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         beta = fit.result.theta_d[..., :p].reshape(-1, p) @ fit.model.fixed_transform().T
         lower, upper = np.quantile(beta, [(1 - level) / 2, (1 + level) / 2], axis=0)
     else:  # the Gaussian q
-        z = norm.ppf(0.5 + level / 2.0)
+        z = ndtri(0.5 + level / 2.0)
         lower, upper = mean.to_numpy() - z * sd, mean.to_numpy() + z * sd
     fixed = pd.DataFrame({"mean": mean.to_numpy(), "sd": sd, lo: lower, hi: upper}, index=mean.index)
     if fit.method == "em":

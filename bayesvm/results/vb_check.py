@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from ..checks.findings import IDENTIFIED_FINDINGS
 from ..engines.joint import log_prior, log_pseudo_likelihood
@@ -222,6 +221,8 @@ def check_warning(check: VBCheck) -> str | None:
 
 
 def _log_q_components(fit, covs: list[np.ndarray]) -> np.ndarray:
+    from scipy import stats
+
     out = np.zeros(covs[0].shape[0] if covs else 0)
     for post, cov in zip(fit.result.components, covs):
         if post.scale.shape == (1, 1):

@@ -22,7 +22,6 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import stats
 
 from ...linalg import compiled
 from ...linalg.dense import (
@@ -376,6 +375,8 @@ def draw_components(
     :mod:`bayesvm.engines.variance_prior`).  With ``relaxation > 0`` and the ``current`` components, the variance of
     each random-effect term (not an inverse-Wishart matrix, not the learned penalty) takes the over-relaxed step of
     its inverse gamma instead (:mod:`bayesvm.engines.overrelax`)."""
+    from scipy import stats
+
     out = []
     for c, (comp, u) in enumerate(zip(components, values)):
         if comp.is_wishart:

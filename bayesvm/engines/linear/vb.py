@@ -31,7 +31,6 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import stats
 from scipy.special import digamma, multigammaln
 
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
@@ -78,6 +77,8 @@ class ComponentPosterior:
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """``(size, k, k)`` draws from ``q``: inverse gamma (``k = 1``) or inverse Wishart."""
+        from scipy import stats
+
         if self.scale.shape == (1, 1):
             var = stats.invgamma(a=self.shape, scale=self.scale[0, 0]).rvs(size=size, random_state=rng)
             return np.reshape(var, (size, 1, 1))
