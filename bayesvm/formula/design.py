@@ -273,7 +273,10 @@ class Design:
                     raise DataError(f"newdata has infinite values in {name!r}")
                 newdata[name] = np.where(np.isnan(values), layout.observed_mean[j], values)
             for name, level in layout.placeholders:
-                newdata[name] = newdata[name].where(~with_missing[name].isna(), level)
+                column = newdata[name]
+                if isinstance(column.dtype, pd.CategoricalDtype) and level not in column.cat.categories:
+                    column = column.cat.add_categories([level])
+                newdata[name] = column.where(~with_missing[name].isna(), level)
         _check_unseen_levels(self.spec, newdata)  # (after the placeholders: a missing level is imputed, not unseen)
         X = materialize(self.spec, newdata, "fixed effects")
         if self.x_keep is not None:

@@ -176,5 +176,9 @@ def test_missing_categorical_predictors_are_imputed_through_their_indicator_colu
     assert link[1] < link[0] < link[2]
     probability = fit.predict(rows, kind="prob").to_numpy()
     assert np.all((probability > 0) & (probability < 1))
+    # newdata whose categorical lacks the placeholder level, or whose column holds only None, integrate it out too
+    narrow = rows.assign(smoker=pd.Categorical([np.nan, "yes", "yes"], categories=["yes"]))
+    assert fit.predict(narrow, kind="link").iloc[0] == pytest.approx(link[0])
+    assert fit.predict(rows.head(1).assign(smoker=[None]), kind="link").iloc[0] == pytest.approx(link[0])
     with pytest.raises(DesignError, match="never saw"):  # a level that is not missing but new is still refused
         fit.predict(rows.assign(site=["east", "north", "north"]))
