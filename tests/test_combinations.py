@@ -180,17 +180,13 @@ def test_svi_with_random_intercept_reaches_the_batch_vb_optimum():
     np.testing.assert_allclose(svi.ranef["g"], batch.ranef["g"], atol=0.08)
 
 
-def test_svi_refuses_more_random_effects_than_its_dense_q_holds():
+def test_svi_refuses_more_random_effects_than_its_dense_q_holds(monkeypatch):
     data = _grouped_frame(seed=1, n=400, levels=50)
-    from bayesvm import fitting
+    from bayesvm import outofcore_fitting
 
-    original = fitting.MAX_DENSE_COLUMNS
-    fitting.MAX_DENSE_COLUMNS = 40
-    try:
-        with pytest.raises(bayesvm.BayesvmError, match="one dense q over all 55 coefficients"):
-            bayesvm.bsvm(FORMULA, data, method="svi")
-    finally:
-        fitting.MAX_DENSE_COLUMNS = original
+    monkeypatch.setattr(outofcore_fitting, "MAX_DENSE_COLUMNS", 40)  # (all_dense, shared by SVI and out-of-core)
+    with pytest.raises(bayesvm.BayesvmError, match="one dense q over all 55 coefficients"):
+        bayesvm.bsvm(FORMULA, data, method="svi")
 
 
 @pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it

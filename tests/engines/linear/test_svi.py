@@ -6,7 +6,8 @@ import pytest
 
 from bayesvm.engines.linear.svi import fit_linear_svi
 from bayesvm.engines.linear.vb import fit_vb
-from bayesvm.fitting import _all_dense, build_design, build_model, parse_formula
+from bayesvm.fitting import build_design, build_model, parse_formula
+from bayesvm.outofcore_fitting import all_dense
 from bayesvm.priors import PriorSet
 
 
@@ -22,7 +23,7 @@ def _clinical_problem(seed: int = 0):
     y = np.where(rng.random(patient.size) < 1 / (1 + np.exp(-eta)), "case", "none")
     data = pd.DataFrame({"y": y, "visit": visit, "treat": np.where(treat == 1, "b", "a"), "id": patient})
     design = build_design(parse_formula("y ~ visit * treat + (1 | id)"), data)
-    return _all_dense(build_model(design, "learn", PriorSet(), True), "dense").problem()
+    return all_dense(build_model(design, "learn", PriorSet(), True), "dense").problem()
 
 
 def test_first_steps_start_where_batch_vb_starts():
