@@ -11,7 +11,7 @@ linear-algebra backend (:mod:`bayesvm.linalg`) for their layouts, never an engin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -114,6 +114,11 @@ class VBProblem:
         if self.blocked is not None:
             self.blocked.check_shapes(rows)
 
+    def take(self, rows: np.ndarray) -> VBProblem:
+        """The problem on ``rows`` (a subset or an order of the rows of a dense in-memory design), the same prior."""
+        blocked = None if self.blocked is None else self.blocked.take(rows)
+        return replace(self, y=self.y[rows], D=self.D[rows], blocked=blocked)
+
     @cached_property
     def row_pattern(self) -> RowPattern | None:
         """Dense path: each row's and each blocked level's nonzero columns where the dense part is wide and mostly
@@ -160,13 +165,7 @@ def sorted_by_level(problem: VBProblem) -> tuple[np.ndarray | None, VBProblem]:
     if problem.blocked is None:
         return None, problem
     order = problem.blocked.sorted_order()
-    return order, VBProblem(
-        y=problem.y[order],
-        D=problem.D[order],
-        fixed_precision=problem.fixed_precision,
-        components=problem.components,
-        blocked=problem.blocked.take(order),
-    )
+    return order, problem.take(order)
 
 
 @dataclass(frozen=True)

@@ -291,13 +291,15 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
     first = FIRST_LOOK_DRAWS if draws is None else int(draws)
     log_ratios, theta_d, coefficients = _joint_draws(fit, rng, first)
     marginal = _marginal_draws(fit, rng, first) if integrable_component(fit.problem) is not None else None
-    if draws is None:
-        if marginal is None and near_threshold(psis(log_ratios)[1]):
-            more = _joint_draws(fit, rng, SECOND_LOOK_DRAWS - first)
-            log_ratios, theta_d = np.concatenate([log_ratios, more[0]]), np.vstack([theta_d, more[1]])
-        elif marginal is not None and near_threshold(psis(marginal[0])[1]):
-            marginal = _joined(marginal, _marginal_draws(fit, rng, SECOND_LOOK_DRAWS - first))
     log_weights, khat = psis(log_ratios)
+    marginal_psis = None if marginal is None else psis(marginal[0])
+    if draws is None and marginal is None and near_threshold(khat):
+        more = _joint_draws(fit, rng, SECOND_LOOK_DRAWS - first)
+        log_ratios, theta_d = np.concatenate([log_ratios, more[0]]), np.vstack([theta_d, more[1]])
+        log_weights, khat = psis(log_ratios)
+    elif draws is None and marginal is not None and near_threshold(marginal_psis[1]):
+        marginal = _joined(marginal, _marginal_draws(fit, rng, SECOND_LOOK_DRAWS - first))
+        marginal_psis = psis(marginal[0])
     corrected, shift = _weighted(*_fixef_draws(fit, theta_d), log_weights)
     moments = theta_moments(theta_d, _normalised(log_weights))
     marginal_khat, marginal_table = None, None
@@ -306,7 +308,7 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
     if marginal is not None:
         marginal_ratios, theta_d, covs = marginal
         governing_draws = theta_d.shape[0]
-        log_weights, marginal_khat = psis(marginal_ratios)
+        log_weights, marginal_khat = marginal_psis
         evidence = importance_log_evidence(marginal_ratios) if marginal_khat <= KHAT_LIMIT else None
         names, values = _fixef_draws(fit, theta_d)
         for comp, cov in zip(fit.problem.components, covs):

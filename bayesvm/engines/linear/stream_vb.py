@@ -35,7 +35,7 @@ from ...linalg.dense import (
     gaussian_from_statistics,
     row_statistics,
 )
-from ..augmentation import update_chi
+from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
 from .vb import (
     ABSOLUTE_TOL,
     VBProblem,
@@ -48,6 +48,14 @@ from .vb import (
 )
 
 
+def row_weights(y: np.ndarray, mean_f: np.ndarray, var_f: np.ndarray) -> tuple[np.ndarray, float]:
+    """``(E[1/a_i], data term of the bound)`` of a partition's rows: ``chi_i = (1 - y_i mu_f)^2 + Var(f_i)`` (Alg. 2
+    step 3), ``w_i = chi_i^(-1/2)`` and :func:`~bayesvm.engines.augmentation.data_lower_bound`."""
+    expected_sq = (1.0 - y * mean_f) ** 2 + var_f
+    chi = update_chi(expected_sq)
+    return inverse_a_mean(chi), data_lower_bound(y, mean_f, expected_sq, chi)
+
+
 def partition_sums(D: np.ndarray, y: np.ndarray, mean: np.ndarray | None, cov: np.ndarray | None) -> tuple:
     """``(X'WX, X'y(1 + w), data term, rows)`` of one partition; ``mean=None``: the start, ``w = 1``."""
     if y.size == 0:
@@ -56,12 +64,7 @@ def partition_sums(D: np.ndarray, y: np.ndarray, mean: np.ndarray | None, cov: n
     if mean is None:
         w, data = np.ones(y.size), 0.0
     else:
-        mean_f = D @ mean
-        e = (1.0 - y * mean_f) ** 2 + np.einsum("ij,ij->i", D @ cov, D)
-        chi = update_chi(e)
-        root = np.sqrt(chi)
-        w = 1.0 / root
-        data = float(np.sum(y * mean_f - 1.0 - root + (chi - e) / (2.0 * root)))
+        w, data = row_weights(y, D @ mean, np.einsum("ij,ij->i", D @ cov, D))
     return (D * w[:, None]).T @ D, D.T @ (y * (1.0 + w)), data, y.size
 
 
@@ -77,12 +80,7 @@ def partition_level_sums(rows: tuple, y: np.ndarray, theta: GaussianPosterior | 
     if theta is None:
         w, data = np.ones(y.size), 0.0
     else:
-        mean_f, var_f = theta.predictor(D, codes, values)
-        e = (1.0 - y * mean_f) ** 2 + var_f
-        chi = update_chi(e)
-        root = np.sqrt(chi)
-        w = 1.0 / root
-        data = float(np.sum(y * mean_f - 1.0 - root + (chi - e) / (2.0 * root)))
+        w, data = row_weights(y, *theta.predictor(D, codes, values))
     levels = np.unique(codes[codes >= 0])
     local = np.where(codes >= 0, np.searchsorted(levels, codes), -1)  # the partition's own levels, 0..J_k-1
     blocked = BlockedFactor(codes=local, values=values, n_levels=levels.size)

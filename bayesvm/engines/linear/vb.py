@@ -280,10 +280,7 @@ class _Sweeper:
         if problem.D.shape[0] != problem.y.size or problem.n < SUBSAMPLE_FROM_ROWS:
             return None
         rows = np.sort(np.random.default_rng(0).choice(problem.n, int(SUBSAMPLE_FRACTION * problem.n), replace=False))
-        subsample = VBProblem(
-            y=problem.y[rows], D=problem.D[rows], fixed_precision=problem.fixed_precision, components=problem.components
-        )
-        start = coordinate_ascent(subsample, tol, max_iter, accelerate=True)
+        start = coordinate_ascent(problem.take(rows), tol, max_iter, accelerate=True)
         mean_f, var_f = start.theta.predictor(problem.D, None, None)
         return update_chi((1.0 - problem.y * mean_f) ** 2 + var_f), start.components
 
