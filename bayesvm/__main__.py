@@ -32,6 +32,19 @@ EPILOG = (
 )
 
 
+def _class_weight(text: str) -> str | dict:
+    """``balanced``, or ``CLASS=WEIGHT`` pairs separated by commas (classes as text, as bsvm matches them)."""
+    if text == "balanced":
+        return text
+    weights = {}
+    for pair in text.split(","):
+        label, sep, value = pair.partition("=")
+        if not sep or not label.strip():
+            raise argparse.ArgumentTypeError(f"must be 'balanced' or CLASS=WEIGHT[,CLASS=WEIGHT], got {text!r}")
+        weights[label.strip()] = value.strip()
+    return weights
+
+
 def _penalty(text: str) -> float | str | None:
     if text == "learn":
         return "learn"
@@ -104,7 +117,16 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--lengthscale", type=float, default=None, help="kernel lengthscale (default: learned)")
     model.add_argument("--inducing", type=_inducing, default=None, help="kernel: number of inducing points or 'all'")
     model.add_argument("--missing", default="error", choices=["error", "drop", "impute"])
-    model.add_argument("--imputation", default="mi", choices=["mi", "joint"], help="with --missing impute")
+    model.add_argument(
+        "--imputation", default="auto", choices=["auto", "mi", "joint"], help="with --missing impute (as bsvm's)"
+    )
+    model.add_argument(
+        "--class-weight",
+        type=_class_weight,
+        default=None,
+        metavar="WEIGHTS",
+        help="weigh each row's hinge loss by its class: 'balanced' or CLASS=WEIGHT[,CLASS=WEIGHT]",
+    )
     model.add_argument("--imputations", type=int, default=20, help="completed data sets (--imputation mi)")
     model.add_argument("--no-standardize", action="store_true", help="fit on the columns as given")
     engine = fit.add_argument_group("engine")
@@ -193,6 +215,7 @@ def read_csv(path: str, encoding: str | None = None):
 CLI_OPTIONS = {
     "missing", "method", "vb", "penalty", "positive", "prior", "kernel", "draws", "tune", "chains", "thin", "cores",
     "seed", "tol", "max_iter", "probes", "imputation", "imputations", "inducing", "unpenalized", "standardize",
+    "class_weight",
 }  # fmt: skip
 HINT = re.compile(r"(?<![\w.]\()\b([a-z_]+)=('([^']*)'|\"([^\"]*)\"|[0-9][0-9.e+-]*|True|False|None)")
 PRIOR_HINT = re.compile(r"prior=(LaplaceZero|SpikeSlab|Lasso)\([^)]*\)")
@@ -241,6 +264,7 @@ def _fit_options(args) -> dict:
         progress=args.progress,
         imputation=args.imputation,
         imputations=args.imputations,
+        class_weight=args.class_weight,
         unpenalized=args.unpenalized,
         inducing=args.inducing,
     )

@@ -107,3 +107,39 @@ def check_imputation(model, method: str, vb: str, imputation: str, imputations: 
             "imputation step needs the full posterior covariance of the imputed columns' coefficients with every "
             "other coefficient, and the accurate and selection fits need dense precisions"
         )
+
+
+#: The routes whose engines weigh rows by class (:mod:`bayesvm.model.class_weights`): ``method`` values of a linear
+#: or mixed model held in memory, without a selection prior or imputed predictors.
+CLASS_WEIGHT_METHODS = ("vb", "em", "gibbs")
+
+
+def check_class_weight(class_weight: object, method: str, *, kernel: bool, prior: bool, streamed: bool) -> None:
+    """Refuse ``class_weight`` on a route whose engine does not weigh rows (the message names the route and what
+    runs instead).  The weights themselves are checked against the response when the model is built
+    (:func:`bayesvm.model.class_weights.resolve_class_weight`)."""
+    if class_weight is None:
+        return
+    route = (
+        "a kernel" if kernel
+        else "a selection prior" if prior
+        else "out-of-core (dask) data" if streamed
+        else f"method={method!r}" if method not in CLASS_WEIGHT_METHODS
+        else None
+    )  # fmt: skip
+    if route is not None:
+        raise BayesvmError(
+            f"class_weight is not available with {route}: class weights enter the engines of method in "
+            f"{CLASS_WEIGHT_METHODS} for linear and mixed models in memory. For unequal classes there, predict with "
+            "kind='class' and a threshold on the calibrated probability (fit.predict(newdata, kind='class', "
+            "threshold=...))"
+        )
+
+
+def check_class_weight_imputation(model) -> None:
+    """Refuse class weights with imputed predictors (the imputation engines do not weigh rows)."""
+    if model.class_weights is not None and model.design.imputation is not None:
+        raise BayesvmError(
+            "class_weight is not available with missing='impute' (the imputation engines do not weigh rows): use "
+            "missing='drop', or predict with kind='class' and a threshold on the calibrated probability"
+        )

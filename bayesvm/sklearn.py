@@ -77,6 +77,11 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         Folds of the cross-fitting that learns the probability map the first time ``predict_proba`` or
         ``decision_function`` is called (``fit.calibrate(folds=...)``; costs that many refits per binary
         fit, as ``CalibratedClassifierCV(cv=...)`` does).  ``predict`` needs no map.
+    class_weight : None, "balanced" or dict
+        As ``SVC(class_weight=...)``: each row's hinge loss counted its class's weight
+        (``sklearn.utils.class_weight.compute_class_weight``; ``"balanced"`` is ``n / (n_classes n_k)``).  Two
+        classes: one fit with both weights; one-vs-rest: class ``k``'s fit weighs ``k`` by its weight and the rest by
+        1, as liblinear's one-vs-rest does.  ``method`` ``"vb"`` or ``"em"`` (:func:`bayesvm.bsvm`).
 
     Attributes
     ----------
@@ -109,6 +114,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         standardize: bool = True,
         random_state: int | None = None,
         calibration_folds: int = 5,
+        class_weight: dict | str | None = None,
     ):
         self.method = method
         self.penalty = penalty
@@ -121,11 +127,12 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         self.standardize = standardize
         self.random_state = random_state
         self.calibration_folds = calibration_folds
+        self.class_weight = class_weight
 
     def _frame(self, X: np.ndarray) -> pd.DataFrame:
         return pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
 
-    def _fit_binary(self, frame: pd.DataFrame, target: np.ndarray):
+    def _fit_binary(self, frame: pd.DataFrame, target: np.ndarray, class_weight: dict | None = None):
         data = frame.assign(y_=target.astype(int))
         formula = "y_ ~ " + " + ".join(frame.columns)
         kwargs = {
@@ -137,6 +144,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
             "standardize": self.standardize,
             "positive": 1,
             "prior": self.prior,
+            "class_weight": class_weight,
         }
         if self.method == "gibbs":
             kwargs.update(seed=self.random_state, progress=False)
@@ -145,6 +153,29 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
             del kwargs["penalty"], kwargs["prior"]
             kwargs.update(kernel=kernel, inducing=self.inducing, seed=self.random_state)
         return bsvm(formula, data, **kwargs)
+
+    def _class_weights(self, y: np.ndarray) -> dict | None:
+        """Each class's weight, as scikit-learn computes it for ``class_weight`` (None without weights; a
+        :class:`PCVMClassifier` has none)."""
+        if getattr(self, "class_weight", None) is None:
+            return None
+        from sklearn.utils.class_weight import compute_class_weight
+
+        try:
+            values = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
+        except ValueError as exc:  # (a key that is not a class, a misspelt mode)
+            raise BayesvmError(f"class_weight: {exc}") from None
+        return dict(zip(self.classes_.tolist(), values.tolist()))
+
+    def _binary_weights(self, weights: dict | None, label: object) -> dict | None:
+        """The binary fit's ``class_weight`` (target coded 1 for ``label``): both classes' weights with two classes,
+        else ``label``'s weight against 1 for the rest."""
+        if weights is None:
+            return None
+        key = label.item() if isinstance(label, np.generic) else label
+        if self.classes_.size == 2:
+            return {0: weights[self.classes_.tolist()[0]], 1: weights[key]}
+        return {0: 1.0, 1: weights[key]}
 
     def _kernel(self):
         from .kernels import RBF, Kernel, Matern52
@@ -180,11 +211,12 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
             raise BayesvmError(f"y has 1 class ({self.classes_.tolist()}); a classifier needs at least two")
         frame = self._frame(X)
         labels = [self.classes_[1]] if self.classes_.size == 2 else list(self.classes_)
+        weights = self._class_weights(y)
         fits, findings, categories = [], [], []
         for label in labels:
             with warnings.catch_warnings(record=True) as caught:  # collected, then said once for this fit
                 warnings.simplefilter("always")
-                fits.append(self._fit_binary(frame, y == label))
+                fits.append(self._fit_binary(frame, y == label, self._binary_weights(weights, label)))
             shown = label.item() if isinstance(label, np.generic) else label
             problem = f"class {shown!r}" + (" against the rest" if self.classes_.size > 2 else "")
             findings += [(problem, w.category.__name__, str(w.message)) for w in caught]
@@ -307,7 +339,7 @@ class PCVMClassifier(BayesianSVC):
             return named[self.kernel](lengthscale=self.lengthscale, learn=False)
         raise BayesvmError(f"kernel must be 'rbf', 'matern52' or a bayesvm.kernels kernel, got {self.kernel!r}")
 
-    def _fit_binary(self, frame: pd.DataFrame, target: np.ndarray):
+    def _fit_binary(self, frame: pd.DataFrame, target: np.ndarray, class_weight: dict | None = None):
         from .pcvm_fit import pcvm
 
         data = frame.assign(y_=target.astype(int))

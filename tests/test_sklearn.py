@@ -5,8 +5,10 @@ import pytest
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.svm import SVC
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from bayesvm.errors import BayesvmError
 from bayesvm.sklearn import BayesianSVC, PCVMClassifier
 
 
@@ -148,3 +150,17 @@ def test_a_fit_says_its_findings_once_and_keeps_them():
     assert len(ours) == 1 and "class 0 against the rest" in str(ours[0].message)
     assert len(caught) == 1
     assert {"problem", "warning", "message"} <= set(model.findings_.columns) and len(model.findings_) >= 1
+
+
+@pytest.mark.parametrize("class_weight", ["balanced", {"no": 0.5, "yes": 3.0}])
+def test_class_weight_is_svcs(class_weight):
+    """With a fixed penalty and EM, BayesianSVC(class_weight=...) solves SVC(class_weight=...)'s problem."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(200, 2))
+    y = np.where(X[:, 0] - 0.4 * X[:, 1] + rng.normal(size=200) > 1.0, "yes", "no")
+    ours = BayesianSVC(method="em", penalty=0.5, standardize=False, class_weight=class_weight).fit(X, y)
+    svc = SVC(kernel="linear", C=1.0, class_weight=class_weight, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, svc.coef_, atol=2e-5)
+    np.testing.assert_allclose(ours.intercept_, svc.intercept_, atol=2e-5)
+    with pytest.raises(BayesvmError, match="class_weight"):
+        BayesianSVC(class_weight={"maybe": 2.0}).fit(X, y)

@@ -96,8 +96,8 @@ def one_class_findings(fit, action: str = "warn") -> list[Finding]:
             f"{missed / mean_f.size:.0%}, are {other!r}): with unequal classes that overlap, the hinge loss is "
             "smallest for a decision value near the larger class's margin on every row, so the coefficients do not "
             f"measure the predictors' association with the response (values near 0 here do not mean no effect)"
-            f"{variances}. bayesvm has no class weights; for the predictors' association with the response "
-            + _LOGISTIC,
+            f"{variances}. class_weight='balanced' counts each class's hinge loss alike; for the predictors' "
+            "association with the response " + _LOGISTIC,
             (str(other),),
         )
     ]
@@ -135,7 +135,8 @@ def _balance_findings(fit, mean_f: np.ndarray) -> list[Finding]:
     The sign of ``f`` minimises expected hinge loss, which weighs every row alike: where the classes overlap it sides
     with the larger one, as a logistic model's ``P > 0.5`` does, so the smaller class is called less often than it
     occurs (MASS's ``birthwt``: 18 of 189 births called low where 59 are).  The note says so and how to weigh the
-    classes equally: a threshold on the calibrated probability at the data's share of the positive class."""
+    classes equally: class weights (``class_weight="balanced"``), or a threshold on the calibrated probability at
+    the data's share of the positive class."""
     y = np.asarray(fit.model.design.y)
     response = fit.model.design.response
     smaller = 1.0 if np.sum(y > 0) < np.sum(y < 0) else -1.0
@@ -145,13 +146,19 @@ def _balance_findings(fit, mean_f: np.ndarray) -> list[Finding]:
         return []
     name = response.positive if smaller > 0 else response.negative
     positive_share = float(np.mean(y > 0))
+    weights = getattr(fit.model, "class_weights", None)
+    remedy = (
+        "To weigh both classes equally, refit with class_weight='balanced' (each class's hinge loss counted alike), or "
+        if weights is None
+        else f"The fit has {weights.describe()}. For more calls of {name!r}, raise its weight, or "
+    )
     return [
         Finding(
             "class_balance",
             "note",
             f"the decisions call {name!r} for {called:,} of the {y.size:,} training rows ({called / y.size:.0%}) where "
             f"the data have {in_data:,} ({in_data / y.size:.0%}): the sign of f weighs every row alike and sides with "
-            "the larger class where the classes overlap. To weigh both classes equally, threshold the calibrated "
+            f"the larger class where the classes overlap. {remedy}threshold the calibrated "
             f"probability at the data's share of {response.positive!r}: "
             f"fit.predict(newdata, kind='class', threshold={positive_share:.2f})",
             (str(name),),

@@ -33,7 +33,22 @@ def inverse_a_mean(chi: np.ndarray) -> np.ndarray:
     return 1.0 / np.sqrt(chi)
 
 
-def data_lower_bound(y: np.ndarray, mean_f: np.ndarray, expected_sq_margin: np.ndarray, chi: np.ndarray) -> float:
+def weighted_predictor(y: np.ndarray, f: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """``g = omega f + (1 - omega) y``: the predictor whose unweighted hinge is the weighted one,
+    ``max(0, 1 - y g) = omega max(0, 1 - y f)`` (``y^2 = 1``; :mod:`bayesvm.model.class_weights`).  ``weights=None``
+    (every row 1) returns ``f``; ``f`` may hold draws in its leading axes."""
+    if weights is None:
+        return f
+    return weights * f + (1.0 - weights) * y
+
+
+def data_lower_bound(
+    y: np.ndarray,
+    mean_f: np.ndarray,
+    expected_sq_margin: np.ndarray,
+    chi: np.ndarray,
+    weights: np.ndarray | None = None,
+) -> float:
     """``E_q[log p(y, a | theta)] - E_q[log q(a)]`` summed over observations.
 
     With ``e_i = E_q[(1 - y_i f_i)^2]`` and ``q(a_i) = GIG(1/2, 1, chi_i)``, expanding
@@ -44,6 +59,11 @@ def data_lower_bound(y: np.ndarray, mean_f: np.ndarray, expected_sq_margin: np.n
     which, with the closed form of ``K_{1/2}``, is ``y_i mu_f - 1 - sqrt(chi_i) + (chi_i - e_i) / (2 sqrt(chi_i))``.
     At ``chi_i = e_i`` this is the paper's ``n log 2 - n - n log(2 pi)/2 + y'C mu + 1'log(chi)/4 + 1'log K_{1/2}(sqrt chi)``
     (Luts & Ormerod section 2.3); for a point mass q(theta) it is the log pseudo-likelihood ``-2 (1 - y f)_+``.
+
+    With class weights ``omega_i`` (:mod:`bayesvm.model.class_weights`) row ``i`` is the unweighted row of
+    ``g_i = omega_i f_i + (1 - omega_i) y_i`` with ``q(a_i) = GIG(1/2, 1, omega_i^2 chi_i)``: ``y_i E[g_i] - 1 =
+    omega_i (y_i mu_f - 1)`` and ``E[(1 - y_i g_i)^2] = omega_i^2 e_i``, so its term is ``omega_i`` times the one above.
     """
     root = np.sqrt(chi)
-    return float(np.sum(y * mean_f - 1.0 - root + (chi - expected_sq_margin) / (2.0 * root)))
+    rows = y * mean_f - 1.0 - root + (chi - expected_sq_margin) / (2.0 * root)
+    return float(np.sum(rows if weights is None else weights * rows))

@@ -16,9 +16,10 @@ from . import variance_prior
 from .linear.vb import LOG_2PI
 
 
-def log_pseudo_likelihood(y: np.ndarray, f: np.ndarray) -> float:
-    """``-2 sum_i max(0, 1 - y_i f_i)``."""
-    return -2.0 * float(np.sum(np.maximum(0.0, 1.0 - y * f)))
+def log_pseudo_likelihood(y: np.ndarray, f: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """``-2 sum_i omega_i max(0, 1 - y_i f_i)`` (``omega_i`` the rows' class weights, 1 where ``weights`` is None)."""
+    hinge = np.maximum(0.0, 1.0 - y * f)
+    return -2.0 * float(np.sum(hinge if weights is None else weights * hinge))
 
 
 def log_prior(problem: VBProblem, theta_d: np.ndarray, theta_b: np.ndarray, covs: list[np.ndarray]) -> float:

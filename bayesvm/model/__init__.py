@@ -19,6 +19,7 @@ from ..formula.frames import MAX_FIXED_COLUMNS
 from ..linalg.dense import BlockedFactor
 from ..memory import check_memory
 from ..priors import HalfT, LaplaceZero, Lasso, PriorSet, SpikeSlab
+from .class_weights import ClassWeights, resolve_class_weight
 from .problems import ImputationProblem, SelectionProblem, VarianceComponent, VBProblem
 
 #: ``VarianceComponent.source`` of the learned penalty; random-effect term ``t`` has source ``t`` and
@@ -92,6 +93,8 @@ class LinearModel:
         Selection / shrinkage prior of the penalised slopes (``None``: the ``penalty`` decides).
     unpenalized
         Formula terms whose columns keep the vague ``N(0, sigma_beta^2)`` prior.
+    class_weights
+        The classes' weights in the pseudo-likelihood (:mod:`bayesvm.model.class_weights`), or None.
     """
 
     design: Design
@@ -104,6 +107,12 @@ class LinearModel:
     sparse: bool = False
     prior: LaplaceZero | SpikeSlab | Lasso | None = None
     unpenalized: tuple[str, ...] = ()
+    class_weights: ClassWeights | None = None
+
+    @property
+    def row_weights(self) -> np.ndarray | None:
+        """Each training row's class weight ``omega_i``, or None where every row weighs 1."""
+        return None if self.class_weights is None else self.class_weights.rows(self.design.y)
 
     # ----- layout -------------------------------------------------------------------
     @property
@@ -262,6 +271,7 @@ class LinearModel:
             fixed_precision=precision,
             components=tuple(components),
             blocked=self.blocked_factor(codes, values),
+            weights=self.row_weights,
         )
 
     def _component(self, t: int, index: np.ndarray, blocked: bool, n_levels: int, k: int) -> VarianceComponent:
@@ -349,6 +359,7 @@ def build_model(
     max_dense_columns: int = MAX_DENSE_COLUMNS,
     prior: object = None,
     unpenalized: object = None,
+    class_weight: object = None,
 ) -> LinearModel:
     """Decide the standardisation and the dense / blocked split.
 
@@ -360,8 +371,12 @@ def build_model(
     ``max_dense_columns`` coefficients (with the fixed effects) and cost at most :data:`MAX_DENSE_WORK`
     a sweep (from :data:`SPARSE_FROM_COLUMNS` columns), use the Schur complement over the largest factor
     densely; otherwise every coefficient goes to the sparse path.
+
+    ``class_weight`` (None, ``"balanced"`` or a mapping of class to weight) weighs each row's hinge loss by its
+    class (:func:`bayesvm.model.class_weights.resolve_class_weight`).
     """
     penalty = validate_penalty(penalty)
+    class_weights = resolve_class_weight(class_weight, design.y, (design.response.negative, design.response.positive))
     prior, unpenalized = validate_selection(design, prior, unpenalized)
     if prior is not None and not any(n != "(Intercept)" for n in design.x_names):
         raise BayesvmError("a selection prior needs at least one slope in the fixed part of the formula")
@@ -427,4 +442,5 @@ def build_model(
         sparse=sparse,
         prior=prior,
         unpenalized=unpenalized,
+        class_weights=class_weights,
     )

@@ -85,7 +85,8 @@ class VBProblem:
     ``blocked``).  ``fixed_precision[j]`` is the prior precision of ``theta_d[j]`` when it is not in a
     variance component (0 for component-governed columns).  ``probes`` (sparse path only) estimates the
     variances with that many Rao-Blackwellised probes and conjugate gradients instead of a factorisation
-    (:mod:`bayesvm.linalg.probes`), their random numbers fixed by ``probe_seed``.
+    (:mod:`bayesvm.linalg.probes`), their random numbers fixed by ``probe_seed``.  ``weights`` holds each row's
+    class weight ``omega_i`` (:mod:`bayesvm.model.class_weights`), or None where every row weighs 1.
     """
 
     y: np.ndarray
@@ -95,6 +96,7 @@ class VBProblem:
     blocked: BlockedFactor | None = None
     probes: int | None = None
     probe_seed: int = 0
+    weights: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -111,13 +113,19 @@ class VBProblem:
         rows = self.D.shape[0] if getattr(self.D, "ndim", 0) == 2 else -1
         if not (isinstance(self.y, np.ndarray) and self.y.ndim == 1 and 0 <= rows <= self.y.size):
             raise ValueError("the problem's response does not hold every row of its design")
+        weights = self.weights
+        if weights is not None and not (
+            isinstance(weights, np.ndarray) and weights.shape == self.y.shape and np.all(weights > 0)
+        ):
+            raise ValueError("the problem's class weights are not one positive number per row")
         if self.blocked is not None:
             self.blocked.check_shapes(rows)
 
     def take(self, rows: np.ndarray) -> VBProblem:
         """The problem on ``rows`` (a subset or an order of the rows of a dense in-memory design), the same prior."""
         blocked = None if self.blocked is None else self.blocked.take(rows)
-        return replace(self, y=self.y[rows], D=self.D[rows], blocked=blocked)
+        weights = None if self.weights is None else self.weights[rows]
+        return replace(self, y=self.y[rows], D=self.D[rows], blocked=blocked, weights=weights)
 
     @cached_property
     def row_pattern(self) -> RowPattern | None:

@@ -156,8 +156,10 @@ class Fit(ABC):
             first time it is needed, see :meth:`calibrate`); ``"pseudo"``: the raw normalised
             pseudo-likelihood ``expit(2 (1 + f)_+ - 2 (1 - f)_+)`` averaged over the posterior of ``f``
             (:mod:`bayesvm.results.prediction`; steep and overconfident, kept for comparison; a PCVM's own
-            probit likelihood for a PCVM fit); ``"link"``: posterior mean of ``f``.  Always
-            ``class == (prob > 0.5)``.
+            probit likelihood for a PCVM fit); ``"link"``: posterior mean of ``f``.  Without class weights
+            ``class == (prob > 0.5)``; with them (``bsvm(class_weight=...)``) the classes follow the weighted fit's
+            sign of ``f`` and the probabilities stay calibrated to the data, so they part where the weights move the
+            decision.
         include_random
             False predicts at population level (all random effects 0).  No effect without random effects.
         new_levels

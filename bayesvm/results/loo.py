@@ -64,7 +64,9 @@ def loo_predictions(fit, draws: int = LOO_DRAWS, seed: int = 0, folds: int = 5) 
     for start in range(0, y.size, ROWS_PER_CHUNK):
         rows = slice(start, min(start + ROWS_PER_CHUNK, y.size))
         f = np.asarray(problem.D[rows]) @ theta.T  # (rows, draws)
-        log_ratio = 2.0 * np.maximum(1.0 - y[rows, None] * f, 0.0)
+        log_ratio = 2.0 * np.maximum(1.0 - y[rows, None] * f, 0.0)  # minus the row's log pseudo-likelihood
+        if problem.weights is not None:  # a class-weighted row: omega_i times its hinge
+            log_ratio = problem.weights[rows, None] * log_ratio
         log_weights, chunk_khat = psis(log_ratio)
         weights = np.exp(log_weights)
         mean[rows] = np.sum(weights * f, axis=1)

@@ -52,7 +52,7 @@ def marginal_log_ratios(fit, rng: np.random.Generator, draws: int) -> tuple[np.n
     eta = theta_d @ problem.D.T
     blocked = problem.blocked
     log_p = group_log_integrals(
-        problem.y, eta, blocked.values[:, 0], blocked.codes, covs[skip][:, 0, 0], blocked.n_levels
+        problem.y, eta, blocked.values[:, 0], blocked.codes, covs[skip][:, 0, 0], blocked.n_levels, problem.weights
     )
     log_p += log_prior_dense(problem, theta_d, covs, skip)
     log_p += np.array([hyper.log_prior(t) for t in phi])

@@ -188,6 +188,7 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         "n_positive": n_pos,
         "n_obs": design.n,
         "n_dropped": dict(design.n_dropped),
+        "class_weights": _class_weight_text(fit.model),
         "imputed": _imputation_text(design, getattr(fit.result, "imputation_mode", None)),
         "groups": design.groups,
         "penalty": penalty_text,
@@ -408,6 +409,17 @@ def _imputation_text(design, mode: str | None) -> str | None:
     )
 
 
+def _class_weight_text(model) -> str:
+    """The classes' weights in the pseudo-likelihood (:mod:`bayesvm.model.class_weights`), or "" without them."""
+    weights = getattr(model, "class_weights", None)
+    if weights is None:
+        return ""
+    return (
+        f" Weights: {weights.describe()}; the decisions (sign of f) move toward the heavier class, probabilities are "
+        "calibrated on the true classes"
+    )
+
+
 def _header(info: dict) -> str:
     lines = [
         f"Bayesian SVM fit by {info['title']}",
@@ -417,6 +429,8 @@ def _header(info: dict) -> str:
         f" -1: {info['negative']!r}",
         f" Penalty: {info['penalty']}",
     ]
+    if info.get("class_weights"):
+        lines.append(info["class_weights"])
     if info.get("variance_priors"):
         lines.append(f"  Priors: {info['variance_priors']}")
     if info.get("selected") is not None:

@@ -355,7 +355,7 @@ def _joint_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray,
             f = f + np.einsum("nk,snk->sn", problem.blocked.values, theta_b[:, problem.blocked.codes, :])
         log_p = np.array(
             [
-                log_pseudo_likelihood(problem.y, f[s])
+                log_pseudo_likelihood(problem.y, f[s], problem.weights)
                 + log_prior(problem, theta_d[s], theta_b[s], [c[s] for c in covs])
                 for s in range(size)
             ]

@@ -13,13 +13,14 @@ from bayesvm.engines.linear.node_evidence import group_log_integrals
 
 def log_joint_grid(problem, intercepts: np.ndarray, log_variances: np.ndarray) -> np.ndarray:
     """``log p(y, beta_0, phi)`` with every constant, shape ``(intercepts, log_variances)``, for a problem
-    ``y ~ 1 + (1 | g)`` with a fixed penalty (``phi = log sigma^2``, its prior's Jacobian included)."""
+    ``y ~ 1 + (1 | g)`` with a fixed penalty (``phi = log sigma^2``, its prior's Jacobian included; each row's hinge
+    times its class weight where the problem has them)."""
     hyper = Hyperparameters(problem.components)
     B, PHI = np.meshgrid(intercepts, log_variances, indexing="ij")
     eta = B.reshape(-1, 1) * problem.D[:, 0][None, :]
     blocked = problem.blocked
     log_p = group_log_integrals(
-        problem.y, eta, blocked.values[:, 0], blocked.codes, np.exp(PHI.ravel()), blocked.n_levels
+        problem.y, eta, blocked.values[:, 0], blocked.codes, np.exp(PHI.ravel()), blocked.n_levels, problem.weights
     )
     lam = problem.fixed_precision[0]
     log_p += 0.5 * np.log(lam / (2 * np.pi)) - 0.5 * lam * B.ravel() ** 2

@@ -45,12 +45,14 @@ def mc_lower_bound(problem: VBProblem, result: VBResult, draws: int, seed: int =
     if problem.blocked is not None:
         codes, z = problem.blocked.codes, problem.blocked.values
         f = f + np.einsum("nk,snk->sn", z, tb[:, codes, :])
-    # a_i ~ GIG(1/2, 1, chi_i)
-    root = np.sqrt(result.chi)
+    # a_i ~ GIG(1/2, 1, chi_i); a class-weighted row is the augmented row of margin omega_i and design row
+    # omega_i c_i, whose optimal q(a_i) is GIG(1/2, 1, omega_i^2 chi_i)
+    omega = np.ones(problem.n) if problem.weights is None else problem.weights
+    root = omega * np.sqrt(result.chi)
     a = stats.geninvgauss(p=0.5, b=root, scale=root).rvs(size=(draws, problem.n), random_state=rng)
     log_q = log_q + stats.geninvgauss(p=0.5, b=root, scale=root).logpdf(a).sum(axis=1)
     y = problem.y
-    log_p = np.sum(-0.5 * np.log(2 * np.pi * a) - (1 + a - y * f) ** 2 / (2 * a), axis=1)
+    log_p = np.sum(-0.5 * np.log(2 * np.pi * a) - (omega + a - y * omega * f) ** 2 / (2 * a), axis=1)
     lam = problem.fixed_precision
     fixed = lam > 0
     log_p += stats.norm(0, 1 / np.sqrt(lam[fixed])).logpdf(td[:, fixed]).sum(axis=1)

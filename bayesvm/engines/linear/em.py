@@ -2,7 +2,10 @@
 
 E-step: ``omega_i = E[1/a_i | theta] = 1 / |1 - y_i c_i' theta|`` (their eq. 14).
 M-step: ``theta = (C' Omega C + prior precision)^{-1} C' Y (1 + omega)``, weighted least squares
-through the same structured elimination as VB and Gibbs.
+through the same structured elimination as VB and Gibbs.  With class weights ``w_i``
+(:mod:`bayesvm.model.class_weights`) the majoriser of ``w_i |m_i|`` is ``w_i`` times the unweighted one, so the
+M-step's precision and linear term carry ``w_i omega_i`` and ``w_i y_i (1 + omega_i)``: the mode of
+``sum_i w_i hinge_i`` plus the log prior (scikit-learn's ``SVC(class_weight=...)`` at a fixed penalty).
 CM-step for each variance component (ECME when a penalty or random-effect variance is
 learned): its conditional mode given ``theta``, ``sigma^2 = (B + ||u||^2 / 2) / (A + m/2 + 1)`` or
 ``Sigma = (Psi + sum_j u_j u_j') / (nu + J + k + 1)``; it does not involve ``a``, so maximising the
@@ -37,7 +40,7 @@ from ...model.output import EngineOutput
 from ...model.problems import VarianceComponent, VBProblem, sorted_by_level
 from .. import variance_prior
 from ..joint import component_values, log_prior
-from .vb import prior_precisions, sparse_prior
+from .vb import prior_precisions, row_terms, sparse_prior
 
 #: Continuation schedule of the floor on |1 - y f| (the last one is the final accuracy).
 MARGIN_FLOORS = tuple(10.0**-k for k in range(2, 11))
@@ -100,11 +103,13 @@ def check_modal_priors(problem: VBProblem) -> None:
         )
 
 
-def smoothed_log_likelihood(margin: np.ndarray, eps: float) -> float:
-    """``-sum_i (H_eps(m_i) + m_i)``: the hinge term of the objective EM increases at floor ``eps``."""
+def smoothed_log_likelihood(margin: np.ndarray, eps: float, weights: np.ndarray | None = None) -> float:
+    """``-sum_i omega_i (H_eps(m_i) + m_i)``: the hinge term of the objective EM increases at floor ``eps``
+    (``omega_i`` the rows' class weights, 1 without them)."""
     absm = np.abs(margin)
     huber = np.where(absm < eps, 0.5 * margin**2 / eps + 0.5 * eps, absm)
-    return -float(np.sum(huber + margin))
+    rows = huber + margin
+    return -float(np.sum(rows if weights is None else weights * rows))
 
 
 def _stalled(objective: list[float], stages: list[int]) -> bool:
@@ -182,7 +187,7 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
     start = time.perf_counter()
     order, problem = sorted_by_level(problem)
     y, D, blocked = problem.y, problem.D, problem.blocked
-    omega = np.ones(y.size)
+    inverse = np.ones(y.size)  # E[1/a_i | theta], eq. 14 (floored)
     covs = [np.eye(c.k) for c in problem.components]
     floors = FloorContinuation()
     theta_d = theta_b = None
@@ -190,7 +195,7 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
     for _ in range(max_iter):
         eps = floors.eps
         precisions = [spd_inverse(c) for c in covs]
-        rhs = y * (1.0 + omega)
+        omega, rhs = row_terms(y, inverse, problem.weights)  # (class weights: each row's terms times omega_i)
         if problem.is_sparse:
             prior, new_b = sparse_prior(problem, precisions), np.zeros((0, 0))
             if problem.elimination is not None:  # crossed factors: dense Schur complement
@@ -205,13 +210,14 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
         if blocked is not None:
             f = f + np.sum(blocked.values * new_b[blocked.codes], axis=1)
         new_margin = 1.0 - y * f
-        if floors.record(smoothed_log_likelihood(new_margin, eps) + log_prior(problem, new_d, new_b, new_covs)):
+        hinge = smoothed_log_likelihood(new_margin, eps, problem.weights)
+        if floors.record(hinge + log_prior(problem, new_d, new_b, new_covs)):
             theta_d, theta_b, covs, margin = floors.finished  # the ascent broke down (BREAKDOWN_RTOL)
             floors.stopped(int(np.sum(margin >= -SUPPORT_TOL)))
             converged = True
             break
         covs, margin = new_covs, new_margin
-        omega = 1.0 / np.maximum(np.abs(margin), eps)  # E-step, eq. 14 (floored)
+        inverse = 1.0 / np.maximum(np.abs(margin), eps)  # E-step, eq. 14 (floored)
         done = False
         if theta_d is not None:
             change = max(np.max(np.abs(new_d - theta_d), initial=0.0), np.max(np.abs(new_b - theta_b), initial=0.0))
@@ -222,7 +228,7 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
             if floors.finish_stage((theta_d, theta_b, covs, margin)):
                 converged = True
                 break
-            omega = 1.0 / np.maximum(np.abs(margin), floors.eps)
+            inverse = 1.0 / np.maximum(np.abs(margin), floors.eps)
     if order is not None:
         margin = margin[np.argsort(order)]
     return EMResult(

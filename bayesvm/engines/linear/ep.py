@@ -83,6 +83,7 @@ from .vb import (
     VBProblem,
     fit_vb,
     prior_precisions,
+    row_terms,
     sorted_by_level,
     sparse_posterior,
     sparse_prior,
@@ -137,6 +138,20 @@ def tilted_moments(y: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndar
     mean = p1 * mean1 + p2 * mean2
     var = p1 * (var1 + (mean1 - mean) ** 2) + p2 * (var2 + (mean2 - mean) ** 2)
     return log_z, y * mean, np.clip(var, 1e-12 * v, v)
+
+
+def weighted_tilted_moments(
+    y: np.ndarray, m: np.ndarray, v: np.ndarray, weights: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`tilted_moments` of ``N(f; m, v) exp(-2 omega max(0, 1 - y f))`` for rows with class weights ``omega``
+    (None: every row 1).  In ``g = omega f + (1 - omega) y`` the tilted density is the unweighted one of the cavity
+    ``N(omega m + (1 - omega) y, omega^2 v)`` (:mod:`bayesvm.model.class_weights`), with the same normaliser; its mean
+    and variance map back by ``f = (g - (1 - omega) y) / omega``."""
+    if weights is None:
+        return tilted_moments(y, m, v)
+    offset = (1.0 - weights) * y
+    log_z, mean_g, var_g = tilted_moments(y, weights * m + offset, weights * weights * v)
+    return log_z, (mean_g - offset) / weights, var_g / (weights * weights)
 
 
 def _tilted_row(y, m, v):
@@ -241,7 +256,7 @@ def run_ep(
         if not np.all(np.isfinite(mean_f)):
             break  # diverged: not converged, and no more sweeps can bring it back
         ok, m, v = cavities(mean_f, var_f, tau, nu)
-        _, t_mean, t_var = tilted_moments(y, m, v)
+        _, t_mean, t_var = weighted_tilted_moments(y, m, v, problem.weights)
         tau, nu = damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping)
         if previous is not None and np.max(np.abs(mean_f - previous)) < tol * (1.0 + np.max(np.abs(mean_f))):
             converged = True
@@ -249,7 +264,7 @@ def run_ep(
         previous = mean_f
     theta, (mean_f, var_f) = posterior(tau, nu)
     m, v = final_cavities(mean_f, var_f, tau, nu)
-    log_z, _, _ = tilted_moments(y, m, v)
+    log_z, _, _ = weighted_tilted_moments(y, m, v, problem.weights)
     # log |Lambda|: fixed precisions and the component's precision on its coefficients
     lam = problem.fixed_precision
     logdet_prior = float(np.sum(np.log(lam[lam > 0])))
@@ -503,8 +518,7 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float, importance_weig
     start = time.perf_counter()
     order, problem = sorted_by_level(problem)
     warm = fit_vb(problem)  # mean-field VB: the starting sites and the scale of the variances
-    w = 1.0 / np.sqrt(warm.chi)
-    tau0, nu0 = w, problem.y * (1.0 + w)  # mean-field VB's sites
+    tau0, nu0 = row_terms(problem.y, 1.0 / np.sqrt(warm.chi), problem.weights)  # mean-field VB's sites
     n_iter = 0
     if not problem.components:
         state = run_ep(problem, [], tau0, nu0)

@@ -10,13 +10,19 @@ Full conditionals, with ``omega_i = 1 / a_i`` and ``C = [D, Z_b]``:
   drawn with ``Generator.wald``;
 * ``sigma^2 | u ~ IG(A + m/2, B + ||u||^2 / 2)`` for each single-column component;
 * ``Sigma | u ~ IW(nu + J, Psi + sum_j u_j u_j')`` for each correlated term.
+
+Class weights ``omega_i`` (:mod:`bayesvm.model.class_weights`): row ``i``'s factor
+``exp(-2 omega_i max(0, 1 - y_i f_i))`` is the augmented row of the design row ``omega_i c_i`` with margin
+``m_i = omega_i`` instead of 1, so the chain runs on the scaled design (:func:`scaled_by_weights`) with
+``w_i | theta ~ InverseGaussian(1 / |m_i - y_i c~_i' theta|, 1)`` and linear term ``C~' Y (1 + m w)``; the
+paper's sampler, without the interweaving moves and the compiled passes, which assume margin 1.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import ClassVar
 
@@ -43,7 +49,7 @@ from ...memory import check_memory
 from ...model.output import EngineOutput
 from ...model.problems import VBProblem, sorted_by_level
 from .. import variance_prior
-from ..joint import LogPrior, component_values, log_pseudo_likelihood
+from ..joint import LogPrior, component_values
 from ..overrelax import RELAXATION
 from ..workers import run_in_processes
 from . import compiled_rows, fused_iteration
@@ -180,8 +186,12 @@ class DenseRows:
         blocked: BlockedFactor | None,
         latent: LatentDraws,
         compiled: bool | None = None,
+        margins: np.ndarray | None = None,
     ):
         self.D, self.y, self.blocked, self.latent = D, y, blocked, latent
+        self.margins = margins  # each row's margin m_i (class weights on a scaled design), None: 1 (module docstring)
+        if margins is not None:
+            compiled = False  # (the compiled row pass has margin 1)
         n = y.size
         self.fused = latent.split and splits_rows(n, D.shape[1])
         if self.fused:
@@ -248,9 +258,10 @@ class DenseRows:
             return self._compiled_whole(theta_d, theta_b)
         if not self.fused:
             f = self.predictor(theta_d, theta_b)
-            omega = self.latent(np.maximum(np.abs(1.0 - self.y * f), MARGIN_FLOOR))
-            stats = row_statistics(self.D, omega, self.y * (1.0 + omega), self.blocked)
-            return log_pseudo_likelihood(self.y, f), omega, stats
+            margin = row_margins(self.margins, self.y, f)
+            omega = self.latent(np.maximum(np.abs(margin), MARGIN_FLOOR))
+            stats = row_statistics(self.D, omega, linear_terms(self.y, omega, self.margins), self.blocked)
+            return -2.0 * float(np.sum(np.maximum(margin, 0.0))), omega, stats
         half = self._compiled_half if self.compiled else self._half
         numbers = self.latent.next_numbers()
         parts = list(row_pool().map(lambda h: half(h, theta_d, theta_b, numbers[h]), range(2)))
@@ -267,10 +278,11 @@ class DenseRows:
         rows = self.latent.halves[h]
         f = self.f[rows] = self.predictor(theta_d, theta_b, rows)
         y = self.y[rows]
-        margin = 1.0 - y * f
+        margins = None if self.margins is None else self.margins[rows]
+        margin = row_margins(margins, y, f)
         hinge = float(np.sum(np.maximum(margin, 0.0)))
         omega = self.omega[rows] = self.latent.draw_half(h, np.maximum(np.abs(margin), MARGIN_FLOOR), numbers)
-        r = y * (1.0 + omega)
+        r = linear_terms(y, omega, margins)
         if self.blocked is not None:  # as linalg.row_statistics, written straight into the buffers (no temporaries
             # of every row to copy in)
             z = self.blocked.values[rows]
@@ -445,14 +457,39 @@ def stack_draws(records: list[tuple], problem: VBProblem) -> dict:
     return out
 
 
+def scaled_by_weights(problem: VBProblem) -> VBProblem:
+    """The problem with each row of the design (dense part and blocked values) times its class weight, and no
+    weights: with margins ``m_i = omega_i`` its chain is the weighted problem's (module docstring)."""
+    weights = problem.weights
+    D = sp.csr_matrix(sp.diags(weights) @ problem.D) if sp.issparse(problem.D) else problem.D * weights[:, None]
+    blocked = problem.blocked
+    if blocked is not None:
+        blocked = BlockedFactor(blocked.codes, blocked.values * weights[:, None], blocked.n_levels)
+    return replace(problem, D=D, blocked=blocked, weights=None)
+
+
+def row_margins(margins: np.ndarray | None, y: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """``m_i - y_i f_i`` (``m_i = 1`` where ``margins`` is None): the hinge's argument."""
+    return (1.0 if margins is None else margins) - y * f
+
+
+def linear_terms(y: np.ndarray, omega: np.ndarray, margins: np.ndarray | None) -> np.ndarray:
+    """``y_i (1 + m_i w_i)``: the rows' linear terms of ``theta | w`` (``m_i = 1`` where ``margins`` is None)."""
+    return y * (1.0 + (omega if margins is None else margins * omega))
+
+
 def sparse_coefficient_draw(
-    problem: VBProblem, omega: np.ndarray, precisions: list[np.ndarray], rng: np.random.Generator
+    problem: VBProblem,
+    omega: np.ndarray,
+    precisions: list[np.ndarray],
+    rng: np.random.Generator,
+    margins: np.ndarray | None = None,
 ) -> np.ndarray:
     """``theta | w, Sigma`` on the sparse path (Luts & Ormerod 2014, App. A, step 1): ``N(P^-1 C'y(1 + w), P^-1)``
     with ``P = C' diag(w) C + prior``, by elimination onto a dense Schur complement where the problem's layout
-    allows it (crossed factors), else by a sparse Cholesky factor."""
+    allows it (crossed factors), else by a sparse Cholesky factor (``margins``: :func:`linear_terms`)."""
     D = problem.D
-    rhs = problem.y * (1.0 + omega)
+    rhs = linear_terms(problem.y, omega, margins)
     prior = sparse_prior(problem, precisions)
     if problem.elimination is not None:
         return schur_sparse_draw(problem.elimination, omega, rhs, prior, rng)
@@ -469,6 +506,7 @@ def dense_coefficient_draw(
     prior_b: np.ndarray | None,
     rng: np.random.Generator,
     stats: RowStatistics | None,
+    margins: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``theta | w, Sigma`` on the dense path (Luts & Ormerod 2014, App. A, step 1) by
     :func:`linalg.gaussian_draw`; for a random intercept whose level sums the compiled row pass gave, by
@@ -486,7 +524,7 @@ def dense_coefficient_draw(
         )  # fmt: skip
         if drawn:
             return theta_d, theta_b
-    return gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng, stats=stats)
+    return gaussian_draw(D, omega, linear_terms(y, omega, margins), prior_dd, blocked, prior_b, rng, stats=stats)
 
 
 def chain_draws(
@@ -514,6 +552,9 @@ def chain_draws(
     """
     rng = np.random.default_rng(seed)
     _, problem = sorted_by_level(problem)
+    margins = problem.weights  # class weights: margins on the scaled design, the paper's sampler (module docstring)
+    if margins is not None:
+        problem, interweave, whole = scaled_by_weights(problem), False, False
     y, D, blocked = problem.y, problem.D, problem.blocked
     sparse = sp.issparse(D)
     # over-dispersed start: omega and the components' precisions jittered around 1
@@ -521,8 +562,8 @@ def chain_draws(
     covs = [np.eye(c.k) * np.exp(rng.normal(0.0, 0.5)) for c in problem.components]
     aux: list = [None] * len(problem.components)  # half-t auxiliary variables
     latent = LatentDraws(rng, y.size, split=level_boundary_split(None if sparse else blocked, y.size))
-    rows = None if sparse else DenseRows(D, y, blocked, latent)
-    stats = None if sparse else row_statistics(D, omega, y * (1.0 + omega), blocked)
+    rows = None if sparse else DenseRows(D, y, blocked, latent, margins=margins)
+    stats = None if sparse else row_statistics(D, omega, linear_terms(y, omega, margins), blocked)
     mover = ScaleMoves(problem) if interweave and problem.components else None
     fixed_diagonal = np.diag(problem.fixed_precision).astype(float)  # (the prior precision's fixed part, copied)
     collapsed = CollapsedVariance(problem, tune) if mover is not None else None
@@ -552,7 +593,7 @@ def chain_draws(
                     continue
         if sparse:
             precisions = [spd_inverse(c) for c in covs]
-            theta_d = sparse_coefficient_draw(problem, omega, precisions, rng)
+            theta_d = sparse_coefficient_draw(problem, omega, precisions, rng, margins)
             theta_b = np.zeros((0, 0))
             if mover is not None:  # before w | theta, which it needs (interweave module)
                 f = D @ theta_d
@@ -561,9 +602,9 @@ def chain_draws(
                 theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
                 if collapsed is not None:  # w integrated out too (collapsed_variance)
                     theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step)
-            f = D @ theta_d
-            loglik = log_pseudo_likelihood(y, f)
-            omega = latent(np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR))
+            margin = row_margins(margins, y, D @ theta_d)
+            loglik = -2.0 * float(np.sum(np.maximum(margin, 0.0)))
+            omega = latent(np.maximum(np.abs(margin), MARGIN_FLOOR))
         else:
             if refused:  # the compiled run's theta | w refused after drawing its normals: the fallback below
                 drawn, refused = None, False
@@ -574,10 +615,12 @@ def chain_draws(
             else:
                 prior_dd, prior_b = prior_precisions(problem, [spd_inverse(c) for c in covs], fixed_diagonal)
                 if fused.ready and stats.levels is not None:  # (its normals drawn: the compiled draw's fallback)
-                    theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng,
-                                                     stats=stats)  # fmt: skip
+                    theta_d, theta_b = gaussian_draw(D, omega, linear_terms(y, omega, margins), prior_dd, blocked,
+                                                     prior_b, rng, stats=stats)  # fmt: skip
                 else:
-                    theta_d, theta_b = dense_coefficient_draw(D, omega, y, prior_dd, blocked, prior_b, rng, stats)
+                    theta_d, theta_b = dense_coefficient_draw(
+                        D, omega, y, prior_dd, blocked, prior_b, rng, stats, margins
+                    )
             due = collapsed.due(step) if collapsed is not None else []
             if fused.ready and not due:  # the rest of the iteration in one compiled call (fused_iteration)
                 batch = fused.run(1, theta_d, theta_b, covs, aux, stats, rng, relaxation, drawn_first=True)

@@ -34,6 +34,7 @@ from scipy.special import logsumexp
 
 from ...linalg.row_threads import row_pool
 from ...model.problems import VBProblem
+from ..augmentation import weighted_predictor
 from ..hinge_levels import LevelLayout, draws_log_integral_sums, pieces
 from . import compiled_rows
 from .vb import LOG_2PI
@@ -75,14 +76,19 @@ def size_classes(codes: np.ndarray, n_levels: int):
 
 
 def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np.ndarray, sigma2: np.ndarray,
-                        n_levels: int) -> np.ndarray:  # fmt: skip
+                        n_levels: int, weights: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """``sum_j log I_j`` for draws ``eta (S, n)``, ``sigma2 (S,)`` (see the module docstring).
+
+    Rows with class weights ``omega`` (None: every row 1) have the hinge ``omega max(0, 1 - y eta - s u)``, the
+    unweighted one of ``omega eta + (1 - omega) y`` and ``omega v`` (:mod:`bayesvm.model.class_weights`).
 
     The levels are taken in classes of similar size (:func:`size_classes`); within a class
     :mod:`bayesvm.engines.hinge_levels` computes each ``I_j``: compiled where numba is installed (level by level,
     without the padded ``(S, J, K + 1)`` arrays) for levels of up to :data:`COMPILED_MAX_LEVEL` rows, else by numpy in
     chunks of draws; the two agree to rounding (tested).  A level without rows contributes ``log 1``.
     """
+    if weights is not None:
+        eta, v = weighted_predictor(y, eta, weights), weights * v
     total = np.zeros(eta.shape[0])
     # rows with s_i = 0 do not involve u: their hinge is a constant factor
     flat = (y * v) == 0
@@ -207,7 +213,7 @@ class NodeEvidence:
         blocked = problem.blocked
         log_p = group_log_integrals(
             problem.y, theta_d @ problem.D.T, blocked.values[:, 0], blocked.codes, covs[self.component][:, 0, 0],
-            blocked.n_levels,
+            blocked.n_levels, problem.weights,
         )  # fmt: skip
         log_ratio = log_p + log_prior_dense(problem, theta_d, covs, self.component) - log_q
         if not np.all(np.isfinite(log_ratio)):

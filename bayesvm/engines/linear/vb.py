@@ -222,10 +222,12 @@ def lower_bound(
     chi: np.ndarray,
     components: list[ComponentPosterior],
     seconds: list[np.ndarray],
+    weights: np.ndarray | None = None,
 ) -> float:
-    """``log p(y; q)``: the full lower bound, term by term (Luts & Ormerod sections 2.3, 3.1)."""
-    # E[log p(y, a | theta)] - E[log q(a)]  (section 2.3; closed form of log K_{1/2})
-    total = data_lower_bound(y, mean_f, expected_sq, chi)
+    """``log p(y; q)``: the full lower bound, term by term (Luts & Ormerod sections 2.3, 3.1); ``weights`` are the
+    rows' class weights in the order of ``y`` (None: every row 1)."""
+    # E[log p(y, a | theta)] - E[log q(a)]  (section 2.3; closed form of log K_{1/2}; each row times its weight)
+    total = data_lower_bound(y, mean_f, expected_sq, chi, weights)
     # E[log p(theta_j)] for fixed-precision columns: N(0, 1 / lambda_j)
     lam = problem.fixed_precision
     fixed = lam > 0
@@ -260,6 +262,7 @@ class _Sweeper:
         self.problem = problem
         self.order, sorted_problem = sorted_by_level(problem)
         self.y, self.D, self.blocked = sorted_problem.y, sorted_problem.D, sorted_problem.blocked
+        self.weights = sorted_problem.weights  # class weights (None: every row 1), in the sweep's row order
         self.pattern = sorted_problem.row_pattern  # (None unless the dense part is wide and mostly zero)
 
     def initial_state(self) -> tuple[np.ndarray, list[ComponentPosterior]]:
@@ -286,15 +289,15 @@ class _Sweeper:
 
     def sweep(self, chi: np.ndarray, components: list[ComponentPosterior]) -> _Sweep:
         problem, y, D, blocked = self.problem, self.y, self.D, self.blocked
-        w = inverse_a_mean(chi)
+        w, rhs = row_terms(y, inverse_a_mean(chi), self.weights)
         precisions = [c.expected_precision() for c in components]
         # (1) q(theta): Alg. 2 steps 2-3; (2) q(a): chi_i = (1 - y_i mu_f)^2 + Var(f_i), step 3
         if problem.is_sparse:
-            theta = sparse_posterior(problem, w, y * (1.0 + w), sparse_prior(problem, precisions))
+            theta = sparse_posterior(problem, w, rhs, sparse_prior(problem, precisions))
             mean_f, var_f = theta.predictor(D, training=True)
         else:
             prior_dd, prior_b = prior_precisions(problem, precisions)
-            theta = gaussian_posterior(D, w, y * (1.0 + w), prior_dd, blocked, prior_b, self.pattern)
+            theta = gaussian_posterior(D, w, rhs, prior_dd, blocked, prior_b, self.pattern)
             codes = None if blocked is None else blocked.codes
             values = None if blocked is None else blocked.values
             mean_f, var_f = theta.predictor(D, codes, values, self.pattern)
@@ -304,7 +307,7 @@ class _Sweeper:
         seconds = [second_moments(c, theta) for c in problem.components]
         components = [update_component(c, s, p) for c, s, p in zip(problem.components, seconds, components)]
         # (4) lower bound of the complete q after the sweep
-        bound = lower_bound(problem, y, theta, mean_f, expected_sq, chi, components, seconds)
+        bound = lower_bound(problem, y, theta, mean_f, expected_sq, chi, components, seconds, self.weights)
         return _Sweep(theta, chi, components, bound)
 
     # SQUAREM works on an unconstrained encoding of the state
@@ -314,6 +317,16 @@ class _Sweeper:
     def decode(self, x: np.ndarray, like: list[ComponentPosterior]) -> tuple[np.ndarray, list[ComponentPosterior]]:
         n = self.y.size
         return np.maximum(np.exp(x[:n]), CHI_FLOOR), decode_components(x[n:], like)
+
+
+def row_terms(y: np.ndarray, inverse_a: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's weight in ``q(theta)``'s precision and its linear term: ``w_i = E[1/a_i]`` and ``y_i (1 + w_i)``
+    (Alg. 2 step 2), both times the row's class weight ``omega_i`` where there are weights
+    (:mod:`bayesvm.model.class_weights`: ``omega_i^2 E[1/a_i]`` of the weighted row is ``omega_i e_i^{-1/2}``)."""
+    rhs = y * (1.0 + inverse_a)
+    if weights is None:
+        return inverse_a, rhs
+    return weights * inverse_a, weights * rhs
 
 
 def encode_components(components: list[ComponentPosterior]) -> np.ndarray:

@@ -1,0 +1,185 @@
+"""Class weights (:mod:`bayesvm.model.class_weights`): resolved as scikit-learn resolves them, and in every engine
+that takes them the exact weighted pseudo-posterior: EM equals scikit-learn's weighted SVC, mean-field VB and EM on
+integer weights equal the fit of the data with the rows repeated, the VB bound matches its Monte Carlo estimate, and
+the accurate fit and Gibbs match exact quadrature of the weighted model."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import logsumexp
+from sklearn.svm import SVC
+
+import bayesvm
+from bayesvm.engines.linear.vb import fit_vb
+from bayesvm.model.class_weights import ClassWeightError, resolve_class_weight
+from tests.engines.intercept_quadrature import log_joint_grid
+from tests.engines.mc_bound import mc_lower_bound
+
+QUIET = bayesvm.Checks(vb_check="ignore")
+
+
+def _imbalanced(n: int = 300, seed: int = 1) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    y = (X[:, 0] + 0.5 * X[:, 1] + rng.normal(size=n) > 1.2).astype(int)
+    return pd.DataFrame({"x1": X[:, 0], "x2": X[:, 1], "y": y})
+
+
+def _grouped(seed: int = 5) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(40), 6)
+    u = rng.normal(0.0, 2.0, 40)
+    y = np.where(rng.random(g.size) < 1 / (1 + np.exp(-(-1.2 + u[g]))), "a", "b")
+    return pd.DataFrame({"y": y, "g": g.astype(str)})
+
+
+def test_resolved_as_scikit_learn_resolves_them():
+    y = np.array([1.0, -1.0, -1.0, -1.0])
+    balanced = resolve_class_weight("balanced", y, ("no", "yes"))
+    assert (balanced.negative, balanced.positive) == (4 / 6, 4 / 2)
+    np.testing.assert_allclose(balanced.rows(y), [2.0, 2 / 3, 2 / 3, 2 / 3])
+    given = resolve_class_weight({"yes": 5}, y, ("no", "yes"))
+    assert (given.negative, given.positive) == (1.0, 5.0)  # a class left out weighs 1
+    assert resolve_class_weight({"1": 2.0}, y, (0, 1)).positive == 2.0  # as text (a command line)
+    assert resolve_class_weight(None, y, ("no", "yes")) is None
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({"maybe": 2.0}, "'maybe', which is not a class"),
+        ({"yes": 0.0}, "positive finite"),
+        ({"yes": float("nan")}, "positive finite"),
+        ({"yes": "heavy"}, "must be a positive number"),
+        ({"yes": True}, "must be a positive number"),
+        ("balance", "'balance'"),
+        ([1.0, 2.0], "got list"),
+    ],
+)
+def test_bad_weights_are_refused_naming_the_class(bad, words):
+    with pytest.raises(ClassWeightError, match=words) as caught:
+        resolve_class_weight(bad, np.array([1.0, -1.0]), ("no", "yes"))
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("class_weight", ["balanced", {1: 3.0}, {0: 0.5, 1: 2.0}])
+def test_em_with_a_fixed_penalty_is_scikit_learns_weighted_svc(class_weight):
+    data = _imbalanced()
+    alpha = 0.5
+    fit = bayesvm.bsvm("y ~ x1 + x2", data, method="em", penalty=alpha, standardize=False, class_weight=class_weight)
+    X, y = data[["x1", "x2"]].to_numpy(), data["y"].to_numpy()
+    svc = SVC(kernel="linear", C=1 / (2 * alpha), class_weight=class_weight, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(fit.fixef.to_numpy(), [svc.intercept_[0], *svc.coef_[0]], atol=2e-5)
+    unweighted = bayesvm.bsvm("y ~ x1 + x2", data, method="em", penalty=alpha, standardize=False)
+    assert np.max(np.abs(fit.fixef.to_numpy() - unweighted.fixef.to_numpy())) > 0.1  # (the weights matter here)
+
+
+@pytest.mark.parametrize("method, vb", [("vb", "meanfield"), ("em", None)])
+def test_integer_weights_equal_repeated_rows(method, vb):
+    """Weight 2 on a class is its rows twice (``exp(-4 h) = exp(-2 h)^2``): the same posterior, and for mean-field VB
+    and EM the same fixed point (each copy's ``q(a)`` equals the other's), with random effects and a learned penalty."""
+    data = _grouped()
+    data["x"] = np.random.default_rng(2).normal(size=len(data))
+    repeated = pd.concat([data, data[data["y"] == "b"]], ignore_index=True)
+    kwargs = dict(method=method, checks=QUIET, standardize=False)  # (standardising uses each frame's moments)
+    if vb is not None:  # (run to the fixed point: the two runs' SQUAREM steps differ in length)
+        kwargs.update(vb=vb, tol=1e-13, max_iter=5000)
+    weighted = bayesvm.bsvm("y ~ x + (1 | g)", data, class_weight={"b": 2.0}, **kwargs)
+    copied = bayesvm.bsvm("y ~ x + (1 | g)", repeated, **kwargs)
+    np.testing.assert_allclose(weighted.fixef.to_numpy(), copied.fixef.to_numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(weighted.ranef["g"].to_numpy(), copied.ranef["g"].to_numpy(), rtol=1e-4, atol=1e-5)
+    if method == "vb":
+        np.testing.assert_allclose(weighted.fixef_cov.to_numpy(), copied.fixef_cov.to_numpy(), rtol=1e-4)
+
+
+def test_vb_bound_rises_and_matches_its_monte_carlo_estimate():
+    fit = bayesvm.bsvm("y ~ 1 + (1 | g)", _grouped(), vb="meanfield", class_weight="balanced", checks=QUIET)
+    problem = fit.problem
+    result = fit_vb(problem, accelerate=False)
+    assert np.all(np.diff(result.lower_bound) >= -1e-9 * np.abs(result.lower_bound[1:]))
+    estimate, se = mc_lower_bound(problem, result, draws=4000, seed=5)
+    assert result.lower_bound[-1] == pytest.approx(estimate, abs=4 * se + 1e-6)
+
+
+@pytest.fixture(scope="module")
+def exact_moments():
+    """Posterior mean and SD of the intercept and mean of the variance of ``y ~ 1 + (1 | g)`` (fixed penalty), each
+    row's hinge times its class weight, by quadrature (random intercepts integrated in closed form)."""
+    data = _grouped()
+    fit = bayesvm.bsvm("y ~ 1 + (1 | g)", data, penalty=1.0, class_weight={"a": 3.0}, checks=QUIET)
+    intercepts, phi = np.linspace(-8, 8, 481), np.linspace(-6, 5, 441)
+    log_joint = log_joint_grid(fit.problem, intercepts, phi)
+    p = np.exp(log_joint - logsumexp(log_joint))
+    mean = float(p.sum(axis=1) @ intercepts)
+    sd = float(np.sqrt(p.sum(axis=1) @ intercepts**2 - mean**2))
+    return data, fit, mean, sd, float(p.sum(axis=0) @ np.exp(phi))
+
+
+def test_accurate_fit_matches_quadrature_of_the_weighted_model(exact_moments):
+    """Measured: intercept 0.937 against 0.902 (SD 0.311), variance 2.672 against 2.678; unweighted 1.266."""
+    _, fit, mean, sd, variance = exact_moments
+    result = fit.result
+    assert result.node_weights.method == "importance"
+    assert fit.fixef.iloc[0] == pytest.approx(mean, abs=0.2 * sd)
+    assert float(result.weights @ result.covariances[0][:, 0, 0]) == pytest.approx(variance, rel=0.05)
+    assert abs(mean - 1.266) > 1.0 * sd  # (the weights move the posterior)
+
+
+def test_gibbs_matches_quadrature_of_the_weighted_model(exact_moments):
+    """The paper's sampler on the scaled design with margins ``omega`` (:mod:`bayesvm.engines.linear.gibbs`)."""
+    data, _, mean, sd, variance = exact_moments
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ 1 + (1 | g)", data, penalty=1.0, class_weight={"a": 3.0}, method="gibbs",
+                           draws=4000, chains=2, seed=3, progress=False, checks=QUIET)  # fmt: skip
+    draws = fit.result.theta_d[..., 0].ravel()
+    assert draws.mean() == pytest.approx(mean, abs=0.1 * sd)  # measured 0.906 against 0.902
+    assert draws.std() == pytest.approx(sd, rel=0.1)
+    assert float(fit.result.components[0].mean()) == pytest.approx(variance, rel=0.08)
+
+
+def test_balanced_weights_call_the_smaller_class_and_say_so():
+    data = _imbalanced()
+    plain = bayesvm.bsvm("y ~ x1 + x2", data, checks=QUIET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x1 + x2", data, class_weight="balanced")
+    calls = (fit.predict(kind="class") == 1).mean()
+    assert calls > 2 * (plain.predict(kind="class") == 1).mean()
+    assert calls > data["y"].mean()  # (balanced: the smaller class called at least as often as it occurs)
+    text = str(fit.summary())
+    assert "class weights (balanced): 0 0.6048, 1 2.885" in text
+    notes = [f.message for f in plain.diagnostics.findings if f.check == "class_balance"]
+    assert notes and "class_weight='balanced'" in notes[0]
+    assert data.equals(_imbalanced())  # the user's frame unchanged
+
+
+def test_routes_without_weighted_engines_refuse_naming_the_route():
+    data = _imbalanced()
+    for kwargs, words in [
+        (dict(method="svi"), "method='svi'"),
+        (dict(kernel=bayesvm.kernels.RBF()), "a kernel"),
+        (dict(prior=bayesvm.priors.LaplaceZero()), "a selection prior"),
+    ]:
+        with pytest.raises(bayesvm.BayesvmError, match=f"class_weight is not available with {words}"):
+            bayesvm.bsvm("y ~ x1 + x2", data, class_weight="balanced", **kwargs)
+    holed = data.assign(x2=data["x2"].where(data.index % 7 != 0))
+    with pytest.raises(bayesvm.BayesvmError, match="missing='impute'"):
+        bayesvm.bsvm("y ~ x1 + x2", holed, missing="impute", class_weight="balanced")
+    three = data.assign(y=np.where(data["x1"] > 1, "c", np.where(data["y"] == 1, "b", "a")))
+    with pytest.raises(bayesvm.BayesvmError, match="None or 'balanced'"):
+        bayesvm.bsvm("y ~ x1 + x2", three, class_weight={"a": 2.0})
+    with pytest.raises(bayesvm.BayesvmError, match="'maybe', which is not a class"):
+        bayesvm.bsvm("y ~ x1 + x2", data, class_weight={"maybe": 2.0})
+
+
+def test_saved_fit_keeps_its_weights(tmp_path):
+    data = _imbalanced()
+    fit = bayesvm.bsvm("y ~ x1 + x2", data, class_weight={1: 3.0}, checks=QUIET)
+    fit.save(tmp_path / "fit.bsvm")
+    loaded = bayesvm.load(tmp_path / "fit.bsvm")
+    assert loaded.model.class_weights == fit.model.class_weights
+    np.testing.assert_allclose(loaded.problem.weights, fit.problem.weights)
+    pd.testing.assert_series_equal(loaded.predict(data, kind="class"), fit.predict(data, kind="class"))
