@@ -158,8 +158,7 @@ class Fit(ABC):
             (:mod:`bayesvm.results.prediction`; steep and overconfident, kept for comparison; a PCVM's own
             probit likelihood for a PCVM fit); ``"link"``: posterior mean of ``f``.  Without class weights
             ``class == (prob > 0.5)``; with them (``bsvm(class_weight=...)``) the classes follow the weighted fit's
-            sign of ``f`` and the probabilities stay calibrated to the data, so they part where the weights move the
-            decision.
+            sign of ``f`` and the probabilities are the data's, so they part where the weights move the decision.
         include_random
             False predicts at population level (all random effects 0).  No effect without random effects.
         new_levels
@@ -313,7 +312,7 @@ class Fit(ABC):
             raise BayesvmError(f"PSIS leave-one-out cannot calibrate this fit ({why}); use method='crossfit'")
         if newdata is None and method != "crossfit" and why is None:
             predictions = loo.loo_predictions(self, seed=0 if seed is None else seed, folds=folds)
-            self._calibration = fit_calibration_map(predictions, "PSIS leave-one-out")
+            self._calibration = fit_calibration_map(self._with_class_weights(predictions), "PSIS leave-one-out")
             return self._calibration
         if newdata is None:
             from .crossfit import CrossFitError, cross_fitted_predictions
@@ -334,12 +333,21 @@ class Fit(ABC):
             source = f"{predictions['fold'].max() + 1}-fold cross-fitted"
             if "alignment" in predictions.attrs:
                 source += f" ({predictions.attrs['alignment']})"
-            cmap = fit_calibration_map(predictions, source)
+            cmap = fit_calibration_map(self._with_class_weights(predictions), source)
         else:
             rows, dropped = self._scored_rows(newdata)
-            cmap = fit_calibration_map(self._held_out_predictions(rows), "held-out" + _dropped_note(dropped))
+            held_out = self._with_class_weights(self._held_out_predictions(rows))
+            cmap = fit_calibration_map(held_out, "held-out" + _dropped_note(dropped))
         self._calibration = cmap
         return cmap
+
+    def _with_class_weights(self, predictions: pd.DataFrame) -> pd.DataFrame:
+        """The predictions with each row's class weight (column ``weight``) where the fit weighs its classes, so that
+        the map is learned on the weighted classes (:mod:`bayesvm.results.calibration`, class weights)."""
+        weights = getattr(getattr(self, "model", None), "class_weights", None)
+        if weights is None:
+            return predictions
+        return predictions.assign(weight=weights.rows(predictions["y"].to_numpy(float)))
 
     def _scored_rows(self, newdata: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         """``newdata`` for scoring or calibrating, and how many rows were left out: a ``missing="drop"`` fit

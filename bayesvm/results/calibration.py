@@ -33,6 +33,13 @@ positive, so every term of (1) is on the same side of 1/2 as ``m``: ``predict(ki
 of the posterior mean of ``f`` for every fit and engine, and ``prob > 0.5`` agrees with it by construction
 (no intercept, unlike Platt's sigmoid, which is how scikit-learn's ``predict`` and ``predict_proba`` come to
 disagree).
+
+*Class weights.*  A fit whose rows weigh ``omega_y`` by class (:mod:`bayesvm.model.class_weights`) puts its boundary
+where the *weighted* classes balance, so the map is learned with each prediction's probit log-likelihood times its
+row's weight: it is ``P_w(y = +1 | f)`` in the population with class ``y`` counted ``omega_y`` times, where ``f = 0``
+is the even odds that the map's missing intercept assumes.  Bayes' rule takes it back to the data's classes,
+``P = (P_w / omega_+) / (P_w / omega_+ + (1 - P_w) / omega_-)`` (the prior correction of case-control sampling), so
+the probabilities stay calibrated while the classes follow the weighted boundary; they then part at ``1/2``.
 """
 
 from __future__ import annotations
@@ -190,15 +197,22 @@ def probit_probability(
     return out
 
 
-def _negative_log_posterior(theta: np.ndarray, mean, var, new_var, y, prior_sd, knots=None, center=0.0) -> float:
-    """``-log p(y | theta) - log p(theta)`` (the prior's normalising constant included, for the evidence)."""
+def _negative_log_posterior(
+    theta: np.ndarray, mean, var, new_var, y, prior_sd, knots=None, center=0.0, row_weights=None
+) -> float:
+    """``-log p(y | theta) - log p(theta)`` (the prior's normalising constant included, for the evidence); with
+    ``row_weights`` each row's log-likelihood times its weight (module docstring, class weights)."""
     p = probit_probability(mean, var, theta, np.broadcast_to(new_var, mean.shape).astype(float), knots)
-    p = np.clip(np.where(y > 0, p, 1.0 - p), 1e-300, 1.0)
+    log_p = np.log(np.clip(np.where(y > 0, p, 1.0 - p), 1e-300, 1.0))
+    if row_weights is not None:
+        log_p = row_weights * log_p
     prior = 0.5 * np.sum(((theta - center) / prior_sd) ** 2) + np.sum(np.log(np.sqrt(2.0 * np.pi) * prior_sd))
-    return float(-np.log(p).sum() + prior)
+    return float(-log_p.sum() + prior)
 
 
-def _objective_and_gradient(theta: np.ndarray, mean, var, new_var, y, prior_sd, knots=None, center=0.0):
+def _objective_and_gradient(
+    theta: np.ndarray, mean, var, new_var, y, prior_sd, knots=None, center=0.0, row_weights=None
+):
     """:func:`_negative_log_posterior` and its gradient in ``theta`` (for L-BFGS and the Hessian).
 
     Per row ``z = sign g / sqrt(D)``, ``D = 1 + (g / m)^2 (c v + s)`` with the secant slope ``g / m``, so
@@ -226,10 +240,11 @@ def _objective_and_gradient(theta: np.ndarray, mean, var, new_var, y, prior_sd, 
         denominator = 1.0 + slope**2 * (c * var[rows] + new_var[rows])
         z = sign * g / np.sqrt(denominator)
         yz = y[rows] * z
+        weight = 1.0 if row_weights is None else row_weights[rows]
         log_p = np.maximum(log_ndtr(yz), np.log(1e-300))  # (the clip of _negative_log_posterior)
-        value -= float(log_p.sum())
+        value -= float(np.sum(weight * log_p))
         # d(-log p)/dz, with phi(z) / Phi(yz) = exp(log phi(z) - log Phi(yz))
-        d_z = -y[rows] * np.exp(-0.5 * z**2 - 0.5 * np.log(2.0 * np.pi) - log_ndtr(yz))
+        d_z = -weight * y[rows] * np.exp(-0.5 * z**2 - 0.5 * np.log(2.0 * np.pi) - log_ndtr(yz))
         dz_dg = sign * np.where(secant, denominator**-1.5, denominator**-0.5)
         grad[offset : offset + half] += (d_z * dz_dg) @ d_g
         grad[-1] += float(np.sum(d_z * (-0.5) * sign * g * slope**2 * c * var[rows] * denominator**-1.5))
@@ -285,7 +300,11 @@ class CalibrationMap:
         Number of predictions it was learned from.
     predictions
         The out-of-sample predictions it was learned from: columns ``mean``, ``var``, ``new_var``, ``y``
-        (+1/-1) and ``fold`` (-1 for held-out rows); :meth:`BSVMFit.calibration` reports on them.
+        (+1/-1) and ``fold`` (-1 for held-out rows), and ``weight`` for a class-weighted fit;
+        :meth:`BSVMFit.calibration` reports on them.
+    class_weights
+        ``(omega_-, omega_+)`` of a class-weighted fit: the map is learned weighted and its probabilities are
+        taken back to the data's classes (module docstring); None without class weights.
     """
 
     maps: list[MapPosterior]
@@ -293,6 +312,7 @@ class CalibrationMap:
     source: str
     n: int
     predictions: pd.DataFrame = field(repr=False, default=None)
+    class_weights: tuple[float, float] | None = None
 
     def _linear(self) -> MapPosterior:
         return next(m for m in self.maps if m.family == "linear")
@@ -348,14 +368,22 @@ def _center(family: str, n_knots: int, scale_center: tuple[float, float]) -> np.
 
 
 def _fit_family(
-    family: str, mean, var, new_var, y, start: np.ndarray | None, knots=None, scale_center=(0.0, 0.0)
+    family: str,
+    mean,
+    var,
+    new_var,
+    y,
+    start: np.ndarray | None,
+    knots=None,
+    scale_center=(0.0, 0.0),
+    row_weights=None,
 ) -> MapPosterior | None:
     n_knots = KNOTS.size if knots is None else knots.shape[-1]
     prior_sd = _prior_sd(family, n_knots)
     center = _center(family, n_knots, scale_center)
 
     def objective(theta):
-        return _objective_and_gradient(theta, mean, var, new_var, y, prior_sd, knots, center)
+        return _objective_and_gradient(theta, mean, var, new_var, y, prior_sd, knots, center, row_weights)
 
     x0 = center.copy() if start is None else start
     theta = minimize(objective, x0, method="L-BFGS-B", jac=True).x
@@ -369,10 +397,21 @@ def _fit_family(
     return MapPosterior(family, theta, cho_solve(factor, np.eye(theta.size)), float(evidence), knots)
 
 
-def prior_map(source: str = "prior only (too few rows to learn from)", predictions=None) -> CalibrationMap:
+def prior_map(
+    source: str = "prior only (too few rows to learn from)", predictions=None, class_weights=None
+) -> CalibrationMap:
     """The calibration prior's linear map: ``a = c = 1`` with the prior's spread (nothing learned)."""
     linear = MapPosterior("linear", np.zeros(3), np.diag(_prior_sd("linear") ** 2), 0.0)
-    return CalibrationMap([linear], np.ones(1), source, 0, predictions)
+    return CalibrationMap([linear], np.ones(1), source, 0, predictions, class_weights)
+
+
+def class_weights_of(predictions: pd.DataFrame) -> tuple[float, float] | None:
+    """``(omega_-, omega_+)`` from the predictions' ``weight`` column (None without one, or where a class has no
+    row to say its weight: then 1)."""
+    if "weight" not in predictions:
+        return None
+    y, weight = predictions["y"].to_numpy(float), predictions["weight"].to_numpy(float)
+    return tuple(float(weight[y == side][0]) if np.any(y == side) else 1.0 for side in (-1.0, 1.0))
 
 
 def _stratified_subset(predictions: pd.DataFrame, size: int) -> pd.DataFrame:
@@ -408,20 +447,23 @@ def fit_calibration_map(predictions: pd.DataFrame, source: str) -> CalibrationMa
     var = np.maximum(predictions["var"].to_numpy(float), 0.0)
     new_var = predictions["new_var"].to_numpy(float)
     y = predictions["y"].to_numpy(float)
+    class_weights = class_weights_of(predictions)
+    row_weights = None if class_weights is None else predictions["weight"].to_numpy(float)
     scale_center = decision_scale_center(mean)
-    linear = _fit_family("linear", mean, var, new_var, y, None, scale_center=scale_center)
+    linear = _fit_family("linear", mean, var, new_var, y, None, scale_center=scale_center, row_weights=row_weights)
     if linear is None:  # no curvature at the optimum: the prior alone
-        return prior_map(f"{source} (no information in {y.size} predictions)", predictions)
+        return prior_map(f"{source} (no information in {y.size} predictions)", predictions, class_weights)
     maps = [linear]
     for family, knots in (("flexible", None), ("adaptive", adaptive_knots(mean))):
         if family == "adaptive" and knots is None:
             continue
         steps = np.zeros(KNOTS.size if knots is None else knots.shape[-1])
         start = np.r_[linear.mode[0], steps, linear.mode[1], steps, linear.mode[2]]
-        maps += [m for m in [_fit_family(family, mean, var, new_var, y, start, knots, scale_center)] if m is not None]
+        fitted = _fit_family(family, mean, var, new_var, y, start, knots, scale_center, row_weights)
+        maps += [m for m in [fitted] if m is not None]
     evidence = np.array([m.log_evidence for m in maps])
     weights = np.exp(evidence - evidence.max())
-    return CalibrationMap(maps, weights / weights.sum(), source, int(y.size), predictions)
+    return CalibrationMap(maps, weights / weights.sum(), source, int(y.size), predictions, class_weights)
 
 
 def calibrated_probability(
@@ -459,7 +501,12 @@ def calibrated_probability(
         out += weight * np.mean([probit_probability(mean, var, theta, new_var, knots) for theta in draws], axis=0)
     # keep the class exact where rounding meets 1/2 (a posterior mean of f within ~1e-16 of 0)
     above = np.nextafter(0.5, 1.0)
-    return np.where(mean > 0, np.clip(out, above, 1.0), np.clip(out, 0.0, 0.5))
+    out = np.where(mean > 0, np.clip(out, above, 1.0), np.clip(out, 0.0, 0.5))
+    class_weights = getattr(cmap, "class_weights", None)  # (maps saved before class weights have none)
+    if class_weights is None:
+        return out
+    negative, positive = class_weights  # Bayes' rule back to the data's classes (module docstring)
+    return (out / positive) / (out / positive + (1.0 - out) / negative)
 
 
 # ----- reporting ----------------------------------------------------------------------------------------

@@ -415,8 +415,8 @@ def _class_weight_text(model) -> str:
     if weights is None:
         return ""
     return (
-        f" Weights: {weights.describe()}; the decisions (sign of f) move toward the heavier class, probabilities are "
-        "calibrated on the true classes"
+        f" Weights: {weights.describe()}; the decisions (sign of f) move toward the heavier class, the calibrated "
+        "probabilities are the data's (the map is learned on the weighted classes and taken back by Bayes' rule)"
     )
 
 
