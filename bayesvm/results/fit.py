@@ -81,9 +81,11 @@ class BSVMFit(Fit):
         if self.model.design.X.shape[0] != self.model.design.n:
             raise BayesvmError("check_vb() needs the training rows in memory; this fit streamed out-of-core data")
         if self.result.z_cov is not None or self.result.imputation is not None:
-            raise BayesvmError(
-                "check_vb() does not cover missing='impute' fits (their posterior includes the imputed values)"
-            )
+            from .imputation_check import covers
+
+            reason = covers(self)
+            if reason is not None:
+                raise BayesvmError(f"check_vb(): {reason}")
         if self.model.prior is not None:
             raise BayesvmError(
                 "check_vb() checks q against the pseudo-posterior of the normal-prior models; compare a selection "

@@ -14,6 +14,7 @@ from ..engines.linear.ep import accurate_failure
 from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE
 from ..priors import LaplaceZero, Lasso, SpikeSlab
+from .imputation_check import covers as imputation_covers
 from .summary_checks import SELECTION_EP_CAVEAT, checks_section
 from .vb_check import VBCheck, not_run_by_itself
 
@@ -289,6 +290,8 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
             info["probes_hint"] = fit.result.schur_columns
     if fit.posterior.kind in ("variational", "mixture"):
         info["psis"] = _vb_check(fit)
+    elif fit.method == "vb" and getattr(fit.result, "imputation", None) is not None:  # multiple imputation's VB
+        info["psis"] = imputation_covers(fit)
     info["vb_note"] = fit.vb_note
     info["identifiability"] = [(f.check, f.action, f.message) for f in fit.diagnostics.findings]
     info["calibration"] = None if fit._calibration is None else fit._calibration.describe()

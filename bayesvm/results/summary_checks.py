@@ -169,9 +169,10 @@ def _approximation_checks(info: dict) -> list[str]:
     if check.marginal_khat is None:
         out.append(
             _khat_verdict(
-                "fixed effects", check.khat, draws, "fit.check_vb().fixef", moved=check.moved, suspects=check.suspects
+                "fixed effects", check.khat, draws, "fit.check_vb().fixef", detail=check.detail, moved=check.moved,
+                suspects=check.suspects, remedy=check.remedy,
             )
-        )
+        )  # fmt: skip
         return out
     out.append(
         _khat_verdict(
@@ -196,7 +197,14 @@ def _approximation_checks(info: dict) -> list[str]:
 
 
 def _khat_verdict(
-    what: str, khat: float, draws: str, corrected: str, detail: str = "", moved=None, suspects: tuple[str, ...] = ()
+    what: str,
+    khat: float,
+    draws: str,
+    corrected: str,
+    detail: str = "",
+    moved=None,
+    suspects: tuple[str, ...] = (),
+    remedy: str = "method='gibbs'",
 ) -> str:
     detail = f"; {detail}" if detail else ""
     if khat <= KHAT_LIMIT and moved is not None:  # (vb_check.SHIFT_LIMIT) the table's means are off by that much
@@ -206,7 +214,7 @@ def _khat_verdict(
             what,
             f"importance weighting moves {name!r} by {abs(shift):.1f} of q's posterior SDs ({q_mean:.4g} -> "
             f"{weighted:.4g}; PSIS k-hat = {khat:.2f}, {draws}{detail}): the table's means are off by that much; "
-            f"report the importance-weighted estimates ({corrected}) or refit with method='gibbs'",
+            f"report the importance-weighted estimates ({corrected}) or refit with {remedy}",
         )
     if khat <= KHAT_GOOD:
         return _verdict("OK", what, f"q matches the exact posterior (PSIS k-hat = {khat:.2f} <= 0.5, {draws}{detail})")
@@ -221,8 +229,7 @@ def _khat_verdict(
     return _verdict(
         "FAIL",
         what,
-        f"q is far from the posterior (k-hat = {khat:.2f} > 0.7, {draws}{detail}): unreliable{where}; use "
-        "method='gibbs'",
+        f"q is far from the posterior (k-hat = {khat:.2f} > 0.7, {draws}{detail}): unreliable{where}; use {remedy}",
     )
 
 

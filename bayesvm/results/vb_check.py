@@ -23,6 +23,8 @@ from ..checks.findings import IDENTIFIED_FINDINGS
 from ..engines.joint import log_prior, log_pseudo_likelihood
 from ..errors import ApproximationWarning, BayesvmError
 from ..model import PENALTY_SOURCE
+from .imputation_check import covers as imputation_covers
+from .imputation_check import imputed_log_ratios
 from .marginal_check import cell_draws, integrable_component, marginal_log_ratios
 from .psis import psis
 from .psis_correction import ThetaMoments, correct_fixed, theta_moments
@@ -94,6 +96,10 @@ class VBCheck:
     #: plain and weighted moments of the governing draws' coefficients (model scale), for
     #: :mod:`bayesvm.results.psis_correction`; None when the governing k-hat exceeds 0.7
     theta_moments: ThetaMoments | None = None
+    #: what the target integrates out exactly beyond the augmentation (e.g. a joint-imputation fit's missing values)
+    detail: str = ""
+    #: the fit that samples this model exactly, as the advice names it
+    remedy: str = "method='gibbs'"
 
     def largest_shift(self) -> tuple[str, float, float, float] | None:
         """``(parameter, shift in q's SDs, q's mean, weighted mean)`` of the reported parameter whose mean the
@@ -126,7 +132,7 @@ class VBCheck:
                 "dimension); compare with method='gibbs' before reporting"
             )
         if khat > KHAT_LIMIT:
-            return "unreliable: q is far from the posterior (k-hat > 0.7); use method='gibbs'"
+            return f"unreliable: q is far from the posterior (k-hat > 0.7); use {self.remedy}"
         if self.moved is not None:
             name, shift, _, _ = self.moved
             return f"usable: prefer the importance-weighted estimates ({name!r} moves by {abs(shift):.1f} of q's SDs)"
@@ -141,8 +147,12 @@ def not_run_by_itself(fit) -> str | None:
     by itself up to :data:`AUTO_CHECK_MAX_VALUES` rows x draws."""
     if fit.model.design.X.shape[0] != fit.model.design.n:
         return "no PSIS check for out-of-core data (the check needs every training row in memory)"
-    if fit.result.z_cov is not None or fit.result.include is not None or fit.model.prior is not None:
-        return "no PSIS check for imputation or selection fits (compare with method='gibbs')"
+    if fit.result.include is not None or fit.model.prior is not None:
+        return "no PSIS check for selection fits (compare with method='gibbs')"
+    if fit.result.z_cov is not None or getattr(fit.result, "imputation", None) is not None:
+        reason = imputation_covers(fit)
+        if reason is not None:
+            return reason
     n = fit.model.design.n
     if n * FIRST_LOOK_DRAWS > AUTO_CHECK_MAX_VALUES:
         return f"run fit.check_vb() for a PSIS diagnostic (not run automatically for {n} rows)"
@@ -207,7 +217,7 @@ def check_warning(check: VBCheck) -> str | None:
         )
         return (
             f"PSIS k-hat{which} = {check.governing_khat:.2f} > {KHAT_LIMIT}: the VB approximation is unreliable for "
-            f"this model and data{where}; use method='gibbs' for inference"
+            f"this model and data{where}; use {check.remedy} for inference"
         )
     if check.moved is not None:
         name, shift, q_mean, weighted = check.moved
@@ -215,7 +225,7 @@ def check_warning(check: VBCheck) -> str | None:
         return (
             f"importance weighting moves {name!r} by {abs(shift):.1f} of the VB posterior's SDs ({q_mean:.4g} -> "
             f"{weighted:.4g}; PSIS k-hat {check.governing_khat:.2f}): the VB means are off by that much; report "
-            f"fit.check_vb().{table} or use method='gibbs'"
+            f"fit.check_vb().{table} or use {check.remedy}"
         )
     return None
 
@@ -289,12 +299,14 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
     """
     rng = np.random.default_rng(seed)
     first = FIRST_LOOK_DRAWS if draws is None else int(draws)
-    log_ratios, theta_d, coefficients = _joint_draws(fit, rng, first)
+    imputed = fit.result.z_cov is not None  # (a joint-imputation fit: its missing values integrated out)
+    sample = _imputed_draws if imputed else _joint_draws
+    log_ratios, theta_d, coefficients = sample(fit, rng, first)
     marginal = _marginal_draws(fit, rng, first) if integrable_component(fit.problem) is not None else None
     log_weights, khat = psis(log_ratios)
     marginal_psis = None if marginal is None else psis(marginal[0])
     if draws is None and marginal is None and near_threshold(khat):
-        more = _joint_draws(fit, rng, SECOND_LOOK_DRAWS - first)
+        more = sample(fit, rng, SECOND_LOOK_DRAWS - first)
         log_ratios, theta_d = np.concatenate([log_ratios, more[0]]), np.vstack([theta_d, more[1]])
         log_weights, khat = psis(log_ratios)
     elif draws is None and marginal is not None and near_threshold(marginal_psis[1]):
@@ -326,6 +338,8 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
         marginal_khat=marginal_khat, marginal=marginal_table, log_evidence=evidence,
         shift=shift if governing <= KHAT_LIMIT else None, suspects=suspects, joint_only=joint_only,
         theta_moments=moments if governing <= KHAT_LIMIT else None,
+        detail="imputed values integrated out exactly" if imputed else "",
+        remedy="method='gibbs', imputation='joint' (this model, sampled)" if imputed else "method='gibbs'",
     )  # fmt: skip
 
 
@@ -364,6 +378,12 @@ def _joint_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray,
         thetas.append(theta_d)
         coefficients = theta_d.shape[1] + int(np.prod(theta_b.shape[1:]))
     return np.concatenate(ratios), np.vstack(thetas), coefficients
+
+
+def _imputed_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`bayesvm.results.imputation_check.imputed_log_ratios` in batches of :data:`BATCH_DRAWS`."""
+    parts = [imputed_log_ratios(fit, rng, size, _mean_field_proposal) for size in _batches(draws)]
+    return np.concatenate([p[0] for p in parts]), np.vstack([p[1] for p in parts]), parts[0][2]
 
 
 def _marginal_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
