@@ -111,7 +111,7 @@ def check_imputation(model, method: str, vb: str, imputation: str, imputations: 
 
 #: The routes whose engines weigh rows by class (:mod:`bayesvm.model.class_weights`): ``method`` values of a linear
 #: or mixed model held in memory, without a selection prior or imputed predictors.
-CLASS_WEIGHT_METHODS = ("vb", "em", "gibbs")
+CLASS_WEIGHT_METHODS = ("vb", "em", "gibbs", "svi")
 
 
 def check_class_weight(class_weight: object, method: str, *, kernel: bool, prior: bool, streamed: bool) -> None:

@@ -142,8 +142,8 @@ def bsvm(
         ``prod_i exp(-2 omega_i max(0, 1 - y_i f_i))`` (:mod:`bayesvm.model.class_weights`): the decisions (the sign
         of ``f``) move toward the heavier class; ``predict(kind="prob")`` stays the data's probability (the map is
         learned on the weighted classes and taken back by Bayes' rule, :mod:`bayesvm.results.calibration`).
-        Mean-field and accurate VB, EM/ECME and Gibbs, for linear and mixed models held in memory without imputed
-        predictors or a selection prior; with more than two classes, ``"balanced"`` only.
+        Mean-field and accurate VB, EM/ECME, Gibbs and SVI, for linear and mixed models held in memory without
+        imputed predictors, a kernel or a selection prior; with more than two classes, ``"balanced"`` only.
     seed
         Seeds the Gibbs chains' ``SeedSequence``, k-means and minibatches of kernel fits, SVI and the
         probes; ``None`` draws fresh entropy.

@@ -25,6 +25,10 @@ too leaves only slowly.  ``q(sigma_u^2)`` is a function of
 ``q(beta)`` alone, so it gets its exact coordinate update after every step (Alg. 2 step 4; each component alike).  Memory and
 time per step are ``O(s p + p^3)``, independent of ``n``: the data can be streamed (``batches``).
 The stopping rule is the moving window of :mod:`bayesvm.engines.kernel.svi` on a fixed monitor set.
+
+Class weights ``omega_i`` (:mod:`bayesvm.model.class_weights`) multiply each row's terms of the target and of the
+bound, as in batch VB (:func:`~bayesvm.engines.linear.vb.row_terms`); the minibatches carry each row's response as
+``y_i omega_i`` (its sign the class, its size the weight), so in-memory batches need no second array.
 """
 
 from __future__ import annotations
@@ -40,7 +44,15 @@ from ...model.problems import VBProblem
 from ..augmentation import data_lower_bound, update_chi
 from ..batches import PartitionBatches
 from ..kernel.svi import StepSize, WindowRule, natural_vector, validate_learning_rate
-from .vb import VBResult, initial_component, lower_bound, prior_precisions, second_moments, update_component
+from .vb import (
+    VBResult,
+    initial_component,
+    lower_bound,
+    prior_precisions,
+    row_terms,
+    second_moments,
+    update_component,
+)
 
 #: Delay ``tau`` of the Robbins-Monro step ``(t + tau)^-kappa`` (module docstring).
 STEP_DELAY = 20.0
@@ -82,7 +94,11 @@ def fit_linear_svi(
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
-    batches = PartitionBatches.in_memory(problem.D, problem.y, batch_size, rng) if batches is None else batches(rng)
+    if batches is None:  # (responses signed by class and sized by class weight: module docstring)
+        signed = problem.y if problem.weights is None else problem.y * problem.weights
+        batches = PartitionBatches.in_memory(problem.D, signed, batch_size, rng)
+    else:
+        batches = batches(rng)
     n, p = batches.n, problem.D.shape[1]
     components = [initial_component(c) for c in problem.components]  # Alg. 2's start (module docstring)
 
@@ -97,24 +113,31 @@ def fit_linear_svi(
     estimates: list[float] = []
     checks: list[float] = []
 
-    def local(Ds, ys):
+    def classes(signed):
+        """``(y, omega)`` of the rows from their signed responses (``omega`` None without class weights)."""
+        return (signed, None) if problem.weights is None else (np.sign(signed), np.abs(signed))
+
+    def local(Ds, signed):
         """``E f_i``, ``E(1 - y_i f_i)^2`` and the optimal ``chi_i`` of the rows under the current ``q(theta)``."""
         mean_f, var_f = theta.predictor(Ds, None, None)  # BLAS products (an einsum over i, j, k was 40x slower)
-        e = (1.0 - ys * mean_f) ** 2 + var_f
+        e = (1.0 - classes(signed)[0] * mean_f) ** 2 + var_f
         return mean_f, e, update_chi(e)
 
-    def bound(Ds, ys, scale, rows=None):
-        mean_f, e, chi = local(Ds, ys) if rows is None else rows
+    def bound(Ds, signed, scale, rows=None):
+        mean_f, e, chi = local(Ds, signed) if rows is None else rows
+        ys, weights = classes(signed)
         seconds = [second_moments(c, theta) for c in problem.components]
-        whole = lower_bound(problem, ys, theta, mean_f, e, chi, components, seconds)
-        return whole + (scale - 1.0) * data_lower_bound(ys, mean_f, e, chi)
+        whole = lower_bound(problem, ys, theta, mean_f, e, chi, components, seconds, weights)
+        return whole + (scale - 1.0) * data_lower_bound(ys, mean_f, e, chi, weights)
 
     started = False  # before the first step, E[1/a_i] = 1 (Alg. 2's start), not the optimum under the prior q(theta)
 
-    def target(Ds, ys, rows=None):
-        w = 1.0 / np.sqrt((local(Ds, ys) if rows is None else rows)[2]) if started else np.ones(ys.size)
-        scale = n / ys.size
-        return prior_precision(components) + scale * (Ds * w[:, None]).T @ Ds, scale * Ds.T @ (ys * (1.0 + w))
+    def target(Ds, signed, rows=None):
+        w = 1.0 / np.sqrt((local(Ds, signed) if rows is None else rows)[2]) if started else np.ones(signed.size)
+        ys, weights = classes(signed)
+        w, rhs = row_terms(ys, w, weights)
+        scale = n / signed.size
+        return prior_precision(components) + scale * (Ds * w[:, None]).T @ Ds, scale * Ds.T @ rhs
 
     if rule == "adaptive":
         primes = []
