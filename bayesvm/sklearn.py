@@ -81,7 +81,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         As ``SVC(class_weight=...)``: each row's hinge loss counted its class's weight
         (``sklearn.utils.class_weight.compute_class_weight``; ``"balanced"`` is ``n / (n_classes n_k)``).  Two
         classes: one fit with both weights; one-vs-rest: class ``k``'s fit weighs ``k`` by its weight and the rest by
-        1, as liblinear's one-vs-rest does.  ``method`` ``"vb"``, ``"em"``, ``"gibbs"`` or ``"svi"`` without a kernel (:func:`bayesvm.bsvm`).
+        1, as liblinear's one-vs-rest does.  Without a kernel or a selection prior (:func:`bayesvm.bsvm`).
 
     Attributes
     ----------
