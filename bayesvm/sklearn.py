@@ -9,8 +9,8 @@ scikit-learn classifier: arrays or frames in, ``classes_`` in sorted order, ``pr
 Multiclass problems are fitted one-vs-rest: one binary Bayesian SVM per class, class ``k``
 against the rest.  ``predict_proba`` normalises the per-class posterior predictive
 probabilities ``P(y = k | x)`` of the binary fits to sum to one, and ``predict`` takes their
-argmax, so the two always agree.  ``decision_function`` returns the binary fits' posterior
-mean linear predictors.
+argmax, so the two always agree (with ``class_weight`` the weights act on ``predict`` alone:
+:meth:`BayesianSVC.predict`).  ``decision_function`` returns the binary fits' posterior mean linear predictors.
 """
 
 from __future__ import annotations
@@ -274,12 +274,18 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         """The class with the largest ``predict_proba``.
 
         For two classes that is ``P(classes_[1]) > 0.5``, i.e. the sign of the posterior mean of ``f``
-        (:mod:`bayesvm.results.calibration`), computed without the probabilities (no calibration needed).
+        (:mod:`bayesvm.results.calibration`), computed without the probabilities (no calibration needed).  With
+        ``class_weight`` the weights act on the decisions and the probabilities stay the data's: two classes, the
+        weighted fit's sign of ``f``; one-vs-rest, the class whose fit against the rest has the largest posterior mean
+        of ``f`` (liblinear's one-vs-rest rule).
         """
         frame = self._check(X)
         fits = self._fits()
         if len(fits) == 1:
             return self.classes_[(fits[0].predict(frame, kind="link").to_numpy() > 0).astype(int)]
+        if getattr(self, "class_weight", None) is not None:
+            links = np.column_stack([fit.predict(frame, kind="link").to_numpy() for fit in fits])
+            return self.classes_[np.argmax(links, axis=1)]
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 

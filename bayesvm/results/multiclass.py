@@ -48,8 +48,10 @@ class MulticlassFit:
         return pd.DataFrame({label: fit.fixef for label, fit in zip(self.classes, self.fits)})
 
     def predict(self, newdata: pd.DataFrame | None = None, kind: str = "class", include_random: bool = True):
-        """``"class"``: the most probable class (a Series); ``"prob"``: each class's probability, normalised over the
-        classes (a frame, one column per class); ``"link"``: each binary fit's decision value ``f`` (a frame)."""
+        """``"class"``: the most probable class (a Series; with class weights, the class whose fit against the rest
+        has the largest decision value, as liblinear's one-vs-rest decides); ``"prob"``: each class's probability,
+        normalised over the classes (a frame, one column per class); ``"link"``: each binary fit's decision value
+        ``f`` (a frame)."""
         if kind not in MULTICLASS_KINDS:
             raise BayesvmError(f"kind must be one of {MULTICLASS_KINDS} for a fit of several classes, got {kind!r}")
         include_random = as_flag(include_random, "include_random")
@@ -59,7 +61,10 @@ class MulticlassFit:
         prob = prob.div(prob.sum(axis=1), axis=0)
         if kind == "prob":
             return prob
-        labels = np.asarray(self.classes, dtype=object)[np.argmax(prob.to_numpy(), axis=1)]
+        # with class weights the weights act on the decisions (the probabilities stay the data's): the largest f
+        weighted = any(getattr(fit.model, "class_weights", None) is not None for fit in self.fits)
+        scores = self._columns(newdata, "link", include_random) if weighted else prob
+        labels = np.asarray(self.classes, dtype=object)[np.argmax(scores.to_numpy(), axis=1)]
         return pd.Series(labels, index=prob.index, name=self.response)
 
     def _columns(self, newdata, kind: str, include_random: bool) -> pd.DataFrame:
