@@ -24,7 +24,6 @@ it a joint check over all their coefficients, judged as such).
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from ..engines.joint import LogPrior
 from ..engines.linear.ep import tilted_moments
@@ -109,6 +108,8 @@ def imputed_log_ratios(fit, rng: np.random.Generator, draws: int, proposal) -> t
     """``(log p - log q, theta_d draws, coefficients)`` of ``draws`` draws from q's marginal over
     ``(theta, components, mu, Sigma)``; ``proposal(fit, rng, draws)`` gives q's draws of ``theta`` and the components
     with their ``log q`` (:func:`bayesvm.results.vb_check`'s mean-field proposal)."""
+    from scipy import stats  # (imported here: a default fit's path never loads scipy.stats)
+
     problem = fit.model.imputation_problem("joint")
     base, result = problem.base, fit.result
     theta_d, theta_b, covs, log_q = proposal(fit, rng, draws)
