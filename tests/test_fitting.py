@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -180,3 +182,19 @@ def test_laplace_zero_defaults_to_ep_with_few_slopes(monkeypatch):
     assert "Alg. 3" in str(fallen.summary()) and fallen.vb_note.endswith("selection model; fell back")
     with pytest.raises(AccurateFitError):
         bayesvm.bsvm("y ~ .", few, prior=LaplaceZero(), vb="accurate")
+
+
+def test_a_default_fit_does_not_load_scipy_stats():
+    """A default fit, its summary and its probabilities run without ``scipy.stats`` (a second of imports on a fresh
+    process): checks that need it import it where they run."""
+    code = (
+        "import sys, numpy as np, pandas as pd, bayesvm\n"
+        "rng = np.random.default_rng(1); g = np.repeat(np.arange(40), 5); x = rng.normal(size=200)\n"
+        "y = (x + rng.normal(size=40)[g] + rng.logistic(size=200) > 0).astype(int)\n"
+        "fit = bayesvm.bsvm('y ~ x + (1 | g)', pd.DataFrame({'y': y, 'x': x, 'g': g}))\n"
+        "str(fit.summary())\n"
+        "print('scipy.stats' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
