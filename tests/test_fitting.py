@@ -192,7 +192,7 @@ def test_a_default_fit_does_not_load_scipy_stats():
         "rng = np.random.default_rng(1); g = np.repeat(np.arange(40), 5); x = rng.normal(size=200)\n"
         "y = (x + rng.normal(size=40)[g] + rng.logistic(size=200) > 0).astype(int)\n"
         "fit = bayesvm.bsvm('y ~ x + (1 | g)', pd.DataFrame({'y': y, 'x': x, 'g': g}))\n"
-        "str(fit.summary())\n"
+        "str(fit.summary()); fit.predict(kind='prob'); fit.predict_interval()\n"
         "print('scipy.stats' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
