@@ -110,7 +110,7 @@ def check_imputation(model, method: str, vb: str, imputation: str, imputations: 
 
 
 #: The routes whose engines weigh rows by class (:mod:`bayesvm.model.class_weights`): ``method`` values of a linear
-#: or mixed model held in memory, without a selection prior or imputed predictors.
+#: or mixed model held in memory (imputed predictors included), without a kernel or a selection prior.
 CLASS_WEIGHT_METHODS = ("vb", "em", "gibbs", "svi")
 
 
@@ -133,13 +133,4 @@ def check_class_weight(class_weight: object, method: str, *, kernel: bool, prior
             f"{CLASS_WEIGHT_METHODS} for linear and mixed models in memory. For unequal classes there, predict with "
             "kind='class' and a threshold on the calibrated probability (fit.predict(newdata, kind='class', "
             "threshold=...))"
-        )
-
-
-def check_class_weight_imputation(model) -> None:
-    """Refuse class weights with imputed predictors (the imputation engines do not weigh rows)."""
-    if model.class_weights is not None and model.design.imputation is not None:
-        raise BayesvmError(
-            "class_weight is not available with missing='impute' (the imputation engines do not weigh rows): use "
-            "missing='drop', or predict with kind='class' and a threshold on the calibrated probability"
         )

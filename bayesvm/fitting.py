@@ -20,7 +20,6 @@ from .combinations import (
     METHODS,
     check_checks,
     check_class_weight,
-    check_class_weight_imputation,
     check_imputation,
     check_prior_method,
     check_probes,
@@ -142,8 +141,9 @@ def bsvm(
         ``prod_i exp(-2 omega_i max(0, 1 - y_i f_i))`` (:mod:`bayesvm.model.class_weights`): the decisions (the sign
         of ``f``) move toward the heavier class; ``predict(kind="prob")`` stays the data's probability (the map is
         learned on the weighted classes and taken back by Bayes' rule, :mod:`bayesvm.results.calibration`).
-        Mean-field and accurate VB, EM/ECME, Gibbs and SVI, for linear and mixed models held in memory without
-        imputed predictors, a kernel or a selection prior; with more than two classes, ``"balanced"`` only.
+        Mean-field and accurate VB, EM/ECME, Gibbs and SVI, for linear and mixed models held in memory (imputed
+        predictors included), without a kernel or a selection prior; with more than two classes, ``"balanced"``
+        only.
     seed
         Seeds the Gibbs chains' ``SeedSequence``, k-means and minibatches of kernel fits, SVI and the
         probes; ``None`` draws fresh entropy.
@@ -263,7 +263,6 @@ def bsvm(
     model = build_model(
         design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized, class_weight=class_weight
     )
-    check_class_weight_imputation(model)
     diagnostics = check_identifiability(model, checks)
     diagnostics.enforce()
     fit = _fit_linear(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engines.joint import LogPrior
-from ..engines.linear.ep import tilted_moments
+from ..engines.linear.ep import weighted_tilted_moments
 from ..model.problems import ImputationProblem
 
 LOG_2PI = float(np.log(2.0 * np.pi))
@@ -59,7 +59,7 @@ def imputed_log_likelihoods(
     pattern's sufficient statistics and the conditionals of all draws by small batched solves; one tilted normaliser
     per row and draw."""
     base, cols = problem.base, np.asarray(problem.columns)
-    y, z = base.y, problem.z
+    y, z, weights = base.y, problem.z, base.weights  # (class weights: each row's hinge times omega_i)
     D = np.asarray(base.D)
     b = problem.gamma * theta_d[:, cols]  # (S, V)
     rest = theta_d @ D.T - theta_d[:, cols] @ D[:, cols].T + (theta_d[:, cols] @ problem.alpha)[:, None]  # (S, n)
@@ -81,7 +81,8 @@ def imputed_log_likelihoods(
             quadratic = np.trace(np.linalg.solve(sigma_oo, scatter), axis1=1, axis2=2)
             total += -0.5 * quadratic - 0.5 * m * (log_det + seen.sum() * LOG_2PI)
         if not hidden.any():
-            total += -2.0 * np.sum(np.maximum(0.0, 1.0 - y[rows] * mean_f), axis=1)
+            hinge = np.maximum(0.0, 1.0 - y[rows] * mean_f)
+            total += -2.0 * np.sum(hinge if weights is None else weights[rows] * hinge, axis=1)
             continue
         b_hidden = b[:, hidden]
         if seen.any():  # E[z_M | z_O]' b_M = mu_M' b_M + (z_O - mu_O)' Sigma_OO^{-1} Sigma_OM b_M
@@ -95,10 +96,11 @@ def imputed_log_likelihoods(
             cond_cov = sigma[:, hidden][:, :, hidden]
         var_f = np.maximum(np.einsum("sm,sml,sl->s", b_hidden, cond_cov, b_hidden), 1e-300)
         shape = mean_f.shape
-        log_z, _, _ = tilted_moments(
+        log_z, _, _ = weighted_tilted_moments(
             np.broadcast_to(y[rows], shape).ravel(),
             (mean_f + shift).ravel(),
             np.broadcast_to(var_f[:, None], shape).ravel(),
+            None if weights is None else np.broadcast_to(weights[rows], shape).ravel(),
         )
         total += log_z.reshape(shape).sum(axis=1)
     return total

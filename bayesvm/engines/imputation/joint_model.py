@@ -62,6 +62,7 @@ from ..linear.vb import (
     initial_component,
     lower_bound,
     prior_precisions,
+    row_terms,
     second_moments,
     update_component,
 )
@@ -90,13 +91,15 @@ class ImputedVBResult(VBResult):
         return self.z_mean, sd, self.mu_mean, sigma
 
 
-def _conditional(lam, h, Ebb, Eb, Erb, w, y, z, rows, mis):
-    """``P_i`` and ``l_i`` of ``z_{i,M}`` for the rows of one pattern (vectorised over rows)."""
+def _conditional(lam, h, Ebb, Eb, Erb, w, rhs, z, rows, mis):
+    """``P_i`` and ``l_i`` of ``z_{i,M}`` for the rows of one pattern (vectorised over rows); ``w`` and ``rhs`` are the
+    rows' weights ``w_i`` and linear terms ``y_i (1 + w_i)`` of :func:`~bayesvm.engines.linear.vb.row_terms` (each
+    times the row's class weight where there are class weights)."""
     obs = ~mis
     P = lam[np.ix_(mis, mis)][None] + w[rows, None, None] * Ebb[np.ix_(mis, mis)][None]
     zo = z[np.ix_(rows, obs)]
     lin = h[mis][None] - zo @ lam[np.ix_(mis, obs)].T
-    lin = lin + (y[rows] * (1.0 + w[rows]))[:, None] * Eb[mis][None]
+    lin = lin + rhs[rows][:, None] * Eb[mis][None]
     lin = lin - w[rows, None] * (Erb[:, mis] + zo @ Ebb[np.ix_(mis, obs)].T)
     return P, lin
 
@@ -130,14 +133,14 @@ def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBR
     decreases: list[int] = []
     converged = False
     for it in range(max_iter):
-        w = inverse_a_mean(chi)
+        w, rhs = row_terms(y, inverse_a_mean(chi), base.weights)  # (class weights: each row's terms times omega_i)
         lam = sigma_df * np.linalg.inv(psi_q)
         # q(theta): rows at E[z]; precision + sum_i w_i Cov(c_i)
         D = prob.design(z)
         prior_dd, prior_b = prior_precisions(base, [c.expected_precision() for c in components])
         extra = np.einsum("i,ijk->jk", w[mis_rows], z_cov[mis_rows]) * np.outer(gamma, gamma)
         prior_dd[np.ix_(K, K)] += extra
-        theta = gaussian_posterior(D, w, y * (1.0 + w), prior_dd, blocked, prior_b)
+        theta = gaussian_posterior(D, w, rhs, prior_dd, blocked, prior_b)
         # q(z_{i,M})
         Eb = gamma * theta.mean_d[K]
         Ebb = np.outer(gamma, gamma) * (theta.cov_d[np.ix_(K, K)] + np.outer(theta.mean_d[K], theta.mean_d[K]))
@@ -155,7 +158,7 @@ def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBR
             Erb_all[mis_rows] = mean_r[:, None] * Eb[None] + cov_rb
             h = lam @ mu_mean
             for rows, mis in patterns:
-                P, lin = _conditional(lam, h, Ebb, Eb, Erb_all[rows], w, y, z, rows, mis)
+                P, lin = _conditional(lam, h, Ebb, Eb, Erb_all[rows], w, rhs, z, rows, mis)
                 cov = np.linalg.inv(P)
                 z[np.ix_(rows, mis)] = np.einsum("nij,nj->ni", cov, lin)
                 block = np.zeros((rows.size, V, V))
@@ -209,7 +212,7 @@ def _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov,
     base = prob.base
     n, V = z.shape
     # regression part, with E[(1 - y f)^2] including the imputation variance
-    total = lower_bound(base, base.y, theta, mean_f, expected_sq, chi, components, seconds)
+    total = lower_bound(base, base.y, theta, mean_f, expected_sq, chi, components, seconds, base.weights)
     # imputation model
     df_q = prob.df + n
     lam = df_q * np.linalg.inv(psi_q)
@@ -235,6 +238,15 @@ def _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov,
 
 
 # ----- Gibbs (Appendix C) -----------------------------------------------------------------------
+def weighted_rows(y: np.ndarray, omega: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' weights and linear terms in ``theta | w`` and ``z | w``: ``w_i`` and ``y_i (1 + w_i)``; with class
+    weights ``omega_i`` the row is the augmented row of design row ``omega_i c_i`` and margin ``omega_i``
+    (:mod:`bayesvm.engines.linear.gibbs`), so ``omega_i^2 w_i`` and ``y_i omega_i (1 + omega_i w_i)``."""
+    if weights is None:
+        return omega, y * (1.0 + omega)
+    return weights * weights * omega, y * weights * (1.0 + weights * omega)
+
+
 @dataclass
 class ImputedGibbsDraws:
     """Imputation output of the Gibbs chains (rows in the caller's order)."""
@@ -373,6 +385,9 @@ def _chain(
     order, prob = problem.sorted()
     base = prob.base
     y, blocked = base.y, base.blocked
+    weights = base.weights  # class weights: margins omega_i on the rows scaled by omega_i, the paper's sampler
+    if weights is not None:  # (:mod:`bayesvm.engines.linear.gibbs`; the moves assume unit weights)
+        moves = False
     n, V = prob.z.shape
     K, gamma = prob.columns, prob.gamma
     patterns = missing_patterns(prob.missing)
@@ -384,6 +399,7 @@ def _chain(
     mu, sigma = np.zeros(V), np.eye(V)
     if start is not None:
         omega, covs, z, mu, sigma = start.draw(order, prob.missing, rng)
+    precision_weights, linear_terms = weighted_rows(y, omega, weights)
     if prob.mode == "mi":
         state = start_state(prob, rng)
         z = state.z
@@ -415,11 +431,13 @@ def _chain(
         if sp.issparse(D):  # (multiple imputation only: z changes at a new imputation, the layout with it)
             if step == 0 or new_imputation[step]:
                 current = replace(base, D=D)
-            theta_d = sparse_coefficient_draw(current, omega, [spd_inverse(c) for c in covs], rng)
+            theta_d = sparse_coefficient_draw(
+                current, precision_weights, [spd_inverse(c) for c in covs], rng, rhs=linear_terms
+            )
             theta_b = np.zeros((0, 0))
         else:
             prior_dd, prior_b = prior_precisions(base, [spd_inverse(c) for c in covs])
-            theta_d, theta_b = gaussian_draw(D, omega, y * (1.0 + omega), prior_dd, blocked, prior_b, rng)
+            theta_d, theta_b = gaussian_draw(D, precision_weights, linear_terms, prior_dd, blocked, prior_b, rng)
         f = D @ theta_d
         if blocked is not None:
             f = f + np.sum(blocked.values * theta_b[blocked.codes], axis=1)
@@ -435,7 +453,9 @@ def _chain(
             theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
             if intercepts.has_moves:
                 theta_d, theta_b, covs, f = intercepts(theta_d, theta_b, covs, aux, f, rng, step)
-        omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
+        margin = 1.0 - y * f if weights is None else weights * (1.0 - y * f)
+        omega = rng.wald(1.0 / np.maximum(np.abs(margin), MARGIN_FLOOR), 1.0)
+        precision_weights, linear_terms = weighted_rows(y, omega, weights)
         covs = draw_components(
             base.components, [component_values(c, theta_d, theta_b) for c in base.components], rng, aux, covs,
             RELAXATION if moves and step >= tune else 0.0,  # over-relaxed after tuning, as the linear sampler's
@@ -448,7 +468,8 @@ def _chain(
             h = prec @ mu
             bb = np.outer(b, b)
             for rows, mis in patterns:
-                P, lin = _conditional(prec, h, bb, b, r[rows, None] * b[None], omega, y, z, rows, mis)
+                P, lin = _conditional(prec, h, bb, b, r[rows, None] * b[None], precision_weights, linear_terms, z, rows,
+                                      mis)  # fmt: skip
                 chol = np.linalg.cholesky(P)
                 mean = np.linalg.solve(P, lin[..., None])[..., 0]
                 eps = rng.standard_normal(lin.shape)
@@ -470,7 +491,8 @@ def _chain(
             for store, cov in zip(out["components"], covs):
                 store[i] = cov
             f_now = prob.design(z) @ theta_d + (f - D @ theta_d)
-            out["log_posterior"][i] = log_pseudo_likelihood(y, f_now) + log_prior(base, theta_d, theta_b, covs)
+            log_likelihood = log_pseudo_likelihood(y, f_now, weights)
+            out["log_posterior"][i] = log_likelihood + log_prior(base, theta_d, theta_b, covs)
             out["mu"][i], out["sigma"][i] = mu, sigma
             out["z_sum"] += z
             out["z_sq"] += z * z

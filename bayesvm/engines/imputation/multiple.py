@@ -119,7 +119,8 @@ def fit_mi_vb(
         theta_b.append(b)
         comps.append(c)
         f = predictor_draws(d, b, D, codes, values)
-        hinge = -2.0 * np.maximum(1.0 - base.y[None, :] * f, 0.0).sum(axis=1)  # log pseudo-likelihood per draw
+        hinge = np.maximum(1.0 - base.y[None, :] * f, 0.0)
+        hinge = -2.0 * (hinge if base.weights is None else hinge * base.weights).sum(axis=1)  # log pseudo-likelihood
         lp.append([hinge[s] + log_prior(base, d[s], b[s], [x[s] for x in c]) for s in range(draws_per_imputation)])
     total = imputations * draws_per_imputation
     order = rng.permutation(total)

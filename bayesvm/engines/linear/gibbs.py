@@ -484,12 +484,14 @@ def sparse_coefficient_draw(
     precisions: list[np.ndarray],
     rng: np.random.Generator,
     margins: np.ndarray | None = None,
+    rhs: np.ndarray | None = None,
 ) -> np.ndarray:
     """``theta | w, Sigma`` on the sparse path (Luts & Ormerod 2014, App. A, step 1): ``N(P^-1 C'y(1 + w), P^-1)``
     with ``P = C' diag(w) C + prior``, by elimination onto a dense Schur complement where the problem's layout
-    allows it (crossed factors), else by a sparse Cholesky factor (``margins``: :func:`linear_terms`)."""
+    allows it (crossed factors), else by a sparse Cholesky factor (``margins``: :func:`linear_terms`; ``rhs``: the
+    rows' linear terms as given)."""
     D = problem.D
-    rhs = linear_terms(problem.y, omega, margins)
+    rhs = linear_terms(problem.y, omega, margins) if rhs is None else rhs
     prior = sparse_prior(problem, precisions)
     if problem.elimination is not None:
         return schur_sparse_draw(problem.elimination, omega, rhs, prior, rng)
