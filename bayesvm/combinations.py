@@ -110,19 +110,18 @@ def check_imputation(model, method: str, vb: str, imputation: str, imputations: 
 
 
 #: The routes whose engines weigh rows by class (:mod:`bayesvm.model.class_weights`): ``method`` values of a linear
-#: or mixed model held in memory (imputed predictors included), without a kernel or a selection prior.
+#: or mixed model or a kernel model held in memory (imputed predictors included), without a selection prior.
 CLASS_WEIGHT_METHODS = ("vb", "em", "gibbs", "svi")
 
 
-def check_class_weight(class_weight: object, method: str, *, kernel: bool, prior: bool, streamed: bool) -> None:
+def check_class_weight(class_weight: object, method: str, *, prior: bool, streamed: bool) -> None:
     """Refuse ``class_weight`` on a route whose engine does not weigh rows (the message names the route and what
     runs instead).  The weights themselves are checked against the response when the model is built
     (:func:`bayesvm.model.class_weights.resolve_class_weight`)."""
     if class_weight is None:
         return
     route = (
-        "a kernel" if kernel
-        else "a selection prior" if prior
+        "a selection prior" if prior
         else "out-of-core (dask) data" if streamed
         else f"method={method!r}" if method not in CLASS_WEIGHT_METHODS
         else None
@@ -130,7 +129,7 @@ def check_class_weight(class_weight: object, method: str, *, kernel: bool, prior
     if route is not None:
         raise BayesvmError(
             f"class_weight is not available with {route}: class weights enter the engines of method in "
-            f"{CLASS_WEIGHT_METHODS} for linear and mixed models in memory. For unequal classes there, predict with "
+            f"{CLASS_WEIGHT_METHODS} for linear, mixed and kernel models in memory. For unequal classes there, predict with "
             "kind='class' and a threshold on the calibrated probability (fit.predict(newdata, kind='class', "
             "threshold=...))"
         )

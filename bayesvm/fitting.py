@@ -141,9 +141,8 @@ def bsvm(
         ``prod_i exp(-2 omega_i max(0, 1 - y_i f_i))`` (:mod:`bayesvm.model.class_weights`): the decisions (the sign
         of ``f``) move toward the heavier class; ``predict(kind="prob")`` stays the data's probability (the map is
         learned on the weighted classes and taken back by Bayes' rule, :mod:`bayesvm.results.calibration`).
-        Mean-field and accurate VB, EM/ECME, Gibbs and SVI, for linear and mixed models held in memory (imputed
-        predictors included), without a kernel or a selection prior; with more than two classes, ``"balanced"``
-        only.
+        Mean-field and accurate VB, EM/ECME, Gibbs and SVI, for linear, mixed and kernel models held in memory
+        (imputed predictors included), without a selection prior; with more than two classes, ``"balanced"`` only.
     seed
         Seeds the Gibbs chains' ``SeedSequence``, k-means and minibatches of kernel fits, SVI and the
         probes; ``None`` draws fresh entropy.
@@ -192,9 +191,7 @@ def bsvm(
     check_settings_apply(control, method, vb)
     if isinstance(penalty, str) and penalty.lower() == "none":  # as the command line spells it
         penalty = options["penalty"] = None
-    check_class_weight(
-        class_weight, method, kernel=kernel is not None, prior=prior is not None, streamed=is_dask_frame(data)
-    )
+    check_class_weight(class_weight, method, prior=prior is not None, streamed=is_dask_frame(data))
     classes = None if is_dask_frame(data) else several_classes(formula, data)
     if classes is not None:  # a response of more than two classes: one fit per class against the rest
         if class_weight is not None and not (isinstance(class_weight, str) and class_weight == "balanced"):
@@ -241,7 +238,7 @@ def bsvm(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
             tol=tol, max_iter=max_iter, seed=seed, kernel=kernel, inducing=inducing,
             inducing_method=inducing_method, learn_inducing=learn_inducing, batch_size=batch_size,
-            learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb, fold=fold,
+            learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb, fold=fold, class_weight=class_weight,
             sampling=dict(draws=draws, tune=tune, chains=chains, thin=thin, cores=cores, progress=progress),
         ))  # fmt: skip
     # posterior modes need a boundary-avoiding variance prior (as blme uses): the default half-t has positive density

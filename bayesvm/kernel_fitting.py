@@ -17,7 +17,7 @@ from .results.kernel_fit import KernelFit
 
 def fit_kernel(formula, data, *, method, positive, missing, standardize, tol, max_iter, seed, kernel, inducing,
                 inducing_method, learn_inducing, batch_size, learning_rate, penalty, prior, vb, sampling,
-                fold=None) -> KernelFit:  # fmt: skip
+                fold=None, class_weight=None) -> KernelFit:  # fmt: skip
     """``bsvm(..., kernel=...)``: Wenzel et al. (2017), sections 4.1-4.4 (``bayesvm.engines.kernel.vb``); Gibbs, EM
     and accurate VB fit the same model as a linear one on its whitened features
     (``bayesvm.engines.kernel.features``), the hyperparameters fixed (learned ones first by VB's ML-II).
@@ -42,7 +42,7 @@ def fit_kernel(formula, data, *, method, positive, missing, standardize, tol, ma
     tol, max_iter = iteration_defaults(method, tol, max_iter, batch_size, vb_max_iter=1000)
     parsed = parse_formula(formula, getattr(data, "columns", None))
     design = build_design(parsed, data, positive=positive, missing=missing, rank="keep", fold=fold)
-    model = build_kernel_model(design, kernel, standardize, inducing, inducing_method, seed)
+    model = build_kernel_model(design, kernel, standardize, inducing, inducing_method, seed, class_weight)
     problem = model.problem()
     on_features = method in ("gibbs", "em") or vb == "accurate"
     kernel_fixed, hyper_source = model.kernel, ""

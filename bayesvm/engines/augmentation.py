@@ -67,3 +67,13 @@ def data_lower_bound(
     root = np.sqrt(chi)
     rows = y * mean_f - 1.0 - root + (chi - expected_sq_margin) / (2.0 * root)
     return float(np.sum(rows if weights is None else weights * rows))
+
+
+def row_terms(y: np.ndarray, inverse_a: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's weight in ``q(theta)``'s precision and its linear term: ``w_i = E[1/a_i]`` and ``y_i (1 + w_i)``
+    (Alg. 2 step 2), both times the row's class weight ``omega_i`` where there are weights
+    (:mod:`bayesvm.model.class_weights`: ``omega_i^2 E[1/a_i]`` of the weighted row is ``omega_i e_i^{-1/2}``)."""
+    rhs = y * (1.0 + inverse_a)
+    if weights is None:
+        return inverse_a, rhs
+    return weights * inverse_a, weights * rhs

@@ -17,6 +17,7 @@ from ..errors import BayesvmError
 from ..formula.design import Design
 from ..kernels import Kernel
 from ..memory import check_memory
+from .class_weights import ClassWeights, resolve_class_weight
 from .problems import KernelProblem
 
 #: Default number of inducing points (Wenzel et al. section 4.2): ``min(n, DEFAULT_INDUCING)``.
@@ -51,6 +52,7 @@ class KernelModel:
     kernel: Kernel
     locations: np.ndarray | None
     inducing_method: str
+    class_weights: ClassWeights | None = None
 
     # the parts of LinearModel's interface that results code reads
     prior = None
@@ -67,7 +69,8 @@ class KernelModel:
     def problem(self) -> KernelProblem:
         X = self.inputs(self.design.X)
         y = self.design.y if len(self.design.y) == len(X) else np.zeros(len(X))  # out of core: inputs sample only
-        return KernelProblem(X=X, y=y, kernel=self.kernel)
+        weights = None if self.class_weights is None else self.class_weights.rows(y)
+        return KernelProblem(X=X, y=y, kernel=self.kernel, weights=weights)
 
     def new_inputs(self, newdata: pd.DataFrame) -> np.ndarray:
         return self.inputs(self.design.rematerialize(newdata, include_random=False).X)
@@ -150,8 +153,10 @@ def build_kernel_model(
     inducing: object,
     inducing_method: str,
     seed: int | None,
+    class_weight: object = None,
 ) -> KernelModel:
-    """Validate the design for a kernel fit, standardise the inputs and pick the inducing points."""
+    """Validate the design for a kernel fit, standardise the inputs and pick the inducing points; ``class_weight``
+    as :func:`bayesvm.model.build_model` takes it."""
     if not isinstance(kernel, Kernel):
         raise BayesvmError(f"kernel must be a bayesvm.kernels kernel (RBF(), Matern52(), ...), got {kernel!r}")
     if design.gp_terms:
@@ -189,7 +194,12 @@ def build_kernel_model(
     rng = np.random.default_rng(seed)
     kernel = kernel.resolved(inputs, rng)
     locations = choose_locations(inputs, inducing, inducing_method, rng, center, scale)
+    class_weights = None
+    if class_weight is not None and design.y.size:  # (out-of-core designs hold no responses: refused before)
+        class_weights = resolve_class_weight(
+            class_weight, design.y, (design.response.negative, design.response.positive)
+        )
     return KernelModel(
         design=design, columns=columns, center=center, scale=scale, kernel=kernel, locations=locations,
-        inducing_method=inducing_method,
+        inducing_method=inducing_method, class_weights=class_weights,
     )  # fmt: skip

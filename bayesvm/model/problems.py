@@ -307,11 +307,13 @@ class ImputationProblem:
 
 @dataclass(frozen=True, eq=False)
 class KernelProblem:
-    """Training inputs (already standardised), labels in {-1, +1} and the starting kernel."""
+    """Training inputs (already standardised), labels in {-1, +1}, the starting kernel and each row's class weight
+    (:mod:`bayesvm.model.class_weights`; None: every row 1)."""
 
     X: np.ndarray
     y: np.ndarray
     kernel: Kernel
+    weights: np.ndarray | None = None
 
     @property
     def n(self) -> int:

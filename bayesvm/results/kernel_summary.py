@@ -50,6 +50,7 @@ def kernel_summary(fit) -> Summary:
         "n_positive": int((design.y > 0).sum()),
         "n_obs": design.n,
         "n_dropped": dict(design.n_dropped),
+        "class_weights": getattr(model, "class_weights", None),  # (fits saved before class weights have none)
         "inputs": model.input_names,
         "standardized": bool(np.any(model.scale != 1.0) or np.any(model.center != 0.0)),
         "kernel": r.kernel,
@@ -87,6 +88,8 @@ def render_kernel(summary: Summary) -> str:
         f"  Inputs: {', '.join(i['inputs'])}" + (" (standardised internally)" if i["standardized"] else ""),
         f"  Kernel: {i['kernel'].describe()}",
     ]
+    if i.get("class_weights") is not None:
+        lines.append(f" Weights: {i['class_weights'].describe()}")
     if i["n_dropped"]:
         lines.append(
             " Dropped rows with missing values (" + ", ".join(f"{k}: {v}" for k, v in i["n_dropped"].items()) + ")"

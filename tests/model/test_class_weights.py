@@ -158,10 +158,7 @@ def test_balanced_weights_call_the_smaller_class_and_say_so():
 
 def test_routes_without_weighted_engines_refuse_naming_the_route():
     data = _imbalanced()
-    for kwargs, words in [
-        (dict(kernel=bayesvm.kernels.RBF()), "a kernel"),
-        (dict(prior=bayesvm.priors.LaplaceZero()), "a selection prior"),
-    ]:
+    for kwargs, words in [(dict(prior=bayesvm.priors.LaplaceZero()), "a selection prior")]:
         with pytest.raises(bayesvm.BayesvmError, match=f"class_weight is not available with {words}"):
             bayesvm.bsvm("y ~ x1 + x2", data, class_weight="balanced", **kwargs)
     three = data.assign(y=np.where(data["x1"] > 1, "c", np.where(data["y"] == 1, "b", "a")))
@@ -198,6 +195,20 @@ def test_imputed_predictors_with_weights_agree_across_engines():
     chain = gibbs.result.theta_d.reshape(-1, gibbs.result.theta_d.shape[-1])[:, :4] @ gibbs.model.fixed_transform().T
     np.testing.assert_allclose(weighted, chain.mean(axis=0), atol=0.06)
     assert np.max(np.abs(chain.mean(axis=0)[1:])) > 0.5  # (the weights matter here)
+
+
+def test_kernel_fits_take_class_weights():
+    """The kernel engines weigh rows too (:mod:`bayesvm.engines.kernel.vb`; EM against LinearSVC in
+    ``tests/engines/kernel/test_features.py``): balanced weights call the smaller class, and say so."""
+    data = _imbalanced(400)
+    kernel = bayesvm.kernels.RBF(lengthscale=1.0, variance=4.0, learn=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = bayesvm.bsvm("y ~ x1 + x2", data, kernel=kernel, inducing=30, seed=1)
+        fit = bayesvm.bsvm("y ~ x1 + x2", data, kernel=kernel, inducing=30, seed=1, class_weight="balanced")
+    assert fit.problem.weights is not None
+    assert (fit.predict(kind="class") == 1).mean() > 2 * (plain.predict(kind="class") == 1).mean()
+    assert "class weights (balanced)" in str(fit.summary())
 
 
 def test_svi_reaches_the_weighted_batch_optimum():

@@ -51,7 +51,7 @@ from scipy.special import multigammaln
 
 from ...linalg.dense import blas_threads, gaussian_draw, gaussian_posterior, spd_inverse
 from ...model.problems import ImputationProblem
-from ..augmentation import inverse_a_mean, update_chi
+from ..augmentation import inverse_a_mean, row_terms, update_chi
 from ..joint import component_values, log_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
 from ..linear.gibbs import MARGIN_FLOOR, TUNE, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
@@ -62,7 +62,6 @@ from ..linear.vb import (
     initial_component,
     lower_bound,
     prior_precisions,
-    row_terms,
     second_moments,
     update_component,
 )

@@ -39,4 +39,4 @@ def whitened_features(kernel: Kernel, locations: np.ndarray, X: np.ndarray, jitt
 def feature_problem(problem: KernelProblem, kernel: Kernel, locations: np.ndarray, jitter: float) -> VBProblem:
     """The linear engines' problem for the kernel model with fixed hyperparameters (module docstring)."""
     D = whitened_features(kernel, locations, problem.X, jitter)
-    return VBProblem(y=problem.y, D=D, fixed_precision=np.ones(D.shape[1]), components=())
+    return VBProblem(y=problem.y, D=D, fixed_precision=np.ones(D.shape[1]), components=(), weights=problem.weights)

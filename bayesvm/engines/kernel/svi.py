@@ -187,14 +187,26 @@ def fit_svi(
     ``callback(step, seconds, snapshot)`` (optional) is called at every monitor check with the current
     ``q`` as a :class:`KernelVBResult`.  ``batches`` (optional): ``batches(rng) ->`` :class:`~bayesvm.engines.batches.PartitionBatches` over the
     partitions of out-of-core data instead of the rows of ``problem``; ``problem.X`` (then a sample of the
-    rows) only sets the jitter scale.
+    rows) only sets the jitter scale.  With class weights (``problem.weights``) each row's terms are times its
+    weight (:mod:`bayesvm.engines.kernel.vb`); the in-memory minibatches carry each response as ``y_i omega_i``
+    (its sign the class, its size the weight).
     """
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     kernel = problem.kernel
     Z = np.array(locations, dtype=float)
     rule = validate_learning_rate(learning_rate)
-    batches = PartitionBatches.in_memory(problem.X, problem.y, batch_size, rng) if batches is None else batches(rng)
+    if batches is None:  # (responses signed by class and sized by class weight: docstring)
+        signed = problem.y if problem.weights is None else problem.y * problem.weights
+        batches = PartitionBatches.in_memory(problem.X, signed, batch_size, rng)
+    else:
+        batches = batches(rng)
+    weighted = problem.weights is not None
+
+    def classes(signed):
+        """``(y, omega)`` of rows from their signed responses (``omega`` None without class weights)."""
+        return (np.sign(signed), np.abs(signed)) if weighted else (signed, None)
+
     n = batches.n
     jitter = absolute_jitter(kernel, problem.X) if jitter is None else jitter
     learning = learn and kernel.log_params().size > 0
@@ -209,33 +221,34 @@ def fit_svi(
     trace = [kernel.log_params()]
 
     def minibatch():
-        Xs, ys = batches.next()
+        Xs, signed = batches.next()
+        ys, ws = classes(signed)
         A = linalg.solve_triangular(Lm, kernel.matrix(Z, Xs), lower=True)
         mean_f, e = margin_moments(ys, A, kernel.diag(Xs), q)
         chi = update_chi(e)
         scale = n / ys.size
-        estimate = scale * data_lower_bound(ys, mean_f, e, chi) - gaussian_kl_whitened(q.mean, q.cov_chol)
-        return Xs, ys, A, chi, scale, estimate
+        estimate = scale * data_lower_bound(ys, mean_f, e, chi, ws) - gaussian_kl_whitened(q.mean, q.cov_chol)
+        return Xs, ys, ws, A, chi, scale, estimate
 
     if rule == "adaptive":  # warm start of the adaptive rate at the initial q
         primes = []
         for _ in range(warmup):
-            Xs, ys, A, chi, scale, _ = minibatch()
-            target = natural_target(ys, A, chi, scale)
+            Xs, ys, ws, A, chi, scale, _ = minibatch()
+            target = natural_target(ys, A, chi, scale, ws)
             primes.append(natural_vector(*target) - natural_vector(q.precision, q.eta))
         steps.prime(primes)
     converged, it = False, 0
     for it in range(1, max_iter + 1):
-        Xs, ys, A, chi, scale, estimate = minibatch()
+        Xs, ys, ws, A, chi, scale, estimate = minibatch()
         estimates.append(estimate)
-        precision_hat, eta_hat = natural_target(ys, A, chi, scale)
+        precision_hat, eta_hat = natural_target(ys, A, chi, scale, ws)
         rho = steps(natural_vector(precision_hat, eta_hat) - natural_vector(q.precision, q.eta))
         q.precision = (1.0 - rho) * q.precision + rho * precision_hat
         q.eta = (1.0 - rho) * q.eta + rho * eta_hat
         q.refresh()
         if learning and it > warmup and it % hyper_every == 0:
             # eq. (12) with q(u) held fixed (Wenzel's A.3): step h, then re-express the same q(u) whitened
-            grad = hyper_objective(kernel, Z, Xs, ys, jitter, q, chi, scale=scale, fixed="u")[1]
+            grad = hyper_objective(kernel, Z, Xs, ys, jitter, q, chi, scale=scale, fixed="u", weights=ws)[1]
             mean_u, cov_u = Lm @ q.mean, Lm @ q.cov @ Lm.T
             kernel = kernel.with_log_params(kernel.log_params() + adam.step(grad))
             Lm, _ = projection(kernel, Z, Z[:1], jitter)
@@ -244,8 +257,9 @@ def fit_svi(
             trace.append(kernel.log_params())
         if it % window == 0:
             A = linalg.solve_triangular(Lm, kernel.matrix(Z, X_check), lower=True)
-            mean_f, e = margin_moments(y_check, A, kernel.diag(X_check), q)
-            data = data_lower_bound(y_check, mean_f, e, update_chi(e)) * n / y_check.size
+            y_seen, w_seen = classes(y_check)
+            mean_f, e = margin_moments(y_seen, A, kernel.diag(X_check), q)
+            data = data_lower_bound(y_seen, mean_f, e, update_chi(e), w_seen) * n / y_seen.size
             checks.append(data - gaussian_kl_whitened(q.mean, q.cov_chol))
             if callback is not None:  # e.g. a benchmark's held-out error along the run
                 callback(it, time.perf_counter() - t0, KernelVBResult(

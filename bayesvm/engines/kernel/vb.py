@@ -39,6 +39,10 @@ gradient is (derived here; checked against finite differences in the tests)
 kernel contracts these with its own derivatives (``Kernel.vjp``).  For batch VB ``q(f)`` is held
 fixed and ``dL/dK = (K^-1 S K^-1 - K^-1) / 2`` with ``S = zeta + mu mu'``.
 
+Class weights ``omega_i`` (:mod:`bayesvm.model.class_weights`) multiply each row's data term, its ``w_i`` and its
+``y_i (1 + w_i)`` (:func:`~bayesvm.engines.augmentation.row_terms`) in every formula above, the gradients included
+(each is a sum of the rows' terms).
+
 Prediction (section 4.4): ``f* ~ N(a*'m, k** - |a*|^2 + a*'S a*)`` with ``a* = L_m^-1 k(Z, x*)``
 (for batch VB, ``Z = X`` and ``m = L^-1 mu``, ``S = L^-1 zeta L^-T``: the exact GP predictive).
 """
@@ -57,7 +61,7 @@ from ...kernels import Kernel
 from ...linalg.dense import runs_with_blas_threads
 from ...model.output import EngineOutput
 from ...model.problems import KernelProblem
-from ..augmentation import data_lower_bound, update_chi
+from ..augmentation import data_lower_bound, row_terms, update_chi
 from ..squarem import squarem_ascent
 
 #: Rows per block when a kernel matrix against many rows is formed (prediction, full-batch sums).
@@ -188,15 +192,17 @@ def margin_moments(y, A, kdiag, q: Whitened) -> tuple[np.ndarray, np.ndarray]:
     return mean_f, (1.0 - y * mean_f) ** 2 + np.maximum(var_f, 0.0)
 
 
-def natural_target(y, A, chi, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """``(I + s A W A', s A y(1 + w))``: eqs. (9)-(10) at ``rho = 1``, whitened; ``s = n / batch``."""
-    w = 1.0 / np.sqrt(chi)
-    return np.eye(A.shape[0]) + scale * (A * w) @ A.T, scale * A @ (y * (1.0 + w))
+def natural_target(y, A, chi, scale: float = 1.0, weights=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(I + s A W A', s A y(1 + w))``: eqs. (9)-(10) at ``rho = 1``, whitened; ``s = n / batch`` (``weights``: the
+    rows' class weights)."""
+    w, c = row_terms(y, 1.0 / np.sqrt(chi), weights)
+    return np.eye(A.shape[0]) + scale * (A * w) @ A.T, scale * A @ c
 
 
 def hyper_objective(
-    kernel, Z, X, y, jitter, q: Whitened | None, chi, scale=1.0, locations=False, projected=None, fixed="v"
-):
+    kernel, Z, X, y, jitter, q: Whitened | None, chi, scale=1.0, locations=False, projected=None, fixed="v",
+    weights=None,
+):  # fmt: skip
     """``L`` and its gradient in the log hyperparameters (and ``Z``) with ``q`` and ``chi`` fixed.
 
     ``q=None`` evaluates the bound collapsed over ``q``: ``q = q*(h, chi)`` (the rho = 1 update), for which
@@ -207,16 +213,16 @@ def hyper_objective(
     ``fixed="u"`` holds ``q(u) = N(L_m m, L_m S L_m')`` fixed, Wenzel et al.'s A.3 (the function values
     at the inducing points stay put while ``h`` moves).  Both give the same ``dL/dK_mn``; for ``K_mm`` the
     second is (derived from their A.3 in whitened quantities, ``S~ = S + m m' - I``)
-    ``L_m^-T [s (S~ A W A' + A W A' / 2 - A c m') + S~ / 2] L_m^-1``, symmetrised.
+    ``L_m^-T [s (S~ A W A' + A W A' / 2 - A c m') + S~ / 2] L_m^-1``, symmetrised.  ``weights``: the rows' class
+    weights (module docstring).
     """
     Lm, A = projection(kernel, Z, X, jitter) if projected is None else projected
     if q is None:
-        q = Whitened(*natural_target(y, A, chi, scale))
+        q = Whitened(*natural_target(y, A, chi, scale, weights))
     kdiag = kernel.diag(X)
     mean_f, e = margin_moments(y, A, kdiag, q)
-    value = scale * data_lower_bound(y, mean_f, e, chi) - gaussian_kl_whitened(q.mean, q.cov_chol)
-    w = 1.0 / np.sqrt(chi)
-    c = y * (1.0 + w)
+    value = scale * data_lower_bound(y, mean_f, e, chi, weights) - gaussian_kl_whitened(q.mean, q.cov_chol)
+    w, c = row_terms(y, 1.0 / np.sqrt(chi), weights)
     S_tilde = q.cov + np.outer(q.mean, q.mean) - np.eye(q.mean.size)
     A_bar = scale * (np.outer(q.mean, c) - (S_tilde @ A) * w)  # dL/dA, (M, n)
     P = linalg.solve_triangular(Lm, A_bar, lower=True, trans="T")  # L_m^-T dL/dA
@@ -377,7 +383,7 @@ def fit_inducing(
     docstring, and the ascent is then rerun at the optimum; ``lower_bound`` is that final run.
     """
     t0 = time.perf_counter()
-    X, y, kernel = problem.X, problem.y, problem.kernel
+    X, y, kernel, weights = problem.X, problem.y, problem.kernel, problem.weights
     Z0 = np.array(locations, dtype=float)
     jitter = absolute_jitter(kernel, X) if jitter is None else jitter
     learning = learn and (kernel.log_params().size > 0 or learn_locations)
@@ -391,16 +397,18 @@ def fit_inducing(
         last.update(x=x.copy(), projected=(Lm, A))
 
         def step(chi):
-            q = Whitened(*natural_target(y, A, chi))
+            q = Whitened(*natural_target(y, A, chi, weights=weights))
             mean_f, e = margin_moments(y, A, kdiag, q)
-            return q, data_lower_bound(y, mean_f, e, chi) - gaussian_kl_whitened(q.mean, q.cov_chol), e
+            return q, data_lower_bound(y, mean_f, e, chi, weights) - gaussian_kl_whitened(q.mean, q.cov_chol), e
 
         return step
 
     def gradient(x, q, chi):
         kern, Z = _unpack(kernel, Z0, x, learn_locations)
         projected = last["projected"] if np.array_equal(last.get("x"), x) else None
-        return hyper_objective(kern, Z, X, y, jitter, q, chi, locations=learn_locations, projected=projected)[1]
+        return hyper_objective(
+            kern, Z, X, y, jitter, q, chi, locations=learn_locations, projected=projected, weights=weights
+        )[1]
 
     Lm, A = projection(kernel, Z0, X, jitter)
     chi0 = update_chi(margin_moments(y, A, kernel.diag(X), Whitened.prior(len(Z0)))[1])
@@ -434,12 +442,12 @@ class _BatchQ:
     kl: float
 
 
-def _batch_q(K: np.ndarray, y: np.ndarray, chi: np.ndarray) -> _BatchQ:
-    """Section 4.1's update ``zeta = (K^-1 + W)^-1``, ``mu = zeta y(1 + w)`` through ``B = I + W^1/2 K W^1/2``."""
+def _batch_q(K: np.ndarray, y: np.ndarray, chi: np.ndarray, weights=None) -> _BatchQ:
+    """Section 4.1's update ``zeta = (K^-1 + W)^-1``, ``mu = zeta y(1 + w)`` through ``B = I + W^1/2 K W^1/2``
+    (``weights``: the rows' class weights)."""
     n = y.size
-    w = 1.0 / np.sqrt(chi)
+    w, b = row_terms(y, 1.0 / np.sqrt(chi), weights)
     sw = np.sqrt(w)
-    b = y * (1.0 + w)
     LB = linalg.cholesky(np.eye(n) + sw[:, None] * K * sw[None, :], lower=True)
     alpha = b - sw * linalg.cho_solve((LB, True), sw * (K @ b))
     mu = K @ alpha
@@ -450,12 +458,12 @@ def _batch_q(K: np.ndarray, y: np.ndarray, chi: np.ndarray) -> _BatchQ:
     return _BatchQ(mu=mu, var=np.maximum(var, 0.0), alpha=alpha, sw=sw, LB=LB, LB_inv=LB_inv, kl=kl)
 
 
-def _batch_bound(y: np.ndarray, q: _BatchQ, chi: np.ndarray) -> float:
+def _batch_bound(y: np.ndarray, q: _BatchQ, chi: np.ndarray, weights=None) -> float:
     e = (1.0 - y * q.mu) ** 2 + q.var
-    return data_lower_bound(y, q.mu, e, chi) - q.kl
+    return data_lower_bound(y, q.mu, e, chi, weights) - q.kl
 
 
-def _batch_collapsed(kernel: Kernel, X: np.ndarray, y: np.ndarray, jitter: float, chi: np.ndarray):
+def _batch_collapsed(kernel: Kernel, X: np.ndarray, y: np.ndarray, jitter: float, chi: np.ndarray, weights=None):
     """The bound at ``q*(h, chi)`` and its gradient in the log hyperparameters.
 
     With ``q`` fixed the bound depends on ``h`` only through ``-KL(q || N(0, K_h))``, whose gradient is
@@ -463,8 +471,8 @@ def _batch_collapsed(kernel: Kernel, X: np.ndarray, y: np.ndarray, jitter: float
     ``alpha alpha' - W^1/2 B^-1 W^1/2`` (no ``K^-1`` needed), and because ``q*`` is a stationary point
     this is also the gradient of the collapsed bound.
     """
-    q = _batch_q(kernel.matrix(X) + jitter * np.eye(len(X)), y, chi)
-    return _batch_bound(y, q, chi), _batch_gradient(kernel, X, q)
+    q = _batch_q(kernel.matrix(X) + jitter * np.eye(len(X)), y, chi, weights)
+    return _batch_bound(y, q, chi, weights), _batch_gradient(kernel, X, q)
 
 
 def _batch_gradient(kernel: Kernel, X: np.ndarray, q: _BatchQ) -> np.ndarray:
@@ -491,7 +499,7 @@ def fit_batch(
     maximise that converged bound first (L-BFGS-B, gradient in :func:`_batch_collapsed`).
     """
     t0 = time.perf_counter()
-    X, y, kernel = problem.X, problem.y, problem.kernel
+    X, y, kernel, weights = problem.X, problem.y, problem.kernel, problem.weights
     n = y.size
     jitter = absolute_jitter(kernel, X) if jitter is None else jitter
     learning = learn and kernel.log_params().size > 0
@@ -500,8 +508,8 @@ def fit_batch(
         K = kernel.with_log_params(x).matrix(X) + jitter * np.eye(n)
 
         def step(chi):
-            q = _batch_q(K, y, chi)
-            return q, _batch_bound(y, q, chi), (1.0 - y * q.mu) ** 2 + q.var
+            q = _batch_q(K, y, chi, weights)
+            return q, _batch_bound(y, q, chi, weights), (1.0 - y * q.mu) ** 2 + q.var
 
         return step
 

@@ -65,6 +65,7 @@ from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
 from .. import variance_prior
+from ..augmentation import row_terms
 from ..hinge_levels import log_ndtr_compiled
 from . import compiled_rows
 from .hyper_grid import (
@@ -83,7 +84,6 @@ from .vb import (
     VBProblem,
     fit_vb,
     prior_precisions,
-    row_terms,
     sorted_by_level,
     sparse_posterior,
     sparse_prior,

@@ -41,7 +41,7 @@ import numpy as np
 from ...errors import BayesvmError
 from ...linalg.dense import gaussian_from_natural, runs_with_blas_threads
 from ...model.problems import VBProblem
-from ..augmentation import data_lower_bound, update_chi
+from ..augmentation import data_lower_bound, row_terms, update_chi
 from ..batches import PartitionBatches
 from ..kernel.svi import StepSize, WindowRule, natural_vector, validate_learning_rate
 from .vb import (
@@ -49,7 +49,6 @@ from .vb import (
     initial_component,
     lower_bound,
     prior_precisions,
-    row_terms,
     second_moments,
     update_component,
 )

@@ -40,7 +40,7 @@ from ...linalg.sparse import SparseGaussianPosterior, sparse_gaussian_posterior
 from ...model.output import EngineOutput
 from ...model.problems import VarianceComponent, VBProblem, sorted_by_level
 from .. import variance_prior
-from ..augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, update_chi
+from ..augmentation import CHI_FLOOR, data_lower_bound, inverse_a_mean, row_terms, update_chi
 from ..squarem import squarem_ascent
 
 LOG_2PI = float(np.log(2.0 * np.pi))
@@ -317,16 +317,6 @@ class _Sweeper:
     def decode(self, x: np.ndarray, like: list[ComponentPosterior]) -> tuple[np.ndarray, list[ComponentPosterior]]:
         n = self.y.size
         return np.maximum(np.exp(x[:n]), CHI_FLOOR), decode_components(x[n:], like)
-
-
-def row_terms(y: np.ndarray, inverse_a: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's weight in ``q(theta)``'s precision and its linear term: ``w_i = E[1/a_i]`` and ``y_i (1 + w_i)``
-    (Alg. 2 step 2), both times the row's class weight ``omega_i`` where there are weights
-    (:mod:`bayesvm.model.class_weights`: ``omega_i^2 E[1/a_i]`` of the weighted row is ``omega_i e_i^{-1/2}``)."""
-    rhs = y * (1.0 + inverse_a)
-    if weights is None:
-        return inverse_a, rhs
-    return weights * inverse_a, weights * rhs
 
 
 def encode_components(components: list[ComponentPosterior]) -> np.ndarray:

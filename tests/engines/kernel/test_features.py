@@ -67,6 +67,31 @@ def test_em_is_the_kernel_svm_at_the_given_kernel():
     np.testing.assert_allclose(var, np.maximum(k.diag(fit.problem.X) - np.sum(A * A, axis=1), 0.0), atol=1e-10)
 
 
+def test_weighted_em_is_the_weighted_kernel_svm():
+    """With class weights EM minimises ``2 sum_i omega_i hinge_i + |v|^2 / 2``, LinearSVC's problem with
+    ``class_weight`` on the same features."""
+    data = _frame(120)
+    class_weight = {"a": 3.0}
+    fit = bayesvm.bsvm("y ~ x1 + x2", data, kernel=RBF(lengthscale=0.8, variance=4.0, learn=False), inducing=20,
+                       method="em", seed=1, class_weight=class_weight)  # fmt: skip
+    A, y, v = _features(fit), fit.problem.y, fit.result.mean
+    weights = fit.problem.weights
+    assert weights is not None and set(np.unique(weights)) == {1.0, 3.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        svc = LinearSVC(C=2.0, loss="hinge", fit_intercept=False, tol=1e-12, max_iter=1_000_000, random_state=0,
+                        class_weight={-1.0: 3.0, 1.0: 1.0})  # fmt: skip
+        svc.fit(A, y)
+
+    def objective(u):
+        return 2.0 * (weights * np.maximum(0.0, 1.0 - y * (A @ u))).sum() + 0.5 * u @ u
+
+    assert objective(v) <= objective(svc.coef_.ravel()) * (1 + 1e-8)
+    plain = bayesvm.bsvm("y ~ x1 + x2", data, kernel=RBF(lengthscale=0.8, variance=4.0, learn=False), inducing=20,
+                         method="em", seed=1)  # fmt: skip
+    assert objective(v) < objective(plain.result.mean) - 1e-3  # (the weights change the optimum)
+
+
 def test_gibbs_matches_quadrature_of_the_exact_posterior():
     data = _frame(40, seed=3)
     with warnings.catch_warnings():

@@ -185,3 +185,39 @@ def test_learned_inducing_locations_raise_the_bound():
     moved = fit_inducing(problem, Z, learn_locations=True)
     assert moved.lower_bound[-1] > still.lower_bound[-1]
     assert not np.allclose(moved.locations, Z)
+
+
+def test_weighted_gradients_match_finite_differences():
+    """Class weights multiply each row's terms of the bound, so of every gradient too (module docstring)."""
+    weights = np.exp(RNG.normal(size=N))
+    kernel = RBF(lengthscale=np.array([0.7, 1.4]), variance=1.5) + Constant(0.3)
+    Z = X[::4] + 0.1
+    _, A = projection(kernel, Z, X, 1e-6)
+    chi = np.exp(RNG.normal(size=N))
+    q = Whitened(*natural_target(Y, A, np.ones(N), weights=weights))
+    x0 = np.concatenate([kernel.log_params(), Z.ravel()])
+    size = kernel.log_params().size
+
+    def value(x, q):
+        return hyper_objective(kernel.with_log_params(x[:size]), x[size:].reshape(Z.shape), X, Y, 1e-6, q, chi,
+                               locations=True, weights=weights)  # fmt: skip
+
+    for fixed in (q, None):
+        _, grad = value(x0, fixed)
+        np.testing.assert_allclose(grad, _fd(lambda x, fixed=fixed: value(x, fixed)[0], x0), rtol=1e-5, atol=1e-6)
+    batch = RBF(lengthscale=np.array([0.8, 1.2]), variance=1.3)
+    _, grad = _batch_collapsed(batch, X, Y, 1e-4, chi, weights)
+    fd = _fd(lambda x: _batch_collapsed(batch.with_log_params(x), X, Y, 1e-4, chi, weights)[0], batch.log_params())
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
+
+
+def test_integer_class_weights_equal_repeated_rows():
+    """At a fixed kernel and fixed inducing locations, weight 2 on a row is the row twice: the same q(v)."""
+    kernel = RBF(lengthscale=0.9, variance=2.0, learn=False)
+    weights = np.where(Y > 0, 2.0, 1.0)
+    weighted = fit_inducing(KernelProblem(X, Y, kernel, weights=weights), X[::3], tol=1e-12)
+    twice = np.r_[np.arange(N), np.flatnonzero(Y > 0)]
+    repeated = fit_inducing(KernelProblem(X[twice], Y[twice], kernel), X[::3], tol=1e-12)
+    np.testing.assert_allclose(weighted.mean, repeated.mean, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(weighted.cov, repeated.cov, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(weighted.lower_bound[-1], repeated.lower_bound[-1], rtol=1e-9)
