@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bayesvm.engines.linear import gibbs
+from bayesvm.engines.linear import gibbs_rows
 from bayesvm.linalg import dense as linalg
 from bayesvm.linalg.dense import GaussianPosterior, spd_inverse, weighted_gram_and_product
 
@@ -44,13 +44,13 @@ def test_fused_predictor_matches_the_dense_moments(rows, chunk, monkeypatch):
 
 
 def test_split_latent_draws_are_inverse_gaussian_and_reproducible(monkeypatch):
-    monkeypatch.setattr(gibbs, "SPLIT_ROWS", 1000)
+    monkeypatch.setattr(gibbs_rows, "SPLIT_ROWS", 1000)
     n = 40_000
     margin = np.where(np.arange(n) % 2 == 0, 0.5, 2.0)
-    draws = gibbs.LatentDraws(np.random.default_rng(7), n)
+    draws = gibbs_rows.LatentDraws(np.random.default_rng(7), n)
     assert draws.split
     omega = draws(margin)
-    again = gibbs.LatentDraws(np.random.default_rng(7), n)(margin)
+    again = gibbs_rows.LatentDraws(np.random.default_rng(7), n)(margin)
     np.testing.assert_array_equal(omega, again)
     for m in (0.5, 2.0):  # InverseGaussian(mean 1/m, shape 1) = scipy invgauss(mu = 1/m, scale = 1)
         sample = omega[margin == m]

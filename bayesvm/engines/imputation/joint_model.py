@@ -54,7 +54,8 @@ from ...model.problems import ImputationProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
 from ..joint import component_values, log_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
-from ..linear.gibbs import MARGIN_FLOOR, TUNE, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
+from ..linear.gibbs import TUNE, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
+from ..linear.gibbs_rows import MARGIN_FLOOR
 from ..linear.interweave import ScaleMoves
 from ..linear.vb import (
     LOG_2PI,

@@ -7,7 +7,7 @@ On a dense design with a blocked factor, every Gibbs iteration visits each row o
 With numpy these are a dozen passes over memory and per-level sums through sparse products that hold
 the GIL; :func:`row_pass` does them in one pass over a half of the rows without the GIL, so the two
 halves run in parallel.  It takes the same standard normals and uniforms as the numpy path
-(:func:`gibbs.inverse_gaussian`), so a seed gives the same chain with and without numba (up to the
+(:func:`gibbs_rows.inverse_gaussian`), so a seed gives the same chain with and without numba (up to the
 order of floating-point sums).
 
 numba is optional: without it (or with ``BAYESVM_NUMBA=0`` in the environment) the numpy path runs.
@@ -40,7 +40,7 @@ REGISTER_SUM_COLUMNS = 16
 
 def inverse_gaussian_scalar(mean: float, normal: float, uniform: float) -> float:
     """One ``InverseGaussian(mean, 1)`` draw from a standard normal and a uniform, as
-    :func:`gibbs.inverse_gaussian` (the same operations in the same order)."""
+    :func:`gibbs_rows.inverse_gaussian` (the same operations in the same order)."""
     y = normal * normal
     y *= mean
     t = (y + 4.0) * y
@@ -666,7 +666,7 @@ else:  # never called: callers check available()
 
 def _predictor(D, row_ptr, row_cols, codes, values, theta_d, theta_b, f):
     """``f_i = d_i' theta_d + z_i' theta_b[code_i]`` for every row into ``f`` (``codes`` of size 0: no blocked factor),
-    as :meth:`bayesvm.engines.linear.gibbs.DenseRows.predictor` computes it with numpy; over each row's nonzero
+    as :meth:`bayesvm.engines.linear.gibbs_rows.DenseRows.predictor` computes it with numpy; over each row's nonzero
     columns where ``row_ptr`` has ``n + 1`` entries (:func:`sparse_rows`)."""
     n, q = D.shape
     K = values.shape[1]

@@ -381,7 +381,7 @@ class Batch:
 
 class FusedIteration:
     """The fused steps of one chain (module docstring), set up from the chain's own row pass (``rows``: a
-    :class:`bayesvm.engines.linear.gibbs.DenseRows`), moves (``mover``) and level moves (``collapsed``), whose arrays
+    :class:`bayesvm.engines.linear.gibbs_rows.DenseRows`), moves (``mover``) and level moves (``collapsed``), whose arrays
     it uses.  ``ready`` says whether the problem has the structure the compiled call makes; :meth:`run` then makes
     the iterations on which no collapsed variance step falls, and :meth:`coefficient_draw` the ``theta | w`` of those
     on which one does; ``floor`` is the row pass's floor on ``|1 - y f|``."""

@@ -6,10 +6,11 @@ import pytest
 
 from bayesvm.engines.linear import compiled_rows, fused_iteration, gibbs
 from bayesvm.engines.linear.collapsed_variance import CollapsedVariance
-from bayesvm.engines.linear.gibbs import DenseRows, LatentDraws, sorted_by_level
+from bayesvm.engines.linear.gibbs_rows import MARGIN_FLOOR, DenseRows, LatentDraws
 from bayesvm.engines.linear.interweave import ScaleMoves
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.model import build_model
+from bayesvm.model.problems import sorted_by_level
 from bayesvm.priors import InverseGamma, PriorSet
 
 pytestmark = pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
@@ -60,7 +61,7 @@ def _fused(problem) -> fused_iteration.FusedIteration:
     _, problem = sorted_by_level(problem)
     rows = DenseRows(problem.D, problem.y, problem.blocked, LatentDraws(np.random.default_rng(0), problem.y.size))
     mover = ScaleMoves(problem)
-    return fused_iteration.FusedIteration(problem, rows, mover, CollapsedVariance(problem, 40), gibbs.MARGIN_FLOOR)
+    return fused_iteration.FusedIteration(problem, rows, mover, CollapsedVariance(problem, 40), MARGIN_FLOOR)
 
 
 @pytest.mark.parametrize(

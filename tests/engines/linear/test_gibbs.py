@@ -273,13 +273,13 @@ def test_sparse_path_sampler_agrees_with_schur_path(path, monkeypatch):
 
 def test_rows_split_in_two_threads_sample_the_same_posterior(monkeypatch):
     """The two-half latent draws (large data) against the one-generator sampler on the same model."""
-    from bayesvm.engines.linear import gibbs
+    from bayesvm.engines.linear import gibbs_rows
     from bayesvm.linalg import dense as linalg
 
     data = _small_data(n=60, seed=3)
     runs = []
     for split in (False, True):
-        monkeypatch.setattr(gibbs, "SPLIT_ROWS", 10 if split else 10**9)
+        monkeypatch.setattr(gibbs_rows, "SPLIT_ROWS", 10 if split else 10**9)
         monkeypatch.setattr(linalg, "SPLIT_ROWS", 10 if split else 10**9)  # the fused row halves too
         problem, result = _gibbs("y ~ x + (1 | g)", data, penalty=None, draws=3000, tune=300, chains=2, seed=4)
         runs.append(np.concatenate([result.theta_d.reshape(-1, 2), result.theta_b.reshape(-1, 5)], axis=1))
@@ -298,11 +298,11 @@ def test_fused_row_halves_equal_the_separate_steps(K, compiled, monkeypatch):
     the same latent draws and the same row sums as computing ``f``, drawing ``omega`` and summing the rows one step
     after another."""
     from bayesvm.engines.joint import log_pseudo_likelihood
-    from bayesvm.engines.linear import gibbs
+    from bayesvm.engines.linear import gibbs_rows
     from bayesvm.linalg import dense as linalg
     from bayesvm.linalg.dense import BlockedFactor, row_statistics
 
-    monkeypatch.setattr(gibbs, "SPLIT_ROWS", 100)
+    monkeypatch.setattr(gibbs_rows, "SPLIT_ROWS", 100)
     monkeypatch.setattr(linalg, "SPLIT_ROWS", 100)
     monkeypatch.setattr(linalg, "ROW_CHUNK", 37)
     rng = np.random.default_rng(0)
@@ -312,14 +312,16 @@ def test_fused_row_halves_equal_the_separate_steps(K, compiled, monkeypatch):
     codes = np.sort(rng.integers(0, J, n))
     blocked = BlockedFactor(codes=codes, values=rng.standard_normal((n, K)), n_levels=J) if K else None
     theta_d, theta_b = rng.standard_normal(q), rng.standard_normal((J, K)) if K else np.zeros((0, 0))
-    split = gibbs.level_boundary_split(blocked, n)
-    fused = gibbs.DenseRows(D, y, blocked, gibbs.LatentDraws(np.random.default_rng(5), n, split), compiled=compiled)
+    split = gibbs_rows.level_boundary_split(blocked, n)
+    fused = gibbs_rows.DenseRows(
+        D, y, blocked, gibbs_rows.LatentDraws(np.random.default_rng(5), n, split), compiled=compiled
+    )
     assert fused.fused and fused.compiled == compiled
-    latent = gibbs.LatentDraws(np.random.default_rng(5), n, split)
+    latent = gibbs_rows.LatentDraws(np.random.default_rng(5), n, split)
     f_ref = D @ theta_d + (np.einsum("ik,ik->i", blocked.values, theta_b[codes]) if K else 0.0)
     for _ in range(2):  # the second call reuses the buffers (the compiled pass zeroes its accumulators)
         loglik, omega, stats = fused(theta_d, theta_b)
-        omega_ref = latent(np.maximum(np.abs(1.0 - y * f_ref), gibbs.MARGIN_FLOOR))
+        omega_ref = latent(np.maximum(np.abs(1.0 - y * f_ref), gibbs_rows.MARGIN_FLOOR))
         ref = row_statistics(D, omega_ref, y * (1.0 + omega_ref), blocked)
         assert loglik == pytest.approx(log_pseudo_likelihood(y, f_ref), rel=1e-12)
         np.testing.assert_allclose(omega, omega_ref, rtol=1e-12)
@@ -335,11 +337,11 @@ def test_fused_row_halves_equal_the_separate_steps(K, compiled, monkeypatch):
 def test_compiled_row_pass_gives_the_numpy_chain(monkeypatch):
     """With the rows split, a seed gives the same chain with the compiled row pass as with numpy (both take the
     same normals and uniforms; only the order of floating-point sums differs)."""
-    from bayesvm.engines.linear import compiled_rows, gibbs
+    from bayesvm.engines.linear import compiled_rows, gibbs_rows
     from bayesvm.linalg import dense as linalg
 
     assert compiled_rows.available()
-    monkeypatch.setattr(gibbs, "SPLIT_ROWS", 10)
+    monkeypatch.setattr(gibbs_rows, "SPLIT_ROWS", 10)
     monkeypatch.setattr(linalg, "SPLIT_ROWS", 10)
     data = _small_data(n=60, seed=3)
     runs = {}
@@ -361,7 +363,7 @@ def test_compiled_iteration_on_unsplit_rows_gives_the_numpy_chain(monkeypatch):
     the normals and uniforms the numpy path takes (only the order of floating-point sums differs; the compiled draw
     is the fused iteration's where the problem has its structure, ``fused_iteration.coefficient_draw``, or inside its
     whole iterations, ``fused_iteration.fused_chain``)."""
-    from bayesvm.engines.linear import compiled_rows, fused_iteration, gibbs
+    from bayesvm.engines.linear import compiled_rows, fused_iteration, gibbs_rows
 
     assert compiled_rows.available()
     calls = []
@@ -385,7 +387,7 @@ def test_compiled_iteration_on_unsplit_rows_gives_the_numpy_chain(monkeypatch):
         _, runs[switch] = _gibbs("y ~ x + (1 | g)", data, penalty="learn", draws=60, tune=20, chains=1, seed=9)
         assert (len(calls) >= 79) == (switch == "1")  # the compiled draw ran (every iteration but the first)
     compiled, plain = runs["1"], runs["0"]
-    assert gibbs.SPLIT_ROWS > 60
+    assert gibbs_rows.SPLIT_ROWS > 60
     np.testing.assert_allclose(compiled.theta_d, plain.theta_d, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(compiled.theta_b, plain.theta_b, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(compiled.log_posterior, plain.log_posterior, rtol=1e-9)
@@ -439,53 +441,61 @@ def test_compiled_coordinate_moves_give_the_numpy_chain(monkeypatch):
 
 
 def test_compiled_row_pass_is_refused_where_it_cannot_run(monkeypatch):
-    from bayesvm.engines.linear import gibbs
+    from bayesvm.engines.linear import gibbs_rows
     from bayesvm.linalg import dense as linalg
     from bayesvm.linalg.dense import BlockedFactor
 
-    monkeypatch.setattr(gibbs, "SPLIT_ROWS", 100)
+    monkeypatch.setattr(gibbs_rows, "SPLIT_ROWS", 100)
     monkeypatch.setattr(linalg, "SPLIT_ROWS", 100)
     rng = np.random.default_rng(0)
     n = 400
     D, y = rng.standard_normal((n, 3)), np.where(rng.random(n) < 0.5, 1.0, -1.0)
     shuffled = BlockedFactor(codes=rng.integers(0, 20, n), values=np.ones((n, 1)), n_levels=20)
     # levels in both halves: the halves' per-level sums would collide, so numpy serves
-    rows = gibbs.DenseRows(D, y, shuffled, gibbs.LatentDraws(rng, n, gibbs.level_boundary_split(shuffled, n)))
+    rows = gibbs_rows.DenseRows(
+        D, y, shuffled, gibbs_rows.LatentDraws(rng, n, gibbs_rows.level_boundary_split(shuffled, n))
+    )
     assert rows.fused and not rows.compiled
     with pytest.raises(ValueError, match="sorted levels"):
-        gibbs.DenseRows(D, y, shuffled, gibbs.LatentDraws(rng, n), compiled=True)
+        gibbs_rows.DenseRows(D, y, shuffled, gibbs_rows.LatentDraws(rng, n), compiled=True)
     ordered = shuffled.take(shuffled.sorted_order())
-    rows = gibbs.DenseRows(D, y, ordered, gibbs.LatentDraws(rng, n, gibbs.level_boundary_split(ordered, n)))
+    rows = gibbs_rows.DenseRows(
+        D, y, ordered, gibbs_rows.LatentDraws(rng, n, gibbs_rows.level_boundary_split(ordered, n))
+    )
     assert rows.compiled
     monkeypatch.setenv("BAYESVM_NUMBA", "0")
-    rows = gibbs.DenseRows(D, y, ordered, gibbs.LatentDraws(rng, n, gibbs.level_boundary_split(ordered, n)))
+    rows = gibbs_rows.DenseRows(
+        D, y, ordered, gibbs_rows.LatentDraws(rng, n, gibbs_rows.level_boundary_split(ordered, n))
+    )
     assert not rows.compiled
 
 
 def test_level_boundary_split():
-    from bayesvm.engines.linear import gibbs
+    from bayesvm.engines.linear import gibbs_rows
     from bayesvm.linalg.dense import BlockedFactor
 
     def split(codes):
-        return gibbs.level_boundary_split(BlockedFactor(np.asarray(codes), np.ones((len(codes), 1)), 10), len(codes))
+        return gibbs_rows.level_boundary_split(
+            BlockedFactor(np.asarray(codes), np.ones((len(codes), 1)), 10), len(codes)
+        )
 
     assert split([0, 0, 0, 1, 1, 1, 1, 2, 2, 2]) == 3  # n // 2 = 5 is inside level 1 (rows 3-6): its start is nearer
     assert split([0, 1, 1, 1, 1, 1, 1, 2, 2, 2]) == 7  # level 1 spans rows 1-6: its end is nearer
     assert split([0, 0, 0, 0, 0, 1, 1, 1, 1, 1]) == 5  # already a boundary
     assert split([1, 0, 0, 0, 0, 1, 1, 1, 1, 1]) == 5  # unsorted: n // 2
-    assert gibbs.level_boundary_split(None, 11) == 5
+    assert gibbs_rows.level_boundary_split(None, 11) == 5
 
 
 @pytest.mark.parametrize("mean", [1e-3, 0.3, 1.0, 40.0, 1e4, 1e8, 1e12])
 def test_inverse_gaussian_transform(mean):
     """The bulk transform draws InverseGaussian(mean, 1) at every scale of the mean, including the huge means of
     rows on the margin, and the compiled scalar version returns the same numbers."""
-    from bayesvm.engines.linear import compiled_rows, gibbs
+    from bayesvm.engines.linear import compiled_rows, gibbs_rows
 
     rng = np.random.default_rng(int(np.log10(mean) + 10))
     normals, uniforms = rng.standard_normal(100_000), rng.random(100_000)
     expected = [compiled_rows.inverse_gaussian_scalar(mean, a, b) for a, b in zip(normals[:200], uniforms[:200])]
-    draws = gibbs.inverse_gaussian(np.full(normals.size, mean), normals, uniforms)
+    draws = gibbs_rows.inverse_gaussian(np.full(normals.size, mean), normals, uniforms)
     assert np.all(draws > 0) and np.all(np.isfinite(draws))
     np.testing.assert_allclose(draws[:200], expected, rtol=1e-15)
     assert stats.kstest(draws, stats.invgauss(mu=mean, scale=1.0).cdf).pvalue > 1e-3
