@@ -54,7 +54,7 @@ class ClassWeights:
         """One line for ``summary()``: each class with its weight."""
         how = "balanced" if self.balanced else "given"
         return (
-            f"class weights ({how}): {self.labels[0]!s} {self.negative:.4g}, {self.labels[1]!s} {self.positive:.4g}; "
+            f"class weights ({how}): {self.labels[0]!r}: {self.negative:.4g}, {self.labels[1]!r}: {self.positive:.4g}; "
             "the hinge loss of each row is counted its class's weight"
         )
 
@@ -71,6 +71,7 @@ def resolve_class_weight(class_weight: object, y: np.ndarray, labels: tuple) -> 
     if class_weight is None:
         return None
     y = np.asarray(y)
+    labels = tuple(label.item() if isinstance(label, np.generic) else label for label in labels)  # (as shown)
     if isinstance(class_weight, str):
         if class_weight != "balanced":
             raise ClassWeightError(f"class_weight must be None, 'balanced' or a mapping of class to weight, got "

@@ -150,7 +150,7 @@ def test_balanced_weights_call_the_smaller_class_and_say_so():
     assert calls > 2 * (plain.predict(kind="class") == 1).mean()
     assert calls > data["y"].mean()  # (balanced: the smaller class called at least as often as it occurs)
     text = str(fit.summary())
-    assert "class weights (balanced): 0 0.6048, 1 2.885" in text
+    assert "class weights (balanced): 0: 0.6048, 1: 2.885" in text
     notes = [f.message for f in plain.diagnostics.findings if f.check == "class_balance"]
     assert notes and "class_weight='balanced'" in notes[0]
     assert data.equals(_imbalanced())  # the user's frame unchanged
