@@ -52,6 +52,11 @@ BENCHMARKS = {
         "held-out log loss of the imputation models on four public data sets with missing predictors",
         False,
     ),
+    "class_weights": (
+        ["benchmarks.class_weights"],
+        "held-out balanced error and log loss with class_weight='balanced' on unequal classes, against LogisticRegression",
+        False,
+    ),
     "cluster": (
         ["benchmarks.cluster"],
         "a random intercept with 10^5 levels on 10^7 rows of parquet, streamed on a 2-worker LocalCluster",

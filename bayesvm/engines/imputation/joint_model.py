@@ -93,7 +93,7 @@ class ImputedVBResult(VBResult):
 
 def _conditional(lam, h, Ebb, Eb, Erb, w, rhs, z, rows, mis):
     """``P_i`` and ``l_i`` of ``z_{i,M}`` for the rows of one pattern (vectorised over rows); ``w`` and ``rhs`` are the
-    rows' weights ``w_i`` and linear terms ``y_i (1 + w_i)`` of :func:`~bayesvm.engines.linear.vb.row_terms` (each
+    rows' weights ``w_i`` and linear terms ``y_i (1 + w_i)`` of :func:`~bayesvm.engines.augmentation.row_terms` (each
     times the row's class weight where there are class weights)."""
     obs = ~mis
     P = lam[np.ix_(mis, mis)][None] + w[rows, None, None] * Ebb[np.ix_(mis, mis)][None]
@@ -241,7 +241,7 @@ def _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov,
 def weighted_rows(y: np.ndarray, omega: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The rows' weights and linear terms in ``theta | w`` and ``z | w``: ``w_i`` and ``y_i (1 + w_i)``; with class
     weights ``omega_i`` the row is the augmented row of design row ``omega_i c_i`` and margin ``omega_i``
-    (:mod:`bayesvm.engines.linear.gibbs`), so ``omega_i^2 w_i`` and ``y_i omega_i (1 + omega_i w_i)``."""
+    (:mod:`bayesvm.engines.linear.gibbs_rows`), so ``omega_i^2 w_i`` and ``y_i omega_i (1 + omega_i w_i)``."""
     if weights is None:
         return omega, y * (1.0 + omega)
     return weights * weights * omega, y * weights * (1.0 + weights * omega)

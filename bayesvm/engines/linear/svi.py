@@ -27,7 +27,7 @@ time per step are ``O(s p + p^3)``, independent of ``n``: the data can be stream
 The stopping rule is the moving window of :mod:`bayesvm.engines.kernel.svi` on a fixed monitor set.
 
 Class weights ``omega_i`` (:mod:`bayesvm.model.class_weights`) multiply each row's terms of the target and of the
-bound, as in batch VB (:func:`~bayesvm.engines.linear.vb.row_terms`); the minibatches carry each row's response as
+bound, as in batch VB (:func:`~bayesvm.engines.augmentation.row_terms`); the minibatches carry each row's response as
 ``y_i omega_i`` (its sign the class, its size the weight), so in-memory batches need no second array.
 """
 
