@@ -106,3 +106,11 @@ def test_kernel_oracle_cavities_remove_each_rows_own_site():
         q = Whitened(*natural_target(y[keep], B[keep].T, chi[keep]))
         np.testing.assert_allclose(mean[i], B[i] @ q.mean, rtol=1e-8, atol=1e-10)
         np.testing.assert_allclose(var[i], B[i] @ q.cov @ B[i] + residual[i], rtol=1e-8, atol=1e-10)
+
+
+def test_class_weights_benchmark_short_run():
+    from benchmarks.class_weights import run
+
+    table = run(names=("acath",), folds=2).set_index("method")
+    assert table.loc["bsvm balanced", "balanced error"] < table.loc["bsvm", "balanced error"] - 0.05
+    assert table.loc["bsvm balanced", "log loss"] < table.loc["LR balanced", "log loss"]
