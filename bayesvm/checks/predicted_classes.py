@@ -82,6 +82,12 @@ def one_class_findings(fit, action: str = "warn") -> list[Finding]:
     other = response.negative if side > 0 else response.positive
     missed = int(np.sum(y != side))
     terms = [term.label for term in fit.model.design.re_terms]
+    weights = getattr(fit.model, "class_weights", None)
+    weighing = (
+        "class_weight='balanced' counts each class's hinge loss alike"
+        if weights is None
+        else f"the fit weighs the classes {weights.negative:.4g} and {weights.positive:.4g}: raise the weight of {other!r}"
+    )
     variances = (
         f"; nor do the variances of {', '.join(terms)}: the pseudo-posterior can have a mode at zero variance (every "
         "row at the margin) and another above it, which the engines need not agree on or move between"
@@ -96,8 +102,7 @@ def one_class_findings(fit, action: str = "warn") -> list[Finding]:
             f"{missed / mean_f.size:.0%}, are {other!r}): with unequal classes that overlap, the hinge loss is "
             "smallest for a decision value near the larger class's margin on every row, so the coefficients do not "
             f"measure the predictors' association with the response (values near 0 here do not mean no effect)"
-            f"{variances}. class_weight='balanced' counts each class's hinge loss alike; for the predictors' "
-            "association with the response " + _LOGISTIC,
+            f"{variances}. {weighing}; for the predictors' association with the response " + _LOGISTIC,
             (str(other),),
         )
     ]

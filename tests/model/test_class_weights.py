@@ -252,3 +252,12 @@ def test_weighted_fits_probabilities_stay_the_datas():
         scores[class_weight] = -np.mean(y * np.log(prob) + (1 - y) * np.log(1 - prob))
         assert prob.mean() == pytest.approx(y.mean(), abs=0.025)
     assert scores["balanced"] < scores[None] + 0.01
+
+
+def test_a_fit_weighted_into_one_class_says_which_weight_to_raise():
+    data = _imbalanced()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x1 + x2", data, class_weight={1: 0.02})
+    (finding,) = [f for f in fit.diagnostics.findings if f.check == "one_class"]
+    assert "the fit weighs the classes 1 and 0.02: raise the weight of 1" in finding.message
