@@ -110,7 +110,8 @@ def check_imputation(model, method: str, vb: str, imputation: str, imputations: 
 
 
 #: The routes whose engines weigh rows by class (:mod:`bayesvm.model.class_weights`): ``method`` values of a linear
-#: or mixed model or a kernel model held in memory (imputed predictors included), without a selection prior.
+#: or mixed model or a kernel model held in memory (imputed predictors included); with a selection prior, all but
+#: Gibbs.
 CLASS_WEIGHT_METHODS = ("vb", "em", "gibbs", "svi")
 
 
@@ -121,7 +122,8 @@ def check_class_weight(class_weight: object, method: str, *, prior: bool, stream
     if class_weight is None:
         return
     route = (
-        "a selection prior" if prior
+        "a selection prior and method='gibbs' (its moves and compiled pair updates assume unit weights; "
+        "method='vb' or 'em' weigh the rows)" if prior and method == "gibbs"
         else "out-of-core (dask) data" if streamed
         else f"method={method!r}" if method not in CLASS_WEIGHT_METHODS
         else None

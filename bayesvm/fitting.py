@@ -142,7 +142,8 @@ def bsvm(
         of ``f``) move toward the heavier class; ``predict(kind="prob")`` stays the data's probability (the map is
         learned on the weighted classes and taken back by Bayes' rule, :mod:`bayesvm.results.calibration`).
         Mean-field and accurate VB, EM/ECME, Gibbs and SVI, for linear, mixed and kernel models held in memory
-        (imputed predictors included), without a selection prior; with more than two classes, ``"balanced"`` only.
+        (imputed predictors included); with a selection prior every engine but Gibbs; with more than two classes,
+        ``"balanced"`` only.
     seed
         Seeds the Gibbs chains' ``SeedSequence``, k-means and minibatches of kernel fits, SVI and the
         probes; ``None`` draws fresh entropy.

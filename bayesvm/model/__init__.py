@@ -173,6 +173,7 @@ class LinearModel:
             prior=self.prior,
             prior_scale=prior_scale,
             components=base.components,
+            weights=base.weights,
         )
 
     def dense_offsets(self) -> dict[int, int]:

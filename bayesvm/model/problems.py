@@ -198,6 +198,8 @@ class SelectionProblem:
     components
         The random-effect terms: columns of X (``index``, ``(J, k)``) whose prior is ``N(0, Sigma)`` per level
         with a learned ``Sigma`` (their ``fixed_precision`` entries are unused).
+    weights
+        Each row's class weight (:mod:`bayesvm.model.class_weights`), or None where every row weighs 1.
     """
 
     y: np.ndarray
@@ -207,6 +209,7 @@ class SelectionProblem:
     prior: LaplaceZero | SpikeSlab | Lasso
     prior_scale: np.ndarray
     components: tuple[VarianceComponent, ...] = ()
+    weights: np.ndarray | None = None
 
     @property
     def q(self) -> int:

@@ -158,7 +158,7 @@ def test_balanced_weights_call_the_smaller_class_and_say_so():
 
 def test_routes_without_weighted_engines_refuse_naming_the_route():
     data = _imbalanced()
-    for kwargs, words in [(dict(prior=bayesvm.priors.LaplaceZero()), "a selection prior")]:
+    for kwargs, words in [(dict(prior=bayesvm.priors.LaplaceZero(), method="gibbs"), "a selection prior and method")]:
         with pytest.raises(bayesvm.BayesvmError, match=f"class_weight is not available with {words}"):
             bayesvm.bsvm("y ~ x1 + x2", data, class_weight="balanced", **kwargs)
     three = data.assign(y=np.where(data["x1"] > 1, "c", np.where(data["y"] == 1, "b", "a")))
@@ -261,3 +261,48 @@ def test_a_fit_weighted_into_one_class_says_which_weight_to_raise():
         fit = bayesvm.bsvm("y ~ x1 + x2", data, class_weight={1: 0.02})
     (finding,) = [f for f in fit.diagnostics.findings if f.check == "one_class"]
     assert "the fit weighs the classes 1 and 0.02: raise the weight of 1" in finding.message
+
+
+@pytest.mark.parametrize("prior", ["laplace_zero", "spike_slab", "lasso_vb", "lasso_em"])
+def test_selection_engines_with_integer_weights_equal_repeated_rows(prior):
+    """The selection VB engines and the lasso's EM on a problem whose rows weigh 2 for one class, against the same
+    problem with those rows repeated (the same prior scales): the same fixed point."""
+    from dataclasses import replace
+
+    from bayesvm.engines.selection import lasso_em, lasso_vb, spike_slab_vb, vb
+
+    rng = np.random.default_rng(3)
+    data = pd.DataFrame(rng.normal(size=(150, 4)), columns=["a", "b", "c", "d"])
+    data["y"] = (data["a"] - data["b"] + rng.normal(size=150) > 0.8).astype(int)
+    chosen = {
+        "laplace_zero": (bayesvm.priors.LaplaceZero(), "vb", lambda p: vb.fit_laplace_zero_vb(p, tol=1e-12)),
+        "spike_slab": (bayesvm.priors.SpikeSlab(), "vb", lambda p: spike_slab_vb.fit_spike_slab_vb(p, tol=1e-12)),
+        "lasso_vb": (bayesvm.priors.Lasso(), "vb", lambda p: lasso_vb.fit_lasso_vb(p, tol=1e-12)),
+        "lasso_em": (bayesvm.priors.Lasso(nu=0.5), "em", lambda p: lasso_em.fit_lasso_em(p)),
+    }
+    selection_prior, method, engine = chosen[prior]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ a + b + c + d", data, prior=selection_prior, method=method, class_weight={1: 2.0},
+                           standardize=False, checks=QUIET)  # fmt: skip
+    weighted = fit.model.selection_problem()
+    rows = np.r_[np.arange(weighted.y.size), np.flatnonzero(weighted.y > 0)]
+    repeated = replace(weighted, X=weighted.X[rows], y=weighted.y[rows], weights=None)
+    ours, theirs = engine(weighted), engine(repeated)
+    coefficients = "coef" if prior == "lasso_em" else "mean"
+    np.testing.assert_allclose(getattr(ours, coefficients), getattr(theirs, coefficients), rtol=1e-5, atol=1e-6)
+
+
+def test_selection_svi_and_accurate_fit_agree_with_weighted_vb():
+    rng = np.random.default_rng(3)
+    data = pd.DataFrame(rng.normal(size=(400, 4)), columns=["a", "b", "c", "d"])
+    data["y"] = (data["a"] - data["b"] + rng.normal(size=400) > 1.2).astype(int)
+    fits = {}
+    for name, kwargs in {"vb": {}, "accurate": {"vb": "accurate"}, "svi": {"method": "svi", "batch_size": 200}}.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fits[name] = bayesvm.bsvm("y ~ a + b + c + d", data, prior=bayesvm.priors.Lasso(), class_weight="balanced",
+                                      seed=1, **kwargs).fixef.to_numpy()  # fmt: skip
+    np.testing.assert_allclose(fits["svi"], fits["vb"], atol=0.03)  # measured: within 0.01
+    np.testing.assert_allclose(fits["accurate"], fits["vb"], atol=0.05)  # measured: within 0.03
+    assert fits["vb"][0] > -1.0  # (unweighted: -1.57)

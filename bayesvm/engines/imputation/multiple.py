@@ -215,7 +215,8 @@ def fit_mi_selection_vb(
         gammas.append(gamma)
         comps.append(c)
         f = coef @ completed.X.T
-        total = -2.0 * np.maximum(1.0 - selection.y[None, :] * f, 0.0).sum(axis=1)
+        hinge = np.maximum(1.0 - selection.y[None, :] * f, 0.0)
+        total = -2.0 * (hinge if selection.weights is None else hinge * selection.weights).sum(axis=1)
         lam = selection.fixed_precision[free]
         total += 0.5 * np.sum(np.log(lam) - np.log(2.0 * np.pi) - lam * coef[:, free] ** 2, axis=1)
         slopes, scale = _slope_log_prior(selection, fit, coef[:, sel], gamma.astype(bool), rng, scale_draws)

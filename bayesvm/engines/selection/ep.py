@@ -56,6 +56,7 @@ from scipy.special import gammaln, log_ndtr, ndtr, ndtri
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
 from ...model.problems import SelectionProblem
 from ...priors import LaplaceZero, Lasso, SpikeSlab
+from ..augmentation import row_terms
 from ..linear.ep import (
     EP_ATTEMPTS,
     EP_TOL,
@@ -65,7 +66,7 @@ from ..linear.ep import (
     damped_sites,
     ep_log_evidence,
     final_cavities,
-    tilted_moments,
+    weighted_tilted_moments,
 )
 from ..linear.hyper_grid import integrate
 
@@ -334,7 +335,7 @@ def run_selection_ep(
         sweeps += 1
         tau, (theta, (mean_f, var_f)) = solve_proper(tau, nu)
         ok, m, v = cavities(mean_f, var_f, tau, nu)
-        _, row_mean, row_var = tilted_moments(y, m[:n], v[:n])
+        _, row_mean, row_var = weighted_tilted_moments(y, m[:n], v[:n], problem.weights)
         slopes = slope_tilted(problem.prior, m[n:], v[n:], widths)
         t_mean = np.concatenate([row_mean, slopes.mean])
         t_var = np.maximum(np.concatenate([row_var, slopes.var]), 1e-300)
@@ -347,7 +348,7 @@ def run_selection_ep(
         previous = mean_f
     tau, (theta, (mean_f, var_f)) = solve_proper(tau, nu)
     m, v = final_cavities(mean_f, var_f, tau, nu)
-    log_z_rows, _, _ = tilted_moments(y, m[:n], v[:n])
+    log_z_rows, _, _ = weighted_tilted_moments(y, m[:n], v[:n], problem.weights)
     slopes = slope_tilted(problem.prior, m[n:], v[n:], widths)
     log_z = np.concatenate([log_z_rows, slopes.log_z])
     # every site a row of C (ep_log_evidence), then the slopes' base prior removed (module docstring)
@@ -421,9 +422,10 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float, stop_at_failure: 
     n_scale = scale_size(problem.prior)
     warm, phi_scale0 = _start(problem)
     widths0 = slope_widths(problem, phi_scale0)
-    tau0 = np.concatenate([np.ones(n), 1.0 / np.maximum(widths0 if isinstance(problem.prior, SpikeSlab)
-                                                         else 2.0 * widths0**2, 1e-8)])  # fmt: skip
-    nu0 = np.concatenate([2.0 * problem.y, np.zeros(m)])  # E[1/a] = 1 (chi = 1) and the slopes' prior width
+    rows_tau, rows_nu = row_terms(problem.y, np.ones(n), problem.weights)  # E[1/a] = 1 (chi = 1)
+    tau0 = np.concatenate([rows_tau, 1.0 / np.maximum(widths0 if isinstance(problem.prior, SpikeSlab)
+                                                      else 2.0 * widths0**2, 1e-8)])  # fmt: skip
+    nu0 = np.concatenate([rows_nu, np.zeros(m)])  # and the slopes' prior width
     cache: dict[tuple, SelectionEPState] = {}
     solved: list[tuple[np.ndarray, SelectionEPState]] = []
     counter = {"sweeps": 0, "first": 0}  # first: the damping that last worked (neighbouring nodes start there)

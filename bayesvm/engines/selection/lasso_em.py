@@ -38,6 +38,7 @@ from ...linalg.dense import blas_threads, spd_inverse
 from ...model.output import EngineOutput
 from ...model.problems import SelectionProblem
 from ...priors import Lasso
+from ..augmentation import row_terms
 from ..joint import log_component_prior
 from ..linear.em import MARGIN_FLOORS, SUPPORT_TOL, FloorContinuation, component_mode, smoothed_log_likelihood
 from .vb import LOG_2PI
@@ -105,7 +106,7 @@ def _objective(problem: SelectionProblem, margin, beta, nu, eps, covs) -> float:
     prior, sel, s = problem.prior, problem.selected, problem.prior_scale
     free = problem.unselected[problem.fixed_precision[problem.unselected] > 0]
     lam = problem.fixed_precision[free]
-    total = smoothed_log_likelihood(margin, eps)
+    total = smoothed_log_likelihood(margin, eps, problem.weights)
     total += 0.5 * float(np.sum(np.log(lam) - LOG_2PI - lam * beta[free] ** 2))
     total += float(np.sum(-np.log(2.0 * nu * s) - _huber(beta[sel], eps) / (nu * s)))
     if prior.nu is None:
@@ -120,7 +121,7 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
     prior = problem.prior
     q, m = problem.q, problem.m
     nu = 1.0 if prior.nu is None else float(prior.nu)
-    omega = np.ones(y.size)
+    inverse = np.ones(y.size)  # E[1/a_i | beta] (eq. 14, floored)
     # start from the ridge-type solution with unit weights (beta = 0 would be a fixed point of plain EM)
     penalty_weight = np.ones(m)
     covs = [np.eye(c.k) for c in problem.components]  # random-effect terms: CM-step after each M-step
@@ -131,10 +132,11 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
         eps = floors.eps
         lam = problem.fixed_precision.copy()
         lam[sel] = penalty_weight / (nu * s)
+        omega, rhs = row_terms(y, inverse, problem.weights)  # (class weights: each row's terms times omega_i)
         precision = problem.weighted_gram(omega)
         precision[np.diag_indices(q)] += lam
         problem.add_component_precisions(precision, [spd_inverse(c) for c in covs])
-        new = sla.cho_solve(sla.cho_factor(precision, lower=True), X.T @ (y * (1.0 + omega)))  # M-step
+        new = sla.cho_solve(sla.cho_factor(precision, lower=True), X.T @ rhs)  # M-step
         new_nu = nu
         if prior.nu is None:  # CME step
             new_nu = (prior.b + float(np.sum(_huber(new[sel], eps) / s))) / (prior.a + m - 1.0)
@@ -146,7 +148,7 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
             converged = True
             break
         nu, covs, margin = new_nu, new_covs, new_margin
-        omega = 1.0 / np.maximum(np.abs(margin), eps)  # E-step, hinge
+        inverse = 1.0 / np.maximum(np.abs(margin), eps)  # E-step, hinge
         penalty_weight = 1.0 / np.maximum(np.abs(new[sel]), eps)  # E-step, E[1/tau_j] / (nu s_j)
         done = beta is not None and (
             np.max(np.abs(new - beta)) < tol * (1.0 + np.max(np.abs(new))) or floors.stalled()
@@ -156,7 +158,7 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
             if floors.finish_stage((beta, nu, covs, margin)):
                 converged = True
                 break
-            omega = 1.0 / np.maximum(np.abs(margin), floors.eps)
+            inverse = 1.0 / np.maximum(np.abs(margin), floors.eps)
             penalty_weight = 1.0 / np.maximum(np.abs(beta[sel]), floors.eps)
     floor = MARGIN_FLOORS[floors.stage - 1] if floors.note else floors.eps  # (the floor the kept mode solves)
     coef = beta.copy()

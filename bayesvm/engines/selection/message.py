@@ -20,13 +20,17 @@ from __future__ import annotations
 import numpy as np
 
 from ...linalg.dense import weighted_gram
-from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
+from ..augmentation import data_lower_bound, inverse_a_mean, row_terms, update_chi
 
 
-def minibatch_message(X: np.ndarray, y: np.ndarray, w: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+def minibatch_message(
+    X: np.ndarray, y: np.ndarray, w: np.ndarray, scale: float, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``scale (X' W X, X' Y (1 + w))`` for the rows ``X`` (dense): with ``scale = n / s`` an unbiased estimate of
-    the full message from ``s`` rows drawn without replacement."""
-    return scale * weighted_gram(X, w), scale * (X.T @ (y * (1.0 + w)))
+    the full message from ``s`` rows drawn without replacement (``weights``: the rows' class weights,
+    :func:`~bayesvm.engines.augmentation.row_terms`)."""
+    w, rhs = row_terms(y, w, weights)
+    return scale * weighted_gram(X, w), scale * (X.T @ rhs)
 
 
 class MessageSweep:
@@ -37,10 +41,10 @@ class MessageSweep:
 
     def sweep(self, chi: np.ndarray, *rest, **options):
         p = self.p
-        w = inverse_a_mean(chi)
-        factors = self.update(p.weighted_gram(w), p.X.T @ (p.y * (1.0 + w)), *rest, **options)
+        w, rhs = row_terms(p.y, inverse_a_mean(chi), p.weights)  # (class weights: each row's terms times omega_i)
+        factors = self.update(p.weighted_gram(w), p.X.T @ rhs, *rest, **options)
         f_mean, expected_sq = self.row_moments(factors, p.X, p.y)
         chi = update_chi(expected_sq)
         factors.state = (chi, *factors.rest)
-        factors.bound = data_lower_bound(p.y, f_mean, expected_sq, chi) + factors.prior_bound
+        factors.bound = data_lower_bound(p.y, f_mean, expected_sq, chi, p.weights) + factors.prior_bound
         return factors

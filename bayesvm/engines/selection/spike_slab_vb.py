@@ -57,7 +57,7 @@ from scipy.special import expit, logit, xlogy
 from ...linalg.dense import blas_threads
 from ...model.problems import SelectionProblem
 from ...priors import SpikeSlab
-from ..augmentation import CHI_FLOOR, inverse_a_mean, update_chi
+from ..augmentation import CHI_FLOOR, inverse_a_mean, row_terms, update_chi
 from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
 from ..squarem import ascend, squarem_ascent
 from .message import MessageSweep
@@ -143,8 +143,8 @@ class SpikeSlabAscent(MessageSweep):
         p = self.p
         chi = np.ones(p.y.size)
         for _ in range(sweeps):
-            w = inverse_a_mean(chi)
-            slab = self.slab_fit(p.weighted_gram(w), p.X.T @ (p.y * (1.0 + w)))
+            w, rhs = row_terms(p.y, inverse_a_mean(chi), p.weights)
+            slab = self.slab_fit(p.weighted_gram(w), p.X.T @ rhs)
             new_chi = slab.row_chi(p.X, p.y)
             done = np.max(np.abs(new_chi - chi) / chi) < 1e-6
             chi = new_chi

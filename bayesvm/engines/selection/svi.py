@@ -97,25 +97,33 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
     ascent = coordinate_object(problem)
-    if batches is None:
-        batches = PartitionBatches.in_memory(problem.X, problem.y, batch_size, rng)
+    if batches is None:  # (class weights: responses signed by class and sized by weight, as linear SVI's)
+        signed = problem.y if problem.weights is None else problem.y * problem.weights
+        batches = PartitionBatches.in_memory(problem.X, signed, batch_size, rng)
     else:
         batches = batches(rng)
     n = batches.n
     X_check, y_check = batches.monitor_rows(monitor, rng)
+
+    def classes(signed):
+        """``(y, omega)`` of rows from their signed responses (``omega`` None without class weights)."""
+        return (signed, None) if problem.weights is None else (np.sign(signed), np.abs(signed))
+
     steps, stop = StepSize(rule, warmup, delay=STEP_DELAY), WindowRule(tol)
     rest = ascent.initial_state()[1:]
 
-    def bound(factors, X, y) -> float:
+    def bound(factors, X, signed) -> float:
         """The whole bound with the data term estimated from the rows ``X`` (each ``chi_i`` at its optimum)."""
+        y, weights = classes(signed)
         f_mean, expected_sq = ascent.row_moments(factors, X, y)
-        data = data_lower_bound(y, f_mean, expected_sq, update_chi(expected_sq))
+        data = data_lower_bound(y, f_mean, expected_sq, update_chi(expected_sq), weights)
         return factors.prior_bound + (n / y.size) * data
 
-    def estimate(factors, X, y) -> tuple[np.ndarray, np.ndarray]:
+    def estimate(factors, X, signed) -> tuple[np.ndarray, np.ndarray]:
         """The minibatch's message at ``chi`` optimal under ``factors`` (``w = 1`` before the first update)."""
+        y, weights = classes(signed)
         w = np.ones(y.size) if factors is None else inverse_a_mean(update_chi(ascent.row_moments(factors, X, y)[1]))
-        return minibatch_message(X, y, w, n / y.size)
+        return minibatch_message(X, y, w, n / y.size, weights)
 
     gram, r = estimate(None, *batches.next())  # the batch start's message, E[1/a] = 1, estimated
     factors = ascent.update(gram, r, *rest)
