@@ -158,9 +158,8 @@ def test_balanced_weights_call_the_smaller_class_and_say_so():
 
 def test_routes_without_weighted_engines_refuse_naming_the_route():
     data = _imbalanced()
-    for kwargs, words in [(dict(prior=bayesvm.priors.LaplaceZero(), method="gibbs"), "a selection prior and method")]:
-        with pytest.raises(bayesvm.BayesvmError, match=f"class_weight is not available with {words}"):
-            bayesvm.bsvm("y ~ x1 + x2", data, class_weight="balanced", **kwargs)
+    with pytest.raises(bayesvm.BayesvmError, match="class_weight is not available with a point-mass prior"):
+        bayesvm.bsvm("y ~ x1 + x2", data, class_weight="balanced", prior=bayesvm.priors.SpikeSlab(), method="gibbs")
     three = data.assign(y=np.where(data["x1"] > 1, "c", np.where(data["y"] == 1, "b", "a")))
     with pytest.raises(bayesvm.BayesvmError, match="None or 'balanced'"):
         bayesvm.bsvm("y ~ x1 + x2", three, class_weight={"a": 2.0})
@@ -291,6 +290,22 @@ def test_selection_engines_with_integer_weights_equal_repeated_rows(prior):
     ours, theirs = engine(weighted), engine(repeated)
     coefficients = "coef" if prior == "lasso_em" else "mean"
     np.testing.assert_allclose(getattr(ours, coefficients), getattr(theirs, coefficients), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.once
+def test_selection_gibbs_with_weights_agrees_with_the_accurate_fit():
+    """The selection sampler on weighted rows (the scaled rows with margins omega, without the moves): the lasso's
+    posterior means as its EP fit gives them (measured: within 0.02)."""
+    rng = np.random.default_rng(3)
+    data = pd.DataFrame(rng.normal(size=(400, 4)), columns=["a", "b", "c", "d"])
+    data["y"] = (data["a"] - data["b"] + rng.normal(size=400) > 1.2).astype(int)
+    kwargs = dict(prior=bayesvm.priors.Lasso(), class_weight="balanced", seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        accurate = bayesvm.bsvm("y ~ a + b + c + d", data, vb="accurate", **kwargs)
+        gibbs = bayesvm.bsvm("y ~ a + b + c + d", data, method="gibbs", draws=2000, chains=2, progress=False, **kwargs)
+    np.testing.assert_allclose(gibbs.fixef.to_numpy(), accurate.fixef.to_numpy(), atol=0.06)
+    assert gibbs.fixef.iloc[0] > -1.0  # (unweighted: -1.57)
 
 
 def test_selection_svi_and_accurate_fit_agree_with_weighted_vb():

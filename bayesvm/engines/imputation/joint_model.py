@@ -55,7 +55,7 @@ from ..augmentation import inverse_a_mean, row_terms, update_chi
 from ..joint import component_values, log_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
 from ..linear.gibbs import TUNE, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
-from ..linear.gibbs_rows import MARGIN_FLOOR
+from ..linear.gibbs_rows import MARGIN_FLOOR, weighted_rows
 from ..linear.interweave import ScaleMoves
 from ..linear.vb import (
     LOG_2PI,
@@ -238,15 +238,6 @@ def _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov,
 
 
 # ----- Gibbs (Appendix C) -----------------------------------------------------------------------
-def weighted_rows(y: np.ndarray, omega: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """The rows' weights and linear terms in ``theta | w`` and ``z | w``: ``w_i`` and ``y_i (1 + w_i)``; with class
-    weights ``omega_i`` the row is the augmented row of design row ``omega_i c_i`` and margin ``omega_i``
-    (:mod:`bayesvm.engines.linear.gibbs_rows`), so ``omega_i^2 w_i`` and ``y_i omega_i (1 + omega_i w_i)``."""
-    if weights is None:
-        return omega, y * (1.0 + omega)
-    return weights * weights * omega, y * weights * (1.0 + weights * omega)
-
-
 @dataclass
 class ImputedGibbsDraws:
     """Imputation output of the Gibbs chains (rows in the caller's order)."""

@@ -326,3 +326,12 @@ def row_margins(margins: np.ndarray | None, y: np.ndarray, f: np.ndarray) -> np.
 def linear_terms(y: np.ndarray, omega: np.ndarray, margins: np.ndarray | None) -> np.ndarray:
     """``y_i (1 + m_i w_i)``: the rows' linear terms of ``theta | w`` (``m_i = 1`` where ``margins`` is None)."""
     return y * (1.0 + (omega if margins is None else margins * omega))
+
+
+def weighted_rows(y: np.ndarray, omega: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' weights and linear terms in ``theta | w`` and ``z | w``: ``w_i`` and ``y_i (1 + w_i)``; with class
+    weights ``omega_i`` the row is the augmented row of design row ``omega_i c_i`` and margin ``omega_i``
+    (:func:`scaled_by_weights`), so ``omega_i^2 w_i`` and ``y_i omega_i (1 + omega_i w_i)``."""
+    if weights is None:
+        return omega, y * (1.0 + omega)
+    return weights * weights * omega, y * weights * (1.0 + weights * omega)

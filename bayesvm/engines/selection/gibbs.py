@@ -72,6 +72,7 @@ from ..inverse_gaussian import draw_inverse_gaussian
 from ..joint import log_component_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
 from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, run_until_converged
+from ..linear.gibbs_rows import weighted_rows
 from .directions import LineMoves
 from .marginal_pairs import MarginalPairs
 from .model_jumps import JumpReference, ModelJumps, jump_reference
@@ -373,6 +374,10 @@ def chain_records(
     ``imputation``, whose segments are laid out for a known number of draws)."""
     rng = np.random.default_rng(seed)
     y, X = problem.y, problem.X
+    weights = problem.weights  # class weights: rows scaled by omega_i with margins omega_i (gibbs_rows), the plain
+    if weights is not None:  # sampler: every move below evaluates the hinge with margin 1
+        swaps = pairs = exchanges = shears = collapsed = lines = False
+        jumps = None
     step_fn = {LaplaceZero: _LaplaceZeroStep, SpikeSlab: _SpikeSlabStep, Lasso: _LassoStep}[type(problem.prior)]
     state = step_fn(problem, rng)
     has_indicators = isinstance(problem.prior, SpikeSlab) or (
@@ -436,11 +441,12 @@ def chain_records(
                 sheared.X = X
             if jumper is not None:
                 jumper.X = X
-        gram = problem.weighted_gram(omega)
+        precision_weights, linear_terms = weighted_rows(y, omega, weights)
+        gram = problem.weighted_gram(precision_weights)
         # the random-effect blocks' prior precision joins G: their columns are never scaled by gamma, so every
         # step below reads G + blockdiag(Sigma^{-1}) as the complete-data precision of the unpenalised part
         problem.add_component_precisions(gram, [spd_inverse(cov) for cov in covs])
-        r = X.T @ (y * (1.0 + omega))
+        r = X.T @ linear_terms
         coef = state.update(gram, r)
         if moves is not None:  # on the posterior with omega (and b) integrated out; both drawn afresh next
             coef = moves.run(state, coef, rng)
@@ -465,14 +471,15 @@ def chain_records(
         if components:  # Sigma_c | u_c (IG, half-t through its auxiliary variable, or IW)
             covs = draw_components(components, [coef[c.index] for c in components], rng, aux)
         f = X @ coef
-        omega = rng.wald(1.0 / np.maximum(np.abs(1.0 - y * f), MARGIN_FLOOR), 1.0)
+        margin = 1.0 - y * f if weights is None else weights * (1.0 - y * f)
+        omega = rng.wald(1.0 / np.maximum(np.abs(margin), MARGIN_FLOOR), 1.0)
         if stored is not None:
             keep = stored[step] >= 0
         else:
             keep = step >= tune and (step - tune) % thin == 0
         if keep:
             log_posterior = (
-                log_pseudo_likelihood(y, f)
+                log_pseudo_likelihood(y, f, weights)
                 + _log_fixed_prior(problem, coef)
                 + state.log_prior(coef)
                 + log_component_prior(components, coef, np.zeros((0, 0)), covs)
