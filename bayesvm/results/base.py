@@ -328,7 +328,9 @@ class Fit(ABC):
                     UserWarning,
                     stacklevel=3,
                 )
-                self._calibration = prior_map(f"prior only: {exc}")
+                weights = getattr(getattr(self, "model", None), "class_weights", None)
+                pair = None if weights is None else (weights.negative, weights.positive)  # (Bayes' rule back)
+                self._calibration = prior_map(f"prior only: {exc}", class_weights=pair)
                 return self._calibration
             source = f"{predictions['fold'].max() + 1}-fold cross-fitted"
             if "alignment" in predictions.attrs:
