@@ -328,7 +328,7 @@ class Fit(ABC):
                     UserWarning,
                     stacklevel=3,
                 )
-                weights = getattr(getattr(self, "model", None), "class_weights", None)
+                weights = self._class_weights
                 pair = None if weights is None else (weights.negative, weights.positive)  # (Bayes' rule back)
                 self._calibration = prior_map(f"prior only: {exc}", class_weights=pair)
                 return self._calibration
@@ -343,10 +343,15 @@ class Fit(ABC):
         self._calibration = cmap
         return cmap
 
+    @property
+    def _class_weights(self):
+        """The fit's :class:`bayesvm.model.class_weights.ClassWeights`, or None (no weights, or a model without them)."""
+        return getattr(getattr(self, "model", None), "class_weights", None)
+
     def _with_class_weights(self, predictions: pd.DataFrame) -> pd.DataFrame:
         """The predictions with each row's class weight (column ``weight``) where the fit weighs its classes, so that
         the map is learned on the weighted classes (:mod:`bayesvm.results.calibration`, class weights)."""
-        weights = getattr(getattr(self, "model", None), "class_weights", None)
+        weights = self._class_weights
         if weights is None:
             return predictions
         return predictions.assign(weight=weights.rows(predictions["y"].to_numpy(float)))

@@ -106,13 +106,16 @@ def imputed_log_likelihoods(
     return total
 
 
-def imputed_log_ratios(fit, rng: np.random.Generator, draws: int, proposal) -> tuple[np.ndarray, np.ndarray, int]:
+def imputed_log_ratios(
+    fit, problem: ImputationProblem, rng: np.random.Generator, draws: int, proposal
+) -> tuple[np.ndarray, np.ndarray, int]:
     """``(log p - log q, theta_d draws, coefficients)`` of ``draws`` draws from q's marginal over
-    ``(theta, components, mu, Sigma)``; ``proposal(fit, rng, draws)`` gives q's draws of ``theta`` and the components
-    with their ``log q`` (:func:`bayesvm.results.vb_check`'s mean-field proposal)."""
+    ``(theta, components, mu, Sigma)``; ``problem`` is the fit's joint imputation problem
+    (``fit.model.imputation_problem("joint")``, built once for every batch); ``proposal(fit, rng, draws)`` gives q's
+    draws of ``theta`` and the components with their ``log q`` (:func:`bayesvm.results.vb_check`'s mean-field
+    proposal)."""
     from scipy import stats  # (imported here: a default fit's path never loads scipy.stats)
 
-    problem = fit.model.imputation_problem("joint")
     base, result = problem.base, fit.result
     theta_d, theta_b, covs, log_q = proposal(fit, rng, draws)
     q_mu = stats.multivariate_normal(result.mu_mean, result.mu_cov)

@@ -382,7 +382,8 @@ def _joint_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray,
 
 def _imputed_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`bayesvm.results.imputation_check.imputed_log_ratios` in batches of :data:`BATCH_DRAWS`."""
-    parts = [imputed_log_ratios(fit, rng, size, _mean_field_proposal) for size in _batches(draws)]
+    problem = fit.model.imputation_problem("joint")  # (the design and its imputation layout, once)
+    parts = [imputed_log_ratios(fit, problem, rng, size, _mean_field_proposal) for size in _batches(draws)]
     return np.concatenate([p[0] for p in parts]), np.vstack([p[1] for p in parts]), parts[0][2]
 
 
