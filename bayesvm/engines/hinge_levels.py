@@ -47,6 +47,16 @@ def log_diff_ndtr(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return out
 
 
+def size_classes(codes: np.ndarray, n_levels: int):
+    """The levels in classes of similar size (1, 2, 3-4, 5-8, ... rows), each ``(levels, its largest level)``: padding
+    every level of a class to its largest at most doubles its rows, however unbalanced the groups."""
+    counts = np.bincount(codes, minlength=n_levels)
+    size_class = np.ceil(np.log2(np.maximum(counts, 1))).astype(int)
+    for c in np.unique(size_class[counts > 0]):
+        levels = np.flatnonzero((size_class == c) & (counts > 0))
+        yield levels, int(counts[levels].max())
+
+
 class LevelLayout:
     """Rows padded into a ``levels x (largest level)`` array, fixed by the codes: ``slope[j, k] = s_i`` and
     ``rows[j, k] = i`` for the ``k``-th row of level ``j`` (``0`` and ``-1`` in the padding)."""

@@ -588,12 +588,13 @@ def _node_weights_text(weights) -> str:
         return ""
     if weights.method == "importance":
         ess = f"effective sample size {weights.ess_fraction:.0%} of {weights.draws} draws per node"
+        how = "exactly" if weights.levels == "exact" else "level by level by importance sampling"
         return (
-            f"\n  Nodes weighted by importance-sampled evidence p(y | variances), random effects integrated out ({ess})"
+            f"\n  Nodes weighted by importance-sampled evidence p(y | variances), random effects integrated out {how} "
+            f"({ess})"
         )
     return (
-        f"\n  Nodes weighted by EP's evidence: importance sampling from EP's Gaussians was unreliable ({weights.reason}); "
-        "see the PSIS check"
+        f"\n  Nodes weighted by EP's evidence, not importance-sampled evidence ({weights.reason}); see the PSIS check"
     )
 
 

@@ -160,9 +160,9 @@ def _approximation_checks(info: dict) -> list[str]:
             _verdict(
                 "CAUTION",
                 f"all {check.joint_only} coefficients jointly",
-                f"k-hat = {check.khat:.2f} > 0.7 ({draws}; strict in high dimension, and the random effects of this "
-                "model cannot be integrated out to judge the fixed effects and variances alone): compare with "
-                "method='gibbs' before reporting",
+                f"k-hat = {check.khat:.2f} > 0.7 ({draws}; strict in high dimension, and the check integrates random "
+                "effects out exactly only for one coefficient per level of one factor, so it cannot judge the fixed "
+                "effects and variances alone here): compare with method='gibbs' before reporting",
             )
         )
         return out

@@ -26,10 +26,13 @@ times too small).  Here, instead:
    ``theta`` is the weighted mixture of the per-node EP Gaussians.
 3. ``Z_EP`` is not exact for hinge sites, and its error grows with the variance (toenail: 6.4 nats at the
    lattice's smallest patient variance, 12.4 at its largest), so EP's weights shrink the variance (11.7 against
-   long Gibbs's 13.5).  Where one random-intercept term integrates out in closed form, each node is reweighted by
-   an importance-sampled ``p(y | phi)`` over the remaining coefficients, proposed from the node's own EP Gaussian
-   (:mod:`bayesvm.engines.linear.node_evidence`; toenail's variance becomes 13.4), and the lattice grows where the
-   new weights reach its edge.  Where the draws' effective sample size is too small to trust, EP's weights stay.
+   long Gibbs's 13.5).  Where the random effects sit in one blocked grouping factor, each node is reweighted by an
+   importance-sampled ``p(y | phi)`` over the remaining coefficients, proposed from the node's own EP Gaussian, each
+   level's random effects integrated out: in closed form for one coefficient per level
+   (:mod:`bayesvm.engines.linear.node_evidence`; toenail's variance becomes 13.4), by importance sampling from the
+   node's conditional of the level's vector for correlated terms (:mod:`bayesvm.engines.linear.sampled_levels`);
+   the lattice grows where the new weights reach its edge.  Where the draws' effective sample size is too small to
+   trust, EP's weights stay.
 
 With several variance components (the learned penalty and random intercepts, crossed
 intercepts, slopes) the hyperparameters ``phi`` are integrated in the eigen-directions of the
@@ -52,7 +55,7 @@ sparse Cholesky with a selected inverse) are supported.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -75,6 +78,7 @@ from .hyper_grid import (
     HyperGrid,
     extend_lattice,
     integrate,
+    recentred_rule,
     weighted_grid,
 )
 from .node_evidence import MIN_ESS_FRACTION, NodeEvidence, NodeWeights, UnreliableEvidence, node_evidence
@@ -639,10 +643,25 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
             )
             log_rule = np.zeros(lattice.shape[0])
     except UnreliableEvidence as exc:
-        return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), str(exc))
+        return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), str(exc), evidence.levels)
     if not evaluated or not np.any(np.isfinite(logp)):  # unreachable after integrate(), which needs one EP fit
-        return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), "no node had an EP fit to sample from")
+        reason = "no node had an EP fit to sample from"
+        return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), reason, evidence.levels)
     new = weighted_grid(grid.center + lattice @ grid.axes.T, lattice, logp, log_rule, grid, tails_ok and grid.tails_ok)
+    for _ in range(RECENTRINGS):  # a Gauss-Hermite rule on the reweighted posterior's moments: its own EP fits
+        recentred = recentred_rule(new, logp)
+        if recentred is None:
+            break
+        center, axes = recentred
+        nodes = center + lattice @ axes.T
+        try:
+            moved = np.array([log_post(t) for t in nodes])
+        except UnreliableEvidence:
+            break
+        if not np.any(np.isfinite(moved)):
+            break
+        shape = replace(new, center=center, axes=axes)
+        new, logp = weighted_grid(nodes, lattice, moved, log_rule, shape, new.tails_ok), moved
     # each node's own estimate: the nearest evaluation (a node's phi can differ in the last digit from the one it was
     # evaluated at, computed by a matrix product instead of a matrix-vector one); EP failures carry no weight
     points = np.array([phi for phi, _ in evaluated]).reshape(len(evaluated), -1)
@@ -652,8 +671,13 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
     shift = float(new.log_evidence - grid.log_evidence)
     if ess_fraction < MIN_ESS_FRACTION:
         reason = f"the importance draws' effective sample size was {ess_fraction:.0%} of {evidence.draws} per node"
-        return grid, NodeWeights("EP", evidence.draws, ess_fraction, shift, reason)
-    return new, NodeWeights("importance", evidence.draws, ess_fraction, shift)
+        return grid, NodeWeights("EP", evidence.draws, ess_fraction, shift, reason, evidence.levels)
+    return new, NodeWeights("importance", evidence.draws, ess_fraction, shift, levels=evidence.levels)
+
+
+#: At most this many re-centrings of a Gauss-Hermite rule on the importance-weighted moments
+#: (:func:`bayesvm.engines.linear.hyper_grid.recentred_rule`); each costs one EP fit and one evidence estimate per node.
+RECENTRINGS = 2
 
 
 #: EP attempts at a node: (start, damping, sweeps).  Parallel EP with damping 0.7 oscillates where the prior

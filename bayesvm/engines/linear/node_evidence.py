@@ -35,9 +35,10 @@ from scipy.special import logsumexp
 from ...linalg.row_threads import row_pool
 from ...model.problems import VBProblem
 from ..augmentation import weighted_predictor
-from ..hinge_levels import LevelLayout, draws_log_integral_sums, pieces
+from ..hinge_levels import LevelLayout, draws_log_integral_sums, pieces, size_classes
 from . import compiled_rows
-from .vb import LOG_2PI
+from .sampled_levels import INNER_DRAWS, sampled_log_integrals
+from .vb import LOG_2PI, prior_precisions
 
 #: Draws x groups x (largest group + 1) values processed at a time: about a dozen arrays of this
 #: many doubles are alive at once (~400 MB at 4e6).
@@ -63,16 +64,6 @@ def integrable_component(problem: VBProblem) -> int | None:
     if len(blocked) != 1 or problem.components[blocked[0]].k != 1:
         return None
     return blocked[0]
-
-
-def size_classes(codes: np.ndarray, n_levels: int):
-    """The levels in classes of similar size (1, 2, 3-4, 5-8, ... rows), each ``(levels, its largest level)``: padding
-    every level of a class to its largest at most doubles its rows, however unbalanced the groups."""
-    counts = np.bincount(codes, minlength=n_levels)
-    size_class = np.ceil(np.log2(np.maximum(counts, 1))).astype(int)
-    for c in np.unique(size_class[counts > 0]):
-        levels = np.flatnonzero((size_class == c) & (counts > 0))
-        yield levels, int(counts[levels].max())
 
 
 def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np.ndarray, sigma2: np.ndarray,
@@ -125,8 +116,11 @@ def _class_log_integrals(layout: LevelLayout, eta: np.ndarray, sigma2: np.ndarra
     return total
 
 
-def log_prior_dense(problem: VBProblem, theta_d: np.ndarray, covs: list[np.ndarray], skip: int) -> np.ndarray:
-    """``log p(theta_d | variances)`` for draws ``theta_d (S, q)``; ``covs[c]`` is ``(S, k, k)``.
+def log_prior_dense(
+    problem: VBProblem, theta_d: np.ndarray, covs: list[np.ndarray], skip: int | tuple[int, ...]
+) -> np.ndarray:
+    """``log p(theta_d | variances)`` for draws ``theta_d (S, q)``; ``covs[c]`` is ``(S, k, k)``; the components in
+    ``skip`` (the blocked ones, integrated out by the caller) are left out.
 
     Each draw's random effects ``u_j ~ N(0, Sigma_s)``: ``-1/2 |L_s^{-1} u_j|^2 - log |L_s| - k/2 log 2 pi`` summed over
     the levels, with ``L_s`` the Cholesky factor of draw ``s``'s covariance; the factors and solves are batched over the
@@ -135,8 +129,9 @@ def log_prior_dense(problem: VBProblem, theta_d: np.ndarray, covs: list[np.ndarr
     lam = problem.fixed_precision
     fixed = lam > 0
     total = np.sum(0.5 * np.log(lam[fixed]) - 0.5 * LOG_2PI - 0.5 * lam[fixed] * theta_d[:, fixed] ** 2, axis=1)
+    skipped = (skip,) if isinstance(skip, int) else skip
     for c, comp in enumerate(problem.components):
-        if c == skip:
+        if c in skipped:
             continue
         u = theta_d[:, comp.index]  # (S, J, k)
         chol = np.linalg.cholesky(covs[c])  # (S, k, k)
@@ -172,6 +167,15 @@ DRAWS = 32
 #: or two draws: EP's Gaussian is then far from the marginal posterior inside the node, and reweighting the nodes
 #: cannot repair that (the PSIS check reports it).
 MIN_ESS_FRACTION = 0.2
+#: Where levels are integrated by importance sampling, the variance of the estimated ``sum_j log I_j`` (averaged over
+#: the outer draws) may be at most this; more inner draws are taken until it is.  Noise of variance ``V`` in the log
+#: weights alone cuts their effective sample size by ``exp(-V)``.
+MAX_LEVEL_NOISE = 0.25
+#: The most inner draws per level and outer draw.
+MAX_INNER_DRAWS = 512
+#: Outer draws x rows x inner draws per node beyond which the levels are not sampled (EP's weights are kept and the
+#: summary says why): about a quarter of a second per node in the compiled loop.
+MAX_SAMPLED_WORK = 5e7
 
 
 class UnreliableEvidence(ArithmeticError):
@@ -189,17 +193,26 @@ class NodeEstimate:
 class NodeEvidence:
     """The importance-sampled ``log p(y | phi)`` of the module docstring, for one problem.
 
-    ``component`` is the term integrated out (:func:`integrable_component`); ``hyperparameters`` maps ``phi`` to
-    the components' covariances (:class:`bayesvm.engines.linear.ep.Hyperparameters`).
+    ``component`` is the term integrated out exactly (:func:`integrable_component`), or None: then the blocked
+    factor's random-effect vectors (a correlated term, or several terms of one factor) are integrated level by level
+    by importance sampling from the node's own conditional of each level given ``theta_d``
+    (:mod:`bayesvm.engines.linear.sampled_levels`).  ``hyperparameters`` maps ``phi`` to the components' covariances
+    and precisions (:class:`bayesvm.engines.linear.ep.Hyperparameters`).
     """
 
-    def __init__(self, problem: VBProblem, component: int, hyperparameters, draws: int = DRAWS, seed: int = 0):
+    def __init__(
+        self, problem: VBProblem, component: int | None, hyperparameters, draws: int = DRAWS, seed: int = 0
+    ) -> None:
         self.problem = problem
         self.component = component
+        self.blocked = tuple(c for c, comp in enumerate(problem.components) if comp.blocked)
         self.hyperparameters = hyperparameters
         half = np.random.default_rng(seed).standard_normal(((draws + 1) // 2, problem.D.shape[1]))
         self.z = np.vstack([half, -half])  # antithetic: a shift of q's mean cancels to first order
         self.draws = self.z.shape[0]
+        self.seed = seed
+        self.levels = "exact" if component is not None else "sampled"
+        self.inner = INNER_DRAWS  # inner draws per level (sampled levels), raised where their noise is too large
 
     def __call__(self, phi: np.ndarray, theta) -> NodeEstimate:
         """The estimate at ``phi`` from the node's Gaussian ``theta`` (its ``theta_d`` marginal is the proposal)."""
@@ -211,21 +224,76 @@ class NodeEvidence:
             raise UnreliableEvidence("the node's covariance of the coefficients has no Cholesky factor") from exc
         covs = [np.repeat(c[None], S, axis=0) for c in self.hyperparameters.covariances(phi)]
         blocked = problem.blocked
-        log_p = group_log_integrals(
-            problem.y, theta_d @ problem.D.T, blocked.values[:, 0], blocked.codes, covs[self.component][:, 0, 0],
-            blocked.n_levels, problem.weights,
-        )  # fmt: skip
-        log_ratio = log_p + log_prior_dense(problem, theta_d, covs, self.component) - log_q
+        if self.component is not None:
+            log_p = group_log_integrals(
+                problem.y, theta_d @ problem.D.T, blocked.values[:, 0], blocked.codes,
+                covs[self.component][:, 0, 0], blocked.n_levels, problem.weights,
+            )  # fmt: skip
+        else:
+            log_p = self._sampled_levels(phi, theta, theta_d)
+        log_ratio = log_p + log_prior_dense(problem, theta_d, covs, self.blocked) - log_q
         if not np.all(np.isfinite(log_ratio)):
             raise UnreliableEvidence("the pseudo-posterior or q was not finite at an importance draw")
         w = np.exp(log_ratio - log_ratio.max())
         return NodeEstimate(float(logsumexp(log_ratio) - np.log(S)), float(w.sum() ** 2 / np.sum(w**2) / S))
 
+    def _sampled_levels(self, phi: np.ndarray, theta, theta_d: np.ndarray) -> np.ndarray:
+        """``sum_j log I_j`` by importance sampling each level from the node's conditional ``u_j | theta_d``."""
+        rows = int(np.sum(self.problem.blocked.codes >= 0))
+        if self.draws * rows * self.inner > MAX_SAMPLED_WORK:
+            raise UnreliableEvidence(
+                f"integrating the random-effect vectors of {rows} rows by importance sampling at every node would "
+                f"cost more than the fit ({self.draws} x {self.inner} draws per row); EP's evidence shrinks a "
+                "correlated term's variances, by 10-20% on small data: method='gibbs' gives them"
+            )
+        _, prior_b = prior_precisions(self.problem, self.hyperparameters.precisions(phi))
+        sampled, self.inner = quiet_level_sums(self.problem, theta, theta_d, prior_b, self.inner, self.seed + 1)
+        return sampled.log_integrals
+
+
+def level_sums(problem: VBProblem, theta, theta_d: np.ndarray, prior_b: np.ndarray, inner: int, seed: int):
+    """:func:`bayesvm.engines.linear.sampled_levels.sampled_log_integrals` for draws ``theta_d`` of the coefficients
+    outside the blocked factor, each level proposed from ``theta``'s conditional ``u_j | theta_d``:
+    ``N(mu_j - G_j (theta_d - mu_d), P_jj^{-1})`` with the Schur elimination's gains ``G_j = P_jj^{-1} P_jd``.
+    ``prior_b``: the blocked factor's prior precision per level, ``(K, K)`` or one per draw."""
+    blocked = problem.blocked
+    gains = theta.gains.dense()  # (J, K, q)
+    conditional_mean = theta.mean_b[None] - np.einsum("jkq,sq->sjk", gains, theta_d - theta.mean_d)
+    try:
+        chol = np.linalg.cholesky(theta.block_inv)
+    except np.linalg.LinAlgError as exc:
+        raise UnreliableEvidence("a level's conditional covariance has no Cholesky factor") from exc
+    return sampled_log_integrals(
+        problem.y, theta_d @ problem.D.T, blocked.values, blocked.codes, conditional_mean, chol, prior_b,
+        problem.weights, inner=inner, seed=seed,
+    )  # fmt: skip
+
+
+def quiet_level_sums(problem: VBProblem, theta, theta_d: np.ndarray, prior_b: np.ndarray, inner: int, seed: int):
+    """``(level_sums(...), inner draws used)`` with the inner draws doubled until the estimate's noise, averaged over
+    the draws, is at most :data:`MAX_LEVEL_NOISE` (or :data:`MAX_INNER_DRAWS` is reached); the noise falls as
+    ``1 / M``."""
+    while True:
+        sampled = level_sums(problem, theta, theta_d, prior_b, inner, seed)
+        noise = float(np.mean(sampled.noise))
+        if noise <= MAX_LEVEL_NOISE or inner >= MAX_INNER_DRAWS:
+            return sampled, inner
+        inner = int(min(MAX_INNER_DRAWS, inner * 2 ** np.ceil(np.log2(noise / MAX_LEVEL_NOISE))))
+
+
+def sampled_integrable(problem: VBProblem) -> bool:
+    """Whether the blocked factor's random effects can be integrated level by level by importance sampling (the
+    dense/Schur path with a blocked factor that carries at least one component)."""
+    return problem.blocked is not None and not problem.is_sparse and any(comp.blocked for comp in problem.components)
+
 
 def node_evidence(problem: VBProblem, hyperparameters, draws: int = DRAWS) -> NodeEvidence | None:
-    """The estimator for ``problem``, or None where no term integrates out in closed form."""
+    """The estimator for ``problem``, or None where the random effects cannot be integrated level by level (the
+    sparse path, or no blocked factor)."""
     component = integrable_component(problem)
-    return None if component is None else NodeEvidence(problem, component, hyperparameters, draws)
+    if component is None and not sampled_integrable(problem):
+        return None
+    return NodeEvidence(problem, component, hyperparameters, draws)
 
 
 @dataclass
@@ -244,3 +312,6 @@ class NodeWeights:
     log_evidence_shift: float
     #: why EP's weights were kept ("" when the importance-sampled ones are used)
     reason: str = ""
+    #: how each level's random effects were integrated: "exact" (one coefficient per level, closed form) or
+    #: "sampled" (a vector per level, importance sampling: :mod:`bayesvm.engines.linear.sampled_levels`)
+    levels: str = "exact"
