@@ -63,7 +63,8 @@ class LogPrior:
         total = self.constant - 0.5 * np.einsum("sj,j,sj->s", x, self.lam, x)
         for comp, cov, density in zip(self.components, covs, self.densities):
             if density is None:
-                total += [log_component_prior([comp], d, b, [c]) for d, b, c in zip(theta_d, theta_b, cov)]
+                u = theta_b[:, :, comp.index[0]] if comp.blocked else theta_d[:, comp.index]  # (S, J, k)
+                total += wishart_log_prior_of_draws(comp, u, cov)
                 continue
             u = theta_b[:, :, comp.index[0, 0]] if comp.blocked else theta_d[:, comp.index[:, 0]]
             s2 = cov[:, 0, 0]
@@ -72,6 +73,25 @@ class LogPrior:
                 + variance_prior.log_density(comp, s2)
             )  # fmt: skip
         return total
+
+
+def wishart_log_prior_of_draws(comp: VarianceComponent, u: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """``sum_j log N(u_j | 0, Sigma_s) + log IW(Sigma_s; nu, Psi)`` for each draw ``s`` (``u (S, J, k)``,
+    ``cov (S, k, k)``), batched over the draws through one Cholesky factor each:
+    ``log IW = (nu / 2) log|Psi| - (nu k / 2) log 2 - log Gamma_k(nu / 2) - ((nu + k + 1) / 2) log|Sigma|
+    - tr(Psi Sigma^{-1}) / 2``."""
+    from scipy.special import multigammaln
+
+    S, J, k = u.shape
+    chol = np.linalg.cholesky(cov)  # (S, k, k)
+    half_logdet = np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)  # log |Sigma|^(1/2)
+    z = np.linalg.solve(chol[:, None], u[..., None])[..., 0] if J else u  # L^{-1} u_j, (S, J, k)
+    normal = -0.5 * np.sum(z**2, axis=(1, 2)) - J * (half_logdet + 0.5 * k * LOG_2PI)
+    nu, psi = comp.prior_df, comp.prior_scale
+    inverse_factor = np.linalg.solve(chol, np.broadcast_to(np.eye(k), chol.shape))  # L^{-1}
+    trace = np.einsum("ski,ij,skj->s", inverse_factor, psi, inverse_factor)  # tr(Psi Sigma^{-1})
+    constant = 0.5 * nu * np.linalg.slogdet(psi)[1] - 0.5 * nu * k * math.log(2.0) - multigammaln(0.5 * nu, k)
+    return normal + constant - (nu + k + 1) * half_logdet - 0.5 * trace
 
 
 def log_component_prior(components, theta_d: np.ndarray, theta_b: np.ndarray, covs: list[np.ndarray]) -> float:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks.findings import IDENTIFIED_FINDINGS
-from ..engines.joint import log_prior, log_pseudo_likelihood
+from ..engines.joint import LogPrior
 from ..errors import ApproximationWarning, BayesvmError
 from ..model import PENALTY_SOURCE
 from .imputation_check import covers as imputation_covers
@@ -367,13 +367,9 @@ def _joint_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray,
         f = (problem.D @ theta_d.T).T
         if problem.blocked is not None:
             f = f + np.einsum("nk,snk->sn", problem.blocked.values, theta_b[:, problem.blocked.codes, :])
-        log_p = np.array(
-            [
-                log_pseudo_likelihood(problem.y, f[s], problem.weights)
-                + log_prior(problem, theta_d[s], theta_b[s], [c[s] for c in covs])
-                for s in range(size)
-            ]
-        )
+        hinge = np.maximum(0.0, 1.0 - problem.y * f)
+        log_p = -2.0 * (hinge @ (np.ones(problem.n) if problem.weights is None else problem.weights))
+        log_p += LogPrior(problem).of_draws(theta_d, theta_b, covs)
         ratios.append(log_p - log_q)
         thetas.append(theta_d)
         coefficients = theta_d.shape[1] + int(np.prod(theta_b.shape[1:]))

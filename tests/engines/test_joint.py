@@ -51,7 +51,10 @@ def test_log_prior_with_constants_computed_once_equals_log_prior(formula, penalt
         assert density(theta_d, theta_b, covs) == pytest.approx(log_prior(problem, theta_d, theta_b, covs), rel=1e-12)
     # all draws at once, as the samplers compute it for their kept draws
     draws = [(rng.standard_normal(problem.D.shape[1]), rng.standard_normal((J, K))) for _ in range(6)]
-    draw_covs = [[np.eye(c.k) * rng.gamma(2.0) for c in problem.components] for _ in draws]
+    draw_covs = []
+    for _ in draws:  # (correlated covariances for the inverse-Wishart terms)
+        roots = [rng.standard_normal((c.k, c.k)) * 0.5 + np.eye(c.k) * rng.gamma(2.0) for c in problem.components]
+        draw_covs.append([root @ root.T for root in roots])
     together = density.of_draws(
         np.stack([d for d, _ in draws]), np.stack([b for _, b in draws]),
         [np.stack([covs[c] for covs in draw_covs]) for c in range(len(problem.components))],
