@@ -38,15 +38,24 @@ from ..engines.linear.node_evidence import (
 )
 
 
-def marginal_log_ratios(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """``(log p - log q, theta_d draws, covariance draws)`` of the marginal check."""
+def marginal_log_ratios(
+    fit, rng: np.random.Generator, draws: int
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]:
+    """``(log p - log q, theta_d draws, covariance draws, phi draws)`` of the marginal check."""
     problem = fit.problem
-    skip = integrable_component(problem)
     hyper = Hyperparameters(problem.components)
     if fit.posterior.kind == "mixture":
         theta_d, phi, log_q = _mixture_marginal(fit.result, rng, draws)
     else:
         theta_d, phi, log_q = _mean_field_marginal(fit.result, hyper, rng, draws)
+    log_p, covs = marginal_log_p(problem, hyper, theta_d, phi)
+    return log_p - log_q, theta_d, covs, phi
+
+
+def marginal_log_p(problem, hyper: Hyperparameters, theta_d: np.ndarray, phi: np.ndarray):
+    """``(log p(y, theta_d, phi), covariances)`` at draws ``theta_d (S, q)``, ``phi (S, d)``: the random intercepts
+    integrated out in closed form (module docstring); every constant included."""
+    skip = integrable_component(problem)
     covs_each = [hyper.covariances(t) for t in phi]
     covs = [np.stack([c[j] for c in covs_each]) for j in range(len(problem.components))]
     eta = theta_d @ problem.D.T
@@ -56,7 +65,7 @@ def marginal_log_ratios(fit, rng: np.random.Generator, draws: int) -> tuple[np.n
     )
     log_p += log_prior_dense(problem, theta_d, covs, skip)
     log_p += np.array([hyper.log_prior(t) for t in phi])
-    return log_p - log_q, theta_d, covs
+    return log_p, covs
 
 
 def _gaussian_draws(rng: np.random.Generator, mean: np.ndarray, cov: np.ndarray, size: int):

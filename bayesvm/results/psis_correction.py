@@ -27,9 +27,14 @@ predictions and draws all read the corrected nodes.  The variance components are
 already importance sampled).  ``summary()`` says which fixed effects moved; the check is then run again on the
 corrected q with fresh draws, so its verdict is about what is reported.
 
+**Where q is far.**  Where the marginal check's k-hat exceeds 0.7, its weighted moments cannot be trusted; an adapted
+proposal's can (:mod:`bayesvm.results.adaptive_check`: geepack's muscatine, q's k-hat 1.5, the age polynomial 2.2
+Gibbs SDs off; after adaptation within 0.12).  The correction then moves q's exact mixture moments onto the adapted
+weighted ones, under the same significance rule.
+
 **Where not.**  Only the accurate fit on the dense path (the sparse and Schur representations keep EP's nodes), only
-where the check is the marginal one (a random-intercept term integrated out in closed form), its k-hat is at most 0.7
-and its ESS at least :data:`MIN_ESS`, and never with ``Checks(vb_check="ignore")``.  Without random effects EP is close
+where the check is the marginal one (a random-intercept term integrated out in closed form), its k-hat (or the adapted
+proposal's) is at most 0.7 and its ESS at least :data:`MIN_ESS`, and never with ``Checks(vb_check="ignore")``.  Without random effects EP is close
 to exact already and the correction can do harm: on R's ``mtcars`` (``am ~ wt + hp``, 32 nearly separated rows, a
 learned penalty whose variance has a long tail) EP's SDs are 15% narrow in that tail, importance sampling from q cannot
 see it, and the weighted draws would move ``wt`` 0.10 posterior SDs away from exact quadrature's mean.  Where the check
@@ -105,6 +110,8 @@ class FixedCorrection:
     khat: float
     draws: int
     ess: float
+    #: where the weighted draws came from when not from q (an adapted proposal's description), else ""
+    source: str = ""
 
     def describe(self) -> str:
         """One line for ``summary()``."""
@@ -115,8 +122,9 @@ class FixedCorrection:
         ]
         rest = len(self.names) - len(shown)
         moved = ", ".join(shown) + (f"; {rest} more by less than {SHOWN} SD" if rest else "")
+        source = f"; {self.source}" if self.source else ""
         return (
-            f"Coefficients corrected by PSIS (k-hat {self.khat:.2f}, ESS {self.ess:.0f} of {self.draws} draws; "
+            f"Coefficients corrected by PSIS (k-hat {self.khat:.2f}, ESS {self.ess:.0f} of {self.draws} draws{source}; "
             f"EP's mean moved, in EP's SDs): {moved}"
         )
 
@@ -141,7 +149,7 @@ def correction_map(moments: ThetaMoments) -> tuple[np.ndarray, np.ndarray, np.nd
     return moves_mean | moves_sd, shift, ratio
 
 
-def correct_fixed(fit, moments: ThetaMoments, khat: float, draws: int) -> FixedCorrection | None:
+def correct_fixed(fit, moments: ThetaMoments, khat: float, draws: int, source: str = "") -> FixedCorrection | None:
     """Carry every node of an accurate fit by the correction map (module docstring), in place; None (and nothing
     changed) where no fixed effect differs beyond Monte Carlo error, the ESS is below :data:`MIN_ESS` or a node is
     not on the dense path.
@@ -182,7 +190,7 @@ def correct_fixed(fit, moments: ThetaMoments, khat: float, draws: int) -> FixedC
     names = list(fit.model.design.x_names)
     record = FixedCorrection(
         names=tuple(n for n, c in zip(names, changed) if c), shift=moved[changed], sd_ratio=scaled[changed],
-        khat=float(khat), draws=int(draws), ess=moments.ess,
+        khat=float(khat), draws=int(draws), ess=moments.ess, source=source,
     )  # fmt: skip
     result.fixed_correction = record
     return record

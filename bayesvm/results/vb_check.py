@@ -21,11 +21,13 @@ import pandas as pd
 
 from ..checks.findings import IDENTIFIED_FINDINGS
 from ..engines.joint import LogPrior
+from ..engines.linear.ep import Hyperparameters
 from ..errors import ApproximationWarning, BayesvmError
 from ..model import PENALTY_SOURCE
+from .adaptive_check import AdaptedDraws, adapt, adapted_moments
 from .imputation_check import covers as imputation_covers
 from .imputation_check import imputed_log_ratios
-from .marginal_check import cell_draws, integrable_component, marginal_log_ratios
+from .marginal_check import cell_draws, integrable_component, marginal_log_p, marginal_log_ratios
 from .psis import psis
 from .psis_correction import ThetaMoments, correct_fixed, theta_moments
 
@@ -49,6 +51,22 @@ BATCH_DRAWS = 1000
 #: Seed of the check run again on a fit that :mod:`bayesvm.results.psis_correction` corrected (not the first check's
 #: seed, whose draws the correction was estimated from)
 RECHECK_SEED = 1
+
+
+@dataclass(frozen=True)
+class AdaptedCheck:
+    """Where q's marginal k-hat exceeded 0.7 on an accurate fit: the adaptive importance sampling that replaced q as
+    the proposal (:mod:`bayesvm.results.adaptive_check`): q's k-hat, the final proposal's, its rounds, draws and
+    effective sample size."""
+
+    q_khat: float
+    khat: float
+    rounds: int
+    draws: int
+    ess: float
+
+    def describe(self) -> str:
+        return f"adaptive importance sampling from q's k-hat {self.q_khat:.2f} in {self.rounds} round(s)"
 
 
 @dataclass(frozen=True)
@@ -100,6 +118,9 @@ class VBCheck:
     detail: str = ""
     #: the fit that samples this model exactly, as the advice names it
     remedy: str = "method='gibbs'"
+    #: where q's marginal k-hat exceeded 0.7: the adapted proposal whose weighted estimates the marginal table, the
+    #: shifts and the moments hold (its k-hat then governs); None otherwise
+    adapted: AdaptedCheck | None = None
 
     def largest_shift(self) -> tuple[str, float, float, float] | None:
         """``(parameter, shift in q's SDs, q's mean, weighted mean)`` of the reported parameter whose mean the
@@ -121,6 +142,8 @@ class VBCheck:
     def governing_khat(self) -> float:
         """The k-hat the verdict rests on: the marginal one where there is one (it judges what
         ``summary()`` reports: fixed effects and variance components), otherwise the joint one."""
+        if self.adapted is not None:
+            return self.adapted.khat
         return self.khat if self.marginal_khat is None else self.marginal_khat
 
     @property
@@ -192,7 +215,8 @@ def check_at_fit_end(fit, action: str = "warn") -> None:
     try:
         check = fit.check_vb(warn=False)
         if fit.posterior.kind == "mixture" and check.marginal_khat is not None and check.theta_moments is not None:
-            if correct_fixed(fit, check.theta_moments, check.governing_khat, check.draws) is not None:
+            source = "" if check.adapted is None else check.adapted.describe()
+            if correct_fixed(fit, check.theta_moments, check.governing_khat, check.draws, source) is not None:
                 # the verdict is about what is reported: the corrected q, with fresh draws
                 check = fit.check_vb(seed=RECHECK_SEED, warn=False)
     except BayesvmError as exc:
@@ -314,23 +338,30 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
         marginal_psis = psis(marginal[0])
     corrected, shift = _weighted(*_fixef_draws(fit, theta_d), log_weights)
     moments = theta_moments(theta_d, _normalised(log_weights))
-    marginal_khat, marginal_table = None, None
+    marginal_khat, marginal_table, adapted = None, None, None
     evidence = importance_log_evidence(log_ratios) if khat <= KHAT_LIMIT else None
     governing_draws = theta_d.shape[0]
     if marginal is not None:
-        marginal_ratios, theta_d, covs = marginal
+        marginal_ratios, theta_d, covs, phi = marginal
         governing_draws = theta_d.shape[0]
         log_weights, marginal_khat = marginal_psis
         evidence = importance_log_evidence(marginal_ratios) if marginal_khat <= KHAT_LIMIT else None
-        names, values = _fixef_draws(fit, theta_d)
-        for comp, cov in zip(fit.problem.components, covs):
-            if comp.k == 1:
-                names.append("penalty sigma_u^2" if comp.source == PENALTY_SOURCE else f"sigma^2 {comp.name}")
-                values = np.column_stack([values, cov[:, 0, 0]])
+        names, values = _marginal_values(fit, theta_d, covs)
         marginal_table, shift = _weighted(names, values, log_weights)
         marginal_table = marginal_table if marginal_khat <= KHAT_LIMIT else None
         moments = theta_moments(theta_d, _normalised(log_weights))
-    governing = khat if marginal_khat is None else marginal_khat
+        if marginal_khat > KHAT_LIMIT and fit.posterior.kind == "mixture":
+            draws_t = _adapted_draws(fit, rng, theta_d, phi, log_weights, marginal_khat, first)
+            if (
+                draws_t is not None and draws_t.khat <= KHAT_LIMIT
+            ):  # q is far, but the adapted proposal's weighted estimates are reliable
+                adapted = AdaptedCheck(draws_t.q_khat, draws_t.khat, draws_t.rounds, draws_t.draws, draws_t.ess)
+                _, adapted_values = _marginal_values(fit, draws_t.theta_d, draws_t.covs)
+                marginal_table, shift = _weighted(names, adapted_values, draws_t.log_weights, q_values=values)
+                moments = adapted_moments(*_mixture_moments(fit.result), draws_t)
+                evidence = importance_log_evidence(draws_t.log_ratios)
+                governing_draws = draws_t.draws
+    governing = khat if marginal_khat is None else marginal_khat if adapted is None else adapted.khat
     joint_only = coefficients if marginal_khat is None and coefficients > fit.model.design.p else 0
     suspects = _suspects(shift) if governing > KHAT_LIMIT and not joint_only else ()
     return VBCheck(
@@ -340,7 +371,40 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
         theta_moments=moments if governing <= KHAT_LIMIT else None,
         detail="imputed values integrated out exactly" if imputed else "",
         remedy="method='gibbs', imputation='joint' (this model, sampled)" if imputed else "method='gibbs'",
+        adapted=adapted,
     )  # fmt: skip
+
+
+def _marginal_values(fit, theta_d: np.ndarray, covs: list[np.ndarray]) -> tuple[list[str], np.ndarray]:
+    """The marginal check's reported parameters at draws: the fixed effects (original scale) and the single-column
+    variance components, ``(names, (draws, parameters))``."""
+    names, values = _fixef_draws(fit, theta_d)
+    for comp, cov in zip(fit.problem.components, covs):
+        if comp.k == 1:
+            names.append("penalty sigma_u^2" if comp.source == PENALTY_SOURCE else f"sigma^2 {comp.name}")
+            values = np.column_stack([values, cov[:, 0, 0]])
+    return names, values
+
+
+def _adapted_draws(fit, rng, theta_d, phi, log_weights, q_khat: float, draws: int) -> AdaptedDraws | None:
+    """:func:`bayesvm.results.adaptive_check.adapt` on the marginal target of this fit; None where a proposal cannot
+    be formed (weights that are all zero, a covariance no Cholesky factor takes)."""
+    hyper = Hyperparameters(fit.problem.components)
+    try:
+        with np.errstate(all="ignore"):
+            return adapt(
+                lambda t, p: marginal_log_p(fit.problem, hyper, t, p), theta_d, phi, log_weights, q_khat, rng, draws
+            )
+    except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+        return None
+
+
+def _mixture_moments(result) -> tuple[np.ndarray, np.ndarray]:
+    """Exact mean and SD of ``theta_d`` under the accurate fit's mixture of node Gaussians."""
+    weights = np.asarray(result.weights, dtype=float)
+    center = sum(w * t.mean_d for w, t in zip(weights, result.thetas))
+    second = sum(w * (np.diag(t.cov_d) + t.mean_d**2) for w, t in zip(weights, result.thetas))
+    return center, np.sqrt(np.maximum(second - center**2, 0.0))
 
 
 def near_threshold(khat: float) -> bool:
@@ -383,7 +447,7 @@ def _imputed_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarra
     return np.concatenate([p[0] for p in parts]), np.vstack([p[1] for p in parts]), parts[0][2]
 
 
-def _marginal_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+def _marginal_draws(fit, rng: np.random.Generator, draws: int) -> tuple:
     """:func:`bayesvm.results.marginal_check.marginal_log_ratios` in batches of :data:`BATCH_DRAWS`."""
     parts = [marginal_log_ratios(fit, rng, size) for size in _batches(draws)]
     out = parts[0]
@@ -392,12 +456,13 @@ def _marginal_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarr
     return out
 
 
-def _joined(first: tuple, second: tuple) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Two batches of marginal draws ``(log ratios, theta_d, covariances)`` as one."""
+def _joined(first: tuple, second: tuple) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]:
+    """Two batches of marginal draws ``(log ratios, theta_d, covariances, phi)`` as one."""
     return (
         np.concatenate([first[0], second[0]]),
         np.vstack([first[1], second[1]]),
         [np.concatenate([a, b]) for a, b in zip(first[2], second[2])],
+        np.vstack([first[3], second[3]]),
     )
 
 
@@ -436,14 +501,17 @@ def _fixef_draws(fit, theta_d: np.ndarray) -> tuple[list[str], np.ndarray]:
     return list(fit.model.design.x_names), theta_d[:, :p] @ fit.model.fixed_transform().T
 
 
-def _weighted(names: list[str], values: np.ndarray, log_weights: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _weighted(
+    names: list[str], values: np.ndarray, log_weights: np.ndarray, q_values: np.ndarray | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Importance-weighted mean and SD of each column of ``values`` (draws from q), and how far the weights move
     each mean: ``(weighted mean - q's mean) / q's SD``, both over the same draws (so the draws' own noise in q's
-    mean cancels)."""
+    mean cancels).  ``q_values``: draws from q when ``values`` come from another proposal (an adapted one)."""
     weights = _normalised(log_weights)
     mean = weights @ values
     sd = np.sqrt(weights @ (values - mean) ** 2)
-    q_mean, q_sd = values.mean(axis=0), values.std(axis=0)
+    reference = values if q_values is None else q_values
+    q_mean, q_sd = reference.mean(axis=0), reference.std(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         moved = np.where(q_sd > 0, (mean - q_mean) / q_sd, 0.0)
         ratio = np.where(q_sd > 0, sd / q_sd, np.nan)

@@ -56,12 +56,21 @@ def test_resolved_as_scikit_learn_resolves_them():
         ({"yes": True}, "must be a positive number"),
         ("balance", "'balance'"),
         ([1.0, 2.0], "got list"),
+        ({"yes": 2e4}, "class 'yes' 2e\\+04 times the weight of class 'no'"),
+        ({"no": 1e5, "yes": 1.0}, "class 'no' 1e\\+05 times"),
     ],
 )
 def test_bad_weights_are_refused_naming_the_class(bad, words):
     with pytest.raises(ClassWeightError, match=words) as caught:
         resolve_class_weight(bad, np.array([1.0, -1.0]), ("no", "yes"))
     assert isinstance(caught.value, ValueError)
+
+
+def test_balanced_weights_of_an_extreme_imbalance_are_refused():
+    y = np.r_[np.ones(1), -np.ones(30_000)]
+    with pytest.raises(ClassWeightError, match="'balanced'.*class 'yes' 3e\\+04 times"):
+        resolve_class_weight("balanced", y, ("no", "yes"))
+    assert resolve_class_weight({"yes": 1e4}, y, ("no", "yes")).positive == 1e4  # the bound itself is allowed
 
 
 @pytest.mark.parametrize("class_weight", ["balanced", {1: 3.0}, {0: 0.5, 1: 2.0}])
