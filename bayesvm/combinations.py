@@ -110,22 +110,18 @@ def check_imputation(model, method: str, vb: str, imputation: str, imputations: 
 
 
 #: The routes whose engines weigh rows by class (:mod:`bayesvm.model.class_weights`): ``method`` values of a linear
-#: or mixed model or a kernel model held in memory (imputed predictors and selection priors included; not the Gibbs
-#: sampler of a point-mass prior).
+#: or mixed model or a kernel model held in memory (imputed predictors and selection priors included).
 CLASS_WEIGHT_METHODS = ("vb", "em", "gibbs", "svi")
 
 
-def check_class_weight(class_weight: object, method: str, *, prior: object, streamed: bool) -> None:
+def check_class_weight(class_weight: object, method: str, *, streamed: bool) -> None:
     """Refuse ``class_weight`` on a route whose engine does not weigh rows (the message names the route and what
     runs instead).  The weights themselves are checked against the response when the model is built
     (:func:`bayesvm.model.class_weights.resolve_class_weight`)."""
     if class_weight is None:
         return
-    indicators = getattr(prior, "point_mass", False)  # (SpikeSlab; LaplaceZero with rho < 1)
     route = (
-        "a point-mass prior and method='gibbs' (its indicators mix through swap and pair moves that assume unit "
-        "weights; method='vb' or vb='accurate' weigh the rows)" if indicators and method == "gibbs"
-        else "out-of-core (dask) data" if streamed
+        "out-of-core (dask) data" if streamed
         else f"method={method!r}" if method not in CLASS_WEIGHT_METHODS
         else None
     )  # fmt: skip

@@ -142,9 +142,9 @@ def bsvm(
         of ``f``) move toward the heavier class; ``predict(kind="prob")`` stays the data's probability (the map is
         learned on the weighted classes and taken back by Bayes' rule, :mod:`bayesvm.results.calibration`).
         Mean-field and accurate VB, EM/ECME, Gibbs and SVI, for linear, mixed and kernel models held in memory
-        (imputed predictors and selection priors included); Gibbs is then the paper's sampler, without the moves
-        that assume unit weights (so not for a point-mass prior, whose indicators need them); with more than two
-        classes, ``"balanced"`` only.
+        (imputed predictors and selection priors included); Gibbs is then the paper's sampler without the moves that
+        assume unit weights (a selection prior's indicator moves weigh the rows); with more than two classes,
+        ``"balanced"`` only.
     seed
         Seeds the Gibbs chains' ``SeedSequence``, k-means and minibatches of kernel fits, SVI and the
         probes; ``None`` draws fresh entropy.
@@ -193,7 +193,7 @@ def bsvm(
     check_settings_apply(control, method, vb)
     if isinstance(penalty, str) and penalty.lower() == "none":  # as the command line spells it
         penalty = options["penalty"] = None
-    check_class_weight(class_weight, method, prior=prior, streamed=is_dask_frame(data))
+    check_class_weight(class_weight, method, streamed=is_dask_frame(data))
     classes = None if is_dask_frame(data) else several_classes(formula, data)
     if classes is not None:  # a response of more than two classes: one fit per class against the rest
         if class_weight is not None and not (isinstance(class_weight, str) and class_weight == "balanced"):

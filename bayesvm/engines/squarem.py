@@ -78,7 +78,9 @@ def squarem_ascent(
             continue
         step = min(-1.0, -np.linalg.norm(r) / norm_v)
         try:
-            trial = sweep(decode(x0 - 2.0 * step * r + step**2 * v, state))
+            with np.errstate(over="raise"):  # a step so long that the decoded state overflows is rejected
+                extrapolated = decode(x0 - 2.0 * step * r + step**2 * v, state)
+            trial = sweep(extrapolated)
         except (np.linalg.LinAlgError, FloatingPointError, ValueError, ZeroDivisionError):
             trial = None
         out.n_sweeps += 1

@@ -65,8 +65,8 @@ def resolve_class_weight(class_weight: object, y: np.ndarray, labels: tuple) -> 
 
     ``None``: no weights (every row 1).  ``"balanced"``: ``n / (2 n_k)``.  A mapping from class to weight, keyed by
     the classes as the data spell them (or as text, as a command line passes them); a class it leaves out weighs 1.
-    Raises :class:`ClassWeightError` for a key that is not a class of the response, a weight that is not a positive
-    finite number, or weights whose ratio exceeds :data:`MAX_WEIGHT_RATIO`.
+    Raises :class:`ClassWeightError` for a key that is not a class of the response or a weight that is not a positive
+    finite number.
     """
     if class_weight is None:
         return None
@@ -80,9 +80,7 @@ def resolve_class_weight(class_weight: object, y: np.ndarray, labels: tuple) -> 
         if min(n_neg, n_pos) == 0:
             raise ClassWeightError("class_weight='balanced' needs both classes among the training rows")
         n = n_neg + n_pos
-        weights = [n / (2.0 * n_neg), n / (2.0 * n_pos)]
-        _check_ratio(weights, labels, "class_weight='balanced' (n / (2 n_k))")
-        return ClassWeights(weights[0], weights[1], tuple(labels), balanced=True)
+        return ClassWeights(n / (2.0 * n_neg), n / (2.0 * n_pos), tuple(labels), balanced=True)
     if not isinstance(class_weight, Mapping):
         raise ClassWeightError(
             f"class_weight must be None, 'balanced' or a mapping of class to weight, got {type(class_weight).__name__}"
@@ -96,26 +94,7 @@ def resolve_class_weight(class_weight: object, y: np.ndarray, labels: tuple) -> 
                 f"{labels[0]!r} and {labels[1]!r}"
             )
         weights[side] = _positive_weight(key, value)
-    _check_ratio(weights, labels, "class_weight")
     return ClassWeights(weights[0], weights[1], tuple(labels))
-
-
-#: The largest ratio of the two classes' weights: beyond it the rows of one class alone decide the fit and the
-#: engines' weighted sums lose the other's (at 1e6 VB's updates overflow); a decision threshold moves the decisions
-#: instead.
-MAX_WEIGHT_RATIO = 1e4
-
-
-def _check_ratio(weights: list[float], labels: tuple, what: str) -> None:
-    """:class:`ClassWeightError` where one class weighs more than :data:`MAX_WEIGHT_RATIO` times the other."""
-    heavy = int(weights[1] > weights[0])
-    ratio = weights[heavy] / weights[1 - heavy]
-    if ratio > MAX_WEIGHT_RATIO:
-        raise ClassWeightError(
-            f"{what} gives class {labels[heavy]!r} {ratio:.3g} times the weight of class {labels[1 - heavy]!r}, more "
-            f"than {MAX_WEIGHT_RATIO:g}: the weighted hinge loss is then decided by one class alone; use weights "
-            "closer together, or move the decisions with predict(kind='class', threshold=t)"
-        )
 
 
 def _class_of(key: object, labels: tuple) -> int | None:

@@ -70,8 +70,10 @@ class LineMoves:
     """
 
     def __init__(self, y: np.ndarray, X: np.ndarray, free: np.ndarray, free_precision: np.ndarray,
-                 selected: np.ndarray, tune: int, lines: int = LINES):  # fmt: skip
-        self.y = y
+                 selected: np.ndarray, tune: int, lines: int = LINES, weights: np.ndarray | None = None):  # fmt: skip
+        # class weights: each line's margins and slopes times omega_i (as MarginalPairs)
+        self.unit = 1.0 if weights is None else np.asarray(weights, dtype=float)
+        self.signed = y if weights is None else self.unit * y
         self.free, self.free_precision, self.selected = free, np.asarray(free_precision, dtype=float), selected
         self.columns = np.concatenate([free, selected]).astype(int)
         self.X = X
@@ -116,14 +118,14 @@ class LineMoves:
         movable = np.concatenate([self.free_precision > 0.0, on])
         if not movable.any():  # nothing included to move (and no unpenalised column)
             return coef
-        margin = 1.0 - self.y * (self.X @ coef)
+        margin = self.unit - self.signed * (self.X @ coef)
         normals = rng.standard_normal((self.lines, self.columns.size))
         uniforms = rng.random((self.lines, 2))
         sub_gram = gram[np.ix_(self.columns, self.columns)]
         for line in range(self.lines):
             d = np.where(movable, self.factor @ normals[line], 0.0)
             c = coef[self.columns]
-            b = self.y * (self._moved_columns @ d)
+            b = self.signed * (self._moved_columns @ d)
             rows = b != 0.0
             lap = (laplace > 0.0) & (d != 0.0)
             a_all = np.concatenate([margin[rows], c[lap] * laplace[lap]])

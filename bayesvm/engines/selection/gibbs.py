@@ -374,30 +374,31 @@ def chain_records(
     ``imputation``, whose segments are laid out for a known number of draws)."""
     rng = np.random.default_rng(seed)
     y, X = problem.y, problem.X
-    weights = problem.weights  # class weights: rows scaled by omega_i with margins omega_i (gibbs_rows), the plain
-    if weights is not None:  # sampler: every move below evaluates the hinge with margin 1
-        swaps = pairs = exchanges = shears = collapsed = lines = False
-        jumps = None
+    # class weights: the Gaussian step on rows scaled by omega_i with margins omega_i (gibbs_rows); the moves below
+    # evaluate each row's hinge times omega_i; the random intercepts' collapsed moves assume unit weights (off)
+    weights = problem.weights
+    if weights is not None:
+        collapsed = False
     step_fn = {LaplaceZero: _LaplaceZeroStep, SpikeSlab: _SpikeSlabStep, Lasso: _LassoStep}[type(problem.prior)]
     state = step_fn(problem, rng)
     has_indicators = isinstance(problem.prior, SpikeSlab) or (
         isinstance(problem.prior, LaplaceZero) and problem.prior.rho < 1
     )
-    moves = SwapMoves(y, X, problem.selected) if swaps and has_indicators and problem.m > 1 else None
-    marginal = MarginalPairs(y, X, problem.selected, tune) if pairs and has_indicators else None
+    moves = SwapMoves(y, X, problem.selected, weights=weights) if swaps and has_indicators and problem.m > 1 else None
+    marginal = MarginalPairs(y, X, problem.selected, tune, weights) if pairs and has_indicators else None
     free = problem.unselected
     line_moves = (
-        LineMoves(y, X, free, problem.fixed_precision[free], problem.selected, tune)
+        LineMoves(y, X, free, problem.fixed_precision[free], problem.selected, tune, weights=weights)
         if has_indicators and (lines or (lines is None and isinstance(problem.prior, LaplaceZero)))
         else None
     )
     sheared = (
-        ShearedPairs(y, X, free, problem.fixed_precision[free], problem.selected, tune)
+        ShearedPairs(y, X, free, problem.fixed_precision[free], problem.selected, tune, weights)
         if shears and has_indicators
         else None
     )
     jumper = (
-        ModelJumps(y, X, problem.selected, problem.fixed_precision[free], jumps)
+        ModelJumps(y, X, problem.selected, problem.fixed_precision[free], jumps, weights)
         if jumps is not None and has_indicators
         else None
     )

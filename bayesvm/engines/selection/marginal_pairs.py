@@ -316,8 +316,14 @@ class MarginalPairs:
     (:func:`bayesvm.engines.selection.compiled_pairs.pair_sweep`) on the same uniforms.
     """
 
-    def __init__(self, y: np.ndarray, X: np.ndarray, selected: np.ndarray, tune: int = 0):
-        self.y, self.selected = y, selected
+    def __init__(
+        self, y: np.ndarray, X: np.ndarray, selected: np.ndarray, tune: int = 0, weights: np.ndarray | None = None
+    ) -> None:
+        # class weights omega_i max(0, 1 - y_i f_i) = max(0, omega_i - omega_i y_i f_i): each line's margins a_i and
+        # slopes b_i are the unweighted ones times omega_i (bayesvm.model.class_weights)
+        self.unit = 1.0 if weights is None else np.asarray(weights, dtype=float)
+        self.signed = y if weights is None else self.unit * y
+        self.selected = selected
         m = selected.size
         self.affinity = np.zeros((m, m))  # the exchanges' learned partner weights (:meth:`observe`)
         self.start, self.checkpoints = tune // 4, (tune // 2, tune) if tune >= MIN_TUNE else ()
@@ -342,7 +348,7 @@ class MarginalPairs:
         self.col_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         rows, cols = np.nonzero(columns.T)  # column-major order: rows of slope 0, then slope 1, ...
         self.row_idx = cols.astype(np.int64)
-        self.yx = self.y[self.row_idx] * columns.T[rows, cols]
+        self.yx = self.signed[self.row_idx] * columns.T[rows, cols]
 
     def observe(self, step: int, gamma: np.ndarray) -> None:
         """Accumulate the tuning iterations' indicators; at the checkpoints (half way, end of tuning) set the
@@ -376,7 +382,7 @@ class MarginalPairs:
         if self.widths is None:
             first = np.inf if precisions is None else WINDOW_SDS / np.sqrt(np.asarray(precisions) + 1e-12)
             self.widths = np.array(np.broadcast_to(first, (m,)), dtype=float)
-        margin = 1.0 - self.y * (self._X @ coef)  # a_i with every slope in
+        margin = self.unit - self.signed * (self._X @ coef)  # a_i with every slope in
         order = rng.permutation(m)
         uniforms = rng.random((m, 3))
         precision, inv_scale, log_odds = (np.asarray(v, dtype=float) for v in step.pair_priors())
@@ -429,7 +435,7 @@ class MarginalPairs:
             return coef
         if self.widths is None:
             self.widths = np.full(m, np.inf)
-        margin = 1.0 - self.y * (self._X @ coef)
+        margin = self.unit - self.signed * (self._X @ coef)
         if self.partners is None:
             weights = swap_weights(self._X, sel)[0] + self.affinity
             self.partners = np.cumsum(weights, axis=1) / weights.sum(axis=1, keepdims=True)

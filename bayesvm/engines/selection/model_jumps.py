@@ -90,8 +90,9 @@ class ModelJumps:
     step objects: ``pair_priors``, ``apply_pairs``, ``apply_line``, ``gamma``)."""
 
     def __init__(self, y: np.ndarray, X: np.ndarray, selected: np.ndarray, free_precision: np.ndarray,
-                 reference: JumpReference):  # fmt: skip
+                 reference: JumpReference, weights: np.ndarray | None = None):  # fmt: skip
         self.y, self.X, self.selected = y, X, selected
+        self.row_weights = weights  # class weights (None: every row 1)
         self.free_precision = np.asarray(free_precision, dtype=float)
         self.ref = reference
         self.proposed = self.accepted = 0
@@ -115,7 +116,7 @@ class ModelJumps:
         )
         free = coef[self.ref.free]
         return (
-            log_pseudo_likelihood(self.y, self.X @ coef)
+            log_pseudo_likelihood(self.y, self.X @ coef, self.row_weights)
             + float(np.sum(log_odds[on]) + np.sum(slab))
             - 0.5 * float(np.sum(self.free_precision * free**2))
         )

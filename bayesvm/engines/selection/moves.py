@@ -46,9 +46,10 @@ def swap_weights(X: np.ndarray, selected: np.ndarray) -> tuple[np.ndarray, np.nd
     return weights, signs
 
 
-def hinge_log_likelihood(y: np.ndarray, f: np.ndarray) -> float:
-    """``log L(f) = -2 sum_i max(0, 1 - y_i f_i)``."""
-    return -2.0 * float(np.sum(np.maximum(0.0, 1.0 - y * f)))
+def hinge_log_likelihood(y: np.ndarray, f: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """``log L(f) = -2 sum_i omega_i max(0, 1 - y_i f_i)`` (``omega`` the rows' class weights, 1 where None)."""
+    hinge = np.maximum(0.0, 1.0 - y * f)
+    return -2.0 * float(np.sum(hinge if weights is None else weights * hinge))
 
 
 class SwapMoves:
@@ -59,8 +60,12 @@ class SwapMoves:
     the penalised slopes.
     """
 
-    def __init__(self, y: np.ndarray, X: np.ndarray, selected: np.ndarray, moves: int | None = None):
+    def __init__(
+        self, y: np.ndarray, X: np.ndarray, selected: np.ndarray, moves: int | None = None,
+        weights: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
         self.y, self.X, self.selected = y, X, selected
+        self.row_weights = weights  # class weights (None: every row 1)
         self.weights, self.signs = swap_weights(X, selected)
         self.moves = min(selected.size, 10) if moves is None else moves
         self.proposed = 0
@@ -70,7 +75,7 @@ class SwapMoves:
         """Make ``self.moves`` swap proposals; returns the (possibly) new effective coefficients."""
         y, X, sel = self.y, self.X, self.selected
         f = X @ coef
-        log_lik = hinge_log_likelihood(y, f)
+        log_lik = hinge_log_likelihood(y, f, self.row_weights)
         uniforms = rng.random((self.moves, 3))
         for u_j, u_k, u_accept in uniforms:
             on = np.flatnonzero(step.gamma)
@@ -88,7 +93,7 @@ class SwapMoves:
             cj, ck = sel[j], sel[k]
             new_value = sign * coef[cj]
             f_new = f + X[:, ck] * new_value - X[:, cj] * coef[cj]
-            log_lik_new = hinge_log_likelihood(y, f_new)
+            log_lik_new = hinge_log_likelihood(y, f_new, self.row_weights)
             log_ratio = (
                 log_lik_new - log_lik + step.swap_log_prior(j, k, sign, coef) + np.log(total_forward / total_reverse)
             )

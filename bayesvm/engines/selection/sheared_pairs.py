@@ -110,8 +110,10 @@ class ShearedPairs:
     """
 
     def __init__(self, y: np.ndarray, X: np.ndarray, free: np.ndarray, free_precision: np.ndarray,
-                 selected: np.ndarray, tune: int):  # fmt: skip
-        self.y = y
+                 selected: np.ndarray, tune: int, weights: np.ndarray | None = None):  # fmt: skip
+        # class weights: each line's margins and slopes times omega_i (as MarginalPairs)
+        self.unit = 1.0 if weights is None else np.asarray(weights, dtype=float)
+        self.signed = y if weights is None else self.unit * y
         self.free, self.selected = np.asarray(free, dtype=int), np.asarray(selected, dtype=int)
         self.free_precision = np.asarray(free_precision, dtype=float)
         self.columns = np.concatenate([self.free, self.selected])
@@ -220,7 +222,7 @@ class ShearedPairs:
         m = self.selected.size
         gamma = np.asarray(step.gamma, dtype=bool).copy()
         c = coef[self.columns].copy()
-        margin = 1.0 - self.y * (self._X @ coef)
+        margin = self.unit - self.signed * (self._X @ coef)
         order = rng.permutation(self.sheared) if self.shift is not None else np.zeros(0, dtype=int)
         uniforms = rng.random((order.size, 4))
         include, value = np.full(m, -1, dtype=np.int64), np.zeros(m)
@@ -251,7 +253,7 @@ class ShearedPairs:
         moved = np.flatnonzero(d)
         t_now = c[slope] if gamma[j] else 0.0
         base = c - t_now * d
-        b_rows = self.y * (self._moved_columns[:, moved] @ d[moved])
+        b_rows = self.signed * (self._moved_columns[:, moved] @ d[moved])
         base_margin = margin + t_now * b_rows
         rows = b_rows != 0.0
         # priors of the moving columns along the line (module docstring); slope j's own Laplace row has a = 0
