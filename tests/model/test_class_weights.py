@@ -342,3 +342,16 @@ def test_selection_svi_and_accurate_fit_agree_with_weighted_vb():
     np.testing.assert_allclose(fits["svi"], fits["vb"], atol=0.03)  # measured: within 0.01
     np.testing.assert_allclose(fits["accurate"], fits["vb"], atol=0.05)  # measured: within 0.03
     assert fits["vb"][0] > -1.0  # (unweighted: -1.57)
+
+
+def test_extreme_weights_fit_without_numpy_warnings():
+    """scikit-learn's estimator check weighs one class 1e7 times the other: the fit says it predicts one class (an
+    IdentifiabilityWarning), and no numpy overflow escapes (SQUAREM rejects an extrapolation that overflows)."""
+    data = _grouped()
+    data["x"] = np.random.default_rng(3).normal(size=len(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", bayesvm.IdentifiabilityWarning)
+        for weights in ({"b": 1e6}, {"a": 1000.0, "b": 1e-4}):
+            fit = bayesvm.bsvm("y ~ x + (1 | g)", data, class_weight=weights, checks=QUIET)
+            assert np.all(np.isfinite(fit.fixef))
