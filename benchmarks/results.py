@@ -41,6 +41,11 @@ BENCHMARKS = {
         "accurate VB's node weights (EP's or importance-sampled) and PSIS correction against long Gibbs",
         False,
     ),
+    "ep_hard": (
+        ["benchmarks.ep_hard"],
+        "the accurate fit where EP alone is weakest (correlated slopes, nearly separated groups) against long Gibbs",
+        False,
+    ),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
     "learned_penalty": (
         ["benchmarks.scale", "--learned-penalty"],

@@ -108,3 +108,10 @@ def test_t_density_integrates_to_one():
     ours = _log_t_density(x, location, np.linalg.cholesky(scale))
     theirs = stats.multivariate_t(loc=location, shape=scale, df=7.0).logpdf(x)
     np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+def test_a_saved_fit_keeps_its_adapted_check_and_correction(fits, tmp_path):
+    _, fit = fits
+    loaded = bayesvm.load(fit.save(tmp_path / "fit.bsvm"))
+    assert str(loaded.summary(detail=True)) == str(fit.summary(detail=True))
+    assert "adaptive importance sampling" in str(loaded.summary(detail=True))
