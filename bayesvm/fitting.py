@@ -175,12 +175,6 @@ def bsvm(
     """
     fold = engine_options.pop("_fold_design", None)  # internal: a cross-fitting fold fit (docstring)
     control = resolve_control(control, engine_options)
-    tol, max_iter, draws, tune, chains, thin, cores, progress, batch_size, learning_rate, probes = (
-        control.tol, control.max_iter, control.draws, control.tune, control.chains, control.thin, control.cores,
-        control.progress, control.batch_size, control.learning_rate, control.probes,
-    )  # fmt: skip
-    inducing, inducing_method, learn_inducing = control.inducing, control.inducing_method, control.learn_inducing
-    imputation, imputations = control.imputation, control.imputations
     options = {  # the call as given, for cross-fitting (bayesvm.results.crossfit); engine settings as keywords
         "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive,
         "missing": missing, "standardize": standardize, "priors": priors, "prior": prior,
@@ -188,87 +182,115 @@ def bsvm(
         "checks": checks,
         **control.as_options(),
     }  # fmt: skip
-    if method not in METHODS:
-        raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
-    check_settings_apply(control, method, vb)
+    _check_arguments(method, vb, priors, class_weight, control, streamed=is_dask_frame(data))
     if isinstance(penalty, str) and penalty.lower() == "none":  # as the command line spells it
         penalty = options["penalty"] = None
-    check_class_weight(class_weight, method, streamed=is_dask_frame(data))
     classes = None if is_dask_frame(data) else several_classes(formula, data)
     if classes is not None:  # a response of more than two classes: one fit per class against the rest
-        if class_weight is not None and not (isinstance(class_weight, str) and class_weight == "balanced"):
-            raise BayesvmError(
-                "with more than two classes (one fit per class against the rest) class_weight can be None or "
-                "'balanced' (each fit's class and rest weighed alike)"
-            )
         return _one_vs_rest(classes, options)
-    seed = options["seed"] = as_seed(seed)
-    standardize, progress = as_flag(standardize, "standardize"), as_flag(progress, "progress")
-    chains, thin = as_count(chains, "chains"), as_count(thin, "thin")
-    cores = default_cores(chains) if cores is None else as_count(cores, "cores")
-    draws = "auto" if isinstance(draws, str) and draws == "auto" else as_count(draws, "draws")
-    selection = method == "gibbs" and kernel is None and getattr(prior, "point_mass", False)  # the sheared updates
-    tune = as_count(default_tune(tune, selection=selection), "tune", low=0)
-    max_iter = None if max_iter is None else as_count(max_iter, "max_iter")
-    batch_size, imputations = as_count(batch_size, "batch_size"), as_count(imputations, "imputations", low=2)
-    if priors is not None and not isinstance(priors, PriorSet):
-        raise BayesvmError(
-            f"priors must be a bayesvm.priors.PriorSet (or None for the defaults), got {type(priors).__name__}"
-        )
-    if vb not in (None, "meanfield", "accurate"):
-        raise BayesvmError(f"vb must be None, 'meanfield' or 'accurate', got {vb!r}")
+    seed, standardize = as_seed(seed), as_flag(standardize, "standardize")
+    options["seed"] = seed
+    run = settled_control(control, method=method, kernel=kernel, prior=prior)
     check_probes(
-        probes, method, vb, kernel is not None or prior is not None or missing == "impute" or is_dask_frame(data)
+        run.probes, method, vb, kernel is not None or prior is not None or missing == "impute" or is_dask_frame(data)
     )
-    if max_iter is None and kernel is None:  # Alg. 3's indicators can creep for a while: more sweeps by default
-        max_iter = {"em": 20000, "svi": 100000}.get(method, 2000 if isinstance(prior, LaplaceZero) else 500)
-    if tol is None and kernel is None:
-        tol = {"em": 1e-10, "svi": 1e-4}.get(method, 1e-8)
     if is_dask_frame(data):
         return _recorded(options, fit_streamed(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
-            penalty=penalty, priors=priors, tol=tol, max_iter=max_iter, seed=seed, batch_size=batch_size,
-            learning_rate=learning_rate, prior=prior, vb=vb, kernel=kernel, inducing=inducing,
-            inducing_method=inducing_method,
+            penalty=penalty, priors=priors, tol=run.tol, max_iter=run.max_iter, seed=seed, batch_size=run.batch_size,
+            learning_rate=run.learning_rate, prior=prior, vb=vb, kernel=kernel, inducing=run.inducing,
+            inducing_method=run.inducing_method,
         ))  # fmt: skip
-    if kernel is None:
-        check_iterations(max_iter, tol)
-    else:
+    if kernel is not None:
         from .kernel_fitting import fit_kernel  # (kernels load their engines only when asked for)
 
         return _recorded(options, fit_kernel(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
-            tol=tol, max_iter=max_iter, seed=seed, kernel=kernel, inducing=inducing,
-            inducing_method=inducing_method, learn_inducing=learn_inducing, batch_size=batch_size,
-            learning_rate=learning_rate, penalty=penalty, prior=prior, vb=vb, fold=fold, class_weight=class_weight,
-            sampling=dict(draws=draws, tune=tune, chains=chains, thin=thin, cores=cores, progress=progress),
+            tol=run.tol, max_iter=run.max_iter, seed=seed, kernel=kernel, inducing=run.inducing,
+            inducing_method=run.inducing_method, learn_inducing=run.learn_inducing, batch_size=run.batch_size,
+            learning_rate=run.learning_rate, penalty=penalty, prior=prior, vb=vb, fold=fold, class_weight=class_weight,
+            sampling=dict(draws=run.draws, tune=run.tune, chains=run.chains, thin=run.thin, cores=run.cores,
+                          progress=run.progress),
         ))  # fmt: skip
+    check_iterations(run.max_iter, run.tol)
+    model, diagnostics, checks = _checked_model(
+        formula, data, method=method, penalty=penalty, positive=positive, missing=missing, standardize=standardize,
+        priors=priors, prior=prior, unpenalized=unpenalized, vb=vb, class_weight=class_weight, checks=checks, fold=fold,
+    )  # fmt: skip
+    fit = _fit_linear(
+        model, data, method=method, vb=vb, tol=run.tol, max_iter=run.max_iter, draws=run.draws, tune=run.tune,
+        chains=run.chains, thin=run.thin, seed=seed, cores=run.cores, progress=run.progress, probes=run.probes,
+        imputation=run.imputation, imputations=run.imputations, batch_size=run.batch_size,
+        learning_rate=run.learning_rate,
+    )  # fmt: skip
+    _checked_after_fit(fit, diagnostics, checks)
+    return _recorded(options, fit)
+
+
+def _checked_model(formula, data, *, method, penalty, positive, missing, standardize, priors, prior, unpenalized, vb,
+                   class_weight, checks, fold):  # fmt: skip
+    """formula -> design -> model, and the identifiability checks before any engine runs (a finding the user asked to
+    stop on raises); returns ``(model, diagnostics, checks)`` with the default priors and checks filled in."""
     # posterior modes need a boundary-avoiding variance prior (as blme uses): the default half-t has positive density
     # at sigma = 0, where the joint mode of the random effects and their variance collapses
     priors = (PriorSet.paper() if method == "em" else PriorSet()) if priors is None else priors
     checks = check_checks(checks)
     if prior is not None:
         check_prior_method(prior, method, penalty, vb)
-    parsed = parse_formula(formula, getattr(data, "columns", None))
     design = build_design(
-        parsed,
-        data,
-        positive=positive,
-        missing=missing,
-        rank=checks.rank,
-        fold=fold,
+        parse_formula(formula, getattr(data, "columns", None)), data, positive=positive, missing=missing,
+        rank=checks.rank, fold=fold,
         keep_wide=() if (penalty is not None or prior is not None) and not unpenalized else None,
-    )
+    )  # fmt: skip
     model = build_model(
         design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized, class_weight=class_weight
     )
     diagnostics = check_identifiability(model, checks)
     diagnostics.enforce()
-    fit = _fit_linear(
-        model, data, method=method, vb=vb, tol=tol, max_iter=max_iter, draws=draws, tune=tune, chains=chains,
-        thin=thin, seed=seed, cores=cores, progress=progress, probes=probes, imputation=imputation,
-        imputations=imputations, batch_size=batch_size, learning_rate=learning_rate,
+    return model, diagnostics, checks
+
+
+def _check_arguments(method: str, vb, priors, class_weight, control: Control, *, streamed: bool) -> None:
+    """The arguments that every route refuses alike (each error names the argument and what to give instead)."""
+    if method not in METHODS:
+        raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
+    check_settings_apply(control, method, vb)
+    check_class_weight(class_weight, method, streamed=streamed)
+    if priors is not None and not isinstance(priors, PriorSet):
+        raise BayesvmError(
+            f"priors must be a bayesvm.priors.PriorSet (or None for the defaults), got {type(priors).__name__}"
+        )
+    if vb not in (None, "meanfield", "accurate"):
+        raise BayesvmError(f"vb must be None, 'meanfield' or 'accurate', got {vb!r}")
+
+
+def settled_control(control: Control, *, method: str, kernel, prior) -> Control:
+    """``control`` with every field checked and each ``None`` replaced by the engine's default: counts as integers,
+    flags as booleans, ``cores`` by :func:`bayesvm.arguments.default_cores`, ``tune`` by the sampler's
+    (:func:`bayesvm.control.default_tune`), ``max_iter`` and ``tol`` by the iterative engine's (kernel fits choose
+    their own)."""
+    chains = as_count(control.chains, "chains")
+    selection = method == "gibbs" and kernel is None and getattr(prior, "point_mass", False)  # the sheared updates
+    draws = control.draws
+    max_iter, tol = control.max_iter, control.tol
+    max_iter = None if max_iter is None else as_count(max_iter, "max_iter")
+    if max_iter is None and kernel is None:  # Alg. 3's indicators can creep for a while: more sweeps by default
+        max_iter = {"em": 20000, "svi": 100000}.get(method, 2000 if isinstance(prior, LaplaceZero) else 500)
+    if tol is None and kernel is None:
+        tol = {"em": 1e-10, "svi": 1e-4}.get(method, 1e-8)
+    return replace(
+        control, chains=chains, thin=as_count(control.thin, "thin"), progress=as_flag(control.progress, "progress"),
+        cores=default_cores(chains) if control.cores is None else as_count(control.cores, "cores"),
+        draws="auto" if isinstance(draws, str) and draws == "auto" else as_count(draws, "draws"),
+        tune=as_count(default_tune(control.tune, selection=selection), "tune", low=0), max_iter=max_iter, tol=tol,
+        batch_size=as_count(control.batch_size, "batch_size"),
+        imputations=as_count(control.imputations, "imputations", low=2),
     )  # fmt: skip
+
+
+def _checked_after_fit(fit, diagnostics: Diagnostics, checks: Checks) -> None:
+    """The checks that read the fitted model: variance components at their boundary, decisions that call one class,
+    the samplers' mixing and the VB fit's PSIS check; their findings join the fit's diagnostics."""
     if checks.singular != "ignore":
         singular = singular_findings(fit.variance_components, "warn")
         Diagnostics(tuple(singular)).enforce()
@@ -279,7 +301,6 @@ def bsvm(
     if fit.method == "gibbs":  # (after the identifiability findings, which can be why the chains cannot settle)
         _warn_mcmc(fit)
     check_at_fit_end(fit, checks.vb_check)
-    return _recorded(options, fit)
 
 
 register_refit("bsvm", bsvm)  # cross-fitting (results/crossfit.py) refits through it
@@ -309,6 +330,12 @@ def _one_vs_rest(classes: tuple[str, tuple], options: dict) -> MulticlassFit:
     """One fit per class against the rest (:mod:`bayesvm.results.multiclass`); ``positive=`` names one class and
     fits that class against the rest alone."""
     response, levels = classes
+    class_weight = options["class_weight"]
+    if class_weight is not None and not (isinstance(class_weight, str) and class_weight == "balanced"):
+        raise BayesvmError(
+            "with more than two classes (one fit per class against the rest) class_weight can be None or "
+            "'balanced' (each fit's class and rest weighed alike)"
+        )
     options = dict(options)
     formula, data, positive = options.pop("formula"), as_frame(options.pop("data"), "data"), options.pop("positive")
     column = data[response]
