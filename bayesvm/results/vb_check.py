@@ -140,8 +140,9 @@ class VBCheck:
 
     @property
     def governing_khat(self) -> float:
-        """The k-hat the verdict rests on: the marginal one where there is one (it judges what
-        ``summary()`` reports: fixed effects and variance components), otherwise the joint one."""
+        """The k-hat the verdict rests on: the adapted proposal's where q's marginal one exceeded 0.7 and an adapted
+        proposal's did not (:mod:`bayesvm.results.adaptive_check`), else the marginal one where there is one (it
+        judges what ``summary()`` reports: fixed effects and variance components), otherwise the joint one."""
         if self.adapted is not None:
             return self.adapted.khat
         return self.khat if self.marginal_khat is None else self.marginal_khat
@@ -352,9 +353,8 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
         moments = theta_moments(theta_d, _normalised(log_weights))
         if marginal_khat > KHAT_LIMIT and fit.posterior.kind == "mixture":
             draws_t = _adapted_draws(fit, rng, theta_d, phi, log_weights, marginal_khat, first)
-            if (
-                draws_t is not None and draws_t.khat <= KHAT_LIMIT
-            ):  # q is far, but the adapted proposal's weighted estimates are reliable
+            # q is far; an adapted proposal whose k-hat is at most 0.7 gives reliable weighted estimates instead
+            if draws_t is not None and draws_t.khat <= KHAT_LIMIT:
                 adapted = AdaptedCheck(draws_t.q_khat, draws_t.khat, draws_t.rounds, draws_t.draws, draws_t.ess)
                 _, adapted_values = _marginal_values(fit, draws_t.theta_d, draws_t.covs)
                 marginal_table, shift = _weighted(names, adapted_values, draws_t.log_weights, q_values=values)

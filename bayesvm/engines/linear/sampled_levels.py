@@ -48,7 +48,9 @@ def inner_normals(seed: int, first: int, stop: int, shape: tuple[int, int, int])
     the fit gets the same ones (common random numbers).  Small sets are kept (:func:`_cached_normals`)."""
     if (stop - first) * int(np.prod(shape)) <= CACHED_NORMALS:
         return _cached_normals(seed, first, stop, shape)
-    return np.stack([np.random.default_rng((seed, s)).standard_normal(shape) for s in range(first, stop)])
+    normals = np.stack([np.random.default_rng((seed, s)).standard_normal(shape) for s in range(first, stop)])
+    normals.flags.writeable = False  # (as the cached ones: one compiled variant of the loop serves both)
+    return normals
 
 
 @lru_cache(maxsize=4)
