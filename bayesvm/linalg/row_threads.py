@@ -31,6 +31,14 @@ COMPILED_SPLIT_ROWS = 4096
 #: some 50-100 microseconds, against some 20 to hand a part to a thread
 COMPILED_SPLIT_WORK = 300_000
 
+#: Below this many dense columns the engines run BLAS single-threaded: the per-sweep products
+#: are too small for threads to pay off, and on small machines the thread hand-offs dominate.
+SINGLE_THREAD_BELOW = 512
+
+#: ... unless a sweep's row products are large: with ``n q^2`` above this many multiply-adds the
+#: threads pay off.
+THREADS_ABOVE_WORK = 1e9
+
 _ROW_POOL: dict = {}
 
 

@@ -18,9 +18,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..kernels import Kernel
-from ..linalg.dense import BlockedFactor, weighted_gram
+from ..linalg.dense import BlockedFactor
 from ..linalg.probes import MAX_DENSE_BLOCK
 from ..linalg.row_pattern import RowPattern, row_pattern
+from ..linalg.row_sums import weighted_gram
 from ..linalg.schur import EliminationLayout, elimination_layout
 from ..priors import LaplaceZero, Lasso, SpikeSlab
 

@@ -8,7 +8,7 @@ from scipy import stats
 
 from bayesvm.engines.linear import gibbs_rows
 from bayesvm.linalg import dense as linalg
-from bayesvm.linalg.dense import GaussianPosterior, spd_inverse, weighted_gram_and_product
+from bayesvm.linalg.dense import GaussianPosterior, spd_inverse
 
 
 @pytest.fixture
@@ -16,18 +16,6 @@ def rows():
     rng = np.random.default_rng(0)
     n, q = 5000, 7
     return rng.standard_normal((n, q)), rng.gamma(2.0, 1.0, n), rng.standard_normal(n)
-
-
-@pytest.mark.parametrize("split", [False, True])
-@pytest.mark.parametrize("chunk", [8192, 333])
-def test_gram_and_product_match_the_one_shot_products(rows, split, chunk, monkeypatch):
-    D, w, r = rows
-    monkeypatch.setattr(linalg, "ROW_CHUNK", chunk)
-    monkeypatch.setattr(linalg, "SPLIT_ROWS", 1000 if split else 10**12)
-    assert linalg.splits_rows(*D.shape) == split
-    gram, product = weighted_gram_and_product(D, w, r)
-    np.testing.assert_allclose(gram, D.T @ (w[:, None] * D), rtol=1e-12)
-    np.testing.assert_allclose(product, D.T @ r, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("chunk", [8192, 333])
@@ -133,26 +121,3 @@ def test_a_row_on_the_margin_leaves_the_draw_exact():
     np.testing.assert_allclose(mean, _reference_mean(D, w, r, prior_dd, blocked, prior_b), rtol=1e-6, atol=1e-8)
     theta_d, theta_b = linalg.gaussian_draw(D, w, r, prior_dd, blocked, prior_b, np.random.default_rng(0))
     assert np.all(np.isfinite(theta_d)) and np.all(np.isfinite(theta_b))
-
-
-@pytest.mark.parametrize("K", [1, 2])
-def test_level_sums_by_the_dense_membership_matrix_match_the_sparse_ones(K, monkeypatch):
-    """Small factors sum their levels by one dense product, large ones by sparse products: the same sums, rows of no
-    level (code -1) and levels without rows included."""
-    rng = np.random.default_rng(7)
-    n, q, J = 60, 3, 9
-    codes = rng.integers(-1, J - 1, n)  # level J - 1 has no rows
-    blocked = linalg.BlockedFactor(codes=codes, values=rng.standard_normal((n, K)), n_levels=J)
-    D, w, r = rng.standard_normal((n, q)), rng.exponential(size=n), rng.standard_normal(n)
-    stats_ = linalg.row_statistics(D, w, r, blocked)
-    assert blocked.is_small
-    small = stats_.level_sums(blocked, D)
-    monkeypatch.setattr(linalg, "DENSE_INDICATOR_ENTRIES", 0)
-    assert not blocked.is_small
-    large = stats_.level_sums(blocked, D)
-    for name in ("blocks", "cross", "rhs"):
-        np.testing.assert_allclose(getattr(small, name), getattr(large, name), rtol=1e-12, atol=1e-12)
-    seen = codes >= 0
-    expected = np.zeros((J, K, q))
-    np.add.at(expected, codes[seen], (w[seen, None] * blocked.values[seen])[:, :, None] * D[seen, None, :])
-    np.testing.assert_allclose(small.cross, expected, rtol=1e-12, atol=1e-12)

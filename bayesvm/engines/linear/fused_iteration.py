@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...linalg.dense import RowStatistics
+from ...linalg.row_sums import RowStatistics
 from ..hinge_levels import compiled_level_draws_in_place
 from ..overrelax import compiled_relaxed_gamma
 from ..variance_prior import is_half_t

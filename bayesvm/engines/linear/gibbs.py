@@ -31,14 +31,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...linalg import compiled
-from ...linalg.dense import (
-    BlockedFactor,
-    RowStatistics,
-    blas_threads,
-    gaussian_draw,
-    row_statistics,
-    spd_inverse,
-)
+from ...linalg.dense import BlockedFactor, blas_threads, gaussian_draw, spd_inverse
+from ...linalg.row_sums import RowStatistics, row_statistics
 from ...linalg.schur import schur_sparse_draw
 from ...linalg.sparse import SparseCholesky
 from ...memory import check_memory

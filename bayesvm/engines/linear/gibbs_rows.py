@@ -17,9 +17,9 @@ from dataclasses import replace
 import numpy as np
 import scipy.sparse as sp
 
-from ...linalg.dense import (
+from ...linalg.dense import BlockedFactor
+from ...linalg.row_sums import (
     SPLIT_ROWS,
-    BlockedFactor,
     LevelSums,
     RowStatistics,
     chunked_gram_and_product,

@@ -28,13 +28,11 @@ import numpy as np
 from ...linalg.dense import (
     BlockedFactor,
     GaussianPosterior,
-    LevelSums,
-    RowStatistics,
     blas_threads,
     gaussian_from_natural,
     gaussian_from_statistics,
-    row_statistics,
 )
+from ...linalg.row_sums import LevelSums, RowStatistics, row_statistics
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
 from .vb import (
     ABSOLUTE_TOL,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...linalg.dense import weighted_gram
+from ...linalg.row_sums import weighted_gram
 from ..augmentation import data_lower_bound, inverse_a_mean, row_terms, update_chi
 
 

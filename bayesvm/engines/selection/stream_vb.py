@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...linalg.dense import blas_threads, weighted_gram
+from ...linalg.dense import blas_threads
+from ...linalg.row_sums import weighted_gram
 from ...model.problems import SelectionProblem
 from ...priors import SpikeSlab
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi

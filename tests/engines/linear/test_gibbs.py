@@ -274,7 +274,7 @@ def test_sparse_path_sampler_agrees_with_schur_path(path, monkeypatch):
 def test_rows_split_in_two_threads_sample_the_same_posterior(monkeypatch):
     """The two-half latent draws (large data) against the one-generator sampler on the same model."""
     from bayesvm.engines.linear import gibbs_rows
-    from bayesvm.linalg import dense as linalg
+    from bayesvm.linalg import row_sums as linalg
 
     data = _small_data(n=60, seed=3)
     runs = []
@@ -299,8 +299,9 @@ def test_fused_row_halves_equal_the_separate_steps(K, compiled, monkeypatch):
     after another."""
     from bayesvm.engines.joint import log_pseudo_likelihood
     from bayesvm.engines.linear import gibbs_rows
-    from bayesvm.linalg import dense as linalg
-    from bayesvm.linalg.dense import BlockedFactor, row_statistics
+    from bayesvm.linalg import row_sums as linalg
+    from bayesvm.linalg.dense import BlockedFactor
+    from bayesvm.linalg.row_sums import row_statistics
 
     monkeypatch.setattr(gibbs_rows, "SPLIT_ROWS", 100)
     monkeypatch.setattr(linalg, "SPLIT_ROWS", 100)
@@ -338,7 +339,7 @@ def test_compiled_row_pass_gives_the_numpy_chain(monkeypatch):
     """With the rows split, a seed gives the same chain with the compiled row pass as with numpy (both take the
     same normals and uniforms; only the order of floating-point sums differs)."""
     from bayesvm.engines.linear import compiled_rows, gibbs_rows
-    from bayesvm.linalg import dense as linalg
+    from bayesvm.linalg import row_sums as linalg
 
     assert compiled_rows.available()
     monkeypatch.setattr(gibbs_rows, "SPLIT_ROWS", 10)
@@ -397,7 +398,8 @@ def test_compiled_intercept_draw_equals_the_general_draw_and_falls_back():
     """``compiled_rows.intercept_draw`` (and its uncompiled source) make ``linalg.gaussian_draw``'s draw from the
     same standard normals, and refuse a Schur complement that is not positive definite."""
     from bayesvm.engines.linear import compiled_rows
-    from bayesvm.linalg.dense import BlockedFactor, gaussian_draw, row_statistics
+    from bayesvm.linalg.dense import BlockedFactor, gaussian_draw
+    from bayesvm.linalg.row_sums import row_statistics
 
     rng = np.random.default_rng(1)
     n, q, J = 300, 4, 17
@@ -442,7 +444,7 @@ def test_compiled_coordinate_moves_give_the_numpy_chain(monkeypatch):
 
 def test_compiled_row_pass_is_refused_where_it_cannot_run(monkeypatch):
     from bayesvm.engines.linear import gibbs_rows
-    from bayesvm.linalg import dense as linalg
+    from bayesvm.linalg import row_sums as linalg
     from bayesvm.linalg.dense import BlockedFactor
 
     monkeypatch.setattr(gibbs_rows, "SPLIT_ROWS", 100)

@@ -25,7 +25,7 @@ from bayesvm.engines.linear.em import BREAKDOWN_RTOL
 from bayesvm.engines.selection.gibbs import sample_selection
 from bayesvm.engines.selection.lasso_em import fit_lasso_em
 from bayesvm.engines.selection.vb import fit_laplace_zero_vb
-from bayesvm.linalg.dense import weighted_gram
+from bayesvm.linalg.row_sums import weighted_gram
 from bayesvm.model.problems import SelectionProblem
 from bayesvm.priors import InverseGamma, LaplaceZero, Lasso, SpikeSlab
 

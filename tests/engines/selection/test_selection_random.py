@@ -18,7 +18,7 @@ from scipy.special import logsumexp
 from bayesvm.engines.linear.node_evidence import group_log_integrals
 from bayesvm.engines.selection.gibbs import sample_selection
 from bayesvm.engines.selection.vb import fit_laplace_zero_vb
-from bayesvm.linalg.dense import weighted_gram
+from bayesvm.linalg.row_sums import weighted_gram
 from bayesvm.model.problems import SelectionProblem, VarianceComponent
 from bayesvm.priors import InverseGamma, LaplaceZero, SpikeSlab
 
