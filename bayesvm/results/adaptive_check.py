@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln
 
-from .psis import psis
+from .psis import normalised_weights, psis
 from .psis_correction import ThetaMoments
 
 #: Most proposal rounds after q.
@@ -61,9 +61,7 @@ class AdaptedDraws:
 
     @property
     def ess(self) -> float:
-        weights = np.exp(self.log_weights - np.max(self.log_weights))
-        weights /= weights.sum()
-        return float(1.0 / np.sum(weights**2))
+        return float(1.0 / np.sum(normalised_weights(self.log_weights) ** 2))
 
 
 def adapt(
@@ -102,8 +100,7 @@ def adapt(
 def _proposal(x: np.ndarray, log_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The next t proposal's location and scale matrix: weighted mean, and the weighted covariance shrunk towards
     the plain one by the weights' effective sample size (few effective draws cannot fix a covariance), inflated."""
-    weights = np.exp(log_weights - np.max(log_weights))
-    weights /= weights.sum()
+    weights = normalised_weights(log_weights)
     ess = 1.0 / np.sum(weights**2)
     dim = x.shape[1]
     mean = weights @ x
@@ -133,8 +130,7 @@ def adapted_moments(q_mean: np.ndarray, q_sd: np.ndarray, adapted: AdaptedDraws)
     ones, and the Monte Carlo standard errors of the weighted estimates (self-normalised importance sampling, delta
     method: ``sqrt(sum_s w_s^2 (x_s - mu_w)^2)`` for the mean, ``sqrt(sum_s w_s^2 ((x_s - mu_w)^2 - v_w)^2) / (2 v_w)``
     for the log of the SD)."""
-    weights = np.exp(adapted.log_weights - np.max(adapted.log_weights))
-    weights /= weights.sum()
+    weights = normalised_weights(adapted.log_weights)
     x = adapted.theta_d
     weighted_mean = weights @ x
     centred = x - weighted_mean

@@ -87,3 +87,9 @@ def _gpd_quantiles(probabilities: np.ndarray, k: float, sigma: float) -> np.ndar
     if abs(k) < _EPS:
         return -np.log1p(-probabilities) * sigma
     return np.expm1(-k * np.log1p(-probabilities)) / k * sigma
+
+
+def normalised_weights(log_weights: np.ndarray) -> np.ndarray:
+    """Importance weights summing to 1 from (unnormalised) log weights, computed without overflow."""
+    weights = np.exp(log_weights - np.max(log_weights))
+    return weights / weights.sum()

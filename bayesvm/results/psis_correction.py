@@ -167,9 +167,7 @@ def correct_fixed(fit, moments: ThetaMoments, khat: float, draws: int, source: s
     if not corrected.any():
         return None
     before, before_sd = _reported(fit)
-    weights = np.asarray(result.weights, dtype=float)
-    center = sum(w * t.mean_d for w, t in zip(weights, result.thetas))
-    cov = sum(w * (t.cov_d + np.outer(t.mean_d - center, t.mean_d - center)) for w, t in zip(weights, result.thetas))
+    center, cov = mixture_moments(result)
     q = center.size
     matrix, shift = np.eye(q), np.zeros(q)
     matrix[:p, :p] = np.diag(ratio)
@@ -194,6 +192,15 @@ def correct_fixed(fit, moments: ThetaMoments, khat: float, draws: int, source: s
     )  # fmt: skip
     result.fixed_correction = record
     return record
+
+
+def mixture_moments(result) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of ``theta_d`` under an accurate fit's mixture of node Gaussians (weights ``w_k``):
+    ``sum_k w_k mu_k`` and ``sum_k w_k (S_k + (mu_k - mu)(mu_k - mu)')``."""
+    weights = np.asarray(result.weights, dtype=float)
+    center = sum(w * t.mean_d for w, t in zip(weights, result.thetas))
+    cov = sum(w * (t.cov_d + np.outer(t.mean_d - center, t.mean_d - center)) for w, t in zip(weights, result.thetas))
+    return center, cov
 
 
 def _leading(moments: ThetaMoments, p: int) -> ThetaMoments:

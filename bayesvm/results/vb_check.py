@@ -28,8 +28,8 @@ from .adaptive_check import AdaptedDraws, adapt, adapted_moments
 from .imputation_check import covers as imputation_covers
 from .imputation_check import imputed_log_ratios
 from .marginal_check import cell_draws, integrable_component, marginal_log_p, marginal_log_ratios
-from .psis import psis
-from .psis_correction import ThetaMoments, correct_fixed, theta_moments
+from .psis import normalised_weights, psis
+from .psis_correction import ThetaMoments, correct_fixed, mixture_moments, theta_moments
 
 KHAT_GOOD = 0.5
 KHAT_LIMIT = 0.7
@@ -338,7 +338,7 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
         marginal = _joined(marginal, _marginal_draws(fit, rng, SECOND_LOOK_DRAWS - first))
         marginal_psis = psis(marginal[0])
     corrected, shift = _weighted(*_fixef_draws(fit, theta_d), log_weights)
-    moments = theta_moments(theta_d, _normalised(log_weights))
+    moments = theta_moments(theta_d, normalised_weights(log_weights))
     marginal_khat, marginal_table, adapted = None, None, None
     evidence = importance_log_evidence(log_ratios) if khat <= KHAT_LIMIT else None
     governing_draws = theta_d.shape[0]
@@ -350,7 +350,7 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
         names, values = _marginal_values(fit, theta_d, covs)
         marginal_table, shift = _weighted(names, values, log_weights)
         marginal_table = marginal_table if marginal_khat <= KHAT_LIMIT else None
-        moments = theta_moments(theta_d, _normalised(log_weights))
+        moments = theta_moments(theta_d, normalised_weights(log_weights))
         if marginal_khat > KHAT_LIMIT and fit.posterior.kind == "mixture":
             draws_t = _adapted_draws(fit, rng, theta_d, phi, log_weights, marginal_khat, first)
             # q is far; an adapted proposal whose k-hat is at most 0.7 gives reliable weighted estimates instead
@@ -358,7 +358,8 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
                 adapted = AdaptedCheck(draws_t.q_khat, draws_t.khat, draws_t.rounds, draws_t.draws, draws_t.ess)
                 _, adapted_values = _marginal_values(fit, draws_t.theta_d, draws_t.covs)
                 marginal_table, shift = _weighted(names, adapted_values, draws_t.log_weights, q_values=values)
-                moments = adapted_moments(*_mixture_moments(fit.result), draws_t)
+                center, cov = mixture_moments(fit.result)
+                moments = adapted_moments(center, np.sqrt(np.diag(cov)), draws_t)
                 evidence = importance_log_evidence(draws_t.log_ratios)
                 governing_draws = draws_t.draws
     governing = khat if marginal_khat is None else marginal_khat if adapted is None else adapted.khat
@@ -397,14 +398,6 @@ def _adapted_draws(fit, rng, theta_d, phi, log_weights, q_khat: float, draws: in
             )
     except (np.linalg.LinAlgError, ValueError, FloatingPointError):
         return None
-
-
-def _mixture_moments(result) -> tuple[np.ndarray, np.ndarray]:
-    """Exact mean and SD of ``theta_d`` under the accurate fit's mixture of node Gaussians."""
-    weights = np.asarray(result.weights, dtype=float)
-    center = sum(w * t.mean_d for w, t in zip(weights, result.thetas))
-    second = sum(w * (np.diag(t.cov_d) + t.mean_d**2) for w, t in zip(weights, result.thetas))
-    return center, np.sqrt(np.maximum(second - center**2, 0.0))
 
 
 def near_threshold(khat: float) -> bool:
@@ -490,11 +483,6 @@ def importance_log_evidence(log_ratios: np.ndarray) -> tuple[float, float]:
     return float(np.log(mean) + log_ratios.max()), se
 
 
-def _normalised(log_weights: np.ndarray) -> np.ndarray:
-    weights = np.exp(log_weights - log_weights.max())
-    return weights / weights.sum()
-
-
 def _fixef_draws(fit, theta_d: np.ndarray) -> tuple[list[str], np.ndarray]:
     """The fixed effects of the draws from q on the original scale, ``(names, (draws, p))``."""
     p = fit.model.design.p
@@ -507,7 +495,7 @@ def _weighted(
     """Importance-weighted mean and SD of each column of ``values`` (draws from q), and how far the weights move
     each mean: ``(weighted mean - q's mean) / q's SD``, both over the same draws (so the draws' own noise in q's
     mean cancels).  ``q_values``: draws from q when ``values`` come from another proposal (an adapted one)."""
-    weights = _normalised(log_weights)
+    weights = normalised_weights(log_weights)
     mean = weights @ values
     sd = np.sqrt(weights @ (values - mean) ** 2)
     reference = values if q_values is None else q_values

@@ -251,11 +251,13 @@ class NodeEvidence:
         return sampled.log_integrals
 
 
-def level_sums(problem: VBProblem, theta, theta_d: np.ndarray, prior_b: np.ndarray, inner: int, seed: int):
+def quiet_level_sums(problem: VBProblem, theta, theta_d: np.ndarray, prior_b: np.ndarray, inner: int, seed: int):
     """:func:`bayesvm.engines.linear.sampled_levels.sampled_log_integrals` for draws ``theta_d`` of the coefficients
     outside the blocked factor, each level proposed from ``theta``'s conditional ``u_j | theta_d``:
-    ``N(mu_j - G_j (theta_d - mu_d), P_jj^{-1})`` with the Schur elimination's gains ``G_j = P_jj^{-1} P_jd``.
-    ``prior_b``: the blocked factor's prior precision per level, ``(K, K)`` or one per draw."""
+    ``N(mu_j - G_j (theta_d - mu_d), P_jj^{-1})`` with the Schur elimination's gains ``G_j = P_jj^{-1} P_jd``;
+    ``prior_b`` is the blocked factor's prior precision per level.  Returns ``(the sums, inner draws used)``: the inner
+    draws are doubled until the estimate's noise, averaged over the draws, is at most :data:`MAX_LEVEL_NOISE` (or
+    :data:`MAX_INNER_DRAWS` is reached); the noise falls as ``1 / M``."""
     blocked = problem.blocked
     gains = theta.gains.dense()  # (J, K, q)
     conditional_mean = theta.mean_b[None] - np.einsum("jkq,sq->sjk", gains, theta_d - theta.mean_d)
@@ -263,18 +265,12 @@ def level_sums(problem: VBProblem, theta, theta_d: np.ndarray, prior_b: np.ndarr
         chol = np.linalg.cholesky(theta.block_inv)
     except np.linalg.LinAlgError as exc:
         raise UnreliableEvidence("a level's conditional covariance has no Cholesky factor") from exc
-    return sampled_log_integrals(
-        problem.y, theta_d @ problem.D.T, blocked.values, blocked.codes, conditional_mean, chol, prior_b,
-        problem.weights, inner=inner, seed=seed,
-    )  # fmt: skip
-
-
-def quiet_level_sums(problem: VBProblem, theta, theta_d: np.ndarray, prior_b: np.ndarray, inner: int, seed: int):
-    """``(level_sums(...), inner draws used)`` with the inner draws doubled until the estimate's noise, averaged over
-    the draws, is at most :data:`MAX_LEVEL_NOISE` (or :data:`MAX_INNER_DRAWS` is reached); the noise falls as
-    ``1 / M``."""
+    eta = theta_d @ problem.D.T
     while True:
-        sampled = level_sums(problem, theta, theta_d, prior_b, inner, seed)
+        sampled = sampled_log_integrals(
+            problem.y, eta, blocked.values, blocked.codes, conditional_mean, chol, prior_b, problem.weights,
+            inner=inner, seed=seed,
+        )  # fmt: skip
         noise = float(np.mean(sampled.noise))
         if noise <= MAX_LEVEL_NOISE or inner >= MAX_INNER_DRAWS:
             return sampled, inner

@@ -135,22 +135,12 @@ def sampled_log_integrals(
         return SampledIntegrals(total, noise)
     M = 2 * half
     log_chol = np.sum(np.log(np.diagonal(conditional_chol, axis1=1, axis2=2)), axis=1)  # log |B_j|^(1/2)
-    classes = list(size_classes(codes[inside], J))
+    classes = [_padded_class(levels, J, codes, inside, y, w, values, conditional_chol) for levels, _ in
+               size_classes(codes[inside], J)]  # fmt: skip
     for first in range(0, S, step):
         part = slice(first, min(S, first + step))
         eps_all = inner_normals(seed, part.start, part.stop, (J, half, K))  # (s, J, h, K)
-        for levels, _ in classes:
-            chosen = np.zeros(J, dtype=bool)
-            chosen[levels] = True
-            members = np.flatnonzero(inside)[chosen[codes[inside]]]
-            local = (np.cumsum(chosen) - 1)[codes[members]]
-            rows = LevelLayout(y[members], np.ones(members.size), local, levels.size).rows  # (J_c, R), -1 padding
-            padded = np.where(rows >= 0, members[np.maximum(rows, 0)], 0)  # global row numbers
-            y_pad = np.where(rows >= 0, y[padded], 0.0)
-            w_pad = np.where(rows >= 0, w[padded], 0.0)
-            z_pad = np.moveaxis(values[padded] * (rows >= 0)[..., None], 2, 0)  # (K, J_c, R)
-            chol = np.moveaxis(conditional_chol[levels], (1, 2), (0, 1))  # chol[k, l] = (L_j)_kl, (K, K, J_c)
-            spread = np.einsum("ljr,lkj->kjr", z_pad, chol)[..., None]  # L_j' z_i, (K, J_c, R, 1)
+        for levels, padded, y_pad, w_pad, z_pad, chol, spread in classes:
             eps = np.moveaxis(eps_all[:, levels], 3, 0)
             eps = np.concatenate([eps, -eps], axis=3)  # (K, s, J_c, M): antithetic pairs
             centre = np.moveaxis(conditional_mean[part][:, levels], 2, 0)  # (K, s, J_c)
@@ -171,6 +161,23 @@ def sampled_log_integrals(
             total[part] += np.sum(log_sums - np.log(M), axis=1)
             noise[part] += np.sum(np.sum(np.exp(2.0 * (log_ratio - log_sums[..., None])), axis=2) - 1.0 / M, axis=1)
     return SampledIntegrals(total, noise)
+
+
+def _padded_class(levels, J, codes, inside, y, w, values, conditional_chol) -> tuple:
+    """One size class's rows padded to its largest level (-1 rows weigh 0): ``(levels, global row numbers, y, w,
+    z (K, J_c, R), L_j (K, K, J_c), L_j' z_i (K, J_c, R, 1))``, formed once for every chunk of outer draws."""
+    chosen = np.zeros(J, dtype=bool)
+    chosen[levels] = True
+    members = np.flatnonzero(inside)[chosen[codes[inside]]]
+    local = (np.cumsum(chosen) - 1)[codes[members]]
+    rows = LevelLayout(y[members], np.ones(members.size), local, levels.size).rows  # (J_c, R), -1 padding
+    padded = np.where(rows >= 0, members[np.maximum(rows, 0)], 0)  # global row numbers
+    y_pad = np.where(rows >= 0, y[padded], 0.0)
+    w_pad = np.where(rows >= 0, w[padded], 0.0)
+    z_pad = np.moveaxis(values[padded] * (rows >= 0)[..., None], 2, 0)  # (K, J_c, R)
+    chol = np.moveaxis(conditional_chol[levels], (1, 2), (0, 1))  # chol[k, l] = (L_j)_kl, (K, K, J_c)
+    spread = np.einsum("ljr,lkj->kjr", z_pad, chol)[..., None]  # L_j' z_i, (K, J_c, R, 1)
+    return levels, padded, y_pad, w_pad, z_pad, chol, spread
 
 
 def _compiled_level_sums(

@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from .marginal_pairs import WINDOW_SDS, WINDOW_SHRINK, SlopePrior, draw_value, window
+from .moves import weighted_lines
 
 #: Line moves per iteration.
 LINES = 2
@@ -71,9 +72,7 @@ class LineMoves:
 
     def __init__(self, y: np.ndarray, X: np.ndarray, free: np.ndarray, free_precision: np.ndarray,
                  selected: np.ndarray, tune: int, lines: int = LINES, weights: np.ndarray | None = None):  # fmt: skip
-        # class weights: each line's margins and slopes times omega_i (as MarginalPairs)
-        self.unit = 1.0 if weights is None else np.asarray(weights, dtype=float)
-        self.signed = y if weights is None else self.unit * y
+        self.unit, self.signed = weighted_lines(y, weights)  # each line's margins and slopes times omega_i
         self.free, self.free_precision, self.selected = free, np.asarray(free_precision, dtype=float), selected
         self.columns = np.concatenate([free, selected]).astype(int)
         self.X = X

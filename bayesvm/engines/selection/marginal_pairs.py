@@ -77,7 +77,7 @@ from scipy.special import expit, log_ndtr, ndtri_exp
 
 from ..linear import compiled_rows
 from . import compiled_pairs
-from .moves import swap_weights
+from .moves import swap_weights, weighted_lines
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -319,10 +319,7 @@ class MarginalPairs:
     def __init__(
         self, y: np.ndarray, X: np.ndarray, selected: np.ndarray, tune: int = 0, weights: np.ndarray | None = None
     ) -> None:
-        # class weights omega_i max(0, 1 - y_i f_i) = max(0, omega_i - omega_i y_i f_i): each line's margins a_i and
-        # slopes b_i are the unweighted ones times omega_i (bayesvm.model.class_weights)
-        self.unit = 1.0 if weights is None else np.asarray(weights, dtype=float)
-        self.signed = y if weights is None else self.unit * y
+        self.unit, self.signed = weighted_lines(y, weights)  # each line's margins and slopes times omega_i
         self.selected = selected
         m = selected.size
         self.affinity = np.zeros((m, m))  # the exchanges' learned partner weights (:meth:`observe`)

@@ -46,6 +46,16 @@ def swap_weights(X: np.ndarray, selected: np.ndarray) -> tuple[np.ndarray, np.nd
     return weights, signs
 
 
+def weighted_lines(y: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray | float, np.ndarray]:
+    """``(unit, signed)`` for the moves that follow the hinge along a line, ``margin_i = unit_i - signed_i f_i`` and
+    slope ``signed_i x_ik``: ``(1, y)`` without class weights, ``(omega, omega y)`` with them, since
+    ``omega_i max(0, 1 - y_i f_i) = max(0, omega_i - omega_i y_i f_i)`` (:mod:`bayesvm.model.class_weights`)."""
+    if weights is None:
+        return 1.0, y
+    unit = np.asarray(weights, dtype=float)
+    return unit, unit * y
+
+
 def hinge_log_likelihood(y: np.ndarray, f: np.ndarray, weights: np.ndarray | None = None) -> float:
     """``log L(f) = -2 sum_i omega_i max(0, 1 - y_i f_i)`` (``omega`` the rows' class weights, 1 where None)."""
     hinge = np.maximum(0.0, 1.0 - y * f)

@@ -82,6 +82,7 @@ from .marginal_pairs import (
     fast_logsumexp,
     window,
 )
+from .moves import weighted_lines
 
 #: Tuning iterations a slope must spend in each state before it gets a sheared update.
 MIN_VISITS = 5
@@ -111,9 +112,7 @@ class ShearedPairs:
 
     def __init__(self, y: np.ndarray, X: np.ndarray, free: np.ndarray, free_precision: np.ndarray,
                  selected: np.ndarray, tune: int, weights: np.ndarray | None = None):  # fmt: skip
-        # class weights: each line's margins and slopes times omega_i (as MarginalPairs)
-        self.unit = 1.0 if weights is None else np.asarray(weights, dtype=float)
-        self.signed = y if weights is None else self.unit * y
+        self.unit, self.signed = weighted_lines(y, weights)  # each line's margins and slopes times omega_i
         self.free, self.selected = np.asarray(free, dtype=int), np.asarray(selected, dtype=int)
         self.free_precision = np.asarray(free_precision, dtype=float)
         self.columns = np.concatenate([self.free, self.selected])
