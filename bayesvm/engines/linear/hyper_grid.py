@@ -2,7 +2,7 @@
 
 ``phi`` are the variance parameters (:class:`bayesvm.engines.linear.ep.Hyperparameters`); ``log_post(phi)`` is EP's
 ``log p(y | phi) + log p(phi)`` up to a constant (Rue, Martino & Chopin 2009 integrate the same way).  One
-hyperparameter: a scan to the mode and a bounded line search; several: Nelder-Mead.  Then the Hessian's axes at
+hyperparameter: a walk uphill to the mode and a bounded line search; several: Nelder-Mead.  Then the Hessian's axes at
 the mode, ``phi = phi* + axes @ z``, and a lattice in ``z`` (Riemann sum; Gauss-Hermite beyond
 :data:`MAX_LATTICE` hyperparameters) grown until the mass beyond its edge is negligible.
 """
@@ -82,27 +82,14 @@ class HyperGrid:
 def integrate(log_post, start: np.ndarray, start_search: np.ndarray, n_nodes: int = 21, span: float = 4.0) -> HyperGrid:
     """Integrate over hyperparameters ``phi`` given ``log p(phi | y)`` up to a constant (module docstring).
 
-    One hyperparameter: a scan from ``start`` extended until its best point is interior, then a bounded line
+    One hyperparameter: a walk uphill from ``start`` until it turns (:func:`bracket`), then a bounded line
     search; several: Nelder-Mead from ``start_search``.  Then the axes of the Hessian at the mode, the
     lattice (or Gauss-Hermite) nodes, evaluated outwards from the mode, and a lattice grown until its tails
     are negligible.  ``log_post`` is called once per node (the callers cache their EP fits).
     """
     d = int(np.size(start))
     if d == 1:
-        scan = list(float(start[0]) + np.linspace(-1.0, 3.0, 9))
-        values = [log_post(t) for t in scan]
-        for _ in range(40):  # extend the scan until the best point is interior
-            best = int(np.argmax(values))
-            if 0 < best < len(scan) - 1:
-                break
-            if best == 0:
-                scan.insert(0, scan[0] - 1.0)
-                values.insert(0, log_post(scan[0]))
-            else:
-                scan.append(scan[-1] + 1.0)
-                values.append(log_post(scan[-1]))
-        best = int(np.argmax(values))
-        lo, hi = scan[max(best - 1, 0)], scan[min(best + 1, len(scan) - 1)]
+        lo, hi = bracket(log_post, float(start[0]))
         opt = minimize_scalar(
             lambda t: -log_post(t), bounds=(lo - 0.5, hi + 0.5), method="bounded", options={"xatol": 1e-3}
         )
@@ -132,6 +119,34 @@ def integrate(log_post, start: np.ndarray, start_search: np.ndarray, n_nodes: in
         raise AccurateFitError("accurate VB: expectation propagation converged at no node of the variance parameters")
     shape = HyperGrid(nodes, lattice, logp, log_rule, None, None, axes, step, design, phi_star, tails_ok)
     return weighted_grid(nodes, lattice, logp, log_rule, shape, tails_ok)
+
+
+#: The one-hyperparameter search walks in steps of this size (in ``phi``, a log variance: a factor ``e^0.5``).
+BRACKET_STEP = 0.5
+#: ... and takes at most this many steps before settling for the last point.
+MAX_BRACKET_STEPS = 80
+
+
+def bracket(log_post, start: float) -> tuple[float, float]:
+    """``(lo, hi)`` around a local maximum of ``log_post``: from ``start`` a walk in steps of :data:`BRACKET_STEP`
+    uphill (first upwards: mean-field VB shrinks variances, so the mode usually lies above its value) until the next
+    step falls; the maximum then lies in ``(lo, hi)``, the neighbours of the best point.  Each step costs one EP fit;
+    the walk stops where ``log p(phi | y)`` turns, so on large data (a sharp posterior) it takes three or four fits
+    where a fixed scan of the plausible range took nine, the farthest of them the slowest to converge."""
+    points = {start: log_post(start)}
+    up = start + BRACKET_STEP
+    points[up] = log_post(up)
+    # uphill; where EP failed at both (-inf), downwards, where variances are small and EP converges most easily
+    step = BRACKET_STEP if points[up] > points[start] or points[up] == points[start] > -np.inf else -BRACKET_STEP
+    best = up if step > 0 else start
+    for _ in range(MAX_BRACKET_STEPS):
+        ahead = best + step
+        if ahead not in points:
+            points[ahead] = log_post(ahead)
+        if not points[ahead] > points[best]:
+            break
+        best = ahead
+    return best - BRACKET_STEP, best + BRACKET_STEP
 
 
 def weighted_grid(nodes, lattice, logp, log_rule, shape: HyperGrid, tails_ok: bool) -> HyperGrid:
@@ -220,12 +235,22 @@ MAX_LATTICE_NODES = 1000
 FRONTIER_MASS = 1e-6
 
 
+#: The narrowest scale of a direction of ``phi`` the axes may take: below it a direction counts as known exactly.
+MIN_SCALE = 1e-4
+#: The widest: beyond it a direction counts as flat (the lattice then spans the prior's plausible range in steps of
+#: this many units of ``phi``).
+MAX_SCALE = 20.0
+
+
 def hyper_axes(log_post, phi_star: np.ndarray) -> np.ndarray:
     """``A`` with ``A A' = H^{-1}`` for the Hessian ``H`` of ``-log p(phi | y)`` at the mode.
 
     A finite-difference step that reaches a point where EP failed (``-inf``), or a flat or
     indefinite direction, must not collapse the lattice onto the mode: the step is widened, and a
-    direction's scale is kept between 0.05 and 20 in ``phi``.
+    direction's scale is kept between :data:`MIN_SCALE` and :data:`MAX_SCALE` in ``phi``.  Where a direction is
+    narrower than half the step (many levels: ``p(phi | y)`` sharpens as one over the square root of their
+    number), the Hessian is taken again with a step of that scale, so the lattice resolves the posterior with all
+    its nodes instead of the few that a floor on the scale would leave inside it.
     """
     for h in (0.05, 0.2, 0.5):
         hessian = _hessian(log_post, phi_star, h)
@@ -234,7 +259,12 @@ def hyper_axes(log_post, phi_star: np.ndarray) -> np.ndarray:
     else:
         hessian = -np.eye(phi_star.size)
     eigval, eigvec = np.linalg.eigh(-hessian)
-    eigval = np.clip(eigval, 1.0 / 20.0**2, 1.0 / 0.05**2)
+    narrowest = 1.0 / np.sqrt(max(float(eigval.max()), 1.0 / MAX_SCALE**2))
+    if narrowest < 0.5 * h:
+        finer = _hessian(log_post, phi_star, max(narrowest, MIN_SCALE))
+        if np.all(np.isfinite(finer)):
+            eigval, eigvec = np.linalg.eigh(-finer)
+    eigval = np.clip(eigval, 1.0 / MAX_SCALE**2, 1.0 / MIN_SCALE**2)
     return eigvec / np.sqrt(eigval)
 
 
@@ -322,7 +352,13 @@ def _near_heavy(candidates: np.ndarray, lattice: np.ndarray, weights: np.ndarray
 
 
 def _hessian(func, x: np.ndarray, h: float) -> np.ndarray:
-    """Central finite-difference Hessian of a scalar function."""
+    """Central finite-difference Hessian of a scalar function (non-finite where a point is ``-inf``: EP failed there,
+    and :func:`hyper_axes` widens the step)."""
+    with np.errstate(invalid="ignore"):  # -inf - (-inf)
+        return _finite_differences(func, x, h)
+
+
+def _finite_differences(func, x: np.ndarray, h: float) -> np.ndarray:
     d = x.size
     out = np.empty((d, d))
     f0 = func(x)

@@ -66,32 +66,60 @@ def integrable_component(problem: VBProblem) -> int | None:
     return blocked[0]
 
 
-def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np.ndarray, sigma2: np.ndarray,
-                        n_levels: int, weights: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
-    """``sum_j log I_j`` for draws ``eta (S, n)``, ``sigma2 (S,)`` (see the module docstring).
+@dataclass(frozen=True)
+class LevelClasses:
+    """The rows of one blocked factor split for :func:`group_log_integrals`, fixed by the codes and slopes: the rows
+    with ``s_i = 0`` (``flat``, their hinge a constant factor) and the levels in classes of similar size
+    (:func:`bayesvm.engines.hinge_levels.size_classes`), each its rows' indices, padded layout and whether the compiled
+    kernel takes it.  Formed once per problem: every node and every check integrates the same levels."""
 
-    Rows with class weights ``omega`` (None: every row 1) have the hinge ``omega max(0, 1 - y eta - s u)``, the
-    unweighted one of ``omega eta + (1 - omega) y`` and ``omega v`` (:mod:`bayesvm.model.class_weights`).
+    flat: np.ndarray
+    classes: tuple[tuple[np.ndarray, LevelLayout, bool], ...]
 
-    The levels are taken in classes of similar size (:func:`size_classes`); within a class
-    :mod:`bayesvm.engines.hinge_levels` computes each ``I_j``: compiled where numba is installed (level by level,
-    without the padded ``(S, J, K + 1)`` arrays) for levels of up to :data:`COMPILED_MAX_LEVEL` rows, else by numpy in
-    chunks of draws; the two agree to rounding (tested).  A level without rows contributes ``log 1``.
-    """
+
+def level_classes(y: np.ndarray, v: np.ndarray, codes: np.ndarray, n_levels: int,
+                  weights: np.ndarray | None = None) -> LevelClasses:  # fmt: skip
+    """:class:`LevelClasses` of rows ``y``, slopes ``v`` (class weights ``omega`` scale them, as in
+    :func:`group_log_integrals`)."""
     if weights is not None:
-        eta, v = weighted_predictor(y, eta, weights), weights * v
-    total = np.zeros(eta.shape[0])
-    # rows with s_i = 0 do not involve u: their hinge is a constant factor
+        v = weights * v
     flat = (y * v) == 0
-    if np.any(flat):
-        total += -2.0 * np.sum(np.maximum(0.0, 1.0 - y[flat] * eta[:, flat]), axis=1)
+    classes = []
     for levels, largest in size_classes(codes, n_levels):
         chosen = np.zeros(n_levels, dtype=bool)
         chosen[levels] = True
         rows = chosen[codes]
         local = (np.cumsum(chosen) - 1)[codes[rows]]  # each row's level, numbered within the class
         layout = LevelLayout(y[rows], v[rows], local, levels.size)
-        total += _class_log_integrals(layout, eta[:, rows], sigma2, compiled=largest <= COMPILED_MAX_LEVEL)
+        classes.append((np.flatnonzero(rows), layout, largest <= COMPILED_MAX_LEVEL))
+    return LevelClasses(np.flatnonzero(flat), tuple(classes))
+
+
+def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np.ndarray, sigma2: np.ndarray,
+                        n_levels: int, weights: np.ndarray | None = None,
+                        classes: LevelClasses | None = None) -> np.ndarray:  # fmt: skip
+    """``sum_j log I_j`` for draws ``eta (S, n)``, ``sigma2 (S,)`` (see the module docstring).
+
+    Rows with class weights ``omega`` (None: every row 1) have the hinge ``omega max(0, 1 - y eta - s u)``, the
+    unweighted one of ``omega eta + (1 - omega) y`` and ``omega v`` (:mod:`bayesvm.model.class_weights`).
+
+    The levels are taken in classes of similar size (``classes``, :func:`level_classes` of the same rows, formed here
+    when None); within a class :mod:`bayesvm.engines.hinge_levels` computes each ``I_j``: compiled where numba is
+    installed (level by level, without the padded ``(S, J, K + 1)`` arrays) for levels of up to
+    :data:`COMPILED_MAX_LEVEL` rows, else by numpy in chunks of draws; the two agree to rounding (tested).  A level
+    without rows contributes ``log 1``.
+    """
+    if classes is None:
+        classes = level_classes(y, v, codes, n_levels, weights)
+    if weights is not None:
+        eta = weighted_predictor(y, eta, weights)
+    total = np.zeros(eta.shape[0])
+    if classes.flat.size:  # rows with s_i = 0 do not involve u: their hinge is a constant factor
+        total += -2.0 * np.sum(np.maximum(0.0, 1.0 - y[classes.flat] * np.take(eta, classes.flat, axis=1)), axis=1)
+    for rows, layout, compiled in classes.classes:
+        # np.take gathers the class's columns in C order (a boolean mask over the second axis gives a transposed
+        # layout that the compiled kernel would copy again)
+        total += _class_log_integrals(layout, np.take(eta, rows, axis=1), sigma2, compiled=compiled)
     return total
 
 
@@ -213,6 +241,7 @@ class NodeEvidence:
         self.seed = seed
         self.levels = "exact" if component is not None else "sampled"
         self.inner = INNER_DRAWS  # inner draws per level (sampled levels), raised where their noise is too large
+        self.classes = None  # the exact levels' size classes (formed at the first node)
 
     def __call__(self, phi: np.ndarray, theta) -> NodeEstimate:
         """The estimate at ``phi`` from the node's Gaussian ``theta`` (its ``theta_d`` marginal is the proposal)."""
@@ -225,9 +254,13 @@ class NodeEvidence:
         covs = [np.repeat(c[None], S, axis=0) for c in self.hyperparameters.covariances(phi)]
         blocked = problem.blocked
         if self.component is not None:
+            if self.classes is None:
+                self.classes = level_classes(
+                    problem.y, blocked.values[:, 0], blocked.codes, blocked.n_levels, problem.weights
+                )
             log_p = group_log_integrals(
                 problem.y, theta_d @ problem.D.T, blocked.values[:, 0], blocked.codes,
-                covs[self.component][:, 0, 0], blocked.n_levels, problem.weights,
+                covs[self.component][:, 0, 0], blocked.n_levels, problem.weights, self.classes,
             )  # fmt: skip
         else:
             log_p = self._sampled_levels(phi, theta, theta_d)

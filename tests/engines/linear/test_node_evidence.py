@@ -144,3 +144,31 @@ def test_log_prior_of_the_coefficients_matches_scipy_draw_by_draw():
         expected[s] += stats.norm(0.0, np.sqrt(sigma1[s, 0, 0])).logpdf(theta[s, one.index.ravel()]).sum()
         expected[s] += stats.multivariate_normal(np.zeros(2), sigma2[s]).logpdf(theta[s, two.index]).sum()
     np.testing.assert_allclose(log_prior_dense(problem, theta, covs, skip=2), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_level_classes_formed_once_give_the_same_integrals(weighted):
+    """The size classes a node evidence forms once (:func:`level_classes`) give every node the integrals that forming
+    them per call gives, with class weights and rows whose slope is zero (their hinge a constant) too."""
+    from bayesvm.engines.linear.node_evidence import group_log_integrals, level_classes
+
+    rng = np.random.default_rng(3)
+    n, J, S = 900, 120, 10
+    codes = rng.integers(0, J, n)
+    codes[:40] = rng.integers(0, 3, 40)  # a few large levels beside many small ones
+    y = rng.choice([-1.0, 1.0], n)
+    v = np.where(rng.random(n) < 0.1, 0.0, rng.normal(1.0, 0.3, n))
+    eta = rng.normal(0.0, 1.0, (S, n))
+    sigma2 = rng.uniform(0.5, 3.0, S)
+    weights = rng.uniform(0.5, 2.0, n) if weighted else None
+    fresh = group_log_integrals(y, eta, v, codes, sigma2, J, weights)
+    classes = level_classes(y, v, codes, J, weights)
+    assert classes.flat.size > 0 and len(classes.classes) > 2
+    np.testing.assert_allclose(group_log_integrals(y, eta, v, codes, sigma2, J, weights, classes), fresh, rtol=1e-13)
+    # against the integrals level by level with every row in one class (no size classes at all)
+    by_level = sum(
+        group_log_integrals(y[codes == j], eta[:, codes == j], v[codes == j], np.zeros(int(np.sum(codes == j)), int),
+                            sigma2, 1, None if weights is None else weights[codes == j])
+        for j in range(J)
+    )  # fmt: skip
+    np.testing.assert_allclose(fresh, by_level, rtol=1e-10)

@@ -1,0 +1,56 @@
+"""The accurate fit's search and axes over the variance parameters (:mod:`bayesvm.engines.linear.hyper_grid`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bayesvm.engines.linear import hyper_grid
+
+
+def counted(function):
+    calls = []
+
+    def wrapped(phi):
+        calls.append(float(np.atleast_1d(phi)[0]))
+        return function(phi)
+
+    return wrapped, calls
+
+
+@pytest.mark.parametrize("mode", [-3.7, -0.2, 0.1, 0.6, 4.3])
+def test_the_walk_brackets_the_mode_from_either_side(mode):
+    log_post, calls = counted(lambda t: -0.5 * ((float(np.atleast_1d(t)[0]) - mode) / 0.3) ** 2)
+    lo, hi = hyper_grid.bracket(log_post, 0.0)
+    assert lo < mode < hi
+    assert hi - lo == pytest.approx(2 * hyper_grid.BRACKET_STEP)
+    # one fit per step of the walk, and one past the turn: no scan of the whole plausible range
+    assert len(calls) <= abs(mode) / hyper_grid.BRACKET_STEP + 4
+
+
+def test_the_walk_near_a_sharp_mode_takes_three_fits():
+    log_post, calls = counted(lambda t: -0.5 * ((float(np.atleast_1d(t)[0]) - 0.1) / 0.005) ** 2)
+    lo, hi = hyper_grid.bracket(log_post, 0.0)
+    assert lo < 0.1 < hi and len(calls) == 3
+
+
+def test_where_ep_failed_everywhere_the_walk_stops():
+    log_post, calls = counted(lambda t: -np.inf)
+    lo, hi = hyper_grid.bracket(log_post, 0.0)
+    assert np.isfinite(lo) and np.isfinite(hi) and len(calls) <= 3
+
+
+@pytest.mark.parametrize("scale", [0.002, 0.02, 0.4, 3.0])
+def test_the_axes_follow_a_sharp_posterior_below_the_first_step(scale):
+    """A posterior of many levels is narrower than the first finite-difference step: the axes must still be its own
+    scale, or the lattice's nodes fall mostly outside it."""
+    centre = np.array([0.3, -1.0])
+    cov = np.array([[1.0, 0.6], [0.6, 2.0]]) * scale**2
+    precision = np.linalg.inv(cov)
+
+    def log_post(phi):
+        r = np.asarray(phi) - centre
+        return -0.5 * float(r @ precision @ r)
+
+    axes = hyper_grid.hyper_axes(log_post, centre)
+    np.testing.assert_allclose(axes @ axes.T, cov, rtol=1e-6, atol=1e-12 * scale**2)
