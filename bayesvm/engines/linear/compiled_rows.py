@@ -15,6 +15,8 @@ numba is optional: without it (or with ``BAYESVM_NUMBA=0`` in the environment) t
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ...linalg.compiled import (  # noqa: F401  (the compiled plumbing, re-exported for the engines)
@@ -483,19 +485,46 @@ def _direction_sweep(
             margin[i] += step * direction_slope[k, i]
 
 
-def _global_and_fixed_moves(
-    theta_d, theta_b, f, y, ones, free, free_precision, exponent, quadratic, width, global_exponential,
-    global_uniforms, variances, base_precision, penalty_of_column, columns, col_ptr, row_idx, x_values, slope_values,
-    widths, coordinate_exponentials, coordinate_uniforms, directions, direction_x, direction_slope, scales,
-    direction_exponentials, steps,
-):  # fmt: skip
+class FixedMoveArrays(NamedTuple):
+    """The global rescaling and the fixed effects' coordinate and direction moves (:func:`_global_and_fixed_moves`):
+    the rows' ``ones``; the free columns and their prior precisions (``n_free`` of them); the global move's slice width
+    and uniforms; each coefficient's prior precision (``base_precision``, plus ``1 / variances[c]`` where
+    ``penalty_of_column`` names the learned penalty ``c``); the swept columns in compressed-column form (``columns``,
+    ``col_ptr``, ``row_idx``, ``x_values``, ``slope_values``) with their slice widths and random numbers; the fixed
+    directions, their predictor and margin changes, scales and random numbers."""
+
+    ones: np.ndarray
+    free: np.ndarray
+    free_precision: np.ndarray
+    n_free: float
+    global_width: float
+    global_uniforms: np.ndarray
+    base_precision: np.ndarray
+    penalty_of_column: np.ndarray
+    columns: np.ndarray
+    col_ptr: np.ndarray
+    row_idx: np.ndarray
+    x_values: np.ndarray
+    slope_values: np.ndarray
+    widths: np.ndarray
+    coordinate_exponentials: np.ndarray
+    coordinate_uniforms: np.ndarray
+    directions: np.ndarray
+    direction_x: np.ndarray
+    direction_slope: np.ndarray
+    scales: np.ndarray
+    direction_exponentials: np.ndarray
+
+
+def _global_and_fixed_moves(theta_d, theta_b, f, y, exponent, quadratic, global_exponential, variances, moves, steps):
     """:meth:`bayesvm.engines.linear.interweave.ScaleMoves.global_move`, then ``coordinate_moves`` and
     ``direction_moves``, in one compiled call on the random numbers they draw, in their order (the Python glue between
     the three kernels cost about as much as the global move's own pass on toenail).  The global move's prior terms
     (``exponent``, ``quadratic``: no inverse-Wishart term) come from the caller; ``variances`` (each component's) are
     rescaled by ``d^2`` in place, the coefficients' prior precisions are ``base_precision`` plus ``1 / variances[c]``
-    on the columns of the learned penalty ``c`` (``penalty_of_column``, -1 elsewhere).  ``theta_d``, ``theta_b`` and
-    ``f`` are updated in place; returns ``d``."""
+    on the columns of the learned penalty ``c`` (``penalty_of_column``, -1 elsewhere); the moves' arrays are ``moves``
+    (a :class:`FixedMoveArrays`).  ``theta_d``, ``theta_b`` and ``f`` are updated in place; returns ``d``."""
+    free, free_precision, columns = moves.free, moves.free_precision, moves.columns
     n = f.size
     margin = np.empty(n)
     for i in range(n):
@@ -505,7 +534,8 @@ def _global_and_fixed_moves(
         fixed_sq += theta_d[free[t]] * (free_precision[t] * theta_d[free[t]])
     c = np.zeros(4)
     c[0], c[2], c[3] = -0.5 * fixed_sq, -0.5 * quadratic, exponent
-    d = np.exp(hinge_slice(ones, margin, c, True, 0.0, width, global_exponential, global_uniforms, steps))
+    d = np.exp(hinge_slice(moves.ones, margin, c, True, 0.0, moves.global_width, global_exponential,
+                           moves.global_uniforms, steps))  # fmt: skip
     for j in range(theta_d.size):
         theta_d[j] = theta_d[j] * d
     for j in range(theta_b.shape[0]):
@@ -515,22 +545,22 @@ def _global_and_fixed_moves(
         f[i] = f[i] * d
     for v in range(variances.size):
         variances[v] = variances[v] * d * d
-    precision = base_precision.copy()
+    precision = moves.base_precision.copy()
     for j in range(precision.size):
-        if penalty_of_column[j] >= 0:
-            precision[j] += 1.0 / variances[penalty_of_column[j]]
+        if moves.penalty_of_column[j] >= 0:
+            precision[j] += 1.0 / variances[moves.penalty_of_column[j]]
     swept = np.empty(columns.size)
     for t in range(columns.size):
         swept[t] = precision[columns[t]]
     for i in range(n):
         margin[i] = y[i] * f[i]
-    coordinate_sweep(theta_d, f, margin, columns, col_ptr, row_idx, x_values, slope_values, widths, swept,
-                     coordinate_exponentials, coordinate_uniforms, steps)  # fmt: skip
-    if directions.shape[1] > 0:
+    coordinate_sweep(theta_d, f, margin, columns, moves.col_ptr, moves.row_idx, moves.x_values, moves.slope_values,
+                     moves.widths, swept, moves.coordinate_exponentials, moves.coordinate_uniforms, steps)  # fmt: skip
+    if moves.directions.shape[1] > 0:
         for i in range(n):
             margin[i] = y[i] * f[i]
-        direction_sweep(theta_d, f, margin, columns, directions, direction_x, direction_slope, scales, swept,
-                        direction_exponentials, steps)  # fmt: skip
+        direction_sweep(theta_d, f, margin, columns, moves.directions, moves.direction_x, moves.direction_slope,
+                        moves.scales, swept, moves.direction_exponentials, steps)  # fmt: skip
     return d
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from ..overrelax import compiled_relaxed_gamma
 from ..variance_prior import is_half_t
 from . import compiled_rows
 from .compiled_rows import (
+    FixedMoveArrays,
     global_and_fixed_moves,
     hinge_slice,
     intercept_draw,
@@ -49,6 +51,145 @@ from .compiled_rows import (
     row_pass,
 )
 from .interweave import PENALTY_EVERY, SLICE_STEPS, SLICE_WIDTH, ScaleMoves
+
+
+class DesignRows(NamedTuple):
+    """The rows the predictor and the row pass read: the design in the row pass's layout (``D``, ``row_ptr``,
+    ``row_cols``), the labels, and the random intercept's codes and values (``column``: its column of ``theta_b``)."""
+
+    D: np.ndarray
+    row_ptr: np.ndarray
+    row_cols: np.ndarray
+    y: np.ndarray
+    codes: np.ndarray
+    values: np.ndarray
+    column: int
+
+
+class LevelDrawArrays(NamedTuple):
+    """The exact level draws ``u | beta, Sigma, y`` (``active``: the intercept's levels have few rows): the term's values,
+    its padded layout and the draws' random numbers and work arrays."""
+
+    active: bool
+    term_values: np.ndarray
+    layout_y: np.ndarray
+    layout_slope: np.ndarray
+    layout_rows: np.ndarray
+    exponentials: np.ndarray
+    uniforms: np.ndarray
+    rest: np.ndarray
+    new_effects: np.ndarray
+
+
+class RescaleArrays(NamedTuple):
+    """Each component's rescaling move with its variance (``kinds[c]``: 1 the random intercept, on its rows ``rows``,
+    ``codes``, ``values``, ``y`` and level ``subset``; 2 the learned penalty, its slopes ``moved`` with values ``block``,
+    ``kept`` the others) and the moves' random numbers."""
+
+    kinds: np.ndarray
+    rows: np.ndarray
+    codes: np.ndarray
+    values: np.ndarray
+    y: np.ndarray
+    subset: np.ndarray
+    block: np.ndarray
+    moved: np.ndarray
+    kept: np.ndarray
+    exponentials: np.ndarray
+    uniforms: np.ndarray
+
+
+class LocationShift(NamedTuple):
+    """The random intercept's location shift (:mod:`bayesvm.engines.linear.location_shift`): the fixed column it moves
+    against (``location``, -1: none), the learned penalty's component on it (``penalty``, -1: none) or its fixed prior
+    precision."""
+
+    location: int
+    penalty: int
+    fixed_precision: float
+
+
+class RowPassArrays(NamedTuple):
+    """The row pass ``w | theta`` with the next draw's row sums (:func:`bayesvm.engines.linear.compiled_rows.row_pass`):
+    its random numbers, floor on ``|1 - y f|``, class weights ``omega`` and the sums it writes."""
+
+    normals: np.ndarray
+    uniforms: np.ndarray
+    floor: float
+    omega: np.ndarray
+    gram: np.ndarray
+    product: np.ndarray
+    blocks: np.ndarray
+    cross: np.ndarray
+    rhs_b: np.ndarray
+
+
+class RowSums(NamedTuple):
+    """Row sums a ``theta | w`` draw takes: ``D'WD`` and ``D'r`` and the random intercept's per-level sums."""
+
+    gram: np.ndarray
+    product: np.ndarray
+    blocks: np.ndarray
+    cross: np.ndarray
+    rhs: np.ndarray
+
+
+class VariancePriors(NamedTuple):
+    """Step 3 of every component (:func:`_variance_draws`): the half-t's auxiliary values (``aux``, drawn once
+    ``has_aux``), each prior's constants, the number of values each variance governs, whether its step is over-relaxed,
+    the learned penalty's slopes (``slope_cols[slope_ptr[c]:slope_ptr[c + 1]]``) and the random intercept's component."""
+
+    aux: np.ndarray
+    has_aux: np.ndarray
+    half_t: np.ndarray
+    nu: np.ndarray
+    t_scale2: np.ndarray
+    inverse_t_scale2: np.ndarray
+    prior_a: np.ndarray
+    prior_b: np.ndarray
+    n_levels: np.ndarray
+    relaxed: np.ndarray
+    slope_ptr: np.ndarray
+    slope_cols: np.ndarray
+    intercept: int
+
+
+class Schedule(NamedTuple):
+    """What a call of :func:`_fused_chain` makes: ``count`` iterations after ``calls`` calls of the moves (the learned
+    penalty rescaled on every ``penalty_every``-th: ``turns_penalty`` then, ``turns_other`` else), step 3 over-relaxed
+    by ``relaxation``; with ``drawn_first`` the first ``theta | w`` is the caller's; the slice moves' ``steps`` and
+    ``width``."""
+
+    count: int
+    calls: int
+    penalty_every: int
+    relaxation: float
+    drawn_first: bool
+    turns_penalty: np.ndarray
+    turns_other: np.ndarray
+    steps: int
+    width: float
+
+
+class ChainWork(NamedTuple):
+    """Work arrays of :func:`_fused_chain`: the predictor ``f``, the symmetrised Gram matrix and the standard normals
+    of ``theta | w``."""
+
+    f: np.ndarray
+    symmetric_gram: np.ndarray
+    eps_d: np.ndarray
+    eps_b: np.ndarray
+
+
+class ChainOutput(NamedTuple):
+    """Per iteration (row ``i``): the coefficients, the variances after the moves and after step 3, and the log
+    pseudo-likelihood."""
+
+    theta_d: np.ndarray
+    theta_b: np.ndarray
+    moved: np.ndarray
+    variances: np.ndarray
+    loglik: np.ndarray
 
 
 def _column_rescale(theta_d, f, y, block, moved, kept, variance, power, prior_quadratic, exponential, uniforms,
@@ -86,75 +227,62 @@ def _column_rescale(theta_d, f, y, block, moved, kept, variance, power, prior_qu
     return d
 
 
-def _fused_steps(
-    theta_d, theta_b, variances, shapes, rates, f,
-    D, row_ptr, row_cols, y, codes, values, column,
-    level_draws, term_values, layout_y, layout_slope, layout_rows, level_exponentials, level_uniforms, rest,
-    new_effects,
-    kinds, turns, rescale_rows, rescale_codes, rescale_values, rescale_y, subset, block, moved, kept,
-    move_exponentials, move_uniforms,
-    ones, free, free_precision, n_free, global_width, global_exponential, global_uniforms, base_precision,
-    penalty_of_column, columns, col_ptr, row_idx, x_values, slope_values, widths, coordinate_exponentials,
-    coordinate_uniforms, directions, direction_x, direction_slope, scales, direction_exponentials,
-    location, location_penalty, fixed_location_precision, shift_normal,
-    normals, uniforms, floor, omega, gram, product, blocks, cross, rhs_b,
-    steps, width,
-):  # fmt: skip
+def _fused_steps(theta_d, theta_b, variances, shapes, rates, f, turns, global_exponential, shift_normal,
+                 rows, levels, rescale, moves, location, latent, steps, width):  # fmt: skip
     """The steps of the module docstring, in their order, in place: the predictor ``f``; the level draws
-    (``level_draws``: the intercept's levels have few rows); per component ``c`` (``kinds[c]``: 1 the random
+    (``levels.active``: the intercept's levels have few rows); per component ``c`` (``rescale.kinds[c]``: 1 the random
     intercept, 2 the learned penalty, 0 none) its rescaling where ``turns[c]``; the global, coordinate and direction
-    moves; the location shift (``location >= 0``); the row pass.  ``variances``, ``shapes`` and ``rates``: each
-    component's variance and the inverse gamma of its prior (given the half-t's auxiliary variable).  Returns the
+    moves; the location shift (``location.location >= 0``); the row pass (``latent``).  ``variances``, ``shapes`` and ``rates``:
+    each component's variance and the inverse gamma of its prior (given the half-t's auxiliary variable).  Returns the
     row pass's hinge sum."""
-    predictor(D, row_ptr, row_cols, codes, values, theta_d, theta_b, f)
+    kinds, column = rescale.kinds, rows.column
+    predictor(rows.D, rows.row_ptr, rows.row_cols, rows.codes, rows.values, theta_d, theta_b, f)
     J = theta_b.shape[0]
-    if level_draws:
+    if levels.active:
         effects = np.empty(J)
         for j in range(J):
             effects[j] = theta_b[j, column]
-        compiled_level_draws_in_place(layout_y, f, term_values, codes, effects, layout_slope, layout_rows,
-                                       variances[_intercept(kinds)],
-                                       level_exponentials, level_uniforms, rest, new_effects)  # fmt: skip
+        compiled_level_draws_in_place(levels.layout_y, f, levels.term_values, rows.codes, effects, levels.layout_slope,
+                                       levels.layout_rows, variances[_intercept(kinds)], levels.exponentials,
+                                       levels.uniforms, levels.rest, levels.new_effects)  # fmt: skip
         for j in range(J):
-            theta_b[j, column] = new_effects[j]
+            theta_b[j, column] = levels.new_effects[j]
     for c in range(kinds.size):
         if not turns[c]:
             continue
         power = 2.0 * (shapes[c] + 1.0)
         prior_quadratic = 2.0 * rates[c] / variances[c]
         if kinds[c] == 1:
-            d = intercept_rescale(theta_b, column, rescale_rows, rescale_codes, rescale_values, rescale_y, f, subset,
-                                  variances[c], power, prior_quadratic, 0.0, move_exponentials[c], move_uniforms[c],
-                                  steps, width)  # fmt: skip
+            d = intercept_rescale(theta_b, column, rescale.rows, rescale.codes, rescale.values, rescale.y, f,
+                                  rescale.subset, variances[c], power, prior_quadratic, 0.0, rescale.exponentials[c],
+                                  rescale.uniforms[c], steps, width)  # fmt: skip
         else:
-            d = _column_rescale(theta_d, f, y, block, moved, kept, variances[c], power, prior_quadratic,
-                                move_exponentials[c], move_uniforms[c], steps, width)  # fmt: skip
+            d = _column_rescale(theta_d, f, rows.y, rescale.block, rescale.moved, rescale.kept, variances[c], power,
+                                prior_quadratic, rescale.exponentials[c], rescale.uniforms[c], steps, width)  # fmt: skip
         variances[c] = variances[c] * (d * d)
-    exponent, quadratic = n_free, 0.0
+    exponent, quadratic = moves.n_free, 0.0
     for c in range(kinds.size):
         exponent += 2.0 - 2.0 * (shapes[c] + 1.0)
         quadratic += 2.0 * rates[c] / variances[c]
     global_and_fixed_moves(
-        theta_d, theta_b, f, y, ones, free, free_precision, exponent, quadratic, global_width, global_exponential,
-        global_uniforms, variances, base_precision, penalty_of_column, columns, col_ptr, row_idx, x_values,
-        slope_values, widths, coordinate_exponentials, coordinate_uniforms, directions, direction_x, direction_slope,
-        scales, direction_exponentials, steps,
-    )  # fmt: skip
-    if location >= 0:  # location_shift._shift_blocked_intercept
+        theta_d, theta_b, f, rows.y, exponent, quadratic, global_exponential, variances, moves, steps
+    )
+    if location.location >= 0:  # location_shift._shift_blocked_intercept
         c = _intercept(kinds)
-        lam = 1.0 / variances[location_penalty] if location_penalty >= 0 else fixed_location_precision
+        lam = 1.0 / variances[location.penalty] if location.penalty >= 0 else location.fixed_precision
         inverse_variance = 1.0 / variances[c]
         total = 0.0
         for j in range(J):
             total += theta_b[j, column]
         precision = lam + J * inverse_variance
-        rhs = inverse_variance * total - lam * theta_d[location]
+        rhs = inverse_variance * total - lam * theta_d[location.location]
         delta = (rhs + np.sqrt(precision) * shift_normal) / precision
-        theta_d[location] += delta
+        theta_d[location.location] += delta
         for j in range(J):
             theta_b[j, column] = theta_b[j, column] - delta
-    return row_pass(D, row_ptr, row_cols, y, codes, values, theta_d, theta_b, normals, uniforms, floor, 0, omega, gram,
-                    product, blocks, cross, rhs_b)  # fmt: skip
+    return row_pass(rows.D, rows.row_ptr, rows.row_cols, rows.y, rows.codes, rows.values, theta_d, theta_b,
+                    latent.normals, latent.uniforms, latent.floor, 0, latent.omega, latent.gram, latent.product,
+                    latent.blocks, latent.cross, latent.rhs_b)  # fmt: skip
 
 
 def _coefficient_draw(gram, product, base_precision, penalty_of_column, variances, intercept, blocks, cross, rhs_b,
@@ -186,15 +314,17 @@ def _intercept(kinds):
 BATCH = 64
 
 
-def _variance_draws(rng, theta_d, theta_b, column, variances, aux, has_aux, half_t, nu, t_scale2, inverse_t_scale2,
-                    prior_a, prior_b, n_levels, relaxed, kinds, slope_ptr, slope_cols, relaxation):  # fmt: skip
+def _variance_draws(rng, theta_d, theta_b, column, variances, priors, kinds, relaxation):
     """Step 3 of every component ``c`` (``kinds[c]``: 1 the random intercept, whose values are ``theta_b[:, column]``;
-    2 the learned penalty, whose slopes are ``theta_d[slope_cols[slope_ptr[c]:slope_ptr[c + 1]]]``), in place, as
+    2 the learned penalty, whose slopes are ``theta_d[slope_cols[slope_ptr[c]:slope_ptr[c + 1]]]``; the rest of
+    ``priors``, a :class:`VariancePriors`), in place, as
     :func:`bayesvm.engines.variance_prior.draw` makes it: ``sigma^2 | u ~ IG(A + J / 2, B + sum u^2 / 2)``, with the
     half-t's ``IG(nu / 2, nu / a)`` for its prior given ``a`` (``s^2`` before ``a``'s first draw, ``has_aux`` False);
     with ``relaxation > 0`` and ``relaxed[c]`` (a random-effect term) the over-relaxed step of that inverse gamma
     (:func:`bayesvm.engines.overrelax.relaxed_inverse_gamma`, with its fallback to the ordinary draw); then the half-t's
     ``a | sigma^2 ~ IG((nu + 1) / 2, nu / sigma^2 + 1 / s^2)``."""
+    aux, has_aux, half_t, nu = priors.aux, priors.has_aux, priors.half_t, priors.nu
+    slope_ptr, slope_cols, n_levels = priors.slope_ptr, priors.slope_cols, priors.n_levels
     for c in range(kinds.size):
         sum_squares = 0.0
         if kinds[c] == 1:
@@ -204,12 +334,12 @@ def _variance_draws(rng, theta_d, theta_b, column, variances, aux, has_aux, half
             for t in range(slope_ptr[c], slope_ptr[c + 1]):
                 sum_squares += theta_d[slope_cols[t]] * theta_d[slope_cols[t]]
         if half_t[c]:
-            a = aux[c] if has_aux[c] else t_scale2[c]
+            a = aux[c] if has_aux[c] else priors.t_scale2[c]
             shape, rate = 0.5 * nu[c], nu[c] / a
         else:
-            shape, rate = prior_a[c], prior_b[c]
+            shape, rate = priors.prior_a[c], priors.prior_b[c]
         shape, scale = shape + 0.5 * n_levels[c], rate + 0.5 * sum_squares
-        if relaxation > 0.0 and relaxed[c]:
+        if relaxation > 0.0 and priors.relaxed[c]:
             normal = rng.standard_normal()
             gamma = compiled_relaxed_gamma(shape, scale / variances[c], relaxation, normal)
             if not (gamma > 0.0 and math.isfinite(gamma)):
@@ -218,7 +348,7 @@ def _variance_draws(rng, theta_d, theta_b, column, variances, aux, has_aux, half
         else:
             variances[c] = scale / rng.gamma(shape)
         if half_t[c]:
-            aux[c] = (nu[c] / variances[c] + inverse_t_scale2[c]) / rng.gamma(0.5 * (nu[c] + 1.0))
+            aux[c] = (nu[c] / variances[c] + priors.inverse_t_scale2[c]) / rng.gamma(0.5 * (nu[c] + 1.0))
             has_aux[c] = True
 
 
@@ -237,109 +367,87 @@ def _fill_exponentials(rng, out):
         out[i] = rng.exponential()
 
 
-def _fused_chain(
-    rng, count, calls, penalty_every, relaxation, drawn_first,
-    first_gram, first_product, first_blocks, first_cross, first_rhs,
-    theta_d, theta_b, variances, aux, has_aux, half_t, nu, t_scale2, inverse_t_scale2, prior_a, prior_b, n_levels,
-    relaxed, slope_ptr, slope_cols, intercept,
-    f, D, row_ptr, row_cols, y, codes, values, column,
-    level_draws, term_values, layout_y, layout_slope, layout_rows, level_exponentials, level_uniforms, rest,
-    new_effects,
-    kinds, turns_penalty, turns_other, rescale_rows, rescale_codes, rescale_values, rescale_y, subset, block, moved,
-    kept, move_exponentials, move_uniforms,
-    ones, free, free_precision, n_free, global_width, global_uniforms, base_precision,
-    penalty_of_column, columns, col_ptr, row_idx, x_values, slope_values, widths, coordinate_exponentials,
-    coordinate_uniforms, directions, direction_x, direction_slope, scales, direction_exponentials,
-    location, location_penalty, fixed_location_precision,
-    normals, uniforms, floor, omega, gram, product, blocks, cross, rhs_b, symmetric_gram, eps_d, eps_b,
-    steps, width,
-    out_theta_d, out_theta_b, out_moved, out_variances, out_loglik,
-):  # fmt: skip
-    """``count`` whole iterations (module docstring) from ``theta | w``, in place, on ``rng``'s numbers in the order of
-    the separate steps (``theta | w``, the level draws, the moves, the row pass, the variance draws): iteration ``i``'s
-    coefficients, variances after the moves (for the collapsed step's tuning record), variances after step 3 and log
-    pseudo-likelihood go to row ``i`` of the ``out_`` arrays.  The first ``theta | w`` takes the caller's row sums
-    (``first_``), later ones the row pass's (``gram`` symmetrised); with ``drawn_first`` the first iteration starts
-    after its ``theta | w``, which the caller drew into ``theta_d`` and ``theta_b``.  ``calls``: the moves' calls so far (the learned
-    penalty's rescaling on every ``penalty_every``-th).  Returns ``(iterations completed, refused)``: ``refused``
-    where iteration ``completed``'s compiled ``theta | w`` refused after drawing its normals."""
+def _fused_chain(rng, schedule, first, theta_d, theta_b, variances, priors, work, rows, levels, rescale, moves,
+                 location, latent, out):  # fmt: skip
+    """``schedule.count`` whole iterations (module docstring) from ``theta | w``, in place, on ``rng``'s numbers in the
+    order of the separate steps (``theta | w``, the level draws, the moves, the row pass, the variance draws):
+    iteration ``i``'s coefficients, variances after the moves (for the collapsed step's tuning record), variances after
+    step 3 and log pseudo-likelihood go to row ``i`` of ``out`` (a :class:`ChainOutput`).  The first ``theta | w`` takes
+    the caller's row sums (``first``, a :class:`RowSums`), later ones the row pass's (its Gram matrix symmetrised);
+    with ``schedule.drawn_first`` the first iteration starts after its ``theta | w``, which the caller drew into
+    ``theta_d`` and ``theta_b``.  The other bundles are the steps' arrays (:func:`_fused_steps`, :func:`_variance_draws`).
+    Returns ``(iterations completed, refused)``: ``refused`` where iteration ``completed``'s compiled ``theta | w``
+    refused after drawing its normals."""
     J = theta_b.shape[0]
-    for it in range(count):
-        if it == 0 and drawn_first:  # theta | w drawn by the caller (its fallback, or a first draw without row sums)
+    eps_d, eps_b, f = work.eps_d, work.eps_b, work.f
+    kinds = rescale.kinds
+    for it in range(schedule.count):
+        if (
+            it == 0 and schedule.drawn_first
+        ):  # theta | w drawn by the caller (its fallback, or a first draw without row sums)
             drawn = True
         elif it == 0:
             _fill_normals(rng, eps_d)
             for j in range(J):
                 eps_b[j, 0] = rng.standard_normal()
-            drawn = coefficient_draw(first_gram, first_product, base_precision, penalty_of_column, variances,
-                                      intercept, first_blocks, first_cross, first_rhs, eps_d, eps_b, theta_d,
-                                      theta_b)  # fmt: skip
+            drawn = coefficient_draw(first.gram, first.product, moves.base_precision, moves.penalty_of_column,
+                                      variances, priors.intercept, first.blocks, first.cross, first.rhs, eps_d, eps_b,
+                                      theta_d, theta_b)  # fmt: skip
         else:
             _fill_normals(rng, eps_d)
             for j in range(J):
                 eps_b[j, 0] = rng.standard_normal()
+            gram, symmetric_gram = latent.gram, work.symmetric_gram
             q = gram.shape[0]
             for a in range(q):
                 for b in range(q):
                     symmetric_gram[a, b] = 0.5 * (gram[a, b] + gram[b, a])
-            drawn = coefficient_draw(symmetric_gram, product, base_precision, penalty_of_column, variances,
-                                      intercept, blocks, cross, rhs_b, eps_d, eps_b, theta_d, theta_b)  # fmt: skip
+            drawn = coefficient_draw(symmetric_gram, latent.product, moves.base_precision, moves.penalty_of_column,
+                                      variances, priors.intercept, latent.blocks, latent.cross, latent.rhs_b, eps_d,
+                                      eps_b, theta_d, theta_b)  # fmt: skip
         if not drawn:
             return it, True
         # the separate steps' random numbers, in their order: the level draws (hinge_levels), the rescaling moves of
         # the components on this turn, the global, coordinate and direction moves (ScaleMoves), the location shift, the
         # row pass (LatentDraws.whole_numbers)
-        if level_draws:
-            for j in range(level_exponentials.shape[0]):
-                _fill_exponentials(rng, level_exponentials[j])
-            _fill_uniforms(rng, level_uniforms)
-        turns = turns_penalty if (calls + it) % penalty_every == 0 else turns_other
-        move_exponentials[:] = 0.0
-        move_uniforms[:] = 0.0
+        if levels.active:
+            for j in range(levels.exponentials.shape[0]):
+                _fill_exponentials(rng, levels.exponentials[j])
+            _fill_uniforms(rng, levels.uniforms)
+        on_penalty_turn = (schedule.calls + it) % schedule.penalty_every == 0
+        turns = schedule.turns_penalty if on_penalty_turn else schedule.turns_other
+        rescale.exponentials[:] = 0.0
+        rescale.uniforms[:] = 0.0
         for c in range(turns.size):
             if turns[c]:
-                move_exponentials[c] = rng.exponential()
-                _fill_uniforms(rng, move_uniforms[c])
+                rescale.exponentials[c] = rng.exponential()
+                _fill_uniforms(rng, rescale.uniforms[c])
         global_exponential = rng.exponential()
-        _fill_uniforms(rng, global_uniforms)
-        _fill_exponentials(rng, coordinate_exponentials)
-        for t in range(coordinate_uniforms.shape[0]):
-            _fill_uniforms(rng, coordinate_uniforms[t])
-        _fill_exponentials(rng, direction_exponentials)
-        shift_normal = rng.standard_normal() if location >= 0 else 0.0
-        _fill_normals(rng, normals)
-        _fill_uniforms(rng, uniforms)
+        _fill_uniforms(rng, moves.global_uniforms)
+        _fill_exponentials(rng, moves.coordinate_exponentials)
+        for t in range(moves.coordinate_uniforms.shape[0]):
+            _fill_uniforms(rng, moves.coordinate_uniforms[t])
+        _fill_exponentials(rng, moves.direction_exponentials)
+        shift_normal = rng.standard_normal() if location.location >= 0 else 0.0
+        _fill_normals(rng, latent.normals)
+        _fill_uniforms(rng, latent.uniforms)
         shapes, rates = np.empty(kinds.size), np.empty(kinds.size)
         for c in range(kinds.size):  # variance_prior.conditional_inverse_gamma
-            if half_t[c]:
-                shapes[c] = 0.5 * nu[c]
-                rates[c] = nu[c] / (aux[c] if has_aux[c] else t_scale2[c])
+            if priors.half_t[c]:
+                shapes[c] = 0.5 * priors.nu[c]
+                rates[c] = priors.nu[c] / (priors.aux[c] if priors.has_aux[c] else priors.t_scale2[c])
             else:
-                shapes[c], rates[c] = prior_a[c], prior_b[c]
-        hinge = fused_steps(
-            theta_d, theta_b, variances, shapes, rates, f,
-            D, row_ptr, row_cols, y, codes, values, column,
-            level_draws, term_values, layout_y, layout_slope, layout_rows, level_exponentials, level_uniforms, rest,
-            new_effects,
-            kinds, turns, rescale_rows, rescale_codes, rescale_values, rescale_y, subset, block, moved, kept,
-            move_exponentials, move_uniforms,
-            ones, free, free_precision, n_free, global_width, global_exponential, global_uniforms, base_precision,
-            penalty_of_column, columns, col_ptr, row_idx, x_values, slope_values, widths, coordinate_exponentials,
-            coordinate_uniforms, directions, direction_x, direction_slope, scales, direction_exponentials,
-            location, location_penalty, fixed_location_precision, shift_normal,
-            normals, uniforms, floor, omega, gram, product, blocks, cross, rhs_b,
-            steps, width,
-        )  # fmt: skip
-        out_moved[it, :] = variances
-        out_loglik[it] = -2.0 * hinge
-        _variance_draws(rng, theta_d, theta_b, column, variances, aux, has_aux, half_t, nu, t_scale2,
-                        inverse_t_scale2, prior_a, prior_b, n_levels, relaxed, kinds, slope_ptr, slope_cols,
-                        relaxation)  # fmt: skip
-        out_theta_d[it, :] = theta_d
+                shapes[c], rates[c] = priors.prior_a[c], priors.prior_b[c]
+        hinge = fused_steps(theta_d, theta_b, variances, shapes, rates, f, turns, global_exponential, shift_normal,
+                            rows, levels, rescale, moves, location, latent, schedule.steps, schedule.width)  # fmt: skip
+        out.moved[it, :] = variances
+        out.loglik[it] = -2.0 * hinge
+        _variance_draws(rng, theta_d, theta_b, rows.column, variances, priors, kinds, schedule.relaxation)
+        out.theta_d[it, :] = theta_d
         for j in range(J):
-            out_theta_b[it, j] = theta_b[j, 0]
-        out_variances[it, :] = variances
-    return count, False
+            out.theta_b[it, j] = theta_b[j, 0]
+        out.variances[it, :] = variances
+    return schedule.count, False
 
 
 if compiled_rows.numba is not None:
@@ -486,27 +594,31 @@ class FusedIteration:
             first = tuple(np.ascontiguousarray(part) for part in
                           (stats.gram, stats.product, stats.levels.blocks, stats.levels.cross, stats.levels.rhs))  # fmt: skip
         block, moved, kept = self.penalty_block
-        completed, refused = fused_chain(
-            rng, count, mover.calls, PENALTY_EVERY, relaxation, drawn_first, *first,
-            theta_d, theta_b, variances, aux_values, has_aux, self.half_t, self.nu, self.t_scale2,
-            self.inverse_t_scale2, self.prior_a, self.prior_b, self.n_levels, self.relaxed, self.slope_ptr,
-            self.slope_cols, self.intercept,
-            self.f, rows.D, rows.row_ptr, rows.row_cols, rows.y, rows.codes, rows.values, self.column,
-            self.level_draws, self.term.values, *self.layout, level_exponentials, level_uniforms, self.rest,
-            self.new_effects,
-            self.kinds, self.turns[True], self.turns[False], *self.rescale, self.subset, block, moved, kept,
-            move_exponentials, move_uniforms,
+        rescale_rows, rescale_codes, rescale_values, rescale_y = self.rescale
+        schedule = Schedule(count, mover.calls, PENALTY_EVERY, relaxation, drawn_first, self.turns[True],
+                            self.turns[False], SLICE_STEPS, SLICE_WIDTH)  # fmt: skip
+        priors = VariancePriors(aux_values, has_aux, self.half_t, self.nu, self.t_scale2, self.inverse_t_scale2,
+                                self.prior_a, self.prior_b, self.n_levels, self.relaxed, self.slope_ptr,
+                                self.slope_cols, self.intercept)  # fmt: skip
+        work = ChainWork(self.f, np.empty((q, q)), np.empty(q), np.empty((J, 1)))
+        design = DesignRows(rows.D, rows.row_ptr, rows.row_cols, rows.y, rows.codes, rows.values, self.column)
+        level_arrays = LevelDrawArrays(self.level_draws, self.term.values, *self.layout, level_exponentials,
+                                       level_uniforms, self.rest, self.new_effects)  # fmt: skip
+        rescale = RescaleArrays(self.kinds, rescale_rows, rescale_codes, rescale_values, rescale_y, self.subset, block,
+                                moved, kept, move_exponentials, move_uniforms)  # fmt: skip
+        moves = FixedMoveArrays(
             mover.ones, mover.free_columns, mover.free_precision, float(mover.free.sum()), mover.global_width,
             np.empty(SLICE_STEPS + 1), mover.base_precision, mover.penalty_of_column, mover.sweep_columns,
             mover.sweep_ptr, mover.sweep_rows, mover.sweep_x, mover.sweep_slope, mover.sweep_widths,
             np.empty(n_columns), np.empty((n_columns, SLICE_STEPS + 1)), mover.directions, mover.direction_x,
             mover.direction_slope, mover.direction_scales, np.empty(lines),
-            self.location, self.location_penalty, self.location_precision,
-            np.empty(n), np.empty(n), self.floor, rows.omega, gram, product, levels.blocks, levels.cross, levels.rhs,
-            np.empty((q, q)), np.empty(q), np.empty((J, 1)),
-            SLICE_STEPS, SLICE_WIDTH,
-            out_theta_d, out_theta_b, out_moved, out_variances, out_loglik,
         )  # fmt: skip
+        location = LocationShift(self.location, self.location_penalty, self.location_precision)
+        latent = RowPassArrays(np.empty(n), np.empty(n), self.floor, rows.omega, gram, product, levels.blocks,
+                               levels.cross, levels.rhs)  # fmt: skip
+        out = ChainOutput(out_theta_d, out_theta_b, out_moved, out_variances, out_loglik)
+        completed, refused = fused_chain(rng, schedule, RowSums(*first), theta_d, theta_b, variances, priors, work,
+                                         design, level_arrays, rescale, moves, location, latent, out)  # fmt: skip
         mover.calls += completed
         if completed:
             covs = [np.array([[v]]) for v in out_variances[completed - 1]]

@@ -352,13 +352,15 @@ class ScaleMoves:
         lines = self.directions.shape[1]
         direction_exponentials = rng.exponential(size=lines) if lines else np.zeros(0)
         variances = np.array([float(cov[0, 0]) for cov in covs])
-        compiled_rows.global_and_fixed_moves(
-            theta_d, theta_b, f, self.problem.y, self.ones, self.free_columns, self.free_precision, exponent,
-            quadratic, self.global_width, global_exponential, global_uniforms, variances, self.base_precision,
-            self.penalty_of_column, self.sweep_columns, self.sweep_ptr, self.sweep_rows, self.sweep_x,
-            self.sweep_slope, self.sweep_widths, exponentials, uniforms, self.directions, self.direction_x,
-            self.direction_slope, self.direction_scales, direction_exponentials, SLICE_STEPS,
+        moves = compiled_rows.FixedMoveArrays(
+            self.ones, self.free_columns, self.free_precision, float(self.free.sum()), self.global_width,
+            global_uniforms, self.base_precision, self.penalty_of_column, self.sweep_columns, self.sweep_ptr,
+            self.sweep_rows, self.sweep_x, self.sweep_slope, self.sweep_widths, exponentials, uniforms,
+            self.directions, self.direction_x, self.direction_slope, self.direction_scales, direction_exponentials,
         )  # fmt: skip
+        compiled_rows.global_and_fixed_moves(
+            theta_d, theta_b, f, self.problem.y, exponent, quadratic, global_exponential, variances, moves, SLICE_STEPS
+        )
         return theta_d, theta_b, [np.array([[v]]) for v in variances], f
 
     def _precision(self, covs) -> np.ndarray:

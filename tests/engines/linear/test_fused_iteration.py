@@ -112,9 +112,9 @@ def test_a_refused_compiled_draw_takes_the_same_fallback(monkeypatch):
 
     original = fused_iteration.fused_chain
 
-    def refusing_run(rng, count, calls, every, relaxation, drawn_first, *args):
-        if drawn_first:  # the rest of an iteration whose theta | w the caller drew (the fallback)
-            return original(rng, count, calls, every, relaxation, drawn_first, *args)
+    def refusing_run(rng, schedule, *args):
+        if schedule.drawn_first:  # the rest of an iteration whose theta | w the caller drew (the fallback)
+            return original(rng, schedule, *args)
         rng.standard_normal(q), rng.standard_normal((J, 1))  # a refusal: its first theta | w's normals drawn
         return 0, True
 
