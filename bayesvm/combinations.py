@@ -7,7 +7,6 @@ import numpy as np
 
 from .checks import Checks
 from .errors import BayesvmError
-from .model import MAX_DENSE_COLUMNS
 from .priors import LaplaceZero, Lasso, SpikeSlab
 
 METHODS = ("vb", "gibbs", "em", "svi")
@@ -77,36 +76,13 @@ def check_prior_method(prior: object, method: str, penalty: object, vb: str) -> 
         )
 
 
-def check_imputation(model, method: str, vb: str, imputation: str, imputations: int) -> None:
+def check_imputation_arguments(imputation: object, imputations: object) -> None:
+    """The imputation settings' values (the combinations no engine fits are refused by the imputation routes:
+    :mod:`bayesvm.engines.imputation.routes`)."""
     if imputation not in ("auto", "mi", "joint"):
         raise BayesvmError(f"imputation must be 'auto', 'mi' or 'joint', got {imputation!r}")
     if not (isinstance(imputations, (int, np.integer)) and imputations >= 2):
         raise BayesvmError(f"imputations must be an integer >= 2, got {imputations!r}")
-    if method not in ("vb", "gibbs"):
-        why = ": a posterior mode carries no uncertainty to pool over imputations" if method == "em" else ""
-        raise BayesvmError(
-            f"missing='impute' is fitted by method='vb' (Alg. 4) or 'gibbs' (Appendix C), not {method!r}{why}"
-        )
-    if vb == "accurate" and (imputation != "mi" or method != "vb"):
-        raise BayesvmError(
-            "vb='accurate' with missing='impute' fits each completed data set of multiple imputation "
-            "(imputation='mi', method='vb'): the joint model's imputations depend on the coefficients' mean-field "
-            "factors"
-        )
-    if model.prior is not None and imputation != "mi":
-        raise BayesvmError(
-            "a selection prior with missing='impute' uses multiple imputation (imputation='mi', what 'auto' chooses there): the "
-            "joint model's imputation step conditions on every coefficient, which this version's selection "
-            "samplers do not provide"
-        )
-    if model.sparse and (imputation != "mi" or vb == "accurate" or model.prior is not None):
-        raise BayesvmError(
-            f"this model's random effects are too many for a dense layout (more than {MAX_DENSE_COLUMNS} columns "
-            "outside the largest grouping factor), so it is fitted on the sparse path, where missing='impute' is "
-            "multiple imputation (imputation='mi', what 'auto' chooses there) with mean-field VB or Gibbs: the joint model's "
-            "imputation step needs the full posterior covariance of the imputed columns' coefficients with every "
-            "other coefficient, and the accurate and selection fits need dense precisions"
-        )
 
 
 #: The routes whose engines weigh rows by class (:mod:`bayesvm.model.class_weights`): ``method`` values of a linear

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from .arguments import as_count, as_flag, as_seed, check_iterations, data_name, default_cores, iteration_defaults
+from .arguments import as_count, as_flag, as_seed, check_iterations, data_name, default_cores
 from .checks import (
     Checks,
     Diagnostics,
@@ -20,14 +20,13 @@ from .combinations import (
     METHODS,
     check_checks,
     check_class_weight,
-    check_imputation,
+    check_imputation_arguments,
     check_prior_method,
     check_probes,
-    check_sampling,
 )
 from .control import Control, check_settings_apply, default_tune, resolve_control
-from .engine_defaults import default_imputation, default_mi_vb, default_selection_vb, default_vb
-from .errors import BayesvmError, ConvergenceWarning, DataError, ImputationWarning, ScaleWarning
+from .engine_defaults import default_imputation
+from .errors import BayesvmError, ConvergenceWarning, DataError
 from .formula.bars import parse_formula
 from .formula.design import build_design
 from .formula.frames import as_frame
@@ -35,7 +34,7 @@ from .formula.response import sorted_levels
 from .kernels import Kernel
 from .model import build_model
 from .outofcore import is_dask_frame
-from .outofcore_fitting import all_dense, fit_streamed
+from .outofcore_fitting import fit_streamed
 from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .results.crossfit import record_call, register_refit
 from .results.fit import BSVMFit
@@ -217,12 +216,7 @@ def bsvm(
         formula, data, method=method, penalty=penalty, positive=positive, missing=missing, standardize=standardize,
         priors=priors, prior=prior, unpenalized=unpenalized, vb=vb, class_weight=class_weight, checks=checks, fold=fold,
     )  # fmt: skip
-    fit = _fit_linear(
-        model, data, method=method, vb=vb, tol=run.tol, max_iter=run.max_iter, draws=run.draws, tune=run.tune,
-        chains=run.chains, thin=run.thin, seed=seed, cores=run.cores, progress=run.progress, probes=run.probes,
-        imputation=run.imputation, imputations=run.imputations, batch_size=run.batch_size,
-        learning_rate=run.learning_rate,
-    )  # fmt: skip
+    fit = _fit_linear(model, data, method=method, vb=vb, seed=seed, control=run)
     _checked_after_fit(fit, diagnostics, checks)
     return _recorded(options, fit)
 
@@ -364,368 +358,24 @@ def _recorded(options: dict, fit):
     return fit
 
 
-def _fit_linear(model, data, *, method, vb, tol, max_iter, draws, tune, chains, thin, seed, cores, progress, probes,
-                imputation, imputations, batch_size, learning_rate):  # fmt: skip
-    """The engine for a linear model (``bsvm`` without a kernel, in-memory data)."""
-    from .engines.linear.em import fit_em
-    from .engines.linear.ep import accurate_failure, fit_accurate
-    from .engines.linear.gibbs import sample_gibbs
-    from .engines.linear.hyper_grid import AccurateFitError
-    from .engines.linear.vb import fit_vb
+def _fit_linear(model, data, *, method: str, vb: str | None, seed, control: Control) -> BSVMFit:
+    """The engine for a linear model (``bsvm`` without a kernel, in-memory data): the route of the registry's table
+    (:mod:`bayesvm.engines.registry`) for the model's family and ``method``, its warnings said once, one fit built."""
+    from .engines.registry import FitRequest, route_for
 
-    design = model.design
-    if method == "gibbs":
-        check_sampling(draws, tune, chains, thin, cores)
-    if method == "svi":
-        return _fit_linear_svi(model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation, imputations)
-    if draws == "auto" and design.imputation is not None:
-        raise BayesvmError(
-            "draws='auto' runs the linear, mixed-model and selection Gibbs samplers; the imputation samplers take a "
-            "number of draws (their warnings say how many more to run)"
-        )
-    if design.imputation is not None:
-        if imputation == "auto":
-            imputation = default_imputation(model, method, vb)
-        check_imputation(model, method, vb, imputation, imputations)
-        return _fit_imputation(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
-                               imputation, imputations, vb)  # fmt: skip
-    if model.prior is not None:
-        return _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress, vb)
-    problem = model.problem()
-    if method == "gibbs":
-        result = sample_gibbs(
-            problem,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            thin=thin,
-            seed=seed,
-            cores=cores,
-            progress=progress,
-            monitor=_reported_quantities(model, problem),
-        )
-        return BSVMFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data))
-    if method == "em":
-        result = fit_em(problem, tol=tol, max_iter=max_iter)
-        fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data), tol=tol)
-        if not result.converged:
-            warnings.warn(
-                f"EM stopped after {result.n_iter} iterations without converging", ConvergenceWarning, stacklevel=3
-            )
-        return fit
-    if probes is not None:
-        problem = _with_probes(problem, probes, seed)
-    chosen, why = (vb, None) if vb is not None or probes is not None else default_vb(problem)
-    if chosen == "accurate":
-        try:
-            result = fit_accurate(problem)
-        except AccurateFitError as exc:
-            if vb is not None:
-                raise
-            why = f"{exc}; fell back"
-        else:
-            if not result.converged:
-                warnings.warn(accurate_failure(result), ConvergenceWarning, stacklevel=3)
-            return BSVMFit(
-                model=model, problem=problem, method=method, result=result, data_name=data_name(data), tol=tol
-            )
-    _warn_oversized(problem)
-    result = fit_vb(problem, tol=tol, max_iter=max_iter)
-    fit = BSVMFit(model=model, problem=problem, method=method, result=result, data_name=data_name(data), tol=tol)
-    fit.vb_note = why
-    if not result.converged:
-        warnings.warn(
-            f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}; increase max_iter",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
-    if result.decreases:
-        warnings.warn(
-            f"the lower bound decreased at sweep(s) {result.decreases[:10]}: numerical trouble, check the data scaling",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return fit
-
-
-def _warn_oversized(problem) -> None:
-    """Warn before an exact sparse fit whose crossed factors leave a dense complement too large to factorise
-    densely: the general sparse factorisation then takes hours, where ``probes`` takes minutes."""
-    from .linalg.schur import oversized_dense_complement
-
-    if problem.probes is not None or not problem.is_sparse or problem.elimination is not None:
-        return
-    largest = max(problem.components, key=lambda c: c.index.size)
-    q = oversized_dense_complement(problem.D, largest.index)
-    if q is not None:
-        warnings.warn(
-            f"the grouping factors are crossed: after the largest one, a dense {q}-column complement remains, too "
-            "large to factorise densely; the exact fit will be very slow (hours). probes=32 estimates the "
-            "variances without a factorisation (minutes; see the README's Large data section)",
-            ScaleWarning,
-            stacklevel=4,
-        )
-
-
-def _with_probes(problem, probes: int, seed: int | None):
-    """The problem with the probe engine switched on, where it applies."""
-    if not problem.is_sparse:
-        raise BayesvmError(
-            "probes apply to the sparse path (grouping factors with more than 2000 coefficients outside the "
-            "largest); this model is solved exactly at little cost, so leave probes=None"
-        )
-    return replace(problem, probes=int(probes), probe_seed=0 if seed is None else int(seed))
-
-
-def _fit_linear_svi(
-    model, data, tol, max_iter, seed, batch_size, learning_rate, vb, imputation="auto", imputations=20
-) -> BSVMFit:
-    """``method="svi"`` without a kernel: Wenzel et al. (2017), section 4.5 (``bayesvm.engines.linear.svi``)."""
-    from .engines.linear.svi import fit_linear_svi
-
-    model = all_dense(model, "method='svi' keeps one dense q")
-    if vb == "accurate":
-        raise BayesvmError(
-            "method='svi' is stochastic mean-field VB and vb='accurate' asks for expectation propagation instead: "
-            "they are two different fits; use method='vb', vb='accurate' or method='svi' alone"
-        )
-    iteration_defaults("svi", tol, max_iter, batch_size, vb_max_iter=max_iter)
-    options = {"batch_size": batch_size, "learning_rate": learning_rate}
-    if model.prior is not None and not model.penalized.any():
-        raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
-    if model.design.imputation is not None:  # multiple imputation, one SVI fit per completed data set, pooled
-        from .engines.imputation.multiple import fit_mi_selection_vb, fit_mi_vb
-
-        if imputation == "joint":
-            raise BayesvmError(
-                "method='svi' with missing='impute' uses multiple imputation (imputation='mi'): the joint model's "
-                "imputations are coordinate updates over every row, which minibatches do not visit together"
-            )
-        problem = model.imputation_problem("mi")
-        if model.prior is not None:
-            result = fit_mi_selection_vb(problem, model.selection_problem(), imputations=imputations, seed=seed,
-                                         tol=tol, max_iter=max_iter, engine="svi", svi_options=options)  # fmt: skip
-        else:
-            result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter, engine="svi",
-                               svi_options=options)  # fmt: skip
-        fit = BSVMFit(model=model, problem=replace(problem.base, D=problem.design(result.imputation.z_mean)),
-                      method="svi", result=result, data_name=data_name(data), tol=tol)  # fmt: skip
-        if not result.converged:
-            warnings.warn("SVI stopped before converging on at least one completed data set", ConvergenceWarning, 4)
-        return fit
-    if model.prior is not None:
-        from .engines.selection.svi import fit_selection_svi
-
-        result = fit_selection_svi(model.selection_problem(), max_iter=max_iter, tol=tol, seed=seed, **options)
-        fit = BSVMFit(model=model, problem=model.problem(), method="svi", result=result, data_name=data_name(data),
-                      tol=tol)  # fmt: skip
-        if not result.converged:
-            warnings.warn(f"SVI stopped before converging ({result.stopping})", ConvergenceWarning, stacklevel=4)
-        return fit
-    problem = model.problem()
-    result = fit_linear_svi(problem, batch_size=batch_size, max_iter=max_iter, tol=tol, learning_rate=learning_rate,
-                            seed=seed)  # fmt: skip
-    fit = BSVMFit(model=model, problem=problem, method="svi", result=result, data_name=data_name(data), tol=tol)
-    if not result.converged:
-        warnings.warn(f"SVI stopped before converging ({result.stopping})", ConvergenceWarning, stacklevel=4)
-    return fit
-
-
-def _fit_selection(model, method, data, tol, max_iter, draws, tune, chains, thin, seed, cores, progress,
-                   vb=None) -> BSVMFit:  # fmt: skip
-    """Dispatch a selection prior to its engine (Alg. 3, Appendix B, Polson & Scott sections 3-4; ``vb="accurate"``:
-    EP with a site per slope, :mod:`bayesvm.engines.selection.ep`)."""
-    from .engines.linear.ep import accurate_failure
-    from .engines.linear.hyper_grid import AccurateFitError
-    from .engines.selection.ep import fit_selection_accurate
-    from .engines.selection.gibbs import sample_selection
-    from .engines.selection.lasso_em import fit_lasso_em
-    from .engines.selection.lasso_vb import fit_lasso_vb
-    from .engines.selection.spike_slab_vb import fit_spike_slab_vb
-    from .engines.selection.vb import fit_laplace_zero_vb
-
-    if not model.penalized.any():
-        raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
-    problem = model.selection_problem()
-    name = data_name(data)
-    if method == "gibbs":
-        result = sample_selection(
-            problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress,
-            monitor=_reported_selection_quantities(model, problem),
-        )  # fmt: skip
-        return BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name)
-    chosen, why = (vb, None) if method != "vb" or vb is not None else default_selection_vb(model)
-    if method == "vb" and chosen == "accurate":
-        try:
-            result = fit_selection_accurate(problem, stop_at_failure=vb is None)  # (the default falls back)
-        except AccurateFitError as exc:
-            if vb is not None:
-                raise
-            result, why = None, f"{exc}; fell back"
-        if result is not None and not result.converged and vb is None:
-            result, why = None, f"{accurate_failure(result)}; fell back"
-        if result is not None:
-            fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name, tol=tol)
-            if not result.converged:
-                warnings.warn(accurate_failure(result), ConvergenceWarning, stacklevel=4)
-            _warn_floored_sites(model, [result])
-            return fit
-    if method == "em":
-        result = fit_lasso_em(problem, tol=tol, max_iter=max_iter)
-        what = "EM"
-    else:
-        fit_vb = {SpikeSlab: fit_spike_slab_vb, Lasso: fit_lasso_vb}.get(type(model.prior), fit_laplace_zero_vb)
-        result = fit_vb(problem, tol=tol, max_iter=max_iter)
-        what = "VB"
-    fit = BSVMFit(model=model, problem=model.problem(), method=method, result=result, data_name=name, tol=tol)
-    fit.vb_note = why if method == "vb" else None
-    if not result.converged:
-        warnings.warn(f"{what} stopped after {result.n_iter} iterations without converging", ConvergenceWarning, 4)
-    if result.decreases:
-        warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=4)
-    return fit
-
-
-def _warn_floored_sites(model, results) -> None:
-    from .results.summary import floored_slopes
-
-    culprits = floored_slopes(model, results)
-    if culprits:
-        warnings.warn(
-            f"accurate VB: the EP sites of {', '.join(culprits)} could not match their tilted moments (a negative "
-            "site precision made q improper, so it was held at 0): the approximation is off, for those slopes most; "
-            "check the inclusion probabilities with method='gibbs'",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
-
-
-def _fit_imputation(
-    model,
-    method,
-    data,
-    tol,
-    max_iter,
-    draws,
-    tune,
-    chains,
-    thin,
-    seed,
-    cores,
-    progress,
-    imputation,
-    imputations,
-    vb=None,
-) -> BSVMFit:
-    """Multiple imputation (``bayesvm.engines.imputation.multiple``) or Alg. 4 / Appendix C (``bayesvm.engines.imputation.joint_model``);
-    the fit's problem holds the rows at the imputed means."""
-    from .engines.imputation.joint_model import fit_impute_vb, sample_impute_gibbs
-    from .engines.imputation.multiple import fit_mi_vb
-    from .engines.linear.hyper_grid import AccurateFitError
-
-    problem = model.imputation_problem(imputation)
-    name = data_name(data)
-    if model.prior is not None:
-        return _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed,
-                                      cores, progress, imputations, vb)  # fmt: skip
-    if imputation == "mi" and method == "vb":
-        engine, why = (vb, None) if vb is not None else default_mi_vb(problem.base)
-        try:
-            result = fit_mi_vb(
-                problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter, engine=engine
-            )  # fmt: skip
-        except AccurateFitError as exc:
-            if vb is not None:
-                raise
-            engine, why = "meanfield", f"{exc} on a completed data set; fell back"
-            result = fit_mi_vb(problem, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter)
-        imputed = problem.design(result.imputation.z_mean)
-        fit = BSVMFit(model=model, problem=replace(problem.base, D=imputed), method=method, result=result,
-                      data_name=name, tol=tol)  # fmt: skip
-        fit.vb_note = why
-        if not result.converged:
-            what = (
-                "accurate VB (EP) did not converge"
-                if engine == "accurate"
-                else f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}"
-            )
-            warnings.warn(f"{what} on at least one completed data set", ConvergenceWarning, 4)
-        return fit
-    if method == "gibbs":
-        result = sample_impute_gibbs(
-            problem, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores, progress=progress
-        )
-        imputed = problem.design(result.imputation.z_mean)
-        return BSVMFit(
-            model=model, problem=replace(problem.base, D=imputed), method=method, result=result, data_name=name
-        )
-    result = fit_impute_vb(problem, tol=tol, max_iter=max_iter)
-    fit = BSVMFit(model=model, problem=replace(problem.base, D=result.design), method=method, result=result,
-                  data_name=name, tol=tol)  # fmt: skip
-    if not result.converged:
-        warnings.warn(f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}", ConvergenceWarning, 4)
-    if result.decreases:
-        warnings.warn(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning, stacklevel=4)
-    from .engines.imputation.joint_pull import joint_pull_message
-
-    pulled = joint_pull_message(model, problem.base, result.theta)
-    if pulled is not None:
-        warnings.warn(pulled, ImputationWarning, stacklevel=4)
-    return fit
-
-
-def _fit_imputed_selection(model, problem, method, name, tol, max_iter, draws, tune, chains, thin, seed, cores,
-                           progress, imputations, vb=None) -> BSVMFit:  # fmt: skip
-    """A selection prior with multiple imputation: the selection sampler with imputation segments, or a
-    selection VB fit per completed data set, pooled (:func:`bayesvm.engines.imputation.multiple.fit_mi_selection_vb`)."""
-    from .engines.imputation.multiple import fit_mi_selection_vb
-    from .engines.selection.gibbs import sample_selection
-
-    if not model.penalized.any():
-        raise BayesvmError("the selection prior has no slope to act on: every fixed-effect column is unpenalized")
-    selection = model.selection_problem()
-    if method == "gibbs":
-        result = sample_selection(selection, draws=draws, tune=tune, chains=chains, thin=thin, seed=seed, cores=cores,
-                                  progress=progress, imputation=problem)  # fmt: skip
-    else:
-        result = fit_mi_selection_vb(problem, selection, imputations=imputations, seed=seed, tol=tol, max_iter=max_iter,
-                                     engine="accurate" if vb == "accurate" else "vb")  # fmt: skip
-    imputed = problem.design(result.imputation.z_mean)
-    fit = BSVMFit(model=model, problem=replace(problem.base, D=imputed), method=method, result=result, data_name=name,
-                  tol=None if method == "gibbs" else tol)  # fmt: skip
-    if vb == "accurate" and method != "gibbs":
-        _warn_floored_sites(model, result.fits)
-    if method != "gibbs" and not result.converged:
-        what = ("accurate VB (EP) did not converge" if vb == "accurate"
-                else f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}")  # fmt: skip
-        warnings.warn(f"{what} on at least one completed data set", ConvergenceWarning, 4)
-    return fit
-
-
-def _reported_quantities(model, problem):
-    """What ``draws="auto"`` watches: the fixed effects on the original scale and every component's SDs, the
-    quantities ``summary()`` reports R-hat and ESS for."""
-    p = model.design.p
-    transform = model.fixed_transform()
-
-    def monitor(theta_d: np.ndarray, components: list[np.ndarray]) -> np.ndarray:
-        parts = [theta_d[..., :p] @ transform.T]
-        parts += [np.sqrt(np.diagonal(c, axis1=-2, axis2=-1)) for c in components]
-        return np.concatenate(parts, axis=-1)
-
-    return monitor
-
-
-def _reported_selection_quantities(model, problem):
-    """What ``draws="auto"`` watches under a selection prior: the fixed effects on the original scale, the
-    inclusion probabilities' draws (Rao-Blackwellised where the sampler keeps them, else the indicators) and every
-    component's SDs (what ``summary()`` reports)."""
-    fixed_and_sds = _reported_quantities(model, problem)
-
-    def monitor(coef: np.ndarray, include: np.ndarray, components: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate([fixed_and_sds(coef, components), include.astype(float)], axis=-1)
-
-    return monitor
+    if model.design.imputation is not None:
+        check_imputation_arguments(control.imputation, control.imputations)
+        if control.imputation == "auto":
+            control = replace(control, imputation=default_imputation(model, method, vb))
+    request = FitRequest(method, vb, seed, control)
+    run = route_for(model, request).run(model, request)
+    for message, category in run.warnings:
+        warnings.warn(message, category, stacklevel=3)
+    tolerance = {} if method == "gibbs" else {"tol": control.tol}  # (a sampler has none)
+    return BSVMFit(
+        model=model if run.model is None else run.model, problem=run.problem, method=method, result=run.result,
+        data_name=data_name(data), vb_note=run.vb_note, **tolerance,
+    )  # fmt: skip
 
 
 def _warn_mcmc(fit: BSVMFit) -> None:

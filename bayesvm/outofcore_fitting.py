@@ -16,7 +16,7 @@ from .arguments import data_name, iteration_defaults
 from .combinations import check_prior_method
 from .errors import BayesvmError, ConvergenceWarning
 from .formula.bars import parse_formula
-from .model import MAX_DENSE_COLUMNS, build_model
+from .model import MAX_DENSE_COLUMNS, all_dense, build_model
 from .model.kernel import build_kernel_model
 from .priors import LaplaceZero, PriorSet
 from .results.fit import BSVMFit
@@ -130,19 +130,3 @@ def _streamed_refusal(model) -> str:
         f"terms as dense columns: {others} coefficients, more than {MAX_DENSE_COLUMNS} in all. Crossed factors of "
         "this size need the sparse structure of in-memory data (method='vb', with probes= for very many levels)"
     )
-
-
-def all_dense(model, why: str):
-    """The model with every random-effect term in the dense columns (no Schur block, no sparse path), for the
-    engines that keep one dense ``q`` over all coefficients; refused beyond :data:`MAX_DENSE_COLUMNS`."""
-    terms = model.design.re_terms
-    if not terms:
-        return model
-    size = model.design.p + sum(t.n_levels * t.k for t in terms) + sum(t.n_basis for t in model.design.gp_terms)
-    if size > MAX_DENSE_COLUMNS:
-        raise BayesvmError(
-            f"{why} over all {size} coefficients (each step factorises its precision), more than "
-            f"{MAX_DENSE_COLUMNS}: use in-memory data with method='vb' (sparse structure) for this many "
-            "random-effect levels"
-        )
-    return replace(model, dense_terms=tuple(range(len(terms))), blocked_terms=(), sparse=False)

@@ -182,9 +182,9 @@ def test_svi_with_random_intercept_reaches_the_batch_vb_optimum():
 
 def test_svi_refuses_more_random_effects_than_its_dense_q_holds(monkeypatch):
     data = _grouped_frame(seed=1, n=400, levels=50)
-    from bayesvm import outofcore_fitting
+    from bayesvm import model
 
-    monkeypatch.setattr(outofcore_fitting, "MAX_DENSE_COLUMNS", 40)  # (all_dense, shared by SVI and out-of-core)
+    monkeypatch.setattr(model, "MAX_DENSE_COLUMNS", 40)  # (all_dense, shared by SVI and out-of-core)
     with pytest.raises(bayesvm.BayesvmError, match="one dense q over all 55 coefficients"):
         bayesvm.bsvm(FORMULA, data, method="svi")
 

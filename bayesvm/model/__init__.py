@@ -8,7 +8,7 @@ coefficients, eliminated by the Schur complement (see ``linalg/dense.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -445,3 +445,19 @@ def build_model(
         unpenalized=unpenalized,
         class_weights=class_weights,
     )
+
+
+def all_dense(model, why: str):
+    """The model with every random-effect term in the dense columns (no Schur block, no sparse path), for the
+    engines that keep one dense ``q`` over all coefficients; refused beyond :data:`MAX_DENSE_COLUMNS`."""
+    terms = model.design.re_terms
+    if not terms:
+        return model
+    size = model.design.p + sum(t.n_levels * t.k for t in terms) + sum(t.n_basis for t in model.design.gp_terms)
+    if size > MAX_DENSE_COLUMNS:
+        raise BayesvmError(
+            f"{why} over all {size} coefficients (each step factorises its precision), more than "
+            f"{MAX_DENSE_COLUMNS}: use in-memory data with method='vb' (sparse structure) for this many "
+            "random-effect levels"
+        )
+    return replace(model, dense_terms=tuple(range(len(terms))), blocked_terms=(), sparse=False)

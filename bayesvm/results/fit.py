@@ -56,17 +56,16 @@ class BSVMFit(Fit):
     result: VBResult | GibbsResult | EMResult
     data_name: str = "data"
     tol: float = 1e-8
+    #: why the default ``vb=None`` chose another engine than the accurate fit for this fit (``None`` otherwise)
+    vb_note: str | None = None
 
     # defaults for fits restored from files written before these attributes existed
     _vb_check = None
-    vb_note = None
     diagnostics = Diagnostics()
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._vb_check = None
-        #: why the default ``vb=None`` chose mean-field VB for this fit (``None`` otherwise)
-        self.vb_note: str | None = None
         #: findings of the identifiability checks run before the engine (:mod:`bayesvm.checks`)
         self.diagnostics = Diagnostics()
 

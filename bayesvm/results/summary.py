@@ -11,6 +11,7 @@ from scipy.special import ndtri
 
 from ..engines import variance_prior
 from ..engines.linear.ep import accurate_failure
+from ..engines.selection.ep import floored_slopes
 from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE
 from ..priors import LaplaceZero, Lasso, SpikeSlab
@@ -312,15 +313,6 @@ def _vb_check(fit) -> VBCheck | str:
         except BayesvmError as exc:
             return f"no PSIS check: {exc}"
     return check
-
-
-def floored_slopes(model, results) -> list[str]:
-    """The penalised columns whose EP site had to be floored at precision 0 in an accurate selection fit (on any of
-    the completed data sets of multiple imputation), by name."""
-    names = model.design.x_names
-    selected = np.flatnonzero(model.penalized)
-    positions = sorted({int(k) for r in results if r.slopes is not None for k in r.slopes.unreliable})
-    return [names[selected[k]] for k in positions]
 
 
 SELECTION_GIBBS_TITLES = {

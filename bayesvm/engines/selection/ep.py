@@ -543,3 +543,12 @@ def _result(problem, hyper, states, nodes, weights, logp, sweeps, start, grid, c
 def _chi(y: np.ndarray, theta: GaussianPosterior, X: np.ndarray) -> np.ndarray:
     mean_f, var_f = theta.predictor(X, None, None)
     return (1.0 - y * mean_f) ** 2 + var_f
+
+
+def floored_slopes(model, results) -> list[str]:
+    """The penalised columns whose EP site had to be floored at precision 0 in an accurate selection fit (on any of
+    the completed data sets of multiple imputation), by name."""
+    names = model.design.x_names
+    selected = np.flatnonzero(model.penalized)
+    positions = sorted({int(k) for r in results if r.slopes is not None for k in r.slopes.unreliable})
+    return [names[selected[k]] for k in positions]

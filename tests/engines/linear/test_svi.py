@@ -7,7 +7,7 @@ import pytest
 from bayesvm.engines.linear.svi import fit_linear_svi
 from bayesvm.engines.linear.vb import fit_vb
 from bayesvm.fitting import build_design, build_model, parse_formula
-from bayesvm.outofcore_fitting import all_dense
+from bayesvm.model import all_dense
 from bayesvm.priors import PriorSet
 
 

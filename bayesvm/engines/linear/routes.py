@@ -1,0 +1,197 @@
+"""The routes of the linear family (:mod:`bayesvm.engines.registry`): fixed effects with a normal or learned-penalty
+prior and random-effect terms, no selection prior, no imputed predictors.
+
+- VB: the accurate fit (EP for ``theta`` given the variance components, integrated over them:
+  :mod:`bayesvm.engines.linear.ep`) where ``vb="accurate"`` asks or the default chooses it
+  (:func:`bayesvm.engine_defaults.default_vb`), else mean-field VB (Luts & Ormerod 2014, Alg. 1-2); the default falls
+  back to mean-field VB where EP fails everywhere, and says so.
+- EM / ECME: the posterior mode (Alg. 1's mode; with a fixed penalty, scikit-learn's ``SVC``).
+- Gibbs: the data-augmentation sampler (Polson & Scott 2011; Appendix A) with its mixing moves.
+- SVI: stochastic mean-field VB on minibatches (Wenzel et al. 2017, section 4.5).
+
+Each ``run_*`` takes ``(model, request)`` and returns an :class:`bayesvm.engines.registry.EngineRun`; the engines
+are imported when a route runs (a fit loads only its own).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+
+from ...arguments import iteration_defaults
+from ...combinations import check_sampling
+from ...engine_defaults import default_vb
+from ...errors import ConvergenceWarning, ScaleWarning
+from ...model import all_dense
+
+#: ``warnings.warn``'s stack level for a warning a helper of a route's run says before its engine starts: the helper
+#: (1), the route's ``run_*`` (2), the driver (3), ``bsvm()`` (4), the user's call (5).
+EARLY_WARNING_STACKLEVEL = 5
+
+
+def engine_run(result, problem, vb_note=None, warned=(), model=None):
+    """An :class:`bayesvm.engines.registry.EngineRun` (imported here: the registry imports this module)."""
+    from ..registry import EngineRun
+
+    return EngineRun(result, problem, vb_note, list(warned), model)
+
+
+def vb_warnings(result, tol, max_iter) -> list[tuple[str, type[Warning]]]:
+    """What a mean-field VB result calls for: a run that stopped at ``max_iter``, and a lower bound that decreased
+    (numerical trouble: the bound of Alg. 1-2 never decreases in exact arithmetic)."""
+    out = []
+    if not result.converged:
+        out.append(
+            (
+                f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}; increase max_iter",
+                ConvergenceWarning,
+            )
+        )
+    if result.decreases:
+        out.append(
+            (
+                f"the lower bound decreased at sweep(s) {result.decreases[:10]}: numerical trouble, check the data "
+                "scaling",
+                RuntimeWarning,
+            )
+        )
+    return out
+
+
+def supports_vb(model, request) -> str | None:
+    """Probes estimate mean-field VB's variance terms on the sparse path (:mod:`bayesvm.linalg.probes`): the accurate
+    fit has none to estimate, and a dense layout is solved exactly at little cost."""
+    if request.control.probes is None:
+        return None
+    if request.vb == "accurate":
+        return (
+            "probes apply to mean-field VB of linear models on complete in-memory data (method='vb', vb=None or "
+            "'meanfield'; no kernel, selection prior or missing='impute')"
+        )
+    if not model.sparse:
+        return (
+            "probes apply to the sparse path (grouping factors with more than 2000 coefficients outside the "
+            "largest); this model is solved exactly at little cost, so leave probes=None"
+        )
+    return None
+
+
+def run_vb(model, request):
+    """The accurate fit or mean-field VB (module docstring)."""
+    from .ep import accurate_failure, fit_accurate
+    from .hyper_grid import AccurateFitError
+    from .vb import fit_vb
+
+    control = request.control
+    problem = model.problem()
+    if control.probes is not None:
+        seed = 0 if request.seed is None else int(request.seed)
+        problem = replace(problem, probes=int(control.probes), probe_seed=seed)
+    chosen, why = (request.vb, None) if request.vb is not None or control.probes is not None else default_vb(problem)
+    if chosen == "accurate":
+        try:
+            result = fit_accurate(problem)
+        except AccurateFitError as exc:
+            if request.vb is not None:
+                raise
+            why = f"{exc}; fell back"
+        else:
+            failure = [] if result.converged else [(accurate_failure(result), ConvergenceWarning)]
+            return engine_run(result, problem, warned=failure)
+    warn_oversized(problem)
+    result = fit_vb(problem, tol=control.tol, max_iter=control.max_iter)
+    return engine_run(result, problem, why, vb_warnings(result, control.tol, control.max_iter))
+
+
+def warn_oversized(problem) -> None:
+    """Warn before an exact sparse fit whose crossed factors leave a dense complement too large to factorise
+    densely: the general sparse factorisation then takes hours, where ``probes`` takes minutes."""
+    from ...linalg.schur import oversized_dense_complement
+
+    if problem.probes is not None or not problem.is_sparse or problem.elimination is not None:
+        return
+    largest = max(problem.components, key=lambda c: c.index.size)
+    q = oversized_dense_complement(problem.D, largest.index)
+    if q is not None:
+        warnings.warn(
+            f"the grouping factors are crossed: after the largest one, a dense {q}-column complement remains, too "
+            "large to factorise densely; the exact fit will be very slow (hours). probes=32 estimates the "
+            "variances without a factorisation (minutes; see the README's Large data section)",
+            ScaleWarning,
+            stacklevel=EARLY_WARNING_STACKLEVEL,
+        )
+
+
+def run_em(model, request):
+    """The posterior mode by EM / ECME."""
+    from .em import fit_em
+
+    control = request.control
+    problem = model.problem()
+    result = fit_em(problem, tol=control.tol, max_iter=control.max_iter)
+    stopped = [] if result.converged else [(f"EM stopped after {result.n_iter} iterations without converging",
+                                            ConvergenceWarning)]  # fmt: skip
+    return engine_run(result, problem, warned=stopped)
+
+
+def run_gibbs(model, request):
+    """The Gibbs sampler, watching the fixed effects and the components' SDs where ``draws="auto"``."""
+    from .gibbs import sample_gibbs
+
+    control = request.control
+    check_sampling(control.draws, control.tune, control.chains, control.thin, control.cores)
+    problem = model.problem()
+    result = sample_gibbs(
+        problem, draws=control.draws, tune=control.tune, chains=control.chains, thin=control.thin, seed=request.seed,
+        cores=control.cores, progress=control.progress, monitor=reported_quantities(model),
+    )  # fmt: skip
+    return engine_run(result, problem)
+
+
+def reported_quantities(model):
+    """What ``draws="auto"`` watches: the fixed effects on the original scale and every component's SDs, the
+    quantities ``summary()`` reports R-hat and ESS for."""
+    import numpy as np
+
+    p = model.design.p
+    transform = model.fixed_transform()
+
+    def monitor(theta_d, components):
+        parts = [theta_d[..., :p] @ transform.T]
+        parts += [np.sqrt(np.diagonal(c, axis1=-2, axis2=-1)) for c in components]
+        return np.concatenate(parts, axis=-1)
+
+    return monitor
+
+
+def supports_svi(model, request) -> str | None:
+    """SVI is stochastic mean-field VB: it is not the accurate fit."""
+    if request.vb == "accurate":
+        return (
+            "method='svi' is stochastic mean-field VB and vb='accurate' asks for expectation propagation instead: "
+            "they are two different fits; use method='vb', vb='accurate' or method='svi' alone"
+        )
+    return None
+
+
+def svi_settings(request) -> tuple[float, int, dict]:
+    """``(tol, max_iter, {batch_size, learning_rate})`` of an SVI route, validated."""
+    control = request.control
+    tol, max_iter = control.tol, control.max_iter
+    iteration_defaults("svi", tol, max_iter, control.batch_size, vb_max_iter=max_iter)
+    return tol, max_iter, {"batch_size": control.batch_size, "learning_rate": control.learning_rate}
+
+
+def svi_warnings(result) -> list[tuple[str, type[Warning]]]:
+    return [] if result.converged else [(f"SVI stopped before converging ({result.stopping})", ConvergenceWarning)]
+
+
+def run_svi(model, request):
+    """SVI on one dense ``q`` over every coefficient (Wenzel et al. 2017, section 4.5)."""
+    from .svi import fit_linear_svi
+
+    tol, max_iter, options = svi_settings(request)
+    model = all_dense(model, "method='svi' keeps one dense q")
+    problem = model.problem()
+    result = fit_linear_svi(problem, max_iter=max_iter, tol=tol, seed=request.seed, **options)
+    return engine_run(result, problem, warned=svi_warnings(result), model=model)

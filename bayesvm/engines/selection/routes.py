@@ -1,0 +1,146 @@
+"""The routes of the selection family (:mod:`bayesvm.engines.registry`): a selection prior on the slopes.
+
+- VB: EP with a site per slope (:mod:`bayesvm.engines.selection.ep`) where ``vb="accurate"`` asks or the default chooses
+  it (:func:`bayesvm.engine_defaults.default_selection_vb`; the default falls back to mean-field VB where EP fails or
+  does not converge, and says so), else the prior's mean-field VB (Laplace-zero: Luts & Ormerod 2014, Alg. 3;
+  spike-and-slab: Carbonetto & Stephens' factors; the lasso: its scale-mixture VB).
+- EM / ECME: the lasso's posterior mode.
+- Gibbs: the prior's sampler (Appendix B; Polson & Scott 2011, sections 4.1-4.2) with its model-space moves.
+- SVI: the selection prior's stochastic VB.
+"""
+
+from __future__ import annotations
+
+from ...engine_defaults import default_selection_vb
+from ...errors import ConvergenceWarning
+from ...priors import Lasso, SpikeSlab
+from ..linear.routes import engine_run, reported_quantities, supports_svi, svi_settings, svi_warnings
+
+#: The refusal where a selection prior has nothing to select.
+NO_SLOPE = "the selection prior has no slope to act on: every fixed-effect column is unpenalized"
+
+
+def supports(model, request) -> str | None:
+    """A selection prior needs a penalised slope to act on."""
+    return None if model.penalized.any() else NO_SLOPE
+
+
+def run_gibbs(model, request):
+    """The prior's Gibbs sampler, watching the fixed effects, the inclusion draws and the components' SDs where
+    ``draws="auto"``."""
+    from ...combinations import check_sampling
+    from .gibbs import sample_selection
+
+    control = request.control
+    check_sampling(control.draws, control.tune, control.chains, control.thin, control.cores)
+    problem = model.selection_problem()
+    result = sample_selection(
+        problem, draws=control.draws, tune=control.tune, chains=control.chains, thin=control.thin, seed=request.seed,
+        cores=control.cores, progress=control.progress, monitor=reported_selection_quantities(model),
+    )  # fmt: skip
+    return engine_run(result, model.problem())
+
+
+def reported_selection_quantities(model):
+    """What ``draws="auto"`` watches under a selection prior: the fixed effects on the original scale, the
+    inclusion probabilities' draws (Rao-Blackwellised where the sampler keeps them, else the indicators) and every
+    component's SDs (what ``summary()`` reports)."""
+    import numpy as np
+
+    fixed_and_sds = reported_quantities(model)
+
+    def monitor(coef, include, components):
+        return np.concatenate([fixed_and_sds(coef, components), include.astype(float)], axis=-1)
+
+    return monitor
+
+
+def run_vb(model, request):
+    """EP with a site per slope, or the prior's mean-field VB (module docstring)."""
+    from ..linear.ep import accurate_failure
+    from ..linear.hyper_grid import AccurateFitError
+    from .ep import fit_selection_accurate
+
+    problem = model.selection_problem()
+    chosen, why = (request.vb, None) if request.vb is not None else default_selection_vb(model)
+    if chosen == "accurate":
+        try:
+            result = fit_selection_accurate(problem, stop_at_failure=request.vb is None)  # (the default falls back)
+        except AccurateFitError as exc:
+            if request.vb is not None:
+                raise
+            result, why = None, f"{exc}; fell back"
+        if result is not None and not result.converged and request.vb is None:
+            result, why = None, f"{accurate_failure(result)}; fell back"
+        if result is not None:
+            warned = [] if result.converged else [(accurate_failure(result), ConvergenceWarning)]
+            floored = floored_sites_warning(model, [result])
+            return engine_run(result, model.problem(), warned=warned + floored)
+    result = _mean_field(model)(problem, tol=request.control.tol, max_iter=request.control.max_iter)
+    return engine_run(result, model.problem(), why, iteration_warnings(result, "VB"))
+
+
+def _mean_field(model):
+    """The prior's mean-field VB."""
+    from .lasso_vb import fit_lasso_vb
+    from .spike_slab_vb import fit_spike_slab_vb
+    from .vb import fit_laplace_zero_vb
+
+    if isinstance(model.prior, SpikeSlab):
+        return fit_spike_slab_vb
+    if isinstance(model.prior, Lasso):
+        return fit_lasso_vb
+    return fit_laplace_zero_vb
+
+
+def run_em(model, request):
+    """The lasso's posterior mode by EM / ECME (the other priors' refusal is :func:`bayesvm.combinations.check_prior_method`'s:
+    no mode exists under a point mass at zero)."""
+    from .lasso_em import fit_lasso_em
+
+    control = request.control
+    result = fit_lasso_em(model.selection_problem(), tol=control.tol, max_iter=control.max_iter)
+    return engine_run(result, model.problem(), warned=iteration_warnings(result, "EM"))
+
+
+def iteration_warnings(result, what: str) -> list[tuple[str, type[Warning]]]:
+    """What an iterative selection fit's result calls for: a run that stopped before converging, a lower bound that
+    decreased."""
+    out = []
+    if not result.converged:
+        out.append((f"{what} stopped after {result.n_iter} iterations without converging", ConvergenceWarning))
+    if getattr(result, "decreases", None):
+        out.append((f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning))
+    return out
+
+
+def floored_sites_warning(model, results) -> list[tuple[str, type[Warning]]]:
+    """The warning for slopes whose EP site precision had to be held at 0 (a negative one made q improper)."""
+    from .ep import floored_slopes
+
+    culprits = floored_slopes(model, results)
+    if not culprits:
+        return []
+    return [
+        (
+            f"accurate VB: the EP sites of {', '.join(culprits)} could not match their tilted moments (a negative "
+            "site precision made q improper, so it was held at 0): the approximation is off, for those slopes most; "
+            "check the inclusion probabilities with method='gibbs'",
+            ConvergenceWarning,
+        )
+    ]
+
+
+def supports_selection_svi(model, request) -> str | None:
+    return supports_svi(model, request) or supports(model, request)
+
+
+def run_svi(model, request):
+    """The selection prior's SVI, on one dense ``q``."""
+    from ...model import all_dense
+    from .svi import fit_selection_svi
+
+    tol, max_iter, options = svi_settings(request)
+    model = all_dense(model, "method='svi' keeps one dense q")
+    result = fit_selection_svi(model.selection_problem(), max_iter=max_iter, tol=tol, seed=request.seed, **options)
+    return engine_run(result, model.problem(), warned=svi_warnings(result), model=model)
