@@ -240,7 +240,7 @@ def _checked_model(formula, data, *, method, penalty, positive, missing, standar
         design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized, class_weight=class_weight
     )
     diagnostics = check_identifiability(model, checks)
-    diagnostics.enforce()
+    diagnostics.enforce(stacklevel=3)  # (the warning names the user's call: enforce, this, bsvm, the caller)
     return model, diagnostics, checks
 
 
@@ -287,10 +287,10 @@ def _checked_after_fit(fit, diagnostics: Diagnostics, checks: Checks) -> None:
     the samplers' mixing and the VB fit's PSIS check; their findings join the fit's diagnostics."""
     if checks.singular != "ignore":
         singular = singular_findings(fit.variance_components, "warn")
-        Diagnostics(tuple(singular)).enforce()
+        Diagnostics(tuple(singular)).enforce(stacklevel=3)
         diagnostics = diagnostics.with_findings(singular)
     one_class = one_class_findings(fit, checks.one_class)
-    Diagnostics(tuple(one_class)).enforce()
+    Diagnostics(tuple(one_class)).enforce(stacklevel=3)
     fit.diagnostics = diagnostics.with_findings(one_class)
     if fit.method == "gibbs":  # (after the identifiability findings, which can be why the chains cannot settle)
         _warn_mcmc(fit)
@@ -389,7 +389,7 @@ def _warn_mcmc(fit: BSVMFit) -> None:
         cap = f"draws='auto' {stopping}, short of R-hat <= {AUTO_RHAT} and bulk ESS >= {AUTO_ESS} for every quantity"
         message = f"{cap}; {message}" if message else cap
     if message:
-        warnings.warn(message, ConvergenceWarning, stacklevel=3)  # (from bsvm: the caller of bsvm)
+        warnings.warn(message, ConvergenceWarning, stacklevel=4)  # (_warn_mcmc, _checked_after_fit, bsvm, the caller)
     disagreement = inclusion_disagreement(fit)
     if disagreement:
-        warnings.warn(disagreement, ConvergenceWarning, stacklevel=3)
+        warnings.warn(disagreement, ConvergenceWarning, stacklevel=4)

@@ -198,3 +198,25 @@ def test_a_default_fit_does_not_load_scipy_stats():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_the_fits_warnings_name_the_users_call():
+    """Each warning a fit says (an identifiability finding before the engine, the PSIS check and the sampler's
+    diagnostics after it) points at the line that called ``bsvm()``, not inside the package."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    n = 120
+    x, z = rng.standard_normal(n), rng.standard_normal(n)
+    g = rng.integers(0, 8, n)
+    y = np.where(rng.random(n) < 1 / (1 + np.exp(-(x - 0.5 * z + rng.normal(0, 1, 8)[g]))), "yes", "no")
+    data = pd.DataFrame({"y": y, "x": x, "z": z, "g": [f"g{k}" for k in g]})
+    separated = data.assign(y=np.where(g % 2 == 0, "yes", "no"))  # the levels alone separate the classes
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        bayesvm.bsvm("y ~ x + z + (1 | g)", data, vb="meanfield")  # PSIS k-hat above 0.7
+        bayesvm.bsvm("y ~ x + z + (1 | g)", separated, vb="meanfield")  # separation by the random effects
+        bayesvm.bsvm("y ~ x + z + (1 | g)", data, method="gibbs", draws=30, tune=30, chains=2, seed=1, progress=False)
+    kinds = {type(w.message).__name__ for w in record}
+    assert {"ApproximationWarning", "IdentifiabilityWarning", "ConvergenceWarning"} <= kinds
+    assert {w.filename for w in record if w.category.__module__.startswith("bayesvm")} == {__file__}

@@ -224,8 +224,8 @@ def check_at_fit_end(fit, action: str = "warn") -> None:
         fit._vb_check = f"no PSIS check: {exc}"
         return
     message = check_warning(check)
-    if message is not None:
-        warnings.warn(message, ApproximationWarning, stacklevel=3)
+    if message is not None:  # (named at the user's call: this, the fit's post-fit checks, bsvm, the caller)
+        warnings.warn(message, ApproximationWarning, stacklevel=4)
 
 
 def check_warning(check: VBCheck) -> str | None:
