@@ -5,9 +5,10 @@ Each pass over the partitions computes, for the current ``q(beta) = N(mu, Sigma)
 sums ``X'WX``, ``X'y(1 + w)`` and ``sum_i [y_i x_i'mu - 1 - sqrt(chi_i) + (chi_i - e_i) / (2 sqrt chi_i)]``
 (the data term of the bound, :func:`~bayesvm.engines.augmentation.data_lower_bound`).  The driver then
 records the bound of the complete ``q`` (``q(beta)``, the new ``q(a)``, ``q(sigma_u^2)``) and solves for
-the next ``q(beta)``.  These are exactly the sweeps of :func:`bayesvm.engines.linear.vb.fit_vb` (without its
-SQUAREM acceleration, which would need ``chi`` for every row), one pass per sweep, with memory
-``O(p^2)`` on the driver; ``chi`` is never stored.  Random effects of small terms stream as dense columns of
+the next ``q(beta)``.  These are exactly the sweeps of :func:`bayesvm.engines.linear.vb.fit_vb`, one pass per sweep,
+with memory ``O(p^2)`` on the driver; ``chi`` is never stored.  The in-memory fit groups its sweeps in SQUAREM cycles on
+``log chi`` of every row; here the cycles extrapolate the row sums instead (the natural parameters of ``q(theta)`` are
+linear in them) with the components (:func:`fit_streamed_vb`).  Random effects of small terms stream as dense columns of
 the partitions' rows (``p`` counts them), each term with its variance component, updated like the penalty's
 (Alg. 2 step 4; the half-t through its auxiliary variable, inverse-Wishart terms alike).
 
@@ -22,6 +23,7 @@ come from the broadcast ``q(theta)`` (its per-level gains and block inverses, ``
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,6 +40,8 @@ from .vb import (
     ABSOLUTE_TOL,
     VBProblem,
     VBResult,
+    decode_components,
+    encode_components,
     initial_component,
     lower_bound,
     prior_precisions,
@@ -102,58 +106,166 @@ def _added_by_level(parts: list, n_levels: int, K: int, p: int) -> LevelSums:
     return LevelSums(blocks=blocks, cross=cross, rhs=rhs)
 
 
-def fit_streamed_vb(problem: VBProblem, map_partitions, tol: float = 1e-8, max_iter: int = 500) -> VBResult:
+@dataclass
+class StreamState:
+    """A state of the streamed sweeps: ``q(theta)`` (None before the first pass), the row sums it was solved from
+    (``stats``) and the components' ``q``."""
+
+    theta: GaussianPosterior | None
+    stats: RowStatistics | None
+    components: list
+
+
+class StreamedSweeps:
+    """One pass over the partitions per sweep (module docstring): :meth:`sweep` maps a state to the next and returns
+    the bound of the state it started from (the pass computes its data term from the rows); :meth:`encode` and
+    :meth:`decode` map a state to an unconstrained vector and back for SQUAREM (the row sums as they are: ``q(theta)``'s
+    natural parameters are linear in them; the components as :func:`bayesvm.engines.linear.vb.encode_components`)."""
+
+    def __init__(self, problem: VBProblem, map_partitions):
+        self.problem, self.map_partitions = problem, map_partitions
+        self.p = problem.D.shape[1]
+        blocked = problem.blocked
+        self.J, self.K = (0, 0) if blocked is None else (blocked.n_levels, blocked.K)
+
+    def initial_state(self) -> StreamState:
+        return StreamState(None, None, [initial_component(c) for c in self.problem.components])
+
+    def sweep(self, state: StreamState) -> tuple[StreamState, float | None]:
+        """The next state (Alg. 2: ``q(a)`` and the row sums at ``state.theta``, then ``q(theta)``, then each
+        component) and the bound of ``state`` (None for the start, which has no ``q(theta)``)."""
+        problem, theta = self.problem, state.theta
+        if self.J == 0:
+            parts = self.map_partitions(
+                partition_sums, None if theta is None else theta.mean_d, None if theta is None else theta.cov_d
+            )
+        else:
+            parts = self.map_partitions(partition_level_sums, theta, self.J)
+        G = sum(part[0] for part in parts)
+        r = sum(part[1] for part in parts)
+        bound = None
+        if theta is not None:  # the bound of the complete q of `state`
+            data = sum(part[2] for part in parts)
+            seconds = [second_moments(c, theta) for c in problem.components]
+            empty = np.zeros(0)
+            bound = data + lower_bound(problem, empty, theta, empty, empty, empty, state.components, seconds)
+        levels = None if self.J == 0 else _added_by_level(parts, self.J, self.K, self.p)
+        stats = RowStatistics(G, r, levels=levels)
+        return self.solved(stats, state.components), bound
+
+    def solved(self, stats: RowStatistics, components: list) -> StreamState:
+        """``q(theta)`` from the row sums given the components' expected precisions, then each component."""
+        problem = self.problem
+        prior_dd, prior_b = prior_precisions(problem, [post.expected_precision() for post in components])
+        if self.J == 0:
+            theta = gaussian_from_natural(stats.gram + prior_dd, stats.product)
+        else:
+            theta = gaussian_from_statistics(stats, prior_dd, self.J, self.K, prior_b)
+        updated = [
+            update_component(c, second_moments(c, theta), post) for c, post in zip(problem.components, components)
+        ]
+        return StreamState(theta, stats, updated)
+
+    def encode(self, state: StreamState) -> np.ndarray:
+        stats = state.stats
+        parts = [stats.gram.ravel(), stats.product]
+        if stats.levels is not None:
+            parts += [stats.levels.blocks.ravel(), stats.levels.cross.ravel(), stats.levels.rhs.ravel()]
+        return np.concatenate(parts + [encode_components(state.components)])
+
+    def decode(self, x: np.ndarray, like: StreamState) -> StreamState:
+        """The state whose row sums and components are ``x`` (shapes from ``like``), ``q(theta)`` solved from them."""
+        pieces, pos = [], 0
+        shapes = [like.stats.gram.shape, like.stats.product.shape]
+        if like.stats.levels is not None:
+            levels = like.stats.levels
+            shapes += [levels.blocks.shape, levels.cross.shape, levels.rhs.shape]
+        for shape in shapes:
+            size = int(np.prod(shape))
+            pieces.append(x[pos : pos + size].reshape(shape))
+            pos += size
+        gram = 0.5 * (pieces[0] + pieces[0].T)
+        levels = None if len(pieces) == 2 else LevelSums(*pieces[2:])
+        components = decode_components(x[pos:], like.components)
+        state = self.solved(RowStatistics(gram, pieces[1], levels=levels), components)
+        if not np.all(np.isfinite(state.theta.mean_d)):
+            raise FloatingPointError("an extrapolated state without a finite q(theta)")
+        return state
+
+
+def fit_streamed_vb(
+    problem: VBProblem, map_partitions, tol: float = 1e-8, max_iter: int = 500, accelerate: bool = True
+) -> VBResult:
     """Coordinate ascent with one pass over the partitions per sweep, stopped as the in-memory sweeps are (the
-    bound's increase below ``tol`` relative and :data:`bayesvm.engines.linear.vb.ABSOLUTE_TOL` nats).
+    bound's increase below ``tol`` relative and :data:`bayesvm.engines.linear.vb.ABSOLUTE_TOL` nats), or after
+    ``max_iter`` passes.
 
     ``problem`` gives the prior (``fixed_precision``, the penalty component; its rows are not used);
     ``map_partitions(func, *args)`` applies ``func(D, y, *args)`` to every partition's standardised design
     rows and returns the list of results (dask, or a plain loop for in-memory pieces).
+
+    With ``accelerate`` the sweeps are grouped in SQUAREM cycles (Varadhan & Roland 2008, scheme S3, as
+    :mod:`bayesvm.engines.squarem`) on the row sums and the components: two sweeps from ``x0`` give ``x1`` and ``x2``,
+    the state extrapolated from the three is solved for ``q(theta)``, and the pass from it is kept only if the bound it
+    computes (of the extrapolated state) is at least that of ``x1`` (the pass gives the bound of the state it starts
+    from, so ``x2``'s is not known yet; coordinate ascent from ``x1`` only raises it); else the sweeps go on from
+    ``x2``.  The recorded bounds never decrease.  ``accelerate=False`` is the plain iteration, the in-memory
+    ``fit_vb(..., accelerate=False)`` sweep for sweep.  ``n_iter`` counts every pass after the first (which only
+    starts: it has no bound), kept or not.
     """
     start = time.perf_counter()
-    p = problem.D.shape[1]
-    blocked = problem.blocked
-    J, K = (0, 0) if blocked is None else (blocked.n_levels, blocked.K)
-    components = [initial_component(c) for c in problem.components]
-    theta: GaussianPosterior | None = None
+    sweeps = StreamedSweeps(problem, map_partitions)
     bounds: list[float] = []
     decreases: list[int] = []
-    converged = False
-    with blas_threads(p):
-        for _ in range(max_iter + 1):
-            if blocked is None:
-                parts = map_partitions(
-                    partition_sums, None if theta is None else theta.mean_d, None if theta is None else theta.cov_d
-                )
-            else:
-                parts = map_partitions(partition_level_sums, theta, J)
-            G = sum(part[0] for part in parts)
-            r = sum(part[1] for part in parts)
-            if theta is not None:  # the bound of the complete q after the previous sweep
-                data = sum(part[2] for part in parts)
-                seconds = [second_moments(c, theta) for c in problem.components]
-                empty = np.zeros(0)
-                rest = lower_bound(problem, empty, theta, empty, empty, empty, components, seconds)
-                bounds.append(data + rest)
-                if len(bounds) > 1:
-                    change = bounds[-1] - bounds[-2]
-                    if change < -1e-8 * abs(bounds[-2]):
-                        decreases.append(len(bounds))
-                    if abs(change) < min(tol * abs(bounds[-1]), ABSOLUTE_TOL):  # (as the in-memory sweeps stop)
-                        converged = True
-                        break
-                if len(bounds) >= max_iter:
+    passes = 0
+
+    def record(bound: float) -> bool:
+        bounds.append(bound)
+        if len(bounds) < 2:
+            return False
+        change = bounds[-1] - bounds[-2]
+        if change < -1e-8 * abs(bounds[-2]):
+            decreases.append(len(bounds))
+        return abs(change) < min(tol * abs(bounds[-1]), ABSOLUTE_TOL)  # (as the in-memory sweeps stop)
+
+    with blas_threads(sweeps.p):
+        state, _ = sweeps.sweep(sweeps.initial_state())  # the start (w = 1) has no bound
+        passes, final, converged = 1, state, False
+        while passes <= max_iter:
+            x0 = state
+            x1, bound = sweeps.sweep(x0)
+            passes += 1
+            final, converged = x0, record(bound)
+            if converged or passes > max_iter:
+                break
+            state = x1
+            if not accelerate or passes + 2 > max_iter:
+                continue
+            x2, bound = sweeps.sweep(x1)
+            passes += 1
+            final, converged = x1, record(bound)
+            if converged:
+                break
+            state = x2
+            v0, v1, v2 = (sweeps.encode(x) for x in (x0, x1, x2))
+            r, v = v1 - v0, v2 - 2.0 * v1 + v0
+            norm_v = np.linalg.norm(v)
+            if norm_v == 0.0 or not np.isfinite(norm_v):
+                continue
+            step = min(-1.0, -np.linalg.norm(r) / norm_v)
+            try:
+                with np.errstate(over="raise", invalid="raise"):
+                    extrapolated = sweeps.decode(v0 - 2.0 * step * r + step**2 * v, x2)
+            except (np.linalg.LinAlgError, FloatingPointError, ValueError, ZeroDivisionError):
+                continue
+            x3, bound = sweeps.sweep(extrapolated)
+            passes += 1
+            if bound is not None and np.isfinite(bound) and bound >= bounds[-1]:
+                final, converged = extrapolated, record(bound)
+                if converged:
                     break
-            prior_dd, prior_b = prior_precisions(problem, [post.expected_precision() for post in components])
-            if blocked is None:
-                theta = gaussian_from_natural(G + prior_dd, r)
-            else:
-                levels = _added_by_level(parts, J, K, p)
-                theta = gaussian_from_statistics(RowStatistics(G, r, levels=levels), prior_dd, J, K, prior_b)
-            components = [
-                update_component(c, second_moments(c, theta), post) for c, post in zip(problem.components, components)
-            ]
+                state = x3
     return VBResult(
-        theta=theta, components=components, chi=np.zeros(0), lower_bound=np.array(bounds), converged=converged,
-        n_iter=len(bounds), elapsed=time.perf_counter() - start, decreases=decreases,
+        theta=final.theta, components=final.components, chi=np.zeros(0), lower_bound=np.array(bounds),
+        converged=converged, n_iter=passes - 1, elapsed=time.perf_counter() - start, decreases=decreases,
     )  # fmt: skip
