@@ -361,7 +361,8 @@ def _recorded(options: dict, fit):
 def _fit_linear(model, data, *, method: str, vb: str | None, seed, control: Control) -> BSVMFit:
     """The engine for a linear model (``bsvm`` without a kernel, in-memory data): the route of the registry's table
     (:mod:`bayesvm.engines.registry`) for the model's family and ``method``, its warnings said once, one fit built."""
-    from .engines.registry import FitRequest, route_for
+    from .engines.registry import route_for
+    from .engines.runs import FitRequest
 
     if model.design.imputation is not None:
         check_imputation_arguments(control.imputation, control.imputations)

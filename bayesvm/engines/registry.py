@@ -13,39 +13,15 @@ says its warnings; a cell that is absent is a combination no engine fits, refuse
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..control import Control
 from ..errors import BayesvmError
 from .imputation import routes as imputation_routes
 from .linear import routes as linear_routes
+from .runs import EngineRun, FitRequest
 from .selection import routes as selection_routes
 
-
-@dataclass(frozen=True)
-class FitRequest:
-    """What the caller asked of the engine: ``method`` (``"vb"``, ``"gibbs"``, ``"em"``, ``"svi"``), ``vb`` (None: the
-    default's choice, ``"meanfield"`` or ``"accurate"``), the seed and the engine settings (``control``, its
-    imputation model resolved: ``"mi"`` or ``"joint"``)."""
-
-    method: str
-    vb: str | None
-    seed: int | None
-    control: Control
-
-
-@dataclass
-class EngineRun:
-    """An engine's fit of one model: its output (``result``), the problem it was fitted to, why the engine differs from
-    the one asked for (``vb_note``: the default's fallback, None otherwise), ``(message, category)`` warnings, and the
-    model the fit describes where the route changed its layout (``model``: every random-effect term in the dense
-    columns for SVI; None where it is the model asked for)."""
-
-    result: object
-    problem: object
-    vb_note: str | None = None
-    warnings: list[tuple[str, type[Warning]]] = field(default_factory=list)
-    model: object = None
+__all__ = ["ABSENT", "ROUTES", "Route", "family_of", "route_for"]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...combinations import check_sampling
 from ...engine_defaults import default_mi_vb
 from ...errors import ConvergenceWarning, ImputationWarning
 from ...model import MAX_DENSE_COLUMNS, all_dense
@@ -117,7 +118,6 @@ def run_multiple_vb(model, request):
 
 def run_gibbs(model, request):
     """The imputation sampler (Appendix C): the imputed values drawn with the coefficients."""
-    from ...combinations import check_sampling
     from .joint_model import sample_impute_gibbs
 
     control = request.control
@@ -172,7 +172,6 @@ def _svi_pooled(result) -> list[tuple[str, type[Warning]]]:
 def run_selection(model, request):
     """A selection prior with multiple imputation: the selection sampler with imputation segments (Gibbs), or a
     selection VB fit per completed data set, pooled."""
-    from ...combinations import check_sampling
     from ..selection.gibbs import sample_selection
     from .multiple import fit_mi_selection_vb
 

@@ -18,21 +18,22 @@ from __future__ import annotations
 import warnings
 from dataclasses import replace
 
+import numpy as np
+
 from ...arguments import iteration_defaults
 from ...combinations import check_sampling
 from ...engine_defaults import default_vb
 from ...errors import ConvergenceWarning, ScaleWarning
 from ...model import all_dense
+from ..runs import EngineRun
 
 #: ``warnings.warn``'s stack level for a warning a helper of a route's run says before its engine starts: the helper
 #: (1), the route's ``run_*`` (2), the driver (3), ``bsvm()`` (4), the user's call (5).
 EARLY_WARNING_STACKLEVEL = 5
 
 
-def engine_run(result, problem, vb_note=None, warned=(), model=None):
-    """An :class:`bayesvm.engines.registry.EngineRun` (imported here: the registry imports this module)."""
-    from ..registry import EngineRun
-
+def engine_run(result, problem, vb_note=None, warned=(), model=None) -> EngineRun:
+    """The :class:`bayesvm.engines.runs.EngineRun` of a route."""
     return EngineRun(result, problem, vb_note, list(warned), model)
 
 
@@ -151,8 +152,6 @@ def run_gibbs(model, request):
 def reported_quantities(model):
     """What ``draws="auto"`` watches: the fixed effects on the original scale and every component's SDs, the
     quantities ``summary()`` reports R-hat and ESS for."""
-    import numpy as np
-
     p = model.design.p
     transform = model.fixed_transform()
 

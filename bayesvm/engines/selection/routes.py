@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from ...combinations import check_sampling
 from ...engine_defaults import default_selection_vb
 from ...errors import ConvergenceWarning
 from ...priors import Lasso, SpikeSlab
@@ -28,7 +31,6 @@ def supports(model, request) -> str | None:
 def run_gibbs(model, request):
     """The prior's Gibbs sampler, watching the fixed effects, the inclusion draws and the components' SDs where
     ``draws="auto"``."""
-    from ...combinations import check_sampling
     from .gibbs import sample_selection
 
     control = request.control
@@ -45,8 +47,6 @@ def reported_selection_quantities(model):
     """What ``draws="auto"`` watches under a selection prior: the fixed effects on the original scale, the
     inclusion probabilities' draws (Rao-Blackwellised where the sampler keeps them, else the indicators) and every
     component's SDs (what ``summary()`` reports)."""
-    import numpy as np
-
     fixed_and_sds = reported_quantities(model)
 
     def monitor(coef, include, components):

@@ -1,0 +1,34 @@
+"""The records an engine route takes and gives (:mod:`bayesvm.engines.registry`): what the caller asked
+(:class:`FitRequest`) and what the engine made of it (:class:`EngineRun`).  Inert: no fitting here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..control import Control
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    """What the caller asked of the engine: ``method`` (``"vb"``, ``"gibbs"``, ``"em"``, ``"svi"``), ``vb`` (None: the
+    default's choice, ``"meanfield"`` or ``"accurate"``), the seed and the engine settings (``control``, its
+    imputation model resolved: ``"mi"`` or ``"joint"``)."""
+
+    method: str
+    vb: str | None
+    seed: int | None
+    control: Control
+
+
+@dataclass
+class EngineRun:
+    """An engine's fit of one model: its output (``result``), the problem it was fitted to, why the engine differs from
+    the one asked for (``vb_note``: the default's fallback, None otherwise), ``(message, category)`` warnings, and the
+    model the fit describes where the route changed its layout (``model``: every random-effect term in the dense
+    columns for SVI; None where it is the model asked for)."""
+
+    result: object
+    problem: object
+    vb_note: str | None = None
+    warnings: list[tuple[str, type[Warning]]] = field(default_factory=list)
+    model: object = None
