@@ -8,6 +8,11 @@ from .model import PENALTY_SOURCE
 #: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs 20-60 mean-field
 #: fits, one EP fit per node of its lattice).
 AUTO_ACCURATE_MAX_ROWS = 20_000
+#: ... and up to this many where a single variance hyperparameter is integrated (one random-effect variance and a
+#: fixed penalty, or the learned penalty alone): its lattice is a line, about 40 EP fits where two hyperparameters
+#: take about 150, so the accurate fit of this many rows costs what the two-hyperparameter fit of
+#: ``AUTO_ACCURATE_MAX_ROWS`` does (``benchmarks/RESULTS.md``, section ``accurate_scale``).
+AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER = 75_000
 
 
 def default_vb(problem) -> tuple[str, str | None]:
@@ -16,15 +21,19 @@ def default_vb(problem) -> tuple[str, str | None]:
     The accurate fit (EP integrated over the variance components) is the default wherever it
     applies; mean-field VB where it does not (more than six variance hyperparameters), on the sparse
     path (several large grouping factors, where each EP sweep is a sparse factorisation) and above
-    ``AUTO_ACCURATE_MAX_ROWS`` rows.
+    ``AUTO_ACCURATE_MAX_ROWS`` rows (``AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`` with a single variance
+    hyperparameter).
     """
     from .engines.linear.ep import MAX_HYPERPARAMETERS, Hyperparameters
 
     if problem.is_sparse:
         return "meanfield", "several large grouping factors (sparse path)"
-    if problem.n > AUTO_ACCURATE_MAX_ROWS:
-        return "meanfield", f"more than {AUTO_ACCURATE_MAX_ROWS:,} rows"
-    if Hyperparameters(problem.components).size > MAX_HYPERPARAMETERS:
+    size = Hyperparameters(problem.components).size
+    if size <= 1 and problem.n > AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER:
+        return "meanfield", f"more than {AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER:,} rows"
+    if size > 1 and problem.n > AUTO_ACCURATE_MAX_ROWS:
+        return "meanfield", f"more than {AUTO_ACCURATE_MAX_ROWS:,} rows with {size} variance hyperparameters"
+    if size > MAX_HYPERPARAMETERS:
         return "meanfield", f"more than {MAX_HYPERPARAMETERS} variance hyperparameters"
     return "accurate", None
 

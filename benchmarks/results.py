@@ -46,6 +46,11 @@ BENCHMARKS = {
         "the accurate fit where EP alone is weakest (correlated slopes, nearly separated groups) against long Gibbs",
         False,
     ),
+    "accurate_scale": (
+        ["benchmarks.accurate_scale"],
+        "the accurate fit on 75,000 rows (one variance hyperparameter) against mean-field VB and long Gibbs",
+        False,
+    ),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
     "learned_penalty": (
         ["benchmarks.scale", "--learned-penalty"],

@@ -220,3 +220,24 @@ def test_the_fits_warnings_name_the_users_call():
     kinds = {type(w.message).__name__ for w in record}
     assert {"ApproximationWarning", "IdentifiabilityWarning", "ConvergenceWarning"} <= kinds
     assert {w.filename for w in record if w.category.__module__.startswith("bayesvm")} == {__file__}
+
+
+def test_the_default_is_the_accurate_fit_on_more_rows_with_one_variance_hyperparameter(monkeypatch):
+    """The accurate fit's cost is rows times its EP fits, about 40 for one variance hyperparameter and 150 for two, so
+    the default keeps it on more rows where it integrates a single one (a random intercept with a fixed penalty)."""
+    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS", 50)  # (the 120 rows below: above both)
+    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER", 200)
+    rng = np.random.default_rng(4)
+    n = 120
+    g = rng.integers(0, 12, n)
+    x = rng.standard_normal(n)
+    y = np.where(rng.random(n) < 1 / (1 + np.exp(-(x + rng.normal(0, 1, 12)[g]))), "a", "b")
+    data = pd.DataFrame({"y": y, "x": x, "g": [f"g{k}" for k in g]})
+    checks = bayesvm.Checks(vb_check="ignore")
+    one = bayesvm.bsvm("y ~ x + (1 | g)", data, penalty=None, checks=checks)
+    assert one.posterior.kind == "mixture" and one.vb_note is None
+    two = bayesvm.bsvm("y ~ x + (1 | g)", data, checks=checks)  # the learned penalty: two hyperparameters
+    assert two.posterior.kind == "variational"
+    assert two.vb_note == "more than 50 rows with 2 variance hyperparameters"
+    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER", 100)
+    assert bayesvm.bsvm("y ~ x + (1 | g)", data, penalty=None, checks=checks).vb_note == "more than 100 rows"

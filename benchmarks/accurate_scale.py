@@ -1,0 +1,88 @@
+"""The accurate fit on many rows, against mean-field VB and a long Gibbs run: ``python -m benchmarks.accurate_scale``.
+
+Simulated longitudinal data (``y ~ x1 + x2 + x3 + (1 | g)``, ten rows per level, random-intercept SD 1 on the logit
+scale), in one process:
+
+* 75,000 rows and 7,500 levels with a fixed prior on the slopes (``penalty=None``: one variance hyperparameter, the
+  largest default accurate fit, :data:`bayesvm.engine_defaults.AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`): the default
+  (accurate) fit, mean-field VB and Gibbs (4 chains x (1,000 tuning + 2,000 draws)): the variance's posterior mean over
+  Gibbs's, the largest ``|mean - Gibbs's|`` of a fixed effect in Gibbs SDs, the fixed effects' SDs over Gibbs's, seconds;
+* 20,000 rows and 2,000 levels with the learned penalty (two variance hyperparameters, the largest default accurate
+  fit there, :data:`bayesvm.engine_defaults.AUTO_ACCURATE_MAX_ROWS`): the accurate fit's seconds, the cost the
+  one-hyperparameter limit is set to match.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+
+import bayesvm
+
+FORMULA = "y ~ x1 + x2 + x3 + (1 | g)"
+CHAINS, TUNE, DRAWS = 4, 1000, 2000
+
+
+def simulate(n: int, levels: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3))
+    g = rng.integers(0, levels, n)
+    eta = 0.5 + X @ [1.0, -0.5, 0.25] + rng.normal(0.0, 1.0, levels)[g]
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(int)
+    return pd.DataFrame({"y": y, "x1": X[:, 0], "x2": X[:, 1], "x3": X[:, 2], "g": [f"g{k}" for k in g]})
+
+
+def timed(**options):
+    def fit(data):
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = bayesvm.bsvm(FORMULA, data, **options)
+        return result, time.perf_counter() - start
+
+    return fit
+
+
+def compared(fit, gibbs) -> dict:
+    """The variance over Gibbs's, the largest fixed-effect distance in Gibbs SDs, the SD ratios' range."""
+    reference_sd = np.sqrt(np.diag(gibbs.fixef_cov.to_numpy()))
+    ratio = np.sqrt(np.diag(fit.fixef_cov.to_numpy())) / reference_sd
+    return {
+        "var": fit.variance_components[0].mean[0, 0] / gibbs.variance_components[0].mean[0, 0],
+        "fixef": float(np.max(np.abs(fit.fixef.to_numpy() - gibbs.fixef.to_numpy()) / reference_sd)),
+        "sd": (float(ratio.min()), float(ratio.max())),
+    }
+
+
+def main() -> list[dict]:
+    rows = []
+    data = simulate(75_000, 7_500)
+    default, default_s = timed(penalty=None)(data)
+    meanfield, meanfield_s = timed(penalty=None, vb="meanfield")(data)
+    gibbs, gibbs_s = timed(penalty=None, method="gibbs", chains=CHAINS, tune=TUNE, draws=DRAWS, seed=1, progress=False)(
+        data
+    )
+    print(f"75,000 rows, 7,500 levels, penalty=None (one variance hyperparameter); Gibbs {CHAINS} x ({TUNE} + {DRAWS})")
+    print(f"{'fit':28s} {'var / Gibbs':>11s} {'fixef (SD)':>10s} {'SD / Gibbs':>13s} {'seconds':>8s}")
+    for name, fit, seconds in (
+        ("default (accurate VB)", default, default_s),
+        ("mean-field VB", meanfield, meanfield_s),
+    ):
+        c = compared(fit, gibbs)
+        print(f"{name:28s} {c['var']:11.3f} {c['fixef']:10.3f} {c['sd'][0]:6.3f}-{c['sd'][1]:.3f} {seconds:8.1f}")
+        rows.append({"case": name, "ours_s": seconds, "peer": "Gibbs", "peer_s": gibbs_s, **c})
+    print(f"{'Gibbs':28s} {'1':>11s} {'0':>10s} {'1':>13s} {gibbs_s:8.1f}")
+    print(f"  the default chose: {default.posterior.kind} ({default.vb_note or 'the accurate fit'})")
+    learned, learned_s = timed()(simulate(20_000, 2_000))
+    print(
+        f"20,000 rows, 2,000 levels, the learned penalty (two variance hyperparameters): accurate fit {learned_s:.1f} s"
+    )
+    rows.append({"case": "learned penalty, 20,000 rows", "ours_s": learned_s, "peer": "-", "peer_s": float("nan")})
+    return rows
+
+
+if __name__ == "__main__":
+    main()
