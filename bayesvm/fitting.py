@@ -205,12 +205,8 @@ def bsvm(
         from .kernel_fitting import fit_kernel  # (kernels load their engines only when asked for)
 
         return _recorded(options, fit_kernel(
-            formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
-            tol=run.tol, max_iter=run.max_iter, seed=seed, kernel=kernel, inducing=run.inducing,
-            inducing_method=run.inducing_method, learn_inducing=run.learn_inducing, batch_size=run.batch_size,
-            learning_rate=run.learning_rate, penalty=penalty, prior=prior, vb=vb, fold=fold, class_weight=class_weight,
-            sampling=dict(draws=run.draws, tune=run.tune, chains=run.chains, thin=run.thin, cores=run.cores,
-                          progress=run.progress),
+            formula, data, method=method, positive=positive, missing=missing, standardize=standardize, seed=seed,
+            kernel=kernel, penalty=penalty, prior=prior, vb=vb, control=run, fold=fold, class_weight=class_weight,
         ))  # fmt: skip
     check_iterations(run.max_iter, run.tol)
     model, diagnostics, checks = _checked_model(

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 
 from .arguments import data_name, iteration_defaults
+from .control import Control
 from .errors import BayesvmError, ConvergenceWarning, IdentifiabilityWarning
 from .formula.bars import parse_formula
 from .formula.design import build_design
@@ -15,13 +16,17 @@ from .model.kernel import build_kernel_model
 from .results.kernel_fit import KernelFit
 
 
-def fit_kernel(formula, data, *, method, positive, missing, standardize, tol, max_iter, seed, kernel, inducing,
-                inducing_method, learn_inducing, batch_size, learning_rate, penalty, prior, vb, sampling,
-                fold=None, class_weight=None) -> KernelFit:  # fmt: skip
+def fit_kernel(formula, data, *, method, positive, missing, standardize, seed, kernel, penalty, prior, vb,
+               control: Control, fold=None, class_weight=None) -> KernelFit:  # fmt: skip
     """``bsvm(..., kernel=...)``: Wenzel et al. (2017), sections 4.1-4.4 (``bayesvm.engines.kernel.vb``); Gibbs, EM
     and accurate VB fit the same model as a linear one on its whitened features
     (``bayesvm.engines.kernel.features``), the hyperparameters fixed (learned ones first by VB's ML-II).
-    ``fold``: a cross-fitting fold fit's :class:`bayesvm.formula.design.FoldDesign`."""
+    ``control``: the engine settings (:class:`bayesvm.control.Control`, settled); ``fold``: a cross-fitting fold
+    fit's :class:`bayesvm.formula.design.FoldDesign`."""
+    tol, max_iter, batch_size, learning_rate = control.tol, control.max_iter, control.batch_size, control.learning_rate
+    inducing, inducing_method, learn_inducing = control.inducing, control.inducing_method, control.learn_inducing
+    sampling = dict(draws=control.draws, tune=control.tune, chains=control.chains, thin=control.thin,
+                    cores=control.cores, progress=control.progress)  # fmt: skip
     from .engines.kernel.svi import fit_svi
     from .engines.kernel.vb import fit_batch, fit_inducing
 
