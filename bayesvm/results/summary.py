@@ -109,6 +109,39 @@ class Summary:
 
 
 def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
+    """The summary of a linear or mixed fit: its fixed-effect table (:func:`_fixed_table`), its random-effect table
+    (:func:`_random_table`) and the facts the text prints (:func:`_call_info`, then the engine's own:
+    :func:`_engine_info`)."""
+    fixed, diagnostics = _fixed_table(fit, level)
+    title, alg, spike_slab_vb = _title(fit)
+    info = _call_info(fit, title)
+    inclusion, prior = fit.inclusion, fit.model.prior
+    if inclusion is not None and not inclusion["p_include"].isna().all():
+        info.update(selected=fit.selected, n_penalized=len(inclusion))
+        info["caveat"] = SPIKE_SLAB_VB_CAVEAT if spike_slab_vb else SELECTION_VB_CAVEAT
+    elif isinstance(prior, Lasso):
+        info["caveat"] = LASSO_VB_CAVEAT
+    if fit.result.imputation_mode == "mi":
+        info["imputed"] = info["imputed"].replace(
+            "joint normal model of", "multiple imputation from a normal model given the class of"
+        )
+    _engine_info(fit, info, alg, spike_slab_vb, diagnostics)
+    if fit.posterior.kind in ("variational", "mixture"):
+        info["psis"] = _vb_check(fit)
+    elif fit.method == "vb" and getattr(fit.result, "imputation", None) is not None:  # multiple imputation's VB
+        info["psis"] = imputation_covers(fit)
+    info["vb_note"] = fit.vb_note
+    info["identifiability"] = [(f.check, f.action, f.message) for f in fit.diagnostics.findings]
+    info["calibration"] = None if fit._calibration is None else fit._calibration.describe()
+    info["docs"] = _documentation_topic(fit)
+    info["detail"] = detail
+    return Summary(fixed=fixed, random=_random_table(fit), info=info)
+
+
+def _fixed_table(fit, level: float) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The fixed effects' posterior means, SDs and credible interval (quantiles of the draws of a sampled fit, else
+    the Gaussian ``q``'s), with the chains' ESS and R-hat and the inclusion probabilities where there are any; and the
+    chains' diagnostics table (None unless sampled)."""
     design = fit.model.design
     mean = fit.fixef
     sd = np.sqrt(np.diag(fit.fixef_cov.to_numpy()))
@@ -133,6 +166,11 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
     inclusion = fit.inclusion
     if inclusion is not None and not inclusion["p_include"].isna().all():
         fixed = fixed.join(inclusion[["p_include"]])
+    return fixed, diagnostics
+
+
+def _random_table(fit) -> pd.DataFrame:
+    """Each random-effect term's posterior mean variance, SD and correlation with its group's first term."""
     rows = []
     for est in fit.variance_components:
         if est.group == "penalty":
@@ -142,30 +180,36 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         for j, term in enumerate(est.terms):
             corr = cov[j, 0] / (sds[j] * sds[0]) if j > 0 else np.nan
             rows.append({"group": est.group, "term": term, "variance": cov[j, j], "sd": sds[j], "corr": corr})
-    random = pd.DataFrame(rows, columns=["group", "term", "variance", "sd", "corr"])
-    response = design.response
-    n_pos = int((design.y > 0).sum())
+    return pd.DataFrame(rows, columns=["group", "term", "variance", "sd", "corr"])
+
+
+def _penalty_text(fit) -> str:
+    """The fixed effects' prior as the summary's ``Penalty:`` line says it."""
     penalty = fit.model.penalty
+    if fit.model.prior is not None:
+        return _prior_text(fit)
     if penalty is not None and not fit.model.penalized.any():
-        penalty_text = f"none to apply: every fixed effect keeps the vague N(0, {fit.model.priors.fixed_variance:g})"
-    elif penalty is None:
-        penalty_text = f"none: vague N(0, {fit.model.priors.fixed_variance:g}) on every fixed effect"
-    elif penalty == "learn":
-        alpha = fit.penalty_estimate
-        penalty_text = f"learned: slopes ~ N(0, sigma_u^2), {_penalty_prior(fit)}"
-        if alpha is not None:
-            penalty_text += f"; E[alpha] = E[1/(4 sigma_u^2)] = {alpha:.4g}"
-        slopes = int(np.sum(fit.model.penalized))
-        if slopes <= FEW_PENALISED_SLOPES:
-            penalty_text += (
-                f"\n          only {slopes} slope{'s' if slopes > 1 else ''} inform{'' if slopes > 1 else 's'} sigma_u^2, "
-                "so its posterior is mostly its prior: compare with a fixed penalty (e.g. penalty=1)"
-            )
-    else:
-        penalty_text = f"fixed alpha = {penalty:g} (slopes ~ N(0, 1/(4 alpha)))"
+        return f"none to apply: every fixed effect keeps the vague N(0, {fit.model.priors.fixed_variance:g})"
+    if penalty is None:
+        return f"none: vague N(0, {fit.model.priors.fixed_variance:g}) on every fixed effect"
+    if penalty != "learn":
+        return f"fixed alpha = {penalty:g} (slopes ~ N(0, 1/(4 alpha)))"
+    alpha = fit.penalty_estimate
+    text = f"learned: slopes ~ N(0, sigma_u^2), {_penalty_prior(fit)}"
+    if alpha is not None:
+        text += f"; E[alpha] = E[1/(4 sigma_u^2)] = {alpha:.4g}"
+    slopes = int(np.sum(fit.model.penalized))
+    if slopes <= FEW_PENALISED_SLOPES:
+        text += (
+            f"\n          only {slopes} slope{'s' if slopes > 1 else ''} inform{'' if slopes > 1 else 's'} sigma_u^2, "
+            "so its posterior is mostly its prior: compare with a fixed penalty (e.g. penalty=1)"
+        )
+    return text
+
+
+def _title(fit) -> tuple[str, str, bool]:
+    """``(the engine's title, the paper's algorithm it names, whether it is the spike-and-slab VB)``."""
     prior = fit.model.prior
-    if prior is not None:
-        penalty_text = _prior_text(fit)
     alg = "3" if prior is not None else ("1" if not fit.problem.components else "2")
     learned = bool(fit.problem.components) or (prior is not None and prior.learns_scale)
     title = METHOD_TITLES.get(fit.method, fit.method).format(alg=alg, em="ECME" if learned else "EM")
@@ -179,7 +223,14 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         title = f"stochastic variational inference (Wenzel et al. 2017, section 4.5) with {SELECTION_VB_FAMILIES[type(prior)]}"
     elif isinstance(prior, Lasso) and fit.method == "vb":
         title = f"mean-field variational Bayes with {SELECTION_VB_FAMILIES[Lasso]}"
-    info = {
+    return title, alg, spike_slab_vb
+
+
+def _call_info(fit, title: str) -> dict:
+    """The facts of the call and its data the summary prints whatever the engine."""
+    design = fit.model.design
+    response = design.response
+    return {
         "method": fit.method,
         "title": title,
         "formula": fit.formula,
@@ -187,13 +238,13 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         "response": response.name,
         "positive": response.positive,
         "negative": response.negative,
-        "n_positive": n_pos,
+        "n_positive": int((design.y > 0).sum()),
         "n_obs": design.n,
         "n_dropped": dict(design.n_dropped),
         "class_weights": _class_weight_text(fit.model),
         "imputed": _imputation_text(design, getattr(fit.result, "imputation_mode", None)),
         "groups": design.groups,
-        "penalty": penalty_text,
+        "penalty": _penalty_text(fit),
         "variance_priors": _variance_prior_text(fit),
         "standardized": bool(np.any(fit.model.scale != 1.0) or np.any(fit.model.center != 0.0)),
         "n_iter": fit.n_iter,
@@ -201,16 +252,12 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         "elapsed": fit.elapsed,
         "floor_note": getattr(fit.result, "floor_note", ""),  # (EM: where its continuation stopped)
     }
-    if inclusion is not None and not inclusion["p_include"].isna().all():
-        info.update(selected=fit.selected, n_penalized=len(inclusion))
-        info["caveat"] = SPIKE_SLAB_VB_CAVEAT if spike_slab_vb else SELECTION_VB_CAVEAT
-    elif isinstance(prior, Lasso):
-        info["caveat"] = LASSO_VB_CAVEAT
-    mode = fit.result.imputation_mode
-    if mode == "mi":
-        info["imputed"] = info["imputed"].replace(
-            "joint normal model of", "multiple imputation from a normal model given the class of"
-        )
+
+
+def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) -> None:
+    """The engine's own facts, into ``info``: multiple imputation's pooled fits, the accurate fit's nodes, EM's
+    objective, the chains' settings and diagnostics, SVI's monitor bound, or VB's bound and sweeps."""
+    prior = fit.model.prior
     if fit.result.fits is not None:  # VB on each completed data set (impute_mi)
         r = fit.result
         kind = r.engine
@@ -256,7 +303,7 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         if info["floor_note"]:  # the mode kept is the last finished stage's, not the broken stage's last iterate
             objective = objective[stage < stage[-1]]
         info.update(objective=float(objective[-1]), n_support=int(fit.result.support.sum()))
-    elif sampled:
+    elif fit.posterior.kind == "sampled":
         from .diagnostics import inclusion_disagreement, sampled_fit_problems
 
         r = fit.result
@@ -289,16 +336,6 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
             info["probes"] = fit.result.probe_report
         elif fit.result.schur_columns >= PROBES_HINT_COLUMNS:  # a large dense Schur complement
             info["probes_hint"] = fit.result.schur_columns
-    if fit.posterior.kind in ("variational", "mixture"):
-        info["psis"] = _vb_check(fit)
-    elif fit.method == "vb" and getattr(fit.result, "imputation", None) is not None:  # multiple imputation's VB
-        info["psis"] = imputation_covers(fit)
-    info["vb_note"] = fit.vb_note
-    info["identifiability"] = [(f.check, f.action, f.message) for f in fit.diagnostics.findings]
-    info["calibration"] = None if fit._calibration is None else fit._calibration.describe()
-    info["docs"] = _documentation_topic(fit)
-    info["detail"] = detail
-    return Summary(fixed=fixed, random=random, info=info)
 
 
 def _vb_check(fit) -> VBCheck | str:
