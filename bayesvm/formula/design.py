@@ -462,6 +462,57 @@ def build_design(
     data = as_frame(data, "data")
     if missing not in MISSING_CHOICES:
         raise DataError(f"missing must be one of {MISSING_CHOICES}, got {missing!r}")
+    parsed, used = _used_variables(parsed, data)
+    data = plain_columns(data, used.all, labels=(parsed.response,))
+    check_column_kinds(data, used.all)
+    check_text_numbers(data, [v for v in used.predictors if v != parsed.response], _factor_wrapped(parsed))
+    coefficients = None if rank == "keep" else MAX_FIXED_COLUMNS  # kernel inputs have no coefficient per column
+    check_factor_sizes(data, [v for v in used.fixed if v != parsed.response], len(data), coefficients)
+    numeric = frozenset(
+        v
+        for v in used.predictors
+        if pd.api.types.is_numeric_dtype(data[v].dtype) and not pd.api.types.is_bool_dtype(data[v].dtype)
+    )
+    rows = _kept_rows(parsed, data, used, missing, fold)
+    frame = rows.frame
+    response = code_response(frame[parsed.response], parsed.response, positive)
+    fixed = _fixed_columns(parsed, frame, used, rows, rank, fold, keep_wide)
+    gp_terms = tuple(build_gp_term(spec, _gp_inputs(frame, spec, "data")) for spec in parsed.gp_terms)
+    return Design(
+        parsed=parsed,
+        response=response,
+        y=response.encode(frame[parsed.response]),
+        X=fixed.X,
+        x_names=fixed.x_names,
+        spec=fixed.spec,
+        re_terms=_random_terms(parsed, frame),
+        row_index=frame.index,
+        n_dropped=rows.n_dropped,
+        imputation=fixed.layout,
+        numeric_variables=numeric,
+        aliased=fixed.aliased,
+        x_keep=fixed.keep,
+        gp_terms=gp_terms,
+        gp_bases=tuple(term.basis(_gp_inputs(frame, term.spec, "data")) for term in gp_terms),
+        wide_kept=fixed.wide_kept,
+    )
+
+
+@dataclass(frozen=True)
+class _Variables:
+    """The data columns a formula reads: the fixed part's, the random-effect terms' (``bars``) and their grouping
+    factors', the ``gp()`` terms'; ``all`` with the response, ``predictors`` without the grouping factors."""
+
+    fixed: list[str]
+    bars: list[str]
+    groups: list[str]
+    gp: list[str]
+    all: list[str]
+    predictors: list[str]
+
+
+def _used_variables(parsed: ParsedFormula, data: pd.DataFrame) -> tuple[ParsedFormula, _Variables]:
+    """``.`` expanded over the data's columns, and the columns the formula reads (each checked to be there)."""
     bar_vars = [v for bar in parsed.bars for v in required_variables(bar.expr, data, "data")]
     group_vars = [v for bar in parsed.bars for v in bar.group]
     gp_vars = [v for spec in parsed.gp_terms for v in spec.variables]
@@ -472,17 +523,24 @@ def build_design(
     fixed_vars = required_variables(parsed.fixed, data, "data")
     used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars, *gp_vars]))
     _check_columns(data, set(used), "data")
-    data = plain_columns(data, used, labels=(parsed.response,))
-    check_column_kinds(data, used)
     predictors = list(dict.fromkeys([*fixed_vars, *bar_vars, *gp_vars]))
-    check_text_numbers(data, [v for v in predictors if v != parsed.response], _factor_wrapped(parsed))
-    coefficients = None if rank == "keep" else MAX_FIXED_COLUMNS  # kernel inputs have no coefficient per column
-    check_factor_sizes(data, [v for v in fixed_vars if v != parsed.response], len(data), coefficients)
-    numeric = frozenset(
-        v
-        for v in predictors
-        if pd.api.types.is_numeric_dtype(data[v].dtype) and not pd.api.types.is_bool_dtype(data[v].dtype)
-    )
+    return parsed, _Variables(fixed_vars, bar_vars, group_vars, gp_vars, used, predictors)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The rows a fit keeps (``frame``, imputed columns filled with placeholders; ``raw`` before them), the columns to
+    impute and the count of rows dropped per column."""
+
+    frame: pd.DataFrame
+    raw: pd.DataFrame
+    impute: list[str]
+    n_dropped: dict
+
+
+def _kept_rows(parsed: ParsedFormula, data: pd.DataFrame, used: _Variables, missing: str, fold) -> _Rows:
+    """The rows kept under ``missing`` (``"error"``: none may be missing; ``"drop"``; ``"impute"``: the predictors'
+    missing values to impute, rows without a response dropped and reported)."""
     no_response = data[parsed.response].isna().to_numpy()
     if no_response.any() and missing == "error":
         rows = data.index[no_response][:5].tolist()
@@ -496,14 +554,14 @@ def build_design(
         if no_response.any():  # predictors are imputed, the response never is: those rows are dropped (and reported)
             dropped_responses = {parsed.response: int(no_response.sum())}
             data = data.loc[~no_response]
-        bad = {name: bad_mask(data[name]) for name in used}
-        impute = check_imputable(data, bad, parsed.response, group_vars, bar_vars, gp_vars)
+        bad = {name: bad_mask(data[name]) for name in used.all}
+        impute = check_imputable(data, bad, parsed.response, used.groups, used.bars, used.gp)
         also = () if fold is None else fold.impute_also
-        impute += [v for v in also if v in predictors and v != parsed.response and v not in impute]
+        impute += [v for v in also if v in used.predictors and v != parsed.response and v not in impute]
         keep = np.ones(len(data), dtype=bool)
     else:
-        keep = _check_missing(data, used, missing, "data")
-    n_dropped = {name: int(bad_mask(data[name]).sum()) for name in used} if not keep.all() else {}
+        keep = _check_missing(data, used.all, missing, "data")
+    n_dropped = {name: int(bad_mask(data[name]).sum()) for name in used.all} if not keep.all() else {}
     n_dropped = {name: count for name, count in n_dropped.items() if count} or dropped_responses
     frame = data.loc[keep] if not keep.all() else data
     raw = frame
@@ -512,8 +570,26 @@ def build_design(
         levels = dict(placeholder_values(frame, impute))
         for name in impute:
             frame[name] = frame[name].fillna(levels[name] if name in levels else frame[name].mean())
+    return _Rows(frame, raw, impute, n_dropped)
 
-    response = code_response(frame[parsed.response], parsed.response, positive)
+
+@dataclass(frozen=True)
+class _FixedColumns:
+    """The fixed-effect matrix after aliased columns are dropped (``keep``: the built columns kept, None: all), its
+    model spec, the aliased and the wide-kept columns, and the imputation layout over the kept columns."""
+
+    X: np.ndarray
+    x_names: tuple[str, ...]
+    spec: object
+    aliased: tuple
+    wide_kept: tuple[str, ...]
+    keep: tuple[int, ...] | None
+    layout: object
+
+
+def _fixed_columns(parsed, frame, used: _Variables, rows: _Rows, rank: str, fold, keep_wide) -> _FixedColumns:
+    """The fixed part's matrix (the full fit's columns for a fold fit), checked finite and for aliased columns
+    (dropped, refused or kept by ``rank``; ``keep_wide``: see :func:`build_design`), and the imputation layout."""
     if fold is None or fold.fixed_spec is None:
         matrix = materialize(parsed.fixed, frame, "fixed effects")
     else:
@@ -530,7 +606,7 @@ def build_design(
     aliased: tuple[Aliased, ...] = ()
     wide_kept: tuple[str, ...] = ()
     if rank != "keep":
-        one_level = _one_level_factors(frame, fixed_vars, x_names, parsed.response)
+        one_level = _one_level_factors(frame, used.fixed, x_names, parsed.response)
         found = aliased_columns(X, x_names)
         if keep_wide is not None and X.shape[1] > X.shape[0]:
             wide_kept = tuple(a.name for a in found if a.combination and a.name not in keep_wide)
@@ -545,9 +621,10 @@ def build_design(
         keep = tuple(j for j, name in enumerate(x_names) if name not in gone)
         X, x_names = X[:, list(keep)], tuple(x_names[j] for j in keep)
     layout = None
-    if impute:
+    if rows.impute:
+        raw = rows.raw
         layout = imputation_layout(
-            matrix.model_spec, raw, impute, lambda expr: required_variables(expr, raw, "data"), built, built_names
+            matrix.model_spec, raw, rows.impute, lambda expr: required_variables(expr, raw, "data"), built, built_names
         )
         if keep is not None:
             position = {j: i for i, j in enumerate(keep)}
@@ -557,7 +634,11 @@ def build_design(
                     f"imputed predictor(s) {lost} are aliased with other columns; remove them or the others"
                 )
             layout = replace(layout, x_columns=tuple(position[col] for col in layout.x_columns))
+    return _FixedColumns(X, x_names, matrix.model_spec, aliased, wide_kept, keep, layout)
 
+
+def _random_terms(parsed: ParsedFormula, frame: pd.DataFrame) -> tuple[ReTerm, ...]:
+    """Each random-effect bar's columns and its grouping factor's levels (``(x || g)``: one term per column)."""
     re_terms: list[ReTerm] = []
     for bar in parsed.bars:
         lhs = materialize(bar.expr, frame, str(bar))
@@ -582,25 +663,7 @@ def build_design(
                     values=values[:, list(cols)],
                 )
             )
-    gp_terms = tuple(build_gp_term(spec, _gp_inputs(frame, spec, "data")) for spec in parsed.gp_terms)
-    return Design(
-        parsed=parsed,
-        response=response,
-        y=response.encode(frame[parsed.response]),
-        X=X,
-        x_names=x_names,
-        spec=matrix.model_spec,
-        re_terms=tuple(re_terms),
-        row_index=frame.index,
-        n_dropped=n_dropped,
-        imputation=layout,
-        numeric_variables=numeric,
-        aliased=aliased,
-        x_keep=keep,
-        gp_terms=gp_terms,
-        gp_bases=tuple(term.basis(_gp_inputs(frame, term.spec, "data")) for term in gp_terms),
-        wide_kept=wide_kept,
-    )
+    return tuple(re_terms)
 
 
 def _gp_inputs(frame: pd.DataFrame, spec, what: str) -> np.ndarray:
