@@ -296,19 +296,9 @@ def chain_draws(
                 if not refused:
                     continue
         if sparse:
-            precisions = [spd_inverse(c) for c in covs]
-            theta_d = sparse_coefficient_draw(problem, omega, precisions, rng, margins)
-            theta_b = np.zeros((0, 0))
-            if mover is not None:  # before w | theta, which it needs (interweave module)
-                f = D @ theta_d
-                if collapsed is not None:  # u | beta, Sigma with w integrated out (collapsed_variance)
-                    collapsed.level_draws(theta_d, theta_b, covs, f, rng)
-                theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
-                if collapsed is not None:  # w integrated out too (collapsed_variance)
-                    theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step)
-            margin = row_margins(margins, y, D @ theta_d)
-            loglik = -2.0 * float(np.sum(np.maximum(margin, 0.0)))
-            omega = latent(np.maximum(np.abs(margin), MARGIN_FLOOR))
+            theta_d, theta_b, covs, loglik, omega = _sparse_iteration(
+                problem, margins, omega, covs, aux, rng, mover, collapsed, latent, step
+            )
         else:
             if refused:  # the compiled run's theta | w refused after drawing its normals: the fallback below
                 drawn, refused = None, False
@@ -357,6 +347,26 @@ def chain_draws(
                 loglik,
             )
         step += 1
+
+
+def _sparse_iteration(problem, margins, omega, covs, aux, rng, mover, collapsed, latent, step: int):
+    """Steps 1 and 2 of an iteration on the sparse path (:func:`chain_draws`; ``margins``: the class weights of the
+    rows before scaling, None without): ``theta | w, Sigma``, the moves (with ``interweave``) and ``w | theta``;
+    returns ``(theta_d, theta_b, covs, log pseudo-likelihood, omega)``."""
+    D, y = problem.D, problem.y
+    precisions = [spd_inverse(c) for c in covs]
+    theta_d = sparse_coefficient_draw(problem, omega, precisions, rng, margins)
+    theta_b = np.zeros((0, 0))
+    if mover is not None:  # before w | theta, which it needs (interweave module)
+        f = D @ theta_d
+        if collapsed is not None:  # u | beta, Sigma with w integrated out (collapsed_variance)
+            collapsed.level_draws(theta_d, theta_b, covs, f, rng)
+        theta_d, theta_b, covs, f = mover(theta_d, theta_b, covs, aux, f, rng)
+        if collapsed is not None:  # w integrated out too (collapsed_variance)
+            theta_d, theta_b, covs, _ = collapsed(theta_d, theta_b, covs, aux, f, rng, step)
+    margin = row_margins(margins, y, D @ theta_d)
+    loglik = -2.0 * float(np.sum(np.maximum(margin, 0.0)))
+    return theta_d, theta_b, covs, loglik, latent(np.maximum(np.abs(margin), MARGIN_FLOOR))
 
 
 def _batch_draws(batch, step: int, tune: int, thin: int, collapsed: CollapsedVariance, tick):
