@@ -381,27 +381,7 @@ def chain_records(
         collapsed = False
     step_fn = {LaplaceZero: _LaplaceZeroStep, SpikeSlab: _SpikeSlabStep, Lasso: _LassoStep}[type(problem.prior)]
     state = step_fn(problem, rng)
-    has_indicators = isinstance(problem.prior, SpikeSlab) or (
-        isinstance(problem.prior, LaplaceZero) and problem.prior.rho < 1
-    )
-    moves = SwapMoves(y, X, problem.selected, weights=weights) if swaps and has_indicators and problem.m > 1 else None
-    marginal = MarginalPairs(y, X, problem.selected, tune, weights) if pairs and has_indicators else None
-    free = problem.unselected
-    line_moves = (
-        LineMoves(y, X, free, problem.fixed_precision[free], problem.selected, tune, weights=weights)
-        if has_indicators and (lines or (lines is None and isinstance(problem.prior, LaplaceZero)))
-        else None
-    )
-    sheared = (
-        ShearedPairs(y, X, free, problem.fixed_precision[free], problem.selected, tune, weights)
-        if shears and has_indicators
-        else None
-    )
-    jumper = (
-        ModelJumps(y, X, problem.selected, problem.fixed_precision[free], jumps, weights)
-        if jumps is not None and has_indicators
-        else None
-    )
+    moves = _selection_moves(problem, tune, swaps, pairs, lines, shears, jumps)
     omega = np.exp(rng.normal(0.0, 0.5, y.size))  # over-dispersed start
     components = problem.components
     intercepts = _collapsed_moves(problem, tune, imputation) if collapsed and components else None
@@ -432,40 +412,14 @@ def chain_records(
             mu, sigma = marginal_moments(imputed.B, imputed.sigma, y)
             problem = replace(problem, X=imputation.design(imputed.z))
             X = problem.X
-            if moves is not None:
-                moves.X = X
-            if marginal is not None:
-                marginal.X = X
-            if line_moves is not None:
-                line_moves.X = X
-            if sheared is not None:
-                sheared.X = X
-            if jumper is not None:
-                jumper.X = X
+            moves.set_design(X)
         precision_weights, linear_terms = weighted_rows(y, omega, weights)
         gram = problem.weighted_gram(precision_weights)
         # the random-effect blocks' prior precision joins G: their columns are never scaled by gamma, so every
         # step below reads G + blockdiag(Sigma^{-1}) as the complete-data precision of the unpenalised part
         problem.add_component_precisions(gram, [spd_inverse(cov) for cov in covs])
         r = X.T @ linear_terms
-        coef = state.update(gram, r)
-        if moves is not None:  # on the posterior with omega (and b) integrated out; both drawn afresh next
-            coef = moves.run(state, coef, rng)
-        if marginal is not None:
-            coef = marginal.run(state, coef, rng, np.diag(gram)[problem.selected])
-            if exchanges:
-                coef = marginal.exchange(state, coef, rng)
-            marginal.observe(step, state.gamma)
-        if line_moves is not None:
-            coef = line_moves.run(state, coef, rng, gram)
-            line_moves.observe(step, coef)
-        if sheared is not None:
-            coef = sheared.run(state, coef, rng, iteration=step)
-            sheared.observe(step, coef, state.gamma, np.diag(gram)[problem.selected])
-        if jumper is not None:
-            coef = jumper.run(state, coef, rng)
-        if any(move is not None for move in (moves, marginal, line_moves, sheared, jumper)):
-            state.after_moves()
+        coef = moves.run(state, state.update(gram, r), rng, gram, step, exchanges)
         if intercepts is not None:  # (sigma^2, u), the shift and u with omega integrated out; omega drawn afresh below
             coef, _, covs, f = intercepts(coef, _NO_BLOCKS, covs, aux, X @ coef, rng, step)
             intercepts.level_draws(coef, _NO_BLOCKS, covs, f, rng)
@@ -485,7 +439,7 @@ def chain_records(
                 + state.log_prior(coef)
                 + log_component_prior(components, coef, np.zeros((0, 0)), covs)
             )
-            conditional = None if marginal is None else marginal.conditional.copy()  # Rao-Blackwellised inclusion
+            conditional = None if moves.pairs is None else moves.pairs.conditional.copy()  # Rao-Blackwellised inclusion
             record = (
                 np.array(coef, copy=True),
                 state.gamma.copy(),
@@ -498,6 +452,70 @@ def chain_records(
 
 
 _NO_BLOCKS = np.zeros((0, 0))
+
+
+@dataclass
+class SelectionMoves:
+    """The model-space moves of a selection chain, each None where it does not apply: indicator swaps, marginal
+    pairs (and exchanges), line moves of the unpenalised coefficients, sheared pairs and model jumps
+    (:mod:`bayesvm.engines.selection.moves` and its siblings)."""
+
+    swaps: SwapMoves | None
+    pairs: MarginalPairs | None
+    lines: LineMoves | None
+    sheared: ShearedPairs | None
+    jumps: ModelJumps | None
+    selected: np.ndarray  # the penalised columns (the pairs' and sheared pairs' curvature: the Gram's diagonal there)
+
+    def set_design(self, X: np.ndarray) -> None:
+        """The design the moves evaluate the hinge on (a new completed data set of multiple imputation)."""
+        for move in (self.swaps, self.pairs, self.lines, self.sheared, self.jumps):
+            if move is not None:
+                move.X = X
+
+    def run(self, state, coef: np.ndarray, rng, gram: np.ndarray, step: int, exchanges: bool) -> np.ndarray:
+        """Each move in turn from ``coef`` (``theta | w`` of this iteration), on the posterior with ``omega`` (and the
+        random effects) integrated out; both are drawn afresh after them."""
+        diagonal = np.diag(gram)
+        if self.swaps is not None:
+            coef = self.swaps.run(state, coef, rng)
+        if self.pairs is not None:
+            coef = self.pairs.run(state, coef, rng, diagonal[self.selected])
+            if exchanges:
+                coef = self.pairs.exchange(state, coef, rng)
+            self.pairs.observe(step, state.gamma)
+        if self.lines is not None:
+            coef = self.lines.run(state, coef, rng, gram)
+            self.lines.observe(step, coef)
+        if self.sheared is not None:
+            coef = self.sheared.run(state, coef, rng, iteration=step)
+            self.sheared.observe(step, coef, state.gamma, diagonal[self.selected])
+        if self.jumps is not None:
+            coef = self.jumps.run(state, coef, rng)
+        if any(move is not None for move in (self.swaps, self.pairs, self.lines, self.sheared, self.jumps)):
+            state.after_moves()
+        return coef
+
+
+def _selection_moves(problem: SelectionProblem, tune: int, swaps: bool, pairs: bool, lines: bool | None,
+                     shears: bool, jumps: JumpReference | None) -> SelectionMoves:  # fmt: skip
+    """The moves :func:`chain_records` makes: with indicators (spike-and-slab, or Laplace-zero with ``rho < 1``)
+    swaps (several penalised slopes), marginal pairs, line moves (Laplace-zero by default), sheared pairs and, with a
+    reference, model jumps; none without indicators."""
+    y, X, weights, selected = problem.y, problem.X, problem.weights, problem.selected
+    prior = problem.prior
+    indicators = isinstance(prior, SpikeSlab) or (isinstance(prior, LaplaceZero) and prior.rho < 1)
+    free = problem.unselected
+    free_precision = problem.fixed_precision[free]
+    lined = lines or (lines is None and isinstance(prior, LaplaceZero))
+    return SelectionMoves(
+        swaps=SwapMoves(y, X, selected, weights=weights) if swaps and indicators and problem.m > 1 else None,
+        pairs=MarginalPairs(y, X, selected, tune, weights) if pairs and indicators else None,
+        lines=LineMoves(y, X, free, free_precision, selected, tune, weights=weights) if indicators and lined else None,
+        sheared=ShearedPairs(y, X, free, free_precision, selected, tune, weights) if shears and indicators else None,
+        jumps=ModelJumps(y, X, selected, free_precision, jumps, weights) if jumps is not None and indicators else None,
+        selected=selected,
+    )
 
 
 def _collapsed_moves(
