@@ -452,27 +452,8 @@ def _chain(
             RELAXATION if moves and step >= tune else 0.0,  # over-relaxed after tuning, as the linear sampler's
         )  # fmt: skip
         if prob.mode != "mi":
-            # z_{i,M} | rest
-            b = gamma * theta_d[K]
-            r = f - z @ b
-            prec = np.linalg.inv(sigma)
-            h = prec @ mu
-            bb = np.outer(b, b)
-            for rows, mis in patterns:
-                P, lin = _conditional(prec, h, bb, b, r[rows, None] * b[None], precision_weights, linear_terms, z, rows,
-                                      mis)  # fmt: skip
-                chol = np.linalg.cholesky(P)
-                mean = np.linalg.solve(P, lin[..., None])[..., 0]
-                eps = rng.standard_normal(lin.shape)
-                dev = np.linalg.solve(np.swapaxes(chol, 1, 2), eps[..., None])[..., 0]  # L^{-T} eps
-                z[np.ix_(rows, mis)] = mean + dev
-            # mu | z, Sigma and Sigma | z, mu
-            mu_cov = np.linalg.inv(np.eye(V) / prob.mean_variance + n * prec)
-            mu = rng.multivariate_normal(mu_cov @ prec @ z.sum(axis=0), mu_cov)
-            dev = z - mu
-            sigma = np.atleast_2d(
-                stats.invwishart(df=prob.df + n, scale=prob.scale + dev.T @ dev).rvs(random_state=rng)
-            )
+            mu, sigma = _joint_imputation_step(prob, z, f, gamma * theta_d[K], mu, sigma, patterns, precision_weights,
+                                               linear_terms, rng)  # fmt: skip
         if stored[step] >= 0:
             i = stored[step]
             out["theta_d"][i] = theta_d
@@ -491,6 +472,31 @@ def _chain(
         back = np.argsort(order)
         out["z_sum"], out["z_sq"] = out["z_sum"][back], out["z_sq"][back]
     return out
+
+
+def _joint_imputation_step(prob, z, f, b, mu, sigma, patterns, precision_weights, linear_terms, rng):
+    """Appendix C's imputation steps of the joint model, in place on ``z``: each row's missing entries given the rest
+    (``z_{i,M} | theta, w, mu, Sigma``: the hinge's Gaussian augmentation with the imputed columns' coefficients ``b``
+    and the normal model, :func:`_conditional`, one pattern of missing columns at a time), then ``mu | z, Sigma`` and
+    ``Sigma | z, mu`` (normal and inverse-Wishart); ``f`` is the predictor at the current ``z``.  Returns ``(mu,
+    Sigma)``."""
+    n, V = z.shape
+    r = f - z @ b
+    prec = np.linalg.inv(sigma)
+    h = prec @ mu
+    bb = np.outer(b, b)
+    for rows, mis in patterns:
+        P, lin = _conditional(prec, h, bb, b, r[rows, None] * b[None], precision_weights, linear_terms, z, rows, mis)
+        chol = np.linalg.cholesky(P)
+        mean = np.linalg.solve(P, lin[..., None])[..., 0]
+        eps = rng.standard_normal(lin.shape)
+        dev = np.linalg.solve(np.swapaxes(chol, 1, 2), eps[..., None])[..., 0]  # L^{-T} eps
+        z[np.ix_(rows, mis)] = mean + dev
+    mu_cov = np.linalg.inv(np.eye(V) / prob.mean_variance + n * prec)
+    mu = rng.multivariate_normal(mu_cov @ prec @ z.sum(axis=0), mu_cov)
+    dev = z - mu
+    sigma = np.atleast_2d(stats.invwishart(df=prob.df + n, scale=prob.scale + dev.T @ dev).rvs(random_state=rng))
+    return mu, sigma
 
 
 @dataclass
