@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...combinations import check_sampling
 from ...engine_defaults import default_mi_vb
 from ...errors import ConvergenceWarning, ImputationWarning
 from ...model import MAX_DENSE_COLUMNS, all_dense
-from ..linear.routes import engine_run, svi_settings
+from ..linear.routes import engine_run, sampler_settings, svi_settings
 from ..linear.routes import supports_svi as stochastic_refusal
 from ..selection.routes import NO_SLOPE, floored_sites_warning
 
@@ -105,28 +104,28 @@ def run_multiple_vb(model, request):
             raise
         engine, why = "meanfield", f"{exc} on a completed data set; fell back"
         result = fit_mi_vb(problem, **settings)
-    warned = []
-    if not result.converged:
-        what = (
-            "accurate VB (EP) did not converge"
-            if engine == "accurate"
-            else f"VB stopped after max_iter={control.max_iter} sweeps without meeting tol={control.tol:g}"
-        )
-        warned.append((f"{what} on at least one completed data set", ConvergenceWarning))
+    warned = _pooled_warnings(result, engine == "accurate", control)
     return _fit(problem, result, problem.design(result.imputation.z_mean), vb_note=why, warned=warned)
+
+
+def _pooled_warnings(result, accurate: bool, control) -> list[tuple[str, type[Warning]]]:
+    """What a pooled VB fit calls for: a completed data set whose fit did not converge."""
+    if result.converged:
+        return []
+    what = (
+        "accurate VB (EP) did not converge"
+        if accurate
+        else f"VB stopped after max_iter={control.max_iter} sweeps without meeting tol={control.tol:g}"
+    )
+    return [(f"{what} on at least one completed data set", ConvergenceWarning)]
 
 
 def run_gibbs(model, request):
     """The imputation sampler (Appendix C): the imputed values drawn with the coefficients."""
     from .joint_model import sample_impute_gibbs
 
-    control = request.control
-    check_sampling(control.draws, control.tune, control.chains, control.thin, control.cores)
-    problem = model.imputation_problem(control.imputation)
-    result = sample_impute_gibbs(
-        problem, draws=control.draws, tune=control.tune, chains=control.chains, thin=control.thin, seed=request.seed,
-        cores=control.cores, progress=control.progress,
-    )  # fmt: skip
+    problem = model.imputation_problem(request.control.imputation)
+    result = sample_impute_gibbs(problem, **sampler_settings(request))
     return _fit(problem, result, problem.design(result.imputation.z_mean))
 
 
@@ -169,33 +168,29 @@ def _svi_pooled(result) -> list[tuple[str, type[Warning]]]:
     return [("SVI stopped before converging on at least one completed data set", ConvergenceWarning)]
 
 
-def run_selection(model, request):
-    """A selection prior with multiple imputation: the selection sampler with imputation segments (Gibbs), or a
-    selection VB fit per completed data set, pooled."""
+def run_selection_gibbs(model, request):
+    """A selection prior with multiple imputation by the selection sampler with imputation segments."""
     from ..selection.gibbs import sample_selection
+
+    problem = model.imputation_problem(request.control.imputation)
+    result = sample_selection(model.selection_problem(), imputation=problem, **sampler_settings(request))
+    return _fit(problem, result, problem.design(result.imputation.z_mean))
+
+
+def run_selection_vb(model, request):
+    """A selection prior with multiple imputation: a selection VB fit (EP with ``vb="accurate"``) per completed data
+    set, pooled."""
     from .multiple import fit_mi_selection_vb
 
     control = request.control
     problem = model.imputation_problem(control.imputation)
-    selection = model.selection_problem()
-    if request.method == "gibbs":
-        check_sampling(control.draws, control.tune, control.chains, control.thin, control.cores)
-        result = sample_selection(selection, draws=control.draws, tune=control.tune, chains=control.chains,
-                                  thin=control.thin, seed=request.seed, cores=control.cores, progress=control.progress,
-                                  imputation=problem)  # fmt: skip
-        return _fit(problem, result, problem.design(result.imputation.z_mean))
     accurate = request.vb == "accurate"
-    result = fit_mi_selection_vb(problem, selection, imputations=control.imputations, seed=request.seed,
-                                 tol=control.tol, max_iter=control.max_iter,
+    result = fit_mi_selection_vb(problem, model.selection_problem(), imputations=control.imputations,
+                                 seed=request.seed, tol=control.tol, max_iter=control.max_iter,
                                  engine="accurate" if accurate else "vb")  # fmt: skip
-    warned = floored_sites_warning(model, result.fits) if accurate else []
-    if not result.converged:
-        what = (
-            "accurate VB (EP) did not converge"
-            if accurate
-            else f"VB stopped after max_iter={control.max_iter} sweeps without meeting tol={control.tol:g}"
-        )
-        warned.append((f"{what} on at least one completed data set", ConvergenceWarning))
+    warned = (floored_sites_warning(model, result.fits) if accurate else []) + _pooled_warnings(
+        result, accurate, control
+    )
     return _fit(problem, result, problem.design(result.imputation.z_mean), warned=warned)
 
 

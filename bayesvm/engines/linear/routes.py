@@ -139,14 +139,17 @@ def run_gibbs(model, request):
     """The Gibbs sampler, watching the fixed effects and the components' SDs where ``draws="auto"``."""
     from .gibbs import sample_gibbs
 
+    problem = model.problem()
+    result = sample_gibbs(problem, monitor=reported_quantities(model), **sampler_settings(request))
+    return engine_run(result, problem)
+
+
+def sampler_settings(request) -> dict:
+    """The sampling settings of a Gibbs route (draws, tuning, chains, thinning, seed, processes, progress), checked."""
     control = request.control
     check_sampling(control.draws, control.tune, control.chains, control.thin, control.cores)
-    problem = model.problem()
-    result = sample_gibbs(
-        problem, draws=control.draws, tune=control.tune, chains=control.chains, thin=control.thin, seed=request.seed,
-        cores=control.cores, progress=control.progress, monitor=reported_quantities(model),
-    )  # fmt: skip
-    return engine_run(result, problem)
+    return {"draws": control.draws, "tune": control.tune, "chains": control.chains, "thin": control.thin,
+            "seed": request.seed, "cores": control.cores, "progress": control.progress}  # fmt: skip
 
 
 def reported_quantities(model):

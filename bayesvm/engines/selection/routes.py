@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...combinations import check_sampling
 from ...engine_defaults import default_selection_vb
 from ...errors import ConvergenceWarning
 from ...priors import Lasso, SpikeSlab
-from ..linear.routes import engine_run, reported_quantities, supports_svi, svi_settings, svi_warnings
+from ..linear.routes import (
+    engine_run,
+    reported_quantities,
+    sampler_settings,
+    supports_svi,
+    svi_settings,
+    svi_warnings,
+)
 
 #: The refusal where a selection prior has nothing to select.
 NO_SLOPE = "the selection prior has no slope to act on: every fixed-effect column is unpenalized"
@@ -33,13 +39,9 @@ def run_gibbs(model, request):
     ``draws="auto"``."""
     from .gibbs import sample_selection
 
-    control = request.control
-    check_sampling(control.draws, control.tune, control.chains, control.thin, control.cores)
-    problem = model.selection_problem()
     result = sample_selection(
-        problem, draws=control.draws, tune=control.tune, chains=control.chains, thin=control.thin, seed=request.seed,
-        cores=control.cores, progress=control.progress, monitor=reported_selection_quantities(model),
-    )  # fmt: skip
+        model.selection_problem(), monitor=reported_selection_quantities(model), **sampler_settings(request)
+    )
     return engine_run(result, model.problem())
 
 
