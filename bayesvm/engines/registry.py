@@ -46,6 +46,8 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("multiple imputation", "svi"): Route(imputation_routes.run_multiple_svi, imputation_routes.supports_svi),
     ("joint imputation", "vb"): Route(imputation_routes.run_joint_vb, imputation_routes.supports),
     ("joint imputation", "gibbs"): Route(imputation_routes.run_gibbs, imputation_routes.supports),
+    # (SVI imputes by multiple imputation only: this cell's supports() says so)
+    ("joint imputation", "svi"): Route(imputation_routes.run_multiple_svi, imputation_routes.supports_svi),
     ("imputed selection", "vb"): Route(imputation_routes.run_selection_vb, imputation_routes.supports_selection),
     ("imputed selection", "gibbs"): Route(imputation_routes.run_selection_gibbs, imputation_routes.supports_selection),
     ("imputed selection", "svi"): Route(imputation_routes.run_selection_svi, imputation_routes.supports_selection_svi),

@@ -71,6 +71,7 @@ def test_a_route_says_its_warnings_once_and_the_fit_keeps_its_note(monkeypatch):
         ({"missing": "impute", "method": "em"}, "a posterior mode carries no uncertainty"),
         ({"missing": "impute", "imputation": "joint", "vb": "accurate"}, "fits each completed data set"),
         ({"method": "svi", "vb": "accurate"}, "two different fits"),
+        ({"missing": "impute", "imputation": "joint", "method": "svi"}, "minibatches do not visit together"),
         ({"prior": bayesvm.priors.Lasso(), "unpenalized": ["x", "z"]}, "no slope to act on"),
     ],
 )
