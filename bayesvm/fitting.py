@@ -197,9 +197,7 @@ def bsvm(
     if is_dask_frame(data):
         return _recorded(options, fit_streamed(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
-            penalty=penalty, priors=priors, tol=run.tol, max_iter=run.max_iter, seed=seed, batch_size=run.batch_size,
-            learning_rate=run.learning_rate, prior=prior, vb=vb, kernel=kernel, inducing=run.inducing,
-            inducing_method=run.inducing_method,
+            penalty=penalty, priors=priors, seed=seed, prior=prior, vb=vb, kernel=kernel, control=run,
         ))  # fmt: skip
     if kernel is not None:
         from .kernel_fitting import fit_kernel  # (kernels load their engines only when asked for)

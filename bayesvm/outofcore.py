@@ -171,6 +171,21 @@ class StreamedData:
             dask.compute(*[dask.delayed(lambda rows, *a: func(rows[0], rows[1], *a))(part, *shared) for part in parts])
         )
 
+    def sweep(self, transform):
+        """``pass_(func, *args)``: :meth:`map` over the partitions' rows as ``transform`` makes them (one pass over
+        the data per call: the full-batch engines' sweep)."""
+        parts = self.parts(transform)
+        return lambda func, *args: self.map(parts, func, *args)
+
+    def minibatches(self, transform, size: int):
+        """``batches(rng)``: minibatches of ``size`` rows drawn partition by partition
+        (:class:`bayesvm.engines.batches.PartitionBatches`) from the rows as ``transform`` makes them: the stochastic
+        engines' input."""
+        from .engines.batches import PartitionBatches
+
+        parts = self.parts(transform)
+        return lambda rng: PartitionBatches(self.loader(parts), self.counts, size, rng)
+
     def loader(self, parts: list):
         """``load(k)``: the rows of partition ``k`` on the driver; kept there (LRU) while they fit in
         :data:`DRIVER_CACHE_BYTES`, so that small data are not fetched again at every visit."""

@@ -6,24 +6,18 @@ Inputs and kernel as for ``bsvm(..., kernel=...)`` (:mod:`bayesvm.model.kernel`)
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
 import pandas as pd
 
 from .arguments import as_count, as_flag, as_seed, data_name
-from .engines.kernel.pcvm import BIAS_PRECISION, PCVMResult, fit_pcvm_ep, fit_pcvm_laplace
-from .engines.kernel.pcvm_em import fit_pcvm_em
+from .control import Control
+from .engines.runs import FitRequest
 from .errors import BayesvmError
 from .formula.bars import parse_formula
 from .formula.design import FoldDesign, build_design
 from .kernels import RBF, Kernel
 from .model.kernel import build_kernel_model
-from .model.problems import KernelProblem
 from .results.crossfit import record_call, register_refit
 from .results.pcvm_fit import PCVMFit
-
-PCVM_METHODS = ("laplace", "ep", "em")
 
 
 def _check_pcvm_design(design) -> None:
@@ -84,11 +78,11 @@ def pcvm(
     """
     # the call as given, for cross-fitting (bayesvm.results.crossfit)
     options = {name: value for name, value in locals().items() if name != "_fold_design"}
-    if method not in PCVM_METHODS:
-        raise BayesvmError(f"method must be one of {PCVM_METHODS}, got {method!r}")
+    from .engines.registry import cell, route_for
+
+    cell("pcvm", method)  # (an unknown method is refused before the data are read)
     max_iter = (5000 if method == "em" else 2000) if max_iter is None else as_count(max_iter, "max_iter")
     seed, standardize = as_seed(seed), as_flag(standardize, "standardize")
-    start = time.perf_counter()
     design = build_design(
         parse_formula(formula, getattr(data, "columns", None)),
         data,
@@ -99,25 +93,9 @@ def pcvm(
     )
     _check_pcvm_design(design)
     model = build_kernel_model(design, RBF() if kernel is None else kernel, standardize, "all", "kmeans", 0)
-    problem = KernelProblem(X=model.inputs(design.X), y=design.y, kernel=model.kernel)
-    X, y = problem.X, problem.y
-    Phi = np.column_stack([np.ones(len(X)), model.kernel.matrix(X, X) * y[None, :]])
-    if method == "em":
-        selected = fit_pcvm_em(Phi, y, max_iter=max_iter, seed=seed)
-    else:
-        selected = fit_pcvm_laplace(Phi, y, max_iter=max_iter)
-    mean, cov, loo = selected.mean, selected.cov, None
-    if method == "ep":
-        cols = [0] + [1 + j for j in selected.active]
-        ep = fit_pcvm_ep(Phi[:, cols], y, np.concatenate([[BIAS_PRECISION], selected.alpha]))
-        mean, cov, loo = ep.mean, ep.cov, ep.loo_error
-    result = PCVMResult(
-        kernel=model.kernel, centres=X[selected.active], centre_labels=y[selected.active], active=selected.active,
-        alpha=selected.alpha, mean=mean, cov=cov, approximation=method, loo_error=loo, n_iter=selected.n_iter,
-        converged=selected.converged, elapsed=time.perf_counter() - start,
-    )  # fmt: skip
-    name = data_name(data)
-    fit = PCVMFit(model=model, problem=problem, method=method, result=result, data_name=name)
+    request = FitRequest(method, None, seed, Control(max_iter=max_iter), family="pcvm")
+    run = route_for(model, request).run(model, request)
+    fit = PCVMFit(model=model, problem=run.problem, method=method, result=run.result, data_name=data_name(data))
     options["seed"] = seed
     fit.call = record_call("pcvm", formula, data, options, design.row_index, design.parsed.fixed)
     return fit

@@ -10,14 +10,22 @@ from ..control import Control
 
 @dataclass(frozen=True)
 class FitRequest:
-    """What the caller asked of the engine: ``method`` (``"vb"``, ``"gibbs"``, ``"em"``, ``"svi"``), ``vb`` (None: the
-    default's choice, ``"meanfield"`` or ``"accurate"``), the seed and the engine settings (``control``, its
-    imputation model resolved: ``"mi"`` or ``"joint"``)."""
+    """What the caller asked of the engine: ``method`` (``"vb"``, ``"gibbs"``, ``"em"``, ``"svi"``; the PCVM's
+    ``"laplace"``, ``"ep"``, ``"em"``), ``vb`` (None: the default's choice, ``"meanfield"`` or ``"accurate"``), the seed
+    and the engine settings (``control``, its imputation model resolved: ``"mi"`` or ``"joint"``).
+
+    ``rows``: where the rows live when they are not in the model's design: out-of-core data
+    (:class:`bayesvm.outofcore.StreamedData`: ``sweep(transform)`` gives a pass over its partitions,
+    ``minibatches(transform, size)`` their minibatches); None for in-memory data.  ``family``: the family a face fits
+    where the model's blocks do not tell it (``pcvm()``'s model is a kernel expansion like a kernel SVM's); None to
+    read it from the model."""
 
     method: str
     vb: str | None
     seed: int | None
     control: Control
+    rows: object = None
+    family: str | None = None
 
 
 @dataclass

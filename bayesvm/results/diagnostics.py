@@ -28,23 +28,6 @@ def mcmc_diagnostics(fit) -> pd.DataFrame:
         return _diagnostics_table(az, posterior)
 
 
-def draw_diagnostics(draws: np.ndarray, names: list[str]) -> pd.DataFrame:
-    """``r_hat``, ``ess_bulk`` and ``ess_tail`` of the columns of ``draws`` (``(chains, draws, k)``), one row per name."""
-    import warnings
-
-    import xarray as xr
-
-    from .arviz import import_arviz
-
-    az = import_arviz()
-    posterior = xr.Dataset(
-        {"beta": (("chain", "draw", "coef"), np.asarray(draws, dtype=float))}, coords={"coef": names}
-    )
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return _diagnostics_table(az, posterior)
-
-
 def _diagnostics_table(az, posterior) -> pd.DataFrame:
     from .arviz import PENALTY_SD
 

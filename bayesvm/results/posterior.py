@@ -283,13 +283,7 @@ class MixturePosterior:
         return second_d - mean_d**2, second_b - mean_b**2
 
     def fixed_cov(self, p: int) -> np.ndarray:
-        grid = np.arange(p)
-        mean = self.means()[0][:p]
-        second = sum(
-            w * (th.cov_entries(grid[:, None], grid[None, :]) + np.outer(th.mean_d[:p], th.mean_d[:p]))
-            for w, th in self._pairs()
-        )
-        return second - np.outer(mean, mean)
+        return self.result.fixed_moments(p)[1]
 
     def component_means(self) -> list[np.ndarray]:
         if not self.result.has_component:

@@ -1,7 +1,9 @@
-"""The routing table of in-memory linear models (:mod:`bayesvm.engines.registry`): every fit of ``bsvm()`` goes
-through it, each family reaches its routes, and a refused cell says why."""
+"""The engines' table (:mod:`bayesvm.engines.registry`): every fit of ``bsvm()`` (in memory and out of core, linear
+and kernel) and of ``pcvm()`` goes through it, each family reaches its routes, and a refused cell says why."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -10,6 +12,7 @@ import pytest
 import bayesvm
 from bayesvm.engines import registry
 from bayesvm.engines.linear.routes import engine_run
+from bayesvm.kernels import RBF
 
 
 def _frame(seed: int = 0, n: int = 120, missing: bool = False) -> pd.DataFrame:
@@ -39,7 +42,7 @@ def test_every_fit_goes_through_the_table(options, family, monkeypatch):
     original = registry.ROUTES[(family, "vb")]
 
     def run(model, request):
-        seen.append((registry.family_of(model, request.control.imputation), request.method))
+        seen.append((registry.family_of(model, request), request.method))
         return original.run(model, request)
 
     monkeypatch.setitem(registry.ROUTES, (family, "vb"), registry.Route(run, original.supports))
@@ -81,8 +84,75 @@ def test_a_refused_cell_says_why(options, match):
         bayesvm.bsvm("y ~ x + z", _frame(missing=missing), **options)
 
 
+def _fit(face: str, options: dict):
+    frame = _frame()
+    if face == "pcvm":
+        return bayesvm.pcvm("y ~ x + z", frame, **options)
+    if face == "dask":
+        dd = pytest.importorskip("dask.dataframe")
+        data = dd.from_pandas(frame, npartitions=2).categorize(columns=["y", "g"])
+        return bayesvm.bsvm("y ~ x + z + (1 | g)", data, **options)
+    return bayesvm.bsvm("y ~ x + z", frame, **options)
+
+
+@pytest.mark.parametrize(
+    "face,options,cell",
+    [
+        ("bsvm", {"kernel": RBF(), "seed": 1}, ("kernel", "vb")),
+        ("bsvm", {"kernel": RBF(), "method": "em", "inducing": 10, "seed": 1}, ("kernel", "em")),
+        ("pcvm", {"method": "laplace"}, ("pcvm", "laplace")),
+        ("dask", {}, ("out-of-core linear", "vb")),
+        ("dask", {"prior": bayesvm.priors.LaplaceZero(), "max_iter": 20}, ("out-of-core selection", "vb")),
+    ],
+)
+def test_kernel_pcvm_and_out_of_core_fits_go_through_the_table(face, options, cell, monkeypatch):
+    seen = []
+    original = registry.ROUTES[cell]
+
+    def run(model, request):
+        seen.append((registry.family_of(model, request), request.method))
+        return original.run(model, request)
+
+    monkeypatch.setitem(registry.ROUTES, cell, registry.Route(run, original.supports))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (short fits: what they warn of is not the subject here)
+        _fit(face, options)
+    assert seen == [cell]
+
+
+@pytest.mark.parametrize(
+    "face,options,match",
+    [
+        ("bsvm", {"kernel": RBF(), "method": "gibbs", "vb": "accurate"}, "goes with method='vb'"),
+        ("bsvm", {"kernel": RBF(), "method": "gibbs", "draws": "auto"}, "takes a number of draws"),
+        ("bsvm", {"kernel": RBF(), "method": "svi", "learn_inducing": True}, "learn_inducing=True needs"),
+        ("pcvm", {"method": "vb"}, "method must be one of"),
+        ("dask", {"method": "gibbs"}, r"out-of-core \(dask\) data are fitted by method in \('vb', 'svi'\)"),
+        ("dask", {"vb": "accurate"}, "keeps no per-row state"),
+        ("dask", {"kernel": RBF()}, r"method in \('svi',\), not 'vb'"),
+    ],
+)
+def test_kernel_pcvm_and_out_of_core_refusals_come_from_the_table(face, options, match):
+    with pytest.raises(bayesvm.BayesvmError, match=match):
+        _fit(face, options)
+
+
+def test_a_method_no_out_of_core_engine_has_is_refused_before_the_pass_over_the_data(monkeypatch):
+    """The table's cell is asked before the streamed design is built (a full pass over the partitions)."""
+    import bayesvm.outofcore
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("the data were read")
+
+    monkeypatch.setattr(bayesvm.outofcore, "build_streamed", no_pass)
+    with pytest.raises(bayesvm.BayesvmError, match="not 'em'"):
+        _fit("dask", {"method": "em"})
+
+
 def test_every_cell_of_the_table_is_a_route_of_a_known_family_and_method():
-    families = {"linear", "selection", "multiple imputation", "joint imputation", "imputed selection"}
+    families = {"linear", "selection", "multiple imputation", "joint imputation", "imputed selection", "kernel", "pcvm"}
+    families |= {f"out-of-core {family}" for family in ("linear", "selection", "kernel")}
     for (family, method), route in registry.ROUTES.items():
-        assert family in families and method in ("vb", "em", "gibbs", "svi")
+        assert family in families and method in ("vb", "em", "gibbs", "svi", "laplace", "ep")
         assert callable(route.run) and callable(route.supports)
+    assert {family for family, _ in registry.ROUTES} == families

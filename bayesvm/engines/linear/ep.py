@@ -454,6 +454,17 @@ class IntegratedResult(EngineOutput):
             return None
         return "E[{s}]", float(self.slopes.scale)
 
+    def fixed_moments(self, p: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and covariance of the first ``p`` coefficients of ``theta_d`` under the mixture: ``sum_k w_k m_k`` and
+        ``sum_k w_k (S_k + m_k m_k') - m m'`` (the law of total covariance over the nodes)."""
+        grid = np.arange(p)
+        mean = sum(w * theta.mean_d[:p] for w, theta in zip(self.weights, self.thetas))
+        second = sum(
+            w * (theta.cov_entries(grid[:, None], grid[None, :]) + np.outer(theta.mean_d[:p], theta.mean_d[:p]))
+            for w, theta in zip(self.weights, self.thetas)
+        )
+        return mean, second - np.outer(mean, mean)
+
     def sample(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``size`` draws of the mixture: a node by its weight, then ``theta`` from that node's Gaussian;
         ``(theta_d (size, q), theta_b (size, J, K), [covariance (size, k, k) per component])``.  Under a

@@ -39,6 +39,7 @@ from ...memory import check_memory
 from ...model.output import EngineOutput
 from ...model.problems import VBProblem, sorted_by_level
 from .. import variance_prior
+from ..chain_checks import rhat_and_ess
 from ..joint import LogPrior, component_values
 from ..overrelax import RELAXATION
 from ..workers import run_in_processes
@@ -407,22 +408,6 @@ def _default_monitor(problem: VBProblem):
     return monitor
 
 
-def _rhat_and_ess(values: np.ndarray) -> tuple[float, float]:
-    """Largest rank-normalised R-hat and smallest bulk ESS (ArviZ) over ``values (chains, draws, m)``; a
-    quantity that never moves (NaN) counts as converged."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import arviz as az
-
-        dataset = az.convert_to_dataset({"q": values})
-        rhat = np.asarray(az.rhat(dataset)["q"].values, dtype=float)
-        ess = np.asarray(az.ess(dataset, method="bulk")["q"].values, dtype=float)
-    rhat, ess = rhat[np.isfinite(rhat)], ess[np.isfinite(ess)]
-    return (float(rhat.max()) if rhat.size else 1.0), (float(ess.min()) if ess.size else float("inf"))
-
-
 def sample_until_converged(
     problem: VBProblem,
     tune: int,
@@ -477,7 +462,7 @@ def run_until_converged(
             for stream, kept in zip(streams, records):
                 kept.extend(next(stream) for _ in range(AUTO_BATCH))
             n = len(records[0])
-            rhat, ess = _rhat_and_ess(watched(records))
+            rhat, ess = rhat_and_ess(watched(records))
             if bar is not None:
                 bar.update(AUTO_BATCH * chains)
                 bar.set_postfix({"draws/chain": n, "max R-hat": f"{rhat:.3f}", "min ESS": f"{ess:.0f}"})

@@ -9,6 +9,9 @@ prior and random-effect terms, no selection prior, no imputed predictors.
 - Gibbs: the data-augmentation sampler (Polson & Scott 2011; Appendix A) with its mixing moves.
 - SVI: stochastic mean-field VB on minibatches (Wenzel et al. 2017, section 4.5).
 
+Out of core (a dask frame): mean-field VB by one pass over the partitions per sweep, the largest grouping factor
+streamed level by level (:mod:`bayesvm.engines.linear.stream_vb`), and SVI on minibatches drawn partition by partition.
+
 Each ``run_*`` takes ``(model, request)`` and returns an :class:`bayesvm.engines.registry.EngineRun`; the engines
 are imported when a route runs (a fit loads only its own).
 """
@@ -197,3 +200,80 @@ def run_svi(model, request):
     problem = model.problem()
     result = fit_linear_svi(problem, max_iter=max_iter, tol=tol, seed=request.seed, **options)
     return engine_run(result, problem, warned=svi_warnings(result), model=model)
+
+
+# ----- out-of-core data (request.rows: the partitions of a dask frame) -------------------------------------------
+#: Why out-of-core SVI and the selection priors move every random-effect term into the dense columns.
+STREAMED_DENSE = "out-of-core SVI and selection priors stream the rows of one dense q"
+
+
+def supports_streamed(model, request) -> str | None:
+    """Out-of-core data are fitted by mean-field VB or SVI; full-batch VB streams the largest grouping factor level by
+    level and every other random-effect term as dense columns."""
+    if request.vb == "accurate":
+        return (
+            "out-of-core (dask) data are fitted by mean-field VB or SVI, not vb='accurate': expectation propagation "
+            "keeps two site parameters for every row, and a pass over the partitions keeps no per-row state"
+        )
+    if request.method == "vb" and model.prior is None and model.sparse:
+        return streamed_refusal(model)
+    return None
+
+
+def streamed_refusal(model) -> str:
+    """Why out-of-core VB cannot take this model: the random-effect terms outside the largest grouping factor exceed
+    :data:`bayesvm.model.MAX_DENSE_COLUMNS` dense columns."""
+    from ...model import MAX_DENSE_COLUMNS
+
+    sizes: dict[str, int] = {}
+    for term in model.design.re_terms:
+        sizes[term.group] = sizes.get(term.group, 0) + term.n_levels * term.k
+    largest = max(sizes, key=sizes.get)
+    others = ", ".join(f"{g!r} ({size:,})" for g, size in sizes.items() if g != largest)
+    return (
+        f"out-of-core VB streams the largest grouping factor {largest!r} level by level and the other random-effect "
+        f"terms as dense columns: {others} coefficients, more than {MAX_DENSE_COLUMNS} in all. Crossed factors of "
+        "this size need the sparse structure of in-memory data (method='vb', with probes= for very many levels)"
+    )
+
+
+def streamed_rows(model):
+    """``transform(new) -> engine rows`` of one partition: the dense columns, and the largest factor's codes and
+    values where the model blocks it (:mod:`bayesvm.engines.linear.stream_vb`)."""
+    if model.blocked_terms:
+
+        def rows(new, model=model):
+            factor = model.blocked_factor(new.codes, new.values)
+            return model.dense_matrix(new.X, new.codes, new.values, new.gp_bases), factor.codes, factor.values
+
+        return rows
+    return lambda new, model=model: model.dense_matrix(new.X, new.codes, new.values, new.gp_bases)
+
+
+def streamed_warnings(result) -> list[tuple[str, type[Warning]]]:
+    if result.converged:
+        return []
+    return [(f"the fit stopped before converging ({result.stopping or 'max_iter'})", ConvergenceWarning)]
+
+
+def run_streamed_vb(model, request):
+    """Mean-field VB by one pass over the partitions per sweep (:mod:`bayesvm.engines.linear.stream_vb`)."""
+    from .stream_vb import fit_streamed_vb
+
+    problem, control = model.problem(), request.control
+    sweep = request.rows.sweep(streamed_rows(model))
+    result = fit_streamed_vb(problem, sweep, tol=control.tol, max_iter=control.max_iter)
+    return engine_run(result, problem, warned=streamed_warnings(result))
+
+
+def run_streamed_svi(model, request):
+    """SVI on minibatches drawn partition by partition, one dense ``q`` over every coefficient."""
+    from .svi import fit_linear_svi
+
+    control = request.control
+    model = all_dense(model, STREAMED_DENSE)
+    problem = model.problem()
+    batches = request.rows.minibatches(streamed_rows(model), control.batch_size)
+    result = fit_linear_svi(problem, batch_size=control.batch_size, max_iter=control.max_iter, tol=control.tol,
+                            learning_rate=control.learning_rate, seed=request.seed, batches=batches)  # fmt: skip
+    return engine_run(result, problem, warned=streamed_warnings(result), model=model)

@@ -7,23 +7,33 @@
 - EM / ECME: the lasso's posterior mode.
 - Gibbs: the prior's sampler (Appendix B; Polson & Scott 2011, sections 4.1-4.2) with its model-space moves.
 - SVI: the selection prior's stochastic VB.
+
+Out of core (a dask frame), the prior's mean-field VB by passes over the partitions and its SVI on their minibatches,
+every random-effect term in the dense columns.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
 from ...engine_defaults import default_selection_vb
 from ...errors import ConvergenceWarning
-from ...priors import Lasso, SpikeSlab
+from ...model import all_dense
+from ...priors import LaplaceZero, Lasso, SpikeSlab
 from ..linear.routes import (
+    STREAMED_DENSE,
     engine_run,
     reported_quantities,
     sampler_settings,
+    streamed_rows,
+    streamed_warnings,
     supports_svi,
     svi_settings,
     svi_warnings,
 )
+from ..linear.routes import supports_streamed as supports_streamed_linear
 
 #: The refusal where a selection prior has nothing to select.
 NO_SLOPE = "the selection prior has no slope to act on: every fixed-effect column is unpenalized"
@@ -139,10 +149,50 @@ def supports_selection_svi(model, request) -> str | None:
 
 def run_svi(model, request):
     """The selection prior's SVI, on one dense ``q``."""
-    from ...model import all_dense
     from .svi import fit_selection_svi
 
     tol, max_iter, options = svi_settings(request)
     model = all_dense(model, "method='svi' keeps one dense q")
     result = fit_selection_svi(model.selection_problem(), max_iter=max_iter, tol=tol, seed=request.seed, **options)
     return engine_run(result, model.problem(), warned=svi_warnings(result), model=model)
+
+
+# ----- out-of-core data (request.rows: the partitions of a dask frame) -------------------------------------------
+def supports_streamed(model, request) -> str | None:
+    return supports_streamed_linear(model, request) or supports(model, request)
+
+
+def _streamed_problem(model):
+    """The selection problem of a streamed model: every random-effect term in the dense columns, and the slab's or
+    lasso's scale from each column's SD over every row (the streamed design's moments, as in memory)."""
+    model = all_dense(model, STREAMED_DENSE)
+    problem = model.selection_problem()
+    if not isinstance(model.prior, LaplaceZero):
+        sd = model.design.column_moments()[1][problem.selected] / model.scale[problem.selected]
+        problem = replace(problem, prior_scale=np.where(sd > 0, sd, 1.0))
+    return model, problem
+
+
+def run_streamed_vb(model, request):
+    """The prior's VB with one pass over the partitions per sweep (:mod:`bayesvm.engines.selection.stream_vb`)."""
+    from .stream_vb import fit_streamed_selection_vb
+
+    control = request.control
+    model, problem = _streamed_problem(model)
+    sweep = request.rows.sweep(streamed_rows(model))
+    result = fit_streamed_selection_vb(problem, sweep, tol=control.tol, max_iter=control.max_iter)
+    decreased = [(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning)]
+    warned = streamed_warnings(result) + (decreased if result.decreases else [])
+    return engine_run(result, model.problem(), warned=warned, model=model)
+
+
+def run_streamed_svi(model, request):
+    """The prior's SVI on minibatches drawn partition by partition."""
+    from .svi import fit_selection_svi
+
+    control = request.control
+    model, problem = _streamed_problem(model)
+    batches = request.rows.minibatches(streamed_rows(model), control.batch_size)
+    result = fit_selection_svi(problem, batch_size=control.batch_size, max_iter=control.max_iter, tol=control.tol,
+                               learning_rate=control.learning_rate, seed=request.seed, batches=batches)  # fmt: skip
+    return engine_run(result, model.problem(), warned=streamed_warnings(result), model=model)
