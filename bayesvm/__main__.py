@@ -130,7 +130,11 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--imputations", type=int, default=20, help="completed data sets (--imputation mi)")
     model.add_argument("--no-standardize", action="store_true", help="fit on the columns as given")
     engine = fit.add_argument_group("engine")
-    engine.add_argument("--method", default="vb", choices=["vb", "gibbs", "em", "svi"])
+    engine.add_argument(
+        "--method",
+        default="vb",
+        help="the engine: vb, gibbs, em or svi (any method of the engines' table; bsvm() checks it)",
+    )
     engine.add_argument(
         "--vb",
         default=None,

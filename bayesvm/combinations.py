@@ -9,7 +9,6 @@ from .checks import Checks
 from .errors import BayesvmError
 from .priors import LaplaceZero, Lasso, SpikeSlab
 
-METHODS = ("vb", "gibbs", "em", "svi")
 #: Most Monte Carlo probes of the probe engine (each is a vector of every coefficient; a few dozen serve).
 MAX_PROBES = 10_000
 #: Engines available for each selection prior.

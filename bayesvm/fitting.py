@@ -17,7 +17,6 @@ from .checks import (
     singular_findings,
 )
 from .combinations import (
-    METHODS,
     check_checks,
     check_class_weight,
     check_imputation_arguments,
@@ -241,8 +240,10 @@ def _checked_model(formula, data, *, method, penalty, positive, missing, standar
 
 def _check_arguments(method: str, vb, priors, class_weight, control: Control, *, streamed: bool) -> None:
     """The arguments that every route refuses alike (each error names the argument and what to give instead)."""
-    if method not in METHODS:
-        raise BayesvmError(f"unknown method {method!r}; choose one of {METHODS}")
+    from .engines.registry import methods
+
+    if method not in methods():
+        raise BayesvmError(f"unknown method {method!r}; choose one of {methods()}")
     check_settings_apply(control, method, vb)
     check_class_weight(class_weight, method, streamed=streamed)
     if priors is not None and not isinstance(priors, PriorSet):

@@ -27,7 +27,7 @@ from .linear import routes as linear_routes
 from .runs import EngineRun, FitRequest
 from .selection import routes as selection_routes
 
-__all__ = ["ABSENT", "ROUTES", "Route", "cell", "family_of", "route_for"]
+__all__ = ["ABSENT", "ROUTES", "Route", "cell", "family_of", "methods", "route_for"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,12 @@ ABSENT = {
     "out-of-core selection": _out_of_core("out-of-core selection"),
     "out-of-core kernel": _out_of_core("out-of-core kernel"),
 }
+
+
+def methods() -> tuple[str, ...]:
+    """The methods ``bsvm()`` accepts: every method of a cell of a family it fits (all but ``"pcvm"``), in the table's
+    order; a new engine's cell adds its method."""
+    return tuple(dict.fromkeys(method for family, method in ROUTES if family != "pcvm"))
 
 
 def family_of(model, request: FitRequest) -> str:

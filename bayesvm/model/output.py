@@ -33,7 +33,9 @@ EMPTY_TRACE.setflags(write=False)
 #: selection prior's slopes under the accurate fit), ``scale_estimate`` (a selection prior's learned scale:
 #: ``(template, value)``, the template naming the statistic with ``{s}`` for the parameter, e.g. ``("E[{s}^2]", 0.3)``
 #: or ``("mode of {s}", 1.2)``), ``probe_report`` (the stochastic-probe solver's Monte Carlo report) and
-#: ``schur_columns`` (the size of the dense Schur complement the sparse solver formed; 0 for none).
+#: ``schur_columns`` (the size of the dense Schur complement the sparse solver formed; 0 for none), ``batch_size`` (rows per
+#: minibatch of a stochastic engine; None for the engines that visit every row each sweep) and ``monitor_bounds`` (a
+#: stochastic engine's bound on its monitor rows at each check).
 OPTIONAL_PARTS: dict[str, object] = {
     "lower_bound": EMPTY_TRACE,
     "objective": EMPTY_TRACE,
@@ -50,6 +52,8 @@ OPTIONAL_PARTS: dict[str, object] = {
     "scale_estimate": None,
     "probe_report": None,
     "schur_columns": 0,
+    "batch_size": None,
+    "monitor_bounds": EMPTY_TRACE,
 }
 
 

@@ -30,6 +30,15 @@ METHOD_TITLES = {
     "svi": "stochastic variational inference (Wenzel et al. 2017, section 4.5; the model of Alg. {alg})",
 }
 
+#: How ``summary()`` names an engine that is not one of :data:`METHOD_TITLES`: by the form of its output.
+FORM_TITLES = {
+    "variational": "a Gaussian q",
+    "mixture": "Gaussians over nodes of the variance parameters",
+    "sampled": "posterior draws",
+    "mode": "the posterior mode",
+    "selection": "a spike-and-Gaussian q per slope",
+}
+
 SELECTION_EP_TITLE = (
     "accurate VB: EP with a site per slope for the selection prior, integrated over the variance parameters and "
     "the prior's scale"
@@ -128,7 +137,7 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
     _engine_info(fit, info, alg, spike_slab_vb, diagnostics)
     if fit.posterior.kind in ("variational", "mixture"):
         info["psis"] = _vb_check(fit)
-    elif fit.method == "vb" and getattr(fit.result, "imputation", None) is not None:  # multiple imputation's VB
+    elif info["report"] == "pooled":  # multiple imputation: why there is no PSIS check
         info["psis"] = imputation_covers(fit)
     info["vb_note"] = fit.vb_note
     info["identifiability"] = [(f.check, f.action, f.message) for f in fit.diagnostics.findings]
@@ -155,7 +164,7 @@ def _fixed_table(fit, level: float) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         z = ndtri(0.5 + level / 2.0)
         lower, upper = mean.to_numpy() - z * sd, mean.to_numpy() + z * sd
     fixed = pd.DataFrame({"mean": mean.to_numpy(), "sd": sd, lo: lower, hi: upper}, index=mean.index)
-    if fit.method == "em":
+    if fit.posterior.kind == "mode":
         fixed = fixed[["mean"]]
     diagnostics = None
     if sampled:
@@ -212,7 +221,10 @@ def _title(fit) -> tuple[str, str, bool]:
     prior = fit.model.prior
     alg = "3" if prior is not None else ("1" if not fit.problem.components else "2")
     learned = bool(fit.problem.components) or (prior is not None and prior.learns_scale)
-    title = METHOD_TITLES.get(fit.method, fit.method).format(alg=alg, em="ECME" if learned else "EM")
+    if fit.method in METHOD_TITLES:
+        title = METHOD_TITLES[fit.method].format(alg=alg, em="ECME" if learned else "EM")
+    else:  # an engine added to the table: named by its method and what its output holds
+        title = f"the {fit.method!r} engine ({FORM_TITLES[fit.posterior.kind]})"
     if prior is not None and fit.method == "gibbs":
         title = SELECTION_GIBBS_TITLES[type(prior)]
     spike_slab_vb = isinstance(prior, SpikeSlab) and fit.method in ("vb", "svi")
@@ -254,11 +266,25 @@ def _call_info(fit, title: str) -> dict:
     }
 
 
+def report_kind(result, form: str) -> str:
+    """Which report the summary gives, from what the engine's output holds (never from the method's name):
+    ``"pooled"`` (fits pooled over completed data sets), ``"mixture"`` (the accurate fit's Gaussians over nodes),
+    ``"mode"``, ``"sampled"`` (draws), ``"stochastic"`` (minibatch steps with a monitor bound) or ``"variational"``
+    (coordinate ascent on a lower bound); ``form`` is the output's posterior form."""
+    if result.fits is not None:
+        return "pooled"
+    if form in ("mixture", "mode", "sampled"):
+        return form
+    return "stochastic" if result.batch_size is not None else "variational"
+
+
 def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) -> None:
-    """The engine's own facts, into ``info``: multiple imputation's pooled fits, the accurate fit's nodes, EM's
-    objective, the chains' settings and diagnostics, SVI's monitor bound, or VB's bound and sweeps."""
+    """The engine's own facts, into ``info``: which report (:func:`report_kind`), then multiple imputation's pooled
+    fits, the accurate fit's nodes, EM's objective, the chains' settings and diagnostics, SVI's monitor bound, or VB's
+    bound and sweeps."""
     prior = fit.model.prior
-    if fit.result.fits is not None:  # VB on each completed data set (impute_mi)
+    info["report"] = report = report_kind(fit.result, fit.posterior.kind)
+    if report == "pooled":  # VB on each completed data set (impute_mi)
         r = fit.result
         kind = r.engine
         accurate = kind == "accurate"
@@ -272,7 +298,6 @@ def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) ->
             engine = "accurate VB (EP with a site per slope, integrated over the variance parameters)"
         info.update(
             title=f"multiple imputation: {engine} on each of {len(r.fits)} completed data sets, posteriors pooled",
-            method="vb-mi",
             accurate=accurate,
             engine=kind,
             imputations=len(r.fits),
@@ -281,7 +306,7 @@ def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) ->
             converged=r.converged,  # every completed-data fit met its tolerance
             decreases=[k for k, f in enumerate(r.fits) if f.decreases],
         )
-    elif fit.posterior.kind == "mixture":
+    elif report == "mixture":
         r = fit.result
         if prior is not None:
             info["caveat"] = SELECTION_EP_CAVEAT
@@ -292,18 +317,17 @@ def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) ->
             else "accurate VB: EP for (beta, u) given the variance components, integrated over them",
             design=r.design,
             n_nodes=int(r.weights.size),
-            method="vb-accurate",
             failure=None if r.converged else accurate_failure(r),
             log_evidence=float(r.log_evidence),
             node_weights=r.node_weights,
             fixed_correction=getattr(r, "fixed_correction", None),
         )
-    elif fit.method == "em":
+    elif report == "mode":
         objective, stage = fit.objective, np.asarray(fit.result.stage)
         if info["floor_note"]:  # the mode kept is the last finished stage's, not the broken stage's last iterate
             objective = objective[stage < stage[-1]]
         info.update(objective=float(objective[-1]), n_support=int(fit.result.support.sum()))
-    elif fit.posterior.kind == "sampled":
+    elif report == "sampled":
         from .diagnostics import inclusion_disagreement, sampled_fit_problems
 
         r = fit.result
@@ -321,7 +345,7 @@ def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) ->
             )
             or None,
         )
-    elif fit.method == "svi":
+    elif report == "stochastic":
         r = fit.result
         info.update(
             lower_bound=float(r.monitor_bounds[-1]) if r.monitor_bounds.size else float("nan"),
@@ -503,7 +527,7 @@ def _random_section(summary: Summary) -> str:
     body = table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
     groups = ", ".join(f"{g}, {n}" for g, n in info["groups"].items())
     return (
-        f"Random effects ({'modes' if info['method'] == 'em' else 'posterior means'} of the variance components):\n"
+        f"Random effects ({'modes' if info['report'] == 'mode' else 'posterior means'} of the variance components):\n"
         + _indent(body)
         + f"\nNumber of obs: {info['n_obs']}, groups:  {groups}\n"
     )
@@ -517,7 +541,7 @@ def _fixed_section(summary: Summary) -> str:
         float_format=lambda v: f"{v:.4f}", formatters={c: f for c, f in formats.items() if c in table}
     )
     note = ", original scale of the predictors" if summary.info["standardized"] else ""
-    what = "posterior mode" if summary.info["method"] == "em" else "posterior mean, sd and credible interval"
+    what = "posterior mode" if summary.info["report"] == "mode" else "posterior mean, sd and credible interval"
     return f"Fixed effects ({what}{note}):\n{body}\n"
 
 
@@ -540,15 +564,15 @@ def _footer(info: dict) -> str:
 
 def _fit_line(info: dict) -> str:
     ms = f"{1000 * info['elapsed']:.1f} ms"
-    method = info["method"]
-    if method == "vb-accurate" and not info.get("detail"):
+    report = info["report"]
+    if report == "mixture" and not info.get("detail"):
         nodes = f" at {info['n_nodes']} values of the variance parameters" if info["n_nodes"] > 1 else ""
         corrected = info.get("fixed_correction")
         moved = "; the PSIS check corrected the fixed effects it found off" if corrected is not None else ""
         weights = info.get("node_weights")
         caveat = _node_weights_text(weights) if weights is not None and weights.method != "importance" else ""
         return f"Fit: accurate VB (EP{nodes}){moved}; {ms}; summary(detail=True) shows the engine's report{caveat}"
-    if method == "vb-accurate":
+    if report == "mixture":
         if info["n_nodes"] > 1:
             rule = "lattice" if info["design"] == "lattice" else "Gauss-Hermite rule"
             where = (
@@ -564,12 +588,12 @@ def _fit_line(info: dict) -> str:
             f"Fit: expectation propagation{where}; {info['n_iter']} EP sweeps (passes over the rows) in all; {ms}"
             + weighted
         )
-    if method == "em":
+    if report == "mode":
         return (
             f"Fit: posterior mode after {info['n_iter']} EM iterations; support vectors (rows on or inside the "
             f"margin): {info['n_support']} of {info['n_obs']} (fit.support); {ms}"
         )
-    if method == "vb-mi":
+    if report == "pooled":
         sweeps = info["sweeps"]
         kind, unit = {"accurate": ("accurate VB", "EP sweeps"), "svi": ("SVI", "steps")}.get(
             info.get("engine"), ("mean-field VB", "sweeps")
@@ -579,13 +603,13 @@ def _fit_line(info: dict) -> str:
             f"{unit}), pooled into {info['draws']} draws (within- plus between-imputation spread); {ms}"
         )
         return text + _vb_note_line(info)
-    if method == "gibbs":
+    if report == "sampled":
         auto = f"\n  draws='auto': {info['stopping']}" if info.get("stopping") else ""
         return (
             f"Sampling: {info['chains']} chains x {info['draws']} draws (thin {info['thin']}) after {info['tune']} "
             f"tuning iterations, seed {info['seed']}; {info['elapsed']:.2f} s{auto}"
         )
-    if method == "svi":
+    if report == "stochastic":
         return f"Stochastic VI: {info['n_iter']} steps of {info['batch_size']} rows; stopping rule: {info['stopping']}; {ms}"
     text = f"Fit: {info['n_iter']} sweeps of coordinate ascent (tol {info['tol']:g}); {ms}"
     if info.get("probes") is not None:
@@ -629,9 +653,9 @@ def _node_weights_text(weights) -> str:
 
 def _criterion_line(info: dict) -> str:
     """A number to compare models fitted to the same rows and response (higher is better), like logLik."""
-    method = info["method"]
+    report = info["report"]
     compare = " (higher is better; compare fits of the same rows and response)"
-    if method == "vb-accurate":
+    if report == "mixture":
         if info.get("failure") or not np.isfinite(info.get("log_evidence", np.nan)):
             return "Fit criterion: none (the fit did not converge: see Checks)"
         weights = info.get("node_weights")
@@ -642,13 +666,13 @@ def _criterion_line(info: dict) -> str:
             value, se = check.log_evidence
             text += f"; {value:.2f} +/- {se:.2f} by importance sampling from the fit"
         return text + compare
-    if method == "em":
+    if report == "mode":
         return f"Fit criterion: log posterior at the mode {info['objective']:.2f} (up to a constant; not comparable across priors)"
-    if method in ("vb", "svi"):
+    if report in ("variational", "stochastic"):
         value = info.get("lower_bound", np.nan)
         if not np.isfinite(value):
             return ""
-        where = " on the monitor rows" if method == "svi" else ""
+        where = " on the monitor rows" if report == "stochastic" else ""
         return f"Fit criterion: lower bound on log p(y){where} = {value:.2f} (mean-field VB's)" + compare
     return "Fit criterion: none for a sampler; compare models by held-out log loss (fit.calibration(newdata))"
 

@@ -62,17 +62,17 @@ def checks_section(info: dict) -> str:
 
 
 def _convergence_checks(info: dict) -> list[str]:
-    method = info["method"]
-    if method == "vb-accurate":
+    report = info["report"]  # (bayesvm.results.summary.report_kind: what the engine's output holds)
+    if report == "mixture":
         if info.get("failure"):
             return [_verdict("FAIL", "convergence", f"NOT converged: {info['failure']}")]
         return [_verdict("OK", "convergence", "EP converged at every value of the variance parameters")]
-    if method == "gibbs":
+    if report == "sampled":
         summary = f"max R-hat {info['max_rhat']:.3f}, min bulk ESS {info['min_ess']:.0f}"
         if info["problems"]:
             return [_verdict("WARNING", "mixing", f"{summary}: {info['problems']}")]
         return [_verdict("OK", "mixing", f"{summary} (every quantity: R-hat <= 1.01, ESS >= 100 per chain)")]
-    if method == "em":
+    if report == "mode":
         word = "OK" if info["converged"] else "FAIL"
         state = "converged" if info["converged"] else "NOT converged: raise max_iter"
         if info["converged"] and info.get("floor_note"):
@@ -81,7 +81,7 @@ def _convergence_checks(info: dict) -> list[str]:
             _verdict(word, "convergence", state),
             _verdict("NOTE", "uncertainty", "a posterior mode has no SDs or intervals (use method='vb' or 'gibbs')"),
         ]
-    if method == "vb-mi":
+    if report == "pooled":
         out = [
             _verdict("OK", "convergence", "VB converged on every completed data set")
             if info["converged"]
@@ -103,7 +103,7 @@ def _convergence_checks(info: dict) -> list[str]:
                 )
             )
         return out
-    if method == "svi":
+    if report == "stochastic":
         state = "converged" if info["converged"] else "NOT converged"
         return [_verdict("OK" if info["converged"] else "WARNING", "convergence", f"{state}: {info['stopping']}")]
     out = [
@@ -121,11 +121,12 @@ def _convergence_checks(info: dict) -> list[str]:
 
 
 def _approximation_checks(info: dict) -> list[str]:
-    method = info["method"]
+    report = info["report"]
     out = []
-    if (method in ("vb", "vb-mi", "svi") and not info.get("accurate")) or info.get("caveat") == SELECTION_EP_CAVEAT:
+    mean_field = report in ("variational", "pooled", "stochastic") and not info.get("accurate")
+    if mean_field or info.get("caveat") == SELECTION_EP_CAVEAT:
         caveat = info.get("caveat", VB_CAVEAT)
-        if method == "vb-mi":
+        if report == "pooled":
             caveat = caveat.replace("q(beta, u)", "q(beta, u) per data set")
         out.append(_verdict("NOTE", "approximation", " ".join(caveat.replace("Approximation: ", "").split())))
     if info.get("floored"):
@@ -143,7 +144,7 @@ def _approximation_checks(info: dict) -> list[str]:
         return out
     if isinstance(check, str):
         return out + [_verdict("NOTE", "PSIS check", check)]
-    if method == "vb-accurate" and info.get("failure"):
+    if report == "mixture" and info.get("failure"):
         return out + [_verdict("NOTE", "PSIS check", "no verdict (the fit did not converge)")]
     if _untrusted(info):
         return out + [
