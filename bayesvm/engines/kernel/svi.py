@@ -5,19 +5,7 @@ Each step takes a minibatch ``S`` of ``s`` rows, sets their local ``chi_i`` to t
 ``q(v)`` (whitened; see :mod:`bayesvm.engines.kernel.vb`) towards the minibatch target
 ``(I + (n/s) A_S W_S A_S', (n/s) A_S y_S(1 + w_S))`` by a step ``rho_t`` (steps 9-14).
 
-Step sizes (``learning_rate``):
-
-* ``"robbins-monro"`` (default): ``rho_t = t^(-0.51)``.  Measured on simulated linear and banana
-  kernel problems it reaches the full-batch optimum within 0.1 posterior SD in 5000 steps of 100 rows,
-  where ``t^(-0.75)`` is still tens of SDs away: the fixed point of ``chi`` and ``q`` needs many
-  effective sweeps (``sum rho_t``), which a faster decay starves.
-* ``"adaptive"``: the adaptive rate of Ranganath, Wang, Blei & Xing (2013): with the noisy
-  natural gradient ``g_t`` (target minus current natural parameters), moving averages
-  ``gbar <- (1 - 1/tau) gbar + g/tau``, ``hbar <- (1 - 1/tau) hbar + g'g/tau``, the step
-  ``rho = gbar'gbar / hbar`` and memory ``tau <- tau (1 - rho) + 1``; ``gbar``, ``hbar`` and ``tau``
-  start from ``warmup`` minibatches evaluated at the initial ``q`` (their recommended warm start),
-  which keeps the first steps small when the gradients are noisy.
-* a number in (0, 1]: a constant step.
+Step sizes (``learning_rate``) and the stopping rule: :mod:`bayesvm.engines.stochastic`.
 
 Hyperparameters (section 4.3, eq. 12): every ``hyper_every`` steps after the warm-up, one Adam step
 (Kingma & Ba 2015, the usual optimiser for stochastic ML-II in sparse GPs) on the log hyperparameters
@@ -25,27 +13,23 @@ along the minibatch estimate of the bound's gradient with ``q(u)`` and the batch
 A.3); the same ``q(u)`` is then re-expressed in the new whitened coordinates.  Holding the whitened
 ``q(v)`` fixed instead moves ``f`` at the inducing points with every step, which holds the lengthscales back.
 
-Stopping rule (reported by ``summary()``): minibatch estimates of the bound are too noisy to stop on,
-so a fixed random subset of ``monitor`` rows (drawn once) is set aside for monitoring.  Every ``window``
-steps the bound is evaluated on it (data terms scaled to ``n``, local ``chi`` at their optimum): a
-deterministic function of ``q``.  The run stops when the mean of the last three such checks differs
-from the mean of the three before by less than ``tol`` relative (a moving window over the checks), or
-after ``max_iter`` steps.  The per-step minibatch estimates are kept as ``lower_bound``, the checks as
+The monitor set (reported by ``summary()``): a fixed random subset of ``monitor`` rows (drawn once); every
+``window`` steps the bound is evaluated on it (data terms scaled to ``n``, local ``chi`` at their optimum), a
+deterministic function of ``q``.  The per-step minibatch estimates are kept as ``lower_bound``, the checks as
 ``monitor_bounds``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from scipy import linalg
 
-from ...errors import BayesvmError
 from ...linalg.dense import runs_with_blas_threads
 from ..augmentation import data_lower_bound, update_chi
 from ..batches import PartitionBatches
+from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
 from .vb import (
     KernelProblem,
     KernelVBResult,
@@ -57,58 +41,6 @@ from .vb import (
     natural_target,
     projection,
 )
-
-LEARNING_RATES = ("adaptive", "robbins-monro")
-
-
-def validate_learning_rate(rate: object) -> str | float:
-    if isinstance(rate, str):
-        if rate not in LEARNING_RATES:
-            raise BayesvmError(f"learning_rate must be one of {LEARNING_RATES} or a number in (0, 1], got {rate!r}")
-        return rate
-    try:
-        value = float(rate)
-    except (TypeError, ValueError):
-        raise BayesvmError(
-            f"learning_rate must be one of {LEARNING_RATES} or a number in (0, 1], got {rate!r}"
-        ) from None
-    if not 0.0 < value <= 1.0:
-        raise BayesvmError(f"a constant learning_rate must lie in (0, 1], got {rate!r}")
-    return value
-
-
-class StepSize:
-    """The step-size rules of the module docstring."""
-
-    #: Robbins-Monro exponent: close to 1/2, the slowest decay that still averages the noise out; the
-    #: fixed point of chi and q needs many effective sweeps (sum of rho), which a faster decay starves.
-    kappa = 0.51
-
-    def __init__(self, rule: str | float, warmup: int, delay: float = 0.0):
-        self.rule, self.warmup, self.t, self.delay = rule, warmup, 0, float(delay)
-        self.gbar: np.ndarray | None = None
-        self.hbar = 0.0
-        self.tau = float(max(warmup, 1))
-
-    def prime(self, gradients: list[np.ndarray]) -> None:
-        if self.rule == "adaptive" and gradients:
-            self.gbar = np.mean(gradients, axis=0)
-            self.hbar = float(np.mean([g @ g for g in gradients]))
-
-    def __call__(self, g: np.ndarray) -> float:
-        self.t += 1
-        if self.rule == "robbins-monro":
-            return float((self.t + self.delay) ** -self.kappa)
-        if not isinstance(self.rule, str):
-            return float(self.rule)
-        if self.gbar is None:
-            self.gbar, self.hbar = g.copy(), float(g @ g)
-        inv = 1.0 / self.tau
-        self.gbar = (1.0 - inv) * self.gbar + inv * g
-        self.hbar = (1.0 - inv) * self.hbar + inv * float(g @ g)
-        rho = float(np.clip(self.gbar @ self.gbar / self.hbar, 1e-6, 1.0)) if self.hbar > 0 else 1.0
-        self.tau = self.tau * (1.0 - rho) + 1.0
-        return rho
 
 
 class Adam:
@@ -125,29 +57,6 @@ class Adam:
         return self.rate * m_hat / (np.sqrt(v_hat) + 1e-8)
 
 
-@dataclass
-class WindowRule:
-    """The moving-window stopping rule of the module docstring."""
-
-    tol: float
-    span: int = 3
-    message: str = ""
-
-    def done(self, checks: list[float]) -> bool:
-        k = self.span
-        if len(checks) < 2 * k:
-            return False
-        last, before = np.mean(checks[-k:]), np.mean(checks[-2 * k : -k])
-        change = (last - before) / abs(last)
-        if abs(change) <= self.tol:
-            self.message = (
-                f"moving window: mean of the last {k} monitor-set bounds changed by {change:.2e} relative "
-                f"to the {k} before (tol = {self.tol:g})"
-            )
-            return True
-        return False
-
-
 def _whitened_natural(Lm: np.ndarray, mean_u: np.ndarray, cov_u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Natural parameters of ``q(v)``, ``v = L_m^-1 u``, for ``q(u) = N(mean_u, cov_u)``: ``Lambda = L_m' cov_u^-1 L_m``."""
     chol = linalg.cholesky(cov_u, lower=True)
@@ -155,11 +64,6 @@ def _whitened_natural(Lm: np.ndarray, mean_u: np.ndarray, cov_u: np.ndarray) -> 
     precision = B.T @ B
     eta = Lm.T @ linalg.cho_solve((chol, True), mean_u)  # Lambda m with m = L_m^-1 mean_u
     return 0.5 * (precision + precision.T), eta
-
-
-def natural_vector(precision: np.ndarray, eta: np.ndarray) -> np.ndarray:
-    upper = np.triu_indices(eta.size)
-    return np.concatenate([eta, precision[upper]])
 
 
 @runs_with_blas_threads(lambda problem, locations, **_: len(locations))

@@ -10,7 +10,7 @@ minibatch target (their eq. 14 with the sums scaled by ``n/s``)
 
     Lambda_hat = diag(prior precision) + (n/s) X_S' W_S X_S,    eta_hat = (n/s) X_S' y_S(1 + w_S),
 
-by a step ``rho_t`` (the rules of :mod:`bayesvm.engines.kernel.svi`; the Robbins-Monro rule with the delay
+by a step ``rho_t`` (the rules of :mod:`bayesvm.engines.stochastic`; the Robbins-Monro rule with the delay
 ``rho_t = (t + tau)^-kappa``, ``tau =`` :data:`STEP_DELAY`, of Hoffman et al. 2013: with ``rho_1 = 1`` the
 first minibatch alone set ``q``, its levels' random effects ``n/s`` times over-informed and the rest at the
 prior, and the variance components then took tens of thousands of steps to recover from that start).
@@ -24,7 +24,7 @@ to fit around it, and the run ended there (intercept 775 where batch VB gives 2.
 too leaves only slowly.  ``q(sigma_u^2)`` is a function of
 ``q(beta)`` alone, so it gets its exact coordinate update after every step (Alg. 2 step 4; each component alike).  Memory and
 time per step are ``O(s p + p^3)``, independent of ``n``: the data can be streamed (``batches``).
-The stopping rule is the moving window of :mod:`bayesvm.engines.kernel.svi` on a fixed monitor set.
+The stopping rule is the moving window of :mod:`bayesvm.engines.stochastic` on a fixed monitor set.
 
 Class weights ``omega_i`` (:mod:`bayesvm.model.class_weights`) multiply each row's terms of the target and of the
 bound, as in batch VB (:func:`~bayesvm.engines.augmentation.row_terms`); the minibatches carry each row's response as
@@ -43,7 +43,7 @@ from ...linalg.dense import gaussian_from_natural, runs_with_blas_threads
 from ...model.problems import VBProblem
 from ..augmentation import data_lower_bound, row_terms, update_chi
 from ..batches import PartitionBatches
-from ..kernel.svi import StepSize, WindowRule, natural_vector, validate_learning_rate
+from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
 from .vb import (
     VBResult,
     initial_component,

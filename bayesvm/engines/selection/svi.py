@@ -46,8 +46,8 @@ from ...model.problems import SelectionProblem
 from ...priors import Lasso, SpikeSlab
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
 from ..batches import PartitionBatches
-from ..kernel.svi import StepSize, WindowRule, natural_vector, validate_learning_rate
 from ..linear.svi import STEP_DELAY
+from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
 from .lasso_vb import LassoAscent
 from .message import minibatch_message
 from .spike_slab_vb import SpikeSlabAscent

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bayesvm.engines.kernel.svi import StepSize, WindowRule, fit_svi, validate_learning_rate
+from bayesvm.engines.kernel.svi import fit_svi
 from bayesvm.engines.kernel.vb import fit_inducing
 from bayesvm.engines.linear.svi import fit_linear_svi
 from bayesvm.engines.linear.vb import fit_vb
+from bayesvm.engines.stochastic import StepSize, WindowRule, validate_learning_rate
 from bayesvm.errors import BayesvmError
 from bayesvm.kernels import RBF
 from bayesvm.model.problems import KernelProblem
