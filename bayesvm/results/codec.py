@@ -79,6 +79,10 @@ MOVED_CLASSES = {
     "bayesvm.pcvm_fit:PCVMFit": "bayesvm.results.pcvm_fit:PCVMFit",
     # the record of a fit's call, once in the face beside the fold refits
     "bayesvm.crossfit:FitCall": "bayesvm.results.crossfit:FitCall",
+    # the imputed selection sampler's output, beside the imputation segments that make it
+    "bayesvm.engines.selection.gibbs:ImputedSelectionGibbsResult": (
+        "bayesvm.engines.imputation.segments:ImputedSelectionGibbsResult"
+    ),
 }
 MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
 #: Attributes of formulaic's records that are neither dataclass fields, slots nor annotations (their internals):

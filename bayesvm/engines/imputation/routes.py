@@ -171,9 +171,11 @@ def _svi_pooled(result) -> list[tuple[str, type[Warning]]]:
 def run_selection_gibbs(model, request):
     """A selection prior with multiple imputation by the selection sampler with imputation segments."""
     from ..selection.gibbs import sample_selection
+    from .segments import ImputedSegments
 
     problem = model.imputation_problem(request.control.imputation)
-    result = sample_selection(model.selection_problem(), imputation=problem, **sampler_settings(request))
+    result = sample_selection(model.selection_problem(), imputation=ImputedSegments(problem),
+                              **sampler_settings(request))  # fmt: skip
     return _fit(problem, result, problem.design(result.imputation.z_mean))
 
 

@@ -25,7 +25,8 @@ Random-effect terms (``problem.components``) are one more Gaussian block: their 
 step above conditions on it -- spike-and-slab's collapsed model moves integrate the random effects out
 with the slopes -- and ``Sigma_c | u_c`` is drawn after the coefficients (:func:`bayesvm.engines.linear.gibbs.
 draw_components`).  With ``imputation`` the chain runs in segments, a new completed data set from the
-imputation model's own chain at the start of each (:mod:`bayesvm.engines.imputation.joint_model`, ``MI_SETTLE``).  After
+imputation model's own chain at the start of each (:mod:`bayesvm.engines.imputation.segments`, which the sampler
+asks for the stored iterations, each new design and the pooled imputation draws).  After
 the prior's step, two kinds of model moves run on the posterior with ``omega`` integrated out: the swaps of
 :mod:`bayesvm.engines.selection.moves` and a sweep of exact ``(gamma_k, beta_k)`` updates
 (:mod:`bayesvm.engines.selection.marginal_pairs`), which stop the indicators sticking to what ``omega``
@@ -57,17 +58,8 @@ from scipy.special import expit, gammaln, logit
 from ...errors import BayesvmError
 from ...linalg.dense import blas_threads, spd_inverse
 from ...memory import check_memory
-from ...model.problems import ImputationProblem, SelectionProblem, VBProblem
+from ...model.problems import SelectionProblem, VBProblem
 from ...priors import LaplaceZero, Lasso, SpikeSlab
-from ..imputation.joint_model import (
-    MI_BURN,
-    MI_THIN,
-    ImputedGibbsDraws,
-    ImputedGibbsResult,
-    imputation_schedule,
-    storage_schedule,
-)
-from ..imputation.normal_model import imputation_step, marginal_moments, missing_patterns, start_state
 from ..inverse_gaussian import draw_inverse_gaussian
 from ..joint import log_component_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
@@ -104,11 +96,6 @@ class SelectionGibbsResult(GibbsResult):
         return None if self.scale is None else ("E[{s}]", float(np.mean(self.scale)))
 
 
-@dataclass
-class ImputedSelectionGibbsResult(SelectionGibbsResult, ImputedGibbsResult):
-    """Selection Gibbs with multiple imputation inside the chain (``missing="impute"``, ``imputation="mi"``)."""
-
-
 TUNE = 2000
 """Default burn-in of this sampler (``bsvm``'s too: :func:`bayesvm.control.default_tune`).  Its sheared pair updates
 (:mod:`bayesvm.engines.selection.sheared_pairs`) estimate each rarely included slope's shift from the tuning draws
@@ -126,7 +113,7 @@ def sample_selection(
     cores: int = 1,
     progress: bool = True,
     swaps: bool = True,
-    imputation: ImputationProblem | None = None,
+    imputation: object = None,
     pairs: bool = True,
     exchanges: bool = True,
     lines: bool | None = None,
@@ -153,9 +140,10 @@ def sample_selection(
     ``imputation`` or more than ``model_jumps.JUMP_MAX_SLOPES`` slopes) and ``collapsed=False`` the random-effect terms' moves of :mod:`bayesvm.engines.linear.collapsed_variance` (all off: the
     papers' samplers, kept for the comparison in ``benchmarks/gibbs_mixing.py``; the exchanges run only with the
     pairs, since on their own they never change the number of slopes included).  ``imputation`` (an
-    ``imputation="mi"`` problem on the same rows and columns as ``problem.X``) draws a new completed data
-    set every few iterations from the imputation model's own chain, as :mod:`bayesvm.engines.imputation.joint_model` does
-    for the linear sampler (the cut posterior of :mod:`bayesvm.engines.imputation.multiple`)."""
+    :class:`bayesvm.engines.imputation.segments.ImputedSegments` on the same rows and columns as ``problem.X``) draws
+    a new completed data set every few iterations from the imputation model's own chain, as
+    :mod:`bayesvm.engines.imputation.joint_model` does for the linear sampler (the cut posterior of
+    :mod:`bayesvm.engines.imputation.multiple`)."""
     start = time.perf_counter()
     stopping = None
     if draws == "auto":
@@ -190,18 +178,8 @@ def sample_selection(
             jumps=jump_reference(problem) if jumps and imputation is None else None,
         )
         runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress)
-    extra = {}
-    if imputation is not None:
-        kept = chains * draws
-        z_mean = sum(r["z_sum"] for r in runs) / kept
-        z_var = np.maximum(sum(r["z_sq"] for r in runs) / kept - z_mean**2, 0.0) * kept / max(kept - 1, 1)
-        z_var[~imputation.missing] = 0.0
-        mu, sigma = np.stack([r["mu"] for r in runs]), np.stack([r["sigma"] for r in runs])
-        extra = {
-            "imputation": ImputedGibbsDraws(z_mean=z_mean, z_var=z_var, mu=mu, sigma=sigma),
-            "imputation_mode": "mi",
-        }
-    result_type = SelectionGibbsResult if imputation is None else ImputedSelectionGibbsResult
+    extra = {} if imputation is None else imputation.pooled(runs)
+    result_type = SelectionGibbsResult if imputation is None else imputation.result_type
     return result_type(
         theta_d=np.stack([r["coef"] for r in runs]),
         theta_b=np.zeros((chains, draws, 0, 0)),
@@ -296,7 +274,7 @@ def _chain(
     seed,
     show: bool,
     swaps: bool,
-    imputation: ImputationProblem | None = None,
+    imputation: object = None,
     pairs: bool = True,
     exchanges: bool = True,
     lines: bool | None = None,
@@ -314,12 +292,7 @@ def _chain(
         "components": [np.empty((draws, c.k, c.k)) for c in problem.components],
     }
     if imputation is not None:
-        out.update(
-            mu=np.empty((draws, imputation.V)),
-            sigma=np.empty((draws, imputation.V, imputation.V)),
-            z_sum=np.zeros(imputation.z.shape),
-            z_sq=np.zeros(imputation.z.shape),
-        )
+        out.update(imputation.chain_arrays(draws))
     records = chain_records(
         problem,
         tune,
@@ -343,10 +316,7 @@ def _chain(
             out["components"][c][i] = cov
         probabilities.append(record[5])
         if imputation is not None:
-            mu, sigma, z = record[6]
-            out["mu"][i], out["sigma"][i] = mu, sigma
-            out["z_sum"] += z
-            out["z_sq"] += z**2
+            imputation.keep(out, i, record[6])
     out["include_probability"] = None if not probabilities or probabilities[0] is None else np.stack(probabilities)
     return out
 
@@ -360,7 +330,7 @@ def chain_records(
     pairs: bool = True,
     exchanges: bool = True,
     lines: bool | None = None,
-    imputation: ImputationProblem | None = None,
+    imputation: object = None,
     draws: int | None = None,
     show: bool = False,
     shears: bool = True,
@@ -392,25 +362,17 @@ def chain_records(
             raise BayesvmError("draws='auto' does not run with imputation: its segments need a number of draws")
         stored, steps = None, itertools.count()
     else:
-        stored = storage_schedule(tune, draws, thin, imputation is not None)
+        stored = _plain_storage(tune, draws, thin) if imputation is None else imputation.storage(tune, draws, thin)
         steps = range(stored.size)
-    if (
-        imputation is not None
-    ):  # multiple imputation in segments (bayesvm.engines.imputation.joint_model, MI_SETTLE / MI_KEEP)
-        new_imputation = imputation_schedule(stored.size, thin)
-        patterns = missing_patterns(imputation.missing)
-        imputed = start_state(imputation, rng)
-        mu, sigma = np.zeros(imputation.V), np.eye(imputation.V)
+    completed = None if imputation is None else imputation.start(y, stored.size, thin, rng)  # (imputation segments)
     if show:
         from tqdm.auto import tqdm
 
         steps = tqdm(steps, desc="Gibbs", leave=False)
     for step in steps:
-        if imputation is not None and new_imputation[step]:
-            for _ in range(MI_BURN if step == 0 else MI_THIN):
-                imputation_step(imputed, imputation, y, patterns, rng)
-            mu, sigma = marginal_moments(imputed.B, imputed.sigma, y)
-            problem = replace(problem, X=imputation.design(imputed.z))
+        new_design = None if completed is None else completed.design_at(step)
+        if new_design is not None:  # the first iteration of a segment: a new completed data set
+            problem = replace(problem, X=new_design)
             X = problem.X
             moves.set_design(X)
         precision_weights, linear_terms = weighted_rows(y, omega, weights)
@@ -448,7 +410,7 @@ def chain_records(
                 list(covs),
                 conditional,
             )
-            yield record if imputation is None else (*record, (mu, sigma, imputed.z))
+            yield record if completed is None else (*record, completed.record())
 
 
 _NO_BLOCKS = np.zeros((0, 0))
@@ -518,9 +480,13 @@ def _selection_moves(problem: SelectionProblem, tune: int, swaps: bool, pairs: b
     )
 
 
-def _collapsed_moves(
-    problem: SelectionProblem, tune: int, imputation: ImputationProblem | None
-) -> CollapsedVariance | None:
+def _plain_storage(tune: int, draws: int, thin: int) -> np.ndarray:
+    """Per iteration, the index of the stored draw or -1 (tuning, thinning)."""
+    kept = np.arange(tune + draws * thin) - tune
+    return np.where((kept >= 0) & (kept % thin == 0), kept // thin, -1)
+
+
+def _collapsed_moves(problem: SelectionProblem, tune: int, imputation: object) -> CollapsedVariance | None:
     """The random intercepts' moves of :mod:`bayesvm.engines.linear.collapsed_variance` on the selection design.
 
     Only the unpenalised columns have a fixed normal prior there (``fixed_precision`` is unused at the penalised

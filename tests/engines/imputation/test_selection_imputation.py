@@ -1,4 +1,4 @@
-"""Selection priors with multiple imputation (issue 23): the selection sampler with imputation segments
+"""Selection priors with multiple imputation: the selection sampler with imputation segments
 targets the cut posterior ``E_{z | y, x_obs} p(gamma | y, z)``.
 
 The exact answer averages, over independent draws of the imputation model's chain
@@ -17,6 +17,7 @@ from scipy.special import logsumexp
 
 from bayesvm.engines.imputation.multiple import fit_mi_selection_vb
 from bayesvm.engines.imputation.normal_model import sample_imputations
+from bayesvm.engines.imputation.segments import ImputedSegments
 from bayesvm.engines.selection.gibbs import sample_selection
 from bayesvm.model.problems import ImputationProblem, SelectionProblem
 from bayesvm.priors import LaplaceZero, SpikeSlab
@@ -69,7 +70,8 @@ def test_spike_slab_gibbs_with_multiple_imputation_matches_the_cut_posterior():
     )
     exact = per_imputation.mean(axis=0)
     se_exact = per_imputation.std(axis=0, ddof=1) / np.sqrt(per_imputation.shape[0])
-    result = sample_selection(selection, draws=3000, tune=300, chains=2, seed=4, progress=False, imputation=imputation)
+    result = sample_selection(selection, draws=3000, tune=300, chains=2, seed=4, progress=False,
+                              imputation=ImputedSegments(imputation))  # fmt: skip
     sampled = sampled_model_probabilities(result, 2)
     se = np.sqrt(se_exact**2 + exact * (1 - exact) / 1500)
     assert np.all(np.abs(sampled - exact) < 4 * se + 0.01), (np.round(sampled, 3), np.round(exact, 3))

@@ -1,0 +1,99 @@
+"""The package's structure, measured from its source: the data flow's layers and the engine families import only
+downward, nothing imports another module's private names, and modules and functions stay small."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "bayesvm"
+#: The engine families each family may import (the rest of ``bayesvm.engines`` is shared by all): the kernel and
+#: selection engines build on the linear ones, and imputation wraps the linear and selection engines.
+FAMILY_IMPORTS = {
+    "linear": set(),
+    "kernel": {"linear"},
+    "selection": {"linear"},
+    "imputation": {"linear", "selection"},
+}
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path, ast.parse(path.read_text(), str(path))
+
+
+def _imported_modules(path: pathlib.Path, tree: ast.Module):
+    """``(module imported, names)`` of every ``from ... import`` in the file, as absolute ``bayesvm`` modules."""
+    package = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    package = package[:-1] if package[-1] != "__init__" else package[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            yield module, [alias.name for alias in node.names]
+
+
+def test_nothing_imports_another_modules_private_names():
+    offenders = [
+        f"{path.relative_to(PACKAGE)}: {module}.{name}"
+        for path, tree in _modules()
+        for module, names in _imported_modules(path, tree)
+        for name in names
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_IMPORTS))
+def test_an_engine_family_imports_only_the_families_it_builds_on(family):
+    others = set(FAMILY_IMPORTS) - {family} - FAMILY_IMPORTS[family]
+    offenders = [
+        f"{path.relative_to(PACKAGE)} imports {module}"
+        for path, tree in _modules()
+        if path.parent.name == family and path.parent.parent.name == "engines"
+        for module, _ in _imported_modules(path, tree)
+        if module.startswith("bayesvm.engines.") and module.split(".")[2] in others
+    ]
+    assert offenders == []
+
+
+def test_engines_and_the_model_never_import_the_results_or_the_face():
+    lower = ("engines", "model", "linalg", "formula", "checks")
+    offenders = [
+        f"{path.relative_to(PACKAGE)} imports {module}"
+        for path, tree in _modules()
+        if path.relative_to(PACKAGE).parts[0] in lower
+        for module, _ in _imported_modules(path, tree)
+        if module.startswith("bayesvm.results") or module in ("bayesvm.fitting", "bayesvm.kernel_fitting")
+    ]
+    assert offenders == []
+
+
+def test_modules_and_functions_stay_small():
+    """No module above 800 lines; no function with more than 20 parameters or more than 120 lines of code (its
+    docstring, which the API reference renders, not counted)."""
+    large = []
+    for path, tree in _modules():
+        lines = len(path.read_text().splitlines())
+        if lines > 800:
+            large.append(f"{path.relative_to(PACKAGE)}: {lines} lines")
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            arguments = node.args
+            count = len(arguments.posonlyargs) + len(arguments.args) + len(arguments.kwonlyargs)
+            body = node.body
+            docstring = (
+                body[0] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else None
+            )
+            length = node.end_lineno - node.lineno + 1
+            if docstring is not None:
+                length -= docstring.end_lineno - docstring.lineno + 1
+            if count > 20 or length > 120:
+                large.append(f"{path.relative_to(PACKAGE)}:{node.name}: {count} parameters, {length} lines")
+    assert large == []
