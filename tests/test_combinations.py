@@ -1,4 +1,4 @@
-"""Blocks that compose (issue 23): a selection prior with random effects, through ``bsvm()``.
+"""Blocks that compose: a selection prior with random effects, through ``bsvm()``.
 
 The engine-level exactness checks are in ``tests/engines/selection/test_selection_random.py``; here the whole route
 runs on simulated data: VB and Gibbs agree, and every result method works on the combined fit.
@@ -73,7 +73,7 @@ def _accurate_agrees_with_gibbs(accurate, gibbs, inclusion_gap: float = 0.1) -> 
 
 def test_laplace_zero_with_random_intercept_accurate_vb_agrees_with_gibbs(laplace_zero_fits):
     """vb="accurate" with a selection prior (EP with a site per slope, integrated over the random intercept's
-    variance and sigma_u): within issue 23's 0.35 Gibbs SD, where mean-field VB is allowed 0.5."""
+    variance and sigma_u): within 0.35 Gibbs SD (the accurate fit's bar), where mean-field VB is allowed 0.5."""
     data, vb, gibbs = laplace_zero_fits
     accurate = bayesvm.bsvm(FORMULA, data, prior=LaplaceZero(rho=0.5), vb="accurate")
     _accurate_agrees_with_gibbs(accurate, gibbs)
@@ -192,7 +192,7 @@ def test_svi_refuses_more_random_effects_than_its_dense_q_holds(monkeypatch):
 @pytest.mark.slow  # a reference run against long chains (CI's 15 minutes); --runslow runs it
 def test_accurate_vb_with_multiple_imputation_agrees_with_gibbs():
     """``vb="accurate"`` on each completed data set, pooled, targets the same cut posterior as the multiple-
-    imputation Gibbs sampler: means within 0.35 Gibbs SD (issue 23's bar for the accurate fit)."""
+    imputation Gibbs sampler: means within 0.35 Gibbs SD (the accurate fit's bar)."""
     from tests.engines.imputation.test_joint_model import simulate
 
     frame, _, _ = simulate(n=200, seed=3)

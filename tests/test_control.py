@@ -1,4 +1,4 @@
-"""``bayesvm.Control`` and the smaller ``bsvm()`` signature (issue 23, item 4)."""
+"""``bayesvm.Control`` and the smaller ``bsvm()`` signature."""
 
 from __future__ import annotations
 

@@ -130,7 +130,7 @@ def test_cardiac_vignette_runs(tmp_path, monkeypatch, capsys, request):
 @pytest.mark.once
 @pytest.mark.slow  # (53 s: the gp() engines' agreement it states is tested in tests/results/test_gp_effect.py)
 def test_clinical_gp_vignette_runs(tmp_path, monkeypatch, capsys, request):
-    """The statements of the gp() vignette (issue 23): accurate VB within 0.35 Gibbs SD with SDs within 15%,
+    """The statements of the gp() vignette: accurate VB within 0.35 Gibbs SD with SDs within 15%,
     mean-field shrinking g with SDs under 0.8 of Gibbs', the age shape recovered, and the toenail finding."""
     namespace = _run("clinical_gp.md", tmp_path, monkeypatch, request)
     comparison = namespace["comparison"]

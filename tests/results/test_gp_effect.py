@@ -1,4 +1,4 @@
-"""A ``gp()`` term with a random intercept through every engine (issue 23): the fitted function agrees across
+"""A ``gp()`` term with a random intercept through every engine: the fitted function agrees across
 VB, accurate VB, SVI and Gibbs, and every result method handles the term."""
 
 from __future__ import annotations

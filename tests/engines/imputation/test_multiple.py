@@ -88,7 +88,7 @@ def test_missing_values_are_drawn_from_the_conditional_normal():
         np.testing.assert_allclose(np.cov(d.T).reshape(cond_cov.shape), cond_cov, rtol=0.1, atol=0.02)
 
 
-# ----- multiple imputation on the sparse path (issue 23) -------------------------------------------------
+# ----- multiple imputation on the sparse path -------------------------------------------------
 def _crossed_problems():
     """One model with crossed random intercepts and a missing predictor, laid out dense (Schur over the larger
     factor) and sparse (every coefficient in the sparse factorisation)."""

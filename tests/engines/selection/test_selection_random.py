@@ -1,4 +1,4 @@
-"""Selection priors with random effects (issue 23): the random-effect block inside the selection engines.
+"""Selection priors with random effects: the random-effect block inside the selection engines.
 
 * Laplace-zero VB with a random intercept: the lower bound never decreases and equals a Monte Carlo
   estimate written independently with scipy's densities (random effects and their variance included).
