@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 import warnings
 
 import numpy as np
 import pandas as pd
-from formulaic.errors import FormulaicError
+from formulaic.errors import DataMismatchWarning, FormulaicError
 from formulaic.materializers import PandasMaterializer
 from formulaic.parser.types import Factor
 from formulaic.utils.layered_mapping import LayeredMapping
@@ -28,6 +29,10 @@ from interface_meta import override
 from ..errors import BayesvmError, DesignError
 from ..memory import check_memory
 from .interpreter import evaluate_term
+
+#: Serialises the warning filter :func:`materialize` sets: ``warnings.catch_warnings`` saves and restores the
+#: process-wide filter list, so two threads inside it at once could leave one's filter behind.
+_FILTER_LOCK = threading.Lock()
 
 #: Bytes a design cell costs while it is built (formulaic's columns, the joined frame, the float array).
 BYTES_PER_CELL = 3 * 8.0
@@ -108,14 +113,16 @@ def materialize(spec_or_formula, data: pd.DataFrame, what: str, as_matrix: bool 
     """
     materializer = SafeMaterializer(data)
     try:
-        with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
-            warnings.simplefilter("error", UserWarning)
+        # formulaic's one data warning (levels a spec never saw) as an error; the filter is process-wide, so it names
+        # that warning alone and one thread at a time sets and restores it (dask builds partitions on threads)
+        with _FILTER_LOCK, warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+            warnings.simplefilter("error", DataMismatchWarning)
             # on a copy of a spec: formulaic updates its state while it materialises, even when that then fails
             spec = spec_or_formula if isinstance(spec_or_formula, str) else copy.deepcopy(spec_or_formula)
             matrix = materializer.get_model_matrix(spec, na_action="raise")
     except BayesvmError:
         raise
-    except UserWarning as exc:
+    except DataMismatchWarning as exc:
         raise DesignError(f"cannot build the {what} design: {exc}") from None
     except (FormulaicError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
         if materializer.refusal is not None:
