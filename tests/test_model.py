@@ -101,7 +101,7 @@ def test_fits_that_would_not_fit_in_memory_are_refused_up_front(monkeypatch):
 
 
 def test_every_engine_returns_an_engine_output():
-    """Issue 23: one output type.  Every engine's result class (each ``*Result`` of ``bayesvm.engines`` and the
+    """One output type.  Every engine's result class (each ``*Result`` of ``bayesvm.engines`` and the
     PCVM's) derives from :class:`bayesvm.model.output.EngineOutput` and declares a posterior form; an optional part
     an engine does not compute reads as the contract's default, and any other missing attribute still raises."""
     import importlib
@@ -111,7 +111,7 @@ def test_every_engine_returns_an_engine_output():
     import bayesvm.engines
     from bayesvm.engines.linear.em import EMResult
     from bayesvm.model.output import EMPTY_TRACE, OPTIONAL_PARTS, EngineOutput
-    from bayesvm.pcvm_fit import PCVMResult
+    from bayesvm.engines.kernel.pcvm import PCVMResult
 
     classes = {PCVMResult}
     for info in pkgutil.walk_packages(bayesvm.engines.__path__, "bayesvm.engines."):

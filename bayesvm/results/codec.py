@@ -7,9 +7,10 @@ them back.  Nothing in a file can run code when it is decoded:
   datetime dtypes only), after their header has been checked against the stored size;
 - every other value is a JSON node of a fixed set of kinds (list, tuple, dict, set, slice, float,
   pandas index / series / frame, scipy sparse matrix, enum member, object);
-- an object or enum member must be of a class defined in ``bayesvm`` or ``formulaic`` (the
-  :data:`ALLOWED_MODULES`).  It is created with ``__new__`` and its attributes are set one by one:
-  no ``__init__``, ``__setstate__``, ``__reduce__`` or any other method of the class runs;
+- an object or enum member must be of a type of the file schema (:data:`bayesvm.results.schema.TYPES`, named there
+  by a stable name, not by its module) or a class of ``formulaic`` (by its ``module:qualname``).  It is created with
+  ``__new__`` and its attributes are set one by one: no ``__init__``, ``__setstate__``, ``__reduce__`` or any other
+  method of the class runs;
 - every formulaic factor evaluated as Python is checked against the restricted formula grammar
   (:mod:`bayesvm.formula.restricted`) before it can reach formulaic, so a file cannot smuggle code into
   a later ``predict``.
@@ -34,6 +35,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ..errors import BayesvmError
+from .schema import schema_type, type_name
 
 #: Classes whose instances may be stored: those defined in these packages (and nowhere else).
 ALLOWED_MODULES = ("bayesvm", "formulaic")
@@ -202,8 +204,8 @@ class Encoder:
         cls = type(obj)
         _check_class(cls, path)
         if isinstance(obj, enum.Enum):
-            return {"$": "enum", "cls": _class_name(cls), "name": obj.name}
-        node: dict[str, Any] = {"$": "obj", "cls": _class_name(cls)}
+            return {"$": "enum", **_type_entry(cls, path), "name": obj.name}
+        node: dict[str, Any] = {"$": "obj", **_type_entry(cls, path)}
         base = next((b for b in _BUILTIN_BASES if isinstance(obj, b)), None)
         if base is not None:
             node["base"] = [base.__name__, self.encode(base(obj), path)]
@@ -251,6 +253,17 @@ def _dtype_name(dtype: np.dtype | Any, path: str) -> str:
 
 def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _type_entry(cls: type, path: str) -> dict[str, str]:
+    """How a node names its class: ``{"type": name}`` for a type of the schema, ``{"cls": "module:qualname"}`` for
+    formulaic's records."""
+    if cls.__module__.split(".")[0] == "bayesvm":
+        name = type_name(cls)
+        if name is None:
+            raise StorageError(f"{path}: {cls.__module__}.{cls.__qualname__} is not a type of the saved-fit schema")
+        return {"type": name}
+    return {"cls": _class_name(cls)}
 
 
 def _check_class(cls: type, path: str) -> None:
@@ -326,9 +339,13 @@ class Decoder:
     """
 
     def __init__(
-        self, arrays: Callable[[int], np.ndarray], validators: dict[type, Callable[[object], None]] | None = None
+        self,
+        arrays: Callable[[int], np.ndarray],
+        validators: dict[type, Callable[[object], None]] | None = None,
+        version: int = 3,
     ):
         self._arrays = arrays
+        self._version = version
         self._memo: dict[int, Any] = {}
         self._validators = validators or {}
         self._depth = 0
@@ -429,13 +446,13 @@ class Decoder:
         if kind == "sparse":
             return self._remember(node, self._decode_sparse(node))
         if kind == "enum":
-            cls = _resolve_class(node["cls"])
+            cls, label = self._node_class(node)
             if not issubclass(cls, enum.Enum):
-                raise StorageError(f"{node['cls']} is not an enumeration")
+                raise StorageError(f"{label} is not an enumeration")
             try:
                 return self._remember(node, cls[node["name"]])
             except KeyError:
-                raise StorageError(f"{node['cls']} has no member {node['name']!r}") from None
+                raise StorageError(f"{label} has no member {node['name']!r}") from None
         if kind == "obj":
             return self._decode_object(node)
         raise StorageError(f"unknown node kind {kind!r}")
@@ -470,15 +487,28 @@ class Decoder:
             matrix.check_format(full_check=True)
         return matrix
 
+    def _node_class(self, node: dict) -> tuple[type, str]:
+        """A node's class and how the file names it: a type of the schema (``"type"``, format 3) or a class path
+        (``"cls"``: formulaic's records; every class in format 2)."""
+        if "type" in node and self._version >= 3:
+            cls = schema_type(node["type"])
+            if cls is None:
+                raise StorageError(f"the file names the type {node['type']!r}, which a saved fit never holds")
+            return cls, str(node["type"])
+        name = node.get("cls")
+        if self._version >= 3 and isinstance(name, str) and name.split(".")[0].split(":")[0] == "bayesvm":
+            raise StorageError(f"the file names the class {name!r} by its path; this format names types")
+        return _resolve_class(name), str(name)
+
     def _decode_object(self, node: dict) -> Any:
-        cls = _resolve_class(node["cls"])
+        cls, label = self._node_class(node)
         if issubclass(cls, enum.Enum):
-            raise StorageError(f"{node['cls']} is an enumeration, stored as an object")
+            raise StorageError(f"{label} is an enumeration, stored as an object")
         if "base" in node:
             base_name, base_node = node["base"]
             base = {b.__name__: b for b in _BUILTIN_BASES}.get(base_name)
             if base is None or not issubclass(cls, base):
-                raise StorageError(f"{node['cls']} does not derive from {base_name!r}")
+                raise StorageError(f"{label} does not derive from {base_name!r}")
             value = self.decode(base_node)
             obj = base.__new__(cls, value)
         else:
@@ -486,11 +516,11 @@ class Decoder:
         self._remember(node, obj)
         state = node["state"]
         if not isinstance(state, dict):
-            raise StorageError(f"bad state for {node['cls']}")
+            raise StorageError(f"bad state for {label}")
         allowed = stored_attributes(cls)
         for name, value in state.items():
             if not isinstance(name, str) or not name.isidentifier() or (name.startswith("__") and name.endswith("__")):
-                raise StorageError(f"bad attribute name {name!r} for {node['cls']}")
+                raise StorageError(f"bad attribute name {name!r} for {label}")
             if name not in allowed:
                 raise StorageError(
                     f"{cls.__qualname__} has no field {name!r} that a saved fit defines (a file changed after it was "

@@ -2,11 +2,12 @@
 
 The file is a standard zip archive (``unzip -l fit.bsvm`` lists it) holding
 
-- ``manifest.json``: the format name and version, the bayesvm version that wrote it, the fit's class,
+- ``manifest.json``: the format name and version, the bayesvm version that wrote it, the fit's type,
   and the SHA-256 digest of every other entry;
-- ``graph.json``: the fit's object graph (:mod:`bayesvm.results.codec`): records of bayesvm and
-  formulaic classes, each with only the fields its class declares, pandas indexes and frames, scipy sparse
-  matrices, plain values;
+- ``graph.json``: the fit's object graph (:mod:`bayesvm.results.codec`): records of the types of the file schema
+  (:mod:`bayesvm.results.schema`, named there independently of the modules that define them) and of formulaic's
+  classes, each with only the fields its class declares, pandas indexes and frames, scipy sparse matrices, plain
+  values;
 - ``arrays/<i>.npy``: the numeric arrays, read with ``allow_pickle=False``.
 
 The archive's comment is ``bayesvm-sha256:`` and the SHA-256 digest of every byte before it, and, for a file
@@ -51,9 +52,12 @@ import numpy as np
 from ..errors import BayesvmError
 from ..memory import available_memory
 from .codec import MOVED_CLASSES, Decoder, Encoder, StorageError, read_array
+from .schema import type_name
 
 FORMAT = "bayesvm-fit"
-FORMAT_VERSION = 2
+#: Format 3 names each stored type by the file schema (:mod:`bayesvm.results.schema`); format 2, still read, named
+#: classes by their module paths.
+FORMAT_VERSION = 3
 _COMMENT_PREFIX = b"bayesvm-sha256:"
 _HMAC_PREFIX = b" hmac-sha256:"
 _COMMENT_LENGTH = len(_COMMENT_PREFIX) + 64
@@ -64,6 +68,8 @@ MAX_EXPANSION = 100
 MIN_BUDGET = 256 * 2**20
 #: Largest manifest, in bytes.
 MAX_MANIFEST = 2**20
+#: The fits a file may hold: by the schema's names (format 3) and by class path (format 2).
+_FIT_TYPES = ("BSVMFit", "KernelFit", "PCVMFit", "MulticlassFit")
 _FIT_CLASSES = (
     "bayesvm.results.fit:BSVMFit",
     "bayesvm.results.kernel_fit:KernelFit",
@@ -106,7 +112,7 @@ def save_fit(fit, path: str | os.PathLike, key: bytes | str | None = None) -> Pa
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "bayesvm_version": __version__,
-        "fit_class": f"{type(fit).__module__}:{type(fit).__qualname__}",
+        "fit_class": type_name(type(fit)),
         "arrays": len(encoder.arrays),
         "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in entries.items()},
     }
@@ -248,9 +254,13 @@ def _load_archive(raw: bytes, secret: bytes | None = None):
                 f"saved by bayesvm {manifest.get('bayesvm_version')} in a newer format; upgrade bayesvm to load it"
             )
         fit_class = manifest.get("fit_class")
-        if not isinstance(fit_class, str) or MOVED_CLASSES.get(fit_class, fit_class) not in _FIT_CLASSES:
-            raise StorageError(f"it holds {fit_class!r}, not a fit")
-        fit_class = MOVED_CLASSES.get(fit_class, fit_class)  # a file from an earlier layout
+        if version >= 3:
+            if fit_class not in _FIT_TYPES:
+                raise StorageError(f"it holds {fit_class!r}, not a fit")
+        else:  # format 2: a class path, perhaps of an earlier layout
+            if not isinstance(fit_class, str) or MOVED_CLASSES.get(fit_class, fit_class) not in _FIT_CLASSES:
+                raise StorageError(f"it holds {fit_class!r}, not a fit")
+            fit_class = MOVED_CLASSES.get(fit_class, fit_class).split(":")[1]
         digests = manifest.get("sha256")
         count = manifest.get("arrays")
         if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < len(infos):
@@ -268,9 +278,11 @@ def _load_archive(raw: bytes, secret: bytes | None = None):
             return data
 
         graph = json.loads(entry("graph.json"))
-        decoder = Decoder(lambda i: read_array(entry(f"arrays/{_array_number(i, count)}.npy"), budget), _validators())
+        decoder = Decoder(
+            lambda i: read_array(entry(f"arrays/{_array_number(i, count)}.npy"), budget), _validators(), version
+        )
         fit = decoder.decode(graph)
-    if f"{type(fit).__module__}:{type(fit).__qualname__}" != fit_class:
+    if type_name(type(fit)) != fit_class:
         raise StorageError("the stored object is not the fit the manifest names")
     return fit
 

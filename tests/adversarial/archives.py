@@ -39,12 +39,14 @@ def edit_graph(change):
 
 
 def objects(graph, cls_suffix):
-    """Every stored object node whose class name ends with ``cls_suffix``."""
+    """Every stored object node whose class name ends with ``cls_suffix`` (``":Design"``): a formulaic class path, or
+    a type of the file schema (named ``"Design"``)."""
     found, stack = [], [graph]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if node.get("$") == "obj" and str(node.get("cls", "")).endswith(cls_suffix):
+            name = str(node.get("cls", "")) if "cls" in node else f":{node.get('type', '')}"
+            if node.get("$") == "obj" and name.endswith(cls_suffix):
                 found.append(node)
             stack.extend(node.values())
         elif isinstance(node, list):

@@ -169,6 +169,7 @@ def test_files_from_the_flat_engine_layout_load(name, tmp_path):
     (and PCVM fits before their fit and output moved out of ``bayesvm.pcvm_fit``); they load into today's classes,
     with the same predictions."""
     from bayesvm.results.codec import MOVED_CLASSES, MOVED_MODULES
+    from bayesvm.results.schema import TYPES
 
     fit, new = (bayesvm.pcvm("y ~ x1 + x2", _frame()), _frame(seed=1)) if name == "pcvm" else _make(name)
     path = fit.save(tmp_path / "new.bsvm")
@@ -178,6 +179,8 @@ def test_files_from_the_flat_engine_layout_load(name, tmp_path):
 
     def walk(node):
         if isinstance(node, dict):
+            if node.get("$") in ("obj", "enum") and "type" in node:  # format 2 named every class by its path
+                node["cls"] = f"{TYPES[node['type']]}:{node.pop('type')}"
             if node.get("$") == "obj":
                 module, qualname = node["cls"].split(":")
                 if node["cls"] in new_to_old_classes:
@@ -197,7 +200,8 @@ def test_files_from_the_flat_engine_layout_load(name, tmp_path):
         walk(graph)
         entries["graph.json"] = json.dumps(graph).encode()
         manifest = json.loads(entries["manifest.json"])
-        manifest["fit_class"] = new_to_old_classes.get(manifest["fit_class"], manifest["fit_class"])
+        path = f"{TYPES[manifest['fit_class']]}:{manifest['fit_class']}"
+        manifest["fit_class"], manifest["format_version"] = new_to_old_classes.get(path, path), 2
         entries["manifest.json"] = json.dumps(manifest).encode()
 
     old = bayesvm.load(_rewrite(path, tmp_path / "old.bsvm", flatten))
@@ -311,7 +315,7 @@ def _posterior_states(graph):
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if node.get("$") == "obj" and node.get("cls", "").endswith(":GaussianPosterior"):
+            if node.get("$") == "obj" and node.get("type") == "GaussianPosterior":
                 found.append(node["state"])
             stack.extend(node.values())
         elif isinstance(node, list):
@@ -347,7 +351,7 @@ def test_a_grouping_factor_naming_levels_it_does_not_have_is_refused(tmp_path):
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if node.get("$") == "obj" and node.get("cls", "").endswith(":BlockedFactor"):
+            if node.get("$") == "obj" and node.get("type") == "BlockedFactor":
                 found.append(node["state"]["n_levels"])
             stack.extend(node.values())
         elif isinstance(node, list):
@@ -371,7 +375,7 @@ def test_a_problem_whose_response_misses_rows_of_its_design_is_refused(tmp_path)
         while stack:
             node = stack.pop()
             if isinstance(node, dict):
-                if node.get("$") == "obj" and node.get("cls", "").endswith(":VBProblem"):
+                if node.get("$") == "obj" and node.get("type") == "VBProblem":
                     found.append(node["state"])
                 stack.extend(node.values())
             elif isinstance(node, list):
