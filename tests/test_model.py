@@ -109,9 +109,9 @@ def test_every_engine_returns_an_engine_output():
     import pkgutil
 
     import bayesvm.engines
+    from bayesvm.engines.kernel.pcvm import PCVMResult
     from bayesvm.engines.linear.em import EMResult
     from bayesvm.model.output import EMPTY_TRACE, OPTIONAL_PARTS, EngineOutput
-    from bayesvm.engines.kernel.pcvm import PCVMResult
 
     classes = {PCVMResult}
     for info in pkgutil.walk_packages(bayesvm.engines.__path__, "bayesvm.engines."):

@@ -34,7 +34,7 @@ def test_designs_built_on_many_threads_leave_the_warning_filters_as_they_were():
     assert errors == []
     assert warnings.filters == before
     with pytest.warns(UserWarning, match="still a warning"):
-        warnings.warn("still a warning", UserWarning)
+        warnings.warn("still a warning", UserWarning, stacklevel=1)
 
 
 def test_levels_a_spec_never_saw_are_an_error_naming_the_design():
