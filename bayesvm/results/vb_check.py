@@ -186,12 +186,12 @@ def not_run_by_itself(fit) -> str | None:
 def check_at_fit_end(fit, action: str = "warn") -> None:
     """Run the check at the end of a VB fit (``bsvm()`` calls it) and warn once when it fails.
 
-    ``summary()`` has always run the check, but a user who reads ``fit.fixef`` or predicts without printing the summary
-    was never told when it failed: R's geepack ``muscatine`` (``obese ~ gender + age + I(age**2) + (1 | id)``, 9,856
-    rows) fitted without a word while its k-hat is 1.5 and a long Gibbs run puts the intercept 2 posterior SDs from
-    q's.  As rstanarm runs PSIS after its variational fits, the check runs at the end of every VB fit it covers
-    (:func:`not_run_by_itself`) and warns (:class:`bayesvm.errors.ApproximationWarning`, :func:`check_warning`) when
-    k-hat exceeds 0.7 or the importance weights move a reported mean by half of q's SD or more, naming the parameter.
+    A user who reads ``fit.fixef`` or predicts without printing the summary must still hear when q is off (R's geepack
+    ``muscatine``, ``obese ~ gender + age + I(age**2) + (1 | id)`` on 9,856 rows, has k-hat 1.5 and an intercept 2
+    posterior SDs from a long Gibbs run's).  As rstanarm runs PSIS after its variational fits, the check runs at the
+    end of every VB fit it covers (:func:`not_run_by_itself`) and warns (:class:`bayesvm.errors.ApproximationWarning`,
+    :func:`check_warning`) when k-hat exceeds 0.7 or the importance weights move a reported mean by half of q's SD or
+    more, naming the parameter.
     The result is kept, so ``summary()`` prints the same verdict without running it again.  Not run where the verdict
     would mislead: after an identifiability finding that leaves the posterior shaped by the prior (``summary()`` says
     so instead), or an accurate fit that did not converge (its own warning says so).  A check that cannot run (q's
@@ -318,7 +318,7 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
 
     ``draws=None`` takes :data:`FIRST_LOOK_DRAWS` draws from q and, when the governing k-hat lands within
     :data:`BORDER` of a verdict's threshold (0.5 or 0.7), adds draws to :data:`SECOND_LOOK_DRAWS` for that k-hat
-    (its Monte Carlo spread shrinks with the tail draws PSIS fits, so the verdict no longer depends on the seed);
+    (its Monte Carlo spread shrinks with the tail draws PSIS fits, so that the verdict does not hang on the seed);
     an integer takes exactly that many.  The draws are made in batches of :data:`BATCH_DRAWS`, so the memory of
     the predictor draws stays at ``BATCH_DRAWS x rows``.
     """

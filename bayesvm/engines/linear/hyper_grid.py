@@ -228,8 +228,8 @@ MAX_LATTICE_NODES = 1000
 
 
 #: With several hyperparameters a new shell node is evaluated only next to a node (diagonals included) that holds
-#: at least this fraction of the lattice's mass: the heavy tail of one direction (a variance near zero) no longer
-#: grows the whole ball, whose other nodes are negligible (a 120-row random-intercept fit with a learned penalty:
+#: at least this fraction of the lattice's mass, so that the heavy tail of one direction (a variance near zero) does
+#: not grow the whole ball, whose other nodes are negligible (a 120-row random-intercept fit with a learned penalty:
 #: 207 EP fits on the shells, 104 of them below ``1e-10`` of the mass).  A skipped node's neighbours inside hold
 #: less than this each, so together the skipped nodes of a shell hold far less than :data:`TAIL_MASS`.
 FRONTIER_MASS = 1e-6
