@@ -76,6 +76,7 @@ def test_a_route_says_its_warnings_once_and_the_fit_keeps_its_note(monkeypatch):
         ({"method": "svi", "vb": "accurate"}, "two different fits"),
         ({"missing": "impute", "imputation": "joint", "method": "svi"}, "minibatches do not visit together"),
         ({"prior": bayesvm.priors.Lasso(), "unpenalized": ["x", "z"]}, "no slope to act on"),
+        ({"missing": "impute", "prior": bayesvm.priors.Lasso(), "unpenalized": ["x", "z"]}, "no slope to act on"),
     ],
 )
 def test_a_refused_cell_says_why(options, match):

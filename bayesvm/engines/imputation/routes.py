@@ -20,7 +20,8 @@ from ...errors import ConvergenceWarning, ImputationWarning
 from ...model import MAX_DENSE_COLUMNS, all_dense
 from ..linear.routes import engine_run, sampler_settings, svi_settings
 from ..linear.routes import supports_svi as stochastic_refusal
-from ..selection.routes import NO_SLOPE, floored_sites_warning
+from ..selection.routes import floored_sites_warning
+from ..selection.routes import supports as selection_refusal
 
 
 def absent_method(method: str) -> str:
@@ -73,12 +74,12 @@ def supports_svi(model, request) -> str | None:
 
 def supports_selection(model, request) -> str | None:
     """A selection prior with imputed predictors: multiple imputation, and a slope to act on."""
-    return supports(model, request) or (None if model.penalized.any() else NO_SLOPE)
+    return supports(model, request) or selection_refusal(model, request)
 
 
 def supports_selection_svi(model, request) -> str | None:
     """A selection prior with imputed predictors fitted by SVI: multiple imputation, and a slope to act on."""
-    return supports_svi(model, request) or (None if model.penalized.any() else NO_SLOPE)
+    return supports_svi(model, request) or selection_refusal(model, request)
 
 
 def _fit(problem, result, design, **kwargs):
