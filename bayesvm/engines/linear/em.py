@@ -94,7 +94,7 @@ def component_mode(comp: VarianceComponent, u: np.ndarray) -> np.ndarray:
 
 def check_modal_priors(problem: VBProblem) -> None:
     """Refuse a prior whose joint posterior mode is degenerate (a half-t's positive density at sigma = 0)."""
-    half_t = [c.name for c in problem.components if c.prior_nu > 0]
+    half_t = [c.name for c in problem.components if variance_prior.is_half_t(c)]
     if half_t:
         raise BayesvmError(
             f"method='em' cannot use a half-t prior for {half_t}: it has positive density at sigma = 0, where the joint "

@@ -116,11 +116,7 @@ def _prior_terms(comp, cov: np.ndarray, k: int, aux) -> tuple[float, tuple[float
     and ``quadratic = (2 rate / s, 0, 0)``; an inverse Wishart gives ``power = nu + k + 1`` and the quadratic of
     ``Psi * Sigma^-1``."""
     if not comp.is_wishart:
-        if variance_prior.is_half_t(comp):
-            a = comp.prior_t_scale**2 if aux is None else aux  # None before the first draw, as in draw()
-            shape, rate = 0.5 * comp.prior_nu, comp.prior_nu / a
-        else:
-            shape, rate = comp.prior_a, comp.prior_b
+        shape, rate = variance_prior.conditional_inverse_gamma(comp, aux)  # (the half-t's given its auxiliary a)
         return 2.0 * (shape + 1.0), (2.0 * rate / float(cov[0, 0]), 0.0, 0.0), float(cov[0, 0])
     weights = comp.prior_scale * np.linalg.inv(cov)
     return comp.prior_df + comp.k + 1.0, _inverse_quadratic(weights, k), 0.0
