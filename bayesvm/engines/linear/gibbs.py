@@ -593,23 +593,27 @@ def _compile_whole_iterations_in_background(problem: VBProblem) -> None:
     """Compile the whole iterations for later processes, once per process: a detached, low-priority interpreter
     (:mod:`bayesvm.engines.linear.compile_ahead`) makes two throwaway iterations of a chain with them on a small
     problem of the same layout, so that numba writes them to its disk cache; it goes on after this process ends, and
-    only one runs at a time on a machine."""
+    only one runs at a time on a machine.  A short-lived launcher starts it and exits at once, so this process holds
+    no child it would have to wait for (or be warned about at exit)."""
     import subprocess
     import sys
 
     if _background:
         return
     _background.append(True)
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    launcher = (
+        "import subprocess, sys; subprocess.Popen([sys.executable, '-m', 'bayesvm.engines.linear.compile_ahead'], "
+        "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)"
+    )
     try:
-        subprocess.Popen(
-            [sys.executable, "-m", "bayesvm.engines.linear.compile_ahead"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except OSError:  # no process to be had: the next process compiles them instead
+        subprocess.run([sys.executable, "-c", launcher], timeout=LAUNCH_SECONDS, check=False, **quiet)
+    except (OSError, subprocess.TimeoutExpired):  # no process to be had: the next process compiles them instead
         pass
+
+
+#: Longest wait for the launcher of the background compile (it starts one process and exits).
+LAUNCH_SECONDS = 30.0
 
 
 def _load_compiled(chain, problem: VBProblem) -> None:
