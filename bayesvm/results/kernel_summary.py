@@ -31,6 +31,38 @@ APPROXIMATIONS = {
 }
 
 
+def _sampling_line(i: dict, status: str) -> str:
+    table = i["chains"]
+    return (
+        f"Sampling: {i['n_iter']} draws per chain; over the decision values at {len(table)} training rows "
+        f"max R-hat {table['r_hat'].max():.3f}, min bulk ESS {table['ess_bulk'].min():.0f}, min tail ESS "
+        f"{table['ess_tail'].min():.0f}; {i['elapsed']:.2f} s"
+    )
+
+
+def _stochastic_line(i: dict, status: str) -> str:
+    return (
+        f"Stochastic VI: {i['n_iter']} steps of {i['batch_size']} rows; {status}: {i['stopping']}; "
+        f"lower bound on the monitor rows {i['monitor']:.4f}; {i['elapsed']:.2f} s"
+    )
+
+
+def _vb_line(i: dict, status: str) -> str:
+    return (
+        f"Convergence: {status} after {i['n_iter']} iterations at the final hyperparameters; "
+        f"lower bound {i['lower_bound']:.4f}; {i['elapsed']:.2f} s"
+    )
+
+
+#: The summary's line on how the engine ran, by the engine the output names (the VB engines' otherwise).
+RUN_LINES = {
+    "gibbs": _sampling_line,
+    "em": lambda i, status: f"Convergence: {status} after {i['n_iter']} EM iterations; {i['elapsed']:.2f} s",
+    "accurate": lambda i, status: f"Convergence: EP {status} after {i['n_iter']} sweeps; {i['elapsed']:.2f} s",
+    "svi": _stochastic_line,
+}
+
+
 def kernel_summary(fit) -> Summary:
     """The :class:`Summary` of a :class:`~bayesvm.results.kernel_fit.KernelFit`."""
     r, model, design = fit.result, fit.model, fit.model.design
@@ -107,29 +139,8 @@ def render_kernel(summary: Summary) -> str:
         lines += ["  " + line for line in body.splitlines()]
     if not i["batch_locations"]:
         lines.append(f"Inducing points: {i['n_inducing']} ({i['inducing_method']})")
-    status = "converged" if i["converged"] else "NOT converged"
     engine = i["engine"]
-    if engine == "gibbs":
-        table = i["chains"]
-        lines.append(
-            f"Sampling: {i['n_iter']} draws per chain; over the decision values at {len(table)} training rows "
-            f"max R-hat {table['r_hat'].max():.3f}, min bulk ESS {table['ess_bulk'].min():.0f}, min tail ESS "
-            f"{table['ess_tail'].min():.0f}; {i['elapsed']:.2f} s"
-        )
-    elif engine == "em":
-        lines.append(f"Convergence: {status} after {i['n_iter']} EM iterations; {i['elapsed']:.2f} s")
-    elif engine == "accurate":
-        lines.append(f"Convergence: EP {status} after {i['n_iter']} sweeps; {i['elapsed']:.2f} s")
-    elif i["engine"] == "svi":
-        lines.append(
-            f"Stochastic VI: {i['n_iter']} steps of {i['batch_size']} rows; {status}: {i['stopping']}; "
-            f"lower bound on the monitor rows {i['monitor']:.4f}; {i['elapsed']:.2f} s"
-        )
-    else:
-        lines.append(
-            f"Convergence: {status} after {i['n_iter']} iterations at the final hyperparameters; "
-            f"lower bound {i['lower_bound']:.4f}; {i['elapsed']:.2f} s"
-        )
+    lines.append(RUN_LINES.get(engine, _vb_line)(i, "converged" if i["converged"] else "NOT converged"))
     if i["stopping"] and not i["converged"] and engine != "svi":
         lines.append(f"WARNING: {i['stopping']}")
     if i["decreases"]:
