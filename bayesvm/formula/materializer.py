@@ -32,7 +32,7 @@ from .interpreter import evaluate_term
 
 #: Serialises the warning filter :func:`materialize` sets: ``warnings.catch_warnings`` saves and restores the
 #: process-wide filter list, so two threads inside it at once could leave one's filter behind.
-_FILTER_LOCK = threading.Lock()
+_FILTER_LOCK = threading.RLock()
 
 #: Bytes a design cell costs while it is built (formulaic's columns, the joined frame, the float array).
 BYTES_PER_CELL = 3 * 8.0

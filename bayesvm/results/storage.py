@@ -68,14 +68,14 @@ MAX_EXPANSION = 100
 MIN_BUDGET = 256 * 2**20
 #: Largest manifest, in bytes.
 MAX_MANIFEST = 2**20
-#: The fits a file may hold: by the schema's names (format 3) and by class path (format 2).
-_FIT_TYPES = ("BSVMFit", "KernelFit", "PCVMFit", "MulticlassFit")
+#: The fits a file may hold: by class path (format 2) and by the schema's names (format 3).
 _FIT_CLASSES = (
     "bayesvm.results.fit:BSVMFit",
     "bayesvm.results.kernel_fit:KernelFit",
     "bayesvm.results.pcvm_fit:PCVMFit",
     "bayesvm.results.multiclass:MulticlassFit",
 )
+_FIT_TYPES = tuple(path.split(":")[1] for path in _FIT_CLASSES)
 
 
 def save_fit(fit, path: str | os.PathLike, key: bytes | str | None = None) -> Path:

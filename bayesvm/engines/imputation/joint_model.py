@@ -54,7 +54,7 @@ from ...model.problems import ImputationProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
 from ..joint import component_values, log_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
-from ..linear.gibbs import TUNE, GibbsResult, draw_components, run_chains, sparse_coefficient_draw
+from ..linear.gibbs import TUNE, GibbsResult, draw_components, kept_draw_index, run_chains, sparse_coefficient_draw
 from ..linear.gibbs_rows import MARGIN_FLOOR, weighted_rows
 from ..linear.interweave import ScaleMoves
 from ..linear.vb import (
@@ -259,9 +259,7 @@ MI_SETTLE, MI_KEEP, MI_THIN, MI_BURN = 20, 20, 5, 100
 def storage_schedule(tune: int, draws: int, thin: int, segments: bool) -> np.ndarray:
     """Per iteration: the index of the stored draw, or -1 (tuning, thinning, settling after an imputation)."""
     if not segments:
-        total = tune + draws * thin
-        kept = np.arange(total) - tune
-        return np.where((kept >= 0) & (kept % thin == 0), kept // thin, -1)
+        return kept_draw_index(tune, draws, thin)
     length = MI_SETTLE + MI_KEEP * thin
     total = tune + length * (-(-draws // MI_KEEP)) + length
     position = np.arange(total) % length

@@ -589,6 +589,12 @@ _decided: list[bool] = []
 _background: list = []
 
 
+def kept_draw_index(tune: int, draws: int, thin: int) -> np.ndarray:
+    """Per iteration of a chain of ``tune + draws * thin``: the index of the stored draw, or -1 (tuning, thinning)."""
+    kept = np.arange(tune + draws * thin) - tune
+    return np.where((kept >= 0) & (kept % thin == 0), kept // thin, -1)
+
+
 def _compile_whole_iterations_in_background(problem: VBProblem) -> None:
     """Compile the whole iterations for later processes, once per process: a detached, low-priority interpreter
     (:mod:`bayesvm.engines.linear.compile_ahead`) makes two throwaway iterations of a chain with them on a small

@@ -63,7 +63,14 @@ from ...priors import LaplaceZero, Lasso, SpikeSlab
 from ..inverse_gaussian import draw_inverse_gaussian
 from ..joint import log_component_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
-from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, draw_components, run_chains, run_until_converged
+from ..linear.gibbs import (
+    MARGIN_FLOOR,
+    GibbsResult,
+    draw_components,
+    kept_draw_index,
+    run_chains,
+    run_until_converged,
+)
 from ..linear.gibbs_rows import weighted_rows
 from .directions import LineMoves
 from .marginal_pairs import MarginalPairs
@@ -362,7 +369,7 @@ def chain_records(
             raise BayesvmError("draws='auto' does not run with imputation: its segments need a number of draws")
         stored, steps = None, itertools.count()
     else:
-        stored = _plain_storage(tune, draws, thin) if imputation is None else imputation.storage(tune, draws, thin)
+        stored = kept_draw_index(tune, draws, thin) if imputation is None else imputation.storage(tune, draws, thin)
         steps = range(stored.size)
     completed = None if imputation is None else imputation.start(y, stored.size, thin, rng)  # (imputation segments)
     if show:
@@ -478,12 +485,6 @@ def _selection_moves(problem: SelectionProblem, tune: int, swaps: bool, pairs: b
         jumps=ModelJumps(y, X, selected, free_precision, jumps, weights) if jumps is not None and indicators else None,
         selected=selected,
     )
-
-
-def _plain_storage(tune: int, draws: int, thin: int) -> np.ndarray:
-    """Per iteration, the index of the stored draw or -1 (tuning, thinning)."""
-    kept = np.arange(tune + draws * thin) - tune
-    return np.where((kept >= 0) & (kept % thin == 0), kept // thin, -1)
 
 
 def _collapsed_moves(problem: SelectionProblem, tune: int, imputation: object) -> CollapsedVariance | None:
