@@ -121,7 +121,7 @@ def family_of(model, request: FitRequest) -> str:
 def cell(family: str, method: str) -> Route:
     """The cell of the table for ``(family, method)``; a :class:`~bayesvm.errors.BayesvmError` with the family's reason
     where it is absent (a face may ask before it builds the model, e.g. before a pass over out-of-core data)."""
-    route = ROUTES.get((family, method))
+    route = ROUTES.get((family, method)) if isinstance(method, str) else None
     if route is None:
         absent = ABSENT.get(family)
         reason = absent(method) if absent is not None else None

@@ -128,6 +128,7 @@ def test_kernel_pcvm_and_out_of_core_fits_go_through_the_table(face, options, ce
         ("bsvm", {"kernel": RBF(), "method": "gibbs", "draws": "auto"}, "takes a number of draws"),
         ("bsvm", {"kernel": RBF(), "method": "svi", "learn_inducing": True}, "learn_inducing=True needs"),
         ("pcvm", {"method": "vb"}, "method must be one of"),
+        ("pcvm", {"method": ["ep"]}, "method must be one of"),
         ("dask", {"method": "gibbs"}, r"out-of-core \(dask\) data are fitted by method in \('vb', 'svi'\)"),
         ("dask", {"vb": "accurate"}, "keeps no per-row state"),
         ("dask", {"kernel": RBF()}, r"method in \('svi',\), not 'vb'"),
