@@ -53,7 +53,7 @@ def bsvm(
     *,
     prior: LaplaceZero | SpikeSlab | Lasso | None = None,
     unpenalized: list[str] | None = None,
-    kernel: Kernel | None = None,
+    kernel: Kernel | str | None = None,
     vb: str | None = None,
     class_weight: object = None,
     seed: int | None = None,
@@ -148,7 +148,8 @@ def bsvm(
         Seeds the Gibbs chains' ``SeedSequence``, k-means and minibatches of kernel fits, SVI and the
         probes; ``None`` draws fresh entropy.
     kernel
-        A kernel from :mod:`bayesvm.kernels` (e.g. ``RBF()``) fits the nonlinear Bayesian SVM of Wenzel
+        A kernel from :mod:`bayesvm.kernels` (e.g. ``RBF()``, or its name: ``"rbf"``, ``"matern52"``,
+        ``"linear"``) fits the nonlinear Bayesian SVM of Wenzel
         et al. (2017): ``f ~ GP(0, k)`` on the formula's fixed-effect columns (no intercept column; inputs
         standardised when ``standardize``).  Hyperparameters marked ``learn`` are learned by maximising the
         lower bound.  ``method="vb"``: full-batch VB; ``"svi"``: stochastic VI; ``"gibbs"``, ``"em"`` and

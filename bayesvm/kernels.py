@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import BayesvmError
 
-__all__ = ["Kernel", "RBF", "Matern52", "Linear", "Constant", "Sum"]
+__all__ = ["Kernel", "RBF", "Matern52", "Linear", "Constant", "Sum", "NAMED", "kernel_from"]
 
 
 #: Range of a kernel hyperparameter: its square and its reciprocal's square stay finite and nonzero in float64.
@@ -394,3 +394,19 @@ class Sum(Kernel):
 
 def w_sum(G: np.ndarray, K: np.ndarray) -> float:
     return float(np.sum(G * K))
+
+
+#: Kernels by the names scikit-learn users write (``SVC(kernel="rbf")``): ``kernel="rbf"`` is ``RBF()``, its
+#: hyperparameters learned from the data.
+NAMED = {"rbf": RBF, "matern52": Matern52, "linear": Linear}
+
+
+def kernel_from(value: object, **options) -> Kernel:
+    """``value`` as a kernel: a :class:`Kernel` as it is, a name of :data:`NAMED` (any case) as that kernel made with
+    ``options``; anything else is refused, naming what is accepted."""
+    if isinstance(value, Kernel):
+        return value
+    if isinstance(value, str) and value.strip().lower() in NAMED:
+        return NAMED[value.strip().lower()](**options)
+    names = ", ".join(repr(name) for name in NAMED)
+    raise BayesvmError(f"kernel must be one of {names} or a bayesvm.kernels kernel (RBF(), Matern52(), ...), got {value!r}")

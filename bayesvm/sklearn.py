@@ -56,7 +56,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         ``LaplaceZero()`` (``method="vb"`` or ``"gibbs"``), ``SpikeSlab()`` (``"vb"`` or ``"gibbs"``) or
         ``Lasso()`` (``"vb"``, ``"em"`` or ``"gibbs"``) instead of ``penalty``; ``coef_`` are then model averages and
         ``result_.inclusion`` holds the inclusion probabilities.
-    kernel : None, "rbf", "matern52" or a :mod:`bayesvm.kernels` kernel
+    kernel : None, "rbf", "matern52", "linear" or a :mod:`bayesvm.kernels` kernel
         ``None``: the linear SVM.  Otherwise the nonlinear Bayesian SVM of Wenzel et al. (2017) with that
         kernel (hyperparameters learned by the lower bound; ``"rbf"`` is ``RBF()``); ``method`` is then
         ``"vb"``, ``"svi"``, ``"gibbs"`` or ``"em"`` (the last two at the hyperparameters VB learns) and, as
@@ -178,14 +178,9 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         return {0: 1.0, 1: weights[key]}
 
     def _kernel(self):
-        from .kernels import RBF, Kernel, Matern52
+        from .kernels import kernel_from
 
-        if self.kernel is None or isinstance(self.kernel, Kernel):
-            return self.kernel
-        named = {"rbf": RBF, "matern52": Matern52}
-        if isinstance(self.kernel, str) and self.kernel in named:
-            return named[self.kernel]()
-        raise BayesvmError(f"kernel must be None, 'rbf', 'matern52' or a bayesvm.kernels kernel, got {self.kernel!r}")
+        return None if self.kernel is None else kernel_from(self.kernel)
 
     def fit(self, X, y) -> BayesianSVC:
         """Fit one binary Bayesian SVM (two classes) or one per class (one-vs-rest).  A fit that is refused (or
@@ -299,8 +294,8 @@ class PCVMClassifier(BayesianSVC):
     ----------
     method : {"laplace", "ep", "em"}
         Laplace or EP with incremental selection, or the original top-down EM.
-    kernel : "rbf", "matern52" or a :mod:`bayesvm.kernels` kernel
-        Basis function; a string is built with ``lengthscale`` and kept fixed.
+    kernel : "rbf", "matern52", "linear" or a :mod:`bayesvm.kernels` kernel
+        Basis function; a name is built with ``lengthscale`` (where the kernel has one) and kept fixed.
     lengthscale : float or None
         Lengthscale on the standardised inputs for a named kernel (None: the median pairwise distance).
     max_iter : int or None
@@ -336,14 +331,11 @@ class PCVMClassifier(BayesianSVC):
         self.calibration_folds = calibration_folds
 
     def _kernel(self):
-        from .kernels import RBF, Kernel, Matern52
+        from .kernels import kernel_from
 
-        if isinstance(self.kernel, Kernel):
-            return self.kernel
-        named = {"rbf": RBF, "matern52": Matern52}
-        if isinstance(self.kernel, str) and self.kernel in named:
-            return named[self.kernel](lengthscale=self.lengthscale, learn=False)
-        raise BayesvmError(f"kernel must be 'rbf', 'matern52' or a bayesvm.kernels kernel, got {self.kernel!r}")
+        if isinstance(self.kernel, str) and self.kernel.strip().lower() == "linear":  # (no lengthscale)
+            return kernel_from(self.kernel, learn=False)
+        return kernel_from(self.kernel, lengthscale=self.lengthscale, learn=False)
 
     def _fit_binary(self, frame: pd.DataFrame, target: np.ndarray, class_weight: dict | None = None):
         from .pcvm_fit import pcvm

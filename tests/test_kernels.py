@@ -80,3 +80,21 @@ def test_bad_kernel_arguments_raise_clear_errors():
         RBF(lengthscale=np.ones(3)).resolved(np.zeros((4, 2)), np.random.default_rng(0))
     with pytest.raises(BayesvmError, match="weights for"):
         Sum((RBF(1.0),), weights=(1.0, 2.0))
+
+
+def test_a_kernel_by_name_is_that_kernel_and_an_unknown_name_lists_the_names():
+    import pandas as pd
+
+    import bayesvm
+    from bayesvm.kernels import kernel_from
+
+    assert isinstance(kernel_from("RBF"), RBF) and isinstance(kernel_from(" matern52"), Matern52)
+    assert kernel_from(Linear(0.5)).variance == 0.5
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame({"x": rng.normal(size=80), "w": rng.normal(size=80)})
+    data["y"] = np.where(data.x**2 + 0.3 * rng.normal(size=80) > 1.0, "out", "in")
+    named = bayesvm.bsvm("y ~ x + w", data, kernel="rbf", seed=1)
+    built = bayesvm.bsvm("y ~ x + w", data, kernel=RBF(), seed=1)
+    np.testing.assert_allclose(named.predict(data, kind="link"), built.predict(data, kind="link"), rtol=1e-12)
+    with pytest.raises(ValueError, match="'rbf', 'matern52', 'linear'.*got 'poly'"):
+        bayesvm.bsvm("y ~ x + w", data, kernel="poly")

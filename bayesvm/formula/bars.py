@@ -69,9 +69,20 @@ def _strip_backticks(name: str) -> str:
     return name[1:-1] if name.startswith("`") and name.endswith("`") else name
 
 
+def _outside_backticks(text: str):
+    """``(position, character)`` of ``text`` outside back-quoted names (a column named ``weight (kg`` is a name, not
+    an open parenthesis)."""
+    quoted = False
+    for pos, char in enumerate(text):
+        if char == "`":
+            quoted = not quoted
+        elif not quoted:
+            yield pos, char
+
+
 def _check_parentheses(text: str, formula: str) -> None:
     depth = 0
-    for pos, char in enumerate(text):
+    for pos, char in _outside_backticks(text):
         if char == "(":
             depth += 1
         elif char == ")":
@@ -85,7 +96,7 @@ def _check_parentheses(text: str, formula: str) -> None:
 def _top_level_groups(rhs: str) -> list[tuple[int, int]]:
     """Spans ``(start, end)`` of every top-level parenthesised group in ``rhs``."""
     spans, depth, start = [], 0, 0
-    for pos, char in enumerate(rhs):
+    for pos, char in _outside_backticks(rhs):
         if char == "(":
             if depth == 0:
                 start = pos

@@ -15,7 +15,7 @@ from scipy.cluster.vq import kmeans2
 
 from ..errors import BayesvmError
 from ..formula.design import Design
-from ..kernels import Kernel
+from ..kernels import Kernel, kernel_from
 from ..memory import check_memory
 from .class_weights import ClassWeights, resolve_class_weight
 from .problems import KernelProblem
@@ -157,8 +157,7 @@ def build_kernel_model(
 ) -> KernelModel:
     """Validate the design for a kernel fit, standardise the inputs and pick the inducing points; ``class_weight``
     as :func:`bayesvm.model.build_model` takes it."""
-    if not isinstance(kernel, Kernel):
-        raise BayesvmError(f"kernel must be a bayesvm.kernels kernel (RBF(), Matern52(), ...), got {kernel!r}")
+    kernel = kernel_from(kernel)
     if design.gp_terms:
         raise BayesvmError(
             f"kernel= makes the whole fixed part one Gaussian process, and the formula also has "

@@ -28,6 +28,14 @@ def test_bar_syntax(formula, fixed, bars):
     assert list(parsed.bars) == bars
 
 
+def test_parentheses_inside_back_quoted_names_are_part_of_the_name():
+    parsed = parse_formula("y ~ `dose (mg` + `x)` + (1 | `site (a)`)")
+    assert parsed.fixed == "`dose (mg` + `x)`"
+    assert list(parsed.bars) == [Bar("1", ("site (a)",))]
+    with pytest.raises(FormulaError, match="unbalanced"):
+        parse_formula("y ~ `dose (mg` + (1 | g")
+
+
 def test_nested_three_levels():
     bars = parse_formula("y ~ 1 + (1 | a/b/c)").bars
     assert [b.group for b in bars] == [("a",), ("a", "b"), ("a", "b", "c")]
