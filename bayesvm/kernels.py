@@ -409,4 +409,6 @@ def kernel_from(value: object, **options) -> Kernel:
     if isinstance(value, str) and value.strip().lower() in NAMED:
         return NAMED[value.strip().lower()](**options)
     names = ", ".join(repr(name) for name in NAMED)
-    raise BayesvmError(f"kernel must be one of {names} or a bayesvm.kernels kernel (RBF(), Matern52(), ...), got {value!r}")
+    raise BayesvmError(
+        f"kernel must be one of {names} or a bayesvm.kernels kernel (RBF(), Matern52(), ...), got {value!r}"
+    )
