@@ -18,7 +18,7 @@ and engine with the checks' warnings silenced (the full fit already reported the
 2 chains of 500 tuning and 500 kept draws: the map needs each row's posterior mean and variance of ``f``,
 which those estimate to well within what a 3-parameter map can resolve.
 
-Where the full fit took a second or more (:data:`FOLD_PROCESSES_FROM_SECONDS`), the fold fits run side by side in
+Where the full fit took a third of a second or more (:data:`FOLD_PROCESSES_FROM_SECONDS`), the fold fits run side by side in
 worker processes, one per CPU (:func:`bayesvm.engines.workers.run_in_processes`, as the Gibbs chains do: they end
 with the parent on Ctrl-C or SIGTERM), each with one BLAS thread; the folds' fits are the same either way.
 """
@@ -73,8 +73,8 @@ def refit_function(name: object) -> Callable[..., Any] | None:
 #: Folds of the default cross-fitting
 DEFAULT_FOLDS = 5
 #: The fold fits run in worker processes, side by side, where the full fit took at least this many seconds
-#: (:func:`fold_processes`)
-FOLD_PROCESSES_FROM_SECONDS = 1.0
+#: (:func:`fold_processes`): starting the workers costs about a third of a second, so quicker fits run one by one
+FOLD_PROCESSES_FROM_SECONDS = 0.3
 #: Gibbs settings of a fold fit, at most
 FOLD_GIBBS = {"chains": 2, "tune": 500, "draws": 500}
 #: Quantiles matched by the alignment, and the fewest rows a side of the boundary needs for it
