@@ -42,13 +42,20 @@ def marginal_log_ratios(
     fit, rng: np.random.Generator, draws: int
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]:
     """``(log p - log q, theta_d draws, covariance draws, phi draws)`` of the marginal check."""
-    problem = fit.problem
-    hyper = Hyperparameters(problem.components)
+    return marginal_ratios(fit, *marginal_proposal(fit, rng, draws))
+
+
+def marginal_proposal(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``draws`` independent draws ``(theta_d, phi, log q)`` from q's marginal (cheap: the exact ``log p`` at them,
+    :func:`marginal_ratios`, is the check's cost)."""
     if fit.posterior.kind == "mixture":
-        theta_d, phi, log_q = _mixture_marginal(fit.result, rng, draws)
-    else:
-        theta_d, phi, log_q = _mean_field_marginal(fit.result, hyper, rng, draws)
-    log_p, covs = marginal_log_p(problem, hyper, theta_d, phi)
+        return _mixture_marginal(fit.result, rng, draws)
+    return _mean_field_marginal(fit.result, Hyperparameters(fit.problem.components), rng, draws)
+
+
+def marginal_ratios(fit, theta_d: np.ndarray, phi: np.ndarray, log_q: np.ndarray):
+    """``(log p - log q, theta_d, covariances, phi)`` at draws of :func:`marginal_proposal`."""
+    log_p, covs = marginal_log_p(fit.problem, Hyperparameters(fit.problem.components), theta_d, phi)
     return log_p - log_q, theta_d, covs, phi
 
 

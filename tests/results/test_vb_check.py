@@ -428,3 +428,24 @@ def test_a_borderline_first_look_takes_a_second_look_and_the_verdict_holds_acros
         assert other.draws == (SECOND_LOOK_DRAWS if near_threshold(one.governing_khat) else FIRST_LOOK_DRAWS)
     assert {one.verdict.split(" ")[0].rstrip(":") for one in first} == {"good", "usable"}  # 1,000 draws flip
     assert {other.verdict.split(" ")[0] for other in adaptive} == {"good"}
+
+
+def test_a_clearly_unreliable_first_look_stops_early_and_one_that_goes_on_gives_the_full_look_exactly(toenail):
+    """The first look evaluates the exact posterior at its first EARLY_LOOK_DRAWS draws first: a k-hat already at
+    CLEARLY_UNRELIABLE (mean-field toenail: about 2) is the verdict, as 1,000 draws also give it; a first look that
+    goes on is the same draws as the explicit 1,000-draw check, to rounding."""
+    from bayesvm.results.vb_check import CLEARLY_UNRELIABLE, EARLY_LOOK_DRAWS, FIRST_LOOK_DRAWS
+
+    formula = "outcome ~ visit * treatment + (1 | patientID)"
+    far = bayesvm.bsvm(formula, toenail, penalty=None, vb="meanfield", checks=bayesvm.Checks(vb_check="ignore"))
+    early, full = far.check_vb(warn=False), far.check_vb(draws=FIRST_LOOK_DRAWS, warn=False)
+    assert early.draws == EARLY_LOOK_DRAWS and early.marginal_khat >= CLEARLY_UNRELIABLE
+    assert full.draws == FIRST_LOOK_DRAWS and full.marginal_khat > 0.7
+    assert early.verdict == full.verdict and early.verdict.startswith("unreliable")
+    assert early.suspects[0] == full.suspects[0] == "sigma^2 (1 | patientID)"
+    data, formula = simulate_logistic(1000, 3, seed=8)  # (k-hat about 0.84: neither early nor a second look)
+    near = bayesvm.bsvm(formula, data, vb="meanfield", checks=bayesvm.Checks(vb_check="ignore"))
+    looked, explicit = near.check_vb(warn=False), near.check_vb(draws=FIRST_LOOK_DRAWS, warn=False)
+    assert 0.7 < looked.khat < CLEARLY_UNRELIABLE and looked.draws == FIRST_LOOK_DRAWS
+    np.testing.assert_allclose(looked.khat, explicit.khat, rtol=1e-10)
+    assert looked.suspects == explicit.suspects and looked.verdict == explicit.verdict
