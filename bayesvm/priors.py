@@ -25,8 +25,20 @@ import numpy as np
 from .errors import BayesvmError
 
 
+class VariancePrior:
+    """A prior of one variance (a single-column random-effect term, a ``gp()`` amplitude, the learned penalty).
+
+    Records of this kind say only their parameters; the engines find each record's law (its VB, Gibbs, EM and EP
+    steps) in :data:`bayesvm.engines.variance_prior.LAWS`."""
+
+    def for_column(self, spread: float) -> VariancePrior:
+        """The prior of a slope term whose column has SD ``spread`` (the record itself: a prior on the variance's
+        own scale; :class:`HalfT` puts its scale in the column's units)."""
+        return self
+
+
 @dataclass(frozen=True)
-class InverseGamma:
+class InverseGamma(VariancePrior):
     """``IG(a, b)`` prior for one variance: density ``b^a / Gamma(a) x^(-a-1) exp(-b/x)``."""
 
     a: float = 0.01
@@ -38,7 +50,7 @@ class InverseGamma:
 
 
 @dataclass(frozen=True)
-class HalfT:
+class HalfT(VariancePrior):
     """Half-t prior on a standard deviation: ``sigma ~ t_nu^+(0, scale)``.
 
     Fitted through the auxiliary form of Huang & Wand (2013): ``sigma^2 | a ~ IG(nu/2, nu/a)``,
@@ -54,6 +66,11 @@ class HalfT:
     def __post_init__(self) -> None:
         if not (np.isfinite(self.nu) and np.isfinite(self.scale) and self.nu > 0 and self.scale > 0):
             raise BayesvmError(f"HalfT needs nu > 0 and scale > 0, got nu={self.nu}, scale={self.scale}")
+
+    def for_column(self, spread: float) -> HalfT:
+        """The scale divided by the column's SD ``spread`` (unchanged for a constant column, ``spread`` 0), so that
+        the prior does not depend on the column's units."""
+        return self if spread <= 0.0 else HalfT(self.nu, self.scale / spread)
 
 
 @dataclass(frozen=True)
@@ -120,8 +137,9 @@ class PriorSet:
         ``IG(A_u, B_u)`` for the shared slope variance when ``penalty="learn"``
         (Example 1; ``sigma_u^2 = 1 / (4 alpha)``).
     random
-        Prior of the variance of each single-column random-effect term: :class:`HalfT` on its SD
-        (default ``HalfT(3, 2.5)``) or :class:`InverseGamma` on the variance (the paper's ``IG(0.01, 0.01)``).
+        Prior of the variance of each single-column random-effect term (and ``gp()`` amplitude): :class:`HalfT` on its
+        SD (default ``HalfT(3, 2.5)``), :class:`InverseGamma` on the variance (the paper's ``IG(0.01, 0.01)``), or any
+        :class:`VariancePrior` whose law the engines know.
     correlated
         Inverse-Wishart prior for each correlated multi-column term.
     imputation
@@ -130,15 +148,17 @@ class PriorSet:
 
     fixed_variance: float = 1e8
     penalty: InverseGamma = field(default_factory=InverseGamma)
-    random: HalfT | InverseGamma = field(default_factory=HalfT)
+    random: VariancePrior = field(default_factory=HalfT)
     correlated: InverseWishart = field(default_factory=InverseWishart)
     imputation: ImputationPrior = field(default_factory=ImputationPrior)
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.fixed_variance) and self.fixed_variance > 0):
             raise BayesvmError(f"fixed_variance must be positive and finite, got {self.fixed_variance}")
-        if not isinstance(self.random, (HalfT, InverseGamma)):
-            raise BayesvmError(f"PriorSet(random=...) must be a HalfT or an InverseGamma, got {self.random!r}")
+        if not isinstance(self.random, VariancePrior):
+            raise BayesvmError(
+                f"PriorSet(random=...) must be a variance prior (HalfT, InverseGamma, ...), got {self.random!r}"
+            )
         if not isinstance(self.penalty, InverseGamma):
             raise BayesvmError(f"PriorSet(penalty=...) must be an InverseGamma, got {self.penalty!r}")
 

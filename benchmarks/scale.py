@@ -40,6 +40,7 @@ from bayesvm.engines.linear.gibbs import sample_gibbs
 from bayesvm.engines.linear.vb import fit_vb
 from bayesvm.linalg.dense import BlockedFactor
 from bayesvm.model.problems import VarianceComponent, VBProblem
+from bayesvm.priors import InverseGamma
 
 
 def _labels(rng, X, extra=0.0):
@@ -51,7 +52,7 @@ def dense_problem(n: int, d: int, rng) -> VBProblem:
     """Intercept plus ``d - 1`` standard normal columns, learned penalty (Alg. 2 without random effects)."""
     X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1))])
     slopes = np.arange(1, d)[:, None]
-    comp = VarianceComponent("penalty", slopes, False, d - 1, prior_a=0.01, prior_b=0.01)
+    comp = VarianceComponent("penalty", slopes, False, d - 1, prior=InverseGamma(0.01, 0.01))
     precision = np.zeros(d)
     precision[0] = 1e-8
     return VBProblem(y=_labels(rng, X), D=X, fixed_precision=precision, components=(comp,))
@@ -82,7 +83,7 @@ def grouped_problem(n: int, m: int, p: int, rng) -> VBProblem:
     g = rng.integers(0, m, n)
     y = _labels(rng, X, rng.normal(0, 1, m)[g])
     blocked = BlockedFactor(codes=g, values=np.ones((n, 1)), n_levels=m)
-    comp = VarianceComponent("u", np.zeros((1, 1), dtype=int), True, m, prior_a=0.01, prior_b=0.01)
+    comp = VarianceComponent("u", np.zeros((1, 1), dtype=int), True, m, prior=InverseGamma(0.01, 0.01))
     return VBProblem(y=y, D=X, fixed_precision=np.full(p, 1e-8), components=(comp,), blocked=blocked)
 
 
@@ -157,7 +158,7 @@ def crossed_case(n: int, m: int, rng) -> list[dict]:
     Z = [sp.csr_matrix((np.ones(n), (np.arange(n), codes)), shape=(n, m)) for codes in (a, b)]
     C = sp.hstack([sp.csr_matrix(X), *Z], format="csr")
     comps = tuple(
-        VarianceComponent(name, (2 + k * m + np.arange(m))[:, None], False, m, prior_a=0.01, prior_b=0.01)
+        VarianceComponent(name, (2 + k * m + np.arange(m))[:, None], False, m, prior=InverseGamma(0.01, 0.01))
         for k, name in enumerate(("a", "b"))
     )
     problem = VBProblem(y=y, D=C, fixed_precision=np.r_[1e-8, 1e-8, np.zeros(2 * m)], components=comps)
@@ -202,8 +203,8 @@ def nested_problem(n: int, m: int, per: int, rng) -> VBProblem:
         format="csr",
     )
     comps = (
-        VarianceComponent("a", (2 + np.arange(m))[:, None], False, m, prior_a=0.01, prior_b=0.01),
-        VarianceComponent("a:b", (2 + m + np.arange(m * per))[:, None], False, m * per, prior_a=0.01, prior_b=0.01),
+        VarianceComponent("a", (2 + np.arange(m))[:, None], False, m, prior=InverseGamma(0.01, 0.01)),
+        VarianceComponent("a:b", (2 + m + np.arange(m * per))[:, None], False, m * per, prior=InverseGamma(0.01, 0.01)),
     )
     return VBProblem(y=y, D=C, fixed_precision=np.r_[1e-8, 1e-8, np.zeros(m + m * per)], components=comps)
 

@@ -18,7 +18,7 @@ from ..formula.design import Design, NewDesign
 from ..formula.frames import MAX_FIXED_COLUMNS
 from ..linalg.dense import BlockedFactor
 from ..memory import check_memory
-from ..priors import HalfT, LaplaceZero, Lasso, PriorSet, SpikeSlab
+from ..priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .class_weights import ClassWeights, resolve_class_weight
 from .problems import ImputationProblem, SelectionProblem, VarianceComponent, VBProblem
 
@@ -253,8 +253,7 @@ class LinearModel:
                     index=slopes[:, None],
                     blocked=False,
                     n_levels=slopes.size,
-                    prior_a=self.priors.penalty.a,
-                    prior_b=self.priors.penalty.b,
+                    prior=self.priors.penalty,
                 )
             )
         dense_offsets, blocked_offsets = self.dense_offsets(), self.blocked_offsets()
@@ -277,17 +276,12 @@ class LinearModel:
 
     def _component(self, t: int, index: np.ndarray, blocked: bool, n_levels: int, k: int) -> VarianceComponent:
         name = self.design.re_terms[t].label
-        if k == 1:
-            prior = self.priors.random
-            if isinstance(prior, HalfT):  # the scale of a slope term in units of its column (module HalfT)
-                values = self.design.re_terms[t].values[:, 0]
-                spread = float(np.std(values)) if values.size > 1 else 0.0
-                constant = spread <= 1e-12 * max(float(np.max(np.abs(values))), 1e-300)
-                scale = prior.scale if constant else prior.scale / spread
-                return VarianceComponent(
-                    name, index, blocked, n_levels, prior_nu=prior.nu, prior_t_scale=scale, source=t
-                )
-            return VarianceComponent(name, index, blocked, n_levels, prior_a=prior.a, prior_b=prior.b, source=t)
+        if k == 1:  # (a slope term's prior in units of its column: VariancePrior.for_column)
+            values = self.design.re_terms[t].values[:, 0]
+            spread = float(np.std(values)) if values.size > 1 else 0.0
+            constant = spread <= 1e-12 * max(float(np.max(np.abs(values))), 1e-300)
+            prior = self.priors.random.for_column(0.0 if constant else spread)
+            return VarianceComponent(name, index, blocked, n_levels, prior=prior, source=t)
         df, scale = self.priors.correlated.resolve(k)
         return VarianceComponent(name, index, blocked, n_levels, prior_df=df, prior_scale=scale, source=t)
 
@@ -295,12 +289,8 @@ class LinearModel:
         """The amplitude ``sigma_g^2`` of ``gp()`` term ``i``: its whitened coefficients ``v ~ N(0, sigma_g^2 I)``
         (:mod:`bayesvm.formula.gp_terms`), with the random-effect variance prior (a half-t on ``sigma_g`` on the
         decision function's scale, or the inverse gamma)."""
-        name, prior = self.design.gp_terms[i].label, self.priors.random
-        if isinstance(prior, HalfT):
-            return VarianceComponent(name, index, False, index.shape[0], prior_nu=prior.nu,
-                                     prior_t_scale=prior.scale, source=gp_source(i))  # fmt: skip
-        return VarianceComponent(name, index, False, index.shape[0], prior_a=prior.a, prior_b=prior.b,
-                                 source=gp_source(i))  # fmt: skip
+        name = self.design.gp_terms[i].label
+        return VarianceComponent(name, index, False, index.shape[0], prior=self.priors.random, source=gp_source(i))
 
     def new_inputs(self, new: NewDesign) -> tuple[np.ndarray, BlockedFactor | None]:
         """Dense matrix and blocked factor for new rows (unseen levels have code -1)."""

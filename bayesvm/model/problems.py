@@ -23,7 +23,7 @@ from ..linalg.probes import MAX_DENSE_BLOCK
 from ..linalg.row_pattern import RowPattern, row_pattern
 from ..linalg.row_sums import weighted_gram
 from ..linalg.schur import EliminationLayout, elimination_layout
-from ..priors import LaplaceZero, Lasso, SpikeSlab
+from ..priors import LaplaceZero, Lasso, SpikeSlab, VariancePrior
 
 #: Variance components with at most this many coefficients (a learned penalty on a few slopes, a factor
 #: with few levels) join the fixed effects in the probe engine's dense preconditioner block.
@@ -43,11 +43,9 @@ class VarianceComponent:
         positions within each level's block of ``theta_b`` (shape ``(1, k)``).
     blocked
         Whether the coefficients live in the Schur-eliminated factor.
-    prior_a, prior_b
-        ``IG(A, B)`` hyperparameters (``k = 1``).
-    prior_nu, prior_t_scale
-        Half-t prior ``sigma ~ t_nu^+(0, scale)`` instead of the inverse gamma when ``prior_nu > 0``
-        (``k = 1``; :mod:`bayesvm.engines.variance_prior`).
+    prior
+        The variance's prior (``k = 1``): a record of :mod:`bayesvm.priors` (``InverseGamma``, ``HalfT``, ...), whose
+        law :mod:`bayesvm.engines.variance_prior` finds; None for a covariance (``k > 1``).
     prior_df, prior_scale
         ``IW(nu, Psi)`` hyperparameters (``k > 1``).
     n_levels
@@ -60,13 +58,10 @@ class VarianceComponent:
     index: np.ndarray
     blocked: bool
     n_levels: int
-    prior_a: float = 0.0
-    prior_b: float = 0.0
+    prior: VariancePrior | None = None
     prior_df: float = 0.0
     prior_scale: np.ndarray | None = None
     source: int = -1
-    prior_nu: float = 0.0
-    prior_t_scale: float = 0.0
 
     @property
     def k(self) -> int:

@@ -35,7 +35,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ..errors import BayesvmError
-from .schema import schema_type, type_name
+from .schema import UPGRADES, schema_type, type_name
 
 #: Classes whose instances may be stored: those defined in these packages (and nowhere else).
 ALLOWED_MODULES = ("bayesvm", "formulaic")
@@ -518,16 +518,22 @@ class Decoder:
         if not isinstance(state, dict):
             raise StorageError(f"bad state for {label}")
         allowed = stored_attributes(cls)
+        values = {}
         for name, value in state.items():
             if not isinstance(name, str) or not name.isidentifier() or (name.startswith("__") and name.endswith("__")):
                 raise StorageError(f"bad attribute name {name!r} for {label}")
+            values[name] = self.decode(value)
+        upgrade = UPGRADES.get(type_name(cls) or "")
+        if upgrade is not None:  # (an earlier layout of the type's fields)
+            values = upgrade(values)
+        for name, value in values.items():
             if name not in allowed:
                 raise StorageError(
                     f"{cls.__qualname__} has no field {name!r} that a saved fit defines (a file changed after it was "
                     "saved, or saved by another version of bayesvm: refit the model with this version and save it again)"
                 )
-            object.__setattr__(obj, name, self.decode(value))
-        missing = sorted(_required_fields(cls) - set(state))
+            object.__setattr__(obj, name, value)
+        missing = sorted(_required_fields(cls) - set(values))
         if missing:
             raise StorageError(
                 f"the stored {cls.__qualname__} lacks its field(s) {missing} (a file changed after it was saved, or "

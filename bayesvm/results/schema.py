@@ -38,6 +38,7 @@ TYPES: dict[str, str] = {
     "ClassWeightError": "bayesvm.model.class_weights",
     "ClassWeights": "bayesvm.model.class_weights",
     "CollapsedVariance": "bayesvm.engines.linear.collapsed_variance",
+    "CompiledPrior": "bayesvm.engines.variance_prior",
     "ComponentLaw": "bayesvm.results.new_levels",
     "ComponentPosterior": "bayesvm.engines.linear.vb",
     "Constant": "bayesvm.kernels",
@@ -73,6 +74,7 @@ TYPES: dict[str, str] = {
     "GpSpec": "bayesvm.formula.gp_terms",
     "GpTerm": "bayesvm.formula.gp_terms",
     "HalfT": "bayesvm.priors",
+    "HalfTLaw": "bayesvm.engines.variance_prior",
     "HyperGrid": "bayesvm.engines.linear.hyper_grid",
     "Hyperparameters": "bayesvm.engines.linear.ep",
     "IdentifiabilityError": "bayesvm.checks.findings",
@@ -91,6 +93,7 @@ TYPES: dict[str, str] = {
     "ImputedVBResult": "bayesvm.engines.imputation.joint_model",
     "IntegratedResult": "bayesvm.engines.linear.ep",
     "InverseGamma": "bayesvm.priors",
+    "InverseGammaLaw": "bayesvm.engines.variance_prior",
     "InverseWishart": "bayesvm.priors",
     "JumpReference": "bayesvm.engines.selection.model_jumps",
     "Kernel": "bayesvm.kernels",
@@ -209,6 +212,8 @@ TYPES: dict[str, str] = {
     "VBResult": "bayesvm.engines.linear.vb",
     "VarianceComponent": "bayesvm.model.problems",
     "VarianceEstimate": "bayesvm.results.fit",
+    "VarianceLaw": "bayesvm.engines.variance_prior",
+    "VariancePrior": "bayesvm.priors",
     "VariancePriors": "bayesvm.engines.linear.fused_iteration",
     "VariationalPosterior": "bayesvm.results.posterior",
     "Whitened": "bayesvm.engines.kernel.vb",
@@ -248,3 +253,22 @@ def schema_type(name: object) -> type | None:
     if not isinstance(target, type) or target.__module__ != module or target.__qualname__ != name:
         return None
     return target
+
+
+def _variance_component(state: dict) -> dict:
+    """A variance component stored with its prior's numbers (``prior_a``/``prior_b`` of the inverse gamma,
+    ``prior_nu``/``prior_t_scale`` of the half-t, 0 where unused) gets the prior's record instead."""
+    from ..priors import HalfT, InverseGamma
+
+    numbers = {name: float(state.pop(name, 0.0)) for name in ("prior_a", "prior_b", "prior_nu", "prior_t_scale")}
+    if "prior" not in state:
+        if numbers["prior_nu"] > 0:
+            state["prior"] = HalfT(numbers["prior_nu"], numbers["prior_t_scale"])
+        elif numbers["prior_a"] > 0:
+            state["prior"] = InverseGamma(numbers["prior_a"], numbers["prior_b"])
+    return state
+
+
+#: Earlier layouts of a type's fields, brought to the present one as a file is read: type name -> a function of
+#: the decoded fields (a dict) returning the present fields.
+UPGRADES = {"VarianceComponent": _variance_component}

@@ -14,7 +14,7 @@ from ..engines.linear.ep import accurate_failure
 from ..engines.selection.ep import floored_slopes
 from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE
-from ..priors import LaplaceZero, Lasso, SpikeSlab
+from ..priors import InverseGamma, LaplaceZero, Lasso, SpikeSlab
 from .imputation_check import covers as imputation_covers
 from .summary_checks import SELECTION_EP_CAVEAT, checks_section
 from .vb_check import VBCheck, not_run_by_itself
@@ -443,7 +443,8 @@ def _variance_prior_text(fit) -> str | None:
             parts.append(f"{comp.name}: {variance_prior.describe(comp)}")
     if not parts:
         return None
-    note = "" if any(c.prior_nu > 0 for c in fit.problem.components) else " (the paper's)"
+    paper = all(isinstance(c.prior, InverseGamma) for c in fit.problem.components if not c.is_wishart)
+    note = " (the paper's)" if paper else ""
     return "; ".join(parts) + note
 
 

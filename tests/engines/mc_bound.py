@@ -10,6 +10,7 @@ from scipy import stats
 
 from bayesvm.engines.linear.vb import VBResult
 from bayesvm.model.problems import VBProblem
+from bayesvm.priors import HalfT
 
 
 def dense_covariance(theta) -> tuple[np.ndarray, np.ndarray]:
@@ -79,12 +80,12 @@ def scalar_component_terms(comp, post, draws: int, rng) -> tuple[np.ndarray, np.
     q_s2 = stats.invgamma(a=post.shape, scale=post.scale[0, 0])
     s2 = q_s2.rvs(size=draws, random_state=rng)
     terms = -q_s2.logpdf(s2)
-    if comp.prior_nu > 0:
-        nu, scale = comp.prior_nu, comp.prior_t_scale
+    if isinstance(comp.prior, HalfT):
+        nu, scale = comp.prior.nu, comp.prior.scale
         q_a = stats.invgamma(a=(nu + 1) / 2, scale=post.aux_rate)
         aux = q_a.rvs(size=draws, random_state=rng)
         terms += stats.invgamma(a=0.5, scale=1 / scale**2).logpdf(aux) - q_a.logpdf(aux)
         terms += stats.invgamma(a=nu / 2, scale=nu / aux).logpdf(s2)
     else:
-        terms += stats.invgamma(a=comp.prior_a, scale=comp.prior_b).logpdf(s2)
+        terms += stats.invgamma(a=comp.prior.a, scale=comp.prior.b).logpdf(s2)
     return s2, terms

@@ -11,9 +11,10 @@ from scipy.special import digamma
 
 from bayesvm.engines import variance_prior
 from bayesvm.engines.linear.vb import ComponentPosterior
+from bayesvm.priors import HalfT, InverseGamma
 
-HALF_T = SimpleNamespace(prior_nu=3.0, prior_t_scale=2.5, prior_a=0.0, prior_b=0.0, n_levels=12)
-INV_GAMMA = SimpleNamespace(prior_nu=0.0, prior_t_scale=0.0, prior_a=0.01, prior_b=0.01, n_levels=12)
+HALF_T = SimpleNamespace(name="(1 | g)", prior=HalfT(3.0, 2.5), n_levels=12)
+INV_GAMMA = SimpleNamespace(name="(1 | g)", prior=InverseGamma(0.01, 0.01), n_levels=12)
 
 
 def test_auxiliary_form_gives_the_half_t():
@@ -79,3 +80,71 @@ def test_vb_update_is_the_coordinate_optimum_of_the_bound():
     for d_rate, d_aux in ((1.05, 1.0), (0.95, 1.0), (1.0, 1.05), (1.0, 0.95)):
         moved = ComponentPosterior(post.shape, post.scale * d_rate, aux_rate=post.aux_rate * d_aux)
         assert objective(moved) < best
+
+
+def _documented_prior() -> dict:
+    """The example prior of the engines' reference page (docs/reference/engines.md), executed as written."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "reference" / "engines.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    namespace: dict = {}
+    exec(compile(next(b for b in blocks if "class ScaledInvChiSquare" in b), str(page), "exec"), namespace)
+    return namespace
+
+
+def test_a_new_variance_prior_is_one_record_one_law_and_one_line_of_the_table(monkeypatch, tmp_path):
+    """The documented example: Scaled-Inv-chi^2(4, 0.5) is IG(2, 1), so every engine gives the inverse gamma's fit
+    exactly (Gibbs seed for seed, through the compiled chain); without its line of the table it is refused, naming the
+    term; a law without a compiled form leaves the variance step to the Python sampler, which targets the same
+    posterior."""
+    import warnings
+
+    import bayesvm
+    from bayesvm.engines.linear import fused_iteration
+    from bayesvm.priors import PriorSet
+    from tests.conftest import simulate_grouped
+
+    documented = _documented_prior()
+    record, law = documented["ScaledInvChiSquare"], documented["ScaledInvChiSquareLaw"]
+    data, formula = simulate_grouped(n_groups=15, per_group=10, seed=2), "y ~ x1 + x2 + (1 | g)"
+    new, same = PriorSet(random=record(4.0, 0.5)), PriorSet(random=InverseGamma(2.0, 1.0))
+    with pytest.raises(ValueError, match=r"ScaledInvChiSquare.*'\(1 \| g\)' has no law"):
+        bayesvm.bsvm(formula, data, priors=new, vb="meanfield")
+    monkeypatch.setitem(variance_prior.LAWS, record, law)
+    compiled_runs = []
+    real_run = fused_iteration.FusedIteration.run
+    monkeypatch.setattr(
+        fused_iteration.FusedIteration, "run", lambda *a, **k: compiled_runs.append(1) or real_run(*a, **k)
+    )
+    gibbs = {"method": "gibbs", "draws": 300, "tune": 200, "chains": 2, "cores": 1, "seed": 3, "progress": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for options in ({"vb": "meanfield"}, {}, gibbs, {"method": "em"}):
+            fit, reference = (bayesvm.bsvm(formula, data, priors=p, **options) for p in (new, same))
+            np.testing.assert_allclose(
+                fit.fixef.to_numpy(), reference.fixef.to_numpy(), rtol=1e-9, err_msg=str(options)
+            )
+        assert compiled_runs  # (the Gibbs fits ran the compiled chain)
+        assert "(1 | g): sigma^2 ~ Scaled-Inv-chi2(4, 0.5)" in str(fit.summary())
+        with pytest.raises(ValueError, match="ScaledInvChiSquare"):
+            fit.save(tmp_path / "fit")
+        compiled_runs.clear()
+        monkeypatch.setattr(law, "compiled", lambda self: None)
+        python = bayesvm.bsvm(formula, data, priors=new, **{**gibbs, "draws": 800})
+        assert not compiled_runs  # (the Python steps only)
+        compiled = bayesvm.bsvm(formula, data, priors=same, **{**gibbs, "draws": 800})
+    sd = np.sqrt(np.diag(compiled.fixef_cov.to_numpy()))
+    assert np.all(np.abs(python.fixef.to_numpy() - compiled.fixef.to_numpy()) < 0.2 * sd)
+
+
+def test_em_refuses_a_prior_whose_law_makes_the_joint_mode_degenerate_naming_the_term():
+    import bayesvm
+    from bayesvm.priors import PriorSet
+    from tests.conftest import simulate_grouped
+
+    data = simulate_grouped(n_groups=10, per_group=6, seed=1)
+    with pytest.raises(ValueError, match=r"\['\(1 \| g\)'\]: a half-t prior has positive density at sigma = 0"):
+        bayesvm.bsvm("y ~ x1 + (1 | g)", data, method="em", priors=PriorSet(random=HalfT()))
+    assert variance_prior.modal_refusal(INV_GAMMA) is None

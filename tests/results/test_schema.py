@@ -68,6 +68,10 @@ def test_a_file_of_the_previous_format_loads_with_the_same_numbers():
     """``format2_meanfield.bsvm`` was saved by the format that named classes by ``module:qualname``."""
     old = bayesvm.load(DATA / "format2_meanfield.bsvm")
     np.testing.assert_allclose(old.fixef.to_numpy(), [0.29733613008387055, 0.5669091253850421], rtol=1e-12)
+    # (its variance components stored their priors' numbers; they load as the priors' records)
+    priors = {c.name: c.prior for c in old.problem.components}
+    assert priors == {"penalty": bayesvm.priors.InverseGamma(0.01, 0.01), "(1 | g)": bayesvm.priors.HalfT(3.0, 2.5)}
+    assert "(1 | g): sigma ~ half-t(3, 2.5)" in str(old.summary())
     np.testing.assert_allclose(
         old.predict(_frame().head(3), kind="pseudo"), [0.6900055118773957, 0.9581064685150288, 0.4954828915605714]
     )

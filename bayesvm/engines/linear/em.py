@@ -93,11 +93,14 @@ def component_mode(comp: VarianceComponent, u: np.ndarray) -> np.ndarray:
 
 
 def check_modal_priors(problem: VBProblem) -> None:
-    """Refuse a prior whose joint posterior mode is degenerate (a half-t's positive density at sigma = 0)."""
-    half_t = [c.name for c in problem.components if variance_prior.is_half_t(c)]
-    if half_t:
+    """Refuse a prior whose joint posterior mode is degenerate (its law's ``modal_refusal``: a half-t's positive
+    density at sigma = 0), naming the components."""
+    refused = {c.name: variance_prior.modal_refusal(c) for c in problem.components if not c.is_wishart}
+    refused = {name: reason for name, reason in refused.items() if reason is not None}
+    if refused:
+        reason = next(iter(refused.values()))
         raise BayesvmError(
-            f"method='em' cannot use a half-t prior for {half_t}: it has positive density at sigma = 0, where the joint "
+            f"method='em' cannot use the prior of {list(refused)}: {reason}, where the joint "
             "posterior mode of the random effects and their variance collapses (sigma -> 0, every effect 0). Use an "
             "InverseGamma prior, which vanishes at 0 (PriorSet(random=InverseGamma(...)), the default for method='em'), "
             "or method='vb' / 'gibbs', which integrate instead of maximising"

@@ -37,9 +37,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ...linalg.row_sums import RowStatistics
+from .. import variance_prior
 from ..hinge_levels import compiled_level_draws_in_place
 from ..overrelax import compiled_relaxed_gamma
-from ..variance_prior import is_half_t
 from . import compiled_rows
 from .compiled_rows import (
     FixedMoveArrays,
@@ -533,13 +533,13 @@ class FusedIteration:
         }
         self.turned = {turn: np.flatnonzero(self.turns[turn]) for turn in (True, False)}
         # run(): each component's prior and values, as _variance_draws takes them
-        self.half_t = np.array([is_half_t(comp) for comp in components])
-        self.nu = np.array([float(comp.prior_nu) for comp in components])
-        self.t_scale2 = np.array([float(comp.prior_t_scale) ** 2 if is_half_t(comp) else 1.0 for comp in components])
-        self.inverse_t_scale2 = np.array([float(comp.prior_t_scale) ** -2 if is_half_t(comp) else 1.0
-                                          for comp in components])  # fmt: skip
-        self.prior_a = np.array([float(comp.prior_a) for comp in components])
-        self.prior_b = np.array([float(comp.prior_b) for comp in components])
+        forms = [variance_prior.compiled(comp) for comp in components]  # (every one set: _structure_fits)
+        self.half_t = np.array([form.half_t for form in forms])
+        self.nu = np.array([form.nu for form in forms])
+        self.t_scale2 = np.array([form.t_scale**2 for form in forms])
+        self.inverse_t_scale2 = np.array([form.t_scale**-2 for form in forms])
+        self.prior_a = np.array([form.shape for form in forms])
+        self.prior_b = np.array([form.rate for form in forms])
         self.n_levels = np.array([float(comp.n_levels) for comp in components])
         self.relaxed = np.array([comp.source >= 0 for comp in components])
         slopes = [np.zeros(0, dtype=np.intp) if comp.blocked else np.asarray(comp.index, dtype=np.intp).ravel()
@@ -645,6 +645,8 @@ def _structure_fits(problem, rows, mover, collapsed) -> bool:
     if len(intercepts) != 1 or any(comp.source >= 0 or comp.k != 1 or comp.is_wishart for comp in others):
         return False
     if len(others) > 1 or components[intercepts[0]].k != 1:
+        return False
+    if any(variance_prior.compiled(comp) is None for comp in components):  # (a law without a compiled form)
         return False
     if len(collapsed.terms) != 1 or collapsed.terms[0].c != intercepts[0] or collapsed.terms[0].rows is not None:
         return False

@@ -16,7 +16,7 @@ from bayesvm.engines.linear.ep import EP_TOL, fit_accurate, run_ep, tilted_momen
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.linalg import row_threads
 from bayesvm.model import build_model
-from bayesvm.priors import InverseWishart, PriorSet
+from bayesvm.priors import InverseGamma, InverseWishart, PriorSet
 from tests.conftest import simulate_grouped, simulate_logistic, simulate_quasi_separated
 from tests.engines.linear.test_vb import schur_and_sparse
 
@@ -194,7 +194,7 @@ def test_log_cholesky_jacobian_matches_finite_differences():
     from bayesvm.model.problems import VarianceComponent
 
     comps = (
-        VarianceComponent("a", np.zeros((1, 1), int), False, 1, prior_a=1.0, prior_b=1.0),
+        VarianceComponent("a", np.zeros((1, 1), int), False, 1, prior=InverseGamma(1.0, 1.0)),
         VarianceComponent("b", np.zeros((1, 3), int), False, 1, prior_df=4.0, prior_scale=np.eye(3)),
     )
     hyper = Hyperparameters(comps)

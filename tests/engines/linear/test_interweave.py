@@ -266,7 +266,7 @@ def _penalty_posterior_grid():
     problem = _problem("y ~ x1 + x2", data, "learn")
     (penalty,) = problem.components
     assert penalty.source < 0 and penalty.n_levels == 2
-    A, B = penalty.prior_a, penalty.prior_b
+    A, B = penalty.prior.a, penalty.prior.b
     D, sign = np.asarray(problem.D), problem.y
     axes = [np.linspace(-5.0, 5.0, 101), np.linspace(-3.5, 3.5, 141), np.linspace(-3.5, 3.5, 141)]
     b0, b1, b2 = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
@@ -311,7 +311,7 @@ def test_learned_penalty_rescaling_keeps_the_posterior():
     chosen = points[rng.choice(weights.size, size=size, p=weights)]
     chosen[:, 0] += rng.uniform(-0.05, 0.05, size)  # (uniform within each cell)
     chosen[:, 1:] += rng.uniform(-0.025, 0.025, (size, 2))
-    variances = 1.0 / rng.gamma(penalty.prior_a + 1.0, 1.0 / (penalty.prior_b + 0.5 * np.sum(chosen[:, 1:] ** 2, 1)))
+    variances = 1.0 / rng.gamma(penalty.prior.a + 1.0, 1.0 / (penalty.prior.b + 0.5 * np.sum(chosen[:, 1:] ** 2, 1)))
     mover = ScaleMoves(problem)
     D = np.asarray(problem.D)
     moved, moved_variance = np.empty_like(chosen), np.empty(size)

@@ -11,6 +11,7 @@ from bayesvm.engines.linear.stream_vb import fit_streamed_vb, partition_level_su
 from bayesvm.engines.linear.vb import fit_vb
 from bayesvm.linalg.dense import BlockedFactor
 from bayesvm.model.problems import VarianceComponent, VBProblem
+from bayesvm.priors import InverseGamma
 
 
 def _problem(n: int, levels: int, seed: int = 0) -> VBProblem:
@@ -24,7 +25,7 @@ def _problem(n: int, levels: int, seed: int = 0) -> VBProblem:
     if not levels:
         return VBProblem(y=y, D=X, fixed_precision=np.full(3, 1e-2), components=())
     blocked = BlockedFactor(codes=g, values=np.ones((n, 1)), n_levels=levels)
-    comp = VarianceComponent("u", np.zeros((1, 1), dtype=int), True, levels, prior_a=0.01, prior_b=0.01)
+    comp = VarianceComponent("u", np.zeros((1, 1), dtype=int), True, levels, prior=InverseGamma(0.01, 0.01))
     return VBProblem(y=y, D=X, fixed_precision=np.full(3, 1e-8), components=(comp,), blocked=blocked)
 
 

@@ -13,7 +13,7 @@ from bayesvm.engines.linear.vb import fit_vb
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.linalg import schur as sparse_schur
 from bayesvm.model import build_model
-from bayesvm.priors import InverseWishart, PriorSet
+from bayesvm.priors import InverseGamma, InverseWishart, PriorSet
 from tests.conftest import simulate_grouped
 from tests.engines.mc_bound import mc_lower_bound
 
@@ -288,7 +288,7 @@ def test_a_large_dense_fit_started_from_a_subsample_reaches_the_full_optimum(mon
     X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1))])
     eta = X @ rng.normal(0, 0.5, d)
     y = np.where(rng.random(n) < 1 / (1 + np.exp(-eta)), 1.0, -1.0)
-    penalty = VarianceComponent("penalty", np.arange(1, d)[:, None], False, d - 1, prior_a=0.01, prior_b=0.01)
+    penalty = VarianceComponent("penalty", np.arange(1, d)[:, None], False, d - 1, prior=InverseGamma(0.01, 0.01))
     problem = VBProblem(y=y, D=X, fixed_precision=np.r_[1e-8, np.zeros(d - 1)], components=(penalty,))
     warm = fit_vb(problem)
     assert warm.converged and not warm.decreases

@@ -106,7 +106,7 @@ def random_intercept_terms(problem: SelectionProblem, res, theta: np.ndarray, rn
         q_c = stats.invgamma(a=post.shape, scale=post.scale[0, 0])
         s2_c = q_c.rvs(size=len(theta), random_state=rng)
         log_q += q_c.logpdf(s2_c)
-        log_p += stats.invgamma(a=comp.prior_a, scale=comp.prior_b).logpdf(s2_c)
+        log_p += stats.invgamma(a=comp.prior.a, scale=comp.prior.b).logpdf(s2_c)
         log_p += stats.norm(0, np.sqrt(s2_c[:, None])).logpdf(theta[:, comp.index[:, 0]]).sum(axis=1)
     return log_p, log_q
 

@@ -44,7 +44,7 @@ def _grouped(prior, p=2, n_levels=8, per_level=5, seed=2, intercept=False, varia
     D = np.hstack(fixed + [X, Z])
     start = D.shape[1] - n_levels
     component = VarianceComponent(
-        "(1 | g)", (start + np.arange(n_levels))[:, None], False, n_levels, prior_a=variance[0], prior_b=variance[1]
+        "(1 | g)", (start + np.arange(n_levels))[:, None], False, n_levels, prior=InverseGamma(*variance)
     )
     precision = np.zeros(D.shape[1])
     precision[: start - p] = 1.0 / 25.0
@@ -86,7 +86,7 @@ def test_spike_slab_gibbs_with_random_intercept_matches_enumeration():
     X = problem.X[:, problem.selected]
     log_s2 = np.linspace(-6.0, 4.0, 41)
     s2 = np.exp(log_s2)
-    log_w = stats.invgamma(a=comp.prior_a, scale=comp.prior_b).logpdf(s2) + log_s2 + np.log(log_s2[1] - log_s2[0])
+    log_w = stats.invgamma(a=comp.prior.a, scale=comp.prior.b).logpdf(s2) + log_s2 + np.log(log_s2[1] - log_s2[0])
     ones = np.ones(problem.y.size)
     logs, s2_means = [], []
     for model in range(4):
