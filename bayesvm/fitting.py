@@ -161,9 +161,10 @@ def bsvm(
         ``chains`` / ``thin`` / ``cores`` / ``progress``, SVI ``batch_size`` / ``learning_rate``, sparse
         ``probes``, kernel ``inducing`` points, ``imputation`` / ``imputations``.
     **engine_options
-        The same fields as keywords, e.g. ``bsvm(..., method="gibbs", draws=4000)`` (not both ways).  One more
-        key is internal: ``_fold_design`` (:class:`bayesvm.formula.design.FoldDesign`), which cross-fitting's
-        fold fits pass (:mod:`bayesvm.results.crossfit`); it is not recorded in the fit's call.
+        The same fields as keywords, e.g. ``bsvm(..., method="gibbs", draws=4000)`` (not both ways).  Two more
+        keys are internal: ``_fold_design`` (:class:`bayesvm.formula.design.FoldDesign`) and ``_fold_nodes``
+        (:class:`bayesvm.engines.linear.hyper_grid.GivenNodes`), which cross-fitting's fold fits pass
+        (:mod:`bayesvm.results.crossfit`); they are not recorded in the fit's call.
     checks
         What to do when an identifiability check fails (:class:`bayesvm.Checks`: separation, aliased
         columns, random-effect level counts; ``"ignore"``, ``"warn"`` or ``"stop"`` each, as lme4's
@@ -174,6 +175,7 @@ def bsvm(
         (:mod:`bayesvm.results.psis_correction`, listed by ``summary()``).
     """
     fold = engine_options.pop("_fold_design", None)  # internal: a cross-fitting fold fit (docstring)
+    fold_nodes = engine_options.pop("_fold_nodes", None)
     control = resolve_control(control, engine_options)
     options = {  # the call as given, for cross-fitting (bayesvm.results.crossfit); engine settings as keywords
         "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive,
@@ -211,7 +213,7 @@ def bsvm(
         formula, data, method=method, penalty=penalty, positive=positive, missing=missing, standardize=standardize,
         priors=priors, prior=prior, unpenalized=unpenalized, vb=vb, class_weight=class_weight, checks=checks, fold=fold,
     )  # fmt: skip
-    fit = _fit_linear(model, data, method=method, vb=vb, seed=seed, control=run)
+    fit = _fit_linear(model, data, method=method, vb=vb, seed=seed, control=run, nodes=fold_nodes)
     _checked_after_fit(fit, diagnostics, checks)
     return _recorded(options, fit)
 
@@ -355,9 +357,10 @@ def _recorded(options: dict, fit):
     return fit
 
 
-def _fit_linear(model, data, *, method: str, vb: str | None, seed, control: Control) -> BSVMFit:
+def _fit_linear(model, data, *, method: str, vb: str | None, seed, control: Control, nodes=None) -> BSVMFit:
     """The engine for a linear model (``bsvm`` without a kernel, in-memory data): the route of the registry's table
-    (:mod:`bayesvm.engines.registry`) for the model's family and ``method``, its warnings said once, one fit built."""
+    (:mod:`bayesvm.engines.registry`) for the model's family and ``method``, its warnings said once, one fit built;
+    ``nodes``: a fold fit's variance-parameter nodes (:class:`bayesvm.engines.runs.FitRequest`)."""
     from .engines.registry import route_for
     from .engines.runs import FitRequest
 
@@ -365,7 +368,7 @@ def _fit_linear(model, data, *, method: str, vb: str | None, seed, control: Cont
         check_imputation_arguments(control.imputation, control.imputations)
         if control.imputation == "auto":
             control = replace(control, imputation=default_imputation(model, method, vb))
-    request = FitRequest(method, vb, seed, control)
+    request = FitRequest(method, vb, seed, control, nodes=nodes)
     run = route_for(model, request).run(model, request)
     for message, category in run.warnings:
         warnings.warn(message, category, stacklevel=3)

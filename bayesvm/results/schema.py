@@ -71,6 +71,7 @@ TYPES: dict[str, str] = {
     "FusedIteration": "bayesvm.engines.linear.fused_iteration",
     "GaussianPosterior": "bayesvm.linalg.dense",
     "GibbsResult": "bayesvm.engines.linear.gibbs",
+    "GivenNodes": "bayesvm.engines.linear.hyper_grid",
     "GpSpec": "bayesvm.formula.gp_terms",
     "GpTerm": "bayesvm.formula.gp_terms",
     "HalfT": "bayesvm.priors",

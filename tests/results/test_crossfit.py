@@ -260,3 +260,36 @@ def test_fold_processes_only_for_fits_that_take_time(monkeypatch):
     monkeypatch.setattr("bayesvm.arguments.default_cores", lambda chains: min(chains, 2))
     assert crossfit.fold_processes(Quick(), 5) == 1 and crossfit.fold_processes(Slow(), 5) == 2
     assert crossfit.fold_processes(object(), 5) == 1  # (no record of the time: as a quick fit)
+
+
+def test_an_accurate_fits_folds_refit_the_coefficients_at_its_heaviest_variance_nodes(monkeypatch, toenail):
+    """Each fold of an accurate fit is fitted at the full fit's nodes holding 99.9% of the weight, with their weights
+    (no search, no weighting of its own); the probabilities of the map learned from those folds are those of folds
+    that integrate over their own variance parameters, to within 0.02."""
+    import warnings
+
+    import bayesvm
+    import bayesvm.engines.linear.ep as ep
+    import bayesvm.results.crossfit as crossfit
+    from bayesvm.engines.linear.hyper_grid import GIVEN_MASS
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail)
+    nodes = crossfit.variance_nodes(fit)
+    heaviest = np.sort(fit.result.weights)[::-1][: nodes.weights.size]
+    assert heaviest.sum() >= GIVEN_MASS and heaviest[:-1].sum() < GIVEN_MASS
+    np.testing.assert_allclose(nodes.weights, heaviest / heaviest.sum())
+    assert nodes.weights.size < fit.result.weights.size and nodes.components == ("penalty", "(1 | patientID)")
+    given = []
+    real = ep.fit_accurate
+    monkeypatch.setattr(ep, "fit_accurate", lambda problem, **k: given.append(k.get("given")) or real(problem, **k))
+    monkeypatch.setattr(crossfit, "fold_processes", lambda fit, folds: 1)
+    fit.calibrate(folds=3, seed=1)
+    at_nodes = fit.predict(toenail, kind="prob").to_numpy()
+    assert len(given) == 3 and all(g is not None and np.array_equal(g.nodes, nodes.nodes) for g in given)
+    monkeypatch.setattr(crossfit, "variance_nodes", lambda fit: None)
+    fit.calibrate(folds=3, seed=1)
+    integrated = fit.predict(toenail, kind="prob").to_numpy()
+    assert given[3:] == [None, None, None]
+    assert np.max(np.abs(at_nodes - integrated)) < 0.02

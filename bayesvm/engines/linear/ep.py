@@ -79,8 +79,10 @@ from .hyper_grid import (
     MAX_EXTENSION_STEPS,
     MAX_LATTICE_NODES,
     TAIL_MASS,
+    GivenNodes,
     HyperGrid,
     extend_lattice,
+    given_grid,
     integrate,
     recentred_rule,
     weighted_grid,
@@ -517,12 +519,18 @@ def _check_scope(problem: VBProblem) -> None:
 
 
 def fit_accurate(
-    problem: VBProblem, n_nodes: int = 21, span: float = 4.0, importance_weights: bool = True
+    problem: VBProblem,
+    n_nodes: int = 21,
+    span: float = 4.0,
+    importance_weights: bool = True,
+    given: GivenNodes | None = None,
 ) -> IntegratedResult:
     """EP for ``theta`` given the variance components, integrated over them (see module docstring).
 
     With ``importance_weights`` (the default) the nodes are weighted by importance-sampled ``p(y | phi)`` where a
-    random-intercept term integrates out in closed form (step 3 of the module docstring), else by EP's.
+    random-intercept term integrates out in closed form (step 3 of the module docstring), else by EP's.  ``given``
+    nodes of the same components (:class:`bayesvm.engines.linear.hyper_grid.GivenNodes`) replace the search and
+    the weighting: EP at each, with the given weights.
     """
     _check_scope(problem)
     if problem.is_sparse:  # SuperLU is single-threaded; the elimination's dense complement is not
@@ -530,10 +538,12 @@ def fit_accurate(
     else:
         width = problem.D.shape[1]
     with blas_threads(width, problem.n):
-        return _fit_accurate(problem, n_nodes, span, importance_weights)
+        return _fit_accurate(problem, n_nodes, span, importance_weights, given)
 
 
-def _fit_accurate(problem: VBProblem, n_nodes: int, span: float, importance_weights: bool) -> IntegratedResult:
+def _fit_accurate(
+    problem: VBProblem, n_nodes: int, span: float, importance_weights: bool, given: GivenNodes | None
+) -> IntegratedResult:
     start = time.perf_counter()
     order, problem = sorted_by_level(problem)
     warm = fit_vb(problem)  # mean-field VB: the starting sites and the scale of the variances
@@ -589,9 +599,12 @@ def _fit_accurate(problem: VBProblem, n_nodes: int, span: float, importance_weig
         # log p(phi | y) up to a constant
         return cache[key].log_evidence + hyper.log_prior(phi)
 
-    # the mean-field values start the search (VB shrinks variances, so the mode lies above)
-    grid = integrate(log_post, hyper.start(warm.components), hyper.start(warm.components, inflate=0.5), n_nodes, span)
-    evidence = node_evidence(problem, hyper) if importance_weights else None
+    if given is not None and given.components == tuple(comp.name for comp in problem.components):
+        grid, evidence = given_grid(log_post, given), None
+    else:  # the mean-field values start the search (VB shrinks variances, so the mode lies above)
+        first, search = hyper.start(warm.components), hyper.start(warm.components, inflate=0.5)
+        grid = integrate(log_post, first, search, n_nodes, span)
+        evidence = node_evidence(problem, hyper) if importance_weights else None
     node_weights = None
     if evidence is not None:
 

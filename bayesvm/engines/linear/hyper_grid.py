@@ -121,6 +121,55 @@ def integrate(log_post, start: np.ndarray, start_search: np.ndarray, n_nodes: in
     return weighted_grid(nodes, lattice, logp, log_rule, shape, tails_ok)
 
 
+@dataclass(frozen=True)
+class GivenNodes:
+    """Nodes of the variance parameters to fit at instead of integrating (:func:`given_grid`): ``phi`` of each node,
+    its weight, its lattice point ``z`` and the grid's shape (``axes``, ``step``, ``design``, ``center``), and the
+    components' names they belong to (a problem with other components integrates as usual).
+
+    Cross-fitting's fold fits take the full fit's heaviest nodes (:func:`heaviest_nodes`): the variance parameters
+    are learned once, from every row, and each fold refits the coefficients given them."""
+
+    nodes: np.ndarray
+    weights: np.ndarray
+    lattice: np.ndarray
+    axes: np.ndarray
+    step: float
+    design: str
+    center: np.ndarray
+    components: tuple[str, ...]
+
+
+#: :func:`heaviest_nodes` keeps the heaviest nodes that together hold this share of the weight.
+GIVEN_MASS = 0.999
+
+
+def heaviest_nodes(result, mass: float = GIVEN_MASS) -> GivenNodes:
+    """The nodes of an accurate fit's output (``IntegratedResult``) holding ``mass`` of its weight, heaviest first,
+    with those weights renormalised."""
+    order = np.argsort(result.weights, kind="stable")[::-1]
+    count = int(np.searchsorted(np.cumsum(result.weights[order]), mass * result.weights.sum()) + 1)
+    chosen = order[: min(count, order.size)]
+    weights = result.weights[chosen] / result.weights[chosen].sum()
+    names = tuple(comp.name for comp in result.hyperparameters.components)
+    return GivenNodes(result.nodes[chosen], weights, result.lattice[chosen], result.axes, result.step, result.design,
+                      result.center, names)  # fmt: skip
+
+
+def given_grid(log_post, given: GivenNodes) -> HyperGrid:
+    """The grid of ``given``'s nodes with its weights: EP's ``log p(phi | y)`` evaluated at each (heaviest first, so
+    each warm-starts from a converged neighbour) for the record, the weights as given where EP converged (a node where
+    it failed carries none, and the fit is reported as not converged)."""
+    logp = np.array([log_post(phi) for phi in given.nodes])
+    if not np.any(np.isfinite(logp)):
+        raise AccurateFitError("accurate VB: expectation propagation converged at none of the given nodes")
+    weights = np.where(np.isfinite(logp), given.weights, 0.0)
+    weights = weights / weights.sum()
+    log_rule = np.zeros(logp.size)
+    return HyperGrid(given.nodes, given.lattice, logp, log_rule, weights, weights > 0, given.axes, given.step,
+                     given.design, given.center, True)  # fmt: skip
+
+
 #: The one-hyperparameter search walks in steps of this size (in ``phi``, a log variance: a factor ``e^0.5``).
 BRACKET_STEP = 0.5
 #: ... and takes at most this many steps before settling for the last point.

@@ -94,7 +94,7 @@ def run_vb(model, request):
     chosen, why = (request.vb, None) if request.vb is not None or control.probes is not None else default_vb(problem)
     if chosen == "accurate":
         try:
-            result = fit_accurate(problem)
+            result = fit_accurate(problem, given=request.nodes)
         except AccurateFitError as exc:
             if request.vb is not None:
                 raise
