@@ -178,6 +178,10 @@ def coerce_like_training(frame: pd.DataFrame, numeric: frozenset[str], what: str
     return frame
 
 
+#: Kinds of an object column's cells (:func:`pandas.api.types.infer_dtype`) that hold one number or label each.
+PLAIN_CELLS = frozenset({"string", "bytes", "boolean", "integer", "floating", "mixed-integer-float", "decimal", "empty"})
+
+
 def check_column_kinds(frame: pd.DataFrame, columns: list[str]) -> None:
     """Refuse columns a model matrix cannot be built from: dates and times, complex numbers, cells holding lists."""
     for name in columns:
@@ -194,7 +198,8 @@ def check_column_kinds(frame: pd.DataFrame, columns: list[str]) -> None:
             )
         if pd.api.types.is_complex_dtype(dtype):
             raise DesignError(f"column {name!r} holds complex numbers; a model matrix needs real numbers")
-        if pd.api.types.is_object_dtype(dtype):
+        # (pandas' C pass names the cells' kind; only a mixed column is looked at cell by cell)
+        if pd.api.types.is_object_dtype(dtype) and pd.api.types.infer_dtype(column, skipna=True) not in PLAIN_CELLS:
             cells = column.dropna()
             bad = cells.map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray, pd.Timestamp, complex)))
             if bad.any():
