@@ -179,7 +179,9 @@ def coerce_like_training(frame: pd.DataFrame, numeric: frozenset[str], what: str
 
 
 #: Kinds of an object column's cells (:func:`pandas.api.types.infer_dtype`) that hold one number or label each.
-PLAIN_CELLS = frozenset({"string", "bytes", "boolean", "integer", "floating", "mixed-integer-float", "decimal", "empty"})
+PLAIN_CELLS = frozenset(
+    {"string", "bytes", "boolean", "integer", "floating", "mixed-integer-float", "decimal", "empty"}
+)
 
 
 def check_column_kinds(frame: pd.DataFrame, columns: list[str]) -> None:

@@ -166,50 +166,15 @@ class BSVMFit(Fit):
         whose prior has no mass at zero); ``p_positive``: ``P(slope > 0 | y)``; ``mean_if_included``: the
         slope's posterior mean given that it is included.
         """
-        result, model = self.result, self.model
+        model = self.model
         if model.prior is None:
             return None
         sel = np.flatnonzero(model.penalized)
-        to_original = 1.0 / model.scale[sel]
-        if self._form == "selection":
-            from scipy.stats import norm
-
-            p_include = result.p_include
-            mean_v = result.mean[sel]
-            sd_v = np.sqrt(np.diag(result.cov)[sel])
-            p_positive = p_include * norm.cdf(mean_v / sd_v)
-            mean_if = mean_v * to_original
-            if not model.prior.point_mass:  # Gaussian q(theta): no mass at zero
-                p_include = np.full(sel.size, np.nan)
-        elif self._form == "mixture":  # accurate VB: each slope's tilted distribution, averaged over the nodes
-            slopes = result.slopes
-            p_include, p_positive = slopes.p_include, slopes.p_positive
-            mean_if = slopes.mean_if_included * to_original
-            if not model.prior.point_mass:  # no mass at zero
-                p_include = np.full(sel.size, np.nan)
-        elif np.ndim(result.include) == 3:  # draws: Gibbs, or VB pooled over imputations
-            coef = result.theta_d[..., sel].reshape(-1, sel.size)
-            gamma = result.include.reshape(-1, sel.size).astype(bool)
-            p_positive = (coef > 0).mean(axis=0)
-            if not model.prior.point_mass:
-                p_include = np.full(sel.size, np.nan)
-                mean_if = coef.mean(axis=0) * to_original
-            else:  # Rao-Blackwellised where the sampler kept P(gamma_k = 1 | rest), else the indicators' share
-                conditional = getattr(result, "include_probability", None)
-                p_include = (
-                    gamma.mean(axis=0) if conditional is None else conditional.reshape(-1, sel.size).mean(axis=0)
-                )
-                with np.errstate(invalid="ignore"):
-                    mean_if = np.where(gamma.any(axis=0), (coef * gamma).sum(axis=0) / gamma.sum(axis=0), np.nan)
-                    if conditional is not None:  # P(slope > 0) = P(in) x P(slope > 0 | in), so it stays <= P(in)
-                        share_positive = np.where(gamma.any(axis=0), (coef > 0).sum(axis=0) / gamma.sum(axis=0), 0.0)
-                        p_positive = p_include * share_positive
-                mean_if = mean_if * to_original
-        else:  # lasso mode
-            coef = result.coef[sel]
-            p_include = (coef != 0).astype(float)
-            p_positive = (coef > 0).astype(float)
-            mean_if = np.where(coef != 0, coef * to_original, np.nan)
+        moments = self.posterior.inclusion(sel, model.prior.point_mass)  # (what the output's form holds)
+        if moments is None:
+            return None
+        p_include, p_positive, mean_if = moments
+        mean_if = mean_if * (1.0 / model.scale[sel])  # (original scale)
         names = [self.model.design.x_names[j] for j in sel]
         # probabilities averaged over nodes, draws or chains stay in [0, 1] (rounding gave 1 + 2e-16; NaN stays)
         p_include, p_positive = np.clip(p_include, 0.0, 1.0), np.clip(p_positive, 0.0, 1.0)

@@ -57,6 +57,10 @@ class VariationalPosterior:
         self.result = result
         self.theta = result.theta
 
+    def inclusion(self, sel: np.ndarray, point_mass: bool) -> None:
+        """A Gaussian q over the coefficients holds no inclusion (selection priors declare other forms)."""
+        return None
+
     def means(self) -> tuple[np.ndarray, np.ndarray]:
         return self.theta.mean_d, self.theta.mean_b
 
@@ -110,6 +114,27 @@ class SampledPosterior:
 
     def __init__(self, result: GibbsResult):
         self.result = result
+
+    def inclusion(self, sel: np.ndarray, point_mass: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(p_include, p_positive, mean_if_included)`` of the slopes ``sel`` from the draws (Gibbs, or VB pooled
+        over imputations), model scale: ``p_include`` the Rao-Blackwellised average of each draw's
+        ``P(gamma_k = 1 | the rest)`` where the sampler kept it, else the indicators' share (NaN without a point mass);
+        ``p_positive = p_include x`` the share of the including draws in which the slope is positive (so it stays at
+        most ``p_include``), or the share of positive draws."""
+        result = self.result
+        coef = result.theta_d[..., sel].reshape(-1, sel.size)
+        gamma = result.include.reshape(-1, sel.size).astype(bool)
+        p_positive = (coef > 0).mean(axis=0)
+        if not point_mass:
+            return np.full(sel.size, np.nan), p_positive, coef.mean(axis=0)
+        conditional = getattr(result, "include_probability", None)
+        p_include = gamma.mean(axis=0) if conditional is None else conditional.reshape(-1, sel.size).mean(axis=0)
+        with np.errstate(invalid="ignore"):
+            mean_if = np.where(gamma.any(axis=0), (coef * gamma).sum(axis=0) / gamma.sum(axis=0), np.nan)
+            if conditional is not None:
+                share_positive = np.where(gamma.any(axis=0), (coef > 0).sum(axis=0) / gamma.sum(axis=0), 0.0)
+                p_positive = p_include * share_positive
+        return p_include, p_positive, mean_if
 
     def _flat(self) -> tuple[np.ndarray, np.ndarray]:
         r = self.result
@@ -222,6 +247,12 @@ class ModePosterior:
     def __init__(self, result: EMResult):
         self.result = result
 
+    def inclusion(self, sel: np.ndarray, point_mass: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A lasso mode's slopes ``sel``: included (1) where the mode is non-zero, 0 where it is exactly 0; model
+        scale."""
+        coef = self.result.coef[sel]
+        return (coef != 0).astype(float), (coef > 0).astype(float), np.where(coef != 0, coef, np.nan)
+
     def means(self) -> tuple[np.ndarray, np.ndarray]:
         return self.result.theta_d, self.result.theta_b
 
@@ -264,6 +295,13 @@ class MixturePosterior:
 
     def __init__(self, result: IntegratedResult):
         self.result = result
+
+    def inclusion(self, sel: np.ndarray, point_mass: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each slope's tilted distribution averaged over the nodes (the accurate fit of a selection prior); NaN
+        ``p_include`` without a point mass; model scale."""
+        slopes = self.result.slopes
+        p_include = slopes.p_include if point_mass else np.full(sel.size, np.nan)
+        return p_include, slopes.p_positive, slopes.mean_if_included
 
     def _pairs(self):
         return zip(self.result.weights, self.result.thetas)
@@ -331,6 +369,17 @@ class SelectionPosterior:
 
     def __init__(self, result: SelectionVBResult):
         self.result = result
+
+    def inclusion(self, sel: np.ndarray, point_mass: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``q(gamma)``'s inclusion probabilities of the slopes ``sel``, ``p_positive = p_include Phi(mu / sd)`` from the
+        Gaussian factor, and its mean; NaN ``p_include`` where the prior has no point mass (Gaussian q, the lasso's);
+        model scale."""
+        from scipy.stats import norm
+
+        result = self.result
+        mean, sd = result.mean[sel], np.sqrt(np.diag(result.cov)[sel])
+        p_positive = result.p_include * norm.cdf(mean / sd)
+        return (result.p_include if point_mass else np.full(sel.size, np.nan)), p_positive, mean
 
     def means(self) -> tuple[np.ndarray, np.ndarray]:
         return self.result.coef_mean, np.zeros((0, 0))
