@@ -172,3 +172,27 @@ def test_level_classes_formed_once_give_the_same_integrals(weighted):
         for j in range(J)
     )  # fmt: skip
     np.testing.assert_allclose(fresh, by_level, rtol=1e-10)
+
+
+def test_large_data_take_fewer_draws_only_where_the_first_node_shows_they_suffice(fits, monkeypatch):
+    """Above FEW_DRAWS_FROM_VALUES rows x draws, a first estimate whose effective sample size is at least
+    FEW_DRAWS_ESS makes every estimate (its own included) use the first FEW_DRAWS draws: exactly the estimator built
+    with that many; a lower one keeps every draw; below the threshold nothing changes."""
+    from bayesvm.engines.linear import node_evidence as ne
+
+    fit, _ = fits
+    problem, hyper = fit.problem, fit.result.hyperparameters
+    node, theta = fit.result.nodes[np.argmax(fit.result.weights)], fit.result.thetas[np.argmax(fit.result.weights)]
+    full = ne.node_evidence(problem, hyper)(node, theta)
+    few = ne.node_evidence(problem, hyper, draws=ne.FEW_DRAWS)(node, theta)
+    assert full.ess_fraction >= ne.FEW_DRAWS_ESS  # (this node: the draws suffice)
+    assert ne.node_evidence(problem, hyper).may_thin is False  # (240 rows: below the threshold)
+    monkeypatch.setattr(ne, "FEW_DRAWS_FROM_VALUES", 0.0)
+    thinned = ne.node_evidence(problem, hyper)
+    assert thinned(node, theta) == few and thinned.draws == ne.FEW_DRAWS
+    assert thinned(fit.result.nodes[0], fit.result.thetas[0]) == ne.node_evidence(problem, hyper, draws=8)(
+        fit.result.nodes[0], fit.result.thetas[0]
+    )
+    monkeypatch.setattr(ne, "FEW_DRAWS_ESS", 1.01)  # (no first estimate reaches it)
+    kept = ne.node_evidence(problem, hyper)
+    assert kept(node, theta) == full and kept.draws == ne.DRAWS
