@@ -71,6 +71,15 @@ class VarianceComponent:
     def is_wishart(self) -> bool:
         return self.k > 1
 
+    def check_prior(self) -> None:
+        """Raise ``ValueError`` unless a variance (``k = 1``) carries a variance prior's record and a covariance none
+        (a loaded file's component is checked before an engine or ``summary()`` asks its law)."""
+        index = getattr(self, "index", None)
+        if not (isinstance(index, np.ndarray) and index.ndim == 2):
+            raise ValueError(f"the variance component {getattr(self, 'name', '?')!r} has no (levels, k) index")
+        if (index.shape[1] == 1) != isinstance(self.prior, VariancePrior):
+            raise ValueError(f"the variance component {self.name!r} does not carry a prior of its kind: {self.prior!r}")
+
 
 @dataclass(frozen=True)
 class VBProblem:

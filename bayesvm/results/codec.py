@@ -525,7 +525,10 @@ class Decoder:
             values[name] = self.decode(value)
         upgrade = UPGRADES.get(type_name(cls) or "")
         if upgrade is not None:  # (an earlier layout of the type's fields)
-            values = upgrade(values)
+            try:
+                values = upgrade(values)
+            except (TypeError, ValueError) as exc:  # (fields that are not what the earlier layout stored)
+                raise StorageError(f"bad fields for {label}: {exc}") from None
         for name, value in values.items():
             if name not in allowed:
                 raise StorageError(

@@ -261,8 +261,11 @@ def _variance_component(state: dict) -> dict:
     ``prior_nu``/``prior_t_scale`` of the half-t, 0 where unused) gets the prior's record instead."""
     from ..priors import HalfT, InverseGamma
 
+    stored = [name for name in ("prior_a", "prior_b", "prior_nu", "prior_t_scale") if name in state]
+    if stored and "prior" in state:
+        raise ValueError(f"both the prior's record and its numbers {stored}")
     numbers = {name: float(state.pop(name, 0.0)) for name in ("prior_a", "prior_b", "prior_nu", "prior_t_scale")}
-    if "prior" not in state:
+    if stored:
         if numbers["prior_nu"] > 0:
             state["prior"] = HalfT(numbers["prior_nu"], numbers["prior_t_scale"])
         elif numbers["prior_a"] > 0:

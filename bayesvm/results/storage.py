@@ -307,14 +307,15 @@ def _read_entry(zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
 def _validators() -> dict:
     """Checks on restored objects: every formula text (the formula, its fixed part, each bar and each formulaic
     factor) must pass the interpreter's grammar, and every design's, Gaussian posterior's, grouping factor's and
-    problem's arrays must fit together (names, rows and columns; compiled loops read them without bounds checks)."""
+    problem's arrays must fit together (names, rows and columns; compiled loops read them without bounds checks), and
+    each variance component carry a prior of its kind."""
     from formulaic.parser.types.factor import Factor
 
     from ..formula.bars import Bar, ParsedFormula, check_parsed_formula
     from ..formula.design import Design, ReTerm
     from ..formula.restricted import check_factor, check_formula_part
     from ..linalg.dense import BlockedFactor, GaussianPosterior
-    from ..model.problems import VBProblem
+    from ..model.problems import VarianceComponent, VBProblem
 
     return {
         Factor: check_factor,
@@ -325,6 +326,7 @@ def _validators() -> dict:
         GaussianPosterior: GaussianPosterior.check_shapes,
         BlockedFactor: BlockedFactor.check_shapes,
         VBProblem: VBProblem.check_shapes,
+        VarianceComponent: VarianceComponent.check_prior,
     }
 
 

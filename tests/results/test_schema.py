@@ -92,3 +92,37 @@ def test_a_type_outside_the_schema_is_refused(saved, tmp_path, node, match):
 
     with pytest.raises(ValueError, match=match):
         bayesvm.load(rewrite(saved[1], tmp_path / "evil.bsvm", edit_graph(change)))
+
+
+@pytest.mark.parametrize(
+    "numbers,match",
+    [({"prior_nu": "three", "prior_t_scale": 2.5}, "bad fields for VarianceComponent"),
+     ({"prior_nu": 3.0, "prior_t_scale": 2.5, "prior": None}, "bad fields.*both the prior's record and its numbers"),
+     ({"prior_nu": -3.0, "prior_t_scale": 2.5}, "does not carry a prior of its kind"),
+     ({"prior_df": 0.0}, "does not carry a prior of its kind"),
+     ({"prior_a": 0.5, "prior_b": -1.0}, "bad fields for VarianceComponent.*InverseGamma needs")],
+)  # fmt: skip
+def test_a_variance_component_of_the_earlier_layout_with_bad_numbers_is_refused(saved, tmp_path, numbers, match):
+    """A component stored with its prior's numbers (the earlier layout) is read through schema.UPGRADES; numbers that
+    are not what that layout held are refused as a damaged file, never a raw exception."""
+
+    def change(graph):
+        for node in _nodes(graph):
+            if node.get("type") == "VarianceComponent" and "prior" in node["state"]:
+                del node["state"]["prior"]
+                node["state"].update(numbers)
+        return graph
+
+    with pytest.raises(ValueError, match=match):
+        bayesvm.load(rewrite(saved[1], tmp_path / "old.bsvm", edit_graph(change)))
+
+
+def _nodes(value):
+    """Every dict of a decoded file graph."""
+    if isinstance(value, dict):
+        yield value
+        for item in value.values():
+            yield from _nodes(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _nodes(item)
