@@ -478,21 +478,14 @@ def _first_look(fit, rng: np.random.Generator, marginal_too: bool):
     joint = _joint_proposal(fit)(fit, rng, FIRST_LOOK_DRAWS)
     marginal = marginal_proposal(fit, rng, FIRST_LOOK_DRAWS) if marginal_too else None
     early, rest = slice(0, EARLY_LOOK_DRAWS), slice(EARLY_LOOK_DRAWS, None)
-    early_joint = _joint_ratios(fit, *_rows(joint, early))
-    if marginal is None:
-        if psis(early_joint)[1] >= CLEARLY_UNRELIABLE:
-            return early_joint, joint[0][early], _coefficients(joint), None
-        return (
-            np.concatenate([early_joint, _joint_ratios(fit, *_rows(joint, rest))]),
-            joint[0],
-            _coefficients(joint),
-            None,
-        )
-    early_marginal = marginal_ratios(fit, *_rows(marginal, early))
-    if psis(early_marginal[0])[1] >= CLEARLY_UNRELIABLE:
-        return early_joint, joint[0][early], _coefficients(joint), early_marginal
-    ratios = np.concatenate([early_joint, _joint_ratios(fit, *_rows(joint, rest))])
-    return ratios, joint[0], _coefficients(joint), _joined(early_marginal, marginal_ratios(fit, *_rows(marginal, rest)))
+    ratios = _joint_ratios(fit, *_rows(joint, early))
+    looked = None if marginal is None else marginal_ratios(fit, *_rows(marginal, early))
+    if psis(ratios if looked is None else looked[0])[1] >= CLEARLY_UNRELIABLE:  # (the governing k-hat)
+        return ratios, joint[0][early], _coefficients(joint), looked
+    ratios = np.concatenate([ratios, _joint_ratios(fit, *_rows(joint, rest))])
+    if looked is not None:
+        looked = _joined(looked, marginal_ratios(fit, *_rows(marginal, rest)))
+    return ratios, joint[0], _coefficients(joint), looked
 
 
 def _imputed_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, int]:

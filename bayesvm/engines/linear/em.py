@@ -95,12 +95,11 @@ def component_mode(comp: VarianceComponent, u: np.ndarray) -> np.ndarray:
 def check_modal_priors(problem: VBProblem) -> None:
     """Refuse a prior whose joint posterior mode is degenerate (its law's ``modal_refusal``: a half-t's positive
     density at sigma = 0), naming the components."""
-    refused = {c.name: variance_prior.modal_refusal(c) for c in problem.components if not c.is_wishart}
-    refused = {name: reason for name, reason in refused.items() if reason is not None}
+    refused = [(c.name, variance_prior.modal_refusal(c)) for c in problem.components if not c.is_wishart]
+    refused = [(name, reason) for name, reason in refused if reason is not None]
     if refused:
-        reason = next(iter(refused.values()))
         raise BayesvmError(
-            f"method='em' cannot use the prior of {list(refused)}: {reason}, where the joint "
+            f"method='em' cannot use the prior of {[name for name, _ in refused]}: {refused[0][1]}, where the joint "
             "posterior mode of the random effects and their variance collapses (sigma -> 0, every effect 0). Use an "
             "InverseGamma prior, which vanishes at 0 (PriorSet(random=InverseGamma(...)), the default for method='em'), "
             "or method='vb' / 'gibbs', which integrate instead of maximising"
