@@ -24,7 +24,8 @@ def default_vb(problem) -> tuple[str, str | None]:
     ``AUTO_ACCURATE_MAX_ROWS`` rows (``AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`` with a single variance
     hyperparameter).
     """
-    from .engines.linear.ep import MAX_HYPERPARAMETERS, Hyperparameters
+    from .engines.linear.ep import MAX_HYPERPARAMETERS
+    from .engines.linear.hyperparameters import Hyperparameters
 
     if problem.is_sparse:
         return "meanfield", "several large grouping factors (sparse path)"

@@ -199,7 +199,7 @@ def bsvm(
     if is_dask_frame(data):
         return _recorded(options, fit_streamed(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
-            penalty=penalty, priors=priors, seed=seed, prior=prior, vb=vb, kernel=kernel, control=run,
+            penalty=penalty, priors=priors, seed=seed, prior=prior, vb=vb, kernel=kernel, control=run, nodes=fold_nodes,
         ))  # fmt: skip
     if kernel is not None:
         from .kernel_fitting import fit_kernel  # (kernels load their engines only when asked for)

@@ -3,10 +3,11 @@
 Owns the bridge between dask partitions and the engines.  The formula is materialised per partition
 with the ``ModelSpec`` of a prototype design built from the first rows, so every partition gets the same
 columns; global quantities (row count, missing values, classes, the standardisation's means and SDs)
-come from one reduction over the partitions.  Engines then see either per-partition sums
-(:func:`reduce_partitions`, full-batch VB) or one loaded partition at a time (:class:`PartitionBatches`
-through :meth:`StreamedData.batches`, SVI).  Everything goes through ``dask.compute`` /
-``DataFrame.partitions[k].compute()``, so an active ``dask.distributed`` client runs the work on its
+come from one reduction over the partitions.  Engines then see per-partition sums
+(:meth:`StreamedData.sweep`, full-batch VB), passes that keep a state per partition where the partition is
+(:class:`PartitionPasses`, the accurate fit's EP sites) or one loaded partition at a time
+(:class:`~bayesvm.engines.batches.PartitionBatches` through :meth:`StreamedData.minibatches`, SVI).  Everything
+goes through ``dask.compute`` / ``dask.persist``, so an active ``dask.distributed`` client runs the work on its
 cluster unchanged.
 
 Requirements: text predictors or responses must be categorical with known categories
@@ -17,12 +18,13 @@ per-level sums (any number of levels, :mod:`bayesvm.engines.linear.stream_vb`) a
 columns; SVI and the selection priors see every term as dense columns (at most
 :data:`bayesvm.model.MAX_DENSE_COLUMNS` coefficients in all).  A ``gp()`` term's basis
 (standardisation, inducing locations, centring) is set from the prototype rows.  ``missing="impute"`` is
-refused: its imputations are per-row parameters, which a pass over partitions cannot keep.
+refused: imputation runs on in-memory data (its imputed values, parameters of every row, are not streamed).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -141,12 +143,14 @@ class StreamedData:
     missing: str
     counts: tuple[int, ...]
 
-    def parts(self, transform) -> list:
+    def parts(self, transform, whole_levels: tuple[str, ...] = ()) -> list:
         """One dask task per partition giving ``(transform(X), y)``, the engine-ready rows.
 
         When every row fits in :data:`PERSIST_BYTES` the tasks are persisted (computed once and kept in
         the cluster's memory, which ``dask.distributed`` spills to disk under pressure), as dask advises
         for data that an algorithm visits many times; otherwise each visit recomputes its partition.
+        ``whole_levels``: grouping columns whose every level's rows must lie in one partition (the frame is
+        shuffled on them first).
         """
         dask = _dask()
         design, used, missing = self.design, list(self.used), self.missing
@@ -155,7 +159,8 @@ class StreamedData:
             new, y = _partition_rows(part, design, used, missing)
             return transform(new), y
 
-        tasks = [dask.delayed(rows)(part) for part in self.frame.to_delayed()]
+        frame = self.frame.shuffle(on=list(whole_levels)) if whole_levels else self.frame
+        tasks = [dask.delayed(rows)(part) for part in frame.to_delayed()]
         if 8.0 * self.design.n * self.design.p <= PERSIST_BYTES:
             tasks = list(dask.persist(*tasks))
         return tasks
@@ -177,6 +182,11 @@ class StreamedData:
         parts = self.parts(transform)
         return lambda func, *args: self.map(parts, func, *args)
 
+    def passes(self, transform, whole_levels: tuple[str, ...] = ()) -> PartitionPasses:
+        """:class:`PartitionPasses` over the partitions' rows as ``transform`` makes them (``whole_levels``: as
+        :meth:`parts`): the accurate fit's input."""
+        return PartitionPasses(self.parts(transform, whole_levels))
+
     def minibatches(self, transform, size: int):
         """``batches(rng)``: minibatches of ``size`` rows drawn partition by partition
         (:class:`bayesvm.engines.batches.PartitionBatches`) from the rows as ``transform`` makes them: the stochastic
@@ -194,6 +204,41 @@ class StreamedData:
         return functools.lru_cache(maxsize=max(budget, 1))(lambda k: dask.compute(parts[k])[0])
 
 
+@dataclass(frozen=True, eq=False)
+class PartitionPasses:
+    """Passes over the partitions' engine rows (``parts``, :meth:`StreamedData.parts`), with or without a state per
+    partition kept where the partition is.
+
+    A state (e.g. EP's sites of the partition's rows) is persisted: on a ``dask.distributed`` cluster it stays in
+    the memory of the worker that computed it (spilled to disk under pressure) and only its handle comes back;
+    without a cluster it is held in this process.  It is freed when no handle refers to it.
+    """
+
+    parts: list
+
+    def sweep(self, func, *args) -> list:
+        """``func(rows, y, *args)`` of every partition, gathered (:meth:`StreamedData.map`)."""
+        return StreamedData.map(self.parts, func, *args)
+
+    def carry(self, func, states: list | None, *args) -> tuple[list, list]:
+        """``func(rows, y, state, *args) -> (new state, result)`` on every partition (``states=None``: each state
+        None): the new states persisted where they were computed (their handles) and the results gathered."""
+        dask = _dask()
+        shared = [dask.delayed(arg) for arg in args]
+        states = [None] * len(self.parts) if states is None else states
+        step = dask.delayed(lambda rows, state, *a: func(rows[0], rows[1], state, *a), nout=2)
+        made = dask.persist(*[step(part, state, *shared) for part, state in zip(self.parts, states)])
+        results = dask.compute(*[pair[1] for pair in made])
+        return [pair[0] for pair in made], list(results)
+
+    def sweep_states(self, func, states: list, *args) -> list:
+        """``func(rows, y, state, *args)`` of every partition, gathered."""
+        dask = _dask()
+        shared = [dask.delayed(arg) for arg in args]
+        step = dask.delayed(lambda rows, state, *a: func(rows[0], rows[1], state, *a))
+        return list(dask.compute(*[step(part, state, *shared) for part, state in zip(self.parts, states)]))
+
+
 def reduce_partitions(results: list) -> object:
     """Sum per-partition results (arrays, floats or tuples of them)."""
     total = results[0]
@@ -207,10 +252,12 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
     dask = _dask()
     if missing not in ("error", "drop"):
         raise DataError(
-            f"out-of-core data take missing='error' or 'drop', not {missing!r}: imputed values are parameters of "
-            "every row, and a pass over the partitions keeps no per-row state"
+            f"out-of-core data take missing='error' or 'drop', not {missing!r}: imputation runs on in-memory data "
+            "(its imputed values, parameters of every row, are not streamed)"
         )
-    head = ddf.head(PROTOTYPE_ROWS, npartitions=1)
+    with warnings.catch_warnings():  # (a first partition shorter than the prototype is fine: dask warns of it)
+        warnings.filterwarnings("ignore", message="Insufficient elements for `head`")
+        head = ddf.head(PROTOTYPE_ROWS, npartitions=1)
     if len(head) == 0:
         raise DataError("the first partition of the dask frame is empty")
     used = list(

@@ -24,9 +24,10 @@ from .results.kernel_fit import KernelFit
 
 
 def fit_streamed(formula, data, *, method, positive, missing, standardize, penalty, priors, seed, prior, vb, kernel,
-                 control: Control) -> BSVMFit | KernelFit:  # fmt: skip
+                 control: Control, nodes=None) -> BSVMFit | KernelFit:  # fmt: skip
     """Out-of-core (dask) data: formula -> streamed design (one pass over the partitions) -> model -> the route of
-    its out-of-core family -> one fit.  ``control``: the engine settings, settled."""
+    its out-of-core family -> one fit.  ``control``: the engine settings, settled; ``nodes``: a cross-fitting fold's
+    variance-parameter nodes (:class:`bayesvm.engines.runs.FitRequest`)."""
     from .engines.registry import cell, route_for
     from .engines.runs import FitRequest
     from .outofcore import build_streamed
@@ -45,10 +46,12 @@ def fit_streamed(formula, data, *, method, positive, missing, standardize, penal
     else:
         model = build_model(streamed.design, penalty, PriorSet() if priors is None else priors, standardize,
                             prior=prior)  # fmt: skip
-    request = FitRequest(method, vb, seed, replace(control, tol=tol, max_iter=max_iter), rows=streamed)
+    request = FitRequest(method, vb, seed, replace(control, tol=tol, max_iter=max_iter), rows=streamed, nodes=nodes)
     run = route_for(model, request).run(model, request)
     for message, category in run.warnings:
         warnings.warn(message, category, stacklevel=3)  # (fit_streamed, bsvm, the caller)
     model = model if run.model is None else run.model
     Fit = KernelFit if kernel is not None else BSVMFit
-    return Fit(model=model, problem=run.problem, method=method, result=run.result, data_name=data_name(data), tol=tol)
+    note = {} if kernel is not None else {"vb_note": run.vb_note}
+    return Fit(model=model, problem=run.problem, method=method, result=run.result, data_name=data_name(data), tol=tol,
+               **note)  # fmt: skip

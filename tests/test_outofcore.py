@@ -134,7 +134,7 @@ def test_streamed_gp_term_with_random_effects_fits(client):
 
 def test_streamed_errors_name_the_problem(client, frame):
     ddf = dd.from_pandas(frame, npartitions=2)
-    with pytest.raises(DataError, match="a pass over the partitions keeps no per-row state"):
+    with pytest.raises(DataError, match="imputation runs on in-memory data"):
         bayesvm.bsvm("y ~ a + b", ddf, missing="impute")
     with pytest.raises(BayesvmError, match="method"):
         bayesvm.bsvm("y ~ a", ddf, method="gibbs")
@@ -200,10 +200,33 @@ def test_streamed_selection_svi_equals_in_memory_svi(client, frame):
 
 def test_streamed_refusals_give_the_reason(client, frame):
     ddf = dd.from_pandas(frame, npartitions=2)
-    with pytest.raises(BayesvmError, match="two site parameters for every row"):
-        bayesvm.bsvm("y ~ a + b", ddf, vb="accurate")
+    with pytest.raises(BayesvmError, match="stochastic mean-field VB"):
+        bayesvm.bsvm("y ~ a + b", ddf, vb="accurate", method="svi")
+    with pytest.raises(BayesvmError, match="its accurate fit .EP with a site per slope. runs on in-memory data"):
+        bayesvm.bsvm("y ~ a + b", ddf, vb="accurate", prior=bayesvm.priors.LaplaceZero())
     with pytest.raises(BayesvmError, match="replaces the penalty"):
         bayesvm.bsvm("y ~ a + b", ddf, prior=bayesvm.priors.SpikeSlab(), penalty=0.5)
+
+
+def test_the_accurate_fit_out_of_core_keeps_its_sites_on_the_workers_and_equals_the_in_memory_fit(client):
+    """EP's sites stay beside the partitions (a level's rows shuffled into one partition for the exact level
+    integrals): the nodes, their importance-sampled weights and the moments are the in-memory accurate fit's (its
+    PSIS check off: out of core there is none); without ``vb`` the streamed fit is mean-field and says why."""
+    frame = _grouped(seed=7, n=500, levels=25)
+    ddf = dd.from_pandas(frame, npartitions=3)
+    formula = "y ~ a + b + (1 | g)"
+    memory = bayesvm.bsvm(formula, frame, vb="accurate", penalty=None, checks=bayesvm.Checks(vb_check="ignore"))
+    streamed = bayesvm.bsvm(formula, ddf, vb="accurate", penalty=None)
+    assert streamed.converged and streamed.result.node_weights.method == "importance"
+    np.testing.assert_allclose(streamed.result.nodes, memory.result.nodes, atol=1e-6)
+    np.testing.assert_allclose(streamed.result.weights, memory.result.weights, atol=1e-6)
+    np.testing.assert_allclose(streamed.fixef, memory.fixef, atol=1e-6)
+    np.testing.assert_allclose(np.sqrt(np.diag(streamed.fixef_cov)), np.sqrt(np.diag(memory.fixef_cov)), rtol=1e-5)
+    assert streamed.variance_components[0].mean[0, 0] == pytest.approx(memory.variance_components[0].mean[0, 0], 1e-6)
+    text = str(streamed.summary())
+    assert "accurate VB" in text and "no PSIS check for out-of-core data" in text
+    default = bayesvm.bsvm(formula, ddf, penalty=None)
+    assert default.result.posterior_form != "mixture" and "vb='accurate'" in str(default.summary())
 
 
 def test_a_grouping_factor_of_thousands_of_levels_streams_by_level_and_equals_in_memory_vb(client):

@@ -85,6 +85,9 @@ MOVED_CLASSES = {
     "bayesvm.engines.selection.gibbs:ImputedSelectionGibbsResult": (
         "bayesvm.engines.imputation.segments:ImputedSelectionGibbsResult"
     ),
+    # the accurate fit's hyperparameters, in a module of their own
+    "bayesvm.engines.ep:Hyperparameters": "bayesvm.engines.linear.hyperparameters:Hyperparameters",
+    "bayesvm.engines.linear.ep:Hyperparameters": "bayesvm.engines.linear.hyperparameters:Hyperparameters",
 }
 MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
 #: Attributes of formulaic's records that are neither dataclass fields, slots nor annotations (their internals):

@@ -362,13 +362,14 @@ def _cross_fit_streamed(fit, function, folds: int, seed: int) -> pd.DataFrame:
     streams the other folds, and the held-out fold is predicted one partition at a time."""
     call = fit.call
     data = call.data.map_partitions(_with_fold, folds, seed, meta={**call.data.dtypes.to_dict(), FOLD_COLUMN: "i8"})
+    nodes = variance_nodes(fit) if call.function == "bsvm" else None
     parts = []
     for k in range(folds):
         train = data[data[FOLD_COLUMN] != k].drop(columns=FOLD_COLUMN)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                fold_fit = function(call.formula, train, **_fold_options(call, k, seed))
+                fold_fit = function(call.formula, train, **_fold_options(call, k, seed, nodes=nodes))
             except (ValueError, ArithmeticError) as exc:
                 raise _fold_failure(k, folds, exc) from None
         held_data = data[data[FOLD_COLUMN] == k].drop(columns=FOLD_COLUMN)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engines.linear.ep import Hyperparameters
+from ..engines.linear.hyperparameters import Hyperparameters
 from ..engines.linear.node_evidence import (
     fixed_marginal,
     gaussian_transform,

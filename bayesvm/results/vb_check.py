@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..checks.findings import IDENTIFIED_FINDINGS
 from ..engines.joint import LogPrior
-from ..engines.linear.ep import Hyperparameters
+from ..engines.linear.hyperparameters import Hyperparameters
 from ..errors import ApproximationWarning, BayesvmError
 from ..model import PENALTY_SOURCE
 from .adaptive_check import AdaptedDraws, adapt, adapted_moments

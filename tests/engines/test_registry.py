@@ -130,7 +130,7 @@ def test_kernel_pcvm_and_out_of_core_fits_go_through_the_table(face, options, ce
         ("pcvm", {"method": "vb"}, "method must be one of"),
         ("pcvm", {"method": ["ep"]}, "method must be one of"),
         ("dask", {"method": "gibbs"}, r"out-of-core \(dask\) data are fitted by method in \('vb', 'svi'\)"),
-        ("dask", {"vb": "accurate"}, "keeps no per-row state"),
+        ("dask", {"vb": "accurate", "method": "svi"}, "stochastic mean-field VB"),
         ("dask", {"kernel": RBF()}, r"method in \('svi',\), not 'vb'"),
     ],
 )

@@ -63,7 +63,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol
 
 import numpy as np
-from scipy.special import log_ndtr, multigammaln
+from scipy.special import log_ndtr
 
 from ...errors import BayesvmError
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
@@ -71,7 +71,6 @@ from ...linalg.row_threads import in_row_halves
 from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
-from .. import variance_prior
 from ..augmentation import row_terms
 from ..hinge_levels import log_ndtr_compiled
 from . import compiled_rows
@@ -87,10 +86,9 @@ from .hyper_grid import (
     recentred_rule,
     weighted_grid,
 )
+from .hyperparameters import Hyperparameters
 from .node_evidence import MIN_ESS_FRACTION, NodeEvidence, NodeWeights, UnreliableEvidence, node_evidence
 from .vb import (
-    ComponentPosterior,
-    VarianceComponent,
     VBProblem,
     fit_vb,
     prior_precisions,
@@ -202,12 +200,24 @@ else:  # never called: tilted_moments checks compiled_rows.available()
 
 @dataclass
 class EPState:
+    """EP at one node: ``q(theta)``, the sites it was solved from (``(tau, nu)`` of every row in memory; each
+    partition's persisted sites out of core, :mod:`bayesvm.engines.linear.stream_ep`), ``log Z_EP`` and the sweeps."""
+
     theta: GaussianPosterior
-    tau: np.ndarray
-    nu: np.ndarray
+    sites: object
     log_evidence: float
     n_iter: int
     converged: bool = True
+
+    @property
+    def tau(self) -> np.ndarray:
+        """The site precisions of in-memory rows."""
+        return self.sites[0]
+
+    @property
+    def nu(self) -> np.ndarray:
+        """The site shifts of in-memory rows."""
+        return self.sites[1]
 
 
 def cavities(mean_f: np.ndarray, var_f: np.ndarray, tau: np.ndarray, nu: np.ndarray):
@@ -240,8 +250,24 @@ def ep_log_evidence(logdet_prior: float, logdet_precision: float, tau, nu, mean_
     """EP's ``log Z`` (Rasmussen & Williams 2006, eq. 3.65, with a general prior precision ``Lambda`` and every site a
     projection ``f = C theta``): ``log|Lambda|/2 - log|P|/2 + nu' C mu / 2 + sum_i [log Z_i + log(1 + v_i tau_i)/2
     - (m_i/v_i + nu_i)^2 / (2 (1/v_i + tau_i)) + m_i^2 / (2 v_i)]``."""
+    return 0.5 * logdet_prior - 0.5 * logdet_precision + site_log_evidence(tau, nu, mean_f, log_z, m, v)
+
+
+def site_log_evidence(tau, nu, mean_f, log_z, m, v) -> float:
+    """The rows' terms of :func:`ep_log_evidence`, ``nu' C mu / 2 + sum_i [...]``: a sum over rows, so the partitions
+    of out-of-core data add theirs."""
     sites = log_z + 0.5 * np.log1p(v * tau) - 0.5 * (m / v + nu) ** 2 / (1.0 / v + tau) + 0.5 * m**2 / v
-    return 0.5 * logdet_prior - 0.5 * logdet_precision + 0.5 * float(nu @ mean_f) + float(np.sum(sites))
+    return 0.5 * float(nu @ mean_f) + float(np.sum(sites))
+
+
+def prior_log_det(problem: VBProblem, precisions: list[np.ndarray]) -> float:
+    """``log |Lambda|`` of :func:`ep_log_evidence`: the fixed precisions and each component's precision on its
+    coefficients."""
+    lam = problem.fixed_precision
+    logdet_prior = float(np.sum(np.log(lam[lam > 0])))
+    for comp, precision in zip(problem.components, precisions):
+        logdet_prior += comp.n_levels * float(np.linalg.slogdet(precision)[1])
+    return logdet_prior
 
 
 def run_ep(
@@ -275,14 +301,10 @@ def run_ep(
     theta, (mean_f, var_f) = posterior(tau, nu)
     m, v = final_cavities(mean_f, var_f, tau, nu)
     log_z, _, _ = weighted_tilted_moments(y, m, v, problem.weights)
-    # log |Lambda|: fixed precisions and the component's precision on its coefficients
-    lam = problem.fixed_precision
-    logdet_prior = float(np.sum(np.log(lam[lam > 0])))
-    for comp, precision in zip(problem.components, precisions):
-        logdet_prior += comp.n_levels * float(np.linalg.slogdet(precision)[1])
+    logdet_prior = prior_log_det(problem, precisions)
     log_evidence = ep_log_evidence(logdet_prior, theta.logdet_precision, tau, nu, mean_f, log_z, m, v)
     converged = converged and bool(np.isfinite(log_evidence))
-    return EPState(theta=theta, tau=tau, nu=nu, log_evidence=log_evidence, n_iter=sweeps, converged=converged)
+    return EPState(theta=theta, sites=(tau, nu), log_evidence=log_evidence, n_iter=sweeps, converged=converged)
 
 
 def _posterior_solver(problem: VBProblem, precisions: list[np.ndarray]):
@@ -308,106 +330,6 @@ def _posterior_solver(problem: VBProblem, precisions: list[np.ndarray]):
         return theta, theta.predictor(D, codes, values, pattern)
 
     return solve
-
-
-class Hyperparameters:
-    """The unconstrained hyperparameters ``phi`` of the variance components.
-
-    ``log sigma^2`` for a single-column component (prior ``IG(a, b)``); the log-Cholesky parameters
-    ``(log L_11, ..., log L_kk, L_21, L_31, L_32, ...)`` of ``Sigma = L L'`` for a ``k x k`` term
-    (prior ``IW(df, Psi)``); a single-column component's prior is IG or half-t
-    (:func:`bayesvm.engines.variance_prior.log_density`).  ``log_prior`` is the log density of ``phi`` (prior times Jacobian), up
-    to a constant; ``log_jacobian`` maps a density of ``phi`` to one of the covariances.
-    """
-
-    components: tuple[VarianceComponent, ...]
-    sizes: list[int]
-    starts: np.ndarray
-
-    def __init__(self, components: tuple[VarianceComponent, ...]):
-        self.components = components
-        self.sizes = [c.k * (c.k + 1) // 2 for c in components]
-        self.starts = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
-
-    @property
-    def size(self) -> int:
-        return int(self.starts[-1])
-
-    def _split(self, phi: np.ndarray):
-        for c, comp in enumerate(self.components):
-            yield comp, phi[self.starts[c] : self.starts[c + 1]]
-
-    @staticmethod
-    def _cholesky(k: int, part: np.ndarray) -> np.ndarray:
-        L = np.zeros((k, k))
-        L[np.diag_indices(k)] = np.exp(part[:k])
-        L[np.tril_indices(k, -1)] = part[k:]
-        return L
-
-    def covariances(self, phi: np.ndarray) -> list[np.ndarray]:
-        out = []
-        for comp, part in self._split(np.asarray(phi, dtype=float)):
-            if comp.k == 1:
-                out.append(np.array([[np.exp(part[0])]]))
-            else:
-                L = self._cholesky(comp.k, part)
-                out.append(L @ L.T)
-        return out
-
-    def precisions(self, phi: np.ndarray) -> list[np.ndarray]:
-        out = []
-        for comp, part in self._split(np.asarray(phi, dtype=float)):
-            if comp.k == 1:
-                out.append(np.array([[np.exp(-part[0])]]))
-            else:
-                L_inv = np.linalg.inv(self._cholesky(comp.k, part))  # k x k triangular
-                out.append(L_inv.T @ L_inv)
-        return out
-
-    def log_jacobian(self, phi: np.ndarray) -> float:
-        """``log |d (covariances) / d phi|``: ``log sigma^2`` per single-column component, and
-        ``k log 2 + sum_i (k - i + 2) log L_ii`` (``i`` from 1) per ``k x k`` term."""
-        total = 0.0
-        for comp, part in self._split(np.asarray(phi, dtype=float)):
-            k = comp.k
-            total += float(part[0]) if k == 1 else k * np.log(2.0) + float(np.sum((k + 1 - np.arange(k)) * part[:k]))
-        return total
-
-    def log_prior(self, phi: np.ndarray) -> float:
-        """``log p(phi)`` with every constant: the prior of the covariances plus :meth:`log_jacobian`."""
-        total = self.log_jacobian(phi)
-        for comp, part in self._split(np.asarray(phi, dtype=float)):
-            if comp.k == 1:
-                total += float(variance_prior.log_density(comp, np.exp(part[0])))
-            else:
-                L_inv = np.linalg.inv(self._cholesky(comp.k, part))
-                logdet = 2.0 * float(np.sum(part[: comp.k]))
-                trace = float(np.sum((L_inv @ comp.prior_scale) * L_inv))  # tr(Psi Sigma^-1)
-                total += -0.5 * (comp.prior_df + comp.k + 1.0) * logdet - 0.5 * trace
-                total += _log_wishart_constant(comp.prior_df, comp.prior_scale)
-        return total
-
-    def start(self, posteriors: list[ComponentPosterior], inflate: float = 0.0) -> np.ndarray:
-        """``phi`` at the mean-field means, with the variances multiplied by ``e^inflate``
-        (mean-field VB shrinks them)."""
-        out = []
-        for comp, post in zip(self.components, posteriors):
-            mean = post.expected_covariance()
-            if not np.all(np.isfinite(mean)) or np.linalg.eigvalsh(mean).min() <= 0:
-                mean = post.scale / post.shape
-            mean = mean * np.exp(inflate)
-            if comp.k == 1:
-                out.append([np.log(mean[0, 0])])
-            else:
-                L = np.linalg.cholesky(mean)
-                out.append(np.concatenate([np.log(np.diag(L)), L[np.tril_indices(comp.k, -1)]]))
-        return np.concatenate(out) if out else np.zeros(0)
-
-
-def _log_wishart_constant(df: float, scale: np.ndarray) -> float:
-    """``log`` of the inverse-Wishart normaliser ``|Psi|^(nu/2) / (2^(nu k/2) Gamma_k(nu/2))``."""
-    k = scale.shape[0]
-    return 0.5 * df * float(np.linalg.slogdet(scale)[1]) - 0.5 * df * k * np.log(2.0) - float(multigammaln(0.5 * df, k))
 
 
 @dataclass
@@ -508,7 +430,8 @@ EP_TOL = 1e-5
 MAX_HYPERPARAMETERS = 6
 
 
-def _check_scope(problem: VBProblem) -> None:
+def check_scope(problem: VBProblem) -> None:
+    """Refuse a model with more variance hyperparameters than the accurate fit integrates."""
     size = Hyperparameters(problem.components).size
     if size > MAX_HYPERPARAMETERS:
         raise BayesvmError(
@@ -532,7 +455,7 @@ def fit_accurate(
     nodes of the same components (:class:`bayesvm.engines.linear.hyper_grid.GivenNodes`) replace the search and
     the weighting: EP at each, with the given weights.
     """
-    _check_scope(problem)
+    check_scope(problem)
     if problem.is_sparse:  # SuperLU is single-threaded; the elimination's dense complement is not
         width = problem.elimination.q if problem.elimination is not None else 1
     else:
@@ -544,21 +467,81 @@ def fit_accurate(
 def _fit_accurate(
     problem: VBProblem, n_nodes: int, span: float, importance_weights: bool, given: GivenNodes | None
 ) -> IntegratedResult:
-    start = time.perf_counter()
     order, problem = sorted_by_level(problem)
-    warm = fit_vb(problem)  # mean-field VB: the starting sites and the scale of the variances
-    tau0, nu0 = row_terms(problem.y, 1.0 / np.sqrt(warm.chi), problem.weights)  # mean-field VB's sites
+    return integrate_ep(problem, RowsInMemory(problem, order), n_nodes, span, importance_weights, given)
+
+
+class SiteRows(Protocol):
+    """Where the accurate fit's rows and EP's per-row sites live: in memory (:class:`RowsInMemory`) or in the
+    partitions of out-of-core data (:class:`bayesvm.engines.linear.stream_ep.StreamedRows`).  :func:`integrate_ep`
+    asks only this of them."""
+
+    #: the converged nodes whose sites are kept as warm starts for their neighbours (None: every one)
+    kept_sites: int | None
+
+    def mean_field(self):
+        """Mean-field VB of the rows (:class:`bayesvm.engines.linear.vb.VBResult`): the start."""
+        ...
+
+    def start_sites(self, warm) -> object:
+        """Mean-field VB's sites ``tau_i = E[1/a_i]``, ``nu_i = y_i (1 + E[1/a_i])`` (Alg. 2 step 2)."""
+        ...
+
+    def run(self, precisions: list[np.ndarray], sites: object, **settings) -> EPState:
+        """Parallel EP from ``sites`` for fixed component precisions (:func:`run_ep`'s ``settings``)."""
+        ...
+
+    def chi(self, state: EPState) -> np.ndarray:
+        """``E[(1 - y_i f_i)^2]`` of every row under ``state.theta`` (in the data's row order; empty out of core)."""
+        ...
+
+    def evidence(self, hyperparameters) -> NodeEvidence | None:
+        """The importance-sampled ``log p(y | phi)`` of the rows (step 3 of the module docstring), or None."""
+        ...
+
+
+class RowsInMemory:
+    """The rows of an in-memory problem (sorted by level; ``order`` undoes it) and their sites as arrays."""
+
+    kept_sites = None
+
+    def __init__(self, problem: VBProblem, order: np.ndarray | None) -> None:
+        self.problem, self.order = problem, order
+
+    def mean_field(self):
+        return fit_vb(self.problem)
+
+    def start_sites(self, warm) -> tuple[np.ndarray, np.ndarray]:
+        return row_terms(self.problem.y, 1.0 / np.sqrt(warm.chi), self.problem.weights)
+
+    def run(self, precisions: list[np.ndarray], sites: tuple, **settings) -> EPState:
+        return run_ep(self.problem, precisions, *sites, **settings)
+
+    def chi(self, state: EPState) -> np.ndarray:
+        return _unsort(_chi(self.problem, state), self.order)
+
+    def evidence(self, hyperparameters) -> NodeEvidence | None:
+        return node_evidence(self.problem, hyperparameters)
+
+
+def integrate_ep(
+    problem: VBProblem, rows: SiteRows, n_nodes: int, span: float, importance_weights: bool, given: GivenNodes | None
+) -> IntegratedResult:
+    """The accurate fit of the module docstring on ``rows``; ``problem`` gives the prior and the components."""
+    start = time.perf_counter()
+    warm = rows.mean_field()  # mean-field VB: the starting sites and the scale of the variances
+    sites0 = rows.start_sites(warm)
     n_iter = 0
     if not problem.components:
-        state = run_ep(problem, [], tau0, nu0)
-        chi = _chi(problem, state)
+        state = rows.run([], sites0)
+        chi = rows.chi(state)
         return IntegratedResult(
             np.zeros((1, 0)),
             [],
             np.ones(1),
             [state.theta],
             np.zeros(1),
-            _unsort(chi, order),
+            chi,
             False,
             True,
             state.n_iter,
@@ -581,19 +564,22 @@ def _fit_accurate(
             warm = [solved[int(np.argmin(np.sum((solved_at - phi) ** 2, axis=1)))]] if solved else []
             state = None
             for start_state, damping, sweeps in _attempts(warm, schedule[0]):
-                tau, nu = (tau0, nu0) if start_state is None else (start_state.tau, start_state.nu)
+                sites = sites0 if start_state is None else start_state.sites
                 try:
-                    state = run_ep(problem, precisions, tau, nu, tol=EP_TOL, damping=damping, max_iter=sweeps)
+                    state = rows.run(precisions, sites, tol=EP_TOL, damping=damping, max_iter=sweeps)
                 except np.linalg.LinAlgError:  # variances so extreme that the precision is singular
                     continue
                 n_iter += state.n_iter
                 if state.converged:
                     solved.append(state)
                     solved_at = np.vstack([solved_at.reshape(-1, phi.size), phi])
+                    if rows.kept_sites is not None and len(solved) > rows.kept_sites:  # the oldest's sites go
+                        solved.pop(0).sites = None
+                        solved_at = solved_at[1:]
                     schedule[0] = next(i for i, (d, _) in enumerate(EP_ATTEMPTS) if d == damping)
                     break
             else:  # EP did not converge here even with strong damping: reported (fit.converged is False)
-                state = EPState(None, tau0, nu0, -np.inf, 0, False) if state is None else state
+                state = EPState(None, sites0, -np.inf, 0, False) if state is None else state
                 state.log_evidence = -np.inf
             cache[key] = state
         # log p(phi | y) up to a constant
@@ -604,7 +590,7 @@ def _fit_accurate(
     else:  # the mean-field values start the search (VB shrinks variances, so the mode lies above)
         first, search = hyper.start(warm.components), hyper.start(warm.components, inflate=0.5)
         grid = integrate(log_post, first, search, n_nodes, span)
-        evidence = node_evidence(problem, hyper) if importance_weights else None
+        evidence = rows.evidence(hyper) if importance_weights else None
     node_weights = None
     if evidence is not None:
 
@@ -620,7 +606,7 @@ def _fit_accurate(
         if key not in cache:  # through log_post, which fills the cache where needed
             log_post(t)
         states.append(cache[key])
-    chi = sum(wk * _chi(problem, st) for wk, st, k in zip(weights, states, keep) if k) / weights[keep].sum()
+    chi = sum(wk * rows.chi(st) for wk, st, k in zip(weights, states, keep) if k) / weights[keep].sum()
     covs = [hyper.covariances(t) for t in nodes[keep]]
     return IntegratedResult(
         nodes=nodes[keep],
@@ -628,7 +614,7 @@ def _fit_accurate(
         weights=weights[keep] / weights[keep].sum(),
         thetas=[st.theta for st, k in zip(states, keep) if k],
         node_log_posterior=logp[keep],
-        chi=_unsort(chi, order),
+        chi=chi,
         has_component=True,
         converged=bool(np.all(np.isfinite(logp))) and grid.tails_ok,
         n_iter=n_iter,

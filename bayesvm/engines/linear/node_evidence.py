@@ -28,6 +28,7 @@ give the marginal PSIS check (:mod:`bayesvm.results.marginal_check`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from scipy.special import logsumexp
@@ -235,9 +236,11 @@ class NodeEvidence:
     """
 
     def __init__(
-        self, problem: VBProblem, component: int | None, hyperparameters, draws: int = DRAWS, seed: int = 0
-    ) -> None:
+        self, problem: VBProblem, component: int | None, hyperparameters, draws: int = DRAWS, seed: int = 0,
+        levels: LevelIntegrals | None = None,
+    ) -> None:  # fmt: skip
         self.problem = problem
+        self.rows = LevelsInMemory(problem) if levels is None else levels
         self.component = component
         self.blocked = tuple(c for c, comp in enumerate(problem.components) if comp.blocked)
         self.hyperparameters = hyperparameters
@@ -245,11 +248,10 @@ class NodeEvidence:
         self.z = np.vstack([self.half, -self.half])  # antithetic: a shift of q's mean cancels to first order
         self.draws = self.z.shape[0]
         # (large data: fewer draws where the first node shows they suffice; :data:`FEW_DRAWS_FROM_VALUES`)
-        self.may_thin = problem.n * self.draws > FEW_DRAWS_FROM_VALUES and self.draws > FEW_DRAWS
+        self.may_thin = self.rows.n * self.draws > FEW_DRAWS_FROM_VALUES and self.draws > FEW_DRAWS
         self.seed = seed
         self.levels = "exact" if component is not None else "sampled"
         self.inner = INNER_DRAWS  # inner draws per level (sampled levels), raised where their noise is too large
-        self.classes = None  # the exact levels' size classes (formed at the first node)
 
     def __call__(self, phi: np.ndarray, theta) -> NodeEstimate:
         """The estimate at ``phi`` from the node's Gaussian ``theta`` (its ``theta_d`` marginal is the proposal).
@@ -277,16 +279,8 @@ class NodeEvidence:
         except np.linalg.LinAlgError as exc:  # a covariance that is numerically singular (columns on wild scales)
             raise UnreliableEvidence("the node's covariance of the coefficients has no Cholesky factor") from exc
         covs = [np.repeat(c[None], S, axis=0) for c in self.hyperparameters.covariances(phi)]
-        blocked = problem.blocked
         if self.component is not None:
-            if self.classes is None:
-                self.classes = level_classes(
-                    problem.y, blocked.values[:, 0], blocked.codes, blocked.n_levels, problem.weights
-                )
-            log_p = group_log_integrals(
-                problem.y, theta_d @ problem.D.T, blocked.values[:, 0], blocked.codes,
-                covs[self.component][:, 0, 0], blocked.n_levels, problem.weights, self.classes,
-            )  # fmt: skip
+            log_p = self.rows.exact_log_integrals(theta_d, covs[self.component][:, 0, 0])
         else:
             log_p = self._sampled_levels(phi, theta, theta_d)
         log_ratio = log_p + log_prior_dense(problem, theta_d, covs, self.blocked) - log_q
@@ -297,6 +291,9 @@ class NodeEvidence:
 
     def _sampled_levels(self, phi: np.ndarray, theta, theta_d: np.ndarray) -> np.ndarray:
         """``sum_j log I_j`` by importance sampling each level from the node's conditional ``u_j | theta_d``."""
+        refusal = self.rows.sampled_refusal()
+        if refusal is not None:
+            raise UnreliableEvidence(refusal)
         rows = int(np.sum(self.problem.blocked.codes >= 0))
         if self.draws * rows * self.inner > MAX_SAMPLED_WORK:
             raise UnreliableEvidence(
@@ -307,6 +304,42 @@ class NodeEvidence:
         _, prior_b = prior_precisions(self.problem, self.hyperparameters.precisions(phi))
         sampled, self.inner = quiet_level_sums(self.problem, theta, theta_d, prior_b, self.inner, self.seed + 1)
         return sampled.log_integrals
+
+
+class LevelIntegrals(Protocol):
+    """The rows whose levels :class:`NodeEvidence` integrates: in memory (:class:`LevelsInMemory`) or in the
+    partitions of out-of-core data (:class:`bayesvm.engines.linear.stream_ep.StreamedRows`)."""
+
+    #: the number of rows
+    n: int
+
+    def exact_log_integrals(self, theta_d: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+        """``sum_j log I_j`` of the integrable component's levels for draws ``theta_d (S, q)`` and ``sigma2 (S,)``."""
+        ...
+
+    def sampled_refusal(self) -> str | None:
+        """Why the levels cannot be integrated by importance sampling here (None where they can)."""
+        ...
+
+
+class LevelsInMemory:
+    """The rows of an in-memory problem: :func:`group_log_integrals` over its blocked factor (the level classes
+    formed at the first call)."""
+
+    def __init__(self, problem: VBProblem) -> None:
+        self.problem, self.n, self.classes = problem, problem.n, None
+
+    def exact_log_integrals(self, theta_d: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+        problem, blocked = self.problem, self.problem.blocked
+        if self.classes is None:
+            self.classes = level_classes(
+                problem.y, blocked.values[:, 0], blocked.codes, blocked.n_levels, problem.weights
+            )
+        return group_log_integrals(problem.y, theta_d @ problem.D.T, blocked.values[:, 0], blocked.codes, sigma2,
+                                   blocked.n_levels, problem.weights, self.classes)  # fmt: skip
+
+    def sampled_refusal(self) -> str | None:
+        return None
 
 
 def quiet_level_sums(problem: VBProblem, theta, theta_d: np.ndarray, prior_b: np.ndarray, inner: int, seed: int):
@@ -341,13 +374,15 @@ def sampled_integrable(problem: VBProblem) -> bool:
     return problem.blocked is not None and not problem.is_sparse and any(comp.blocked for comp in problem.components)
 
 
-def node_evidence(problem: VBProblem, hyperparameters, draws: int = DRAWS) -> NodeEvidence | None:
-    """The estimator for ``problem``, or None where the random effects cannot be integrated level by level (the
-    sparse path, or no blocked factor)."""
+def node_evidence(
+    problem: VBProblem, hyperparameters, draws: int = DRAWS, levels: LevelIntegrals | None = None
+) -> NodeEvidence | None:
+    """The estimator for ``problem`` (its rows in memory, or ``levels``), or None where the random effects cannot be
+    integrated level by level (the sparse path, or no blocked factor)."""
     component = integrable_component(problem)
     if component is None and not sampled_integrable(problem):
         return None
-    return NodeEvidence(problem, component, hyperparameters, draws)
+    return NodeEvidence(problem, component, hyperparameters, draws, levels=levels)
 
 
 @dataclass

@@ -208,13 +208,10 @@ STREAMED_DENSE = "out-of-core SVI and selection priors stream the rows of one de
 
 
 def supports_streamed(model, request) -> str | None:
-    """Out-of-core data are fitted by mean-field VB or SVI; full-batch VB streams the largest grouping factor level by
-    level and every other random-effect term as dense columns."""
-    if request.vb == "accurate":
-        return (
-            "out-of-core (dask) data are fitted by mean-field VB or SVI, not vb='accurate': expectation propagation "
-            "keeps two site parameters for every row, and a pass over the partitions keeps no per-row state"
-        )
+    """Out-of-core data are fitted by VB (mean-field, or the accurate fit where asked) or SVI; full-batch VB streams the
+    largest grouping factor level by level and every other random-effect term as dense columns."""
+    if request.method == "svi":
+        return supports_svi(model, request)
     if request.method == "vb" and model.prior is None and model.sparse:
         return streamed_refusal(model)
     return None
@@ -257,13 +254,31 @@ def streamed_warnings(result) -> list[tuple[str, type[Warning]]]:
 
 
 def run_streamed_vb(model, request):
-    """Mean-field VB by one pass over the partitions per sweep (:mod:`bayesvm.engines.linear.stream_vb`)."""
+    """Mean-field VB by one pass over the partitions per sweep (:mod:`bayesvm.engines.linear.stream_vb`); with
+    ``vb="accurate"`` the accurate fit, EP's sites kept beside the partitions (:mod:`bayesvm.engines.linear.stream_ep`).
+    Without ``vb``, mean-field: the accurate fit makes one pass over the data per EP sweep, hundreds in all."""
     from .stream_vb import fit_streamed_vb
 
     problem, control = model.problem(), request.control
+    if request.vb == "accurate":
+        from .ep import accurate_failure
+        from .stream_ep import fit_streamed_accurate
+
+        whole_levels = model.design.re_terms[model.blocked_terms[0]].bar.group if model.blocked_terms else ()
+        passes = request.rows.passes(streamed_rows(model), whole_levels)
+        result = fit_streamed_accurate(problem, passes, request.rows.design.n, given=request.nodes)
+        failure = [] if result.converged else [(accurate_failure(result), ConvergenceWarning)]
+        return engine_run(result, problem, warned=failure)
+    why = None if request.vb is not None else STREAMED_MEANFIELD
     sweep = request.rows.sweep(streamed_rows(model))
     result = fit_streamed_vb(problem, sweep, tol=control.tol, max_iter=control.max_iter)
-    return engine_run(result, problem, warned=streamed_warnings(result))
+    return engine_run(result, problem, why, warned=streamed_warnings(result))
+
+
+#: Why ``vb=None`` fits out-of-core data by mean-field VB (``summary()`` prints it).
+STREAMED_MEANFIELD = (
+    "out-of-core data: the accurate fit makes one pass over the partitions per EP sweep, hundreds in all"
+)
 
 
 def run_streamed_svi(model, request):

@@ -83,26 +83,38 @@ def partition_level_sums(rows: tuple, y: np.ndarray, theta: GaussianPosterior | 
         w, data = np.ones(y.size), 0.0
     else:
         w, data = row_weights(y, *theta.predictor(D, codes, values))
+    gram, product, levels, blocks, cross, rhs = weighted_level_sums(rows, w, y * (1.0 + w))
+    return gram, product, data, y.size, levels, blocks, cross, rhs
+
+
+def weighted_level_sums(rows: tuple, w: np.ndarray, r: np.ndarray) -> tuple:
+    """``(D'WD, D'r, levels, blocks, cross, rhs)`` of rows ``(D, codes, values)`` with weights ``w`` and right-hand
+    side ``r``: for each ``levels[j]`` among the rows' levels, ``sum w z z'``, ``sum w z d'`` and ``sum z r``."""
+    D, codes, values = rows
+    if w.size == 0:
+        p, K = D.shape[1], values.shape[1]
+        return np.zeros((p, p)), np.zeros(p), np.zeros(0, dtype=np.int64), *_no_levels(K, p)
     levels = np.unique(codes[codes >= 0])
     local = np.where(codes >= 0, np.searchsorted(levels, codes), -1)  # the partition's own levels, 0..J_k-1
     blocked = BlockedFactor(codes=local, values=values, n_levels=levels.size)
-    stats = row_statistics(D, w, y * (1.0 + w), blocked)
+    stats = row_statistics(D, w, r, blocked)
     sums = stats.level_sums(blocked, D)
-    return stats.gram, stats.product, data, y.size, levels, sums.blocks, sums.cross, sums.rhs
+    return stats.gram, stats.product, levels, sums.blocks, sums.cross, sums.rhs
 
 
 def _no_levels(K: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.zeros((0, K, K)), np.zeros((0, K, p)), np.zeros((0, K))
 
 
-def _added_by_level(parts: list, n_levels: int, K: int, p: int) -> LevelSums:
-    """The partitions' per-level sums added level by level (a level's rows may span partitions)."""
+def added_by_level(parts: list, n_levels: int, K: int, p: int, first: int = 4) -> LevelSums:
+    """The partitions' per-level sums added level by level (a level's rows may span partitions): each part holds
+    ``levels, blocks, cross, rhs`` from position ``first`` on."""
     blocks, cross, rhs = np.zeros((n_levels, K, K)), np.zeros((n_levels, K, p)), np.zeros((n_levels, K))
     for part in parts:
-        levels = part[4]  # (unique within a partition: a plain indexed addition)
-        blocks[levels] += part[5]
-        cross[levels] += part[6]
-        rhs[levels] += part[7]
+        levels = part[first]  # (unique within a partition: a plain indexed addition)
+        blocks[levels] += part[first + 1]
+        cross[levels] += part[first + 2]
+        rhs[levels] += part[first + 3]
     return LevelSums(blocks=blocks, cross=cross, rhs=rhs)
 
 
@@ -149,7 +161,7 @@ class StreamedSweeps:
             seconds = [second_moments(c, theta) for c in problem.components]
             empty = np.zeros(0)
             bound = data + lower_bound(problem, empty, theta, empty, empty, empty, state.components, seconds)
-        levels = None if self.J == 0 else _added_by_level(parts, self.J, self.K, self.p)
+        levels = None if self.J == 0 else added_by_level(parts, self.J, self.K, self.p)
         stats = RowStatistics(G, r, levels=levels)
         return self.solved(stats, state.components), bound
 

@@ -159,6 +159,12 @@ def run_svi(model, request):
 
 # ----- out-of-core data (request.rows: the partitions of a dask frame) -------------------------------------------
 def supports_streamed(model, request) -> str | None:
+    """Out of core a selection prior is fitted by mean-field VB or SVI (one dense ``q`` over every coefficient)."""
+    if request.vb == "accurate":
+        return (
+            "out of core a selection prior is fitted by mean-field VB or SVI, not vb='accurate': its accurate fit (EP "
+            "with a site per slope) runs on in-memory data"
+        )
     return supports_streamed_linear(model, request) or supports(model, request)
 
 

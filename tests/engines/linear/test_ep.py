@@ -190,7 +190,7 @@ def _correlated_slopes(seed=3, m=60, per=12):
 
 
 def test_log_cholesky_jacobian_matches_finite_differences():
-    from bayesvm.engines.linear.ep import Hyperparameters
+    from bayesvm.engines.linear.hyperparameters import Hyperparameters
     from bayesvm.model.problems import VarianceComponent
 
     comps = (
