@@ -159,7 +159,8 @@ class StreamedData:
             new, y = _partition_rows(part, design, used, missing)
             return transform(new), y
 
-        frame = self.frame.shuffle(on=list(whole_levels)) if whole_levels else self.frame
+        # (a task-based shuffle: dask.distributed's peer-to-peer one logs two warnings per shuffle)
+        frame = self.frame.shuffle(on=list(whole_levels), shuffle_method="tasks") if whole_levels else self.frame
         tasks = [dask.delayed(rows)(part) for part in frame.to_delayed()]
         if 8.0 * self.design.n * self.design.p <= PERSIST_BYTES:
             tasks = list(dask.persist(*tasks))
@@ -247,6 +248,12 @@ def reduce_partitions(results: list) -> object:
     return total
 
 
+def _present_values(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """The distinct non-missing values of one partition's column (a per-partition reduction: dask's ``unique``
+    shuffles, and ``dask.distributed`` logs each shuffle)."""
+    return np.asarray(frame[column].dropna().unique())
+
+
 def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, missing: str) -> StreamedData:
     """Prototype design, global checks and the full response vector for a dask frame."""
     dask = _dask()
@@ -291,7 +298,8 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
     if isinstance(ddf.dtypes[response], pd.CategoricalDtype):
         levels = pd.Series(pd.Categorical(ddf.dtypes[response].categories, categories=ddf.dtypes[response].categories))
     else:
-        levels = pd.Series(np.sort(ddf[response].dropna().unique().compute().to_numpy()))
+        seen = dask.compute(*[dask.delayed(_present_values)(part, response) for part in ddf.to_delayed()])
+        levels = pd.Series(np.sort(pd.unique(np.concatenate(seen))))
     coding = code_response(levels, response, positive)
     # prototype: the head's complete rows, with every class present so that the design can be built
     proto = head[used].copy()

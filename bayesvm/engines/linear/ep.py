@@ -63,17 +63,20 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol
 
 import numpy as np
-from scipy.special import log_ndtr
 
 from ...errors import BayesvmError
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
-from ...linalg.row_threads import in_row_halves
 from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
 from ..augmentation import row_terms
-from ..hinge_levels import log_ndtr_compiled
-from . import compiled_rows
+from .hinge_sites import (
+    cavities,
+    damped_sites,
+    ep_log_evidence,
+    final_cavities,
+    weighted_tilted_moments,
+)
 from .hyper_grid import (
     MAX_EXTENSION_STEPS,
     MAX_LATTICE_NODES,
@@ -110,94 +113,6 @@ class SelectedSlopes(Protocol):
         ...
 
 
-LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
-
-
-def tilted_moments(y: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``log Z``, mean and variance of ``f`` under ``N(f; m, v) exp(-2 max(0, 1 - y f))``.
-
-    With ``a = y m`` and ``s = sqrt(v)`` the tilted density is a mixture of two truncated normals: ``N(a + 2v, v)`` on
-    ``y f < 1`` (weight ``exp(2a + 2v - 2) Phi(beta)``, ``beta = (1 - a - 2v) / s``) and ``N(a, v)`` on ``y f > 1``
-    (weight ``Phi(-alpha)``, ``alpha = (1 - a) / s``); each piece's moments by its inverse Mills ratio.  Where numba
-    is installed by a compiled loop over the rows (:func:`_tilted_rows`, the same operations), in two halves on the
-    row threads on many rows (:func:`bayesvm.linalg.row_threads.in_row_halves`: a third of an EP sweep on 200,000 rows),
-    else by numpy.
-    """
-    if compiled_rows.available():
-        y, m, v = (np.ascontiguousarray(x, dtype=float) for x in (y, m, v))
-        log_z, mean, var = np.empty(m.size), np.empty(m.size), np.empty(m.size)
-        in_row_halves(m.size, lambda rows: tilted_rows(y[rows], m[rows], v[rows], log_z[rows], mean[rows], var[rows]))
-        return log_z, mean, var
-    a, s = y * m, np.sqrt(v)
-    beta = (1.0 - a - 2.0 * v) / s  # piece 1: N(a + 2v, v) on z < 1
-    alpha = (1.0 - a) / s  # piece 2: N(a, v) on z > 1
-    log_phi1, log_phi2 = log_ndtr(beta), log_ndtr(-alpha)  # each evaluated once (the costliest part of a sweep)
-    log_w1 = 2.0 * a + 2.0 * v - 2.0 + log_phi1
-    log_w2 = log_phi2
-    log_z = np.logaddexp(log_w1, log_w2)
-    p1 = np.exp(log_w1 - log_z)
-    p2 = 1.0 - p1
-    lam1 = np.exp(-0.5 * beta**2 - LOG_SQRT_2PI - log_phi1)
-    lam2 = np.exp(-0.5 * alpha**2 - LOG_SQRT_2PI - log_phi2)
-    mean1 = a + 2.0 * v - s * lam1
-    var1 = v * np.clip(1.0 - beta * lam1 - lam1**2, 0.0, 1.0)
-    mean2 = a + s * lam2
-    var2 = v * np.clip(1.0 + alpha * lam2 - lam2**2, 0.0, 1.0)
-    mean = p1 * mean1 + p2 * mean2
-    var = p1 * (var1 + (mean1 - mean) ** 2) + p2 * (var2 + (mean2 - mean) ** 2)
-    return log_z, y * mean, np.clip(var, 1e-12 * v, v)
-
-
-def weighted_tilted_moments(
-    y: np.ndarray, m: np.ndarray, v: np.ndarray, weights: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`tilted_moments` of ``N(f; m, v) exp(-2 omega max(0, 1 - y f))`` for rows with class weights ``omega``
-    (None: every row 1).  In ``g = omega f + (1 - omega) y`` the tilted density is the unweighted one of the cavity
-    ``N(omega m + (1 - omega) y, omega^2 v)`` (:mod:`bayesvm.model.class_weights`), with the same normaliser; its mean
-    and variance map back by ``f = (g - (1 - omega) y) / omega``."""
-    if weights is None:
-        return tilted_moments(y, m, v)
-    offset = (1.0 - weights) * y
-    log_z, mean_g, var_g = tilted_moments(y, weights * m + offset, weights * weights * v)
-    return log_z, (mean_g - offset) / weights, var_g / (weights * weights)
-
-
-def _tilted_row(y, m, v):
-    """:func:`tilted_moments` of one row, the numpy path's operations in its order: ``(log Z, mean, variance)``."""
-    a, s = y * m, np.sqrt(v)
-    beta = (1.0 - a - 2.0 * v) / s
-    alpha = (1.0 - a) / s
-    log_phi1, log_phi2 = log_ndtr_compiled(beta), log_ndtr_compiled(-alpha)
-    log_w1 = 2.0 * a + 2.0 * v - 2.0 + log_phi1
-    log_w2 = log_phi2
-    high = max(log_w1, log_w2)
-    log_z = high + np.log1p(np.exp(min(log_w1, log_w2) - high)) if high > -np.inf else high  # np.logaddexp
-    p1 = np.exp(log_w1 - log_z)
-    p2 = 1.0 - p1
-    lam1 = np.exp(-0.5 * beta**2 - LOG_SQRT_2PI - log_phi1)
-    lam2 = np.exp(-0.5 * alpha**2 - LOG_SQRT_2PI - log_phi2)
-    mean1 = a + 2.0 * v - s * lam1
-    var1 = v * min(max(1.0 - beta * lam1 - lam1**2, 0.0), 1.0)
-    mean2 = a + s * lam2
-    var2 = v * min(max(1.0 + alpha * lam2 - lam2**2, 0.0), 1.0)
-    mean = p1 * mean1 + p2 * mean2
-    var = p1 * (var1 + (mean1 - mean) ** 2) + p2 * (var2 + (mean2 - mean) ** 2)
-    return log_z, y * mean, min(max(var, 1e-12 * v), v)
-
-
-def _tilted_rows(y, m, v, log_z, mean, var):
-    """:func:`_tilted_row` of every row, into ``log_z``, ``mean`` and ``var``."""
-    for i in range(m.size):
-        log_z[i], mean[i], var[i] = _tilted_row(y[i], m[i], v[i])
-
-
-if compiled_rows.numba is not None:
-    _tilted_row = compiled_rows.compile_nogil(_tilted_row, inline=True)
-    tilted_rows = compiled_rows.compile_nogil(_tilted_rows)
-else:  # never called: tilted_moments checks compiled_rows.available()
-    tilted_rows = None
-
-
 @dataclass
 class EPState:
     """EP at one node: ``q(theta)``, the sites it was solved from (``(tau, nu)`` of every row in memory; each
@@ -218,46 +133,6 @@ class EPState:
     def nu(self) -> np.ndarray:
         """The site shifts of in-memory rows."""
         return self.sites[1]
-
-
-def cavities(mean_f: np.ndarray, var_f: np.ndarray, tau: np.ndarray, nu: np.ndarray):
-    """``(ok, m, v)``: each site's cavity ``N(m, v)`` (the marginal of its projection with the site removed); ``ok``
-    marks the sites whose cavity is proper (elsewhere the marginal stands in and the site is not updated)."""
-    cav_prec = 1.0 / var_f - tau
-    ok = cav_prec > 1e-10
-    m = np.where(ok, (mean_f / var_f - nu) / np.where(ok, cav_prec, 1.0), mean_f)
-    v = np.where(ok, 1.0 / np.where(ok, cav_prec, 1.0), var_f)
-    return ok, m, v
-
-
-def damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping: float, floor: np.ndarray | float = 0.0):
-    """The sites that match each tilted distribution's moments (``tau = 1/t_var - 1/v``, at least ``floor``;
-    ``nu = t_mean/t_var - m/v``), a fraction ``damping`` of the way from the current ones."""
-    new_tau = np.maximum(1.0 / t_var - 1.0 / v, floor)
-    new_nu = t_mean / t_var - m / v
-    tau = np.where(ok, (1 - damping) * tau + damping * new_tau, tau)
-    nu = np.where(ok, (1 - damping) * nu + damping * new_nu, nu)
-    return tau, nu
-
-
-def final_cavities(mean_f: np.ndarray, var_f: np.ndarray, tau: np.ndarray, nu: np.ndarray):
-    """``(m, v)``: every site's cavity at convergence, for the evidence (a proper one everywhere)."""
-    cav_prec = np.maximum(1.0 / var_f - tau, 1e-12)
-    return (mean_f / var_f - nu) / cav_prec, 1.0 / cav_prec
-
-
-def ep_log_evidence(logdet_prior: float, logdet_precision: float, tau, nu, mean_f, log_z, m, v) -> float:
-    """EP's ``log Z`` (Rasmussen & Williams 2006, eq. 3.65, with a general prior precision ``Lambda`` and every site a
-    projection ``f = C theta``): ``log|Lambda|/2 - log|P|/2 + nu' C mu / 2 + sum_i [log Z_i + log(1 + v_i tau_i)/2
-    - (m_i/v_i + nu_i)^2 / (2 (1/v_i + tau_i)) + m_i^2 / (2 v_i)]``."""
-    return 0.5 * logdet_prior - 0.5 * logdet_precision + site_log_evidence(tau, nu, mean_f, log_z, m, v)
-
-
-def site_log_evidence(tau, nu, mean_f, log_z, m, v) -> float:
-    """The rows' terms of :func:`ep_log_evidence`, ``nu' C mu / 2 + sum_i [...]``: a sum over rows, so the partitions
-    of out-of-core data add theirs."""
-    sites = log_z + 0.5 * np.log1p(v * tau) - 0.5 * (m / v + nu) ** 2 / (1.0 / v + tau) + 0.5 * m**2 / v
-    return 0.5 * float(nu @ mean_f) + float(np.sum(sites))
 
 
 def prior_log_det(problem: VBProblem, precisions: list[np.ndarray]) -> float:
@@ -478,6 +353,9 @@ class SiteRows(Protocol):
 
     #: the converged nodes whose sites are kept as warm starts for their neighbours (None: every one)
     kept_sites: int | None
+    #: whether :meth:`run_many` fits several nodes at the cost of one (out of core: one pass for all); else the nodes
+    #: are fitted one at a time, each warm-started from the last
+    batched: bool
 
     def mean_field(self):
         """Mean-field VB of the rows (:class:`bayesvm.engines.linear.vb.VBResult`): the start."""
@@ -489,6 +367,10 @@ class SiteRows(Protocol):
 
     def run(self, precisions: list[np.ndarray], sites: object, **settings) -> EPState:
         """Parallel EP from ``sites`` for fixed component precisions (:func:`run_ep`'s ``settings``)."""
+        ...
+
+    def run_many(self, precisions: list[list[np.ndarray]], sites: list, **settings) -> list[EPState]:
+        """:meth:`run` at several nodes."""
         ...
 
     def chi(self, state: EPState) -> np.ndarray:
@@ -504,6 +386,7 @@ class RowsInMemory:
     """The rows of an in-memory problem (sorted by level; ``order`` undoes it) and their sites as arrays."""
 
     kept_sites = None
+    batched = False
 
     def __init__(self, problem: VBProblem, order: np.ndarray | None) -> None:
         self.problem, self.order = problem, order
@@ -516,6 +399,9 @@ class RowsInMemory:
 
     def run(self, precisions: list[np.ndarray], sites: tuple, **settings) -> EPState:
         return run_ep(self.problem, precisions, *sites, **settings)
+
+    def run_many(self, precisions: list[list[np.ndarray]], sites: list, **settings) -> list[EPState]:
+        return [self.run(p, s, **settings) for p, s in zip(precisions, sites)]
 
     def chi(self, state: EPState) -> np.ndarray:
         return _unsort(_chi(self.problem, state), self.order)
@@ -554,16 +440,28 @@ def integrate_ep(
     solved: list[EPState] = []  # converged evaluations, for warm starts, at the rows of ``solved_at``
     solved_at = np.empty((0, 0))  # one row per converged evaluation: its phi
 
+    def remember(phi: np.ndarray, state: EPState, damping: float) -> None:
+        """A converged fit: a warm start for its neighbours, and its damping for the next node."""
+        nonlocal solved_at
+        solved.append(state)
+        solved_at = np.vstack([solved_at.reshape(-1, phi.size), phi])
+        if rows.kept_sites is not None and len(solved) > rows.kept_sites:  # the oldest's sites go
+            solved.pop(0).sites = None
+            solved_at = solved_at[1:]
+        schedule[0] = next(i for i, (d, _) in enumerate(EP_ATTEMPTS) if d == damping)
+
+    def nearest(phi: np.ndarray) -> list[EPState]:
+        return [solved[int(np.argmin(np.sum((solved_at - phi) ** 2, axis=1)))]] if solved else []
+
     def log_post(phi) -> float:
-        nonlocal n_iter, solved_at
+        nonlocal n_iter
         phi = np.atleast_1d(np.asarray(phi, dtype=float))
         key = tuple(np.round(phi, 12))
         if key not in cache:
             precisions = hyper.precisions(phi)
-            # warm start from the nearest converged evaluation; from the mean-field sites if that fails
-            warm = [solved[int(np.argmin(np.sum((solved_at - phi) ** 2, axis=1)))]] if solved else []
             state = None
-            for start_state, damping, sweeps in _attempts(warm, schedule[0]):
+            # warm start from the nearest converged evaluation; from the mean-field sites if that fails
+            for start_state, damping, sweeps in _attempts(nearest(phi), schedule[0]):
                 sites = sites0 if start_state is None else start_state.sites
                 try:
                     state = rows.run(precisions, sites, tol=EP_TOL, damping=damping, max_iter=sweeps)
@@ -571,12 +469,7 @@ def integrate_ep(
                     continue
                 n_iter += state.n_iter
                 if state.converged:
-                    solved.append(state)
-                    solved_at = np.vstack([solved_at.reshape(-1, phi.size), phi])
-                    if rows.kept_sites is not None and len(solved) > rows.kept_sites:  # the oldest's sites go
-                        solved.pop(0).sites = None
-                        solved_at = solved_at[1:]
-                    schedule[0] = next(i for i, (d, _) in enumerate(EP_ATTEMPTS) if d == damping)
+                    remember(phi, state, damping)
                     break
             else:  # EP did not converge here even with strong damping: reported (fit.converged is False)
                 state = EPState(None, sites0, -np.inf, 0, False) if state is None else state
@@ -585,11 +478,39 @@ def integrate_ep(
         # log p(phi | y) up to a constant
         return cache[key].log_evidence + hyper.log_prior(phi)
 
+    def log_post_many(phis: list) -> np.ndarray:
+        """``log_post`` at each of ``phis``; rows that run several EP fits in one pass (``rows.batched``) first fit
+        the new ones together, each from its nearest converged fit at the last damping that worked; a fit that does
+        not converge there goes through ``log_post``'s attempts."""
+        nonlocal n_iter
+        fresh: dict[tuple, np.ndarray] = {}
+        for phi in phis:
+            phi = np.atleast_1d(np.asarray(phi, dtype=float))
+            fresh.setdefault(tuple(np.round(phi, 12)), phi)
+        fresh = {key: phi for key, phi in fresh.items() if key not in cache}
+        if rows.batched and len(fresh) > 1:
+            damping, sweeps = EP_ATTEMPTS[schedule[0]]
+            try:
+                precisions = [hyper.precisions(phi) for phi in fresh.values()]
+                starts = [(nearest(phi) or [None])[0] for phi in fresh.values()]
+                states = rows.run_many(precisions, [sites0 if st is None else st.sites for st in starts],
+                                       tol=EP_TOL, damping=damping, max_iter=sweeps)  # fmt: skip
+            except np.linalg.LinAlgError:
+                states = []  # (each on its own, below)
+            for (key, phi), state in zip(fresh.items(), states):
+                n_iter += state.n_iter
+                if state.converged:
+                    remember(phi, state, damping)
+                    cache[key] = state
+        return np.array([log_post(phi) for phi in phis], dtype=float)
+
+    many = log_post_many if rows.batched else None
+
     if given is not None and given.components == tuple(comp.name for comp in problem.components):
-        grid, evidence = given_grid(log_post, given), None
+        grid, evidence = given_grid(log_post, given, many), None
     else:  # the mean-field values start the search (VB shrinks variances, so the mode lies above)
         first, search = hyper.start(warm.components), hyper.start(warm.components, inflate=0.5)
-        grid = integrate(log_post, first, search, n_nodes, span)
+        grid = integrate(log_post, first, search, n_nodes, span, many)
         evidence = rows.evidence(hyper) if importance_weights else None
     node_weights = None
     if evidence is not None:
@@ -598,7 +519,7 @@ def integrate_ep(
             log_post(phi)
             return cache[tuple(np.round(np.atleast_1d(phi), 12))]
 
-        grid, node_weights = _importance_weighted(grid, evidence, hyper, state_at)
+        grid, node_weights = _importance_weighted(grid, evidence, hyper, state_at, many)
     nodes, keep, weights, logp = grid.nodes, grid.keep, grid.weights, grid.logp
     states = []
     for t in nodes:  # the cache holds every node; a node's key can differ in the last digit from its first
@@ -632,11 +553,13 @@ def integrate_ep(
     )
 
 
-def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperparameters, state_at):
+def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperparameters, state_at, fit_many=None):
     """The grid reweighted by importance-sampled ``log p(y | phi)`` (step 3 of the module docstring), its lattice
     grown where the new weights put mass near its edge; EP's grid where the importance weights are unreliable.
 
-    ``state_at(phi)`` is the EP fit at ``phi`` (cached).  Returns ``(grid, NodeWeights)``.
+    ``state_at(phi)`` is the EP fit at ``phi`` (cached); ``fit_many(phis)``, where given, makes the EP fits of several
+    new nodes at once first (:func:`bayesvm.engines.linear.hyper_grid.integrate`'s ``many``).  Returns
+    ``(grid, NodeWeights)``.
     """
     evaluated: list[tuple[np.ndarray, float]] = []  # (phi, effective sample size fraction) of every estimate
 
@@ -648,13 +571,19 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
         evaluated.append((np.atleast_1d(np.asarray(phi, dtype=float)), estimate.ess_fraction))
         return estimate.log_evidence + hyper.log_prior(phi)
 
+    def log_post_many(phis: list) -> np.ndarray:
+        if fit_many is not None:
+            fit_many(phis)
+        return np.array([log_post(phi) for phi in phis], dtype=float)
+
     lattice, log_rule, tails_ok = grid.lattice, grid.log_rule, grid.tails_ok
     try:
         logp = np.array([log_post(t) if np.isfinite(lp) else -np.inf for t, lp in zip(grid.nodes, grid.logp)])
         if grid.design == "lattice":
             lattice, logp, tails_ok = extend_lattice(
-                lattice, logp, grid.step, lambda z: log_post(grid.center + grid.axes @ z)
-            )
+                lattice, logp, grid.step, lambda z: log_post(grid.center + grid.axes @ z),
+                lambda zs: log_post_many([grid.center + grid.axes @ z for z in zs]),
+            )  # fmt: skip
             log_rule = np.zeros(lattice.shape[0])
     except UnreliableEvidence as exc:
         return grid, NodeWeights("EP", evidence.draws, 0.0, float("nan"), str(exc), evidence.levels)
@@ -669,7 +598,7 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
         center, axes = recentred
         nodes = center + lattice @ axes.T
         try:
-            moved = np.array([log_post(t) for t in nodes])
+            moved = log_post_many(list(nodes))
         except UnreliableEvidence:
             break
         if not np.any(np.isfinite(moved)):

@@ -79,14 +79,19 @@ class HyperGrid:
         return grid_log_evidence(self.logp, self.log_rule, self.axes, self.step, self.design)
 
 
-def integrate(log_post, start: np.ndarray, start_search: np.ndarray, n_nodes: int = 21, span: float = 4.0) -> HyperGrid:
+def integrate(
+    log_post, start: np.ndarray, start_search: np.ndarray, n_nodes: int = 21, span: float = 4.0, many=None
+) -> HyperGrid:
     """Integrate over hyperparameters ``phi`` given ``log p(phi | y)`` up to a constant (module docstring).
 
     One hyperparameter: a walk uphill from ``start`` until it turns (:func:`bracket`), then a bounded line
     search; several: Nelder-Mead from ``start_search``.  Then the axes of the Hessian at the mode, the
     lattice (or Gauss-Hermite) nodes, evaluated outwards from the mode, and a lattice grown until its tails
-    are negligible.  ``log_post`` is called once per node (the callers cache their EP fits).
+    are negligible.  ``log_post`` is called once per node (the callers cache their EP fits); ``many(phis)``, where
+    given, evaluates a list of nodes that do not depend on each other (the finite-difference stencil, the lattice,
+    each wave of its extension) in the list's order, e.g. several EP fits in one pass over out-of-core data.
     """
+    many = sequential(log_post) if many is None else many
     d = int(np.size(start))
     if d == 1:
         lo, hi = bracket(log_post, float(start[0]))
@@ -104,15 +109,21 @@ def integrate(log_post, start: np.ndarray, start_search: np.ndarray, n_nodes: in
             options={"xatol": 1e-2, "fatol": 1e-3, "maxiter": 200 * d, "initial_simplex": simplex},
         )
         phi_star = np.asarray(opt.x, dtype=float)
-    axes = hyper_axes(log_post, phi_star)  # phi = phi* + axes @ z, z ~ N(0, I) near the mode
+    axes = hyper_axes(log_post, phi_star, many)  # phi = phi* + axes @ z, z ~ N(0, I) near the mode
     design, lattice, log_rule, step = lattice_design(d, n_nodes, span)
     nodes = phi_star + lattice @ axes.T
     logp = np.empty(nodes.shape[0])
-    for k in np.argsort(np.sum(lattice**2, axis=1), kind="stable"):  # outwards from the mode
-        logp[k] = log_post(nodes[k])
+    outwards = np.argsort(np.sum(lattice**2, axis=1), kind="stable")  # outwards from the mode
+    logp[outwards] = many(list(nodes[outwards]))
     tails_ok = True
     if design == "lattice":  # heavy tails: extend the lattice until the mass beyond its edge is negligible
-        lattice, logp, tails_ok = extend_lattice(lattice, logp, step, lambda z: log_post(phi_star + axes @ z))
+        lattice, logp, tails_ok = extend_lattice(
+            lattice,
+            logp,
+            step,
+            lambda z: log_post(phi_star + axes @ z),
+            lambda zs: many([phi_star + axes @ z for z in zs]),
+        )
         nodes = phi_star + lattice @ axes.T
         log_rule = np.zeros(lattice.shape[0])
     if not np.any(np.isfinite(logp + log_rule)):
@@ -156,11 +167,16 @@ def heaviest_nodes(result, mass: float = GIVEN_MASS) -> GivenNodes:
                       result.center, names)  # fmt: skip
 
 
-def given_grid(log_post, given: GivenNodes) -> HyperGrid:
+def sequential(log_post):
+    """``many(phis)``: ``log_post`` at each of ``phis`` in turn."""
+    return lambda phis: np.array([log_post(phi) for phi in phis], dtype=float)
+
+
+def given_grid(log_post, given: GivenNodes, many=None) -> HyperGrid:
     """The grid of ``given``'s nodes with its weights: EP's ``log p(phi | y)`` evaluated at each (heaviest first, so
     each warm-starts from a converged neighbour) for the record, the weights as given where EP converged (a node where
     it failed carries none, and the fit is reported as not converged)."""
-    logp = np.array([log_post(phi) for phi in given.nodes])
+    logp = (sequential(log_post) if many is None else many)(list(given.nodes))
     if not np.any(np.isfinite(logp)):
         raise AccurateFitError("accurate VB: expectation propagation converged at none of the given nodes")
     weights = np.where(np.isfinite(logp), given.weights, 0.0)
@@ -291,7 +307,7 @@ MIN_SCALE = 1e-4
 MAX_SCALE = 20.0
 
 
-def hyper_axes(log_post, phi_star: np.ndarray) -> np.ndarray:
+def hyper_axes(log_post, phi_star: np.ndarray, many=None) -> np.ndarray:
     """``A`` with ``A A' = H^{-1}`` for the Hessian ``H`` of ``-log p(phi | y)`` at the mode.
 
     A finite-difference step that reaches a point where EP failed (``-inf``), or a flat or
@@ -299,10 +315,12 @@ def hyper_axes(log_post, phi_star: np.ndarray) -> np.ndarray:
     direction's scale is kept between :data:`MIN_SCALE` and :data:`MAX_SCALE` in ``phi``.  Where a direction is
     narrower than half the step (many levels: ``p(phi | y)`` sharpens as one over the square root of their
     number), the Hessian is taken again with a step of that scale, so the lattice resolves the posterior with all
-    its nodes instead of the few that a floor on the scale would leave inside it.
+    its nodes instead of the few that a floor on the scale would leave inside it.  ``many``: as :func:`integrate`'s,
+    given the stencil of each Hessian first.
     """
+    many = sequential(log_post) if many is None else many
     for h in (0.05, 0.2, 0.5):
-        hessian = _hessian(log_post, phi_star, h)
+        hessian = _hessian(log_post, phi_star, h, many)
         if np.all(np.isfinite(hessian)):
             break
     else:
@@ -310,7 +328,7 @@ def hyper_axes(log_post, phi_star: np.ndarray) -> np.ndarray:
     eigval, eigvec = np.linalg.eigh(-hessian)
     narrowest = 1.0 / np.sqrt(max(float(eigval.max()), 1.0 / MAX_SCALE**2))
     if narrowest < 0.5 * h:
-        finer = _hessian(log_post, phi_star, max(narrowest, MIN_SCALE))
+        finer = _hessian(log_post, phi_star, max(narrowest, MIN_SCALE), many)
         if np.all(np.isfinite(finer)):
             eigval, eigvec = np.linalg.eigh(-finer)
     eigval = np.clip(eigval, 1.0 / MAX_SCALE**2, 1.0 / MIN_SCALE**2)
@@ -318,7 +336,7 @@ def hyper_axes(log_post, phi_star: np.ndarray) -> np.ndarray:
 
 
 def extend_lattice(
-    lattice: np.ndarray, logp: np.ndarray, step: float, log_post_z
+    lattice: np.ndarray, logp: np.ndarray, step: float, log_post_z, many_z=None
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """Add shells of lattice nodes (same spacing) until the mass beyond the edge is negligible.
 
@@ -329,8 +347,10 @@ def extend_lattice(
     half-t prior) is followed as far as it carries mass.  New nodes are the core's own grid points (multiples of
     ``step``); with several hyperparameters a shell is added in waves, each wave the grid points next to a node
     holding at least :data:`FRONTIER_MASS` of the mass, so the lattice grows where the tail lies.  Returns the
-    lattice, its log posteriors and whether the tail became negligible.
+    lattice, its log posteriors and whether the tail became negligible.  ``many_z(zs)``: ``log_post_z`` at several
+    new nodes (:func:`integrate`'s ``many``).
     """
+    many_z = sequential(log_post_z) if many_z is None else many_z
     d = lattice.shape[1]
     ball = d > 1
 
@@ -366,7 +386,7 @@ def extend_lattice(
             new = np.array([[s * radius] for s in sides])
             if not sides or lattice.shape[0] + len(sides) > MAX_LATTICE_NODES:
                 break
-            lattice, logp = np.vstack([lattice, new]), np.concatenate([logp, [log_post_z(z) for z in new]])
+            lattice, logp = np.vstack([lattice, new]), np.concatenate([logp, many_z(list(new))])
             continue
         # the nodes of the same lattice (multiples of step) out to the new radius that are not in it yet, taken
         # in waves: each wave the candidates next to a node that holds at least FRONTIER_MASS of the mass
@@ -386,7 +406,7 @@ def extend_lattice(
             if lattice.shape[0] + int(near.sum()) > MAX_LATTICE_NODES:
                 return lattice, logp, False
             wave, candidates = candidates[near], candidates[~near]
-            lattice, logp = np.vstack([lattice, wave]), np.concatenate([logp, [log_post_z(z) for z in wave]])
+            lattice, logp = np.vstack([lattice, wave]), np.concatenate([logp, many_z(list(wave))])
             weights = relative_weights(logp)
             first_wave = False
     return lattice, logp, False
@@ -400,23 +420,32 @@ def _near_heavy(candidates: np.ndarray, lattice: np.ndarray, weights: np.ndarray
     return np.any(np.sum((candidates[:, None, :] - heavy[None, :, :]) ** 2, axis=2) <= reach**2, axis=1)
 
 
-def _hessian(func, x: np.ndarray, h: float) -> np.ndarray:
+def _hessian(func, x: np.ndarray, h: float, many=None) -> np.ndarray:
     """Central finite-difference Hessian of a scalar function (non-finite where a point is ``-inf``: EP failed there,
-    and :func:`hyper_axes` widens the step)."""
+    and :func:`hyper_axes` widens the step); ``many`` evaluates the whole stencil first, in the order below."""
     with np.errstate(invalid="ignore"):  # -inf - (-inf)
-        return _finite_differences(func, x, h)
+        return _finite_differences(func, x, h, many)
 
 
-def _finite_differences(func, x: np.ndarray, h: float) -> np.ndarray:
-    d = x.size
-    out = np.empty((d, d))
-    f0 = func(x)
+def _stencil(x: np.ndarray, h: float) -> list[np.ndarray]:
+    """The points :func:`_finite_differences` evaluates, in its order."""
+    d, points = x.size, [x]
     for i in range(d):
         e_i = np.eye(d)[i] * h
-        out[i, i] = (func(x + e_i) - 2.0 * f0 + func(x - e_i)) / h**2
+        points += [x + e_i, x - e_i]
         for j in range(i):
             e_j = np.eye(d)[j] * h
-            out[i, j] = out[j, i] = (
-                func(x + e_i + e_j) - func(x + e_i - e_j) - func(x - e_i + e_j) + func(x - e_i - e_j)
-            ) / (4.0 * h * h)
+            points += [x + e_i + e_j, x + e_i - e_j, x - e_i + e_j, x - e_i - e_j]
+    return points
+
+
+def _finite_differences(func, x: np.ndarray, h: float, many=None) -> np.ndarray:
+    d = x.size
+    values = iter((sequential(func) if many is None else many)(_stencil(x, h)))
+    out = np.empty((d, d))
+    f0 = next(values)
+    for i in range(d):
+        out[i, i] = (next(values) - 2.0 * f0 + next(values)) / h**2
+        for j in range(i):
+            out[i, j] = out[j, i] = (next(values) - next(values) - next(values) + next(values)) / (4.0 * h * h)
     return out

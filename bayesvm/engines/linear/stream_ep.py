@@ -9,15 +9,15 @@ partition, given the broadcast ``q(theta)``,
 1. computes its rows' predictor moments ``mu_i = E[f_i]``, ``s_i = Var(f_i)`` (the blocked factor's levels through
    the broadcast per-level gains and block inverses, as :mod:`bayesvm.engines.linear.stream_vb`),
 2. the cavities ``N(m_i, v_i)`` (``1/v_i = 1/s_i - tau_i``, ``m_i/v_i = mu_i/s_i - nu_i``), the tilted moments of
-   the hinge site (closed form, :func:`bayesvm.engines.linear.ep.tilted_moments`) and the damped sites that match
-   them (:func:`bayesvm.engines.linear.ep.damped_sites`),
+   the hinge site (closed form, :func:`bayesvm.engines.linear.hinge_sites.tilted_moments`) and the damped sites that match
+   them (:func:`bayesvm.engines.linear.hinge_sites.damped_sites`),
 3. and returns the sums of its new sites: ``D' diag(tau) D``, ``D' nu`` and, per level of the blocked factor,
    ``sum tau z z'``, ``sum tau z d'`` and ``sum z nu``, from which the driver solves the next ``q(theta)`` with
    precision ``C' diag(tau) C + Lambda`` by the elimination the in-memory fit uses
    (:func:`bayesvm.linalg.dense.gaussian_from_statistics`).
 
 These are exactly the in-memory sweeps, up to the order of the additions.  The last pass returns each partition's
-terms of EP's ``log Z`` (Rasmussen & Williams 2006, eq. 3.65; :func:`bayesvm.engines.linear.ep.site_log_evidence`),
+terms of EP's ``log Z`` (Rasmussen & Williams 2006, eq. 3.65; :func:`bayesvm.engines.linear.hinge_sites.site_log_evidence`),
 which are sums over rows.  Memory: ``O(n)`` on the workers per node kept as a warm start (:data:`KEPT_SITES` of
 them), ``O(J K p)`` on the driver.
 
@@ -39,17 +39,8 @@ from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_from_natur
 from ...linalg.row_sums import RowStatistics
 from ...model.problems import VBProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
-from .ep import (
-    EPState,
-    cavities,
-    check_scope,
-    damped_sites,
-    final_cavities,
-    integrate_ep,
-    prior_log_det,
-    site_log_evidence,
-    tilted_moments,
-)
+from .ep import EPState, check_scope, integrate_ep, prior_log_det
+from .hinge_sites import cavities, damped_sites, final_cavities, site_log_evidence, tilted_moments
 from .node_evidence import group_log_integrals, node_evidence
 from .stream_vb import added_by_level, fit_streamed_vb, weighted_level_sums
 from .vb import VBResult, prior_precisions
@@ -121,8 +112,19 @@ def ep_sweep(rows, y: np.ndarray, sites: PartitionSites, theta: GaussianPosterio
     return PartitionSites(tau, nu, mean_f), (_site_sums(rows, tau, nu), change, float(np.max(np.abs(mean_f))), True)
 
 
+def ep_sweeps(rows, y: np.ndarray, sites: list, thetas: list, damping: float, firsts: list) -> tuple[list, list]:
+    """:func:`ep_sweep` of several nodes: ``(their new sites, their results)``."""
+    pairs = [ep_sweep(rows, y, s, theta, damping, first) for s, theta, first in zip(sites, thetas, firsts)]
+    return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+
+
+def evidence_terms_many(rows, y: np.ndarray, sites: list, thetas: list) -> list[float]:
+    """:func:`evidence_terms` of several nodes."""
+    return [evidence_terms(rows, y, s, theta) for s, theta in zip(sites, thetas)]
+
+
 def evidence_terms(rows, y: np.ndarray, sites: PartitionSites, theta: GaussianPosterior) -> float:
-    """The partition's terms of EP's ``log Z`` at convergence (:func:`bayesvm.engines.linear.ep.site_log_evidence`)."""
+    """The partition's terms of EP's ``log Z`` at convergence (:func:`bayesvm.engines.linear.hinge_sites.site_log_evidence`)."""
     if y.size == 0:
         return 0.0
     mean_f, var_f = _moments(rows, theta)
@@ -153,6 +155,7 @@ class StreamedRows:
     """
 
     kept_sites = KEPT_SITES
+    batched = True
 
     def __init__(self, problem: VBProblem, passes, n: int, tol: float = 1e-8, max_iter: int = 500) -> None:
         self.problem, self.passes, self.n = problem, passes, n
@@ -179,31 +182,50 @@ class StreamedRows:
             return lambda stats: gaussian_from_natural(stats.gram + prior_dd, stats.product)
         return lambda stats: gaussian_from_statistics(stats, prior_dd, self.J, self.K, prior_b)
 
-    def run(
-        self, precisions: list[np.ndarray], sites: StreamedSites, max_iter: int = 200, tol: float = 1e-7,
+    def run(self, precisions: list[np.ndarray], sites: StreamedSites, **settings) -> EPState:
+        """:func:`bayesvm.engines.linear.ep.run_ep` with one pass over the partitions per sweep."""
+        return self.run_many([precisions], [sites], **settings)[0]
+
+    def run_many(
+        self, precisions: list[list[np.ndarray]], sites: list[StreamedSites], max_iter: int = 200, tol: float = 1e-7,
         damping: float = 0.7,
-    ) -> EPState:  # fmt: skip
-        """:func:`bayesvm.engines.linear.ep.run_ep` with one pass over the partitions per sweep (its stopping rule:
-        no predictor mean moved more than ``tol`` relative to the largest)."""
-        solve = self._solver(precisions)
-        theta = solve(sites.stats)
-        sweeps, converged = 0, False
-        for _ in range(max_iter):
-            sweeps += 1
-            states, results = self.passes.carry(ep_sweep, sites.parts, theta, damping, sweeps == 1)
-            if not all(finite for *_, finite in results):
-                break  # diverged: the sites stay those of the last finite sweep (as in memory)
-            sites = StreamedSites(states, self._statistics([sums for sums, *_ in results]))
-            change = max(change for _, change, _, _ in results)
-            largest = max(largest for _, _, largest, _ in results)
-            theta = solve(sites.stats)
-            if change < tol * (1.0 + largest):
-                converged = True
-                break
-        terms = self.passes.sweep_states(evidence_terms, sites.parts, theta)
-        log_evidence = 0.5 * prior_log_det(self.problem, precisions) - 0.5 * theta.logdet_precision + sum(terms)
-        converged = converged and bool(np.isfinite(log_evidence))
-        return EPState(theta=theta, sites=sites, log_evidence=log_evidence, n_iter=sweeps, converged=converged)
+    ) -> list[EPState]:  # fmt: skip
+        """:func:`bayesvm.engines.linear.ep.run_ep` at several nodes (``precisions[b]`` from ``sites[b]``), every
+        node's sweep in the same pass over the partitions; each stops by ``run_ep``'s rule (no predictor mean moved
+        more than ``tol`` relative to the largest), or diverges (its sites stay those of its last finite sweep, as in
+        memory), on its own.  The last pass gives every node's terms of ``log Z_EP``."""
+        solvers = [self._solver(p) for p in precisions]
+        sites = list(sites)
+        thetas = [solve(s.stats) for solve, s in zip(solvers, sites)]
+        sweeps, converged, active = [0] * len(sites), [False] * len(sites), list(range(len(sites)))
+        count = len(sites[0].parts)  # (partitions)
+        while active:
+            for b in active:
+                sweeps[b] += 1
+            handles = [[sites[b].parts[k] for b in active] for k in range(count)]
+            firsts = [sweeps[b] == 1 for b in active]
+            states, results = self.passes.carry(ep_sweeps, handles, [thetas[b] for b in active], damping, firsts)
+            still = []
+            for i, b in enumerate(active):
+                mine = [part[i] for part in results]
+                if not all(finite for *_, finite in mine):
+                    continue  # diverged: stopped, not converged
+                sites[b] = StreamedSites([state[i] for state in states], self._statistics([m[0] for m in mine]))
+                thetas[b] = solvers[b](sites[b].stats)
+                if max(m[1] for m in mine) < tol * (1.0 + max(m[2] for m in mine)):
+                    converged[b] = True
+                elif sweeps[b] < max_iter:
+                    still.append(b)
+            active = still
+        handles = [[s.parts[k] for s in sites] for k in range(count)]
+        terms = self.passes.sweep_states(evidence_terms_many, handles, thetas)
+        out = []
+        for b, (p, site, theta) in enumerate(zip(precisions, sites, thetas)):
+            log_evidence = 0.5 * prior_log_det(self.problem, p) - 0.5 * theta.logdet_precision
+            log_evidence += sum(part[b] for part in terms)
+            out.append(EPState(theta=theta, sites=site, log_evidence=log_evidence, n_iter=sweeps[b],
+                               converged=converged[b] and bool(np.isfinite(log_evidence))))  # fmt: skip
+        return out
 
     def chi(self, state: EPState) -> np.ndarray:
         """Out of core no per-row quantity is gathered (as in streamed mean-field VB)."""

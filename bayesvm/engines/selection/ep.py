@@ -57,18 +57,10 @@ from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
 from ...model.problems import SelectionProblem
 from ...priors import LaplaceZero, Lasso, SpikeSlab
 from ..augmentation import row_terms
-from ..linear.ep import (
-    EP_ATTEMPTS,
-    EP_TOL,
-    Hyperparameters,
-    IntegratedResult,
-    cavities,
-    damped_sites,
-    ep_log_evidence,
-    final_cavities,
-    weighted_tilted_moments,
-)
+from ..linear.ep import EP_ATTEMPTS, EP_TOL, IntegratedResult
+from ..linear.hinge_sites import cavities, damped_sites, ep_log_evidence, final_cavities, weighted_tilted_moments
 from ..linear.hyper_grid import integrate
+from ..linear.hyperparameters import Hyperparameters
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 #: Prior precision the selected slopes carry beside their sites (``N(0, 10^8)``, the vague prior of the

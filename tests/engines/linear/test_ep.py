@@ -10,62 +10,14 @@ import pandas as pd
 import pytest
 
 import bayesvm
-from bayesvm.engines.linear import compiled_rows
-from bayesvm.engines.linear import ep as ep_module
-from bayesvm.engines.linear.ep import EP_TOL, fit_accurate, run_ep, tilted_moments
+from bayesvm.engines.linear.ep import EP_TOL, fit_accurate, run_ep
 from bayesvm.formula import build_design, parse_formula
-from bayesvm.linalg import row_threads
 from bayesvm.model import build_model
 from bayesvm.priors import InverseGamma, InverseWishart, PriorSet
 from tests.conftest import simulate_grouped, simulate_logistic, simulate_quasi_separated
 from tests.engines.linear.test_vb import schur_and_sparse
 
 pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)
-
-
-def test_tilted_moments_match_quadrature():
-    rng = np.random.default_rng(0)
-    y = rng.choice([-1.0, 1.0], 20)
-    m = rng.normal(0, 2, 20)
-    v = np.exp(rng.normal(-1, 1.5, 20))
-    log_z, mean, var = tilted_moments(y, m, v)
-    for i in range(20):
-        f = np.linspace(m[i] - 12 * np.sqrt(v[i]), m[i] + 12 * np.sqrt(v[i]), 200001)
-        dens = (
-            np.exp(-0.5 * (f - m[i]) ** 2 / v[i]) / np.sqrt(2 * np.pi * v[i]) * np.exp(-2 * np.maximum(0, 1 - y[i] * f))
-        )
-        z = np.trapezoid(dens, f)
-        mu = np.trapezoid(f * dens, f) / z
-        np.testing.assert_allclose(
-            [log_z[i], mean[i], var[i]],
-            [np.log(z), mu, np.trapezoid((f - mu) ** 2 * dens, f) / z],
-            rtol=1e-6,
-            atol=1e-9,
-        )
-
-
-@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
-@pytest.mark.parametrize("split_from", [4096, 100], ids=["one-call", "row-halves"])
-def test_compiled_tilted_moments_equal_numpy(monkeypatch, split_from):
-    """The compiled pass over the rows (ep._tilted_rows, and its Python source; in one call or two threaded halves)
-    gives numpy's moments, in the tails too: cavities far on either side of the margin, tiny and huge variances."""
-    monkeypatch.setattr(row_threads, "COMPILED_SPLIT_ROWS", split_from)
-    rng = np.random.default_rng(4)
-    n = 4000
-    y = rng.choice([-1.0, 1.0], n)
-    m = np.concatenate([rng.normal(0, 2, n - 6), [-60.0, 60.0, -8.0, 8.0, 1.0, -1.0]])
-    v = np.concatenate([np.exp(rng.normal(-1, 3, n - 6)), [0.01, 0.01, 1e-6, 1e-6, 1e4, 1e4]])
-    compiled = tilted_moments(y, m, v)
-    python = [np.empty(n), np.empty(n), np.empty(n)]
-    ep_module._tilted_rows(y, m, v, *python)  # (its Python source, calling the compiled log Phi)
-    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "0")
-    expected = tilted_moments(y, m, v)
-    for got, source, want, rtol in zip(compiled, python, expected, [1e-10, 1e-10, 1e-7]):
-        assert np.all(np.isfinite(got))
-        # (a truncated piece's variance v (1 - beta lam - lam^2) cancels about 8 digits where the cavity is wide,
-        # beta near -100: the two log Phi, equal to 1e-12, then agree to about 1e-9 there)
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-12)
-        np.testing.assert_array_equal(source, got)
 
 
 def test_ep_evidence_matches_quadrature_in_one_dimension():

@@ -112,3 +112,37 @@ def test_a_correlated_term_out_of_core_keeps_eps_weights_and_says_why():
     assert "out of core" in streamed.node_weights.reason and "correlated term" in streamed.node_weights.reason
     memory = fit_accurate(problem, importance_weights=False)
     np.testing.assert_allclose(streamed.fixed_moments(3)[0], memory.fixed_moments(3)[0], atol=1e-5)
+
+
+def test_several_nodes_in_one_pass_are_each_nodes_own_run():
+    """``run_many`` sweeps every node in the same pass; each node stops on its own and ends where its own run does."""
+    _, problem = sorted_by_level(_problem(1200, 40, seed=5))
+    passes = ListPasses(problem)
+    rows = StreamedRows(problem, passes, problem.n)
+    start = rows.start_sites(fit_vb(problem))
+    precisions = [[np.array([[1.0 / v]])] for v in (0.2, 1.0, 6.0)]
+    before = passes.passes
+    together = rows.run_many(precisions, [start] * 3, tol=1e-5)
+    batched_passes = passes.passes - before
+    alone = [rows.run(p, start, tol=1e-5) for p in precisions]
+    assert batched_passes == max(state.n_iter for state in together) + 1  # (the last pass: the evidence terms)
+    assert len({state.n_iter for state in alone}) > 1  # (the nodes stop at different sweeps)
+    for a, b in zip(together, alone):
+        assert a.converged and a.n_iter == b.n_iter
+        np.testing.assert_allclose(a.theta.mean_d, b.theta.mean_d, rtol=0, atol=1e-12)
+        assert a.log_evidence == pytest.approx(b.log_evidence, rel=1e-12)
+
+
+def test_the_streamed_fit_fits_independent_nodes_together(monkeypatch):
+    """The lattice, the Hessian's stencil and each wave of the extension are fitted in shared passes: half the passes
+    over the data of fitting one node at a time, and the same nodes and weights."""
+    problem = _problem(1500, 60, seed=3)
+    counts, results = [], []
+    for batched in (True, False):
+        monkeypatch.setattr(StreamedRows, "batched", batched)
+        passes = ListPasses(sorted_by_level(problem)[1])
+        results.append(fit_streamed_accurate(problem, passes, problem.n))
+        counts.append(passes.passes)
+    assert counts[0] < 0.5 * counts[1]
+    np.testing.assert_allclose(results[0].nodes, results[1].nodes, atol=1e-6)
+    np.testing.assert_allclose(results[0].weights, results[1].weights, atol=1e-6)
