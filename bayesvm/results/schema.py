@@ -135,6 +135,7 @@ TYPES: dict[str, str] = {
     "NewDesign": "bayesvm.formula.design",
     "NodeEstimate": "bayesvm.engines.linear.node_evidence",
     "NodeEvidence": "bayesvm.engines.linear.node_evidence",
+    "NodeFits": "bayesvm.engines.linear.ep",
     "NodeWeights": "bayesvm.engines.linear.node_evidence",
     "PCVMClassifier": "bayesvm.sklearn",
     "PCVMEMResult": "bayesvm.engines.kernel.pcvm_em",

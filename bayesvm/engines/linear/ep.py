@@ -417,7 +417,6 @@ def integrate_ep(
     start = time.perf_counter()
     warm = rows.mean_field()  # mean-field VB: the starting sites and the scale of the variances
     sites0 = rows.start_sites(warm)
-    n_iter = 0
     if not problem.components:
         state = rows.run([], sites0)
         chi = rows.chi(state)
@@ -435,77 +434,8 @@ def integrate_ep(
             log_evidence=state.log_evidence,
         )
     hyper = Hyperparameters(problem.components)
-    cache: dict[tuple, EPState] = {}
-    schedule = [0]  # the damping that last worked: neighbouring nodes start there (EP_ATTEMPTS)
-    solved: list[EPState] = []  # converged evaluations, for warm starts, at the rows of ``solved_at``
-    solved_at = np.empty((0, 0))  # one row per converged evaluation: its phi
-
-    def remember(phi: np.ndarray, state: EPState, damping: float) -> None:
-        """A converged fit: a warm start for its neighbours, and its damping for the next node."""
-        nonlocal solved_at
-        solved.append(state)
-        solved_at = np.vstack([solved_at.reshape(-1, phi.size), phi])
-        if rows.kept_sites is not None and len(solved) > rows.kept_sites:  # the oldest's sites go
-            solved.pop(0).sites = None
-            solved_at = solved_at[1:]
-        schedule[0] = next(i for i, (d, _) in enumerate(EP_ATTEMPTS) if d == damping)
-
-    def nearest(phi: np.ndarray) -> list[EPState]:
-        return [solved[int(np.argmin(np.sum((solved_at - phi) ** 2, axis=1)))]] if solved else []
-
-    def log_post(phi) -> float:
-        nonlocal n_iter
-        phi = np.atleast_1d(np.asarray(phi, dtype=float))
-        key = tuple(np.round(phi, 12))
-        if key not in cache:
-            precisions = hyper.precisions(phi)
-            state = None
-            # warm start from the nearest converged evaluation; from the mean-field sites if that fails
-            for start_state, damping, sweeps in _attempts(nearest(phi), schedule[0]):
-                sites = sites0 if start_state is None else start_state.sites
-                try:
-                    state = rows.run(precisions, sites, tol=EP_TOL, damping=damping, max_iter=sweeps)
-                except np.linalg.LinAlgError:  # variances so extreme that the precision is singular
-                    continue
-                n_iter += state.n_iter
-                if state.converged:
-                    remember(phi, state, damping)
-                    break
-            else:  # EP did not converge here even with strong damping: reported (fit.converged is False)
-                state = EPState(None, sites0, -np.inf, 0, False) if state is None else state
-                state.log_evidence = -np.inf
-            cache[key] = state
-        # log p(phi | y) up to a constant
-        return cache[key].log_evidence + hyper.log_prior(phi)
-
-    def log_post_many(phis: list) -> np.ndarray:
-        """``log_post`` at each of ``phis``; rows that run several EP fits in one pass (``rows.batched``) first fit
-        the new ones together, each from its nearest converged fit at the last damping that worked; a fit that does
-        not converge there goes through ``log_post``'s attempts."""
-        nonlocal n_iter
-        fresh: dict[tuple, np.ndarray] = {}
-        for phi in phis:
-            phi = np.atleast_1d(np.asarray(phi, dtype=float))
-            fresh.setdefault(tuple(np.round(phi, 12)), phi)
-        fresh = {key: phi for key, phi in fresh.items() if key not in cache}
-        if rows.batched and len(fresh) > 1:
-            damping, sweeps = EP_ATTEMPTS[schedule[0]]
-            try:
-                precisions = [hyper.precisions(phi) for phi in fresh.values()]
-                starts = [(nearest(phi) or [None])[0] for phi in fresh.values()]
-                states = rows.run_many(precisions, [sites0 if st is None else st.sites for st in starts],
-                                       tol=EP_TOL, damping=damping, max_iter=sweeps)  # fmt: skip
-            except np.linalg.LinAlgError:
-                states = []  # (each on its own, below)
-            for (key, phi), state in zip(fresh.items(), states):
-                n_iter += state.n_iter
-                if state.converged:
-                    remember(phi, state, damping)
-                    cache[key] = state
-        return np.array([log_post(phi) for phi in phis], dtype=float)
-
-    many = log_post_many if rows.batched else None
-
+    fits = NodeFits(rows, hyper, sites0)
+    log_post, many = fits.log_post, (fits.log_post_many if rows.batched else None)
     if given is not None and given.components == tuple(comp.name for comp in problem.components):
         grid, evidence = given_grid(log_post, given, many), None
     else:  # the mean-field values start the search (VB shrinks variances, so the mode lies above)
@@ -517,16 +447,14 @@ def integrate_ep(
 
         def state_at(phi: np.ndarray) -> EPState:
             log_post(phi)
-            return cache[tuple(np.round(np.atleast_1d(phi), 12))]
+            return fits.cache[node_key(phi)]
 
         grid, node_weights = _importance_weighted(grid, evidence, hyper, state_at, many)
     nodes, keep, weights, logp = grid.nodes, grid.keep, grid.weights, grid.logp
     states = []
     for t in nodes:  # the cache holds every node; a node's key can differ in the last digit from its first
-        key = tuple(np.round(t, 12))  # evaluation's (phi* + axes @ z against a matrix product), so look it up
-        if key not in cache:  # through log_post, which fills the cache where needed
-            log_post(t)
-        states.append(cache[key])
+        log_post(t)  # evaluation's (phi* + axes @ z against a matrix product): log_post fills the cache where needed
+        states.append(fits.cache[node_key(t)])
     chi = sum(wk * rows.chi(st) for wk, st, k in zip(weights, states, keep) if k) / weights[keep].sum()
     covs = [hyper.covariances(t) for t in nodes[keep]]
     return IntegratedResult(
@@ -538,7 +466,7 @@ def integrate_ep(
         chi=chi,
         has_component=True,
         converged=bool(np.all(np.isfinite(logp))) and grid.tails_ok,
-        n_iter=n_iter,
+        n_iter=fits.n_iter,
         elapsed=time.perf_counter() - start,
         axes=grid.axes,
         step=grid.step,
@@ -551,6 +479,93 @@ def integrate_ep(
         log_evidence=grid.log_evidence,
         node_weights=node_weights,
     )
+
+
+def node_key(phi) -> tuple:
+    """The cache key of a node ``phi`` (rounded to 12 decimals)."""
+    return tuple(np.round(np.atleast_1d(np.asarray(phi, dtype=float)), 12))
+
+
+class NodeFits:
+    """EP at the nodes of the variance parameters, cached, for :func:`integrate_ep`.
+
+    :meth:`log_post` is ``log p(phi | y)`` up to a constant: EP's ``log Z_EP(phi)`` plus the log prior of ``phi``.  A
+    new node warm-starts from the nearest converged fit (its sites), at the damping that last worked, and goes
+    through :data:`EP_ATTEMPTS` (then from the mean-field sites) until EP converges; where it never does the node
+    carries no weight and the fit is reported as not converged.  :meth:`log_post_many` fits several new nodes at once
+    where the rows can (``rows.batched``: one pass over out-of-core data for all of them).
+    """
+
+    def __init__(self, rows: SiteRows, hyperparameters: Hyperparameters, start_sites: object) -> None:
+        self.rows, self.hyper, self.start_sites = rows, hyperparameters, start_sites
+        self.cache: dict[tuple, EPState] = {}
+        self.schedule = 0  # the damping that last worked: neighbouring nodes start there (EP_ATTEMPTS)
+        self.solved: list[EPState] = []  # converged evaluations, for warm starts, at the rows of ``solved_at``
+        self.solved_at = np.empty((0, 0))  # one row per converged evaluation: its phi
+        self.n_iter = 0  # EP sweeps in all
+
+    def remember(self, phi: np.ndarray, state: EPState, damping: float) -> None:
+        """A converged fit: a warm start for its neighbours, and its damping for the next node."""
+        self.solved.append(state)
+        self.solved_at = np.vstack([self.solved_at.reshape(-1, phi.size), phi])
+        if self.rows.kept_sites is not None and len(self.solved) > self.rows.kept_sites:  # the oldest's sites go
+            self.solved.pop(0).sites = None
+            self.solved_at = self.solved_at[1:]
+        self.schedule = next(i for i, (d, _) in enumerate(EP_ATTEMPTS) if d == damping)
+
+    def nearest(self, phi: np.ndarray) -> EPState | None:
+        if not self.solved:
+            return None
+        return self.solved[int(np.argmin(np.sum((self.solved_at - phi) ** 2, axis=1)))]
+
+    def log_post(self, phi) -> float:
+        phi = np.atleast_1d(np.asarray(phi, dtype=float))
+        key = node_key(phi)
+        if key not in self.cache:
+            precisions = self.hyper.precisions(phi)
+            state, warm = None, self.nearest(phi)
+            # warm start from the nearest converged evaluation; from the mean-field sites if that fails
+            for start_state, damping, sweeps in _attempts([] if warm is None else [warm], self.schedule):
+                sites = self.start_sites if start_state is None else start_state.sites
+                try:
+                    state = self.rows.run(precisions, sites, tol=EP_TOL, damping=damping, max_iter=sweeps)
+                except np.linalg.LinAlgError:  # variances so extreme that the precision is singular
+                    continue
+                self.n_iter += state.n_iter
+                if state.converged:
+                    self.remember(phi, state, damping)
+                    break
+            else:  # EP did not converge here even with strong damping: reported (fit.converged is False)
+                state = EPState(None, self.start_sites, -np.inf, 0, False) if state is None else state
+                state.log_evidence = -np.inf
+            self.cache[key] = state
+        return self.cache[key].log_evidence + self.hyper.log_prior(phi)
+
+    def log_post_many(self, phis: list) -> np.ndarray:
+        """:meth:`log_post` at each of ``phis``, the new ones first fitted together (:meth:`SiteRows.run_many`), each
+        from its nearest converged fit at the last damping that worked; one that does not converge there goes through
+        :meth:`log_post`'s attempts."""
+        fresh: dict[tuple, np.ndarray] = {}
+        for phi in phis:
+            fresh.setdefault(node_key(phi), np.atleast_1d(np.asarray(phi, dtype=float)))
+        fresh = {key: phi for key, phi in fresh.items() if key not in self.cache}
+        if len(fresh) > 1:
+            damping, sweeps = EP_ATTEMPTS[self.schedule]
+            starts = [self.nearest(phi) for phi in fresh.values()]
+            try:
+                states = self.rows.run_many(
+                    [self.hyper.precisions(phi) for phi in fresh.values()],
+                    [self.start_sites if st is None else st.sites for st in starts],
+                    tol=EP_TOL, damping=damping, max_iter=sweeps,
+                )  # fmt: skip
+            except np.linalg.LinAlgError:
+                states = []  # (each on its own, below)
+            for (key, phi), state in zip(fresh.items(), states):
+                self.n_iter += state.n_iter
+                if state.converged:
+                    self.remember(phi, state, damping)
+                    self.cache[key] = state
+        return np.array([self.log_post(phi) for phi in phis], dtype=float)
 
 
 def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperparameters, state_at, fit_many=None):
