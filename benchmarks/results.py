@@ -72,6 +72,11 @@ BENCHMARKS = {
         "a random intercept with 10^5 levels on 10^7 rows of parquet, streamed on a 2-worker LocalCluster",
         False,
     ),
+    "cluster_accurate": (
+        ["benchmarks.cluster", "--small", "--accurate"],
+        "the accurate fit of 2 x 10^5 rows, 2 x 10^4 levels out of core on a 2-worker LocalCluster, beside in memory",
+        False,
+    ),
     "nested": (
         ["benchmarks.nested", "--dense"],
         "two nested random intercepts: the sums over nonzero columns against every column",

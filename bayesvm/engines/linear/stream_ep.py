@@ -26,7 +26,7 @@ intercept over that level's rows in closed form, so the rows are first shuffled 
 columns (each level's rows then lie in one partition, :meth:`bayesvm.outofcore.StreamedData.passes`); each
 partition returns ``sum_j log I_j`` over its own levels for every draw, and the driver adds them.  A correlated
 term's levels, integrated in memory by importance sampling from each level's conditional, are not integrated out of
-core: the fit keeps EP's weights and ``summary()`` says why.
+core (nor those of several terms of one factor): the fit keeps EP's weights and ``summary()`` says why.
 """
 
 from __future__ import annotations
@@ -239,9 +239,9 @@ class StreamedRows:
 
     def sampled_refusal(self) -> str | None:
         return (
-            "out of core, the random-effect vectors of a correlated term are not integrated level by level (in memory "
-            "each level is importance-sampled from its conditional); EP's weights shrink a correlated term's variances, "
-            "by 10-20% on small data"
+            "out of core, a grouping factor's random-effect vectors (a correlated term, or several terms of one factor) "
+            "are not integrated level by level (in memory each level is importance-sampled from its conditional); EP's "
+            "weights shrink their variances, by 10-20% on small data"
         )
 
 

@@ -109,7 +109,7 @@ def test_a_correlated_term_out_of_core_keeps_eps_weights_and_says_why():
     problem = _problem(800, 30, seed=4, k=2)
     streamed = fit_streamed_accurate(problem, ListPasses(sorted_by_level(problem)[1]), problem.n)
     assert streamed.node_weights.method == "EP"
-    assert "out of core" in streamed.node_weights.reason and "correlated term" in streamed.node_weights.reason
+    assert "out of core" in streamed.node_weights.reason and "a correlated term" in streamed.node_weights.reason
     memory = fit_accurate(problem, importance_weights=False)
     np.testing.assert_allclose(streamed.fixed_moments(3)[0], memory.fixed_moments(3)[0], atol=1e-5)
 
