@@ -248,6 +248,29 @@ def reduce_partitions(results: list) -> object:
     return total
 
 
+def _complete_rows(frame: pd.DataFrame, used: list[str]) -> pd.DataFrame:
+    keep = np.ones(len(frame), dtype=bool)
+    for name in used:
+        keep &= ~bad_mask(frame[name])
+    return frame.loc[keep, used]
+
+
+def _prototype_rows(ddf, head: pd.DataFrame, used: list[str]) -> pd.DataFrame:
+    """Up to :data:`PROTOTYPE_ROWS` complete rows for the prototype design: the first partition's, then the next
+    partitions' while fewer than 2 (a first partition of missing values only is fine)."""
+    proto = _complete_rows(head[used], used)
+    for k in range(1, ddf.npartitions):
+        if len(proto) >= 2:
+            break
+        more = _complete_rows(ddf.partitions[k].compute()[used], used)
+        proto = pd.concat([proto, more.head(PROTOTYPE_ROWS)])
+    if len(proto) < 2:
+        raise DataError(
+            f"the dask frame has fewer than 2 rows complete in {', '.join(map(repr, used))}: nothing to fit"
+        )
+    return proto.copy()
+
+
 def _present_values(frame: pd.DataFrame, column: str) -> np.ndarray:
     """The distinct non-missing values of one partition's column (a per-partition reduction: dask's ``unique``
     shuffles, and ``dask.distributed`` logs each shuffle)."""
@@ -301,14 +324,8 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
         seen = dask.compute(*[dask.delayed(_present_values)(part, response) for part in ddf.to_delayed()])
         levels = pd.Series(np.sort(pd.unique(np.concatenate(seen))))
     coding = code_response(levels, response, positive)
-    # prototype: the head's complete rows, with every class present so that the design can be built
-    proto = head[used].copy()
-    keep = np.ones(len(proto), dtype=bool)
-    for name in used:
-        keep &= ~bad_mask(proto[name])
-    proto = proto.loc[keep]
-    if len(proto) < 2:
-        raise DataError("the first partition has fewer than 2 complete rows; repartition the dask frame")
+    # prototype: complete rows of the first partitions, with every class present so that the design can be built
+    proto = _prototype_rows(ddf, head, used)
     proto[response] = np.resize(levels.to_numpy(), len(proto))
     if isinstance(head[response].dtype, pd.CategoricalDtype):
         proto[response] = pd.Categorical(proto[response], categories=head[response].dtype.categories)

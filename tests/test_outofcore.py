@@ -297,3 +297,18 @@ def test_a_kernel_fit_predicts_a_dask_frame_as_it_predicts_pandas(client, frame)
     ddf = dd.from_pandas(frame, npartitions=2)
     pd.testing.assert_series_equal(fit.predict(ddf, threshold=0.4).compute(), fit.predict(frame, threshold=0.4))
     pd.testing.assert_series_equal(fit.predict(ddf, kind="link").compute(), fit.predict(frame, kind="link"))
+
+
+def test_a_first_partition_of_missing_values_only_takes_the_prototype_from_the_next(client):
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame({"x": rng.normal(size=400), "g": pd.Categorical(rng.integers(0, 15, 400).astype(str))})
+    frame["y"] = (frame["x"] + rng.logistic(size=400) > 0).astype(int)
+    frame.loc[:49, "x"] = np.nan  # (the first of 8 partitions)
+    ddf = dd.from_pandas(frame, npartitions=8)
+    streamed = bayesvm.bsvm("y ~ x + (1 | g)", ddf, missing="drop", tol=1e-12)
+    memory = bayesvm.bsvm("y ~ x + (1 | g)", frame.dropna(), vb="meanfield", tol=1e-12)
+    np.testing.assert_allclose(streamed.fixef, memory.fixef, atol=1e-5)
+    with pytest.raises(DataError, match=r"missing or non-finite values in 'x': 50"):
+        bayesvm.bsvm("y ~ x + (1 | g)", ddf)
+    with pytest.raises(DataError, match="fewer than 2 rows complete"):
+        bayesvm.bsvm("y ~ x + (1 | g)", dd.from_pandas(frame.assign(x=np.nan), npartitions=2), missing="drop")
