@@ -225,6 +225,7 @@ def test_the_accurate_fit_out_of_core_keeps_its_sites_on_the_workers_and_equals_
     assert streamed.variance_components[0].mean[0, 0] == pytest.approx(memory.variance_components[0].mean[0, 0], 1e-6)
     text = str(streamed.summary())
     assert "accurate VB" in text and "no PSIS check for out-of-core data" in text
+    assert "separation checks need every row in memory and did not run" in text
     default = bayesvm.bsvm(formula, ddf, penalty=None)
     assert default.result.posterior_form != "mixture" and "vb='accurate'" in str(default.summary())
 

@@ -14,6 +14,7 @@ from ..engines.linear.ep import accurate_failure
 from ..engines.selection.ep import floored_slopes
 from ..errors import BayesvmError
 from ..model import PENALTY_SOURCE
+from ..outofcore import StreamedDesign
 from ..priors import InverseGamma, LaplaceZero, Lasso, SpikeSlab
 from .imputation_check import covers as imputation_covers
 from .summary_checks import SELECTION_EP_CAVEAT, checks_section
@@ -141,6 +142,7 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         info["psis"] = imputation_covers(fit)
     info["vb_note"] = fit.vb_note
     info["identifiability"] = [(f.check, f.action, f.message) for f in fit.diagnostics.findings]
+    info["out_of_core"] = isinstance(getattr(fit.model, "design", None), StreamedDesign)
     info["calibration"] = None if fit._calibration is None else fit._calibration.describe()
     info["docs"] = _documentation_topic(fit)
     info["detail"] = detail

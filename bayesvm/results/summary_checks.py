@@ -30,6 +30,16 @@ def checks_section(info: dict) -> str:
     lines = ["Checks:"]
     lines += _convergence_checks(info)
     lines += _approximation_checks(info)
+    if info.get("out_of_core"):
+        lines.append(
+            _verdict(
+                "NOTE",
+                "identifiability",
+                "the level-count and separation checks need every row in memory and did not run on out-of-core data: "
+                "a factor whose levels each hold one class, or few rows, leaves its variance to the prior (fit a "
+                "sample of the rows in memory to see the checks)",
+            )
+        )
     if _untrusted(info):
         lines.append(
             _verdict(
