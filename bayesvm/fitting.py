@@ -200,6 +200,7 @@ def bsvm(
         return _recorded(options, fit_streamed(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
             penalty=penalty, priors=priors, seed=seed, prior=prior, vb=vb, kernel=kernel, control=run, nodes=fold_nodes,
+            checks=checks,
         ))  # fmt: skip
     if kernel is not None:
         from .kernel_fitting import fit_kernel  # (kernels load their engines only when asked for)

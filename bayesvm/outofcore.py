@@ -72,6 +72,8 @@ class StreamedDesign(Design):
     n_rows: int = 0
     column_mean: np.ndarray | None = None
     column_sd: np.ndarray | None = None
+    #: grouping factor -> ``(rows, rows of the positive class)`` of each of its levels, over every row
+    level_classes: dict | None = None
 
     @property
     def n(self) -> int:
@@ -80,6 +82,11 @@ class StreamedDesign(Design):
     def column_moments(self) -> tuple[np.ndarray, np.ndarray]:
         """Means and SDs (``ddof=1``) of the columns of X over every row."""
         return self.column_mean, self.column_sd
+
+    def level_counts(self, term) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, rows of the positive class)`` of each level of ``term``'s grouping factor, over every row."""
+        rows, positive = self.level_classes[term.group]
+        return np.asarray(rows), np.asarray(positive)
 
 
 def _complete(frame: pd.DataFrame, used: list[str], missing: str) -> pd.DataFrame:
@@ -114,13 +121,16 @@ def _partition_summary(frame: pd.DataFrame, design: Design, used: list[str], mis
     bad = {name: int(bad_mask(frame[name]).sum()) for name in used}
     groups = tuple(dict.fromkeys(bar.group for bar in design.parsed.bars))
     if missing == "error" and any(bad.values()):
-        X, y, labels = np.zeros((0, design.p)), np.zeros(0), {g: pd.Index([]) for g in groups}
+        X, y, labels = np.zeros((0, design.p)), np.zeros(0), {g: pd.Index([], dtype=object) for g in groups}
     else:
         frame = _complete(frame, used, missing)
         X = design.rematerialize(frame, include_random=False).X if len(frame) else np.zeros((0, design.p))
         y = design.response.encode(frame[design.parsed.response]) if len(frame) else np.zeros(0)
-        labels = {g: pd.Index(group_labels(frame, g).unique()) for g in groups}
-    return {"bad": bad, "rows": len(y), "sum": X.sum(axis=0), "sumsq": (X * X).sum(axis=0), "y": y, "labels": labels}
+        labels = {g: group_labels(frame, g) for g in groups}
+    counts = {g: (pd.Series(labels[g]).value_counts(), pd.Series(labels[g][y > 0]).value_counts()) for g in groups}
+    labels = {g: pd.Index(labels[g].unique()) for g in groups}
+    return {"bad": bad, "rows": len(y), "sum": X.sum(axis=0), "sumsq": (X * X).sum(axis=0), "y": y, "labels": labels,
+            "counts": counts}  # fmt: skip
 
 
 def _with_levels(design: Design, frame: pd.DataFrame, summaries) -> Design:
@@ -271,6 +281,19 @@ def _prototype_rows(ddf, head: pd.DataFrame, used: list[str]) -> pd.DataFrame:
     return proto.copy()
 
 
+def _level_classes(design: Design, summaries) -> dict:
+    """Grouping factor -> ``(rows, rows of the positive class)`` per level (in the terms' level order), added over
+    the partitions' counts."""
+    out = {}
+    for term in design.re_terms:
+        if term.group in out:
+            continue
+        for_term = [[s["counts"][term.bar.group][k] for s in summaries] for k in (0, 1)]
+        added = [pd.concat(parts).groupby(level=0).sum() for parts in for_term]
+        out[term.group] = tuple(part.reindex(term.levels, fill_value=0).to_numpy(dtype=np.int64) for part in added)
+    return out
+
+
 def _present_values(frame: pd.DataFrame, column: str) -> np.ndarray:
     """The distinct non-missing values of one partition's column (a per-partition reduction: dask's ``unique``
     shuffles, and ``dask.distributed`` logs each shuffle)."""
@@ -352,5 +375,6 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
     fields = {f: getattr(prototype, f) for f in Design.__dataclass_fields__}
     fields.update(y=y, row_index=pd.RangeIndex(n), n_dropped=bad)
     sd = np.sqrt(np.maximum(total_sq - total**2 / n, 0.0) / (n - 1))
-    design = StreamedDesign(**fields, n_rows=n, column_mean=total / n, column_sd=sd)
+    design = StreamedDesign(**fields, n_rows=n, column_mean=total / n, column_sd=sd,
+                            level_classes=_level_classes(prototype, summaries))  # fmt: skip
     return StreamedData(frame=ddf, design=design, used=tuple(used), missing=missing, counts=counts)

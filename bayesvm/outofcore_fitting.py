@@ -12,7 +12,8 @@ import warnings
 from dataclasses import replace
 
 from .arguments import data_name, iteration_defaults
-from .combinations import check_prior_method
+from .checks import check_identifiability
+from .combinations import check_checks, check_prior_method
 from .control import Control
 from .errors import BayesvmError
 from .formula.bars import parse_formula
@@ -24,10 +25,11 @@ from .results.kernel_fit import KernelFit
 
 
 def fit_streamed(formula, data, *, method, positive, missing, standardize, penalty, priors, seed, prior, vb, kernel,
-                 control: Control, nodes=None) -> BSVMFit | KernelFit:  # fmt: skip
-    """Out-of-core (dask) data: formula -> streamed design (one pass over the partitions) -> model -> the route of
-    its out-of-core family -> one fit.  ``control``: the engine settings, settled; ``nodes``: a cross-fitting fold's
-    variance-parameter nodes (:class:`bayesvm.engines.runs.FitRequest`)."""
+                 control: Control, nodes=None, checks=None) -> BSVMFit | KernelFit:  # fmt: skip
+    """Out-of-core (dask) data: formula -> streamed design (one pass over the partitions) -> model -> the
+    identifiability checks the pass's counts allow (levels per factor, levels of one class) -> the route of its
+    out-of-core family -> one fit.  ``control``: the engine settings, settled; ``nodes``: a cross-fitting fold's
+    variance-parameter nodes (:class:`bayesvm.engines.runs.FitRequest`); ``checks``: as ``bsvm()``'s."""
     from .engines.registry import cell, route_for
     from .engines.runs import FitRequest
     from .outofcore import build_streamed
@@ -43,9 +45,12 @@ def fit_streamed(formula, data, *, method, positive, missing, standardize, penal
     if kernel is not None:
         model = build_kernel_model(streamed.design, kernel, standardize, control.inducing, control.inducing_method,
                                    seed)  # fmt: skip
+        diagnostics = None
     else:
         model = build_model(streamed.design, penalty, PriorSet() if priors is None else priors, standardize,
                             prior=prior)  # fmt: skip
+        diagnostics = check_identifiability(model, check_checks(checks))
+        diagnostics.enforce(stacklevel=4)  # (enforce, this, bsvm, the caller)
     request = FitRequest(method, vb, seed, replace(control, tol=tol, max_iter=max_iter), rows=streamed, nodes=nodes)
     run = route_for(model, request).run(model, request)
     for message, category in run.warnings:
@@ -53,5 +58,8 @@ def fit_streamed(formula, data, *, method, positive, missing, standardize, penal
     model = model if run.model is None else run.model
     Fit = KernelFit if kernel is not None else BSVMFit
     note = {} if kernel is not None else {"vb_note": run.vb_note}
-    return Fit(model=model, problem=run.problem, method=method, result=run.result, data_name=data_name(data), tol=tol,
-               **note)  # fmt: skip
+    fit = Fit(model=model, problem=run.problem, method=method, result=run.result, data_name=data_name(data), tol=tol,
+              **note)  # fmt: skip
+    if diagnostics is not None:
+        fit.diagnostics = diagnostics
+    return fit

@@ -225,7 +225,7 @@ def test_the_accurate_fit_out_of_core_keeps_its_sites_on_the_workers_and_equals_
     assert streamed.variance_components[0].mean[0, 0] == pytest.approx(memory.variance_components[0].mean[0, 0], 1e-6)
     text = str(streamed.summary())
     assert "accurate VB" in text and "no PSIS check for out-of-core data" in text
-    assert "separation checks need every row in memory and did not run" in text
+    assert "the separation checks (classes split by the fixed effects" in text
     default = bayesvm.bsvm(formula, ddf, penalty=None)
     assert default.result.posterior_form != "mixture" and "vb='accurate'" in str(default.summary())
 
@@ -313,3 +313,23 @@ def test_a_first_partition_of_missing_values_only_takes_the_prototype_from_the_n
         bayesvm.bsvm("y ~ x + (1 | g)", ddf)
     with pytest.raises(DataError, match="fewer than 2 rows complete"):
         bayesvm.bsvm("y ~ x + (1 | g)", dd.from_pandas(frame.assign(x=np.nan), npartitions=2), missing="drop")
+
+
+def test_out_of_core_checks_count_each_factors_levels_and_its_levels_of_one_class(client):
+    """The pass that reads the data counts every level's rows and classes: the level checks and a factor whose levels
+    each hold one class are found as in memory (a warning naming the factor, and in summary())."""
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame({"x": rng.normal(size=300), "g": pd.Categorical(np.repeat(list("abcdef"), 50))})
+    frame["y"] = frame["g"].isin(["a", "b", "c"]).astype(int)
+    frame["clinic"] = pd.Categorical(np.tile(["k1", "k2", "k3"], 100))
+    ddf = dd.from_pandas(frame, npartitions=3)
+    with pytest.warns(bayesvm.IdentifiabilityWarning, match="6 of the 6 levels of 'g' hold one class only"):
+        fit = bayesvm.bsvm("y ~ x + (1 | g)", ddf)
+    assert "determined by its prior" in str(fit.summary())
+    assert [f.check for f in fit.diagnostics.findings] == ["re_separation"]
+    with pytest.warns(bayesvm.IdentifiabilityWarning, match="'clinic' has only 3 levels"):
+        bayesvm.bsvm("y ~ x + (1 | clinic)", ddf)
+    memory = bayesvm.bsvm("y ~ x + (1 | clinic)", frame, vb="meanfield")
+    streamed = bayesvm.bsvm("y ~ x + (1 | clinic)", ddf, checks=bayesvm.Checks(nlevels="ignore"))
+    assert [f.check for f in memory.diagnostics.findings if f.check == "nlevels"] == ["nlevels"]
+    assert not any(f.action == "warn" for f in streamed.diagnostics.findings)

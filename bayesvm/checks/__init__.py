@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .findings import Checks, Diagnostics, Finding, IdentifiabilityError
-from .levels import level_findings, random_effect_separation, singular_findings
+from .levels import level_findings, one_class_levels, random_effect_separation, singular_findings
 from .predicted_classes import one_class_findings
 from .rank import Aliased, aliased_columns
 from .separation import Separation, detect_separation
@@ -66,6 +66,10 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
             for finding in random_effect_separation(design.X, design.x_names, design, isolated):
                 action = checks.random_separation if finding.action == "warn" else finding.action
                 findings.append(Finding(finding.check, action, finding.message, finding.culprits))
+    else:  # out of core: the level counts and each level's classes, from the pass that read the data
+        findings.extend(level_findings(design, checks))
+        if not any(f.action == "stop" for f in findings):
+            findings.extend(one_class_levels(design, checks))
     return Diagnostics(tuple(findings))
 
 

@@ -72,7 +72,7 @@ def level_findings(design, actions) -> list[Finding]:
                 )
             )
         else:
-            counts = np.bincount(term.codes[term.codes >= 0], minlength=J)
+            counts = design.level_counts(term)[0]
             single = int((counts == 1).sum())
             if single > 0.5 * J:
                 findings.append(
@@ -92,6 +92,36 @@ def level_findings(design, actions) -> list[Finding]:
                 tuple(t.group for t in design.re_terms),
             )
         )
+    return findings
+
+
+def one_class_levels(design, actions) -> list[Finding]:
+    """Levels whose rows are all one class, from the per-level class counts alone (out-of-core data, where the
+    separation test on ``[X, Z]`` cannot run): their random effects are pushed to the prior's tails and only the levels
+    with both classes inform the variance; too few of those (:data:`MIN_INFORMATIVE_LEVELS`) leave the variance to
+    the prior (``actions.random_separation``), else a note."""
+    findings, seen = [], set()
+    for term in design.re_terms:
+        if term.group in seen or actions.random_separation == "ignore":
+            continue
+        seen.add(term.group)
+        rows, positive = design.level_counts(term)
+        present = rows > 0
+        both = int(np.sum(present & (positive > 0) & (positive < rows)))
+        one = int(np.sum(present)) - both
+        if one == 0:
+            continue
+        single_rows = int(rows[present & ~((positive > 0) & (positive < rows))].sum())
+        text = (
+            f"{one:,} of the {term.n_levels:,} levels of {term.group!r} hold one class only ({single_rows:,} of "
+            f"{design.n:,} rows): their random effects are pushed to the prior's tails and only the {both:,} levels "
+            "with both classes inform the variance"
+        )
+        if both < MIN_INFORMATIVE_LEVELS:
+            text += ", so the variance (and with it every coefficient's scale) is determined by its prior"
+            findings.append(Finding("re_separation", actions.random_separation, text, (term.group,)))
+        else:
+            findings.append(Finding("re_separation", "note", text, (term.group,)))
     return findings
 
 

@@ -218,6 +218,13 @@ class Design:
         """Means and SDs (``ddof=1``) of the columns of X (used by the internal standardisation)."""
         return self.X.mean(axis=0), self.X.std(axis=0, ddof=1)
 
+    def level_counts(self, term: ReTerm) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, rows of the positive class)`` of each level of ``term``'s grouping factor."""
+        seen = term.codes >= 0
+        rows = np.bincount(term.codes[seen], minlength=term.n_levels)
+        positive = np.bincount(term.codes[seen], weights=(self.y[seen] > 0).astype(float), minlength=term.n_levels)
+        return rows, positive.astype(np.int64)
+
     @property
     def p(self) -> int:
         return self.X.shape[1]

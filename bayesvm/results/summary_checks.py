@@ -35,9 +35,9 @@ def checks_section(info: dict) -> str:
             _verdict(
                 "NOTE",
                 "identifiability",
-                "the level-count and separation checks need every row in memory and did not run on out-of-core data: "
-                "a factor whose levels each hold one class, or few rows, leaves its variance to the prior (fit a "
-                "sample of the rows in memory to see the checks)",
+                "the separation checks (classes split by the fixed effects, or by them with the random effects) need "
+                "every row in memory and did not run on out-of-core data; the level counts and the levels of one "
+                "class were checked (fit a sample of the rows in memory to see the separation checks)",
             )
         )
     if _untrusted(info):

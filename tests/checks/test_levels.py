@@ -164,3 +164,24 @@ def test_a_random_slope_note_counts_the_levels_with_both_classes_per_term():
     notes = [m for m in fit.diagnostics.frame().message if "separate the classes" in m]
     assert notes and f"({both} have both classes, but their own effects, with the slope of 'month'" in notes[0]
     assert notes[0].endswith("inform the variances")
+
+
+def test_levels_of_one_class_from_the_counts_alone_note_or_warn_by_the_informative_levels():
+    """(the out-of-core form of the random-effect separation check, on the level counts an in-memory design gives)"""
+    from bayesvm.checks.levels import MIN_INFORMATIVE_LEVELS, one_class_levels
+    from bayesvm.formula import build_design, parse_formula
+
+    data = _groups(12, 20, seed=3)
+    data.loc[data.g < 4, "y"] = 1  # four levels of one class; eight keep both
+    design = build_design(parse_formula("y ~ x1 + (1 | g)"), data)
+    rows, positive = design.level_counts(design.re_terms[0])
+    assert rows.tolist() == [20] * 12 and positive[:4].tolist() == [20] * 4
+    (finding,) = one_class_levels(design, Checks())
+    assert (
+        finding.action == "note" and "4 of the 12 levels of 'g' hold one class only (80 of 240 rows)" in finding.message
+    )
+    data.loc[data.g >= 4 + MIN_INFORMATIVE_LEVELS - 1, "y"] = 0  # leaves MIN_INFORMATIVE_LEVELS - 1 with both
+    design = build_design(parse_formula("y ~ x1 + (1 | g)"), data)
+    (finding,) = one_class_levels(design, Checks())
+    assert finding.action == "warn" and "determined by its prior" in finding.message
+    assert one_class_levels(design, Checks(random_separation="ignore")) == []
