@@ -258,21 +258,14 @@ def reduce_partitions(results: list) -> object:
     return total
 
 
-def _complete_rows(frame: pd.DataFrame, used: list[str]) -> pd.DataFrame:
-    keep = np.ones(len(frame), dtype=bool)
-    for name in used:
-        keep &= ~bad_mask(frame[name])
-    return frame.loc[keep, used]
-
-
 def _prototype_rows(ddf, head: pd.DataFrame, used: list[str]) -> pd.DataFrame:
     """Up to :data:`PROTOTYPE_ROWS` complete rows for the prototype design: the first partition's, then the next
     partitions' while fewer than 2 (a first partition of missing values only is fine)."""
-    proto = _complete_rows(head[used], used)
+    proto = _complete(head[used], used, "drop")
     for k in range(1, ddf.npartitions):
         if len(proto) >= 2:
             break
-        more = _complete_rows(ddf.partitions[k].compute()[used], used)
+        more = _complete(ddf.partitions[k].compute()[used], used, "drop")
         proto = pd.concat([proto, more.head(PROTOTYPE_ROWS)])
     if len(proto) < 2:
         raise DataError(
