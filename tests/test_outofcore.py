@@ -227,7 +227,9 @@ def test_the_accurate_fit_out_of_core_keeps_its_sites_on_the_workers_and_equals_
     assert "accurate VB" in text and "no PSIS check for out-of-core data" in text
     assert "the separation checks (classes split by the fixed effects" in text
     default = bayesvm.bsvm(formula, ddf, penalty=None)
-    assert default.result.posterior_form != "mixture" and "vb='accurate'" in str(default.summary())
+    text = str(default.summary())
+    assert default.result.posterior_form != "mixture" and "vb='accurate' gives the accurate fit" in text
+    assert "compare with vb='accurate' (or method='gibbs' on a sample in memory)" in text
 
 
 def test_a_grouping_factor_of_thousands_of_levels_streams_by_level_and_equals_in_memory_vb(client):

@@ -138,6 +138,8 @@ def _approximation_checks(info: dict) -> list[str]:
         caveat = info.get("caveat", VB_CAVEAT)
         if report == "pooled":
             caveat = caveat.replace("q(beta, u)", "q(beta, u) per data set")
+        if info.get("out_of_core"):  # (Gibbs does not run on out-of-core data; the accurate fit does)
+            caveat = caveat.replace("method='gibbs'", "vb='accurate' (or method='gibbs' on a sample in memory)")
         out.append(_verdict("NOTE", "approximation", " ".join(caveat.replace("Approximation: ", "").split())))
     if info.get("floored"):
         out.append(
