@@ -235,19 +235,21 @@ class PartitionPasses:
         """``func(rows, y, state, *args) -> (new state, result)`` on every partition (``states=None``: each state
         None): the new states persisted where they were computed (their handles) and the results gathered."""
         dask = _dask()
-        shared = [dask.delayed(arg) for arg in args]
         states = [None] * len(self.parts) if states is None else states
-        step = dask.delayed(lambda rows, state, *a: func(rows[0], rows[1], state, *a), nout=2)
-        made = dask.persist(*[step(part, state, *shared) for part, state in zip(self.parts, states)])
+        made = dask.persist(*self._tasks(func, states, args, nout=2))
         results = dask.compute(*[pair[1] for pair in made])
         return [pair[0] for pair in made], list(results)
 
     def sweep_states(self, func, states: list, *args) -> list:
         """``func(rows, y, state, *args)`` of every partition, gathered."""
+        return list(_dask().compute(*self._tasks(func, states, args)))
+
+    def _tasks(self, func, states: list, args: tuple, nout: int | None = None) -> list:
+        """One task per partition, ``func(rows, y, state, *args)``; each argument enters the graph once."""
         dask = _dask()
         shared = [dask.delayed(arg) for arg in args]
-        step = dask.delayed(lambda rows, state, *a: func(rows[0], rows[1], state, *a))
-        return list(dask.compute(*[step(part, state, *shared) for part, state in zip(self.parts, states)]))
+        step = dask.delayed(lambda rows, state, *a: func(rows[0], rows[1], state, *a), nout=nout)
+        return [step(part, state, *shared) for part, state in zip(self.parts, states)]
 
 
 def reduce_partitions(results: list) -> object:

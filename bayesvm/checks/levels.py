@@ -106,12 +106,12 @@ def one_class_levels(design, actions) -> list[Finding]:
             continue
         seen.add(term.group)
         rows, positive = design.level_counts(term)
-        present = rows > 0
-        both = int(np.sum(present & (positive > 0) & (positive < rows)))
-        one = int(np.sum(present)) - both
+        mixed = _both_classes(rows, positive)
+        one_class = (rows > 0) & ~mixed
+        both, one = int(mixed.sum()), int(one_class.sum())
         if one == 0:
             continue
-        single_rows = int(rows[present & ~((positive > 0) & (positive < rows))].sum())
+        single_rows = int(rows[one_class].sum())
         text = (
             f"{one:,} of the {term.n_levels:,} levels of {term.group!r} hold one class only ({single_rows:,} of "
             f"{design.n:,} rows): their random effects are pushed to the prior's tails and only the {both:,} levels "
@@ -208,9 +208,12 @@ def _informative_levels(design, group: str, isolated: np.ndarray) -> tuple[int, 
 def _levels_with_both_classes(design, group: str) -> int:
     """Levels of the grouping factor ``group`` whose rows hold both classes."""
     term = next(t for t in design.re_terms if t.group == group)
-    positive = np.bincount(term.codes, weights=(design.y > 0).astype(float), minlength=term.n_levels)
-    rows = np.bincount(term.codes, minlength=term.n_levels)
-    return int(((positive > 0) & (positive < rows)).sum())
+    return int(_both_classes(*design.level_counts(term)).sum())
+
+
+def _both_classes(rows: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """Which levels (``rows`` and ``positive`` rows of each) hold both classes."""
+    return (positive > 0) & (positive < rows)
 
 
 def _class_counts(design, mask: np.ndarray) -> str:

@@ -36,13 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_from_natural, gaussian_from_statistics
-from ...linalg.row_sums import RowStatistics
+from ...linalg.row_sums import RowStatistics, weighted_gram_and_product
 from ...model.problems import VBProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
 from .ep import EPState, check_scope, integrate_ep, prior_log_det
 from .hinge_sites import cavities, damped_sites, final_cavities, site_log_evidence, tilted_moments
 from .node_evidence import group_log_integrals, node_evidence
-from .stream_vb import added_by_level, fit_streamed_vb, weighted_level_sums
+from .stream_vb import added_by_level, fit_streamed_vb, own_levels, weighted_level_sums
 from .vb import VBResult, prior_precisions
 
 #: Converged nodes whose sites stay on the workers as warm starts for their neighbours (each costs two doubles per
@@ -76,7 +76,7 @@ def _site_sums(rows, tau: np.ndarray, nu: np.ndarray) -> tuple:
     """``(D' diag(tau) D, D' nu, levels, blocks, cross, rhs)``: the sums ``q(theta)`` is solved from."""
     D, codes, values = _rows_and_factor(rows)
     if codes is None:  # (no blocked factor: the level sums are not asked for)
-        return (D * tau[:, None]).T @ D, D.T @ nu
+        return weighted_gram_and_product(D, tau, nu)
     return weighted_level_sums((D, codes, values), tau, nu)
 
 
@@ -139,8 +139,7 @@ def level_log_integrals(rows, y: np.ndarray, theta_d: np.ndarray, sigma2: np.nda
     if y.size == 0:
         return np.zeros(theta_d.shape[0])
     D, codes, values = _rows_and_factor(rows)
-    levels = np.unique(codes[codes >= 0])
-    local = np.where(codes >= 0, np.searchsorted(levels, codes), -1)
+    levels, local = own_levels(codes)
     return group_log_integrals(y, theta_d @ D.T, values[:, 0], local, sigma2, levels.size)
 
 

@@ -94,12 +94,18 @@ def weighted_level_sums(rows: tuple, w: np.ndarray, r: np.ndarray) -> tuple:
     if w.size == 0:
         p, K = D.shape[1], values.shape[1]
         return np.zeros((p, p)), np.zeros(p), np.zeros(0, dtype=np.int64), *_no_levels(K, p)
-    levels = np.unique(codes[codes >= 0])
-    local = np.where(codes >= 0, np.searchsorted(levels, codes), -1)  # the partition's own levels, 0..J_k-1
+    levels, local = own_levels(codes)
     blocked = BlockedFactor(codes=local, values=values, n_levels=levels.size)
     stats = row_statistics(D, w, r, blocked)
     sums = stats.level_sums(blocked, D)
     return stats.gram, stats.product, levels, sums.blocks, sums.cross, sums.rhs
+
+
+def own_levels(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(levels, local codes)``: the levels a partition's rows hold and each row's level numbered among them
+    (``0..J_k-1``; -1 stays -1)."""
+    levels = np.unique(codes[codes >= 0])
+    return levels, np.where(codes >= 0, np.searchsorted(levels, codes), -1)
 
 
 def _no_levels(K: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
