@@ -335,3 +335,12 @@ def test_out_of_core_checks_count_each_factors_levels_and_its_levels_of_one_clas
     streamed = bayesvm.bsvm("y ~ x + (1 | clinic)", ddf, checks=bayesvm.Checks(nlevels="ignore"))
     assert [f.check for f in memory.diagnostics.findings if f.check == "nlevels"] == ["nlevels"]
     assert not any(f.action == "warn" for f in streamed.diagnostics.findings)
+
+
+def test_a_constant_column_out_of_core_is_named_as_aliased_with_the_intercept(client, frame):
+    ddf = dd.from_pandas(frame.assign(const=2.5), npartitions=3)
+    with pytest.warns(bayesvm.IdentifiabilityWarning, match=r"the column\(s\) 'const' are constant over every row"):
+        fit = bayesvm.bsvm("y ~ a + b + const", ddf)
+    assert [f.check for f in fit.diagnostics.findings] == ["rank"]
+    quiet = bayesvm.bsvm("y ~ a + b", ddf)
+    assert not quiet.diagnostics.findings

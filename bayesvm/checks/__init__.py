@@ -66,7 +66,19 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
             for finding in random_effect_separation(design.X, design.x_names, design, isolated):
                 action = checks.random_separation if finding.action == "warn" else finding.action
                 findings.append(Finding(finding.check, action, finding.message, finding.culprits))
-    else:  # out of core: the level counts and each level's classes, from the pass that read the data
+    else:  # out of core: the columns' spread, the level counts and each level's classes, from the pass that read them
+        constant = _constant_beside_intercept(design)
+        if constant:
+            findings.append(
+                Finding(
+                    "rank",
+                    checks.rank if checks.rank != "stop" else "warn",
+                    f"the column(s) {_listed(constant, design.p)} are constant over every row: aliased with the intercept, so their "
+                    "coefficients are determined by the prior, not the data (in memory they are dropped); remove them "
+                    "from the formula",
+                    tuple(constant),
+                )
+            )
         findings.extend(level_findings(design, checks))
         if not any(f.action == "stop" for f in findings):
             findings.extend(one_class_levels(design, checks))
@@ -75,6 +87,15 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
 
 #: Coefficients a separation message lists by name; more are counted (``fit.diagnostics.frame()`` has them all).
 LISTED_COLUMNS = 8
+
+
+def _constant_beside_intercept(design) -> list[str]:
+    """Fixed-effect columns with no spread over every row (the streamed design's moments), where there is an
+    intercept they alias."""
+    if not design.has_intercept:
+        return []
+    sd = design.column_moments()[1]
+    return [name for name, s in zip(design.x_names, sd) if s == 0 and name != "(Intercept)"]
 
 
 def _wide_finding(design, checks: Checks) -> Finding:
