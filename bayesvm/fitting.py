@@ -96,7 +96,9 @@ def bsvm(
         ``"auto"`` with mean-field VB, the better predictor on held-out real data) or multiple imputation
         (``"mi"``, ``z | y ~ N(mu_y, Sigma)`` sampled exactly; ``method="vb"`` pools the completed-data fits,
         ``"gibbs"`` draws the imputations inside the chain, :mod:`bayesvm.engines.imputation.multiple`; ``"auto"``
-        with Gibbs, ``vb="accurate"``, ``method="svi"``, a selection prior or the sparse layout).  The response is never imputed: rows where it is
+        with Gibbs, ``vb="accurate"``, ``method="svi"``, a selection prior, the sparse layout or out-of-core data, where
+        the chain runs a pass per step and keeps its draws beside the partitions,
+        :mod:`bayesvm.engines.imputation.stream_mi`).  The response is never imputed: rows where it is
         missing are dropped under ``"drop"`` and ``"impute"`` (as lme4's ``na.omit`` and bambi do) and counted
         in ``summary()``; under ``"error"`` they are refused.
     standardize

@@ -17,8 +17,10 @@ memory), and each partition's rows carry their codes.  Full-batch VB streams the
 per-level sums (any number of levels, :mod:`bayesvm.engines.linear.stream_vb`) and the other terms as dense
 columns; SVI and the selection priors see every term as dense columns (at most
 :data:`bayesvm.model.MAX_DENSE_COLUMNS` coefficients in all).  A ``gp()`` term's basis
-(standardisation, inducing locations, centring) is set from the prototype rows.  ``missing="impute"`` is
-refused: imputation runs on in-memory data (its imputed values, parameters of every row, are not streamed).
+(standardisation, inducing locations, centring) is set from the prototype rows.  ``missing="impute"``: a first
+pass finds the predictors with missing values and their observed moments (the imputation model's scale and the
+placeholders of the prototype, as in memory); the rows' imputed values are drawn and kept beside their partitions
+(:mod:`bayesvm.engines.imputation.stream_mi`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from .formula.design import (
     required_variables,
     sorted_group_levels,
 )
+from .formula.imputation import ColumnGaps, ImputationLayout, check_gaps, imputation_layout, is_categorical
 from .formula.response import code_response
 
 #: Rows of the prototype design (taken from the first partition).
@@ -89,7 +92,35 @@ class StreamedDesign(Design):
         return np.asarray(rows), np.asarray(positive)
 
 
+@dataclass(frozen=True, eq=False)
+class StreamedImputationLayout(ImputationLayout):
+    """An :class:`ImputationLayout` whose ``values`` hold only the prototype rows; the observed moments, the counts
+    of missing values and of incomplete rows come from the pass over every row."""
+
+    moments: tuple = ((), ())
+    counts: tuple = ()
+    incomplete: int = 0
+
+    @property
+    def observed_mean(self) -> np.ndarray:
+        return np.asarray(self.moments[0], dtype=float)
+
+    @property
+    def observed_sd(self) -> np.ndarray:
+        return np.asarray(self.moments[1], dtype=float)
+
+    @property
+    def n_missing(self) -> dict[str, int]:
+        return {name: int(c) for name, c in zip(self.variables, self.counts) if c}
+
+    @property
+    def incomplete_rows(self) -> int:
+        return self.incomplete
+
+
 def _complete(frame: pd.DataFrame, used: list[str], missing: str) -> pd.DataFrame:
+    if missing == "impute":  # the predictors are imputed, the response never is: rows without one are dropped
+        return frame.loc[frame[used[0]].notna().to_numpy()]
     if missing != "drop":
         return frame
     keep = np.ones(len(frame), dtype=bool)
@@ -113,7 +144,10 @@ def _partition_rows(frame: pd.DataFrame, design: Design, used: list[str], missin
     frame = _complete(frame, used, missing)
     if len(frame) == 0:
         return _empty_rows(design), np.zeros(0)
-    return design.rematerialize(frame), design.response.encode(frame[design.parsed.response])
+    new = design.rematerialize(frame)
+    if new.imputation_values is not None:
+        new = replace(new, labels=frame.index)
+    return new, design.response.encode(frame[design.parsed.response])
 
 
 def _partition_summary(frame: pd.DataFrame, design: Design, used: list[str], missing: str) -> dict:
@@ -129,8 +163,53 @@ def _partition_summary(frame: pd.DataFrame, design: Design, used: list[str], mis
         labels = {g: group_labels(frame, g) for g in groups}
     counts = {g: (pd.Series(labels[g]).value_counts(), pd.Series(labels[g][y > 0]).value_counts()) for g in groups}
     labels = {g: pd.Index(labels[g].unique()) for g in groups}
+    layout = design.imputation
+    incomplete = (
+        0 if layout is None else int(frame[list(dict.fromkeys(layout.source_columns))].isna().any(axis=1).sum())
+    )
     return {"bad": bad, "rows": len(y), "sum": X.sum(axis=0), "sumsq": (X * X).sum(axis=0), "y": y, "labels": labels,
-            "counts": counts}  # fmt: skip
+            "counts": counts, "incomplete": incomplete}  # fmt: skip
+
+
+def _partition_gaps(frame: pd.DataFrame, used: list[str]) -> dict:
+    """Per predictor of one partition (rows without a response left out): missing values (count, first labels) and
+    what the imputation needs of the observed ones (a numeric column's count, sum, sum of squares and infinities; a
+    categorical column's level counts)."""
+    no_response = int(frame[used[0]].isna().sum())
+    frame = _complete(frame, used, "impute")
+    out = {}
+    for name in used[1:]:
+        column = frame[name]
+        bad = bad_mask(column)
+        fact = {"missing": int(bad.sum()), "rows": frame.index[bad][:5].tolist(), "categorical": is_categorical(column)}
+        if fact["categorical"]:
+            fact["levels"] = column.value_counts(dropna=True)
+        else:
+            values = column.to_numpy(dtype=float, na_value=np.nan)
+            finite = values[np.isfinite(values)]
+            fact.update(infinite=frame.index[np.isinf(values)][:5].tolist(), observed=finite.size, sum=finite.sum(),
+                        sumsq=float(finite @ finite))  # fmt: skip
+        out[name] = fact
+    return {"facts": out, "no_response": no_response}
+
+
+def _gaps_of(name: str, parts: list[dict]) -> tuple[ColumnGaps, tuple[float, float] | None, pd.Series | None]:
+    """One predictor's :class:`ColumnGaps` over every partition, with its observed mean and SD (``ddof=1``; a numeric
+    column) or its observed level counts (a categorical one)."""
+    facts = [part[name] for part in parts]
+    missing = sum(f["missing"] for f in facts)
+    rows = [r for f in facts for r in f["rows"]][:5]
+    if facts[0]["categorical"]:
+        levels = pd.concat([f["levels"] for f in facts]).groupby(level=0, observed=False).sum()
+        levels = levels[levels > 0]
+        return ColumnGaps(name, missing, rows, True, int(levels.size)), None, levels
+    observed = sum(f["observed"] for f in facts)
+    total, total_sq = sum(f["sum"] for f in facts), sum(f["sumsq"] for f in facts)
+    infinite = tuple(r for f in facts for r in f["infinite"])[:5]
+    mean = total / observed if observed else np.nan
+    var = (total_sq - observed * mean**2) / (observed - 1) if observed > 1 else np.nan
+    gaps = ColumnGaps(name, missing, rows, False, 0, infinite, observed)
+    return gaps, (mean, float(np.sqrt(max(var, 0.0))) if np.isfinite(var) else np.nan), None
 
 
 def _with_levels(design: Design, frame: pd.DataFrame, summaries) -> Design:
@@ -172,9 +251,14 @@ class StreamedData:
         # (a task-based shuffle: dask.distributed's peer-to-peer one logs two warnings per shuffle)
         frame = self.frame.shuffle(on=list(whole_levels), shuffle_method="tasks") if whole_levels else self.frame
         tasks = [dask.delayed(rows)(part) for part in frame.to_delayed()]
-        if 8.0 * self.design.n * self.design.p <= PERSIST_BYTES:
+        if self.persists:
             tasks = list(dask.persist(*tasks))
         return tasks
+
+    @property
+    def persists(self) -> bool:
+        """Whether the engine rows are persisted (:meth:`parts`): every row fits in :data:`PERSIST_BYTES`."""
+        return 8.0 * self.design.n * self.design.p <= PERSIST_BYTES
 
     @staticmethod
     def map(parts: list, func, *args) -> list:
@@ -196,7 +280,7 @@ class StreamedData:
     def passes(self, transform, whole_levels: tuple[str, ...] = ()) -> PartitionPasses:
         """:class:`PartitionPasses` over the partitions' rows as ``transform`` makes them (``whole_levels``: as
         :meth:`parts`): the accurate fit's input."""
-        return PartitionPasses(self.parts(transform, whole_levels))
+        return PartitionPasses(self.parts(transform, whole_levels), self.persists)
 
     def minibatches(self, transform, size: int):
         """``batches(rng)``: minibatches of ``size`` rows drawn partition by partition
@@ -226,6 +310,8 @@ class PartitionPasses:
     """
 
     parts: list
+    #: whether rows derived from these (:meth:`derived`) are persisted too
+    persist: bool = True
 
     def sweep(self, func, *args) -> list:
         """``func(rows, y, *args)`` of every partition, gathered (:meth:`StreamedData.map`)."""
@@ -239,6 +325,12 @@ class PartitionPasses:
         made = dask.persist(*self._tasks(func, states, args, nout=2))
         results = dask.compute(*[pair[1] for pair in made])
         return [pair[0] for pair in made], list(results)
+
+    def derived(self, func, states: list, *args) -> PartitionPasses:
+        """Passes over the rows ``func(rows, y, state, *args) -> (rows', y')`` of every partition (e.g. the design rows
+        with one imputation filled in), computed beside the partitions and persisted there as these are."""
+        tasks = self._tasks(func, states, args)
+        return PartitionPasses(list(_dask().persist(*tasks)) if self.persist else tasks, self.persist)
 
     def sweep_states(self, func, states: list, *args) -> list:
         """``func(rows, y, state, *args)`` of every partition, gathered."""
@@ -295,14 +387,58 @@ def _present_values(frame: pd.DataFrame, column: str) -> np.ndarray:
     return np.asarray(frame[column].dropna().unique())
 
 
+def _with_imputation(parsed: ParsedFormula, ddf, prototype: Design, proto: pd.DataFrame, used: list[str]) -> Design:
+    """The prototype with the imputation layout of ``missing="impute"`` (None without missing predictors): one pass
+    over the partitions finds the predictors with missing values, checks that each may be imputed (the in-memory
+    checks and messages, :func:`bayesvm.formula.imputation.check_gaps`) and gives the observed moments of every
+    imputation variable and the placeholders (a numeric column's observed mean, a factor's most frequent level)."""
+    dask = _dask()
+    parts = dask.compute(*[dask.delayed(_partition_gaps)(part, used) for part in ddf.to_delayed()])
+    facts = [part["facts"] for part in parts]
+    gaps, moments, levels = {}, {}, {}
+    for name in used[1:]:
+        gaps[name], moments[name], levels[name] = _gaps_of(name, facts)
+    bars = [v for bar in parsed.bars for v in required_variables(bar.expr, proto, "data")]
+    groups = [v for bar in parsed.bars for v in bar.group]
+    gp_inputs = [v for spec in parsed.gp_terms for v in spec.variables]
+    impute = check_gaps([gap for gap in gaps.values() if gap.n_missing], groups, bars, gp_inputs)
+    if not impute:
+        return prototype
+    layout = imputation_layout(prototype.spec, proto, impute, lambda expr: required_variables(expr, proto, "data"),
+                               prototype.X, prototype.x_names)  # fmt: skip
+    mean, sd, counts = [], [], []
+    for variable, source, column in zip(layout.variables, layout.source_columns, layout.x_columns):
+        counts.append(gaps[source].n_missing)
+        if variable == source:
+            mean.append(moments[source][0])
+            sd.append(moments[source][1])
+            continue
+        observed = levels[source]  # an indicator column: its value at each observed level, weighted by the counts
+        rows = pd.concat([proto.iloc[[0]]] * observed.size, ignore_index=True)
+        rows[source] = pd.Series(observed.index, dtype=proto[source].dtype)
+        x = prototype.rematerialize(rows, include_random=False).X[:, column]
+        weights = observed.to_numpy(dtype=float)
+        m = float(weights @ x / weights.sum())
+        mean.append(m)
+        sd.append(float(np.sqrt(max(weights @ (x - m) ** 2, 0.0) / max(weights.sum() - 1.0, 1.0))))
+    sd = np.asarray(sd)
+    sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
+    placeholders = tuple((source, _most_frequent(levels[source])) for source, _ in layout.placeholders)
+    fields = {f: getattr(layout, f) for f in ImputationLayout.__dataclass_fields__}
+    fields.update(placeholders=placeholders)
+    streamed = StreamedImputationLayout(**fields, moments=(np.asarray(mean), sd), counts=tuple(counts))
+    return replace(prototype, imputation=streamed)
+
+
+def _most_frequent(counts: pd.Series) -> object:
+    """The most frequent level (the first in the levels' order among ties, as ``Series.mode``)."""
+    top = counts[counts == counts.max()]
+    return top.sort_index().index[0]
+
+
 def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, missing: str) -> StreamedData:
     """Prototype design, global checks and the full response vector for a dask frame."""
     dask = _dask()
-    if missing not in ("error", "drop"):
-        raise DataError(
-            f"out-of-core data take missing='error' or 'drop', not {missing!r}: imputation runs on in-memory data "
-            "(its imputed values, parameters of every row, are not streamed)"
-        )
     with warnings.catch_warnings():  # (a first partition shorter than the prototype is fine: dask warns of it)
         warnings.filterwarnings("ignore", message="Insufficient elements for `head`")
         head = ddf.head(PROTOTYPE_ROWS, npartitions=1)
@@ -349,11 +485,18 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
         proto[response] = pd.Categorical(proto[response], categories=head[response].dtype.categories)
     prototype = build_design(parsed, proto, positive=positive, missing="error", rank="keep")
     prototype = replace(prototype, response=coding)
+    if missing == "impute":
+        prototype = _with_imputation(parsed, ddf, prototype, proto, used)
     summaries = dask.compute(
         *[dask.delayed(_partition_summary)(part, prototype, used, missing) for part in ddf.to_delayed()]
     )
     bad = {name: sum(s["bad"][name] for s in summaries) for name in used}
     bad = {name: count for name, count in bad.items() if count}
+    if missing == "impute":  # (only the rows without a response are dropped)
+        bad = {response: bad[response]} if response in bad else {}
+        incomplete = sum(s["incomplete"] for s in summaries)
+        if prototype.imputation is not None:
+            prototype = replace(prototype, imputation=replace(prototype.imputation, incomplete=incomplete))
     if bad and missing == "error":
         detail = ", ".join(f"{name!r}: {count}" for name, count in bad.items())
         raise DataError(

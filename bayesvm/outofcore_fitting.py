@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from .arguments import data_name, iteration_defaults
 from .checks import check_identifiability
-from .combinations import check_checks, check_prior_method
+from .combinations import check_checks, check_imputation_arguments, check_prior_method
 from .control import Control
 from .errors import BayesvmError
 from .formula.bars import parse_formula
@@ -39,6 +39,10 @@ def fit_streamed(formula, data, *, method, positive, missing, standardize, penal
             raise BayesvmError("a selection prior selects slopes, and a kernel fit has no slopes to penalise")
         check_prior_method(prior, method, penalty, vb)
     family = "kernel" if kernel is not None else "selection" if prior is not None else "linear"
+    if missing == "impute":  # multiple imputation out of core (what 'auto' chooses there): the joint model is refused
+        check_imputation_arguments(control.imputation, control.imputations)
+        if control.imputation == "auto":
+            control = replace(control, imputation="mi")
     cell(f"out-of-core {family}", method)  # (refused before the pass over the data where no engine fits)
     tol, max_iter = iteration_defaults(method, control.tol, control.max_iter, control.batch_size, vb_max_iter=500)
     streamed = build_streamed(parse_formula(formula, getattr(data, "columns", None)), data, positive, missing)

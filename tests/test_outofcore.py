@@ -134,8 +134,6 @@ def test_streamed_gp_term_with_random_effects_fits(client):
 
 def test_streamed_errors_name_the_problem(client, frame):
     ddf = dd.from_pandas(frame, npartitions=2)
-    with pytest.raises(DataError, match="imputation runs on in-memory data"):
-        bayesvm.bsvm("y ~ a + b", ddf, missing="impute")
     with pytest.raises(BayesvmError, match="method"):
         bayesvm.bsvm("y ~ a", ddf, method="gibbs")
     text = frame.assign(h=frame["g"].astype(str))
@@ -344,3 +342,100 @@ def test_a_constant_column_out_of_core_is_named_as_aliased_with_the_intercept(cl
     assert [f.check for f in fit.diagnostics.findings] == ["rank"]
     quiet = bayesvm.bsvm("y ~ a + b", ddf)
     assert not quiet.diagnostics.findings
+
+
+def _with_holes(seed: int = 11, n: int = 800, levels: int = 20) -> pd.DataFrame:
+    """A random intercept, a numeric predictor and a factor with missing values, and a few rows without a response."""
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, levels, n)
+    a = rng.normal(size=n)
+    b = 0.6 * a + 0.8 * rng.normal(size=n)
+    kind = rng.choice(["p", "q", "r"], n, p=[0.5, 0.3, 0.2])
+    f = 0.2 + a - 0.7 * b + 0.6 * (kind == "q") + rng.normal(0, 0.7, levels)[g]
+    data = pd.DataFrame({"y": np.where(rng.uniform(size=n) < 1 / (1 + np.exp(-2 * f)), "yes", "no"), "a": a, "b": b,
+                         "kind": pd.Categorical(kind), "g": pd.Categorical(g.astype(str))})  # fmt: skip
+    data.loc[rng.uniform(size=n) < 0.2, "b"] = np.nan
+    data.loc[rng.uniform(size=n) < 0.1, "kind"] = np.nan
+    data.loc[rng.uniform(size=n) < 0.02, "y"] = np.nan
+    data["y"] = pd.Categorical(data["y"])
+    return data
+
+
+def test_missing_predictors_out_of_core_are_imputed_beside_their_partitions_as_in_memory(client):
+    data = _with_holes()
+    formula = "y ~ a + b + kind + (1 | g)"
+    control = bayesvm.Control(imputation="mi", imputations=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm(formula, dd.from_pandas(data, npartitions=4), missing="impute", seed=1,
+                           control=bayesvm.Control(imputations=10))  # fmt: skip
+        memory = bayesvm.bsvm(formula, data, missing="impute", vb="meanfield", seed=1, control=control)
+    # the imputation model's scale, placeholders and counts are the in-memory ones
+    ours, theirs = fit.model.design.imputation, memory.model.design.imputation
+    assert ours.variables == theirs.variables and ours.placeholders == theirs.placeholders
+    np.testing.assert_allclose(ours.observed_mean, theirs.observed_mean, rtol=1e-12)
+    np.testing.assert_allclose(ours.observed_sd, theirs.observed_sd, rtol=1e-12)
+    assert ours.n_missing == theirs.n_missing and ours.incomplete_rows == theirs.incomplete_rows
+    assert fit.model.design.n_dropped == memory.model.design.n_dropped == {"y": int(data["y"].isna().sum())}
+    # the pooled posterior is the in-memory one within Monte Carlo error (10 imputations: the pooled means move by up
+    # to half a posterior SD between seeds; imputations that ignored the class would move b's by several)
+    ours, theirs = fit.summary().fixed, memory.summary().fixed
+    assert np.all(np.abs(ours["mean"] - theirs["mean"]) < 0.75 * theirs["sd"])
+    np.testing.assert_allclose(ours["sd"], theirs["sd"], rtol=0.5)  # (the between-imputation part: 10 draws of it)
+    # ... and the pooled draws carry the spread between the completed data sets (engine scale; b and kind imputed)
+    pooled = fit.result.theta_d.reshape(-1, fit.result.theta_d.shape[-1]).std(axis=0)
+    within = np.mean([np.sqrt(np.diag(f.theta.cov_d)) for f in fit.result.fits], axis=0)
+    assert np.all(pooled[2:5] > 1.05 * within[2:5])
+    report, expected = fit.imputation_report(), memory.imputation_report()
+    assert sorted(zip(report.rows["row"], report.rows["variable"])) == sorted(
+        zip(expected.rows["row"], expected.rows["variable"])
+    )
+    np.testing.assert_allclose(report.variables["imputed_mean"], expected.variables["imputed_mean"], atol=0.1)
+    text = str(fit.summary())
+    assert "multiple imputation" in text and "Imputed: b" in text and "vb='accurate' gives the accurate fit" in text
+    holes = data.dropna(subset=["y"]).head(40)
+    predicted = fit.predict(dd.from_pandas(holes, npartitions=2), kind="link").compute()
+    np.testing.assert_allclose(predicted.to_numpy(), fit.predict(holes, kind="link"), rtol=1e-12)
+    assert np.isfinite(predicted).all()
+
+
+def test_the_accurate_fit_imputes_out_of_core_with_an_accurate_fit_per_completed_data_set(client):
+    data = _with_holes(n=300).drop(columns="g")
+    control = bayesvm.Control(imputation="mi", imputations=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ a + b", dd.from_pandas(data, npartitions=2), missing="impute", vb="accurate",
+                           penalty=None, seed=2, control=control)  # fmt: skip
+        memory = bayesvm.bsvm("y ~ a + b", data, missing="impute", vb="accurate", penalty=None, seed=2, control=control)
+    assert fit.result.engine == "accurate" and len(fit.result.fits) == 2
+    assert "accurate VB" in str(fit.summary())
+    ours, theirs = fit.summary().fixed, memory.summary().fixed
+    assert np.all(np.abs(ours["mean"] - theirs["mean"]) < 0.6 * theirs["sd"])
+
+
+def test_out_of_core_imputation_refusals_name_the_reason(client):
+    data = _with_holes(n=200)
+    ddf = dd.from_pandas(data, npartitions=2)
+    with pytest.raises(BayesvmError, match="the joint model .imputation='joint'. .* runs on in-memory data"):
+        bayesvm.bsvm("y ~ a + b", ddf, missing="impute", control=bayesvm.Control(imputation="joint"))
+    with pytest.raises(BayesvmError, match="selection prior with missing='impute' runs on in-memory data"):
+        bayesvm.bsvm("y ~ a + b", ddf, missing="impute", prior=bayesvm.priors.LaplaceZero())
+    with pytest.raises(BayesvmError, match="fitted by method='vb' .multiple imputation"):
+        bayesvm.bsvm("y ~ a + b", ddf, missing="impute", method="svi")
+    holes = data.assign(g=data["g"].astype(object))
+    holes.loc[[3, 7], "g"] = np.nan
+    holes["g"] = pd.Categorical(holes["g"])
+    with pytest.raises(DataError, match="grouping variable 'g' has 2 missing value.s. .rows .3, 7.."):
+        bayesvm.bsvm("y ~ a + (1 | g)", dd.from_pandas(holes, npartitions=2), missing="impute")
+    with pytest.raises(ValueError, match="'b' has missing values and appears in the term 'a:b'"):
+        bayesvm.bsvm("y ~ a * b", ddf, missing="impute")
+
+
+def test_the_arviz_export_of_out_of_core_data_leaves_out_the_rows_log_likelihood_and_says_so(client, frame):
+    fit = bayesvm.bsvm("y ~ a + b", dd.from_pandas(frame, npartitions=2))
+    with pytest.warns(UserWarning, match="no log_likelihood group for out-of-core data"):
+        idata = fit.to_inference_data(draws=200)
+    assert "log_likelihood" not in idata.groups() and "posterior" in idata.groups()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit.to_inference_data(draws=200, log_likelihood=False)

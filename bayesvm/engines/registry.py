@@ -5,8 +5,8 @@ A model belongs to one family, by its blocks: ``"linear"`` (normal or learned-pe
 terms), ``"selection"`` (a selection prior on the slopes), ``"multiple imputation"`` and ``"joint imputation"``
 (imputed predictor columns, Luts & Ormerod 2014, section 3.3), ``"imputed selection"`` (both), ``"kernel"`` (a
 Gaussian process on the inputs, Wenzel et al. 2017) and ``"pcvm"`` (Chen, Tino & Yao's kernel expansion, named by
-``pcvm()``); on out-of-core data (a dask frame) ``"out-of-core linear"``, ``"out-of-core selection"`` and
-``"out-of-core kernel"``.  Each ``(family, method)`` cell of :data:`ROUTES` is a :class:`Route`: ``supports(model,
+``pcvm()``); on out-of-core data (a dask frame) ``"out-of-core linear"``, ``"out-of-core selection"``,
+``"out-of-core kernel"`` and ``"out-of-core multiple imputation"`` (the other imputation families are refused there).  Each ``(family, method)`` cell of :data:`ROUTES` is a :class:`Route`: ``supports(model,
 request)`` gives the reason it cannot fit this model with these settings (None where it can), and ``run(model,
 request)`` fits it and returns an :class:`EngineRun` (the engine's output, the problem it was fitted to, why the engine
 differs from the one asked for, and the warnings its result calls for).  The face builds the fit from the run once and
@@ -69,6 +69,9 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("out-of-core selection", "vb"): Route(selection_routes.run_streamed_vb, selection_routes.supports_streamed),
     ("out-of-core selection", "svi"): Route(selection_routes.run_streamed_svi, selection_routes.supports_streamed),
     ("out-of-core kernel", "svi"): Route(kernel_routes.run_svi, kernel_routes.supports),
+    ("out-of-core multiple imputation", "vb"): Route(
+        imputation_routes.run_streamed_vb, imputation_routes.supports_streamed
+    ),
 }
 
 
@@ -92,6 +95,9 @@ ABSENT = {
     "out-of-core linear": _out_of_core("out-of-core linear"),
     "out-of-core selection": _out_of_core("out-of-core selection"),
     "out-of-core kernel": _out_of_core("out-of-core kernel"),
+    "out-of-core multiple imputation": imputation_routes.absent_streamed,
+    "out-of-core joint imputation": imputation_routes.absent_streamed_joint,
+    "out-of-core imputed selection": imputation_routes.absent_streamed_selection,
 }
 
 

@@ -314,6 +314,7 @@ class NewDesign:
     values: tuple[np.ndarray, ...]
     imputation_values: np.ndarray | None = None  # raw values of the imputation variables, NaN where missing
     gp_bases: tuple[np.ndarray, ...] = ()  # the gp() terms' bases of the new rows
+    labels: pd.Index | None = None  # the rows' labels in their frame, where a streamed fit needs them
 
 
 def required_variables(formula: str, data: pd.DataFrame, what: str) -> list[str]:

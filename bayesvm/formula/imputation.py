@@ -84,6 +84,11 @@ class ImputationLayout:
         return {name: int(c) for name, c in zip(self.variables, counts) if c}
 
     @property
+    def incomplete_rows(self) -> int:
+        """Rows with at least one missing value."""
+        return int(self.missing.any(axis=1).sum())
+
+    @property
     def observed_mean(self) -> np.ndarray:
         return np.nanmean(self.values, axis=0)
 
@@ -91,6 +96,32 @@ class ImputationLayout:
     def observed_sd(self) -> np.ndarray:
         sd = np.nanstd(self.values, axis=0, ddof=1)
         return np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
+
+
+@dataclass(frozen=True)
+class ColumnGaps:
+    """What the imputation check needs to know of one column with missing values (in memory from the frame, out of
+    core reduced over the partitions): the first row labels of its missing and infinite values and, for a
+    categorical column, how many levels are observed."""
+
+    name: str
+    n_missing: int
+    rows: list
+    categorical: bool
+    observed_levels: int = 0
+    infinite_rows: tuple = ()
+    n_observed: int = 0
+
+    @classmethod
+    def of(cls, data: pd.DataFrame, name: str, bad: np.ndarray) -> ColumnGaps:
+        """The gaps of column ``name`` of ``data`` (``bad``: its missing or non-finite rows)."""
+        column = data[name]
+        if is_categorical(column):
+            return cls(name, int(bad.sum()), data.index[bad][:5].tolist(), True, int(column.dropna().nunique()))
+        values = column.to_numpy(dtype=float, na_value=np.nan)
+        infinite = data.index[np.isinf(values)][:5].tolist()
+        return cls(name, int(bad.sum()), data.index[bad][:5].tolist(), False, 0, tuple(infinite),
+                   int(np.isfinite(values).sum()))  # fmt: skip
 
 
 def check_imputable(
@@ -102,13 +133,18 @@ def check_imputable(
     gp_vars: list[str] = (),
 ) -> list[str]:
     """Variables with missing values that may be imputed; raise naming rows for the rest."""
-    names = [name for name, mask in bad.items() if mask.any()]
-    for name in names:
-        rows = data.index[bad[name]][:5].tolist()
-        column = data[name]
+    gaps = [ColumnGaps.of(data, name, mask) for name, mask in bad.items() if mask.any()]
+    return check_gaps(gaps, group_vars, bar_vars, gp_vars)
+
+
+def check_gaps(gaps: list[ColumnGaps], group_vars, bar_vars, gp_vars=()) -> list[str]:
+    """The names of the columns with ``gaps`` when each may be imputed; a :class:`DataError` naming the column and
+    its first rows for the first that may not."""
+    for gap in gaps:
+        name, rows = gap.name, gap.rows
         if name in group_vars:
             raise DataError(
-                f"grouping variable {name!r} has {int(bad[name].sum())} missing value(s) (rows {rows}): "
+                f"grouping variable {name!r} has {gap.n_missing} missing value(s) (rows {rows}): "
                 "imputation needs every group observed; drop those rows or use missing='drop'"
             )
         if name in bar_vars:
@@ -122,19 +158,18 @@ def check_imputable(
                 "nonlinear in it, so its conditional given the rest is not Gaussian and the imputation model does "
                 "not apply; use missing='drop' for those rows or impute it before fitting"
             )
-        if is_categorical(column):
-            if column.dropna().nunique() < 2:
+        if gap.categorical:
+            if gap.observed_levels < 2:
                 raise DataError(
                     f"categorical predictor {name!r} has missing values (rows {rows}) and fewer than 2 observed "
                     "levels to impute from"
                 )
             continue
-        values = column.to_numpy(dtype=float, na_value=np.nan)
-        if np.isinf(values).any():
-            raise DataError(f"{name!r} has infinite values (rows {data.index[np.isinf(values)][:5].tolist()})")
-        if np.isnan(values).all():
+        if gap.infinite_rows:
+            raise DataError(f"{name!r} has infinite values (rows {list(gap.infinite_rows)})")
+        if gap.n_observed == 0:
             raise DataError(f"{name!r} has no observed value to impute from")
-    return names
+    return [gap.name for gap in gaps]
 
 
 def is_categorical(column: pd.Series) -> bool:

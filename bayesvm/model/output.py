@@ -29,7 +29,8 @@ EMPTY_TRACE.setflags(write=False)
 #: (sweeps where the bound fell), ``stopping`` (why the engine stopped, where it says: SVI, ``draws="auto"``),
 #: ``include`` (selection indicators: draws or ``q(gamma)``), ``fits`` (the fits pooled over completed data sets),
 #: ``imputation``, ``imputation_mode`` (``"joint"`` or ``"mi"``), ``imputation_moments`` and ``z_cov`` (the
-#: imputed values' posterior and the joint model's VB moments), ``log_posterior`` (per draw), ``slopes`` (a
+#: imputed values' posterior and the joint model's VB moments), ``imputed_cells`` (each imputed entry's ``row`` label,
+#: variable ``column``, ``mean`` and ``sd``, where the output holds no ``(n, V)`` moments: out-of-core data), ``log_posterior`` (per draw), ``slopes`` (a
 #: selection prior's slopes under the accurate fit), ``scale_estimate`` (a selection prior's learned scale:
 #: ``(template, value)``, the template naming the statistic with ``{s}`` for the parameter, e.g. ``("E[{s}^2]", 0.3)``
 #: or ``("mode of {s}", 1.2)``), ``probe_report`` (the stochastic-probe solver's Monte Carlo report) and
@@ -47,6 +48,7 @@ OPTIONAL_PARTS: dict[str, object] = {
     "imputation_mode": None,
     "imputation_moments": None,
     "z_cov": None,
+    "imputed_cells": None,
     "log_posterior": None,
     "slopes": None,
     "scale_estimate": None,

@@ -252,7 +252,18 @@ def _check_export_memory(fit, draws: int, log_likelihood: bool) -> None:
 
 def linear_groups(fit, draws: int, seed: int | None, log_likelihood: bool) -> dict[str, xr.Dataset]:
     """``posterior`` (coefficients, random effects, variance components, selection and imputation draws) and
-    ``log_likelihood`` of a linear or mixed fit (:class:`bayesvm.results.fit.BSVMFit`)."""
+    ``log_likelihood`` of a linear or mixed fit (:class:`bayesvm.results.fit.BSVMFit`); out-of-core data leave out the
+    log-likelihood (rows x draws, and the rows are not in memory) and say so."""
+    design = fit.model.design
+    if log_likelihood and design.X.shape[0] != design.n:
+        warnings.warn(
+            f"to_inference_data(): no log_likelihood group for out-of-core data (each of the {design.n:,} rows at every "
+            "draw, and the rows are not in memory); pass log_likelihood=False to export the rest without this warning, "
+            "or fit a sample of the rows in memory for az.loo",
+            UserWarning,
+            stacklevel=4,
+        )
+        log_likelihood = False
     _check_export_memory(fit, draws, log_likelihood)
     posterior = posterior_dataset(fit, draws, seed)
     groups = {"posterior": posterior}

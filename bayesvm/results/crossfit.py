@@ -377,6 +377,8 @@ def _cross_fit_streamed(fit, function, folds: int, seed: int) -> pd.DataFrame:
             held = held_data.partitions[i].compute()
             if call.options.get("missing") == "drop":
                 held = held.dropna(subset=used_columns(held.columns, call.formula))
+            elif call.options.get("missing") == "impute":  # (the response is never imputed: as the fit, drop those)
+                held = held.dropna(subset=[fit.model.design.parsed.response])
             if not len(held):
                 continue
             try:

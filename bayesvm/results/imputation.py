@@ -56,40 +56,44 @@ def imputation_moments(fit) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     return moments()
 
 
+def imputed_values(fit) -> pd.DataFrame:
+    """One row per imputed value on the imputation scale: ``row`` (label in the data), ``column`` (the variable's
+    index), ``mean`` and ``sd``: from the output's own list where it keeps one (out-of-core data), else from its
+    ``(n, V)`` moments at the missing entries."""
+    cells = fit.result.imputed_cells
+    if cells is not None:
+        return cells
+    z_mean, z_sd, _, _ = imputation_moments(fit)
+    rows, columns = np.nonzero(fit.model.design.imputation.missing)
+    return pd.DataFrame({"row": fit.model.design.row_index[rows], "column": columns, "mean": z_mean[rows, columns],
+                         "sd": z_sd[rows, columns]})  # fmt: skip
+
+
 def build_report(fit) -> ImputationReport:
     layout = fit.model.design.imputation
     m, s, _, _ = fit.model.imputation_scaling()
-    z_mean, z_sd, mu, sigma = imputation_moments(fit)
-    missing = layout.missing
-    values = m + s * z_mean
-    sds = s * z_sd
+    _, _, mu, sigma = imputation_moments(fit)
+    cells = imputed_values(fit)
     names = list(layout.variables)
+    column = cells["column"].to_numpy()
+    values = m[column] + s[column] * cells["mean"].to_numpy()
+    sds = s[column] * cells["sd"].to_numpy()
+    counts = layout.n_missing
     table = pd.DataFrame(
         {
-            "n_missing": missing.sum(axis=0),
+            "n_missing": [counts.get(name, 0) for name in names],
             "observed_mean": m,
             "observed_sd": s,
-            "imputed_mean": [
-                values[missing[:, j], j].mean() if missing[:, j].any() else np.nan for j in range(len(names))
-            ],
-            "imputed_sd_mean": [
-                sds[missing[:, j], j].mean() if missing[:, j].any() else np.nan for j in range(len(names))
-            ],
+            "imputed_mean": [values[column == j].mean() if (column == j).any() else np.nan for j in range(len(names))],
+            "imputed_sd_mean": [sds[column == j].mean() if (column == j).any() else np.nan for j in range(len(names))],
             "mu": m + s * mu,
         },
         index=pd.Index(names, name="variable"),
     )
     sd = np.sqrt(np.diag(sigma))
     corr = pd.DataFrame(sigma / np.outer(sd, sd), index=names, columns=names)
-    rows_idx, cols_idx = np.nonzero(missing)
-    rows = pd.DataFrame(
-        {
-            "row": fit.model.design.row_index[rows_idx],
-            "variable": [names[j] for j in cols_idx],
-            "mean": values[rows_idx, cols_idx],
-            "sd": sds[rows_idx, cols_idx],
-        }
-    )
+    rows = pd.DataFrame({"row": cells["row"].to_numpy(), "variable": [names[j] for j in column], "mean": values,
+                         "sd": sds})  # fmt: skip
     return ImputationReport(variables=table, correlation=corr, rows=rows, method=fit.method,
                             model=fit.result.imputation_mode or "joint")  # fmt: skip
 

@@ -455,7 +455,7 @@ def _imputation_text(design, mode: str | None) -> str | None:
     if layout is None:
         return None
     counts = ", ".join(f"{name} {count}" for name, count in layout.n_missing.items())
-    rows = int(layout.missing.any(axis=1).sum())
+    rows = layout.incomplete_rows
     how = (
         "multiple imputation from a normal model given the class"
         if mode == "mi"

@@ -153,11 +153,15 @@ def test_a_method_no_out_of_core_engine_has_is_refused_before_the_pass_over_the_
 
 def test_every_cell_of_the_table_is_a_route_of_a_known_family_and_method():
     families = {"linear", "selection", "multiple imputation", "joint imputation", "imputed selection", "kernel", "pcvm"}
-    families |= {f"out-of-core {family}" for family in ("linear", "selection", "kernel")}
+    families |= {f"out-of-core {family}" for family in ("linear", "selection", "kernel", "multiple imputation")}
     for (family, method), route in registry.ROUTES.items():
         assert family in families and method in ("vb", "em", "gibbs", "svi", "laplace", "ep")
         assert callable(route.run) and callable(route.supports)
     assert {family for family, _ in registry.ROUTES} == families
+    # the families with no cell out of core are refused with their own reason
+    for family in ("out-of-core joint imputation", "out-of-core imputed selection"):
+        with pytest.raises(bayesvm.BayesvmError, match="in-memory data"):
+            registry.cell(family, "vb")
 
 
 def _documented_engine() -> dict:

@@ -77,6 +77,21 @@ class MultipleImputationResult(ImputedGibbsResult):
         return int(sum(f.n_iter for f in self.fits))
 
 
+def pooling(rng: np.random.Generator, total: int):
+    """``pooled(parts)``: the completed data sets' draws (a list of arrays, ``total`` draws in all) stacked, shuffled and
+    split into 4 chains (1 when ``total`` is not a multiple of 4); independent draws, shuffled, so any split into chains
+    is exchangeable.  ``pooled.chains`` is the number of chains."""
+    order = rng.permutation(total)
+    chains = 4 if total % 4 == 0 else 1
+
+    def pooled(parts):
+        stacked = np.concatenate(parts)[order]
+        return stacked.reshape((chains, total // chains) + stacked.shape[1:])
+
+    pooled.chains = chains
+    return pooled
+
+
 @runs_with_blas_threads(lambda problem, **_: problem.base.D.shape[1])
 def fit_mi_vb(
     problem: ImputationProblem,
@@ -122,14 +137,7 @@ def fit_mi_vb(
         hinge = np.maximum(1.0 - base.y[None, :] * f, 0.0)
         hinge = -2.0 * (hinge if base.weights is None else hinge * base.weights).sum(axis=1)  # log pseudo-likelihood
         lp.append([hinge[s] + log_prior(base, d[s], b[s], [x[s] for x in c]) for s in range(draws_per_imputation)])
-    total = imputations * draws_per_imputation
-    order = rng.permutation(total)
-    chains = 4 if total % 4 == 0 else 1  # independent draws, shuffled: any split into chains is exchangeable
-
-    def pooled(parts):
-        stacked = np.concatenate(parts)[order]
-        return stacked.reshape((chains, total // chains) + stacked.shape[1:])
-
+    pooled = pooling(rng, imputations * draws_per_imputation)
     theta_d, theta_b = pooled(theta_d), pooled(theta_b)
     components = [pooled([c[k] for c in comps]) for k in range(len(base.components))]
     z_mean = imp.z.mean(axis=0)
@@ -227,13 +235,8 @@ def fit_mi_selection_vb(
                   for s in range(draws_per_imputation)]  # fmt: skip
         lp.append(total)
     count = imputations * draws_per_imputation
-    order = rng.permutation(count)
-    chains = 4 if count % 4 == 0 else 1
-
-    def pooled(parts):
-        stacked = np.concatenate(parts)[order]
-        return stacked.reshape((chains, count // chains) + stacked.shape[1:])
-
+    pooled = pooling(rng, count)
+    chains = pooled.chains
     z_mean = imp.z.mean(axis=0)
     z_var = imp.z.var(axis=0, ddof=1) if imputations > 1 else np.zeros_like(z_mean)
     z_var[~problem.missing] = 0.0

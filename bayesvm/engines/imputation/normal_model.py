@@ -59,9 +59,21 @@ def imputation_step(state: ImputationState, problem: ImputationProblem, y: np.nd
 
     Small dense algebra by numpy (V is the number of imputation variables).
     """
-    z, B, sigma = state.z, state.B, state.sigma
+    z = state.z
     U = np.column_stack([np.ones(y.size), y])
-    means = U @ B
+    draw_missing(z, patterns, U @ state.B, state.sigma, rng)
+
+    def residual_squares(B):
+        R = z - U @ B
+        return R.T @ R
+
+    state.B, state.sigma = draw_model(U.T @ U, U.T @ z, residual_squares, state.sigma, problem.mean_variance,
+                                      problem.df, problem.scale, rng)  # fmt: skip
+
+
+def draw_missing(z: np.ndarray, patterns, means: np.ndarray, sigma: np.ndarray, rng) -> None:
+    """``z_{i,M} | z_{i,O}, B, Sigma``: the conditional normal of each row's missing entries given its observed ones
+    under ``N(means_i, Sigma)``, vectorised per missingness pattern (:func:`missing_patterns`), in place."""
     for rows, mis in patterns:
         obs = ~mis
         S_mm = sigma[np.ix_(mis, mis)]
@@ -74,14 +86,30 @@ def imputation_step(state: ImputationState, problem: ImputationProblem, y: np.nd
             mean, cov = means[np.ix_(rows, mis)], S_mm
         chol = np.linalg.cholesky(0.5 * (cov + cov.T))
         z[np.ix_(rows, mis)] = mean + rng.standard_normal(mean.shape) @ chol.T
-    s2 = problem.mean_variance
-    G_inv = np.linalg.inv(U.T @ U + np.eye(2) / s2)  # 2 x 2
-    B_hat = G_inv @ (U.T @ z)
-    E = rng.standard_normal(B.shape)
+
+
+def draw_model(
+    UtU: np.ndarray,
+    Utz: np.ndarray,
+    residual_squares,
+    sigma: np.ndarray,
+    mean_variance: float,
+    df: float,
+    scale: np.ndarray,
+    rng,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(B, Sigma)`` given the completed ``z``, from its sufficient statistics (module docstring):
+    ``B | z, Sigma ~ MN(G^-1 U'z, G^-1, Sigma)`` with ``G = U'U + I / s^2``, then
+    ``Sigma | z, B ~ IW(nu + n + 2, Psi + (z - U B)'(z - U B) + B'B / s^2)``; ``residual_squares(B)`` is
+    ``(z - U B)'(z - U B)`` and ``n = UtU[0, 0]``.  The rows enter only through ``U'U``, ``U'z`` and the residual
+    squares, so partitions of the rows may supply their sums (:mod:`bayesvm.engines.imputation.stream_mi`)."""
+    G_inv = np.linalg.inv(UtU + np.eye(2) / mean_variance)  # 2 x 2
+    B_hat = G_inv @ Utz
+    E = rng.standard_normal(B_hat.shape)
     B = B_hat + np.linalg.cholesky(G_inv) @ E @ np.linalg.cholesky(sigma).T  # row cov G^-1, column cov Sigma
-    R = z - U @ B
-    scale = problem.scale + R.T @ R + B.T @ B / s2
-    state.B, state.sigma = B, _inverse_wishart(problem.df + y.size + 2, 0.5 * (scale + scale.T), rng)
+    total = scale + residual_squares(B) + B.T @ B / mean_variance
+    n = int(round(UtU[0, 0]))
+    return B, _inverse_wishart(df + n + 2, 0.5 * (total + total.T), rng)
 
 
 def marginal_moments(B: np.ndarray, sigma: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,8 @@
 - Gibbs for either (Appendix C, the imputed values drawn with the coefficients).
 - A selection prior with imputed columns: the selection sampler with imputation segments, or a selection fit per
   completed data set, pooled (:func:`bayesvm.engines.imputation.multiple.fit_mi_selection_vb`).
+- Out-of-core data: multiple imputation with a streamed fit per completed data set
+  (:mod:`bayesvm.engines.imputation.stream_mi`).
 
 The fit's problem holds the rows at the imputed means.
 """
@@ -18,7 +20,15 @@ from dataclasses import replace
 from ...engine_defaults import default_mi_vb
 from ...errors import ConvergenceWarning, ImputationWarning
 from ...model import MAX_DENSE_COLUMNS, all_dense
-from ..linear.routes import engine_run, sampler_settings, svi_settings
+from ..linear.routes import (
+    STREAMED_MEANFIELD,
+    engine_run,
+    sampler_settings,
+    streamed_refusal,
+    streamed_rows,
+    svi_settings,
+    whole_levels,
+)
 from ..linear.routes import supports_svi as stochastic_refusal
 from ..selection.routes import floored_sites_warning
 from ..selection.routes import supports as selection_refusal
@@ -208,3 +218,68 @@ def run_selection_svi(model, request):
                                  seed=request.seed, tol=tol, max_iter=max_iter, engine="svi",
                                  svi_options=options)  # fmt: skip
     return _fit(problem, result, problem.design(result.imputation.z_mean), warned=_svi_pooled(result), model=model)
+
+
+# ----- out-of-core data (request.rows: the partitions of a dask frame) -------------------------------------------
+def absent_streamed(method: str) -> str:
+    """Why out-of-core imputed predictors are not fitted by ``method``."""
+    return (
+        "out-of-core data with missing='impute' are fitted by method='vb' (multiple imputation: a streamed mean-field "
+        f"or accurate fit per completed data set), not {method!r}"
+    )
+
+
+def absent_streamed_joint(method: str) -> str:
+    """Why the joint imputation model does not run on out-of-core data."""
+    return (
+        "out-of-core data impute by multiple imputation (imputation='mi', what 'auto' chooses there): the joint model "
+        "(imputation='joint') updates every row's imputations against q(theta) at each sweep and runs on in-memory data"
+    )
+
+
+def absent_streamed_selection(method: str) -> str:
+    """Why a selection prior with imputed predictors does not run on out-of-core data."""
+    return (
+        "a selection prior with missing='impute' runs on in-memory data; out-of-core data impute for the normal-prior "
+        "and learned-penalty models (multiple imputation, method='vb')"
+    )
+
+
+def supports_streamed(model, request) -> str | None:
+    """Out-of-core multiple imputation fits what streamed VB fits (:func:`bayesvm.engines.linear.routes.supports_streamed`)."""
+    if model.sparse:
+        return streamed_refusal(model)
+    return None
+
+
+def run_streamed_vb(model, request):
+    """Multiple imputation of out-of-core rows (:mod:`bayesvm.engines.imputation.stream_mi`): the imputation chain one
+    pass per step, its draws kept beside the partitions, then a streamed fit per completed data set, pooled: mean-field
+    VB (the default out of core) or, with ``vb="accurate"``, the accurate fit."""
+    import numpy as np
+
+    from ..linear.stream_ep import fit_streamed_accurate
+    from ..linear.stream_vb import fit_streamed_vb
+    from .stream_mi import StreamedImputation, fit_streamed_mi, imputation_rows
+
+    control, accurate, rows = request.control, request.vb == "accurate", request.rows
+    problem = model.problem()
+    mean, sd, alpha, gamma = model.imputation_scaling()
+    passes = rows.passes(imputation_rows(streamed_rows(model), mean, sd), whole_levels(model) if accurate else ())
+    if accurate:
+
+        def fit_completed(completed):
+            return fit_streamed_accurate(problem, completed, rows.design.n, given=request.nodes)
+    else:
+
+        def fit_completed(completed):
+            return fit_streamed_vb(problem, completed.sweep, tol=control.tol, max_iter=control.max_iter)
+
+    layout = model.design.imputation
+    df, scale = model.priors.imputation.resolve(len(layout.variables))
+    imputation = StreamedImputation(y=model.design.y, columns=np.asarray(layout.x_columns), alpha=alpha, gamma=gamma,
+                                    mean_variance=model.priors.imputation.mean_variance, df=df, scale=scale)  # fmt: skip
+    result = fit_streamed_mi(problem, imputation, passes, fit_completed, "accurate" if accurate else "meanfield",
+                             imputations=control.imputations, seed=request.seed)  # fmt: skip
+    note = None if request.vb is not None else STREAMED_MEANFIELD
+    return engine_run(result, problem, note, warned=_pooled_warnings(result, accurate, control))

@@ -247,6 +247,12 @@ def streamed_rows(model):
     return lambda new, model=model: model.dense_matrix(new.X, new.codes, new.values, new.gp_bases)
 
 
+def whole_levels(model) -> tuple[str, ...]:
+    """The grouping columns whose every level's rows the accurate fit wants in one partition: the blocked factor's (its
+    evidence is a product over levels, :mod:`bayesvm.engines.linear.stream_ep`)."""
+    return model.design.re_terms[model.blocked_terms[0]].bar.group if model.blocked_terms else ()
+
+
 def streamed_warnings(result) -> list[tuple[str, type[Warning]]]:
     if result.converged:
         return []
@@ -264,8 +270,7 @@ def run_streamed_vb(model, request):
         from .ep import accurate_failure
         from .stream_ep import fit_streamed_accurate
 
-        whole_levels = model.design.re_terms[model.blocked_terms[0]].bar.group if model.blocked_terms else ()
-        passes = request.rows.passes(streamed_rows(model), whole_levels)
+        passes = request.rows.passes(streamed_rows(model), whole_levels(model))
         result = fit_streamed_accurate(problem, passes, request.rows.design.n, given=request.nodes)
         failure = [] if result.converged else [(accurate_failure(result), ConvergenceWarning)]
         return engine_run(result, problem, warned=failure)
