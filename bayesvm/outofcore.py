@@ -352,14 +352,20 @@ def reduce_partitions(results: list) -> object:
     return total
 
 
-def _prototype_rows(ddf, head: pd.DataFrame, used: list[str]) -> pd.DataFrame:
+def _prototype_rows(ddf, head: pd.DataFrame, used: list[str], gaps: ImputationGaps | None = None) -> pd.DataFrame:
     """Up to :data:`PROTOTYPE_ROWS` complete rows for the prototype design: the first partition's, then the next
-    partitions' while fewer than 2 (a first partition of missing values only is fine)."""
-    proto = _complete(head[used], used, "drop")
+    partitions' while fewer than 2 (a first partition of missing values only is fine); with ``gaps``
+    (``missing="impute"``) the imputed columns' missing values are first filled with their placeholders."""
+
+    def complete(frame):
+        frame = frame[used] if gaps is None else gaps.filled(_complete(frame[used], used, "impute"))
+        return _complete(frame, used, "drop")
+
+    proto = complete(head)
     for k in range(1, ddf.npartitions):
         if len(proto) >= 2:
             break
-        more = _complete(ddf.partitions[k].compute()[used], used, "drop")
+        more = complete(ddf.partitions[k].compute())
         proto = pd.concat([proto, more.head(PROTOTYPE_ROWS)])
     if len(proto) < 2:
         raise DataError(
@@ -387,33 +393,65 @@ def _present_values(frame: pd.DataFrame, column: str) -> np.ndarray:
     return np.asarray(frame[column].dropna().unique())
 
 
-def _with_imputation(parsed: ParsedFormula, ddf, prototype: Design, proto: pd.DataFrame, used: list[str]) -> Design:
-    """The prototype with the imputation layout of ``missing="impute"`` (None without missing predictors): one pass
-    over the partitions finds the predictors with missing values, checks that each may be imputed (the in-memory
-    checks and messages, :func:`bayesvm.formula.imputation.check_gaps`) and gives the observed moments of every
-    imputation variable and the placeholders (a numeric column's observed mean, a factor's most frequent level)."""
+@dataclass(frozen=True)
+class ImputationGaps:
+    """What the pass over the data found for ``missing="impute"``: the predictors to impute, and per predictor its
+    :class:`ColumnGaps`, observed mean and SD (a numeric column) or observed level counts (a categorical one)."""
+
+    impute: tuple[str, ...]
+    gaps: dict
+    moments: dict
+    levels: dict
+
+    def placeholder(self, name: str) -> object:
+        """What a missing value of ``name`` is replaced by while the design is built: the observed mean, or the most
+        frequent level (as in memory)."""
+        return self.moments[name][0] if self.levels[name] is None else _most_frequent(self.levels[name])
+
+    def filled(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` with the imputed columns' missing values at their placeholders."""
+        frame = frame.copy()
+        for name in self.impute:
+            value, column = self.placeholder(name), frame[name]
+            if isinstance(column.dtype, pd.CategoricalDtype) and value not in column.cat.categories:
+                column = column.cat.add_categories([value])
+            frame[name] = column.where(column.notna(), value)
+        return frame
+
+
+def _imputation_gaps(parsed: ParsedFormula, ddf, used: list[str], head: pd.DataFrame) -> ImputationGaps:
+    """One pass over the partitions for ``missing="impute"``: the predictors with missing values, each checked as in
+    memory (:func:`bayesvm.formula.imputation.check_gaps`, the same messages), with the observed moments or level counts
+    of every predictor."""
     dask = _dask()
     parts = dask.compute(*[dask.delayed(_partition_gaps)(part, used) for part in ddf.to_delayed()])
     facts = [part["facts"] for part in parts]
     gaps, moments, levels = {}, {}, {}
     for name in used[1:]:
         gaps[name], moments[name], levels[name] = _gaps_of(name, facts)
-    bars = [v for bar in parsed.bars for v in required_variables(bar.expr, proto, "data")]
+    bars = [v for bar in parsed.bars for v in required_variables(bar.expr, head, "data")]
     groups = [v for bar in parsed.bars for v in bar.group]
     gp_inputs = [v for spec in parsed.gp_terms for v in spec.variables]
     impute = check_gaps([gap for gap in gaps.values() if gap.n_missing], groups, bars, gp_inputs)
-    if not impute:
+    return ImputationGaps(tuple(impute), gaps, moments, levels)
+
+
+def _with_imputation(prototype: Design, proto: pd.DataFrame, found: ImputationGaps) -> Design:
+    """The prototype with the imputation layout of ``missing="impute"`` (unchanged without missing predictors): the
+    in-memory layout of the prototype's columns, with every imputation variable's observed moments over all rows."""
+    if not found.impute:
         return prototype
-    layout = imputation_layout(prototype.spec, proto, impute, lambda expr: required_variables(expr, proto, "data"),
-                               prototype.X, prototype.x_names)  # fmt: skip
+    layout = imputation_layout(prototype.spec, proto, list(found.impute),
+                               lambda expr: required_variables(expr, proto, "data"), prototype.X,
+                               prototype.x_names)  # fmt: skip
     mean, sd, counts = [], [], []
     for variable, source, column in zip(layout.variables, layout.source_columns, layout.x_columns):
-        counts.append(gaps[source].n_missing)
+        counts.append(found.gaps[source].n_missing)
         if variable == source:
-            mean.append(moments[source][0])
-            sd.append(moments[source][1])
+            mean.append(found.moments[source][0])
+            sd.append(found.moments[source][1])
             continue
-        observed = levels[source]  # an indicator column: its value at each observed level, weighted by the counts
+        observed = found.levels[source]  # an indicator column: its value at each observed level, weighted by the counts
         rows = pd.concat([proto.iloc[[0]]] * observed.size, ignore_index=True)
         rows[source] = pd.Series(observed.index, dtype=proto[source].dtype)
         x = prototype.rematerialize(rows, include_random=False).X[:, column]
@@ -423,7 +461,7 @@ def _with_imputation(parsed: ParsedFormula, ddf, prototype: Design, proto: pd.Da
         sd.append(float(np.sqrt(max(weights @ (x - m) ** 2, 0.0) / max(weights.sum() - 1.0, 1.0))))
     sd = np.asarray(sd)
     sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
-    placeholders = tuple((source, _most_frequent(levels[source])) for source, _ in layout.placeholders)
+    placeholders = tuple((source, found.placeholder(source)) for source, _ in layout.placeholders)
     fields = {f: getattr(layout, f) for f in ImputationLayout.__dataclass_fields__}
     fields.update(placeholders=placeholders)
     streamed = StreamedImputationLayout(**fields, moments=(np.asarray(mean), sd), counts=tuple(counts))
@@ -479,14 +517,15 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
         levels = pd.Series(np.sort(pd.unique(np.concatenate(seen))))
     coding = code_response(levels, response, positive)
     # prototype: complete rows of the first partitions, with every class present so that the design can be built
-    proto = _prototype_rows(ddf, head, used)
+    gaps = _imputation_gaps(parsed, ddf, used, head) if missing == "impute" else None
+    proto = _prototype_rows(ddf, head, used, gaps)
     proto[response] = np.resize(levels.to_numpy(), len(proto))
     if isinstance(head[response].dtype, pd.CategoricalDtype):
         proto[response] = pd.Categorical(proto[response], categories=head[response].dtype.categories)
     prototype = build_design(parsed, proto, positive=positive, missing="error", rank="keep")
     prototype = replace(prototype, response=coding)
-    if missing == "impute":
-        prototype = _with_imputation(parsed, ddf, prototype, proto, used)
+    if gaps is not None:
+        prototype = _with_imputation(prototype, proto, gaps)
     summaries = dask.compute(
         *[dask.delayed(_partition_summary)(part, prototype, used, missing) for part in ddf.to_delayed()]
     )

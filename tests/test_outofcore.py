@@ -429,6 +429,8 @@ def test_out_of_core_imputation_refusals_name_the_reason(client):
         bayesvm.bsvm("y ~ a + (1 | g)", dd.from_pandas(holes, npartitions=2), missing="impute")
     with pytest.raises(ValueError, match="'b' has missing values and appears in the term 'a:b'"):
         bayesvm.bsvm("y ~ a * b", ddf, missing="impute")
+    with pytest.raises(DataError, match="'b' has no observed value to impute from"):  # (no row is complete in b)
+        bayesvm.bsvm("y ~ a + b", dd.from_pandas(data.assign(b=np.nan), npartitions=2), missing="impute")
 
 
 def test_the_arviz_export_of_out_of_core_data_leaves_out_the_rows_log_likelihood_and_says_so(client, frame):

@@ -196,7 +196,7 @@ def imputation_layout(
         factors = list(term.factors)
         for factor in factors:
             expr = str(factor.expr)
-            uses = set(required(expr)) & set(missing_vars)
+            uses = ({expr} if expr in data.columns else set(required(expr))) & set(missing_vars)  # (a back-quoted name)
             if not uses:
                 continue
             if len(factors) > 1 or expr not in missing_vars:

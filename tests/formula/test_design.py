@@ -174,3 +174,11 @@ def test_a_name_with_an_operator_written_bare_is_told_to_take_backticks():
     with pytest.raises(FormulaError, match=r"'dose'.*\['dose-mg'\].*backticks, e\.g\. `dose-mg`"):
         build_design(parse_formula("y ~ dose-mg", data.columns), data)
     assert build_design(parse_formula("y ~ `dose-mg`", data.columns), data).x_names == ("(Intercept)", "dose-mg")
+
+
+def test_a_back_quoted_predictor_with_missing_values_is_imputed_as_its_column():
+    rng = np.random.default_rng(4)
+    data = pd.DataFrame({"y": np.tile(["a", "b"], 30), "x": rng.normal(size=60), "dose mg": rng.normal(size=60)})
+    data.loc[[2, 7], "dose mg"] = np.nan
+    design = build_design(parse_formula("y ~ x + `dose mg`"), data, missing="impute")
+    assert design.imputation.variables[0] == "dose mg" and design.imputation.n_missing == {"dose mg": 2}
