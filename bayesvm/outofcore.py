@@ -26,7 +26,6 @@ placeholders of the prototype, as in memory); the rows' imputed values are drawn
 from __future__ import annotations
 
 import functools
-import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -477,9 +476,9 @@ def _most_frequent(counts: pd.Series) -> object:
 def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, missing: str) -> StreamedData:
     """Prototype design, global checks and the full response vector for a dask frame."""
     dask = _dask()
-    with warnings.catch_warnings():  # (a first partition shorter than the prototype is fine: dask warns of it)
-        warnings.filterwarnings("ignore", message="Insufficient elements for `head`")
-        head = ddf.head(PROTOTYPE_ROWS, npartitions=1)
+    # the first partition's first rows, by a task of pandas' head (dask's head warns, in the worker's process where no
+    # filter of the caller reaches it, when the partition is shorter)
+    head = dask.compute(dask.delayed(pd.DataFrame.head)(ddf.to_delayed()[0], PROTOTYPE_ROWS))[0]
     if len(head) == 0:
         raise DataError("the first partition of the dask frame is empty")
     used = list(

@@ -77,6 +77,11 @@ BENCHMARKS = {
         "the accurate fit of 2 x 10^5 rows, 2 x 10^4 levels out of core on a 2-worker LocalCluster, beside in memory",
         False,
     ),
+    "cluster_impute": (
+        ["benchmarks.cluster", "--impute"],
+        "multiple imputation of a missing predictor, 2 x 10^5 rows, 2 x 10^4 levels out of core, beside in memory",
+        False,
+    ),
     "nested": (
         ["benchmarks.nested", "--dense"],
         "two nested random intercepts: the sums over nonzero columns against every column",
