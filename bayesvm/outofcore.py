@@ -174,7 +174,6 @@ def _partition_gaps(frame: pd.DataFrame, used: list[str]) -> dict:
     """Per predictor of one partition (rows without a response left out): missing values (count, first labels) and
     what the imputation needs of the observed ones (a numeric column's count, sum, sum of squares and infinities; a
     categorical column's level counts)."""
-    no_response = int(frame[used[0]].isna().sum())
     frame = _complete(frame, used, "impute")
     out = {}
     for name in used[1:]:
@@ -189,7 +188,7 @@ def _partition_gaps(frame: pd.DataFrame, used: list[str]) -> dict:
             fact.update(infinite=frame.index[np.isinf(values)][:5].tolist(), observed=finite.size, sum=finite.sum(),
                         sumsq=float(finite @ finite))  # fmt: skip
         out[name] = fact
-    return {"facts": out, "no_response": no_response}
+    return out
 
 
 def _gaps_of(name: str, parts: list[dict]) -> tuple[ColumnGaps, tuple[float, float] | None, pd.Series | None]:
@@ -424,10 +423,9 @@ def _imputation_gaps(parsed: ParsedFormula, ddf, used: list[str], head: pd.DataF
     of every predictor."""
     dask = _dask()
     parts = dask.compute(*[dask.delayed(_partition_gaps)(part, used) for part in ddf.to_delayed()])
-    facts = [part["facts"] for part in parts]
     gaps, moments, levels = {}, {}, {}
     for name in used[1:]:
-        gaps[name], moments[name], levels[name] = _gaps_of(name, facts)
+        gaps[name], moments[name], levels[name] = _gaps_of(name, parts)
     bars = [v for bar in parsed.bars for v in required_variables(bar.expr, head, "data")]
     groups = [v for bar in parsed.bars for v in bar.group]
     gp_inputs = [v for spec in parsed.gp_terms for v in spec.variables]

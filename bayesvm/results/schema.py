@@ -82,6 +82,7 @@ TYPES: dict[str, str] = {
     "IdentifiabilityError": "bayesvm.checks.findings",
     "IdentifiabilityWarning": "bayesvm.errors",
     "ImputationDraws": "bayesvm.engines.imputation.normal_model",
+    "ImputationGaps": "bayesvm.outofcore",
     "ImputationLayout": "bayesvm.formula.imputation",
     "ImputationPrior": "bayesvm.priors",
     "ImputationProblem": "bayesvm.model.problems",

@@ -77,6 +77,15 @@ class MultipleImputationResult(ImputedGibbsResult):
         return int(sum(f.n_iter for f in self.fits))
 
 
+def completed_data_draws(fit, engine: str, rng: np.random.Generator, count: int) -> tuple:
+    """``(theta_d, theta_b, components)``: ``count`` draws of one completed data set's posterior: the accurate fit's
+    mixture over nodes (``engine="accurate"``), else the Gaussian ``q(theta)`` and each component's ``q``."""
+    if engine == "accurate":
+        return fit.sample(rng, count)
+    d, b = fit.theta.sample(rng, count)
+    return d, b, [post.sample(rng, count) for post in fit.components]
+
+
 def pooling(rng: np.random.Generator, total: int):
     """``pooled(parts)``: the completed data sets' draws (a list of arrays, ``total`` draws in all) stacked, shuffled and
     split into 4 chains (1 when ``total`` is not a multiple of 4); independent draws, shuffled, so any split into chains
@@ -120,15 +129,12 @@ def fit_mi_vb(
         D = problem.design(imp.z[m])
         if engine == "accurate":
             fit = fit_accurate(replace(base, D=D))
-            d, b, c = fit.sample(rng, draws_per_imputation)
+        elif engine == "svi":
+            options = dict(svi_options or {}, seed=int(rng.integers(2**31)), tol=tol, max_iter=max_iter)
+            fit = fit_linear_svi(replace(base, D=D), **options)
         else:
-            if engine == "svi":
-                options = dict(svi_options or {}, seed=int(rng.integers(2**31)), tol=tol, max_iter=max_iter)
-                fit = fit_linear_svi(replace(base, D=D), **options)
-            else:
-                fit = coordinate_ascent(replace(base, D=D), tol, max_iter, True)
-            d, b = fit.theta.sample(rng, draws_per_imputation)
-            c = [post.sample(rng, draws_per_imputation) for post in fit.components]
+            fit = coordinate_ascent(replace(base, D=D), tol, max_iter, True)
+        d, b, c = completed_data_draws(fit, engine, rng, draws_per_imputation)
         fits.append(fit)
         theta_d.append(d)
         theta_b.append(b)

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ...model.problems import VBProblem
 from .joint_model import ImputedGibbsDraws
-from .multiple import MultipleImputationResult, pooling
+from .multiple import MultipleImputationResult, completed_data_draws, pooling
 from .normal_model import draw_missing, draw_model, marginal_moments, missing_patterns
 
 
@@ -188,11 +188,7 @@ def fit_streamed_mi(
     for cells in kept:
         completed = passes.derived(completed_rows, cells, imputation.columns, imputation.alpha, imputation.gamma)
         fit = fit_completed(completed)
-        if engine == "accurate":
-            d, b, c = fit.sample(rng, draws_per_imputation)
-        else:
-            d, b = fit.theta.sample(rng, draws_per_imputation)
-            c = [post.sample(rng, draws_per_imputation) for post in fit.components]
+        d, b, c = completed_data_draws(fit, engine, rng, draws_per_imputation)
         fits.append(fit)
         theta_d.append(d)
         theta_b.append(b)
