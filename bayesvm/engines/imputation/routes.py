@@ -24,11 +24,11 @@ from ..linear.routes import (
     STREAMED_MEANFIELD,
     engine_run,
     sampler_settings,
-    streamed_refusal,
     streamed_rows,
     svi_settings,
     whole_levels,
 )
+from ..linear.routes import supports_streamed as streamed_support
 from ..linear.routes import supports_svi as stochastic_refusal
 from ..selection.routes import floored_sites_warning
 from ..selection.routes import supports as selection_refusal
@@ -247,9 +247,7 @@ def absent_streamed_selection(method: str) -> str:
 
 def supports_streamed(model, request) -> str | None:
     """Out-of-core multiple imputation fits what streamed VB fits (:func:`bayesvm.engines.linear.routes.supports_streamed`)."""
-    if model.sparse:
-        return streamed_refusal(model)
-    return None
+    return streamed_support(model, request)
 
 
 def run_streamed_vb(model, request):

@@ -137,8 +137,8 @@ def run_chain(imputation: StreamedImputation, passes, count: int, burn: int, thi
     missing entries (kept where they were drawn), and the model's marginal ``mu`` (count, V) and ``Sigma``
     (count, V, V).  One pass per step; each partition's generator is seeded from ``rng``."""
     y, V = imputation.y, imputation.V
-    U = np.column_stack([np.ones(y.size), y])
-    UtU = U.T @ U
+    total = float(y.sum())
+    UtU = np.array([[y.size, total], [total, float(y @ y)]])  # U = [1, y], from the sums: no n x 2 copy of y
     B, sigma = np.zeros((2, V)), np.eye(V)  # (the first step's draws given these are the in-memory start's noise)
     kept, mu, sig = [], [], []
     for step in range(burn + count * thin):
