@@ -116,7 +116,7 @@ def posterior_dataset(fit, draws: int, seed: int | None) -> xr.Dataset:
             data_vars[f"cor_{term.group}"] = (dims + (cor_dim, cor_dim + "_"), cor)
     _selection_variables(fit, data_vars, coords)
     _imputation_variables(fit, data_vars, coords)
-    if fit.posterior.kind != "sampled":
+    if not fit.posterior.holds_draws:
         data_vars, coords = _as_chains(data_vars, coords)
     dataset = xr.Dataset(data_vars, coords=coords, attrs={"inference_library": "bayesvm", "method": fit.method})
     for variable, text in DESCRIPTIONS.items():
@@ -237,7 +237,7 @@ def _row_log_likelihood(fit, f: np.ndarray) -> xr.Dataset:
 
 def _check_export_memory(fit, draws: int, log_likelihood: bool) -> None:
     """Refuse, before drawing, an export whose arrays would not fit in memory (the log-likelihood is rows x draws)."""
-    total = int(np.prod(fit.result.theta_d.shape[:2])) if fit._form == "sampled" else draws
+    total = int(np.prod(fit.result.theta_d.shape[:2])) if fit.posterior.holds_draws else draws
     design = fit.model.design
     width = design.p + sum(term.n_levels * term.k for term in design.re_terms)
     width += sum(term.n_basis for term in design.gp_terms)
@@ -289,7 +289,7 @@ def kernel_groups(fit, draws: int, seed: int | None, log_likelihood: bool) -> di
     B, residual = result.features(fit.problem.X)
     if result.weight_draws is not None:
         weights = np.asarray(result.weight_draws, dtype=float)
-    elif fit._form == "mode":
+    elif fit.posterior.point:
         weights = np.asarray(result.mean, dtype=float)[None, None]
     else:
         weights = gaussian_draws(result.mean, result.cov, rng, draws)[None]
@@ -300,11 +300,11 @@ def kernel_groups(fit, draws: int, seed: int | None, log_likelihood: bool) -> di
         "export fewer draws (draws=...), or leave out the log-likelihood (log_likelihood=False)",
     )
     f = weights @ B.T
-    if fit._form != "mode" and np.any(residual > 0):
+    if not fit.posterior.point and np.any(residual > 0):
         f += np.sqrt(residual) * rng.standard_normal(f.shape)
     coords = {"chain": np.arange(chains), "draw": np.arange(n_draws), "obs": np.asarray(design.row_index)}
     data_vars = {"f": (("chain", "draw", "obs"), f)}
-    if fit._form != "sampled":
+    if not fit.posterior.holds_draws:
         data_vars, coords = _as_chains(data_vars, coords)
     posterior = xr.Dataset(data_vars, coords=coords, attrs={"inference_library": "bayesvm", "method": fit.method})
     posterior["f"].attrs["description"] = "decision value f at the training rows (SVM decision scale, not log-odds)"

@@ -99,11 +99,6 @@ class Fit(ABC):
 
     # ----- convergence ---------------------------------------------------------------
     @property
-    def _form(self) -> str:
-        """The form of the engine's output (``posterior_form``: variational, sampled, mode, mixture, selection)."""
-        return self.result.posterior_form
-
-    @property
     def lower_bound(self) -> np.ndarray:
         """Lower bound ``log p(y; q)`` after every sweep (VB; empty for other engines)."""
         return self.result.lower_bound

@@ -293,7 +293,7 @@ def variance_nodes(fit):
     from ..engines.linear.hyper_grid import heaviest_nodes
 
     result = getattr(fit, "result", None)
-    if getattr(result, "posterior_form", None) != "mixture" or not getattr(result, "has_component", False):
+    if not getattr(fit.posterior, "over_nodes", False) or not getattr(result, "has_component", False):
         return None
     return heaviest_nodes(result)
 

@@ -90,7 +90,7 @@ class BSVMFit(Fit):
                 "check_vb() checks q against the pseudo-posterior of the normal-prior models; compare a selection "
                 "prior's VB fit with method='gibbs'"
             )
-        if self.posterior.kind not in ("variational", "mixture"):
+        if not self.posterior.approximate:
             raise BayesvmError(f"check_vb() checks variational fits; this fit used method={self.method!r}")
         from .vb_check import check_vb, check_warning
 
@@ -115,7 +115,7 @@ class BSVMFit(Fit):
     def converged(self) -> bool:
         """VB and EM: the stopping rule was met (multiple imputation: on every completed data set, whose
         posteriors differ by design, so no R-hat across them); Gibbs: every R-hat <= 1.01."""
-        if self._form == "sampled" and self.result.fits is None:
+        if self.posterior.holds_draws and self.result.fits is None:
             from .diagnostics import mcmc_diagnostics
 
             return bool(mcmc_diagnostics(self)["r_hat"].max() <= 1.01)
@@ -124,7 +124,7 @@ class BSVMFit(Fit):
     @property
     def n_iter(self) -> int:
         """VB sweeps; Gibbs iterations per chain (tuning included)."""
-        if self._form == "sampled":
+        if self.posterior.holds_draws:
             return self.result.tune + self.result.draws * self.result.thin
         return self.result.n_iter
 
@@ -132,7 +132,7 @@ class BSVMFit(Fit):
     def support(self) -> pd.Index | None:
         """EM / ECME: labels of the training rows that are support vectors (``y f <= 1``, on or inside
         the margin); ``None`` for the Bayesian engines, where every row has a posterior weight."""
-        if self._form != "mode":
+        if not self.posterior.point:
             return None
         return self.model.design.row_index[self.result.support]
 

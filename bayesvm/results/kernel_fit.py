@@ -22,18 +22,22 @@ from ..errors import BayesvmError, IdentifiabilityWarning
 from ..model.kernel import KernelModel
 from ..model.problems import KernelProblem
 from .base import Fit
+from .posterior import VIEWS, PosteriorView
 
 PROBABILITIES = ("pseudo", "probit")
 
 
-class KernelPosterior:
-    """``q(f(x))`` of a kernel fit: Gaussian, from the engine's inducing-point posterior."""
+class KernelPosterior(PosteriorView):
+    """``q(f(x))`` of a kernel fit: Gaussian, from the engine's inducing-point posterior; its capabilities are those
+    of the linear view of the same output form (draws for Gibbs, a point for EM, a Gaussian ``q`` otherwise)."""
 
     kind = "kernel"
     result: KernelVBResult
 
     def __init__(self, result: KernelVBResult):
         self.result = result
+        like = VIEWS[result.posterior_form]
+        self.holds_draws, self.point, self.approximate = like.holds_draws, like.point, like.approximate
 
     def link(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.result.predictor(inputs)

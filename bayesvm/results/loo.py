@@ -21,6 +21,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ..model import PENALTY_SOURCE
+from ..model.problems import VBProblem
 from .crossfit import stratified_folds
 from .psis import psis
 
@@ -28,19 +29,16 @@ from .psis import psis
 LOO_DRAWS = 1000
 #: Rows whose decision values are computed at once (``draws x rows`` doubles in memory).
 ROWS_PER_CHUNK = 20_000
-#: Posterior forms whose draws stand for the posterior (a mode is one point; a selection fit's draws ignore the
-#: slopes' dependence on the indicators in ``q``).
-DRAWN_FORMS = ("variational", "mixture", "sampled")
 
 
 def applies(fit) -> str | None:
     """Why PSIS-LOO does not serve ``fit``'s probability map, or ``None`` when it does."""
     problem, model = getattr(fit, "problem", None), getattr(fit, "model", None)
     design = getattr(model, "design", None)
-    if problem is None or design is None or getattr(model, "prior", None) is not None:
-        return "not a linear fit with a normal prior"
-    if fit.posterior.kind not in DRAWN_FORMS:
-        return f"its posterior ({fit.posterior.kind}) has no draws that stand for it"
+    if not isinstance(problem, VBProblem) or design is None or getattr(model, "prior", None) is not None:
+        return "not a linear fit with a normal prior"  # (a selection fit's draws ignore the slopes' dependence on q)
+    if fit.posterior.point:
+        return f"its posterior ({fit.posterior.kind}) is one point, with no draws that stand for it"
     if any(component.source != PENALTY_SOURCE for component in problem.components):
         return "random-effect or gp() terms: each row is much of its own level's data"
     if design.imputation is not None or sp.issparse(problem.D) or problem.D.shape[0] != problem.y.size:

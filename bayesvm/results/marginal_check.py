@@ -48,7 +48,7 @@ def marginal_log_ratios(
 def marginal_proposal(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``draws`` independent draws ``(theta_d, phi, log q)`` from q's marginal (cheap: the exact ``log p`` at them,
     :func:`marginal_ratios`, is the check's cost)."""
-    if fit.posterior.kind == "mixture":
+    if fit.posterior.over_nodes:
         return _mixture_marginal(fit.result, rng, draws)
     return _mean_field_marginal(fit.result, Hyperparameters(fit.problem.components), rng, draws)
 

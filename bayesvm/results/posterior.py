@@ -2,6 +2,12 @@
 
 * :class:`VariationalPosterior`: the Gaussian ``q(theta)`` and the ``q`` of the components.
 * :class:`SampledPosterior`: Gibbs draws.
+* :class:`ModePosterior`: a posterior mode (EM / ECME).
+* :class:`MixturePosterior`: Gaussians over nodes of the variance parameters (the accurate fit).
+* :class:`SelectionPosterior`: a spike-and-Gaussian ``q`` per slope.
+
+Each declares what it can give (:class:`PosteriorView`'s capabilities: draws in chains, a single point, a density
+``q`` to weigh against the exact posterior, Gaussians over nodes); the results ask those, never the view's name.
 
 Each gives means, marginal variances, the covariance of the (standardised) fixed effects,
 the components' posterior means, predictive probabilities for new design rows and joint
@@ -46,10 +52,37 @@ def prediction_pattern(D, codes, thetas: list[GaussianPosterior]) -> RowPattern 
     return row_pattern(D, codes, J, support)
 
 
-class VariationalPosterior:
+class PosteriorView:
+    """What a view of the posterior can give; the results (the PSIS check, ``summary()``, the ArviZ export, LOO) ask
+    these capabilities, never which engine ran or the view's name.
+
+    Attributes
+    ----------
+    kind
+        The view's name, for messages and the summary's report.
+    holds_draws
+        MCMC draws in chains (``result.theta_d`` is ``(chains, draws, q)``).
+    point
+        A single point with no spread (a posterior mode): nothing to draw from.
+    approximate
+        A density ``q`` fitted to the posterior, which the PSIS check draws from and weighs against the exact one.
+    over_nodes
+        Gaussians over nodes of the variance parameters with their weights (the accurate fit): its marginal in the
+        variance parameters is a mixture over the nodes' cells.
+    """
+
+    kind = ""
+    holds_draws = False
+    point = False
+    approximate = False
+    over_nodes = False
+
+
+class VariationalPosterior(PosteriorView):
     """Posterior summaries from a VB fit."""
 
     kind = "variational"
+    approximate = True
     result: VBResult
     theta: object
 
@@ -106,10 +139,11 @@ def _component_draws(components, rng: np.random.Generator, size: int) -> list[np
     return [post.sample(rng, size)[None] for post in components]
 
 
-class SampledPosterior:
+class SampledPosterior(PosteriorView):
     """Posterior summaries from MCMC draws (chains x draws)."""
 
     kind = "sampled"
+    holds_draws = True
     result: GibbsResult
 
     def __init__(self, result: GibbsResult):
@@ -238,10 +272,11 @@ class SampledPosterior:
         return r.theta_d, r.theta_b, list(r.components)
 
 
-class ModePosterior:
+class ModePosterior(PosteriorView):
     """A posterior mode (EM / ECME): point values, no spread."""
 
     kind = "mode"
+    point = True
     result: EMResult
 
     def __init__(self, result: EMResult):
@@ -287,10 +322,12 @@ class ModePosterior:
         return r.theta_d[None, None], r.theta_b[None, None], [c[None, None] for c in r.components]
 
 
-class MixturePosterior:
+class MixturePosterior(PosteriorView):
     """A weighted mixture of Gaussians over grid nodes of ``log sigma^2`` (``vb="accurate"``)."""
 
     kind = "mixture"
+    approximate = True
+    over_nodes = True
     result: IntegratedResult
 
     def __init__(self, result: IntegratedResult):
@@ -356,7 +393,7 @@ class MixturePosterior:
         return theta_d[None], theta_b[None], [cov[None] for cov in covariances]
 
 
-class SelectionPosterior:
+class SelectionPosterior(PosteriorView):
     """Laplace-zero VB (Alg. 3): effective coefficients ``c = g o theta`` with ``q(theta) q(gamma)``.
 
     Means and covariances are the model averages ``E_q[c] = g o mu`` and
@@ -365,6 +402,7 @@ class SelectionPosterior:
     """
 
     kind = "variational"
+    approximate = True
     result: SelectionVBResult
 
     def __init__(self, result: SelectionVBResult):
@@ -421,16 +459,16 @@ class SelectionPosterior:
 
 
 #: The view of each output form an engine declares (``posterior_form``, the engines' output contract).
-VIEWS = {
-    "variational": lambda result: VariationalPosterior(result),
-    "sampled": lambda result: SampledPosterior(result),
-    "mode": lambda result: ModePosterior(result),
-    "mixture": lambda result: MixturePosterior(result),
-    "selection": lambda result: SelectionPosterior(result),
+VIEWS: dict[str, type[PosteriorView]] = {
+    "variational": VariationalPosterior,
+    "sampled": SampledPosterior,
+    "mode": ModePosterior,
+    "mixture": MixturePosterior,
+    "selection": SelectionPosterior,
 }
 
 
-def posterior_view(result) -> VariationalPosterior | SampledPosterior | ModePosterior | MixturePosterior:
+def posterior_view(result) -> PosteriorView:
     """The summaries of an engine's output, chosen by the form it declares (never by which engine ran)."""
     form = result.posterior_form
     if form not in VIEWS:

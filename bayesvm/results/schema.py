@@ -153,6 +153,7 @@ TYPES: dict[str, str] = {
     "PatternGains": "bayesvm.linalg.level_gains",
     "Pieces": "bayesvm.engines.hinge_levels",
     "PooledSelectionResult": "bayesvm.engines.imputation.multiple",
+    "PosteriorView": "bayesvm.results.posterior",
     "PriorSet": "bayesvm.priors",
     "ProbePosterior": "bayesvm.linalg.probes",
     "ProbeReport": "bayesvm.linalg.probes",

@@ -45,9 +45,9 @@ SELECTION_EP_TITLE = (
     "the prior's scale"
 )
 SELECTION_VB_CAVEAT = (
-    "Approximation: mean-field VB with q(beta, v) q(sigma_u^2) q(a) q(b) q(gamma); it understates posterior\n"
+    "mean-field VB with q(beta, v){per_data_set} q(sigma_u^2) q(a) q(b) q(gamma); it understates posterior\n"
     "SDs, and its inclusion probabilities are nearer 0 or 1 than Gibbs's and can disagree on which slopes are in\n"
-    "(AER's CreditCard, Laplace-zero: 'income' 1.00 against Gibbs's 0.05): compare with method='gibbs'."
+    "(AER's CreditCard, Laplace-zero: 'income' 1.00 against Gibbs's 0.05): compare with {remedy}."
 )
 SPIKE_SLAB_VB_TITLE = (
     "mean-field variational Bayes with a spike-and-Gaussian factor per slope (Carbonetto & Stephens 2012)"
@@ -59,13 +59,13 @@ SELECTION_VB_FAMILIES = {
     Lasso: "Park & Casella's (2008) normal scale mixture for the Laplace slopes",
 }
 LASSO_VB_CAVEAT = (
-    "Approximation: mean-field VB with q(beta, u) q(tau) q(1/nu) q(a) q(variance components); it understates\n"
-    "posterior SDs and shrinks the variance components: compare with method='gibbs' before relying on the intervals."
+    "mean-field VB with q(beta, u){per_data_set} q(tau) q(1/nu) q(a) q(variance components); it understates\n"
+    "posterior SDs and shrinks the variance components: compare with {remedy} before relying on the intervals."
 )
 SPIKE_SLAB_VB_CAVEAT = (
-    "Approximation: mean-field VB with q(beta_free, u) prod_k q(beta_k, gamma_k) q(a) q(variance components); it\n"
+    "mean-field VB with q(beta_free, u){per_data_set} prod_k q(beta_k, gamma_k) q(a) q(variance components); it\n"
     "understates posterior SDs, ignores correlations between slopes (with correlated predictors it tends to keep\n"
-    "one of a group) and its inclusion probabilities are more extreme than Gibbs's: compare with method='gibbs'."
+    "one of a group) and its inclusion probabilities are more extreme than Gibbs's: compare with {remedy}."
 )
 
 
@@ -119,10 +119,10 @@ class Summary:
 
 
 def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
-    """The summary of a linear or mixed fit: its fixed-effect table (:func:`_fixed_table`), its random-effect table
+    """The summary of a linear or mixed fit: its fixed-effect table (:func:`fixed_table`), its random-effect table
     (:func:`_random_table`) and the facts the text prints (:func:`_call_info`, then the engine's own:
     :func:`_engine_info`)."""
-    fixed, diagnostics = _fixed_table(fit, level)
+    fixed, diagnostics = fixed_table(fit, level)
     title, alg, spike_slab_vb = _title(fit)
     info = _call_info(fit, title)
     inclusion, prior = fit.inclusion, fit.model.prior
@@ -131,12 +131,8 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
         info["caveat"] = SPIKE_SLAB_VB_CAVEAT if spike_slab_vb else SELECTION_VB_CAVEAT
     elif isinstance(prior, Lasso):
         info["caveat"] = LASSO_VB_CAVEAT
-    if fit.result.imputation_mode == "mi":
-        info["imputed"] = info["imputed"].replace(
-            "joint normal model of", "multiple imputation from a normal model given the class of"
-        )
     _engine_info(fit, info, alg, spike_slab_vb, diagnostics)
-    if fit.posterior.kind in ("variational", "mixture"):
+    if fit.posterior.approximate:
         info["psis"] = _vb_check(fit)
     elif info["report"] == "pooled":  # multiple imputation: why there is no PSIS check
         info["psis"] = imputation_covers(fit)
@@ -149,7 +145,7 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
     return Summary(fixed=fixed, random=_random_table(fit), info=info)
 
 
-def _fixed_table(fit, level: float) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def fixed_table(fit, level: float) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The fixed effects' posterior means, SDs and credible interval (quantiles of the draws of a sampled fit, else
     the Gaussian ``q``'s), with the chains' ESS and R-hat and the inclusion probabilities where there are any; and the
     chains' diagnostics table (None unless sampled)."""
@@ -157,7 +153,7 @@ def _fixed_table(fit, level: float) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     mean = fit.fixef
     sd = np.sqrt(np.diag(fit.fixef_cov.to_numpy()))
     lo, hi = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
-    sampled = fit.posterior.kind == "sampled"
+    sampled = fit.posterior.holds_draws
     if sampled:  # quantiles of the draws
         p = design.p
         beta = fit.result.theta_d[..., :p].reshape(-1, p) @ fit.model.fixed_transform().T
@@ -166,7 +162,7 @@ def _fixed_table(fit, level: float) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         z = ndtri(0.5 + level / 2.0)
         lower, upper = mean.to_numpy() - z * sd, mean.to_numpy() + z * sd
     fixed = pd.DataFrame({"mean": mean.to_numpy(), "sd": sd, lo: lower, hi: upper}, index=mean.index)
-    if fit.posterior.kind == "mode":
+    if fit.posterior.point:
         fixed = fixed[["mean"]]
     diagnostics = None
     if sampled:
@@ -268,15 +264,16 @@ def _call_info(fit, title: str) -> dict:
     }
 
 
-def report_kind(result, form: str) -> str:
-    """Which report the summary gives, from what the engine's output holds (never from the method's name):
-    ``"pooled"`` (fits pooled over completed data sets), ``"mixture"`` (the accurate fit's Gaussians over nodes),
-    ``"mode"``, ``"sampled"`` (draws), ``"stochastic"`` (minibatch steps with a monitor bound) or ``"variational"``
-    (coordinate ascent on a lower bound); ``form`` is the output's posterior form."""
+def report_kind(result, view) -> str:
+    """Which report the summary gives, from what the engine's output holds and its posterior view can give (never
+    from the method's name): ``"pooled"`` (fits pooled over completed data sets), ``"mixture"`` (the accurate fit's
+    Gaussians over nodes), ``"mode"``, ``"sampled"`` (draws), ``"stochastic"`` (minibatch steps with a monitor bound)
+    or ``"variational"`` (coordinate ascent on a lower bound)."""
     if result.fits is not None:
         return "pooled"
-    if form in ("mixture", "mode", "sampled"):
-        return form
+    for report, capable in (("mixture", view.over_nodes), ("mode", view.point), ("sampled", view.holds_draws)):
+        if capable:
+            return report
     return "stochastic" if result.batch_size is not None else "variational"
 
 
@@ -285,7 +282,7 @@ def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) ->
     fits, the accurate fit's nodes, EM's objective, the chains' settings and diagnostics, SVI's monitor bound, or VB's
     bound and sweeps."""
     prior = fit.model.prior
-    info["report"] = report = report_kind(fit.result, fit.posterior.kind)
+    info["report"] = report = report_kind(fit.result, fit.posterior)
     if report == "pooled":  # VB on each completed data set (impute_mi)
         r = fit.result
         kind = r.engine

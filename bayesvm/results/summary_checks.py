@@ -7,17 +7,21 @@ from ..checks.findings import IDENTIFIED_FINDINGS
 from .vb_check import KHAT_GOOD, KHAT_LIMIT
 
 SELECTION_EP_CAVEAT = (
-    "Approximation: EP gives each slope one Gaussian site for its prior (a point mass and a slab, or a Laplace); "
+    "EP gives each slope one Gaussian site for its prior (a point mass and a slab, or a Laplace); "
     "inclusion probabilities come from each slope's tilted distribution. With a few well-separated predictors it "
     "agrees closely with Gibbs (simulated, with a random intercept: inclusion probabilities within 0.02); with many "
     "correlated or skewed predictors (spam, scikit-learn's breast cancer) one Gaussian cannot hold the models the "
-    "posterior spreads over, and it can be as far off as mean-field VB: confirm with method='gibbs'."
+    "posterior spreads over, and it can be as far off as mean-field VB: confirm with {remedy}."
 )
 VB_CAVEAT = (
-    "Approximation: mean-field VB with q(beta, u) q(a) q(variance components); it understates posterior\n"
+    "mean-field VB with q(beta, u){per_data_set} q(a) q(variance components); it understates posterior\n"
     "SDs (about half of Gibbs's without random effects) and shrinks variance components: compare with\n"
-    "method='gibbs' before relying on the intervals."
+    "{remedy} before relying on the intervals."
 )
+#: The approximation caveats (fields ``per_data_set``: " per data set" for pooled multiple imputation, else "";
+#: ``remedy``: the fit to compare with) are filled in by :func:`_approximation_checks`.  Out of core, Gibbs does not
+#: run on the streamed rows; the accurate fit does.
+OUT_OF_CORE_REMEDY = "vb='accurate' (or method='gibbs' on a sample in memory)"
 #: Width of the verdict word (``OK``, ``NOTE``, ``CAUTION``, ``WARNING``, ``FAIL``).
 VERDICT_WIDTH = 9
 
@@ -135,12 +139,11 @@ def _approximation_checks(info: dict) -> list[str]:
     out = []
     mean_field = report in ("variational", "pooled", "stochastic") and not info.get("accurate")
     if mean_field or info.get("caveat") == SELECTION_EP_CAVEAT:
-        caveat = info.get("caveat", VB_CAVEAT)
-        if report == "pooled":
-            caveat = caveat.replace("q(beta, u)", "q(beta, u) per data set")
-        if info.get("out_of_core"):  # (Gibbs does not run on out-of-core data; the accurate fit does)
-            caveat = caveat.replace("method='gibbs'", "vb='accurate' (or method='gibbs' on a sample in memory)")
-        out.append(_verdict("NOTE", "approximation", " ".join(caveat.replace("Approximation: ", "").split())))
+        caveat = info.get("caveat", VB_CAVEAT).format(
+            per_data_set=" per data set" if report == "pooled" else "",
+            remedy=OUT_OF_CORE_REMEDY if info.get("out_of_core") else "method='gibbs'",
+        )
+        out.append(_verdict("NOTE", "approximation", " ".join(caveat.split())))
     if info.get("floored"):
         out.append(
             _verdict(

@@ -216,17 +216,17 @@ def check_at_fit_end(fit, action: str = "warn") -> None:
         ``Checks.vb_check``: ``"warn"`` or ``"stop"`` (the fit exists, so it warns); ``"ignore"`` leaves the check to
         ``summary()``.
     """
-    if action == "ignore" or fit.posterior.kind not in ("variational", "mixture"):
+    if action == "ignore" or not fit.posterior.approximate:
         return
     if not_run_by_itself(fit) is not None:
         return
-    if fit.posterior.kind == "mixture" and not fit.result.converged:
+    if fit.posterior.over_nodes and not fit.result.converged:
         return
     if any(f.check not in IDENTIFIED_FINDINGS and f.action in ("warn", "stop") for f in fit.diagnostics.findings):
         return
     try:
         check = fit.check_vb(warn=False)
-        if fit.posterior.kind == "mixture" and check.marginal_khat is not None and check.theta_moments is not None:
+        if fit.posterior.over_nodes and check.marginal_khat is not None and check.theta_moments is not None:
             source = "" if check.adapted is None else check.adapted.describe()
             if correct_fixed(fit, check.theta_moments, check.governing_khat, check.draws, source) is not None:
                 # the verdict is about what is reported: the corrected q, with fresh draws
@@ -338,7 +338,7 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
     imputed = fit.result.z_cov is not None  # (a joint-imputation fit: its missing values integrated out)
     sample = _imputed_draws if imputed else _joint_draws
     marginal_too = integrable_component(fit.problem) is not None
-    if draws is None and not imputed and not (marginal_too and fit.posterior.kind == "mixture"):
+    if draws is None and not imputed and not (marginal_too and fit.posterior.over_nodes):
         log_ratios, theta_d, coefficients, marginal = _first_look(fit, rng, marginal_too)
     else:
         log_ratios, theta_d, coefficients = sample(fit, rng, first)
@@ -366,7 +366,7 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
         marginal_table, shift = _weighted(names, values, log_weights)
         marginal_table = marginal_table if marginal_khat <= KHAT_LIMIT else None
         moments = theta_moments(theta_d, normalised_weights(log_weights))
-        if marginal_khat > KHAT_LIMIT and fit.posterior.kind == "mixture":
+        if marginal_khat > KHAT_LIMIT and fit.posterior.over_nodes:
             draws_t = _adapted_draws(fit, rng, theta_d, phi, log_weights, marginal_khat, first)
             # q is far; an adapted proposal whose k-hat is at most 0.7 gives reliable weighted estimates instead
             if draws_t is not None and draws_t.khat <= KHAT_LIMIT:
@@ -442,7 +442,7 @@ def _joint_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray,
 
 def _joint_proposal(fit):
     """The joint q's sampler: ``(fit, rng, draws) -> (theta_d, theta_b, covariances, log q)``."""
-    return _mixture_proposal if fit.posterior.kind == "mixture" else _mean_field_proposal
+    return _mixture_proposal if fit.posterior.over_nodes else _mean_field_proposal
 
 
 def _coefficients(drawn: tuple) -> int:
