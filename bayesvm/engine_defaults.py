@@ -3,7 +3,7 @@ elsewhere, each choice with the reason ``summary()`` prints."""
 
 from __future__ import annotations
 
-from .model import PENALTY_SOURCE
+from .model.problems import PENALTY_SOURCE
 
 #: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs 20-60 mean-field
 #: fits, one EP fit per node of its lattice).

@@ -134,8 +134,10 @@ class PriorSet:
     fixed_variance
         ``sigma_beta^2``: prior variance of every unpenalised fixed effect (paper: 1e8).
     penalty
-        ``IG(A_u, B_u)`` for the shared slope variance when ``penalty="learn"``
-        (Example 1; ``sigma_u^2 = 1 / (4 alpha)``).
+        Prior of the slopes' shared variance ``sigma_u^2 = 1 / (4 alpha)`` when ``penalty="learn"`` (a ridge prior
+        ``slopes ~ N(0, sigma_u^2)`` with its own variance): the paper's :class:`InverseGamma` ``IG(A_u, B_u)``
+        (Example 1; default ``IG(0.01, 0.01)``), :class:`HalfT` on ``sigma_u``, or any :class:`VariancePrior` whose
+        law the engines know.
     random
         Prior of the variance of each single-column random-effect term (and ``gp()`` amplitude): :class:`HalfT` on its
         SD (default ``HalfT(3, 2.5)``), :class:`InverseGamma` on the variance (the paper's ``IG(0.01, 0.01)``), or any
@@ -147,7 +149,7 @@ class PriorSet:
     """
 
     fixed_variance: float = 1e8
-    penalty: InverseGamma = field(default_factory=InverseGamma)
+    penalty: VariancePrior = field(default_factory=InverseGamma)
     random: VariancePrior = field(default_factory=HalfT)
     correlated: InverseWishart = field(default_factory=InverseWishart)
     imputation: ImputationPrior = field(default_factory=ImputationPrior)
@@ -155,12 +157,11 @@ class PriorSet:
     def __post_init__(self) -> None:
         if not (np.isfinite(self.fixed_variance) and self.fixed_variance > 0):
             raise BayesvmError(f"fixed_variance must be positive and finite, got {self.fixed_variance}")
-        if not isinstance(self.random, VariancePrior):
-            raise BayesvmError(
-                f"PriorSet(random=...) must be a variance prior (HalfT, InverseGamma, ...), got {self.random!r}"
-            )
-        if not isinstance(self.penalty, InverseGamma):
-            raise BayesvmError(f"PriorSet(penalty=...) must be an InverseGamma, got {self.penalty!r}")
+        for name in ("penalty", "random"):
+            if not isinstance(getattr(self, name), VariancePrior):
+                raise BayesvmError(
+                    f"PriorSet({name}=...) must be a variance prior (InverseGamma, HalfT, ...), got {getattr(self, name)!r}"
+                )
 
     @classmethod
     def paper(cls, **changes) -> PriorSet:

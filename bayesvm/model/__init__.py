@@ -22,10 +22,6 @@ from ..priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
 from .class_weights import ClassWeights, resolve_class_weight
 from .problems import ImputationProblem, SelectionProblem, VarianceComponent, VBProblem
 
-#: ``VarianceComponent.source`` of the learned penalty; random-effect term ``t`` has source ``t`` and
-#: ``gp()`` term ``i`` has source :func:`gp_source` ``(i) = -2 - i``.
-PENALTY_SOURCE = -1
-
 
 def gp_source(i: int) -> int:
     """``VarianceComponent.source`` of the ``i``-th ``gp()`` term."""

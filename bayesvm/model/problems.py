@@ -30,6 +30,10 @@ from ..priors import LaplaceZero, Lasso, SpikeSlab, VariancePrior
 SMALL_COMPONENT = 64
 
 
+#: ``VarianceComponent.source`` of the learned penalty (the slopes' shared variance).
+PENALTY_SOURCE = -1
+
+
 @dataclass(frozen=True)
 class VarianceComponent:
     """A group of coefficients sharing an IG variance (``k = 1``) or an IW covariance (``k > 1``).
@@ -51,7 +55,8 @@ class VarianceComponent:
     n_levels
         ``J``, the number of ``k``-vectors sharing the variance.
     source
-        Caller's tag (the model uses the random-effect term index, -1 for the penalty).
+        Caller's tag: the random-effect term's index ``t``, :data:`PENALTY_SOURCE` for the learned penalty, ``-2 - i``
+        for ``gp()`` term ``i``.
     """
 
     name: str
@@ -61,7 +66,7 @@ class VarianceComponent:
     prior: VariancePrior | None = None
     prior_df: float = 0.0
     prior_scale: np.ndarray | None = None
-    source: int = -1
+    source: int = PENALTY_SOURCE
 
     @property
     def k(self) -> int:

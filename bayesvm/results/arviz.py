@@ -20,7 +20,8 @@ import xarray as xr
 from ..arguments import as_count
 from ..errors import BayesvmError
 from ..memory import check_memory
-from ..model import PENALTY_SOURCE, gp_index
+from ..model import gp_index
+from ..model.problems import PENALTY_SOURCE
 from ..priors import LaplaceZero, Lasso
 
 

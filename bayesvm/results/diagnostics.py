@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..engines import variance_prior
+from ..model.problems import PENALTY_SOURCE
+
 #: Thresholds (Vehtari et al. 2021): R-hat above 1.01, or fewer than 100 effective draws per chain.
 RHAT_LIMIT = 1.01
 ESS_PER_CHAIN = 100
@@ -98,11 +101,16 @@ def mcmc_problems(
 def separation_tail(fit) -> str | None:
     """Why longer chains cannot settle a fit whose fixed effects separate the classes under a learned penalty, or
     None: along the separating direction the hinge loss never grows, and the slopes' prior, a normal scaled by the
-    learned variance, is a t with ``2 a`` degrees of freedom (0.02 with the default ``IG(0.01, 0.01)``), so the
-    posterior there has no mean to converge to (a simulated n = 20 set: Gibbs means of 1e38 to 1e112)."""
+    learned variance whose prior's inverse gamma (given any auxiliary variable) has shape ``a``, has the tails of a t
+    with ``2 a`` degrees of freedom (0.02 with the default ``IG(0.01, 0.01)``; ``nu`` for a half-t), so the
+    posterior there has no mean to converge to where ``2 a <= 1`` (a simulated n = 20 set: Gibbs means of 1e38 to
+    1e112)."""
     model = fit.model
-    if model.penalty != "learn" or model.prior is not None or 2.0 * model.priors.penalty.a > 1.0:
-        return None  # (a fixed penalty or a selection prior keeps a mean; so does an IG(a, b) penalty with 2 a > 1)
+    penalty = [c for c in fit.problem.components if c.source == PENALTY_SOURCE]
+    if model.prior is not None or not penalty:  # (a fixed penalty or a selection prior keeps a mean)
+        return None
+    if 2.0 * variance_prior.conditional_inverse_gamma(penalty[0], None)[0] > 1.0:
+        return None
     culprits = [c for f in fit.diagnostics.findings if f.check == "separation" for c in f.culprits]
     if not culprits:
         return None

@@ -16,8 +16,8 @@ from ..engines.linear.em import EMResult
 from ..engines.linear.gibbs import GibbsResult
 from ..engines.linear.vb import VBResult
 from ..errors import ApproximationWarning, BayesvmError
-from ..model import PENALTY_SOURCE, LinearModel, gp_index
-from ..model.problems import VBProblem
+from ..model import LinearModel, gp_index
+from ..model.problems import PENALTY_SOURCE, VBProblem
 from .base import Fit
 from .posterior import posterior_view
 

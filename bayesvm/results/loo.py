@@ -20,8 +20,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from ..model import PENALTY_SOURCE
-from ..model.problems import VBProblem
+from ..model.problems import PENALTY_SOURCE, VBProblem
 from .crossfit import stratified_folds
 from .psis import psis
 

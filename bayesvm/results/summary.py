@@ -13,7 +13,7 @@ from ..engines import variance_prior
 from ..engines.linear.ep import accurate_failure
 from ..engines.selection.ep import floored_slopes
 from ..errors import BayesvmError
-from ..model import PENALTY_SOURCE
+from ..model.problems import PENALTY_SOURCE
 from ..outofcore import StreamedDesign
 from ..priors import InverseGamma, LaplaceZero, Lasso, SpikeSlab
 from .imputation_check import covers as imputation_covers

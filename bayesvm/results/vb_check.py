@@ -23,7 +23,7 @@ from ..checks.findings import IDENTIFIED_FINDINGS
 from ..engines.joint import LogPrior
 from ..engines.linear.hyperparameters import Hyperparameters
 from ..errors import ApproximationWarning, BayesvmError
-from ..model import PENALTY_SOURCE
+from ..model.problems import PENALTY_SOURCE
 from .adaptive_check import AdaptedDraws, adapt, adapted_moments
 from .imputation_check import covers as imputation_covers
 from .imputation_check import imputed_log_ratios

@@ -96,7 +96,8 @@ def _documented_prior() -> dict:
 
 def test_a_new_variance_prior_is_one_record_one_law_and_one_line_of_the_table(monkeypatch, tmp_path):
     """The documented example: Scaled-Inv-chi^2(4, 0.5) is IG(2, 1), so every engine gives the inverse gamma's fit
-    exactly (Gibbs seed for seed, by the Python steps and by the compiled whole iterations); without its line of the
+    exactly (Gibbs seed for seed, by the Python steps and by the compiled whole iterations), as a random-effect
+    variance's prior and as the learned penalty's; without its line of the
     table it is refused, naming the term; a law without a compiled form leaves the variance step to the Python
     steps, the inverse gamma's chain draw for draw."""
     import warnings
@@ -135,6 +136,18 @@ def test_a_new_variance_prior_is_one_record_one_law_and_one_line_of_the_table(mo
         assert "(1 | g): sigma^2 ~ Scaled-Inv-chi2(4, 0.5)" in str(fit.summary())
         with pytest.raises(ValueError, match="ScaledInvChiSquare"):
             fit.save(tmp_path / "fit")
+        # the same record as the learned penalty's prior: a ridge prior on the slopes with its own variance
+        random = InverseGamma(1.0, 1.0)  # (a prior EM can maximise under)
+        new, same = (
+            PriorSet(penalty=record(4.0, 0.5), random=random),
+            PriorSet(penalty=InverseGamma(2.0, 1.0), random=random),
+        )
+        for options in ({"vb": "meanfield"}, {}, gibbs_options, {"method": "em"}, {"method": "svi", "seed": 1}):
+            fit, reference = (bayesvm.bsvm(formula, data, priors=p, **options) for p in (new, same))
+            np.testing.assert_allclose(
+                fit.fixef.to_numpy(), reference.fixef.to_numpy(), rtol=1e-9, err_msg=str(options)
+            )
+        assert "slopes ~ N(0, sigma_u^2), sigma_u^2 ~ Scaled-Inv-chi2(4, 0.5)" in str(fit.summary())
 
     def chain(priors, whole=True):
         problem = build_model(build_design(parse_formula(formula), data), "learn", priors, standardize=True).problem()

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 
 import bayesvm
-from bayesvm.results.diagnostics import mcmc_problems
+from bayesvm.results.diagnostics import mcmc_problems, separation_tail
 
 
 def test_problems_say_how_long_to_run():
@@ -121,3 +121,10 @@ def test_separation_under_a_learned_penalty_replaces_the_advice_to_run_longer():
         warnings.simplefilter("always")
         bayesvm.bsvm("y ~ x1 + x2", frame, penalty=1.0, **options)
     assert not any("longer chains will not settle" in str(w.message) for w in caught)
+    # a half-t(nu) on the penalty's SD: tails of a t with nu degrees of freedom, a mean where nu > 1
+    for nu, settles in ((0.5, False), (3.0, True)):
+        priors = bayesvm.priors.PriorSet(penalty=bayesvm.priors.HalfT(nu, 2.5))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fit = bayesvm.bsvm("y ~ x1 + x2", frame, priors=priors, **options)
+        assert (separation_tail(fit) is None) == settles, nu

@@ -37,7 +37,7 @@ from ...linalg.dense import blas_threads, gaussian_mean, spd_inverse
 from ...linalg.schur import schur_sparse_mean
 from ...linalg.sparse import SparseCholesky
 from ...model.output import EngineOutput
-from ...model.problems import VarianceComponent, VBProblem, sorted_by_level
+from ...model.problems import PENALTY_SOURCE, VarianceComponent, VBProblem, sorted_by_level
 from .. import variance_prior
 from ..augmentation import row_terms
 from ..joint import component_values, log_prior
@@ -95,14 +95,16 @@ def component_mode(comp: VarianceComponent, u: np.ndarray) -> np.ndarray:
 def check_modal_priors(problem: VBProblem) -> None:
     """Refuse a prior whose joint posterior mode is degenerate (its law's ``modal_refusal``: a half-t's positive
     density at sigma = 0), naming the components."""
-    refused = [(c.name, variance_prior.modal_refusal(c)) for c in problem.components if not c.is_wishart]
-    refused = [(name, reason) for name, reason in refused if reason is not None]
+    refused = [(c, variance_prior.modal_refusal(c)) for c in problem.components if not c.is_wishart]
+    refused = [(comp, reason) for comp, reason in refused if reason is not None]
     if refused:
+        fields = sorted({"penalty" if comp.source == PENALTY_SOURCE else "random" for comp, _ in refused})
+        where = ", ".join(f"{name}=InverseGamma(...)" for name in fields)
         raise BayesvmError(
-            f"method='em' cannot use the prior of {[name for name, _ in refused]}: {refused[0][1]}, where the joint "
-            "posterior mode of the random effects and their variance collapses (sigma -> 0, every effect 0). Use an "
-            "InverseGamma prior, which vanishes at 0 (PriorSet(random=InverseGamma(...)), the default for method='em'), "
-            "or method='vb' / 'gibbs', which integrate instead of maximising"
+            f"method='em' cannot use the prior of {[comp.name for comp, _ in refused]}: {refused[0][1]}, where the "
+            "joint posterior mode of the coefficients and their variance collapses (sigma -> 0, every coefficient 0). "
+            f"Use an InverseGamma prior, which vanishes at 0 (PriorSet({where}), as method='em' chooses by default), or "
+            "method='vb' / 'gibbs', which integrate instead of maximising"
         )
 
 
