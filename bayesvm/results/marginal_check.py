@@ -63,15 +63,14 @@ def marginal_log_p(problem, hyper: Hyperparameters, theta_d: np.ndarray, phi: np
     """``(log p(y, theta_d, phi), covariances)`` at draws ``theta_d (S, q)``, ``phi (S, d)``: the random intercepts
     integrated out in closed form (module docstring); every constant included."""
     skip = integrable_component(problem)
-    covs_each = [hyper.covariances(t) for t in phi]
-    covs = [np.stack([c[j] for c in covs_each]) for j in range(len(problem.components))]
+    covs = hyper.covariances_of_draws(phi)
     eta = theta_d @ problem.D.T
     blocked = problem.blocked
     log_p = group_log_integrals(
         problem.y, eta, blocked.values[:, 0], blocked.codes, covs[skip][:, 0, 0], blocked.n_levels, problem.weights
     )
     log_p += log_prior_dense(problem, theta_d, covs, skip)
-    log_p += np.array([hyper.log_prior(t) for t in phi])
+    log_p += hyper.log_priors(phi)
     return log_p, covs
 
 
@@ -101,7 +100,7 @@ def _mean_field_marginal(result, hyper: Hyperparameters, rng, draws):
             phi_parts.append(part)
             log_q_phi += dist.logpdf(np.moveaxis(sigma, 0, -1))
     phi = np.concatenate(phi_parts, axis=1)
-    log_q_phi += np.array([hyper.log_jacobian(t) for t in phi])  # density of phi
+    log_q_phi += hyper.log_jacobians(phi)  # density of phi
     return theta_d, phi, log_q + log_q_phi
 
 

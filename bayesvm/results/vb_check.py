@@ -318,9 +318,8 @@ def _mixture_proposal(fit, rng, draws):
     covs = []
     if r.has_component:
         hyper = r.hyperparameters
-        per_draw = [hyper.covariances(t) for t in phi]
-        log_q = log_q - np.array([hyper.log_jacobian(t) for t in phi])  # density of the covariances
-        covs = [np.stack([c[j] for c in per_draw]) for j in range(len(hyper.components))]
+        covs = hyper.covariances_of_draws(phi)
+        log_q = log_q - hyper.log_jacobians(phi)  # density of the covariances
     return theta_d, theta_b, covs, log_q
 
 

@@ -87,6 +87,56 @@ class Hyperparameters:
                 total += _log_wishart_constant(comp.prior_df, comp.prior_scale)
         return total
 
+    # ----- many draws at once: phi (S, d) -----------------------------------------------------------------------
+    def _cholesky_of_draws(self, k: int, parts: np.ndarray) -> np.ndarray:
+        """``(S, k, k)`` Cholesky factors of the draws' log-Cholesky parameters ``parts (S, k (k + 1) / 2)``."""
+        L = np.zeros((parts.shape[0], k, k))
+        diagonal, lower = np.diag_indices(k), np.tril_indices(k, -1)
+        L[:, diagonal[0], diagonal[1]] = np.exp(parts[:, :k])
+        L[:, lower[0], lower[1]] = parts[:, k:]
+        return L
+
+    def _parts_of_draws(self, phi: np.ndarray):
+        phi = np.atleast_2d(np.asarray(phi, dtype=float))
+        for c, comp in enumerate(self.components):
+            yield comp, phi[:, self.starts[c] : self.starts[c + 1]]
+
+    def covariances_of_draws(self, phi: np.ndarray) -> list[np.ndarray]:
+        """:meth:`covariances` of each row of ``phi (S, d)``: one ``(S, k, k)`` array per component."""
+        out = []
+        for comp, parts in self._parts_of_draws(phi):
+            if comp.k == 1:
+                out.append(np.exp(parts)[:, :, None])
+            else:
+                L = self._cholesky_of_draws(comp.k, parts)
+                out.append(L @ np.swapaxes(L, 1, 2))
+        return out
+
+    def log_jacobians(self, phi: np.ndarray) -> np.ndarray:
+        """:meth:`log_jacobian` of each row of ``phi (S, d)``."""
+        total = np.zeros(np.atleast_2d(phi).shape[0])
+        for comp, parts in self._parts_of_draws(phi):
+            k = comp.k
+            total += parts[:, 0] if k == 1 else k * np.log(2.0) + parts[:, :k] @ (k + 1 - np.arange(k))
+        return total
+
+    def log_priors(self, phi: np.ndarray) -> np.ndarray:
+        """:meth:`log_prior` of each row of ``phi (S, d)``: the same terms, batched over the draws (the inverse-Wishart
+        trace ``tr(Psi Sigma^-1) = ||L^-1 C||_F^2`` with ``Psi = C C'``, by one batched triangular solve)."""
+        total = self.log_jacobians(phi)
+        for comp, parts in self._parts_of_draws(phi):
+            if comp.k == 1:
+                total += variance_prior.log_density(comp, np.exp(parts[:, 0]))
+            else:
+                L = self._cholesky_of_draws(comp.k, parts)
+                root = np.linalg.cholesky(comp.prior_scale)
+                whitened = np.linalg.solve(L, np.broadcast_to(root, L.shape))  # L^-1 C per draw
+                trace = np.sum(whitened**2, axis=(1, 2))
+                logdet = 2.0 * np.sum(parts[:, : comp.k], axis=1)
+                total += -0.5 * (comp.prior_df + comp.k + 1.0) * logdet - 0.5 * trace
+                total += _log_wishart_constant(comp.prior_df, comp.prior_scale)
+        return total
+
     def start(self, posteriors: list[ComponentPosterior], inflate: float = 0.0) -> np.ndarray:
         """``phi`` at the mean-field means, with the variances multiplied by ``e^inflate``
         (mean-field VB shrinks them)."""
