@@ -29,7 +29,7 @@ from .errors import BayesvmError, ConvergenceWarning, DataError
 from .formula.bars import parse_formula
 from .formula.design import build_design
 from .formula.frames import as_frame
-from .formula.response import sorted_levels
+from .formula.response import check_not_continuous, sorted_levels
 from .kernels import Kernel
 from .model import build_model
 from .outofcore import is_dask_frame
@@ -326,6 +326,7 @@ def _one_vs_rest(classes: tuple[str, tuple], options: dict) -> MulticlassFit:
     """One fit per class against the rest (:mod:`bayesvm.results.multiclass`); ``positive=`` names one class and
     fits that class against the rest alone."""
     response, levels = classes
+    check_not_continuous(as_frame(options["data"], "data")[response], response)
     class_weight = options["class_weight"]
     if class_weight is not None and not (isinstance(class_weight, str) and class_weight == "balanced"):
         raise BayesvmError(

@@ -68,6 +68,27 @@ def sorted_levels(values: pd.Series) -> list:
         return sorted(uniques.tolist(), key=str)
 
 
+def check_not_continuous(values: pd.Series, name: str) -> None:
+    """Refuse a response that measures rather than labels: more than two distinct numbers of which some are not whole
+    (scikit-learn's ``type_of_target`` calls it "continuous"), where one fit per class would fit one per value.
+
+    Raises
+    ------
+    DataError
+        Naming the response, its number of distinct values and a few of them.
+    """
+    if not pd.api.types.is_float_dtype(values.dtype):
+        return
+    observed = values.dropna().to_numpy(dtype=float)
+    distinct = np.unique(observed[np.isfinite(observed)])
+    if distinct.size > 2 and np.any(distinct != np.round(distinct)):
+        shown = ", ".join(f"{v:g}" for v in distinct[:4])
+        raise DataError(
+            f"response {name!r} is continuous ({distinct.size} distinct values: {shown}, ...): bayesvm fits classes; "
+            f"give it a response of two or more classes, e.g. data[{name!r}] > threshold"
+        )
+
+
 def _near_duplicates(levels: list, name: str) -> str:
     """A hint naming text labels that differ only in surrounding spaces or case (``'yes'`` and ``'yes '``), or ``''``."""
     groups: dict[str, list] = {}

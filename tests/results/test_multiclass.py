@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import bayesvm
-from bayesvm.errors import BayesvmError
+from bayesvm.errors import BayesvmError, DataError
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +70,17 @@ def test_a_multiclass_fit_refuses_kinds_it_has_not(three):
     fit, data = three
     with pytest.raises(BayesvmError, match="kind must be one of"):
         fit.predict(data, kind="pseudo")
+
+
+def test_a_continuous_response_is_refused_and_whole_numbers_are_classes(three):
+    """A measured response (more than two distinct numbers, some not whole) would be one fit per value: refused naming
+    the response, before any fit; whole numbers stored as floats are classes."""
+    _, data = three
+    measured = data.assign(y=np.random.default_rng(1).normal(size=len(data)))
+    with pytest.raises(DataError, match=r"response 'y' is continuous \(180 distinct values"):
+        bayesvm.bsvm("y ~ x + z", measured, vb="meanfield")
+    coded = data.assign(y=data["y"].map({"low": 0.0, "mid": 1.0, "high": 2.0}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x + z", coded, vb="meanfield")
+    assert fit.classes == (0.0, 1.0, 2.0)
