@@ -70,6 +70,7 @@ from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
 from ..augmentation import row_terms
+from . import ep_moments
 from .hinge_sites import (
     cavities,
     damped_sites,
@@ -154,16 +155,20 @@ def run_ep(
     tol: float = 1e-7,
     damping: float = 0.7,
 ) -> EPState:
-    """Parallel EP for fixed component precisions (rows sorted as in ``problem``)."""
+    """Parallel EP for fixed component precisions (rows sorted as in ``problem``).  Each sweep needs only the rows'
+    predictive moments under ``q`` (one compiled pass where the design allows, :mod:`.ep_moments`); the Gaussian
+    itself is solved once, after the last sweep."""
     y = problem.y
     posterior = _posterior_solver(problem, precisions)
+    moments = ep_moments.sweep_moments(problem, precisions)
     tau, nu = tau.copy(), nu.copy()
     previous = None
     sweeps = 0
     converged = False
     for _ in range(max_iter):
         sweeps += 1
-        theta, (mean_f, var_f) = posterior(tau, nu)
+        found = None if moments is None else moments(tau, nu)
+        mean_f, var_f = posterior(tau, nu)[1] if found is None else found
         if not np.all(np.isfinite(mean_f)):
             break  # diverged: not converged, and no more sweeps can bring it back
         ok, m, v = cavities(mean_f, var_f, tau, nu)
