@@ -46,7 +46,31 @@ def _level_rows_predictor(D, A, codes, values, mean_d, mean_b, gains, spread, bl
         mean[i], var[i] = m, v
 
 
+def _draws_hinge_sums(D, codes, values, y, weights, theta_d, theta_b, out):
+    """``out[s] = sum_i omega_i max(0, 1 - y_i f_si)`` with ``f_si = d_i' theta_d[s] + z_i' theta_b[s, j(i)]`` (rows
+    with ``codes == -1``: no level term) for draws ``theta_d (S, q)``, ``theta_b (S, J, K)``: the hinge
+    pseudo-likelihood's exponent (Polson & Scott 2011, eq. (2)) at each draw, row by row without the ``(S, n)``
+    predictor."""
+    n, q = D.shape
+    K = values.shape[1]
+    for s in range(theta_d.shape[0]):
+        total = 0.0
+        for i in range(n):
+            f = 0.0
+            for a in range(q):
+                f += D[i, a] * theta_d[s, a]
+            j = codes[i]
+            if j >= 0:
+                for k in range(K):
+                    f += values[i, k] * theta_b[s, j, k]
+            margin = 1.0 - y[i] * f
+            if margin > 0.0:
+                total += weights[i] * margin
+        out[s] = total
+
+
 if numba is not None:
     level_rows_predictor = compile_nogil(_level_rows_predictor)
+    draws_hinge_sums = compile_nogil(_draws_hinge_sums)
 else:  # never called: callers check compiled.available()
-    level_rows_predictor = None
+    level_rows_predictor = draws_hinge_sums = None

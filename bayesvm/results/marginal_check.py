@@ -30,9 +30,9 @@ import numpy as np
 
 from ..engines.linear.hyperparameters import Hyperparameters
 from ..engines.linear.node_evidence import (
+    draws_log_integrals,
     fixed_marginal,
     gaussian_transform,
-    group_log_integrals,
     integrable_component,
     log_prior_dense,
 )
@@ -64,11 +64,11 @@ def marginal_log_p(problem, hyper: Hyperparameters, theta_d: np.ndarray, phi: np
     integrated out in closed form (module docstring); every constant included."""
     skip = integrable_component(problem)
     covs = hyper.covariances_of_draws(phi)
-    eta = theta_d @ problem.D.T
     blocked = problem.blocked
-    log_p = group_log_integrals(
-        problem.y, eta, blocked.values[:, 0], blocked.codes, covs[skip][:, 0, 0], blocked.n_levels, problem.weights
-    )
+    log_p = draws_log_integrals(
+        problem.y, problem.D, theta_d, blocked.values[:, 0], blocked.codes, covs[skip][:, 0, 0], blocked.n_levels,
+        problem.weights,
+    )  # fmt: skip
     log_p += log_prior_dense(problem, theta_d, covs, skip)
     log_p += hyper.log_priors(phi)
     return log_p, covs

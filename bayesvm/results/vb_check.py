@@ -23,6 +23,9 @@ from ..checks.findings import IDENTIFIED_FINDINGS
 from ..engines.joint import LogPrior
 from ..engines.linear.hyperparameters import Hyperparameters
 from ..errors import ApproximationWarning, BayesvmError
+from ..linalg import compiled
+from ..linalg.dense_rows import draws_hinge_sums
+from ..linalg.row_threads import COMPILED_SPLIT_ROWS, in_two_parts
 from ..model.problems import PENALTY_SOURCE
 from .adaptive_check import AdaptedDraws, adapt, adapted_moments
 from .imputation_check import covers as imputation_covers
@@ -452,13 +455,32 @@ def _coefficients(drawn: tuple) -> int:
 def _joint_ratios(fit, theta_d, theta_b, covs, log_q) -> np.ndarray:
     """``log p - log q`` at joint draws: the hinge pseudo-likelihood (eq. (2) of Polson & Scott) times the priors."""
     problem = fit.problem
-    f = (problem.D @ theta_d.T).T
-    if problem.blocked is not None:
-        f = f + np.einsum("nk,snk->sn", problem.blocked.values, theta_b[:, problem.blocked.codes, :])
-    hinge = np.maximum(0.0, 1.0 - problem.y * f)
-    log_p = -2.0 * (hinge @ (np.ones(problem.n) if problem.weights is None else problem.weights))
+    log_p = -2.0 * hinge_sums(problem, theta_d, theta_b)
     log_p += LogPrior(problem).of_draws(theta_d, theta_b, covs)
     return log_p - log_q
+
+
+def hinge_sums(problem, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
+    """``sum_i omega_i max(0, 1 - y_i f_i)`` at each joint draw: the compiled row loop on a dense design
+    (:func:`bayesvm.linalg.dense_rows.draws_hinge_sums`, the draws in two halves on the row threads), else through the
+    ``(draws, rows)`` predictor."""
+    weights = np.ones(problem.n) if problem.weights is None else problem.weights
+    blocked = problem.blocked
+    if compiled.available() and isinstance(problem.D, np.ndarray) and problem.D.shape[0] == problem.n:
+        codes = np.full(problem.n, -1, dtype=np.int64) if blocked is None else blocked.codes
+        values = np.zeros((problem.n, 1)) if blocked is None else blocked.values
+        theta_b = np.zeros((theta_d.shape[0], 1, 1)) if blocked is None else np.ascontiguousarray(theta_b)
+        D, theta_d, out = np.ascontiguousarray(problem.D), np.ascontiguousarray(theta_d), np.empty(theta_d.shape[0])
+
+        def work(_, part):
+            draws_hinge_sums(D, codes, values, problem.y, weights, theta_d[part], theta_b[part], out[part])
+
+        in_two_parts(work, out.size, out.size // 2, out.size * problem.n >= COMPILED_SPLIT_ROWS)
+        return out
+    f = (problem.D @ theta_d.T).T
+    if blocked is not None:
+        f = f + np.einsum("nk,snk->sn", blocked.values, theta_b[:, blocked.codes, :])
+    return np.maximum(0.0, 1.0 - problem.y * f) @ weights
 
 
 def _rows(drawn: tuple, rows: slice) -> tuple:

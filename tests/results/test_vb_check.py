@@ -449,3 +449,25 @@ def test_a_clearly_unreliable_first_look_stops_early_and_one_that_goes_on_gives_
     assert 0.7 < looked.khat < CLEARLY_UNRELIABLE and looked.draws == FIRST_LOOK_DRAWS
     np.testing.assert_allclose(looked.khat, explicit.khat, rtol=1e-10)
     assert looked.suspects == explicit.suspects and looked.verdict == explicit.verdict
+
+
+@pytest.mark.parametrize("class_weight", [None, "balanced"])
+def test_the_compiled_hinge_sums_of_joint_draws_equal_the_predictor_path(toenail, class_weight, monkeypatch):
+    """The joint check's hinge pseudo-likelihood at each draw, row by row in compiled code, equals it through the
+    ``(draws, rows)`` predictor, with class weights and random effects."""
+    from bayesvm.linalg import compiled
+    from bayesvm.results import vb_check
+
+    if not compiled.available():
+        pytest.skip("numba is not installed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("outcome ~ visit * treatment + (1 | patientID)", toenail, class_weight=class_weight,
+                           vb="meanfield", checks=bayesvm.Checks(vb_check="ignore"))  # fmt: skip
+    problem, rng = fit.problem, np.random.default_rng(0)
+    theta_d = rng.normal(size=(300, problem.D.shape[1]))
+    theta_b = rng.normal(size=(300, problem.blocked.n_levels, 1))
+    rowwise = vb_check.hinge_sums(problem, theta_d, theta_b)
+    monkeypatch.setattr(compiled, "available", lambda: False)
+    np.testing.assert_allclose(rowwise, vb_check.hinge_sums(problem, theta_d, theta_b), rtol=1e-12)
+    assert not np.allclose(rowwise, vb_check.hinge_sums(problem, theta_d + 0.1, theta_b))

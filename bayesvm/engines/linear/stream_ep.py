@@ -41,7 +41,7 @@ from ...model.problems import VBProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
 from .ep import EPState, check_scope, integrate_ep, prior_log_det
 from .hinge_sites import cavities, damped_sites, final_cavities, site_log_evidence, tilted_moments
-from .node_evidence import group_log_integrals, node_evidence
+from .node_evidence import draws_log_integrals, node_evidence
 from .stream_vb import added_by_level, fit_streamed_vb, own_levels, weighted_level_sums
 from .vb import VBResult, prior_precisions
 
@@ -135,12 +135,12 @@ def evidence_terms(rows, y: np.ndarray, sites: PartitionSites, theta: GaussianPo
 
 def level_log_integrals(rows, y: np.ndarray, theta_d: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
     """``sum_j log I_j`` over the partition's own levels (each level's rows all here) for draws ``theta_d (S, q)``
-    and ``sigma2 (S,)`` (:func:`bayesvm.engines.linear.node_evidence.group_log_integrals`)."""
+    and ``sigma2 (S,)`` (:func:`bayesvm.engines.linear.node_evidence.draws_log_integrals`)."""
     if y.size == 0:
         return np.zeros(theta_d.shape[0])
     D, codes, values = _rows_and_factor(rows)
     levels, local = own_levels(codes)
-    return group_log_integrals(y, theta_d @ D.T, values[:, 0], local, sigma2, levels.size)
+    return draws_log_integrals(y, D, theta_d, values[:, 0], local, sigma2, levels.size)
 
 
 class StreamedRows:

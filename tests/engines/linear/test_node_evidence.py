@@ -173,6 +173,15 @@ def test_level_classes_formed_once_give_the_same_integrals(weighted):
         for j in range(J)
     )  # fmt: skip
     np.testing.assert_allclose(fresh, by_level, rtol=1e-10)
+    # the predictor of draws formed class by class: the same integrals as at theta_d D'
+    from bayesvm.engines.linear.node_evidence import draws_log_integrals
+
+    D, theta_d = rng.normal(size=(n, 4)), rng.normal(size=(S, 4))
+    np.testing.assert_allclose(
+        draws_log_integrals(y, D, theta_d, v, codes, sigma2, J, weights, classes),
+        group_log_integrals(y, theta_d @ D.T, v, codes, sigma2, J, weights, classes),
+        rtol=1e-12,
+    )
 
 
 def test_large_data_take_fewer_draws_only_where_the_first_node_shows_they_suffice(fits, monkeypatch):
