@@ -21,9 +21,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from .findings import Finding
+from .level_overlap import one_factor_separation
 from .separation import detect_separation
 
-#: The separation test on ``[X, Z]`` runs up to this many rows and random-effect columns.
+#: The separation test on ``[X, Z]`` by a linear programme runs up to this many rows and random-effect columns (one
+#: factor of one column is settled by its structure at any size where it overlaps beyond its one-class levels,
+#: :mod:`bayesvm.checks.level_overlap`).
 RE_SEPARATION_MAX_ROWS = 20_000
 RE_SEPARATION_MAX_COLUMNS = 5_000
 #: Fewer informative levels than this (levels holding both classes) leave a variance weakly identified.
@@ -130,8 +133,14 @@ def random_effect_separation(X: np.ndarray, x_names, design, fixed_isolated: np.
     if not design.re_terms:
         return []
     n = design.n
+    names = [*x_names, *design.z_names]
+    result = None
+    if len(design.re_terms) == 1 and design.re_terms[0].k == 1:  # one column per level: settled by the structure
+        term = design.re_terms[0]
+        dense_X = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=float)
+        result = one_factor_separation(dense_X, term.codes, term.values[:, 0], design.y, names)
     Z = design.Z()
-    if n > RE_SEPARATION_MAX_ROWS or Z.shape[1] > RE_SEPARATION_MAX_COLUMNS:
+    if result is None and (n > RE_SEPARATION_MAX_ROWS or Z.shape[1] > RE_SEPARATION_MAX_COLUMNS):
         return [
             Finding(
                 "re_separation",
@@ -140,9 +149,8 @@ def random_effect_separation(X: np.ndarray, x_names, design, fixed_isolated: np.
                 (),
             )
         ]
-    C = sp.hstack([sp.csr_matrix(X), Z], format="csr")
-    names = [*x_names, *design.z_names]
-    result = detect_separation(C, design.y, names, exact_columns=0)
+    if result is None:
+        result = detect_separation(sp.hstack([sp.csr_matrix(X), Z], format="csr"), design.y, names, exact_columns=0)
     isolated = result.isolated.copy()
     if fixed_isolated is not None:
         isolated &= ~fixed_isolated
