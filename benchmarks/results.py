@@ -48,7 +48,7 @@ BENCHMARKS = {
     ),
     "accurate_scale": (
         ["benchmarks.accurate_scale"],
-        "the accurate fit on 75,000 rows (one variance hyperparameter) against mean-field VB and long Gibbs",
+        "the largest default accurate fits (one and two variance hyperparameters) against mean-field VB and long Gibbs",
         False,
     ),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
