@@ -63,7 +63,7 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
             findings.append(separation_finding)
         findings.extend(level_findings(design, checks))
         if checks.random_separation != "ignore" and not any(f.action == "stop" for f in findings):
-            for finding in random_effect_separation(design.X, design.x_names, design, isolated):
+            for finding in random_effect_separation(design.X, design.x_names, design, isolated, checks):
                 action = checks.random_separation if finding.action == "warn" else finding.action
                 findings.append(Finding(finding.check, action, finding.message, finding.culprits))
     else:  # out of core: the columns' spread, the level counts and each level's classes, from the pass that read them

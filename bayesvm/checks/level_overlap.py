@@ -108,8 +108,8 @@ def _solve(SX, z, level, n_levels, touched, w, rhs_x, rhs_z):
     final certificate's test (the caller then runs the programme)."""
     p = SX.shape[1]
     D = _level_sums(w * z * z, level, n_levels)
-    B = np.zeros((p, n_levels))
-    np.add.at(B.T, level, (w * z)[:, None] * SX)
+    wz = w * z
+    B = np.stack([_level_sums(wz * SX[:, a], level, n_levels) for a in range(p)]) if p else np.zeros((0, n_levels))
     inverse = np.where(touched & (D > 0), 1.0 / np.where(D > 0, D, 1.0), 0.0)
     schur = SX.T @ (w[:, None] * SX) - (B * inverse) @ B.T
     try:  # (pseudo-inverse: a fixed column in the levels' span, the intercept of (1 | g), leaves S rank deficient)

@@ -95,7 +95,8 @@ class ReTerm:
 
     @property
     def column_names(self) -> list[str]:
-        return [f"{name}|{self.group}[{level}]" for level in self.levels for name in self.term_names]
+        group = self.group
+        return [f"{name}|{group}[{level}]" for level in self.levels for name in self.term_names]
 
     def check_shapes(self) -> None:
         """Raise ``ValueError`` unless the term's names, columns, codes and values fit together (a restored file)."""

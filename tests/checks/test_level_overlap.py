@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
+import bayesvm
 from bayesvm.checks import levels
 from bayesvm.checks.level_overlap import one_factor_separation
 from bayesvm.checks.separation import detect_separation
@@ -83,3 +84,18 @@ def test_the_random_effect_check_runs_beyond_the_programmes_size(n):
     rows, positive = design.level_counts(design.re_terms[0])
     one_class = (rows > 0) & ((positive == 0) | (positive == rows))
     assert f"for {int(rows[one_class].sum()):,} of {n:,} rows" in finding.message
+
+
+def test_past_both_tests_the_levels_of_one_class_are_still_counted(monkeypatch):
+    rng = np.random.default_rng(3)
+    n = 600
+    g = rng.integers(0, 60, n)
+    x = rng.normal(size=n)
+    eta = 0.5 + x + rng.normal(0.0, 2.0, 60)[g]
+    data = pd.DataFrame({"y": (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int), "x": x, "g": g.astype(str)})
+    design = build_design(parse_formula("y ~ x + (1 | g)"), data)
+    monkeypatch.setattr(levels, "RE_SEPARATION_STRUCTURED_MAX_ROWS", 100)
+    monkeypatch.setattr(levels, "RE_SEPARATION_MAX_ROWS", 100)
+    found = levels.random_effect_separation(design.X, design.x_names, design, None, bayesvm.Checks())
+    assert "not tested" in found[0].message
+    assert any("hold one class only" in f.message for f in found[1:])
