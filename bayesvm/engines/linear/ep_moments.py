@@ -78,8 +78,14 @@ def _moments(D, codes, v, tau, nu, prior_dd, prior_b, n_levels, mean_f, var_f):
             for k in range(a, b):
                 total -= L[b, k] * W[k, a]
             W[b, a] = total / L[b, b]
-    half = W @ s
-    mean_d = W.T @ half
+    half = np.zeros(q)  # W s, then mean_d = W' W s (loops: no BLAS binding to compile)
+    for a in range(q):
+        for b in range(a + 1):
+            half[a] += W[a, b] * s[b]
+    mean_d = np.zeros(q)
+    for a in range(q):
+        for b in range(a, q):
+            mean_d[a] += W[b, a] * half[b]
     mean_b = np.zeros(n_levels)
     for j in range(n_levels):
         total = r[j]
