@@ -6,8 +6,8 @@ from __future__ import annotations
 from .model.problems import PENALTY_SOURCE
 
 #: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs 20-60 mean-field
-#: fits, one EP fit per node of its lattice; about 20 seconds here, ``benchmarks/RESULTS.md``, section
-#: ``accurate_scale``, with its agreement with a long Gibbs run).
+#: fits, one EP fit per node of its lattice; its cost and its agreement with a long Gibbs run at this size are in
+#: ``benchmarks/RESULTS.md``, section ``accurate_scale``).
 AUTO_ACCURATE_MAX_ROWS = 40_000
 #: ... and up to this many where a single variance hyperparameter is integrated (one random-effect variance and a
 #: fixed penalty, or the learned penalty alone): its lattice is a line, about 40 EP fits where two hyperparameters

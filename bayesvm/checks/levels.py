@@ -29,9 +29,9 @@ from .separation import detect_separation
 #: :mod:`bayesvm.checks.level_overlap`).
 RE_SEPARATION_MAX_ROWS = 20_000
 RE_SEPARATION_MAX_COLUMNS = 5_000
-#: ... and by the structure up to this many rows (a Newton fit of a few passes over the rows: a tenth of a second at
-#: 200,000 rows, past which the default is mean-field VB, about as fast as the test; the levels of one class are still
-#: counted at any size, :func:`one_class_levels`).
+#: ... and by the structure up to this many rows (a Newton fit of a few passes over the rows; past it the default is
+#: mean-field VB, whose fit costs about as much as the test; the levels of one class are still counted at any size,
+#: :func:`one_class_levels`).
 RE_SEPARATION_STRUCTURED_MAX_ROWS = 200_000
 #: Fewer informative levels than this (levels holding both classes) leave a variance weakly identified.
 MIN_INFORMATIVE_LEVELS = 5
