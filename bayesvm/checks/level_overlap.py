@@ -68,13 +68,12 @@ def _overlaps(SX: np.ndarray, z: np.ndarray, level: np.ndarray, n_levels: int) -
         if eta.min() >= 0 and eta.max() > 0:
             return False  # the fit's own coefficients separate
         lam = scipy.special.expit(-eta)
-        step = _solve(
-            SX, z, level, n_levels, touched, lam * (1.0 - lam), SX.T @ lam, _level_sums(z * lam, level, n_levels)
-        )
+        grad_x, grad_z = SX.T @ lam, _level_sums(z * lam, level, n_levels)
+        step = _solve(SX, z, level, n_levels, touched, lam * (1.0 - lam), grad_x, grad_z)
         if step is None:
             return False
         step_x, step_z = step
-        decrement = SX.T @ lam @ step_x + _level_sums(z * lam, level, n_levels) @ step_z
+        decrement = grad_x @ step_x + grad_z @ step_z
         if decrement < 1e-20 * n:  # at the maximum to rounding: project its weights onto the null space exactly
             return _certified(SX, z, level, n_levels, touched, lam)
         size = 1.0

@@ -132,6 +132,12 @@ def one_class_levels(design, actions) -> list[Finding]:
     return findings
 
 
+def _untested(text: str, design, actions) -> list[Finding]:
+    """The note that the separation test on ``[X, Z]`` did not run (``text`` says why), and, given the checks'
+    ``actions``, the levels of one class from their counts (:func:`one_class_levels`)."""
+    return [Finding("re_separation", "note", text, ()), *([] if actions is None else one_class_levels(design, actions))]
+
+
 def random_effect_separation(
     X: np.ndarray, x_names, design, fixed_isolated: np.ndarray | None, actions=None
 ) -> list[Finding]:
@@ -144,15 +150,11 @@ def random_effect_separation(
     structured = len(design.re_terms) == 1 and design.re_terms[0].k == 1 and n <= RE_SEPARATION_STRUCTURED_MAX_ROWS
     programme = n <= RE_SEPARATION_MAX_ROWS and columns <= RE_SEPARATION_MAX_COLUMNS
     if not (structured or programme):
-        return [
-            Finding(
-                "re_separation",
-                "note",
-                f"separation by the random effects not tested ({n:,} rows, {columns:,} random-effect columns; the test runs up to {RE_SEPARATION_MAX_ROWS:,} and {RE_SEPARATION_MAX_COLUMNS:,})",
-                (),
-            ),
-            *([] if actions is None else one_class_levels(design, actions)),
-        ]
+        return _untested(
+            f"separation by the random effects not tested ({n:,} rows, {columns:,} random-effect columns; the test runs up to {RE_SEPARATION_MAX_ROWS:,} and {RE_SEPARATION_MAX_COLUMNS:,})",
+            design,
+            actions,
+        )
     names = [*x_names, *design.z_names]
     result = None
     if structured:  # one column per level: settled by the structure
@@ -160,16 +162,12 @@ def random_effect_separation(
         dense_X = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=float)
         result = one_factor_separation(dense_X, term.codes, term.values[:, 0], design.y, names)
     if result is None and not programme:
-        return [
-            Finding(
-                "re_separation",
-                "note",
-                f"separation by the random effects beyond the levels of one class not settled ({n:,} rows: the "
-                f"structure gave no certificate of overlap, and the test runs up to {RE_SEPARATION_MAX_ROWS:,} rows)",
-                (),
-            ),
-            *([] if actions is None else one_class_levels(design, actions)),
-        ]
+        return _untested(
+            f"separation by the random effects beyond the levels of one class not settled ({n:,} rows: the "
+            f"structure gave no certificate of overlap, and the test runs up to {RE_SEPARATION_MAX_ROWS:,} rows)",
+            design,
+            actions,
+        )
     if result is None:
         Z = design.Z()
         result = detect_separation(sp.hstack([sp.csr_matrix(X), Z], format="csr"), design.y, names, exact_columns=0)
