@@ -37,22 +37,13 @@ class Hyperparameters:
         for c, comp in enumerate(self.components):
             yield comp, phi[self.starts[c] : self.starts[c + 1]]
 
-    @staticmethod
-    def _cholesky(k: int, part: np.ndarray) -> np.ndarray:
-        L = np.zeros((k, k))
-        L[np.diag_indices(k)] = np.exp(part[:k])
-        L[np.tril_indices(k, -1)] = part[k:]
-        return L
+    def _cholesky(self, k: int, part: np.ndarray) -> np.ndarray:
+        """The ``k x k`` Cholesky factor of one draw's log-Cholesky parameters."""
+        return self._cholesky_of_draws(k, part[None])[0]
 
     def covariances(self, phi: np.ndarray) -> list[np.ndarray]:
-        out = []
-        for comp, part in self._split(np.asarray(phi, dtype=float)):
-            if comp.k == 1:
-                out.append(np.array([[np.exp(part[0])]]))
-            else:
-                L = self._cholesky(comp.k, part)
-                out.append(L @ L.T)
-        return out
+        """The components' covariances at ``phi`` (:meth:`covariances_of_draws` of one draw)."""
+        return [c[0] for c in self.covariances_of_draws(phi)]
 
     def precisions(self, phi: np.ndarray) -> list[np.ndarray]:
         out = []
@@ -66,26 +57,14 @@ class Hyperparameters:
 
     def log_jacobian(self, phi: np.ndarray) -> float:
         """``log |d (covariances) / d phi|``: ``log sigma^2`` per single-column component, and
-        ``k log 2 + sum_i (k - i + 2) log L_ii`` (``i`` from 1) per ``k x k`` term."""
-        total = 0.0
-        for comp, part in self._split(np.asarray(phi, dtype=float)):
-            k = comp.k
-            total += float(part[0]) if k == 1 else k * np.log(2.0) + float(np.sum((k + 1 - np.arange(k)) * part[:k]))
-        return total
+        ``k log 2 + sum_i (k - i + 2) log L_ii`` (``i`` from 1) per ``k x k`` term (:meth:`log_jacobians` of one
+        draw)."""
+        return float(self.log_jacobians(phi)[0])
 
     def log_prior(self, phi: np.ndarray) -> float:
-        """``log p(phi)`` with every constant: the prior of the covariances plus :meth:`log_jacobian`."""
-        total = self.log_jacobian(phi)
-        for comp, part in self._split(np.asarray(phi, dtype=float)):
-            if comp.k == 1:
-                total += float(variance_prior.log_density(comp, np.exp(part[0])))
-            else:
-                L_inv = np.linalg.inv(self._cholesky(comp.k, part))
-                logdet = 2.0 * float(np.sum(part[: comp.k]))
-                trace = float(np.sum((L_inv @ comp.prior_scale) * L_inv))  # tr(Psi Sigma^-1)
-                total += -0.5 * (comp.prior_df + comp.k + 1.0) * logdet - 0.5 * trace
-                total += _log_wishart_constant(comp.prior_df, comp.prior_scale)
-        return total
+        """``log p(phi)`` with every constant: the prior of the covariances plus :meth:`log_jacobian`
+        (:meth:`log_priors` of one draw)."""
+        return float(self.log_priors(phi)[0])
 
     # ----- many draws at once: phi (S, d) -----------------------------------------------------------------------
     def _cholesky_of_draws(self, k: int, parts: np.ndarray) -> np.ndarray:
@@ -121,17 +100,15 @@ class Hyperparameters:
         return total
 
     def log_priors(self, phi: np.ndarray) -> np.ndarray:
-        """:meth:`log_prior` of each row of ``phi (S, d)``: the same terms, batched over the draws (the inverse-Wishart
-        trace ``tr(Psi Sigma^-1) = ||L^-1 C||_F^2`` with ``Psi = C C'``, by one batched triangular solve)."""
+        """:meth:`log_prior` of each row of ``phi (S, d)``: ``log p(covariances) + log |Jacobian|``, with the
+        inverse-Wishart's ``tr(Psi Sigma^-1) = sum((L^-1 Psi) o L^-1)`` from the draws' inverse factors."""
         total = self.log_jacobians(phi)
         for comp, parts in self._parts_of_draws(phi):
             if comp.k == 1:
                 total += variance_prior.log_density(comp, np.exp(parts[:, 0]))
             else:
-                L = self._cholesky_of_draws(comp.k, parts)
-                root = np.linalg.cholesky(comp.prior_scale)
-                whitened = np.linalg.solve(L, np.broadcast_to(root, L.shape))  # L^-1 C per draw
-                trace = np.sum(whitened**2, axis=(1, 2))
+                L_inv = np.linalg.inv(self._cholesky_of_draws(comp.k, parts))
+                trace = np.sum((L_inv @ comp.prior_scale) * L_inv, axis=(1, 2))  # tr(Psi Sigma^-1) per draw
                 logdet = 2.0 * np.sum(parts[:, : comp.k], axis=1)
                 total += -0.5 * (comp.prior_df + comp.k + 1.0) * logdet - 0.5 * trace
                 total += _log_wishart_constant(comp.prior_df, comp.prior_scale)
