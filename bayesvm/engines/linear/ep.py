@@ -71,13 +71,7 @@ from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
 from ..augmentation import row_terms
 from . import ep_moments
-from .hinge_sites import (
-    cavities,
-    damped_sites,
-    ep_log_evidence,
-    final_cavities,
-    weighted_tilted_moments,
-)
+from .hinge_sites import ep_log_evidence, final_cavities, updated_sites, weighted_tilted_moments
 from .hyper_grid import (
     MAX_EXTENSION_STEPS,
     MAX_LATTICE_NODES,
@@ -171,9 +165,7 @@ def run_ep(
         mean_f, var_f = posterior(tau, nu)[1] if found is None else found
         if not np.all(np.isfinite(mean_f)):
             break  # diverged: not converged, and no more sweeps can bring it back
-        ok, m, v = cavities(mean_f, var_f, tau, nu)
-        _, t_mean, t_var = weighted_tilted_moments(y, m, v, problem.weights)
-        tau, nu = damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping)
+        tau, nu = updated_sites(y, mean_f, var_f, tau, nu, problem.weights, damping)
         if previous is not None and np.max(np.abs(mean_f - previous)) < tol * (1.0 + np.max(np.abs(mean_f))):
             converged = True
             break

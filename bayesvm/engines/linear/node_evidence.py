@@ -210,11 +210,12 @@ def gaussian_transform(mean: np.ndarray, cov: np.ndarray, z: np.ndarray) -> tupl
 #: Importance draws per node (half of them the negatives of the other half).  On toenail the reweighted patient
 #: variance is 13.33 at 24 draws, 13.40 at 50 and 13.36 at 100; ohio's child variance 1.557 at 24 and 1.545 at 50.
 DRAWS = 32
-#: Rows x draws per node above which the draws may be fewer: where the first node's estimate from :data:`DRAWS` draws
-#: has an effective sample size of at least :data:`FEW_DRAWS_ESS` of them, every node takes the first
-#: :data:`FEW_DRAWS` (half of them negatives) instead.  Every fit of up to 7,500 rows keeps :data:`DRAWS`; above, an
-#: effective sample size of 90% leaves the importance weights nearly flat, and the nodes' weights move by less than
-#: their Monte Carlo error (20,000 and 2 x 10^5 rows: the same estimates to four decimals).
+#: Rows x draws per node above which the draws may be fewer: every node takes the first :func:`thinned_draws` of the
+#: :data:`DRAWS` (pairs of a normal and its negative), as many as the first node's effective sample size needs for
+#: the Monte Carlo variance of :data:`FEW_DRAWS` draws at an effective sample size of :data:`FEW_DRAWS_ESS`.  Every
+#: fit of up to 7,500 rows keeps :data:`DRAWS`; above, an effective sample size of 90% leaves the importance weights
+#: nearly flat, and the nodes' weights move by less than their Monte Carlo error (20,000 and 2 x 10^5 rows: the same
+#: estimates to four decimals).
 FEW_DRAWS_FROM_VALUES = 2.4e5
 FEW_DRAWS = 8
 FEW_DRAWS_ESS = 0.9
@@ -232,6 +233,22 @@ MAX_INNER_DRAWS = 512
 #: Outer draws x rows x inner draws per node beyond which the levels are not sampled (EP's weights are kept and the
 #: summary says why): about a quarter of a second per node in the compiled loop.
 MAX_SAMPLED_WORK = 5e7
+
+
+def thinned_draws(ess_fraction: float, draws: int) -> int:
+    """The fewest draws, pairs of a normal and its negative and at least :data:`FEW_DRAWS`, whose estimate of
+    ``log p(y | phi)`` has at most the Monte Carlo variance of :data:`FEW_DRAWS` draws at an effective sample size of
+    :data:`FEW_DRAWS_ESS` (at most ``draws``).
+
+    For ``S`` draws whose weights have an effective sample size of a fraction ``f``, the delta method gives
+    ``var(log p_hat) = var(w) / (S E[w]^2) = (1/f - 1) / S``: so ``S >= FEW_DRAWS (1/f - 1) / (1/FEW_DRAWS_ESS - 1)``.
+    At ``f >= FEW_DRAWS_ESS`` that is :data:`FEW_DRAWS`; below about ``f = 0.7`` it is every one of 32 draws.
+    """
+    if not ess_fraction > 0.0:
+        return draws
+    needed = FEW_DRAWS * (1.0 / ess_fraction - 1.0) / (1.0 / FEW_DRAWS_ESS - 1.0)
+    pairs = int(np.ceil(needed / 2.0 - 1e-9))
+    return int(min(draws, max(FEW_DRAWS, 2 * pairs)))
 
 
 class UnreliableEvidence(ArithmeticError):
@@ -277,15 +294,15 @@ class NodeEvidence:
     def __call__(self, phi: np.ndarray, theta) -> NodeEstimate:
         """The estimate at ``phi`` from the node's Gaussian ``theta`` (its ``theta_d`` marginal is the proposal).
 
-        On large data the first call decides the draws of every call (:data:`FEW_DRAWS_FROM_VALUES`): where its
-        effective sample size is at least :data:`FEW_DRAWS_ESS`, the first :data:`FEW_DRAWS` of them (pairs of a
-        normal and its negative) from then on, this node's estimate included, so that every node uses the same
-        draws (common random numbers)."""
+        On large data the first call decides the draws of every call (:data:`FEW_DRAWS_FROM_VALUES`): the first
+        :func:`thinned_draws` of them (pairs of a normal and its negative) from then on, this node's estimate
+        included, so that every node uses the same draws (common random numbers)."""
         estimate = self._estimate(phi, theta)
         if self.may_thin:
             self.may_thin = False
-            if estimate.ess_fraction >= FEW_DRAWS_ESS:
-                half = self.half[: FEW_DRAWS // 2]
+            draws = thinned_draws(estimate.ess_fraction, self.draws)
+            if draws < self.draws:
+                half = self.half[: draws // 2]
                 self.z = np.vstack([half, -half])
                 self.draws = self.z.shape[0]
                 estimate = self._estimate(phi, theta)

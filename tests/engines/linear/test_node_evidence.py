@@ -187,7 +187,7 @@ def test_level_classes_formed_once_give_the_same_integrals(weighted):
 def test_large_data_take_fewer_draws_only_where_the_first_node_shows_they_suffice(fits, monkeypatch):
     """Above FEW_DRAWS_FROM_VALUES rows x draws, a first estimate whose effective sample size is at least
     FEW_DRAWS_ESS makes every estimate (its own included) use the first FEW_DRAWS draws: exactly the estimator built
-    with that many; a lower one keeps every draw; below the threshold nothing changes."""
+    with that many; a lower one takes more (thinned_draws), up to every draw; below the threshold nothing changes."""
     from bayesvm.engines.linear import node_evidence as ne
 
     fit, _ = fits
@@ -203,6 +203,30 @@ def test_large_data_take_fewer_draws_only_where_the_first_node_shows_they_suffic
     assert thinned(fit.result.nodes[0], fit.result.thetas[0]) == ne.node_evidence(problem, hyper, draws=8)(
         fit.result.nodes[0], fit.result.thetas[0]
     )
-    monkeypatch.setattr(ne, "FEW_DRAWS_ESS", 1.01)  # (no first estimate reaches it)
+    # a lower effective sample size takes as many draws as the Monte Carlo variance (1/f - 1)/S needs: here 12
+    waste = 1.0 / full.ess_fraction - 1.0
+    monkeypatch.setattr(ne, "FEW_DRAWS_ESS", 1.0 / (1.0 + waste * ne.FEW_DRAWS / 12.0))
+    graded = ne.node_evidence(problem, hyper)
+    twelve = ne.node_evidence(problem, hyper, draws=12)
+    twelve.may_thin = False  # (the estimator built with 12 draws)
+    assert graded(node, theta) == twelve(node, theta) and graded.draws == 12
+    monkeypatch.setattr(ne, "FEW_DRAWS_ESS", 1.0 / (1.0 + waste * ne.FEW_DRAWS / ne.DRAWS / 2.0))  # (needs 64)
     kept = ne.node_evidence(problem, hyper)
     assert kept(node, theta) == full and kept.draws == ne.DRAWS
+
+
+def test_thinned_draws_keep_the_monte_carlo_variance_of_few_draws_at_the_threshold():
+    """``(1/f - 1) / S`` at the thinned draws is at most its value at FEW_DRAWS draws and FEW_DRAWS_ESS, and two
+    draws fewer would exceed it (within the bounds FEW_DRAWS and DRAWS); no usable ESS keeps every draw."""
+    from bayesvm.engines.linear.node_evidence import DRAWS, FEW_DRAWS, FEW_DRAWS_ESS, thinned_draws
+
+    limit = (1.0 / FEW_DRAWS_ESS - 1.0) / FEW_DRAWS
+    for f in np.linspace(0.05, 1.0, 96):
+        S = thinned_draws(f, DRAWS)
+        assert FEW_DRAWS <= S <= DRAWS and S % 2 == 0
+        if S < DRAWS:
+            assert (1.0 / f - 1.0) / S <= limit * (1 + 1e-9)
+        if S > FEW_DRAWS:
+            assert (1.0 / f - 1.0) / (S - 2) > limit
+    assert thinned_draws(FEW_DRAWS_ESS, DRAWS) == FEW_DRAWS
+    assert thinned_draws(0.0, DRAWS) == thinned_draws(float("nan"), DRAWS) == DRAWS
