@@ -38,8 +38,9 @@ With several variance components (the learned penalty and random intercepts, cro
 intercepts, slopes) the hyperparameters ``phi`` are integrated in the eigen-directions of the
 Hessian of ``log p(phi | y)`` at its mode ``phi*`` (``phi = phi* + A z``, ``A A' = H^{-1}``):
 
-* up to three hyperparameters on a lattice in ``z`` (21 points for one, 7 a side for two, 5 for
-  three), each node weighted by ``p(phi | y)`` (a Riemann sum: accurate for smooth integrands);
+* up to three hyperparameters on a lattice in ``z`` (21 points for one, 9 where it is the variance of a term with
+  1,000 levels or more: :func:`bayesvm.engines.linear.hyper_grid.line_nodes`; 7 a side for two, 5 for three), each
+  node weighted by ``p(phi | y)`` (a Riemann sum: accurate for smooth integrands);
 * four to six on the 3-point Gauss-Hermite product rule in ``z`` (81 to 729 nodes), each node
   weighted by ``omega_GH(z) p(phi | y) / N(z; 0, I)``, exact when ``p(phi | y)`` is Gaussian in ``phi``
   and otherwise a corrected Gaussian quadrature as in INLA's grid and CCD strategies.  Where the nodes are
@@ -81,6 +82,7 @@ from .hyper_grid import (
     extend_lattice,
     given_grid,
     integrate,
+    line_nodes,
     recentred_rule,
     weighted_grid,
 )
@@ -315,7 +317,7 @@ def check_scope(problem: VBProblem) -> None:
 
 def fit_accurate(
     problem: VBProblem,
-    n_nodes: int = 21,
+    n_nodes: int | None = None,
     span: float = 4.0,
     importance_weights: bool = True,
     given: GivenNodes | None = None,
@@ -325,7 +327,8 @@ def fit_accurate(
     With ``importance_weights`` (the default) the nodes are weighted by importance-sampled ``p(y | phi)`` where a
     random-intercept term integrates out in closed form (step 3 of the module docstring), else by EP's.  ``given``
     nodes of the same components (:class:`bayesvm.engines.linear.hyper_grid.GivenNodes`) replace the search and
-    the weighting: EP at each, with the given weights.
+    the weighting: EP at each, with the given weights.  ``n_nodes``: the nodes of a one-hyperparameter line (None:
+    :func:`bayesvm.engines.linear.hyper_grid.line_nodes` of the components).
     """
     check_scope(problem)
     if problem.is_sparse:  # SuperLU is single-threaded; the elimination's dense complement is not
@@ -337,7 +340,7 @@ def fit_accurate(
 
 
 def _fit_accurate(
-    problem: VBProblem, n_nodes: int, span: float, importance_weights: bool, given: GivenNodes | None
+    problem: VBProblem, n_nodes: int | None, span: float, importance_weights: bool, given: GivenNodes | None
 ) -> IntegratedResult:
     order, problem = sorted_by_level(problem)
     return integrate_ep(problem, RowsInMemory(problem, order), n_nodes, span, importance_weights, given)
@@ -408,10 +411,17 @@ class RowsInMemory:
 
 
 def integrate_ep(
-    problem: VBProblem, rows: SiteRows, n_nodes: int, span: float, importance_weights: bool, given: GivenNodes | None
+    problem: VBProblem,
+    rows: SiteRows,
+    n_nodes: int | None,
+    span: float,
+    importance_weights: bool,
+    given: GivenNodes | None,
 ) -> IntegratedResult:
-    """The accurate fit of the module docstring on ``rows``; ``problem`` gives the prior and the components."""
+    """The accurate fit of the module docstring on ``rows``; ``problem`` gives the prior and the components
+    (``n_nodes`` None: :func:`bayesvm.engines.linear.hyper_grid.line_nodes` of them)."""
     start = time.perf_counter()
+    n_nodes = line_nodes(problem.components) if n_nodes is None else n_nodes
     warm = rows.mean_field()  # mean-field VB: the starting sites and the scale of the variances
     sites0 = rows.start_sites(warm)
     if not problem.components:

@@ -249,4 +249,4 @@ def fit_streamed_accurate(problem: VBProblem, passes, n: int, tol: float = 1e-8,
     ``given``: the variance-parameter nodes of a full fit (a cross-fitting fold's refit)."""
     check_scope(problem)
     with blas_threads(problem.D.shape[1]):
-        return integrate_ep(problem, StreamedRows(problem, passes, n, tol, max_iter), 21, 4.0, True, given)
+        return integrate_ep(problem, StreamedRows(problem, passes, n, tol, max_iter), None, 4.0, True, given)

@@ -419,3 +419,29 @@ def test_lattice_follows_two_variances_towards_zero_within_its_node_limit():
     _, lattice, _, step = hyper_grid.lattice_design(3, 21, 4.0)
     nodes, _, ok = hyper_grid.extend_lattice(lattice, log_post_z(lattice), step, lambda z: float(log_post_z(z)[0]))
     assert ok and 300 < len(nodes) <= hyper_grid.MAX_LATTICE_NODES
+
+
+def test_a_variance_of_many_levels_is_integrated_on_a_wider_line_with_the_same_answer():
+    """One variance shared by WIDE_LINE_FROM_LEVELS levels or more is integrated on WIDE_LINE_NODES nodes (a spacing of
+    one posterior SD) instead of LINE_NODES (0.4): the same means, SDs and variance as the fine line to within a
+    few thousandths of an SD; fewer levels, or two hyperparameters, keep the rules they had."""
+    from bayesvm.engines.linear import hyper_grid
+
+    data = simulate_grouped(n_groups=1200, per_group=3, p=2, seed=3)
+    model = build_model(build_design(parse_formula("y ~ x1 + x2 + (1 | g)"), data), None, PriorSet(), False)
+    problem = model.problem()
+    assert hyper_grid.line_nodes(problem.components) == hyper_grid.WIDE_LINE_NODES
+    wide, fine = fit_accurate(problem), fit_accurate(problem, n_nodes=hyper_grid.LINE_NODES)
+    assert wide.step == pytest.approx(1.0) and fine.step == pytest.approx(0.4)
+    assert wide.weights.size < fine.weights.size
+    mean_w, cov_w = wide.fixed_moments(3)
+    mean_f, cov_f = fine.fixed_moments(3)
+    sd = np.sqrt(np.diag(cov_f))
+    assert np.max(np.abs(mean_w - mean_f) / sd) < 2e-3  # (1e-4 here)
+    np.testing.assert_allclose(np.sqrt(np.diag(cov_w)), sd, rtol=2e-3)
+    variance = lambda r: float(r.weights @ r.variances[:, 0])  # noqa: E731
+    assert variance(wide) == pytest.approx(variance(fine), rel=2e-3)
+    few = build_model(build_design(parse_formula("y ~ x1 + (1 | g)"), data.iloc[:600]), None, PriorSet(), False)
+    assert hyper_grid.line_nodes(few.problem().components) == hyper_grid.LINE_NODES
+    learned = build_model(build_design(parse_formula("y ~ x1 + x2 + (1 | g)"), data), "learn", PriorSet(), False)
+    assert hyper_grid.line_nodes(learned.problem().components) == hyper_grid.LINE_NODES
