@@ -10,10 +10,11 @@ from .model.problems import PENALTY_SOURCE
 #: ``benchmarks/RESULTS.md``, section ``accurate_scale``).
 AUTO_ACCURATE_MAX_ROWS = 40_000
 #: ... and up to this many where a single variance hyperparameter is integrated (one random-effect variance and a
-#: fixed penalty, or the learned penalty alone): its lattice is a line, about 40 EP fits where two hyperparameters
-#: take about 150, so the accurate fit of this many rows costs about what the two-hyperparameter fit of
+#: fixed penalty, or the learned penalty alone): its lattice is a line, about 25 EP fits (9 nodes for a variance of
+#: 1,000 levels or more, :func:`bayesvm.engines.linear.hyper_grid.line_nodes`) where two hyperparameters take about
+#: 150, so the accurate fit of this many rows costs about what the two-hyperparameter fit of
 #: ``AUTO_ACCURATE_MAX_ROWS`` does.
-AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER = 150_000
+AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER = 300_000
 
 
 def default_vb(problem) -> tuple[str, str | None]:

@@ -5,8 +5,10 @@ scale), in one process:
 
 * :data:`bayesvm.engine_defaults.AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER` rows (a tenth as many levels) with a fixed
   prior on the slopes (``penalty=None``: one variance hyperparameter, the largest default accurate fit): the default
-  (accurate) fit, mean-field VB and Gibbs (4 chains x (1,000 tuning + 2,000 draws)): the variance's posterior mean over
-  Gibbs's, the largest ``|mean - Gibbs's|`` of a fixed effect in Gibbs SDs, the fixed effects' SDs over Gibbs's, seconds;
+  (accurate) fit on its line of :data:`bayesvm.engines.linear.hyper_grid.WIDE_LINE_NODES` nodes, the accurate fit on
+  the line of :data:`bayesvm.engines.linear.hyper_grid.LINE_NODES`, mean-field VB and Gibbs (4 chains x (1,000 tuning
+  + 2,000 draws)): the variance's posterior mean over Gibbs's, the largest ``|mean - Gibbs's|`` of a fixed effect in
+  Gibbs SDs, the fixed effects' SDs over Gibbs's, seconds;
 * :data:`bayesvm.engine_defaults.AUTO_ACCURATE_MAX_ROWS` rows (a tenth as many levels) with the learned penalty (two
   variance hyperparameters, the largest default accurate fit there): the default against mean-field VB and Gibbs
   as above.
@@ -14,6 +16,7 @@ scale), in one process:
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 
@@ -22,6 +25,7 @@ import pandas as pd
 
 import bayesvm
 from bayesvm.engine_defaults import AUTO_ACCURATE_MAX_ROWS, AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER
+from bayesvm.engines.linear import hyper_grid
 
 FORMULA = "y ~ x1 + x2 + x3 + (1 | g)"
 CHAINS, TUNE, DRAWS = 4, 1000, 2000
@@ -47,6 +51,17 @@ def timed(**options):
     return fit
 
 
+@contextlib.contextmanager
+def fine_line():
+    """The one-hyperparameter line of :data:`bayesvm.engines.linear.hyper_grid.LINE_NODES` nodes whatever the levels."""
+    wide = hyper_grid.WIDE_LINE_FROM_LEVELS
+    hyper_grid.WIDE_LINE_FROM_LEVELS = np.inf
+    try:
+        yield
+    finally:
+        hyper_grid.WIDE_LINE_FROM_LEVELS = wide
+
+
 def compared(fit, gibbs) -> dict:
     """The variance over Gibbs's, the largest fixed-effect distance in Gibbs SDs, the SD ratios' range."""
     reference_sd = np.sqrt(np.diag(gibbs.fixef_cov.to_numpy()))
@@ -67,16 +82,19 @@ def main() -> list[dict]:
     for n, options, what in cases:
         data = simulate(n, n // 10)
         default, default_s = timed(**options)(data)
+        fits = [("default (accurate VB)", default, default_s)]
+        if n == AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER:  # the same fit on the fine line, for comparison
+            with fine_line():
+                fine, fine_s = timed(**options)(data)
+            fits.append((f"accurate VB, {hyper_grid.LINE_NODES}-node line", fine, fine_s))
         meanfield, meanfield_s = timed(vb="meanfield", **options)(data)
+        fits.append(("mean-field VB", meanfield, meanfield_s))
         gibbs, gibbs_s = timed(
             method="gibbs", chains=CHAINS, tune=TUNE, draws=DRAWS, seed=1, progress=False, **options
         )(data)
         print(f"{n:,} rows, {n // 10:,} levels, {what}; Gibbs {CHAINS} x ({TUNE} + {DRAWS})")
         print(f"{'fit':28s} {'var / Gibbs':>11s} {'fixef (SD)':>10s} {'SD / Gibbs':>13s} {'seconds':>8s}")
-        for name, fit, seconds in (
-            ("default (accurate VB)", default, default_s),
-            ("mean-field VB", meanfield, meanfield_s),
-        ):
+        for name, fit, seconds in fits:
             c = compared(fit, gibbs)
             print(f"{name:28s} {c['var']:11.3f} {c['fixef']:10.3f} {c['sd'][0]:6.3f}-{c['sd'][1]:.3f} {seconds:8.1f}")
             rows.append({"case": f"{name}, {n:,} rows", "ours_s": seconds, "peer": "Gibbs", "peer_s": gibbs_s, **c})
