@@ -373,6 +373,11 @@ class SiteRows(Protocol):
         """:meth:`run` at several nodes."""
         ...
 
+    def extrapolated(self, sites: list, coefficients: np.ndarray) -> object | None:
+        """``sites[0] + sum_k c_k (sites[k] - sites[0])`` (precisions at least 0), or None where the sites cannot be
+        combined here (out of core: they live in the partitions)."""
+        ...
+
     def chi(self, state: EPState) -> np.ndarray:
         """``E[(1 - y_i f_i)^2]`` of every row under ``state.theta`` (in the data's row order; empty out of core)."""
         ...
@@ -402,6 +407,12 @@ class RowsInMemory:
 
     def run_many(self, precisions: list[list[np.ndarray]], sites: list, **settings) -> list[EPState]:
         return [self.run(p, s, **settings) for p, s in zip(precisions, sites)]
+
+    def extrapolated(self, sites: list, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        (tau0, nu0), rest = sites[0], sites[1:]
+        tau = tau0 + sum(c * (tau - tau0) for c, (tau, _) in zip(coefficients, rest))
+        nu = nu0 + sum(c * (nu - nu0) for c, (_, nu) in zip(coefficients, rest))
+        return np.maximum(tau, 0.0), nu
 
     def chi(self, state: EPState) -> np.ndarray:
         return _unsort(_chi(self.problem, state), self.order)
@@ -497,7 +508,8 @@ class NodeFits:
     """EP at the nodes of the variance parameters, cached, for :func:`integrate_ep`.
 
     :meth:`log_post` is ``log p(phi | y)`` up to a constant: EP's ``log Z_EP(phi)`` plus the log prior of ``phi``.  A
-    new node warm-starts from the nearest converged fit (its sites), at the damping that last worked, and goes
+    new node warm-starts from the sites of the nearest converged fits extrapolated linearly to it
+    (:meth:`extrapolated_start`), else from the nearest one's, at the damping that last worked, and goes
     through :data:`EP_ATTEMPTS` (then from the mean-field sites) until EP converges; where it never does the node
     carries no weight and the fit is reported as not converged.  :meth:`log_post_many` fits several new nodes at once
     where the rows can (``rows.batched``: one pass over out-of-core data for all of them).
@@ -525,15 +537,46 @@ class NodeFits:
             return None
         return self.solved[int(np.argmin(np.sum((self.solved_at - phi) ** 2, axis=1)))]
 
+    def extrapolated_start(self, phi: np.ndarray) -> object | None:
+        """The sites at ``phi`` extrapolated linearly from the ``d + 1`` nearest converged fits (``d``
+        hyperparameters): with ``phi = p_0 + sum_k c_k (p_k - p_0)``, ``s_0 + sum_k c_k (s_k - s_0)``.  EP's sites
+        are smooth in ``phi``, so the start is off by ``O(h^2)`` where the nearest fit's is off by ``O(h)`` (``h`` the
+        spacing), and EP converges in fewer sweeps to the same fixed point.  None where fewer fits are converged, the
+        nearest do not span ``phi`` (``sum |c_k|`` above :data:`EXTRAPOLATION_REACH`) or the rows cannot combine
+        sites."""
+        d = phi.size
+        if len(self.solved) < d + 1:
+            return None
+        order = np.argsort(np.sum((self.solved_at - phi) ** 2, axis=1), kind="stable")[: d + 1]
+        spans = (self.solved_at[order[1:]] - self.solved_at[order[0]]).T  # (d, d): one column per other fit
+        try:
+            coefficients = np.linalg.solve(spans, phi - self.solved_at[order[0]])
+        except np.linalg.LinAlgError:
+            return None
+        if not np.all(np.isfinite(coefficients)) or np.sum(np.abs(coefficients)) > EXTRAPOLATION_REACH:
+            return None
+        sites = [self.solved[k].sites for k in order]
+        return None if any(site is None for site in sites) else self.rows.extrapolated(sites, coefficients)
+
+    def attempts(self, phi: np.ndarray) -> list[tuple]:
+        """``(start sites, damping, sweeps)`` of a new node in turn: :meth:`extrapolated_start` at the damping that
+        last worked, then :func:`_attempts` from the nearest converged fit's sites (None: the mean-field sites)."""
+        nearest = self.nearest(phi)
+        if nearest is None:
+            return _attempts([], self.schedule)
+        extrapolated = self.extrapolated_start(phi)
+        first = [] if extrapolated is None else [(extrapolated, *EP_ATTEMPTS[self.schedule])]
+        return first + _attempts([nearest.sites], self.schedule)
+
     def log_post(self, phi) -> float:
         phi = np.atleast_1d(np.asarray(phi, dtype=float))
         key = node_key(phi)
         if key not in self.cache:
             precisions = self.hyper.precisions(phi)
-            state, warm = None, self.nearest(phi)
-            # warm start from the nearest converged evaluation; from the mean-field sites if that fails
-            for start_state, damping, sweeps in _attempts([] if warm is None else [warm], self.schedule):
-                sites = self.start_sites if start_state is None else start_state.sites
+            state = None
+            # warm starts from the converged evaluations; from the mean-field sites if they fail
+            for start_sites, damping, sweeps in self.attempts(phi):
+                sites = self.start_sites if start_sites is None else start_sites
                 try:
                     state = self.rows.run(precisions, sites, tol=EP_TOL, damping=damping, max_iter=sweeps)
                 except np.linalg.LinAlgError:  # variances so extreme that the precision is singular
@@ -558,11 +601,11 @@ class NodeFits:
         fresh = {key: phi for key, phi in fresh.items() if key not in self.cache}
         if len(fresh) > 1:
             damping, sweeps = EP_ATTEMPTS[self.schedule]
-            starts = [self.nearest(phi) for phi in fresh.values()]
+            starts = [self.attempts(phi)[0][0] for phi in fresh.values()]
             try:
                 states = self.rows.run_many(
                     [self.hyper.precisions(phi) for phi in fresh.values()],
-                    [self.start_sites if st is None else st.sites for st in starts],
+                    [self.start_sites if st is None else st for st in starts],
                     tol=EP_TOL, damping=damping, max_iter=sweeps,
                 )  # fmt: skip
             except np.linalg.LinAlgError:
@@ -671,9 +714,15 @@ def accurate_failure(result: IntegratedResult) -> str:
     )
 
 
+#: :meth:`NodeFits.extrapolated_start` extrapolates at most this far: ``sum |c_k|`` of the node's coordinates in the
+#: nearest converged fits (1 for the next node of a line, walking outwards).
+EXTRAPOLATION_REACH = 1.5
+
+
 def _attempts(warm: list, first: int = 0) -> list[tuple]:
-    """``(start, damping, sweeps)``: warm starts first, then the mean-field sites, each with the damping schedule
-    from ``EP_ATTEMPTS[first]`` on (where the previous node needed strong damping, its neighbours start there)."""
+    """``(start sites, damping, sweeps)``: warm starts first, then the mean-field sites (None), each with the damping
+    schedule from ``EP_ATTEMPTS[first]`` on (where the previous node needed strong damping, its neighbours start
+    there)."""
     return [(start, damping, sweeps) for start in [*warm, None] for damping, sweeps in EP_ATTEMPTS[first:]]
 
 

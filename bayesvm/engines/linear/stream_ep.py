@@ -185,6 +185,9 @@ class StreamedRows:
         """:func:`bayesvm.engines.linear.ep.run_ep` with one pass over the partitions per sweep."""
         return self.run_many([precisions], [sites], **settings)[0]
 
+    def extrapolated(self, sites: list, coefficients: np.ndarray) -> None:
+        return None  # (the sites live in the partitions: each node starts from its nearest converged fit's)
+
     def run_many(
         self, precisions: list[list[np.ndarray]], sites: list[StreamedSites], max_iter: int = 200, tol: float = 1e-7,
         damping: float = 0.7,
