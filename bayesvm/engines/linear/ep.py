@@ -72,7 +72,13 @@ from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
 from ..augmentation import row_terms
 from . import ep_moments
-from .hinge_sites import ep_log_evidence, final_cavities, updated_sites, weighted_tilted_moments
+from .hinge_sites import (
+    ep_log_evidence,
+    extrapolated_sites,
+    final_cavities,
+    updated_sites,
+    weighted_tilted_moments,
+)
 from .hyper_grid import (
     MAX_EXTENSION_STEPS,
     MAX_LATTICE_NODES,
@@ -373,9 +379,10 @@ class SiteRows(Protocol):
         """:meth:`run` at several nodes."""
         ...
 
-    def extrapolated(self, sites: list, coefficients: np.ndarray) -> object | None:
-        """``sites[0] + sum_k c_k (sites[k] - sites[0])`` (precisions at least 0), or None where the sites cannot be
-        combined here (out of core: they live in the partitions)."""
+    def extrapolated(self, requests: list[tuple[list, np.ndarray]]) -> list:
+        """For each ``(sites, c)`` of ``requests``, ``sites[0] + sum_k c_k (sites[k] - sites[0])``, the precisions at
+        least 0 (:func:`bayesvm.engines.linear.hinge_sites.extrapolated_sites` of every row; out of core all in one
+        pass)."""
         ...
 
     def chi(self, state: EPState) -> np.ndarray:
@@ -408,11 +415,8 @@ class RowsInMemory:
     def run_many(self, precisions: list[list[np.ndarray]], sites: list, **settings) -> list[EPState]:
         return [self.run(p, s, **settings) for p, s in zip(precisions, sites)]
 
-    def extrapolated(self, sites: list, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        (tau0, nu0), rest = sites[0], sites[1:]
-        tau = tau0 + sum(c * (tau - tau0) for c, (tau, _) in zip(coefficients, rest))
-        nu = nu0 + sum(c * (nu - nu0) for c, (_, nu) in zip(coefficients, rest))
-        return np.maximum(tau, 0.0), nu
+    def extrapolated(self, requests: list[tuple[list, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [extrapolated_sites(sites, coefficients) for sites, coefficients in requests]
 
     def chi(self, state: EPState) -> np.ndarray:
         return _unsort(_chi(self.problem, state), self.order)
@@ -509,7 +513,7 @@ class NodeFits:
 
     :meth:`log_post` is ``log p(phi | y)`` up to a constant: EP's ``log Z_EP(phi)`` plus the log prior of ``phi``.  A
     new node warm-starts from the sites of the nearest converged fits extrapolated linearly to it
-    (:meth:`extrapolated_start`), else from the nearest one's, at the damping that last worked, and goes
+    (:meth:`extrapolation`), else from the nearest one's, at the damping that last worked, and goes
     through :data:`EP_ATTEMPTS` (then from the mean-field sites) until EP converges; where it never does the node
     carries no weight and the fit is reported as not converged.  :meth:`log_post_many` fits several new nodes at once
     where the rows can (``rows.batched``: one pass over out-of-core data for all of them).
@@ -537,13 +541,13 @@ class NodeFits:
             return None
         return self.solved[int(np.argmin(np.sum((self.solved_at - phi) ** 2, axis=1)))]
 
-    def extrapolated_start(self, phi: np.ndarray) -> object | None:
-        """The sites at ``phi`` extrapolated linearly from the ``d + 1`` nearest converged fits (``d``
-        hyperparameters): with ``phi = p_0 + sum_k c_k (p_k - p_0)``, ``s_0 + sum_k c_k (s_k - s_0)``.  EP's sites
-        are smooth in ``phi``, so the start is off by ``O(h^2)`` where the nearest fit's is off by ``O(h)`` (``h`` the
-        spacing), and EP converges in fewer sweeps to the same fixed point.  None where fewer fits are converged, the
-        nearest do not span ``phi`` (``sum |c_k|`` above :data:`EXTRAPOLATION_REACH`) or the rows cannot combine
-        sites."""
+    def extrapolation(self, phi: np.ndarray) -> tuple[list, np.ndarray] | None:
+        """``(sites s_k, coefficients c_k)`` of the ``d + 1`` nearest converged fits (``d`` hyperparameters) that
+        extrapolate linearly to ``phi``: with ``phi = p_0 + sum_k c_k (p_k - p_0)``, the start
+        ``s_0 + sum_k c_k (s_k - s_0)``.  EP's sites are smooth in ``phi``, so that start is off by ``O(h^2)`` where the
+        nearest fit's is off by ``O(h)`` (``h`` the spacing), and EP converges in fewer sweeps to the same fixed point.
+        None where fewer fits are converged (or keep their sites) or the nearest do not span ``phi`` (``sum |c_k|``
+        above :data:`EXTRAPOLATION_REACH`)."""
         d = phi.size
         if len(self.solved) < d + 1:
             return None
@@ -556,15 +560,23 @@ class NodeFits:
         if not np.all(np.isfinite(coefficients)) or np.sum(np.abs(coefficients)) > EXTRAPOLATION_REACH:
             return None
         sites = [self.solved[k].sites for k in order]
-        return None if any(site is None for site in sites) else self.rows.extrapolated(sites, coefficients)
+        return None if any(site is None for site in sites) else (sites, coefficients)
+
+    def extrapolated_starts(self, phis: list) -> list:
+        """The extrapolated start (:meth:`extrapolation`) at each of ``phis``, None where there is none; the rows
+        combine the sites of all of them at once (out of core: one pass)."""
+        requests = [self.extrapolation(phi) for phi in phis]
+        wanted = [request for request in requests if request is not None]
+        combined = iter(self.rows.extrapolated(wanted) if wanted else [])
+        return [None if request is None else next(combined) for request in requests]
 
     def attempts(self, phi: np.ndarray) -> list[tuple]:
-        """``(start sites, damping, sweeps)`` of a new node in turn: :meth:`extrapolated_start` at the damping that
-        last worked, then :func:`_attempts` from the nearest converged fit's sites (None: the mean-field sites)."""
+        """``(start sites, damping, sweeps)`` of a new node in turn: its extrapolated start at the damping that last
+        worked, then :func:`_attempts` from the nearest converged fit's sites (None: the mean-field sites)."""
         nearest = self.nearest(phi)
         if nearest is None:
             return _attempts([], self.schedule)
-        extrapolated = self.extrapolated_start(phi)
+        extrapolated = self.extrapolated_starts([phi])[0]
         first = [] if extrapolated is None else [(extrapolated, *EP_ATTEMPTS[self.schedule])]
         return first + _attempts([nearest.sites], self.schedule)
 
@@ -601,11 +613,15 @@ class NodeFits:
         fresh = {key: phi for key, phi in fresh.items() if key not in self.cache}
         if len(fresh) > 1:
             damping, sweeps = EP_ATTEMPTS[self.schedule]
-            starts = [self.attempts(phi)[0][0] for phi in fresh.values()]
+            nearest = [self.nearest(phi) for phi in fresh.values()]
+            starts = [
+                extrapolated if extrapolated is not None else self.start_sites if near is None else near.sites
+                for extrapolated, near in zip(self.extrapolated_starts(list(fresh.values())), nearest)
+            ]
             try:
                 states = self.rows.run_many(
                     [self.hyper.precisions(phi) for phi in fresh.values()],
-                    [self.start_sites if st is None else st for st in starts],
+                    starts,
                     tol=EP_TOL, damping=damping, max_iter=sweeps,
                 )  # fmt: skip
             except np.linalg.LinAlgError:
@@ -714,7 +730,7 @@ def accurate_failure(result: IntegratedResult) -> str:
     )
 
 
-#: :meth:`NodeFits.extrapolated_start` extrapolates at most this far: ``sum |c_k|`` of the node's coordinates in the
+#: :meth:`NodeFits.extrapolation` extrapolates at most this far: ``sum |c_k|`` of the node's coordinates in the
 #: nearest converged fits (1 for the next node of a line, walking outwards).
 EXTRAPOLATION_REACH = 1.5
 

@@ -171,6 +171,16 @@ else:  # never called: updated_sites checks compiled_rows.available()
     site_rows = None
 
 
+def extrapolated_sites(sites: list, coefficients) -> tuple[np.ndarray, np.ndarray]:
+    """``s_0 + sum_k c_k (s_k - s_0)`` of sites ``s_k = (tau_k, nu_k)``, the precisions at least 0: a start for EP at a
+    new node from the sites of converged neighbours (:meth:`bayesvm.engines.linear.ep.NodeFits.extrapolation`);
+    elementwise, so the partitions of out-of-core rows extrapolate theirs alike."""
+    (tau0, nu0), rest = sites[0], sites[1:]
+    tau = tau0 + sum(c * (tau - tau0) for c, (tau, _) in zip(coefficients, rest))
+    nu = nu0 + sum(c * (nu - nu0) for c, (_, nu) in zip(coefficients, rest))
+    return np.maximum(tau, 0.0), nu
+
+
 def final_cavities(mean_f: np.ndarray, var_f: np.ndarray, tau: np.ndarray, nu: np.ndarray):
     """``(m, v)``: every site's cavity at convergence, for the evidence (a proper one everywhere)."""
     cav_prec = np.maximum(1.0 / var_f - tau, 1e-12)

@@ -40,7 +40,14 @@ from ...linalg.row_sums import RowStatistics, weighted_gram_and_product
 from ...model.problems import VBProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
 from .ep import EPState, check_scope, integrate_ep, prior_log_det
-from .hinge_sites import cavities, damped_sites, final_cavities, site_log_evidence, tilted_moments
+from .hinge_sites import (
+    cavities,
+    damped_sites,
+    extrapolated_sites,
+    final_cavities,
+    site_log_evidence,
+    tilted_moments,
+)
 from .node_evidence import draws_log_integrals, node_evidence
 from .stream_vb import added_by_level, fit_streamed_vb, own_levels, weighted_level_sums
 from .vb import VBResult, prior_precisions
@@ -110,6 +117,14 @@ def ep_sweep(rows, y: np.ndarray, sites: PartitionSites, theta: GaussianPosterio
     tau, nu = damped_sites(sites.tau, sites.nu, ok, m, v, t_mean, t_var, damping)
     change = np.inf if first or sites.mean_f is None else float(np.max(np.abs(mean_f - sites.mean_f)))
     return PartitionSites(tau, nu, mean_f), (_site_sums(rows, tau, nu), change, float(np.max(np.abs(mean_f))), True)
+
+
+def extrapolated_partition_sites(rows, y: np.ndarray, sites: list, coefficients: list) -> tuple[list, list]:
+    """A partition's sites at several new nodes, each extrapolated from its sites at converged nodes
+    (``sites[b]``, ``coefficients[b]``; :func:`bayesvm.engines.linear.hinge_sites.extrapolated_sites`): ``(the new
+    sites, their sums)``."""
+    new = [extrapolated_sites([(s.tau, s.nu) for s in mine], c) for mine, c in zip(sites, coefficients)]
+    return [PartitionSites(tau, nu) for tau, nu in new], [_site_sums(rows, tau, nu) for tau, nu in new]
 
 
 def ep_sweeps(rows, y: np.ndarray, sites: list, thetas: list, damping: float, firsts: list) -> tuple[list, list]:
@@ -185,8 +200,15 @@ class StreamedRows:
         """:func:`bayesvm.engines.linear.ep.run_ep` with one pass over the partitions per sweep."""
         return self.run_many([precisions], [sites], **settings)[0]
 
-    def extrapolated(self, sites: list, coefficients: np.ndarray) -> None:
-        return None  # (the sites live in the partitions: each node starts from its nearest converged fit's)
+    def extrapolated(self, requests: list[tuple[list[StreamedSites], np.ndarray]]) -> list[StreamedSites]:
+        """Each partition's sites extrapolated where they live, every request in one pass, as in memory."""
+        count = len(requests[0][0][0].parts)  # (partitions)
+        handles = [[[site.parts[k] for site in sites] for sites, _ in requests] for k in range(count)]
+        states, sums = self.passes.carry(extrapolated_partition_sites, handles, [c for _, c in requests])
+        return [
+            StreamedSites([state[i] for state in states], self._statistics([part[i] for part in sums]))
+            for i in range(len(requests))
+        ]
 
     def run_many(
         self, precisions: list[list[np.ndarray]], sites: list[StreamedSites], max_iter: int = 200, tol: float = 1e-7,

@@ -448,10 +448,10 @@ def test_a_variance_of_many_levels_is_integrated_on_a_wider_line_with_the_same_a
 
 
 def test_a_new_node_starts_from_sites_extrapolated_from_its_converged_neighbours():
-    """NodeFits.extrapolated_start: the sites at the next node of a line (and inside a triangle of two hyperparameters)
+    """NodeFits.extrapolation: the sites at the next node of a line (and inside a triangle of two hyperparameters)
     extrapolated linearly from the nearest converged fits are closer to EP's converged sites there than the nearest
     fit's, EP from them reaches the same fixed point in fewer sweeps; a node outside EXTRAPOLATION_REACH, too few
-    converged fits, or rows that cannot combine sites give None."""
+    converged fits, or a neighbour whose sites were released give None."""
     from bayesvm.engines.linear.ep import EP_ATTEMPTS, NodeFits, RowsInMemory, sorted_by_level
     from bayesvm.engines.linear.hyperparameters import Hyperparameters
     from bayesvm.engines.linear.vb import fit_vb
@@ -465,11 +465,11 @@ def test_a_new_node_starts_from_sites_extrapolated_from_its_converged_neighbours
         fits = NodeFits(rows, hyper, rows.start_sites(warm))
         centre = hyper.start(warm.components)
         phis = [centre + np.array(step) for step in steps]
-        assert fits.extrapolated_start(phis[-1]) is None  # (no converged fit yet)
+        assert fits.extrapolation(phis[-1]) is None  # (no converged fit yet)
         for phi in phis[:-1]:
             fits.log_post(phi)
         target = phis[-1]
-        extrapolated, nearest = fits.extrapolated_start(target), fits.nearest(target).sites
+        extrapolated, nearest = fits.extrapolated_starts([target])[0], fits.nearest(target).sites
         assert extrapolated is not None
         exact = run_ep(problem, hyper.precisions(target), *nearest, tol=1e-10, damping=EP_ATTEMPTS[0][0])
         errors = [np.max(np.abs(sites[1] - exact.sites[1])) for sites in (extrapolated, nearest)]
@@ -478,6 +478,6 @@ def test_a_new_node_starts_from_sites_extrapolated_from_its_converged_neighbours
         from_nearest = run_ep(problem, hyper.precisions(target), *nearest, tol=EP_TOL)
         assert from_extrapolated.converged and from_extrapolated.n_iter < from_nearest.n_iter
         assert from_extrapolated.log_evidence == pytest.approx(exact.log_evidence, abs=1e-4)
-        assert fits.extrapolated_start(centre + 5.0 * (phis[-1] - centre)) is None  # (beyond the reach)
-        rows.extrapolated = lambda sites, coefficients: None  # (out of core: the sites live in the partitions)
-        assert fits.extrapolated_start(target) is None
+        assert fits.extrapolation(centre + 5.0 * (phis[-1] - centre)) is None  # (beyond the reach)
+        fits.nearest(target).sites = None  # (out of core only the last few converged fits keep their sites)
+        assert fits.extrapolation(target) is None
