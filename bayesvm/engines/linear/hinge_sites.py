@@ -176,8 +176,8 @@ def extrapolated_sites(sites: list, coefficients) -> tuple[np.ndarray, np.ndarra
     new node from the sites of converged neighbours (:meth:`bayesvm.engines.linear.ep.NodeFits.extrapolation`);
     elementwise, so the partitions of out-of-core rows extrapolate theirs alike."""
     (tau0, nu0), rest = sites[0], sites[1:]
-    tau = tau0 + sum(c * (tau - tau0) for c, (tau, _) in zip(coefficients, rest))
-    nu = nu0 + sum(c * (nu - nu0) for c, (_, nu) in zip(coefficients, rest))
+    tau = tau0 + sum(c * (tau_k - tau0) for c, (tau_k, _) in zip(coefficients, rest))
+    nu = nu0 + sum(c * (nu_k - nu0) for c, (_, nu_k) in zip(coefficients, rest))
     return np.maximum(tau, 0.0), nu
 
 

@@ -10,7 +10,8 @@ partition, given the broadcast ``q(theta)``,
    the broadcast per-level gains and block inverses, as :mod:`bayesvm.engines.linear.stream_vb`),
 2. the cavities ``N(m_i, v_i)`` (``1/v_i = 1/s_i - tau_i``, ``m_i/v_i = mu_i/s_i - nu_i``), the tilted moments of
    the hinge site (closed form, :func:`bayesvm.engines.linear.hinge_sites.tilted_moments`) and the damped sites that match
-   them (:func:`bayesvm.engines.linear.hinge_sites.damped_sites`),
+   them (:func:`bayesvm.engines.linear.hinge_sites.damped_sites`; the three in one pass over the rows,
+   :func:`bayesvm.engines.linear.hinge_sites.updated_sites`),
 3. and returns the sums of its new sites: ``D' diag(tau) D``, ``D' nu`` and, per level of the blocked factor,
    ``sum tau z z'``, ``sum tau z d'`` and ``sum z nu``, from which the driver solves the next ``q(theta)`` with
    precision ``C' diag(tau) C + Lambda`` by the elimination the in-memory fit uses
@@ -40,14 +41,7 @@ from ...linalg.row_sums import RowStatistics, weighted_gram_and_product
 from ...model.problems import VBProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
 from .ep import EPState, check_scope, integrate_ep, prior_log_det
-from .hinge_sites import (
-    cavities,
-    damped_sites,
-    extrapolated_sites,
-    final_cavities,
-    site_log_evidence,
-    tilted_moments,
-)
+from .hinge_sites import extrapolated_sites, final_cavities, site_log_evidence, tilted_moments, updated_sites
 from .node_evidence import draws_log_integrals, node_evidence
 from .stream_vb import added_by_level, fit_streamed_vb, own_levels, weighted_level_sums
 from .vb import VBResult, prior_precisions
@@ -112,9 +106,7 @@ def ep_sweep(rows, y: np.ndarray, sites: PartitionSites, theta: GaussianPosterio
     mean_f, var_f = _moments(rows, theta)
     if not np.all(np.isfinite(mean_f)):
         return sites, (None, np.inf, np.inf, False)
-    ok, m, v = cavities(mean_f, var_f, sites.tau, sites.nu)
-    _, t_mean, t_var = tilted_moments(y, m, v)
-    tau, nu = damped_sites(sites.tau, sites.nu, ok, m, v, t_mean, t_var, damping)
+    tau, nu = updated_sites(y, mean_f, var_f, sites.tau, sites.nu, None, damping)
     change = np.inf if first or sites.mean_f is None else float(np.max(np.abs(mean_f - sites.mean_f)))
     return PartitionSites(tau, nu, mean_f), (_site_sums(rows, tau, nu), change, float(np.max(np.abs(mean_f))), True)
 
