@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
-import scipy.special
 
-from .separation import CERTIFICATE_ITERATIONS, Separation
+from .score_weights import score_weights
+from .separation import Separation
 
 
 def one_factor_separation(
@@ -53,42 +53,53 @@ def one_factor_separation(
 
 def _overlaps(SX: np.ndarray, z: np.ndarray, level: np.ndarray, n_levels: int) -> bool:
     """Whether rows ``[SX, z e_level]`` (signed) have an overlap certificate: ``lambda > 0`` with every column's
-    ``sum_i lambda_i s_ij = 0`` (module docstring)."""
+    ``sum_i lambda_i s_ij = 0`` (module docstring; the weights by
+    :func:`bayesvm.checks.score_weights.score_weights` on :class:`_LevelRows`)."""
     n, p = SX.shape
     scale = np.abs(SX).max(axis=0)
     SX = SX / np.where(scale > 0, scale, 1.0)
-    touched = np.bincount(level, weights=np.abs(z), minlength=n_levels) > 0
     columns_one_sign = (SX.min(axis=0) >= 0) & (SX.max(axis=0) > 0) | (SX.max(axis=0) <= 0) & (SX.min(axis=0) < 0)
     if columns_one_sign.any():
         return False  # a fixed column separates the rest by itself
-    beta_x, beta_z = np.zeros(p), np.zeros(n_levels)
-    objective = -n * np.log(2.0)
-    for _ in range(CERTIFICATE_ITERATIONS):
-        eta = SX @ beta_x + z * beta_z[level]
-        if eta.min() >= 0 and eta.max() > 0:
-            return False  # the fit's own coefficients separate
-        lam = scipy.special.expit(-eta)
-        grad_x, grad_z = SX.T @ lam, _level_sums(z * lam, level, n_levels)
-        step = _solve(SX, z, level, n_levels, touched, lam * (1.0 - lam), grad_x, grad_z)
-        if step is None:
+    rows = _LevelRows(SX, z, level, n_levels)
+    lam = score_weights(rows, n, p + n_levels)
+    return lam is not None and rows.certified(lam)
+
+
+class _LevelRows:
+    """:class:`bayesvm.checks.score_weights.ScoreSystem` of ``[SX, z e_level]``: coefficients ``(b_x, b_z)`` stacked,
+    Newton's system solved with the levels' diagonal block eliminated (:func:`_solve`)."""
+
+    def __init__(self, SX: np.ndarray, z: np.ndarray, level: np.ndarray, n_levels: int) -> None:
+        self.SX, self.z, self.level, self.n_levels = SX, z, level, n_levels
+        self.touched = np.bincount(level, weights=np.abs(z), minlength=n_levels) > 0
+
+    def margins(self, coef: np.ndarray) -> np.ndarray:
+        p = self.SX.shape[1]
+        return self.SX @ coef[:p] + self.z * coef[p:][self.level]
+
+    def scores(self, weights: np.ndarray) -> np.ndarray:
+        return np.concatenate([self.SX.T @ weights, _level_sums(self.z * weights, self.level, self.n_levels)])
+
+    def newton_step(self, curvature: np.ndarray, gradient: np.ndarray) -> np.ndarray | None:
+        p = self.SX.shape[1]
+        step = _solve(self.SX, self.z, self.level, self.n_levels, self.touched, curvature, gradient[:p], gradient[p:])
+        return None if step is None else np.concatenate(step)
+
+    def certified(self, lam: np.ndarray) -> bool:
+        """``lam`` projected onto the null space of ``S'`` (``lam - S (S'S)^{-1} S' lam``): every entry positive and
+        ``S'`` of it zero to rounding."""
+        SX, z, level, n_levels = self.SX, self.z, self.level, self.n_levels
+        solved = _solve(SX, z, level, n_levels, self.touched, np.ones_like(lam), SX.T @ lam,
+                        _level_sums(z * lam, level, n_levels))  # fmt: skip
+        if solved is None:
             return False
-        step_x, step_z = step
-        decrement = grad_x @ step_x + grad_z @ step_z
-        if decrement < 1e-20 * n:  # at the maximum to rounding: project its weights onto the null space exactly
-            return _certified(SX, z, level, n_levels, touched, lam)
-        size = 1.0
-        while size > 1e-10:  # backtracking, with the rounding of the sum allowed for
-            trial_x, trial_z = beta_x + size * step_x, beta_z + size * step_z
-            value = -np.logaddexp(0.0, -(SX @ trial_x + z * trial_z[level])).sum()
-            if value >= objective - 1e-13 * abs(objective):
-                break
-            size /= 2
-        else:
-            return False
-        beta_x, beta_z, objective = trial_x, trial_z, value
-        if objective > -1e-6 or max(np.abs(beta_x).max(initial=0.0), np.abs(beta_z).max(initial=0.0)) > 1e8:
-            return False  # running off along a separating direction
-    return False
+        coef_x, coef_z = solved
+        projected = lam - (SX @ coef_x + z * coef_z[level])
+        residual = max(
+            np.abs(SX.T @ projected).max(initial=0.0), np.abs(_level_sums(z * projected, level, n_levels)).max()
+        )
+        return bool(residual <= 1e-9 * projected.sum() and projected.min() > 1e-12)
 
 
 def _level_sums(values: np.ndarray, level: np.ndarray, n_levels: int) -> np.ndarray:
@@ -118,17 +129,3 @@ def _solve(SX, z, level, n_levels, touched, w, rhs_x, rhs_z):
     kept = values > RANK_TOL * max(values.max(initial=0.0), 0.0)
     x = vectors[:, kept] @ ((vectors[:, kept].T @ (rhs_x - B @ (inverse * rhs_z))) / values[kept])
     return x, inverse * (rhs_z - B.T @ x)
-
-
-def _certified(SX, z, level, n_levels, touched, lam) -> bool:
-    """``lam`` projected onto the null space of ``S'`` (``lam - S (S'S)^{-1} S' lam``): every entry positive and
-    ``S'`` of it zero to rounding."""
-    solved = _solve(
-        SX, z, level, n_levels, touched, np.ones_like(lam), SX.T @ lam, _level_sums(z * lam, level, n_levels)
-    )
-    if solved is None:
-        return False
-    coef_x, coef_z = solved
-    projected = lam - (SX @ coef_x + z * coef_z[level])
-    residual = max(np.abs(SX.T @ projected).max(initial=0.0), np.abs(_level_sums(z * projected, level, n_levels)).max())
-    return bool(residual <= 1e-9 * projected.sum() and projected.min() > 1e-12)

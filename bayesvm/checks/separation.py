@@ -32,7 +32,8 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 import scipy.sparse as sp
-import scipy.special
+
+from .score_weights import score_weights
 
 #: Columns up to which each coefficient's divergence is decided exactly (a dense SVD of the unisolated rows).
 EXACT_COLUMNS = 2_000
@@ -44,8 +45,6 @@ BOX = 1e3
 ROW_TOL = 1e-7
 #: Columns up to which the overlap certificate (a dense ``p x p`` Newton system) is tried before the programme.
 CERTIFICATE_COLUMNS = 500
-#: Newton iterations of the certificate's logistic fit before it gives up (separated data: it diverges).
-CERTIFICATE_ITERATIONS = 60
 
 
 @dataclass(frozen=True)
@@ -111,10 +110,9 @@ def _overlap_certificate(signed) -> np.ndarray | None:
     By Stiemke's alternative (Mangasarian 1969, Thm 2.4.5) exactly one holds: some ``d`` has ``signed d
     >= 0`` with at least one row positive (separation, complete or quasi-complete), or some ``lambda`` with
     every entry positive has ``signed' lambda = 0``.  The second is what the score equation of a logistic
-    fit gives when its maximum exists (Albert & Anderson 1984): at the maximum of ``sum_i log sigma(s_i'b)``
-    the gradient ``sum_i sigma(-s_i'b) s_i`` is zero, so ``lambda_i = sigma(-s_i'b) > 0``.  Newton's method
-    finds it in a few steps on overlapping classes (costing ``O(n p^2)`` each, where the programme costs
-    minutes at 10^5 rows); the Newton weights are then projected exactly onto the null space of
+    fit gives when its maximum exists (Albert & Anderson 1984): :func:`bayesvm.checks.score_weights.score_weights`
+    finds it by Newton's method in a few steps on overlapping classes (costing ``O(n p^2)`` each, where the
+    programme costs minutes at 10^5 rows); the weights are then projected exactly onto the null space of
     ``signed'`` and accepted only if every entry stays positive.  On separated data the fit diverges and
     the programme decides.
     """
@@ -124,45 +122,38 @@ def _overlap_certificate(signed) -> np.ndarray | None:
     low, high = (S.min(axis=0), S.max(axis=0)) if dense else (S.min(axis=0).toarray(), S.max(axis=0).toarray())
     if np.any((np.ravel(low) >= 0) & (np.ravel(high) > 0)) or np.any((np.ravel(high) <= 0) & (np.ravel(low) < 0)):
         return None  # one column separates by itself (a level whose rows are all one class): no certificate
-    beta = np.zeros(p)
-    objective = -n * np.log(2.0)
-    for _ in range(CERTIFICATE_ITERATIONS):
-        eta = S @ beta
-        if eta.min() >= 0 and eta.max() > 0:  # beta itself separates: no certificate can exist
-            return None
-        lam = scipy.special.expit(-eta)
-        grad = S.T @ lam
-        curvature = lam * (1.0 - lam)
-        H = S.T @ (curvature[:, None] * S) if dense else (S.T @ sp.diags(curvature) @ S).toarray()
+    lam = score_weights(_SignedRows(S, dense), n, p)
+    if lam is None:
+        return None
+    gram = S.T @ S if dense else (S.T @ S).toarray()
+    try:
+        coef = scipy.linalg.cho_solve(scipy.linalg.cho_factor(gram), S.T @ lam)
+    except (np.linalg.LinAlgError, ValueError):
+        return None
+    projected = lam - S @ coef
+    exact = np.abs(S.T @ projected).max() <= 1e-9 * projected.sum()
+    return projected if exact and projected.min() > 1e-12 else None
+
+
+class _SignedRows:
+    """:class:`bayesvm.checks.score_weights.ScoreSystem` of a full-rank signed design, Newton's system by Cholesky."""
+
+    def __init__(self, S, dense: bool) -> None:
+        self.S, self.dense = S, dense
+
+    def margins(self, coef: np.ndarray) -> np.ndarray:
+        return self.S @ coef
+
+    def scores(self, weights: np.ndarray) -> np.ndarray:
+        return self.S.T @ weights
+
+    def newton_step(self, curvature: np.ndarray, gradient: np.ndarray) -> np.ndarray | None:
+        S = self.S
+        H = S.T @ (curvature[:, None] * S) if self.dense else (S.T @ sp.diags(curvature) @ S).toarray()
         try:
-            step = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H), grad)
+            return scipy.linalg.cho_solve(scipy.linalg.cho_factor(H), gradient)
         except (np.linalg.LinAlgError, ValueError):
             return None
-        if grad @ step < 1e-20 * n:  # Newton decrement: at the maximum to rounding
-            lam = scipy.special.expit(-(S @ beta))
-            gram = S.T @ S if dense else (S.T @ S).toarray()
-            try:
-                coef = scipy.linalg.cho_solve(scipy.linalg.cho_factor(gram), S.T @ lam)
-            except (np.linalg.LinAlgError, ValueError):
-                return None
-            projected = lam - S @ coef
-            exact = np.abs(S.T @ projected).max() <= 1e-9 * projected.sum()
-            return projected if exact and projected.min() > 1e-12 else None
-        size = 1.0
-        while size > 1e-10:  # backtracking, with the rounding of the sum allowed for
-            trial = beta + size * step
-            value = -np.logaddexp(0.0, -(S @ trial)).sum()
-            if value >= objective - 1e-13 * abs(objective):
-                break
-            size /= 2
-        else:
-            return None
-        beta, objective = trial, value
-        if objective > -1e-6:  # every row's log sigma near 0: the fit is running off along a separating direction
-            return None
-        if np.abs(beta).max() > 1e8:
-            return None
-    return None
 
 
 def _constant_columns(C) -> np.ndarray:
