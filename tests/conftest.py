@@ -13,35 +13,13 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
 
 
-#: Test files holding tests of 20 seconds or more on two cores, the heaviest first: pytest-xdist hands tests out in
-#: collection order, and a long test started last leaves the other workers idle while it ends (longest first is the
-#: classic rule for keeping workers evenly busy).
-HEAVY_FIRST = (
-    "tests/engines/selection/test_moves.py",
-    "tests/engines/linear/test_ep.py",
-    "tests/engines/imputation/test_joint_model.py",
-    "tests/engines/selection/test_gibbs.py",
-    "tests/results/test_storage.py",
-    "tests/engines/selection/test_selection.py",
-    "tests/engines/test_variance_prior.py",
-    "tests/engines/selection/test_marginal_pairs.py",
-    "tests/engines/linear/test_gibbs.py",
-    "tests/test_outofcore.py",
-    "tests/test_combinations.py",
-    "tests/test_vignettes.py",
-    "tests/engines/selection/test_selection_random.py",
-    "tests/test_properties.py",
-)
-
-
-def _heavy_rank(item) -> int:
-    """Position of the item's file in :data:`HEAVY_FIRST` (every other file after them)."""
-    path = item.nodeid.split("::", 1)[0]
-    return HEAVY_FIRST.index(path) if path in HEAVY_FIRST else len(HEAVY_FIRST)
+#: Test files whose tests take tens of seconds each, run first: pytest-xdist hands tests out in collection order, and
+#: a long test started last leaves the other workers idle while it ends.
+HEAVY_FIRST = ("tests/test_vignettes.py", "tests/test_properties.py", "tests/engines/linear/test_ep.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_heavy_rank)  # stable: the order within each file, and of the other files, kept
+    items.sort(key=lambda item: not item.nodeid.startswith(HEAVY_FIRST))  # stable: the order within each group kept
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")
