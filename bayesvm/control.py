@@ -34,7 +34,8 @@ class Control:
         ``chains`` [4]; ``thin`` [1];
         ``cores`` [None: one process per chain up to the CPUs available where processes fork (Linux), else 1;
         :func:`bayesvm.arguments.default_cores`] processes to run chains in (the draws do not depend on it);
-        ``progress`` [True] a tqdm bar on a terminal.
+        ``progress`` [True] a tqdm bar on a terminal (also for the accurate fit's nodes and the probability
+        calibration's fold fits, once they have run for two seconds).
     Stochastic VI (``method="svi"``)
         ``batch_size`` [100] rows per minibatch; ``learning_rate`` [``"robbins-monro"``: ``t^-0.51``],
         ``"adaptive"`` (Ranganath et al. 2013) or a constant in (0, 1].

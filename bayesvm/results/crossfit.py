@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks import Checks
+from ..engines.progress import counter
 from ..engines.workers import run_in_processes
 from ..errors import BayesvmError
 
@@ -261,10 +262,13 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
             options["cores"] = 1  # (a worker process may not start chain processes of its own)
         job = (function, call.formula, data, fold_of == k, options, k, folds, target is not None, cores > 1)
         jobs.append((_fold_moments, job))
-    if cores > 1:
-        moments = run_in_processes(jobs, cores, "cross-fitting fold fit")
-    else:
-        moments = [job(*args) for job, args in jobs]
+    show = call.options.get("progress", True) is not False
+    with counter(show, "probability calibration: cross-fitting", "folds", total=folds) as tick:
+        if cores > 1:
+            done = None if tick is None else (lambda index: tick())
+            moments = run_in_processes(jobs, cores, "cross-fitting fold fit", on_result=done)
+        else:
+            moments = [_counted(job(*args), tick) for job, args in jobs]
     unaligned: list[int] = []
     for k, (mean, var, new_var, source) in enumerate(moments):
         held = fold_of == k
@@ -296,6 +300,13 @@ def variance_nodes(fit):
     if not getattr(fit.posterior, "over_nodes", False) or not getattr(result, "has_component", False):
         return None
     return heaviest_nodes(result)
+
+
+def _counted(result, tick):
+    """``result``, one fold counted on the progress bar (if any)."""
+    if tick is not None:
+        tick()
+    return result
 
 
 def fold_processes(fit, folds: int) -> int:

@@ -220,14 +220,18 @@ def test_fold_fits_in_worker_processes_equal_the_serial_ones(monkeypatch):
     ]
     started = []
     real_run = crossfit.run_in_processes
-    monkeypatch.setattr(crossfit, "run_in_processes", lambda *args: started.append(args[1]) or real_run(*args))
+    monkeypatch.setattr(
+        crossfit, "run_in_processes", lambda *args, **kwargs: started.append(args[1]) or real_run(*args, **kwargs)
+    )
     for fit in fits:
         monkeypatch.setattr(crossfit, "fold_processes", lambda fit, folds: 1)  # (not by how long the fit took)
         serial = crossfit.cross_fitted_predictions(fit, folds=3, seed=1)
         monkeypatch.setattr(crossfit, "fold_processes", lambda fit, folds: 2)
         parallel = crossfit.cross_fitted_predictions(fit, folds=3, seed=1)
         monkeypatch.undo()
-        monkeypatch.setattr(crossfit, "run_in_processes", lambda *args: started.append(args[1]) or real_run(*args))
+        monkeypatch.setattr(
+            crossfit, "run_in_processes", lambda *args, **kwargs: started.append(args[1]) or real_run(*args, **kwargs)
+        )
         for column in ["mean", "var", "new_var", "unaligned_mean"]:
             np.testing.assert_allclose(parallel[column], serial[column], rtol=1e-9, atol=1e-12, err_msg=column)
     assert started == [2, 2]

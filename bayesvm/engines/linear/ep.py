@@ -71,6 +71,7 @@ from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
 from ..augmentation import row_terms
+from ..progress import counter
 from . import ep_moments
 from .hinge_sites import (
     ep_log_evidence,
@@ -327,6 +328,7 @@ def fit_accurate(
     span: float = 4.0,
     importance_weights: bool = True,
     given: GivenNodes | None = None,
+    progress: bool = False,
 ) -> IntegratedResult:
     """EP for ``theta`` given the variance components, integrated over them (see module docstring).
 
@@ -334,7 +336,8 @@ def fit_accurate(
     random-intercept term integrates out in closed form (step 3 of the module docstring), else by EP's.  ``given``
     nodes of the same components (:class:`bayesvm.engines.linear.hyper_grid.GivenNodes`) replace the search and
     the weighting: EP at each, with the given weights.  ``n_nodes``: the nodes of a one-hyperparameter line (None:
-    :func:`bayesvm.engines.linear.hyper_grid.line_nodes` of the components).
+    :func:`bayesvm.engines.linear.hyper_grid.line_nodes` of the components).  ``progress``: count the nodes fitted on
+    a bar that appears once the fit has lasted a few seconds (:func:`bayesvm.engines.progress.counter`).
     """
     check_scope(problem)
     if problem.is_sparse:  # SuperLU is single-threaded; the elimination's dense complement is not
@@ -342,14 +345,9 @@ def fit_accurate(
     else:
         width = problem.D.shape[1]
     with blas_threads(width, problem.n):
-        return _fit_accurate(problem, n_nodes, span, importance_weights, given)
-
-
-def _fit_accurate(
-    problem: VBProblem, n_nodes: int | None, span: float, importance_weights: bool, given: GivenNodes | None
-) -> IntegratedResult:
-    order, problem = sorted_by_level(problem)
-    return integrate_ep(problem, RowsInMemory(problem, order), n_nodes, span, importance_weights, given)
+        order, problem = sorted_by_level(problem)
+        rows = RowsInMemory(problem, order)
+        return integrate_ep(problem, rows, n_nodes, span, importance_weights, given, progress)
 
 
 class SiteRows(Protocol):
@@ -432,9 +430,16 @@ def integrate_ep(
     span: float,
     importance_weights: bool,
     given: GivenNodes | None,
+    progress: bool = False,
 ) -> IntegratedResult:
     """The accurate fit of the module docstring on ``rows``; ``problem`` gives the prior and the components
-    (``n_nodes`` None: :func:`bayesvm.engines.linear.hyper_grid.line_nodes` of them)."""
+    (``n_nodes`` None: :func:`bayesvm.engines.linear.hyper_grid.line_nodes` of them; ``progress``: the nodes fitted
+    counted on a bar, :func:`bayesvm.engines.progress.counter`)."""
+    with counter(progress, "accurate VB: EP at values of the variance parameters", "nodes") as tick:
+        return _integrate_ep(problem, rows, n_nodes, span, importance_weights, given, tick)
+
+
+def _integrate_ep(problem, rows, n_nodes, span, importance_weights, given, tick) -> IntegratedResult:
     start = time.perf_counter()
     n_nodes = line_nodes(problem.components) if n_nodes is None else n_nodes
     warm = rows.mean_field()  # mean-field VB: the starting sites and the scale of the variances
@@ -456,7 +461,7 @@ def integrate_ep(
             log_evidence=state.log_evidence,
         )
     hyper = Hyperparameters(problem.components)
-    fits = NodeFits(rows, hyper, sites0)
+    fits = NodeFits(rows, hyper, sites0, tick)
     log_post, many = fits.log_post, (fits.log_post_many if rows.batched else None)
     if given is not None and given.components == tuple(comp.name for comp in problem.components):
         grid, evidence = given_grid(log_post, given, many), None
@@ -519,8 +524,9 @@ class NodeFits:
     where the rows can (``rows.batched``: one pass over out-of-core data for all of them).
     """
 
-    def __init__(self, rows: SiteRows, hyperparameters: Hyperparameters, start_sites: object) -> None:
+    def __init__(self, rows: SiteRows, hyperparameters: Hyperparameters, start_sites: object, tick=None) -> None:
         self.rows, self.hyper, self.start_sites = rows, hyperparameters, start_sites
+        self.tick = tick  # called once per node fitted (a progress bar's update), or None
         self.cache: dict[tuple, EPState] = {}
         self.schedule = 0  # the damping that last worked: neighbouring nodes start there (EP_ATTEMPTS)
         self.solved: list[EPState] = []  # converged evaluations, for warm starts, at the rows of ``solved_at``
@@ -601,6 +607,8 @@ class NodeFits:
                 state = EPState(None, self.start_sites, -np.inf, 0, False) if state is None else state
                 state.log_evidence = -np.inf
             self.cache[key] = state
+            if self.tick is not None:
+                self.tick()
         return self.cache[key].log_evidence + self.hyper.log_prior(phi)
 
     def log_post_many(self, phis: list) -> np.ndarray:
@@ -631,6 +639,8 @@ class NodeFits:
                 if state.converged:
                     self.remember(phi, state, damping)
                     self.cache[key] = state
+                    if self.tick is not None:
+                        self.tick()
         return np.array([self.log_post(phi) for phi in phis], dtype=float)
 
 

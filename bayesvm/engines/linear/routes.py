@@ -94,7 +94,7 @@ def run_vb(model, request):
     chosen, why = (request.vb, None) if request.vb is not None or control.probes is not None else default_vb(problem)
     if chosen == "accurate":
         try:
-            result = fit_accurate(problem, given=request.nodes)
+            result = fit_accurate(problem, given=request.nodes, progress=control.progress)
         except AccurateFitError as exc:
             if request.vb is not None:
                 raise
@@ -271,7 +271,9 @@ def run_streamed_vb(model, request):
         from .stream_ep import fit_streamed_accurate
 
         passes = request.rows.passes(streamed_rows(model), whole_levels(model))
-        result = fit_streamed_accurate(problem, passes, request.rows.design.n, given=request.nodes)
+        result = fit_streamed_accurate(
+            problem, passes, request.rows.design.n, given=request.nodes, progress=request.control.progress
+        )
         failure = [] if result.converged else [(accurate_failure(result), ConvergenceWarning)]
         return engine_run(result, problem, warned=failure)
     why = None if request.vb is not None else STREAMED_MEANFIELD

@@ -261,9 +261,13 @@ class StreamedRows:
         )
 
 
-def fit_streamed_accurate(problem: VBProblem, passes, n: int, tol: float = 1e-8, max_iter: int = 500, given=None):
+def fit_streamed_accurate(
+    problem: VBProblem, passes, n: int, tol: float = 1e-8, max_iter: int = 500, given=None, progress: bool = False
+):
     """The accurate fit of out-of-core rows (module docstring); ``tol`` and ``max_iter`` are the mean-field start's;
-    ``given``: the variance-parameter nodes of a full fit (a cross-fitting fold's refit)."""
+    ``given``: the variance-parameter nodes of a full fit (a cross-fitting fold's refit); ``progress``: the nodes
+    fitted counted on a bar (:func:`bayesvm.engines.progress.counter`)."""
     check_scope(problem)
     with blas_threads(problem.D.shape[1]):
-        return integrate_ep(problem, StreamedRows(problem, passes, n, tol, max_iter), None, 4.0, True, given)
+        rows = StreamedRows(problem, passes, n, tol, max_iter)
+        return integrate_ep(problem, rows, None, 4.0, True, given, progress)
