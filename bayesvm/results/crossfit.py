@@ -262,7 +262,7 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
             options["cores"] = 1  # (a worker process may not start chain processes of its own)
         job = (function, call.formula, data, fold_of == k, options, k, folds, target is not None, cores > 1)
         jobs.append((_fold_moments, job))
-    show = call.options.get("progress", True) is not False
+    show = _shows_progress(call.options)
     with counter(show, "probability calibration: cross-fitting", "folds", total=folds) as tick:
         if cores > 1:
             done = None if tick is None else (lambda index: tick())
@@ -300,6 +300,14 @@ def variance_nodes(fit):
     if not getattr(fit.posterior, "over_nodes", False) or not getattr(result, "has_component", False):
         return None
     return heaviest_nodes(result)
+
+
+def _shows_progress(options: dict) -> bool:
+    """Whether the fit's call asked for progress bars (``progress=`` or ``control=Control(progress=...)``; the default
+    shows them)."""
+    if "progress" in options:
+        return options["progress"] is not False
+    return getattr(options.get("control"), "progress", True) is not False
 
 
 def _counted(result, tick):

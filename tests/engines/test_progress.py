@@ -67,8 +67,10 @@ def test_the_calibration_counts_its_folds(monkeypatch):
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm("y ~ x1 + x2 + (1 | g)", data, vb="meanfield")
         quiet = bayesvm.bsvm("y ~ x1 + x2 + (1 | g)", data, vb="meanfield", progress=False)
+        control = bayesvm.bsvm("y ~ x1 + x2 + (1 | g)", data, vb="meanfield", control=bayesvm.Control(progress=False))
         calls = _counting(monkeypatch, crossfit)
         fit.calibrate()
         quiet.calibrate()
+        control.calibrate()
     folds = crossfit.DEFAULT_FOLDS
-    assert calls == [{"show": True, "ticks": folds, "total": folds}, {"show": False, "ticks": 0, "total": folds}]
+    assert calls == [{"show": True, "ticks": folds, "total": folds}] + [{"show": False, "ticks": 0, "total": folds}] * 2
