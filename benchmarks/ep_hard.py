@@ -10,7 +10,10 @@ Sets (each beside Gibbs, 4 chains x (1,000 tuning + 10,000 draws), in one proces
 * a polynomial in age with many small, nearly separated groups: R geepack's ``muscatine``
   (``obese ~ gender * poly(age, 2) + (1 | id)``, 9,856 rows, 4,856 children; Debian ``r-cran-geepack``), where EP's
   fixed effects sit two Gibbs SDs off and the check's adaptive importance sampling
-  (:mod:`bayesvm.results.adaptive_check`) corrects them.
+  (:mod:`bayesvm.results.adaptive_check`) corrects them;
+* crossed factors with a learned penalty (three hyperparameters): R lme4's ``VerbAgg``
+  (``r2 ~ Anger + Gender + btype + situ + (1 | id) + (1 | item)``, 7,584 answers of 316 people to 24 items; Debian
+  ``r-cran-lme4``), the default's most expensive kind of fit per row.
 
 Columns: ``var / Gibbs`` each variance component's posterior mean over Gibbs's (``EP-w``: the same nodes weighted by
 EP's evidence alone, ``fit_accurate(importance_weights=False)``); ``fixef`` the largest ``|mean - Gibbs's|`` of a fixed
@@ -44,6 +47,10 @@ R_SOURCES = {
     "muscatine": (
         "data(muscatine, package = 'geepack'); d <- muscatine; d$obese <- as.integer(d$obese == 'yes')",
         "obese ~ gender * poly(age, 2) + (1 | id)",
+    ),
+    "VerbAgg": (
+        "data(VerbAgg, package = 'lme4'); d <- VerbAgg; d$r2 <- as.integer(d$r2 == 'Y')",
+        "r2 ~ Anger + Gender + btype + situ + (1 | id) + (1 | item)",
     ),
 }
 
@@ -84,7 +91,8 @@ def sets(folder: Path) -> dict[str, tuple[pd.DataFrame | None, str]]:
     out = {"schizophrenia2": (from_r("schizophrenia2", folder), correlated)}
     for seed in (1, 2, 3):
         out[f"simulated visits {seed}"] = (visits(seed), correlated)
-    out["muscatine"] = (from_r("muscatine", folder), R_SOURCES["muscatine"][1])
+    for name in ("muscatine", "VerbAgg"):
+        out[name] = (from_r(name, folder), R_SOURCES[name][1])
     return out
 
 

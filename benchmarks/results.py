@@ -43,7 +43,8 @@ BENCHMARKS = {
     ),
     "ep_hard": (
         ["benchmarks.ep_hard"],
-        "the accurate fit where EP alone is weakest (correlated slopes, nearly separated groups) against long Gibbs",
+        "the accurate fit where EP alone is weakest or costs most (correlated slopes, nearly separated groups, crossed "
+        "factors) against long Gibbs",
         False,
     ),
     "accurate_scale": (
