@@ -1,4 +1,4 @@
-"""The progress counter of long engine runs: nothing without ``show``, a bar once a run has lasted its delay, one
+"""The progress counter of long engine runs: nothing without ``show`` or before its delay, a bar after it, one
 count per node of the accurate fit and per fold of the calibration, and the same numbers with or without it."""
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from tests.conftest import simulate_grouped
 def test_no_bar_without_show_and_a_bar_after_the_delay(monkeypatch, capsys):
     with progress.counter(False, "quiet", "nodes") as tick:
         assert tick is None
+    with progress.counter(True, "quick", "nodes") as tick:  # over before the delay: nothing printed
+        tick()
+    assert capsys.readouterr().err == ""
     monkeypatch.setattr(progress, "SHOW_AFTER_SECONDS", 0.0)
     with progress.counter(True, "accurate VB", "nodes") as tick:
         for _ in range(3):
