@@ -268,7 +268,11 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
             done = None if tick is None else (lambda index: tick())
             moments = run_in_processes(jobs, cores, "cross-fitting fold fit", on_result=done)
         else:
-            moments = [_counted(job(*args), tick) for job, args in jobs]
+            moments = []
+            for job, args in jobs:
+                moments.append(job(*args))
+                if tick is not None:
+                    tick()
     unaligned: list[int] = []
     for k, (mean, var, new_var, source) in enumerate(moments):
         held = fold_of == k
@@ -308,13 +312,6 @@ def _shows_progress(options: dict) -> bool:
     if "progress" in options:
         return options["progress"] is not False
     return getattr(options.get("control"), "progress", True) is not False
-
-
-def _counted(result, tick):
-    """``result``, one fold counted on the progress bar (if any)."""
-    if tick is not None:
-        tick()
-    return result
 
 
 def fold_processes(fit, folds: int) -> int:
