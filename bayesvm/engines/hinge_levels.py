@@ -227,7 +227,7 @@ _SERIES_BELOW = -30.0
 _HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
 _SQRT_HALF = float(np.sqrt(0.5))
 #: :func:`_sorted_kinks` sorts a level by insertion up to this many rows (quadratic, but no allocation).
-_INSERTION_ROWS = 32
+INSERTION_ROWS = 32
 #: :func:`_log_interval` takes ``Phi`` directly above this standardised end (``Phi(-21) ~ 1e-98``).
 _DIRECT_ABOVE = -21.0
 
@@ -330,7 +330,7 @@ def _log_sum_step(largest, acc, value):
 
 def _sorted_kinks(y, eta, slope, rows, kinks, slopes):
     """One level's active rows' kinks ``b_i = (1 - y_i eta_i) / s_i`` and slopes ``s_i``, sorted by kink into
-    ``kinks`` and ``slopes``; returns how many.  By insertion up to :data:`_INSERTION_ROWS` rows, else by
+    ``kinks`` and ``slopes``; returns how many.  By insertion up to :data:`INSERTION_ROWS` rows, else by
     ``argsort`` (a level of thousands of rows: Fair's occupations)."""
     m = 0
     for k in range(slope.size):
@@ -339,7 +339,7 @@ def _sorted_kinks(y, eta, slope, rows, kinks, slopes):
             kinks[m] = (1.0 - y[i] * eta[i]) / slope[k]
             slopes[m] = slope[k]
             m += 1
-    if m > _INSERTION_ROWS:
+    if m > INSERTION_ROWS:
         order = np.argsort(kinks[:m])
         kinks[:m] = kinks[:m][order]
         slopes[:m] = slopes[:m][order]

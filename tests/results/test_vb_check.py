@@ -194,17 +194,19 @@ def test_group_integrals_match_quadrature(compiled, monkeypatch):
 
 @pytest.mark.parametrize("compiled", ["1", "0"])
 def test_group_integrals_of_very_unbalanced_levels_match_quadrature(compiled, monkeypatch):
-    """Levels of 1 to 300 rows (one above the compiled kernel's limit, so both paths run in one call) and a level
-    without rows: taken in classes of similar size, each level's integral is still the quadrature's."""
+    """Levels of 1 to 300 rows (the compiled kernel sorts the small ones' kinks by insertion and the large ones' by
+    argsort, so both sorts run in one call) and a level without rows: taken in classes of similar size, each level's
+    integral is still the quadrature's."""
+    from bayesvm.engines.hinge_levels import INSERTION_ROWS
     from bayesvm.engines.linear import compiled_rows
-    from bayesvm.engines.linear.node_evidence import COMPILED_MAX_LEVEL, group_log_integrals
+    from bayesvm.engines.linear.node_evidence import group_log_integrals
 
     if compiled == "1" and not compiled_rows.available():
         pytest.skip("numba is not installed")
     monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, compiled)
     rng = np.random.default_rng(7)
     sizes = [300, 1, 1, 2, 3, 5, 9, 17, 40, 0, 4]
-    assert max(sizes) > COMPILED_MAX_LEVEL
+    assert min(s for s in sizes if s) < INSERTION_ROWS < max(sizes)
     codes = np.repeat(np.arange(len(sizes)), sizes)
     n, J = codes.size, len(sizes)
     y = rng.choice([-1.0, 1.0], n)

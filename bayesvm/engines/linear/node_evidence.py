@@ -44,9 +44,6 @@ from .vb import LOG_2PI, prior_precisions
 #: Draws x groups x (largest group + 1) values processed at a time: about a dozen arrays of this
 #: many doubles are alive at once (~400 MB at 4e6).
 CHUNK_VALUES = 4e6
-#: The compiled kernel sorts a level's kinks by insertion (``O(K^2)`` per level and draw); levels larger than this
-#: go to numpy's sort instead.
-COMPILED_MAX_LEVEL = 256
 #: Draws x rows below which a class's compiled integrals run in the calling thread: handing two halves to the row
 #: threads costs more than small work itself.
 THREADED_FROM_VALUES = 400_000
@@ -71,11 +68,11 @@ def integrable_component(problem: VBProblem) -> int | None:
 class LevelClasses:
     """The rows of one blocked factor split for :func:`group_log_integrals`, fixed by the codes and slopes: the rows
     with ``s_i = 0`` (``flat``, their hinge a constant factor) and the levels in classes of similar size
-    (:func:`bayesvm.engines.hinge_levels.size_classes`), each its rows' indices, padded layout and whether the compiled
-    kernel takes it.  Formed once per problem: every node and every check integrates the same levels."""
+    (:func:`bayesvm.engines.hinge_levels.size_classes`), each its rows' indices and padded layout.  Formed once per
+    problem: every node and every check integrates the same levels."""
 
     flat: np.ndarray
-    classes: tuple[tuple[np.ndarray, LevelLayout, bool], ...]
+    classes: tuple[tuple[np.ndarray, LevelLayout], ...]
 
 
 def level_classes(y: np.ndarray, v: np.ndarray, codes: np.ndarray, n_levels: int,
@@ -86,13 +83,12 @@ def level_classes(y: np.ndarray, v: np.ndarray, codes: np.ndarray, n_levels: int
         v = weights * v
     flat = (y * v) == 0
     classes = []
-    for levels, largest in size_classes(codes, n_levels):
+    for levels, _ in size_classes(codes, n_levels):
         chosen = np.zeros(n_levels, dtype=bool)
         chosen[levels] = True
         rows = chosen[codes]
         local = (np.cumsum(chosen) - 1)[codes[rows]]  # each row's level, numbered within the class
-        layout = LevelLayout(y[rows], v[rows], local, levels.size)
-        classes.append((np.flatnonzero(rows), layout, largest <= COMPILED_MAX_LEVEL))
+        classes.append((np.flatnonzero(rows), LevelLayout(y[rows], v[rows], local, levels.size)))
     return LevelClasses(np.flatnonzero(flat), tuple(classes))
 
 
@@ -106,9 +102,9 @@ def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np
 
     The levels are taken in classes of similar size (``classes``, :func:`level_classes` of the same rows, formed here
     when None); within a class :mod:`bayesvm.engines.hinge_levels` computes each ``I_j``: compiled where numba is
-    installed (level by level, without the padded ``(S, J, K + 1)`` arrays) for levels of up to
-    :data:`COMPILED_MAX_LEVEL` rows, else by numpy in chunks of draws; the two agree to rounding (tested).  A level
-    without rows contributes ``log 1``.
+    installed (level by level, without the padded ``(S, J, K + 1)`` arrays; a level's kinks sorted by insertion up to
+    a few dozen rows and by numba's ``argsort`` beyond), else by numpy in chunks of draws; the two agree to rounding
+    (tested).  A level without rows contributes ``log 1``.
     """
     # (np.take gathers the class's columns in C order: a boolean mask over the second axis gives a transposed layout
     # that the compiled kernel would copy again)
@@ -138,15 +134,15 @@ def _by_classes(y, columns, S, v, codes, sigma2, n_levels, weights, classes) -> 
     total = np.zeros(S)
     if classes.flat.size:  # rows with s_i = 0 do not involve u: their hinge is a constant factor
         total += -2.0 * np.sum(np.maximum(0.0, 1.0 - y[classes.flat] * predictor(classes.flat)), axis=1)
-    for rows, layout, compiled in classes.classes:
-        total += _class_log_integrals(layout, predictor(rows), sigma2, compiled=compiled)
+    for rows, layout in classes.classes:
+        total += _class_log_integrals(layout, predictor(rows), sigma2)
     return total
 
 
-def _class_log_integrals(layout: LevelLayout, eta: np.ndarray, sigma2: np.ndarray, compiled: bool) -> np.ndarray:
+def _class_log_integrals(layout: LevelLayout, eta: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
     """``sum_j log I_j`` over one class's levels (rows with ``s_i = 0`` excluded by the caller's constant)."""
     S = eta.shape[0]
-    if compiled and compiled_rows.available():  # the draws in two halves on the package's two row threads (nogil)
+    if compiled_rows.available():  # the draws in two halves on the package's two row threads (nogil)
         eta = np.ascontiguousarray(eta)
         if eta.size < THREADED_FROM_VALUES:
             return draws_log_integral_sums(layout.y, eta, layout.slope, layout.rows, sigma2)
