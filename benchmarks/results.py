@@ -28,6 +28,12 @@ BENCHMARKS = {
     "import_time": (["benchmarks.import_time"], "import time of the package and of the first fit", True),
     "spam_sklearn": (["benchmarks.spam_sklearn"], "BayesianSVC against SVC + GridSearchCV over C", True),
     "toenail": (["benchmarks.toenail"], "toenail VB against statsmodels' BinomialBayesMixedGLM", True),
+    "few_large_levels": (
+        ["benchmarks.few_large_levels"],
+        "a random intercept over a few large levels (Fair affairs): the default fit and its PSIS check against "
+        "statsmodels' BinomialBayesMixedGLM",
+        True,
+    ),
     "gibbs_mixing": (["benchmarks.gibbs_mixing"], "Gibbs mixing: toenail ESS, spam inclusion R-hat, acath", True),
     "gp_terms": (["benchmarks.gp_terms"], "a gp() term on public data (Fair affairs) against LogisticRegression", True),
     "calibration": (["benchmarks.calibration"], "held-out log loss, Brier, ECE against the peers", False),
