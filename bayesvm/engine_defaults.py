@@ -41,6 +41,22 @@ def default_vb(problem) -> tuple[str, str | None]:
     return "accurate", None
 
 
+def default_penalty_from_slopes(problem) -> bool:
+    """Whether ``vb=None``, where :func:`default_vb` chose mean-field VB for the number of rows, first tries the
+    accurate fit with the learned penalty's variance integrated from the slopes' posterior
+    (:mod:`bayesvm.engines.linear.penalty_from_slopes`): the learned penalty and one other variance parameter on the
+    dense path, up to ``AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`` rows.  Its EP lattice is then a line over the other
+    parameter, which costs what the one-hyperparameter fit does; it is used only where its check shows that the
+    slopes' posterior does not depend on the penalty (else mean-field VB, and ``summary()`` says why)."""
+    from .engines.linear.hyperparameters import Hyperparameters
+    from .engines.linear.penalty_from_slopes import penalty_index
+
+    if problem.is_sparse or penalty_index(problem) is None:
+        return False
+    size = Hyperparameters(problem.components).size
+    return size == 2 and AUTO_ACCURATE_MAX_ROWS < problem.n <= AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER
+
+
 def default_selection_vb(model) -> tuple[str, str | None]:
     """The fit ``vb=None`` chooses for a selection prior, and why it is not the accurate one (``None`` if it is or
     where mean-field is the family's default without a caveat).

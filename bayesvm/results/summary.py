@@ -320,7 +320,10 @@ def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) ->
             log_evidence=float(r.log_evidence),
             node_weights=r.node_weights,
             fixed_correction=getattr(r, "fixed_correction", None),
+            penalty_from_slopes=getattr(r, "penalty_from_slopes", None),
         )
+        if info["penalty_from_slopes"] is not None:  # (EP ran on the other parameters' values, not on every node)
+            info["n_nodes"] = info["penalty_from_slopes"].ep_nodes
     elif report == "mode":
         objective, stage = fit.objective, np.asarray(fit.result.stage)
         if info["floor_note"]:  # the mode kept is the last finished stage's, not the broken stage's last iterate
@@ -582,6 +585,8 @@ def _fit_line(info: dict) -> str:
         else:
             where = ""
         weighted = _node_weights_text(info.get("node_weights"))
+        if info.get("penalty_from_slopes") is not None:
+            weighted += "\n  " + info["penalty_from_slopes"].describe()
         if info.get("fixed_correction") is not None:
             weighted += "\n  " + info["fixed_correction"].describe()
         return (

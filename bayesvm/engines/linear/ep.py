@@ -251,6 +251,9 @@ class IntegratedResult(EngineOutput):
     #: the PSIS correction of the coefficients applied at the fit's end (:mod:`bayesvm.results.psis_correction`; None:
     #: EP's nodes as they came)
     fixed_correction: object = None
+    #: how the learned penalty's variance was integrated from the slopes' posterior
+    #: (:class:`bayesvm.engines.linear.penalty_from_slopes.PenaltyFromSlopes`; None: on the lattice with the others)
+    penalty_from_slopes: object = None
 
     @property
     def scale_estimate(self) -> tuple[str, float] | None:
