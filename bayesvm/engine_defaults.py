@@ -42,12 +42,13 @@ def default_vb(problem) -> tuple[str, str | None]:
 
 
 def default_penalty_from_slopes(problem) -> bool:
-    """Whether ``vb=None``, where :func:`default_vb` chose mean-field VB for the number of rows, first tries the
-    accurate fit with the learned penalty's variance integrated from the slopes' posterior
+    """Whether ``vb=None`` (and ``vb="accurate"``), past ``AUTO_ACCURATE_MAX_ROWS`` rows, first tries the accurate fit
+    with the learned penalty's variance integrated from the slopes' posterior
     (:mod:`bayesvm.engines.linear.penalty_from_slopes`): the learned penalty and one other variance parameter on the
     dense path, up to ``AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`` rows.  Its EP lattice is then a line over the other
     parameter, which costs what the one-hyperparameter fit does; it is used only where its check shows that the
-    slopes' posterior does not depend on the penalty (else mean-field VB, and ``summary()`` says why)."""
+    slopes' posterior barely depends on the penalty (else ``vb=None`` is mean-field VB, ``summary()`` saying why, and
+    ``vb="accurate"`` the lattice over both)."""
     from .engines.linear.hyperparameters import Hyperparameters
     from .engines.linear.penalty_from_slopes import penalty_index
 

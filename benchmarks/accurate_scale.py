@@ -10,8 +10,10 @@ scale), in one process:
   + 2,000 draws)): the variance's posterior mean over Gibbs's, the largest ``|mean - Gibbs's|`` of a fixed effect in
   Gibbs SDs, the fixed effects' SDs over Gibbs's, seconds;
 * :data:`bayesvm.engine_defaults.AUTO_ACCURATE_MAX_ROWS` rows (a tenth as many levels) with the learned penalty (two
-  variance hyperparameters, the largest default accurate fit there): the default against mean-field VB and Gibbs
-  as above;
+  variance hyperparameters, the largest default accurate fit on their lattice): the default against mean-field VB and
+  Gibbs as above, the learned penalty's variance over Gibbs's beside the random intercept's;
+* three times as many rows with the learned penalty: the default, now the accurate fit with the penalty's variance
+  integrated from the slopes' posterior (:mod:`bayesvm.engines.linear.penalty_from_slopes`), against the same;
 * 10^6 rows and 10^5 levels with ``penalty=None``: ``vb="accurate"`` against mean-field VB, timed, and how far
   mean-field's variance and fixed effects lie from the accurate fit's.
 """
@@ -30,6 +32,9 @@ from bayesvm.engine_defaults import AUTO_ACCURATE_MAX_ROWS, AUTO_ACCURATE_MAX_RO
 from bayesvm.engines.linear import hyper_grid
 
 FORMULA = "y ~ x1 + x2 + x3 + (1 | g)"
+#: Rows of the learned-penalty case past the two-hyperparameter limit (the penalty's variance from the slopes'
+#: posterior, :mod:`bayesvm.engines.linear.penalty_from_slopes`).
+PAST_THE_LIMIT = 3 * AUTO_ACCURATE_MAX_ROWS
 #: The rows of the largest accurate fit timed (:func:`million`).
 MILLION = 1_000_000
 CHAINS, TUNE, DRAWS = 4, 1000, 2000
@@ -66,12 +71,20 @@ def fine_line():
         hyper_grid.WIDE_LINE_FROM_LEVELS = wide
 
 
+def _variance(fit, name: str) -> float:
+    """The posterior mean of the variance called ``name`` (``"penalty"`` or a term's), NaN where there is none."""
+    means = [v.mean[0, 0] for v in fit.variance_components if (v.group == "penalty") == (name == "penalty")]
+    return float(means[0]) if means else float("nan")
+
+
 def compared(fit, gibbs) -> dict:
-    """The variance over Gibbs's, the largest fixed-effect distance in Gibbs SDs, the SD ratios' range."""
+    """The random intercept's variance and the learned penalty's over Gibbs's, the largest fixed-effect distance in
+    Gibbs SDs, the SD ratios' range."""
     reference_sd = np.sqrt(np.diag(gibbs.fixef_cov.to_numpy()))
     ratio = np.sqrt(np.diag(fit.fixef_cov.to_numpy())) / reference_sd
     return {
-        "var": fit.variance_components[0].mean[0, 0] / gibbs.variance_components[0].mean[0, 0],
+        "var": _variance(fit, "(1 | g)") / _variance(gibbs, "(1 | g)"),
+        "penalty": _variance(fit, "penalty") / _variance(gibbs, "penalty"),
         "fixef": float(np.max(np.abs(fit.fixef.to_numpy() - gibbs.fixef.to_numpy()) / reference_sd)),
         "sd": (float(ratio.min()), float(ratio.max())),
     }
@@ -82,6 +95,7 @@ def main() -> list[dict]:
     cases = (
         (AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER, {"penalty": None}, "penalty=None (one variance hyperparameter)"),
         (AUTO_ACCURATE_MAX_ROWS, {}, "the learned penalty (two variance hyperparameters)"),
+        (PAST_THE_LIMIT, {}, "the learned penalty past the two-hyperparameter limit (its variance from the slopes)"),
     )
     for n, options, what in cases:
         data = simulate(n, n // 10)
@@ -97,12 +111,15 @@ def main() -> list[dict]:
             method="gibbs", chains=CHAINS, tune=TUNE, draws=DRAWS, seed=1, progress=False, **options
         )(data)
         print(f"{n:,} rows, {n // 10:,} levels, {what}; Gibbs {CHAINS} x ({TUNE} + {DRAWS})")
-        print(f"{'fit':28s} {'var / Gibbs':>11s} {'fixef (SD)':>10s} {'SD / Gibbs':>13s} {'seconds':>8s}")
+        print(
+            f"{'fit':28s} {'var / Gibbs':>11s} {'penalty':>8s} {'fixef (SD)':>10s} {'SD / Gibbs':>13s} {'seconds':>8s}"
+        )
         for name, fit, seconds in fits:
             c = compared(fit, gibbs)
-            print(f"{name:28s} {c['var']:11.3f} {c['fixef']:10.3f} {c['sd'][0]:6.3f}-{c['sd'][1]:.3f} {seconds:8.1f}")
+            print(f"{name:28s} {c['var']:11.3f} {c['penalty']:8.3f} {c['fixef']:10.3f} {c['sd'][0]:6.3f}-{c['sd'][1]:.3f} "
+                  f"{seconds:8.1f}")  # fmt: skip
             rows.append({"case": f"{name}, {n:,} rows", "ours_s": seconds, "peer": "Gibbs", "peer_s": gibbs_s, **c})
-        print(f"{'Gibbs':28s} {'1':>11s} {'0':>10s} {'1':>13s} {gibbs_s:8.1f}")
+        print(f"{'Gibbs':28s} {'1':>11s} {'1':>8s} {'0':>10s} {'1':>13s} {gibbs_s:8.1f}")
         print(f"  the default chose: {default.posterior.kind} ({default.vb_note or 'the accurate fit'})")
     rows.extend(million())
     return rows

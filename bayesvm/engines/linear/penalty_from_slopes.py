@@ -26,8 +26,8 @@ variance: nine to 21 nodes in place of a hundred or more).
 The regime is checked, not assumed (:func:`slope_response`): EP at the heaviest node with ``s`` at the
 :data:`CHECK_TAIL` and ``1 - CHECK_TAIL`` points of its conditional gives the response of the means (the chord's
 slope); the mean at ``s0`` must lie within :data:`MAX_CURVATURE` of its SD of that chord and no SD may change by
-more than :data:`MAX_SD_CHANGE` across the range.  Otherwise :func:`fit_penalty_from_slopes` returns None and the
-caller falls back, saying why.
+more than :data:`MAX_SD_CHANGE` across the range.  Otherwise :func:`fit_penalty_from_slopes` returns None and why,
+and the caller falls back (the default to mean-field VB, ``vb="accurate"`` to the whole lattice), saying why.
 """
 
 from __future__ import annotations
@@ -119,13 +119,19 @@ def conditional_log_density(comp, squares: np.ndarray, t: np.ndarray) -> np.ndar
     return logsumexp(log_p, axis=0) - np.log(squares.size)
 
 
-def _fine_grid(comp, squares: np.ndarray) -> np.ndarray:
-    """A grid in ``t`` wide enough for every draw's conditional (an inverse gamma's log is within ``10 / sqrt(A)`` of
-    its mode, ``A = a + m/2``, in all but ``e^-50`` of its mass)."""
-    shape = 0.5 * comp.n_levels + 1.0
-    centre = np.log(np.median(squares) / (2.0 * shape) + 1e-300)
-    spread = 10.0 / np.sqrt(shape) + 0.5 * float(np.log(squares.max() / max(squares.min(), 1e-300)))
-    return np.linspace(centre - spread - 2.0, centre + spread + 2.0, FINE_POINTS)
+#: The search grid in ``t = log s`` for :func:`fine_grid`: variances from ``e^-40`` to ``e^40``.
+SEARCH_GRID = np.linspace(-40.0, 40.0, 4001)
+
+
+def fine_grid(comp, squares: np.ndarray) -> np.ndarray:
+    """:data:`FINE_POINTS` points in ``t`` over where the conditional (:func:`conditional_log_density` of these draws,
+    on :data:`SEARCH_GRID`) is within ``e^-60`` of its largest value, a search step beyond either end: it follows the
+    prior where the slopes say little (a small ``|beta|^2`` leaves ``b`` in charge) and the slopes where they say
+    much."""
+    log_density = conditional_log_density(comp, squares, SEARCH_GRID)
+    inside = np.flatnonzero(log_density >= log_density.max() - 60.0)
+    step = SEARCH_GRID[1] - SEARCH_GRID[0]
+    return np.linspace(SEARCH_GRID[inside[0]] - step, SEARCH_GRID[inside[-1]] + step, FINE_POINTS)
 
 
 @dataclass(frozen=True)
@@ -177,9 +183,10 @@ def _sds(a, b):
         yield sd(a), sd(b)
 
 
-def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> IntegratedResult | None:
+def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> tuple[IntegratedResult | None, str]:
     """The accurate fit of the module docstring for ``problem`` (the learned penalty among its components,
-    :func:`penalty_index`), or None where the check fails or the other parameters' grid is not a lattice.
+    :func:`penalty_index`) and ``""``, or None and why not: the check fails, the other parameters' grid is not a
+    lattice, or EP did not converge there.
 
     ``s0`` is the inverse of mean-field VB's ``E[1 / s]``; the EP lattice over the other variance parameters is
     :func:`bayesvm.engines.linear.ep.fit_accurate` of the problem with the penalty fixed there (``progress``: its
@@ -188,15 +195,17 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> I
     comp = problem.components[c]
     start = 1.0 / float(fit_vb(problem).components[c].expected_precision()[0, 0])
     reduced = fit_accurate(fixed_penalty_problem(problem, c, start), progress=progress)
-    if reduced.design != "lattice" or not reduced.has_component or not reduced.converged:
-        return None
+    if not reduced.converged:
+        return None, "EP did not converge at every value of the other variance parameters"
+    if reduced.design != "lattice" or not reduced.has_component:
+        return None, "the other variance parameters' values are not a lattice"
     if not all(isinstance(theta, GaussianPosterior) for theta in reduced.thetas):
-        return None  # (the dense path's Gaussians carry their means; the default never takes the sparse path here)
+        return None, "the sparse path"  # (only the dense path's Gaussians carry their means)
     slopes = comp.index[:, 0]
     rng = np.random.default_rng(seed)
     squares = [_slope_squares(theta, slopes, rng) for theta in reduced.thetas]
     heaviest = int(np.argmax(reduced.weights))
-    t = _fine_grid(comp, squares[heaviest])
+    t = fine_grid(comp, squares[heaviest])
     log_cond = [conditional_log_density(comp, sq, t) for sq in squares]
     node = reduced.nodes[heaviest]
 
@@ -209,9 +218,12 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> I
 
     response = slope_response(reduced.thetas[heaviest], (t, log_cond[heaviest]), fit_at, start)
     if response.curvature > MAX_CURVATURE or response.sd_change > MAX_SD_CHANGE:
-        return None
+        return None, (
+            f"the slopes' posterior depends on the learned penalty (across its variance's range a mean leaves the line "
+            f"in 1/sigma_u^2 by {response.curvature:.2f} of its SD, an SD changes by {100 * response.sd_change:.0f}%)"
+        )
     record = PenaltyFromSlopes(start, reduced.weights.size + 2, response.curvature, response.sd_change)
-    return _product_mixture(problem, c, reduced, t, log_cond, start, record, response)
+    return _product_mixture(problem, c, reduced, t, log_cond, start, record, response), ""
 
 
 def _product_mixture(problem, c, reduced, t, log_cond, start_variance, record, response) -> IntegratedResult:

@@ -3,9 +3,10 @@ prior and random-effect terms, no selection prior, no imputed predictors.
 
 - VB: the accurate fit (EP for ``theta`` given the variance components, integrated over them:
   :mod:`bayesvm.engines.linear.ep`) where ``vb="accurate"`` asks or the default chooses it
-  (:func:`bayesvm.engine_defaults.default_vb`); past its rows for a learned penalty and one other variance, the
-  accurate fit with the penalty's variance integrated from the slopes' posterior where that is exact enough
-  (:mod:`bayesvm.engines.linear.penalty_from_slopes`); else mean-field VB (Luts & Ormerod 2014, Alg. 1-2).  The
+  (:func:`bayesvm.engine_defaults.default_vb`); past its rows for a learned penalty and one other variance (by default
+  or asked for), the accurate fit with the penalty's variance integrated from the slopes' posterior where that is
+  exact enough (:mod:`bayesvm.engines.linear.penalty_from_slopes`); else mean-field VB (Luts & Ormerod 2014,
+  Alg. 1-2).  The
   default falls back to mean-field VB where EP fails everywhere, and says so.
 - EM / ECME: the posterior mode (Alg. 1's mode; with a fixed penalty, scikit-learn's ``SVC``).
 - Gibbs: the data-augmentation sampler (Polson & Scott 2011; Appendix A) with its mixing moves.
@@ -96,6 +97,16 @@ def run_vb(model, request):
     chosen, why = (request.vb, None) if request.vb is not None or control.probes is not None else default_vb(problem)
     if request.nodes is not None:  # cross-fitting's fold fit of an accurate fit: EP at the full fit's nodes
         chosen, why = "accurate", None
+    elif request.vb in (None, "accurate") and control.probes is None and default_penalty_from_slopes(problem):
+        from .penalty_from_slopes import fit_penalty_from_slopes
+
+        try:
+            result, declined = fit_penalty_from_slopes(problem, progress=control.progress)
+        except AccurateFitError as exc:  # (EP failed at every value: the fallback below says so)
+            result, declined = None, str(exc)
+        if result is not None:
+            return engine_run(result, problem)
+        why = f"{why}, and there {declined}" if request.vb is None else why
     if chosen == "accurate":
         try:
             result = fit_accurate(problem, given=request.nodes, progress=control.progress)
@@ -106,13 +117,6 @@ def run_vb(model, request):
         else:
             failure = [] if result.converged else [(accurate_failure(result), ConvergenceWarning)]
             return engine_run(result, problem, warned=failure)
-    if request.vb is None and control.probes is None and default_penalty_from_slopes(problem):
-        from .penalty_from_slopes import fit_penalty_from_slopes
-
-        result = fit_penalty_from_slopes(problem, progress=control.progress)
-        if result is not None:
-            return engine_run(result, problem)
-        why = f"{why}, and there the slopes' posterior depends on the learned penalty"
     warn_oversized(problem)
     result = fit_vb(problem, tol=control.tol, max_iter=control.max_iter)
     return engine_run(result, problem, why, vb_warnings(result, control.tol, control.max_iter))

@@ -41,8 +41,8 @@ def _fixed_moments(result, p):
 def test_it_matches_the_whole_lattice(whole_lattice):
     """The same posterior as EP on the lattice over both variances (which costs several times the EP fits)."""
     problem, full = whole_lattice.problem, whole_lattice.result
-    hybrid = module.fit_penalty_from_slopes(problem)
-    assert hybrid is not None
+    hybrid, declined = module.fit_penalty_from_slopes(problem)
+    assert hybrid is not None and declined == ""
     assert hybrid.penalty_from_slopes.ep_nodes < full.weights.size / 3
     p = problem.D.shape[1]
     (m_full, s_full), (m_hybrid, s_hybrid) = _fixed_moments(full, p), _fixed_moments(hybrid, p)
@@ -89,8 +89,9 @@ def test_the_check_refuses_slopes_that_the_penalty_moves():
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(module, "slope_response", recorded)
-        assert module.fit_penalty_from_slopes(fit.problem) is None
-    response = responses[0]
+        result, declined = module.fit_penalty_from_slopes(fit.problem)
+    assert result is None and "depends on the learned penalty" in declined
+    response = responses[-1]
     assert response.curvature > module.MAX_CURVATURE or response.sd_change > module.MAX_SD_CHANGE
 
 
@@ -113,6 +114,15 @@ def test_the_default_takes_it_past_the_row_limit_and_says_so(grouped, monkeypatc
     assert np.isclose(given.weights.sum(), 1.0)
     probabilities = fit.predict(grouped.head(20), kind="prob")
     assert np.all((probabilities > 0) & (probabilities < 1))
+
+
+def test_asking_for_the_accurate_fit_past_the_limit_takes_it_too(grouped, monkeypatch):
+    """``vb="accurate"`` past the row limit gets the same fit (the whole lattice only where the check refuses)."""
+    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS", 1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm(FORMULA, grouped, vb="accurate", progress=False)
+    assert fit.result.penalty_from_slopes is not None and fit.vb_note is None
 
 
 def test_the_default_keeps_mean_field_where_it_does_not_apply(grouped, monkeypatch):
