@@ -6,8 +6,7 @@ prior and random-effect terms, no selection prior, no imputed predictors.
   (:func:`bayesvm.engine_defaults.default_vb`); past its rows for a learned penalty and one other variance (by default
   or asked for), the accurate fit with the penalty's variance integrated from the slopes' posterior where that is
   exact enough (:mod:`bayesvm.engines.linear.penalty_from_slopes`); else mean-field VB (Luts & Ormerod 2014,
-  Alg. 1-2).  The
-  default falls back to mean-field VB where EP fails everywhere, and says so.
+  Alg. 1-2).  The default falls back to mean-field VB where EP fails everywhere, and says so.
 - EM / ECME: the posterior mode (Alg. 1's mode; with a fixed penalty, scikit-learn's ``SVC``).
 - Gibbs: the data-augmentation sampler (Polson & Scott 2011; Appendix A) with its mixing moves.
 - SVI: stochastic mean-field VB on minibatches (Wenzel et al. 2017, section 4.5).
