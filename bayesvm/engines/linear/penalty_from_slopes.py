@@ -49,6 +49,9 @@ from .vb import fit_vb
 CELL_SD = 0.75
 #: ... and the axis reaches this many SDs either side of the heaviest node's conditional mean.
 AXIS_SD = 5.0
+#: Nodes of the product whose weight is below this share of the largest are left out (their cells hold less mass
+#: than the lattice's own tail test leaves beyond its edge).
+NEGLIGIBLE = 1e-9
 #: Draws of the slopes from each node's Gaussian for ``p(t | y, phi_r)``.
 SLOPE_DRAWS = 256
 #: Points of the fine grid in ``t`` on which each conditional is normalised.
@@ -251,7 +254,7 @@ def _product_mixture(problem, c, reduced, t, log_cond, start_variance, record, r
     outer = np.exp(log_outer - log_outer.max())
     outer /= outer.sum()
     weights = (outer[:, None] * np.array(masses)).ravel()
-    keep = weights > 0
+    keep = weights > NEGLIGIBLE * weights.max()
     K, J = reduced.weights.size, cells.size
     nodes = np.insert(np.repeat(reduced.nodes, J, axis=0), at, np.tile(mean + width * cells, K), axis=1)
     step = reduced.step
@@ -269,12 +272,11 @@ def _product_mixture(problem, c, reduced, t, log_cond, start_variance, record, r
     # range: beyond it the cells hold less than CHECK_TAIL of the mass)
     lam = np.clip(np.exp(-(mean + width * cells)), response.low, response.high)
     zero, identity = np.zeros(reduced.thetas[0].mean_d.size), np.eye(reduced.thetas[0].mean_d.size)
-    thetas = [
-        reduced.thetas[k].moved(zero, response.gradient * (lam[j] - 1.0 / start_variance), identity)
-        for k in range(K)
-        for j in range(J)
-        if keep[k * J + j]
-    ]
+    thetas = [  # (the eliminated factor's covariances do not move: shared, not copied)
+        replace(reduced.thetas[k].moved(zero, response.gradient * (lam[j] - 1.0 / start_variance), identity),
+                cov_b=reduced.thetas[k].cov_b)
+        for k in range(K) for j in range(J) if keep[k * J + j]
+    ]  # fmt: skip
     return replace(
         reduced,
         nodes=nodes[keep],
