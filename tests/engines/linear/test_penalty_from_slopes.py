@@ -116,6 +116,21 @@ def test_the_default_takes_it_past_the_row_limit_and_says_so(grouped, monkeypatc
     assert np.all((probabilities > 0) & (probabilities < 1))
 
 
+def test_the_exact_posterior_agrees_by_importance_sampling(grouped, monkeypatch):
+    """The PSIS check against the exact posterior (the random intercepts integrated out in closed form, the penalty's
+    variance drawn over its cells): k-hat at most 0.5, and no reported mean (fixed effects, both variances) moved by a
+    tenth of its SD."""
+    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS", 1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm(FORMULA, grouped, progress=False)
+        check = fit.check_vb(warn=False)
+    assert fit.result.penalty_from_slopes is not None
+    assert check.marginal_khat <= 0.5
+    assert "penalty sigma_u^2" in check.shift.index  # (the penalty's variance among them)
+    assert np.max(np.abs(check.shift["shift"])) < 0.1
+
+
 def test_asking_for_the_accurate_fit_past_the_limit_takes_it_too(grouped, monkeypatch):
     """``vb="accurate"`` past the row limit gets the same fit (the whole lattice only where the check refuses)."""
     monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS", 1000)
