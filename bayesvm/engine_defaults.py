@@ -7,7 +7,8 @@ from .model.problems import PENALTY_SOURCE
 
 #: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs 20-60 mean-field
 #: fits, one EP fit per node of its lattice; its cost and its agreement with a long Gibbs run at this size are in
-#: ``benchmarks/RESULTS.md``, section ``accurate_scale``).
+#: ``benchmarks/RESULTS.md``, section ``accurate_scale``), except a learned penalty with one other variance, which
+#: :func:`default_penalty_from_slopes` keeps accurate where its check allows.
 AUTO_ACCURATE_MAX_ROWS = 40_000
 #: ... and up to this many where a single variance hyperparameter is integrated (one random-effect variance and a
 #: fixed penalty, or the learned penalty alone): its lattice is a line, about 25 EP fits (9 nodes for a variance of
