@@ -226,6 +226,12 @@ def draw_level_effects_in_place(
 _SERIES_BELOW = -30.0
 _HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
 _SQRT_HALF = float(np.sqrt(0.5))
+#: From this many intervals a level's sum runs from its mode outwards (:func:`_windowed_log_integral`); below, every
+#: interval is added (a level of a few rows under a wide prior: every term counts).
+WINDOWED_FROM = 16
+#: :func:`_windowed_log_integral` stops where the rest is below ``e^-NEGLIGIBLE_LOG`` of the sum so far: less than half
+#: a unit in the last place of the sum's mantissa.
+NEGLIGIBLE_LOG = 37.5
 #: :func:`_sorted_kinks` sorts a level by insertion up to this many rows (quadratic, but no allocation).
 INSERTION_ROWS = 32
 #: :func:`_log_interval` takes ``Phi`` directly above this standardised end (``Phi(-21) ~ 1e-98``).
@@ -312,9 +318,51 @@ def _log_integral_sum(a, c, lo, hi, sigma2):
 
 def _level_log_integral(a, c, lo, hi, count, sigma2, sd):
     """``log I_j`` of one level from its first ``count`` intervals: a log-sum-exp of :func:`_log_interval`; 0 where
-    every term is ``-inf``."""
+    every term is ``-inf``.  From :data:`WINDOWED_FROM` intervals, only those around the integrand's mode
+    (:func:`_windowed_log_integral`)."""
+    if count > WINDOWED_FROM:
+        return _windowed_log_integral(a, c, lo, hi, count, sigma2, sd)
     largest, acc = -np.inf, 0.0
     for q in range(count):
+        largest, acc = _log_sum_step(largest, acc, _log_interval(a[q], c[q], lo[q], hi[q], sigma2, sd))
+    return largest + np.log(acc) if largest > -np.inf else 0.0
+
+
+def _windowed_log_integral(a, c, lo, hi, count, sigma2, sd):
+    """:func:`_level_log_integral` from the intervals around the integrand's mode: the same sum to rounding.
+
+    The exponent ``g(u) = a_q + c_q u - u^2 / (2 sigma2)`` on interval ``q`` is concave in ``u`` (``c_q`` never
+    grows with ``q``: each hinge is concave), so its mode lies in the first interval whose right end has
+    ``g' <= 0``, and the mass beyond any point ``x`` on the far side of the mode is at most ``exp(g(x)) / |g'(x)|``
+    (the tangent's integral).  The terms are added from the mode's interval outwards, on each side until that bound
+    for the rest falls :data:`NEGLIGIBLE_LOG` below the sum so far (below half a unit in its last place)."""
+    inverse = 1.0 / sigma2
+    normaliser = _HALF_LOG_2PI + np.log(sd)
+    top = count - 1
+    for q in range(count):
+        if c[q] - hi[q] * inverse <= 0.0:
+            top = q
+            break
+    largest, acc = _log_sum_step(-np.inf, 0.0, _log_interval(a[top], c[top], lo[top], hi[top], sigma2, sd))
+    for q in range(top + 1, count):  # rightwards: the rest lies beyond lo[q], where g' < 0
+        x = lo[q]
+        if x == np.inf:
+            break
+        slope = c[q] - x * inverse
+        if (
+            slope < 0.0
+            and a[q] + c[q] * x - 0.5 * x * x * inverse - np.log(-slope) - normaliser < largest - NEGLIGIBLE_LOG
+        ):
+            break
+        largest, acc = _log_sum_step(largest, acc, _log_interval(a[q], c[q], lo[q], hi[q], sigma2, sd))
+    for q in range(top - 1, -1, -1):  # leftwards: the rest lies below hi[q], where g' > 0
+        x = hi[q]
+        slope = c[q] - x * inverse
+        if (
+            slope > 0.0
+            and a[q] + c[q] * x - 0.5 * x * x * inverse - np.log(slope) - normaliser < largest - NEGLIGIBLE_LOG
+        ):
+            break
         largest, acc = _log_sum_step(largest, acc, _log_interval(a[q], c[q], lo[q], hi[q], sigma2, sd))
     return largest + np.log(acc) if largest > -np.inf else 0.0
 
@@ -487,6 +535,7 @@ if compiled_rows.numba is not None:
     _log_sum_step = compiled_rows.compile_nogil(_log_sum_step)
     _sorted_kinks = compiled_rows.compile_nogil(_sorted_kinks, inline=True)
     _interval_bound = compiled_rows.compile_nogil(_interval_bound, inline=True)
+    _windowed_log_integral = compiled_rows.compile_nogil(_windowed_log_integral, inline=True)
     _level_log_integral = compiled_rows.compile_nogil(_level_log_integral, inline=True)
     _level_intervals = compiled_rows.compile_nogil(_level_intervals, inline=True)
     _interval_buffers = compiled_rows.compile_nogil(_interval_buffers, inline=True)

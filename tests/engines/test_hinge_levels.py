@@ -76,6 +76,22 @@ def test_compiled_sum_matches_numpy(sigma2, monkeypatch):
 
 
 @pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
+@pytest.mark.parametrize("sigma2", [1e-8, 1e-3, 0.7, 40.0, 1e6])
+def test_large_levels_summed_from_their_mode_match_numpy(sigma2, monkeypatch):
+    """Levels of hundreds of rows (slopes of both signs, kinks far out in both tails) are summed from the integrand's
+    mode outwards until the rest is below the last bit (:func:`bayesvm.engines.hinge_levels._windowed_log_integral`):
+    the same sum as every interval's, which the numpy path adds."""
+    y, v, codes, J, eta = _levels(seed=3, n=2400, J=5)
+    v[5:40] *= -1.0
+    eta[:60] *= 50.0
+    assert np.bincount(codes).min() > hinge_levels.WINDOWED_FROM
+    part = pieces(LevelLayout(y, v, codes, J), eta[None, :])
+    compiled = part.log_integral_sum(sigma2)
+    monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "0")
+    assert part.log_integral_sum(sigma2) == pytest.approx(compiled, rel=1e-11, abs=1e-9)
+
+
+@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
 def test_compiled_log_ndtr_matches_scipy():
     x = np.concatenate([np.linspace(-80, 40, 6001), [-np.inf, np.inf, 0.0, -30.0, -29.999, -30.001]])
     got = np.array([hinge_levels.log_ndtr_compiled(value) for value in x])
