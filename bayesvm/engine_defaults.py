@@ -11,11 +11,15 @@ from .model.problems import PENALTY_SOURCE
 #: :func:`default_penalty_from_slopes` keeps accurate where its check allows.
 AUTO_ACCURATE_MAX_ROWS = 40_000
 #: ... and up to this many where a single variance hyperparameter is integrated (one random-effect variance and a
-#: fixed penalty, or the learned penalty alone): its lattice is a line, about 25 EP fits (9 nodes for a variance of
-#: 1,000 levels or more, :func:`bayesvm.engines.linear.hyper_grid.line_nodes`) where two hyperparameters take about
-#: 150, so the accurate fit of this many rows costs about what the two-hyperparameter fit of
-#: ``AUTO_ACCURATE_MAX_ROWS`` does.
-AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER = 300_000
+#: fixed penalty, or the learned penalty alone; or a learned penalty integrated from the slopes,
+#: :func:`default_penalty_from_slopes`): its lattice is a line, about 25 EP fits (9 nodes for a variance of 1,000
+#: levels or more, :func:`bayesvm.engines.linear.hyper_grid.line_nodes`) where two hyperparameters take about 150.
+#: Its cost at this size, and how far mean-field VB's variance and fixed effects lie from it, are in
+#: ``benchmarks/RESULTS.md``, section ``accurate_scale``.
+AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER = 1_000_000
+#: A selection prior's accurate fit (EP with a site per slope) is the default up to this many rows (with a single
+#: variance hyperparameter; ``AUTO_ACCURATE_MAX_ROWS`` with more).
+AUTO_ACCURATE_SELECTION_MAX_ROWS = 300_000
 
 
 def default_vb(problem) -> tuple[str, str | None]:
@@ -75,9 +79,12 @@ def default_selection_vb(model) -> tuple[str, str | None]:
 
     if not isinstance(model.prior, LaplaceZero):
         return "meanfield", None
-    engine, why = default_vb(model.problem())
+    problem = model.problem()
+    engine, why = default_vb(problem)
     if engine != "accurate":
         return engine, why
+    if problem.n > AUTO_ACCURATE_SELECTION_MAX_ROWS:
+        return "meanfield", f"Laplace-zero selection on more than {AUTO_ACCURATE_SELECTION_MAX_ROWS:,} rows"
     slopes = int(model.penalized.sum())
     if slopes > AUTO_ACCURATE_SELECTION_MAX_SLOPES:
         return "meanfield", (

@@ -114,7 +114,7 @@ def bsvm(
         run, for models with up to six variance hyperparameters (a correlated ``k x k`` term counts
         ``k (k + 1) / 2``).  ``"meanfield"``: the paper's factorisation (Alg. 1-2; fast, but SDs too narrow
         and variance components shrunk).  ``None`` (default): ``"accurate"`` where it applies and the data
-        have at most 40,000 rows (300,000 with a single variance hyperparameter, or with a learned penalty and one
+        have at most 40,000 rows (10^6 with a single variance hyperparameter, or with a learned penalty and one
         other variance where the penalty's variance can be integrated from the slopes' posterior,
         :mod:`bayesvm.engines.linear.penalty_from_slopes`) on one large grouping factor or none, otherwise
         ``"meanfield"`` (:func:`bayesvm.engine_defaults.default_vb`; ``summary()`` says which and why).  ``missing="impute"`` (multiple imputation):

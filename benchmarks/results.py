@@ -55,8 +55,8 @@ BENCHMARKS = {
     ),
     "accurate_scale": (
         ["benchmarks.accurate_scale"],
-        "the largest default accurate fits (one and two variance hyperparameters) against mean-field VB and long Gibbs; "
-        "the accurate fit of 10^6 rows",
+        "the default accurate fits at scale (one and two variance hyperparameters, the learned penalty from the "
+        "slopes past 40,000 rows) against mean-field VB and long Gibbs; the default of 10^6 rows",
         False,
     ),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
