@@ -32,6 +32,7 @@ and the caller falls back (the default to mean-field VB, ``vb="accurate"`` to th
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -194,6 +195,7 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> t
     ``s0`` is the inverse of mean-field VB's ``E[1 / s]``; the EP lattice over the other variance parameters is
     :func:`bayesvm.engines.linear.ep.fit_accurate` of the problem with the penalty fixed there (``progress``: its
     bar); the check's two EP fits are made at the lattice's heaviest node (:func:`slope_response`)."""
+    began = time.perf_counter()
     c = penalty_index(problem)
     comp = problem.components[c]
     start = 1.0 / float(fit_vb(problem).components[c].expected_precision()[0, 0])
@@ -226,7 +228,8 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> t
             f"in 1/sigma_u^2 by {response.curvature:.2f} of its SD, an SD changes by {100 * response.sd_change:.0f}%)"
         )
     record = PenaltyFromSlopes(start, reduced.weights.size + 2, response.curvature, response.sd_change)
-    return _product_mixture(problem, c, reduced, t, log_cond, start, record, response), ""
+    result = _product_mixture(problem, c, reduced, t, log_cond, start, record, response)
+    return replace(result, elapsed=time.perf_counter() - began), ""  # (the whole fit: mean-field, lattice, check)
 
 
 def _product_mixture(problem, c, reduced, t, log_cond, start_variance, record, response) -> IntegratedResult:
