@@ -226,7 +226,7 @@ def draw_level_effects_in_place(
 _SERIES_BELOW = -30.0
 _HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
 _SQRT_HALF = float(np.sqrt(0.5))
-#: From this many intervals a level's sum runs from its mode outwards (:func:`_windowed_log_integral`); below, every
+#: Above this many intervals a level's sum runs from its mode outwards (:func:`_windowed_log_integral`); up to it, every
 #: interval is added (a level of a few rows under a wide prior: every term counts).
 WINDOWED_FROM = 16
 #: :func:`_windowed_log_integral` stops where the rest is below ``e^-NEGLIGIBLE_LOG`` of the sum so far: less than half
@@ -318,7 +318,7 @@ def _log_integral_sum(a, c, lo, hi, sigma2):
 
 def _level_log_integral(a, c, lo, hi, count, sigma2, sd):
     """``log I_j`` of one level from its first ``count`` intervals: a log-sum-exp of :func:`_log_interval`; 0 where
-    every term is ``-inf``.  From :data:`WINDOWED_FROM` intervals, only those around the integrand's mode
+    every term is ``-inf``.  Above :data:`WINDOWED_FROM` intervals, only those around the integrand's mode
     (:func:`_windowed_log_integral`)."""
     if count > WINDOWED_FROM:
         return _windowed_log_integral(a, c, lo, hi, count, sigma2, sd)
