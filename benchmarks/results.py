@@ -53,6 +53,11 @@ BENCHMARKS = {
         "factors) against long Gibbs",
         False,
     ),
+    "penalty_from_slopes": (
+        ["benchmarks.penalty_from_slopes"],
+        "the learned penalty's variance integrated from the slopes against the whole lattice, on lme4's Chem97",
+        True,
+    ),
     "accurate_scale": (
         ["benchmarks.accurate_scale"],
         "the default accurate fits at scale (one and two variance hyperparameters, the learned penalty from the "
