@@ -536,13 +536,17 @@ def _random_section(summary: Summary) -> str:
     )
 
 
+def _estimate_format(value: float) -> str:
+    """Four decimals, or four significant digits where those would print a nonzero value as 0.0000 (a predictor on a
+    scale of thousands has a coefficient of 1e-5 per unit)."""
+    return f"{value:.3e}" if value != 0.0 and abs(value) < 5e-4 else f"{value:.4f}"
+
+
 def _fixed_section(summary: Summary) -> str:
     table = summary.fixed.rename(columns={"mean": "Estimate", "sd": "Std.Dev."})
     formats = {c: (lambda v: f"{v:.0f}") for c in ("ess_bulk", "ess_tail")}
     formats["r_hat"] = lambda v: f"{v:.3f}"
-    body = table.to_string(
-        float_format=lambda v: f"{v:.4f}", formatters={c: f for c, f in formats.items() if c in table}
-    )
+    body = table.to_string(float_format=_estimate_format, formatters={c: f for c, f in formats.items() if c in table})
     note = ", original scale of the predictors" if summary.info["standardized"] else ""
     what = "posterior mode" if summary.info["report"] == "mode" else "posterior mean, sd and credible interval"
     return f"Fixed effects ({what}{note}):\n{body}\n"

@@ -212,3 +212,16 @@ def test_summary_says_a_penalty_learned_from_one_slope_is_mostly_its_prior():
     assert "sigma_u^2 ~ IG(0.01, 0.01)" in one and "sigma_u^2 ~ IG(0.01, 0.01)" in three
     assert "only 1 slope informs sigma_u^2, so its posterior is mostly its prior" in one
     assert "inform sigma_u^2" not in three and "informs sigma_u^2" not in three
+
+
+def test_summary_prints_a_small_coefficient_in_significant_digits():
+    """A predictor on a scale of 10^5 has a coefficient of about 1e-5 per unit: the table shows its digits, not
+    0.0000."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=300) * 1e5
+    y = (x / 1e5 + rng.logistic(size=300) > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x", pd.DataFrame({"y": y, "x": x}), vb="meanfield", progress=False)
+    row = next(line for line in str(fit.summary()).splitlines() if line.startswith("x "))
+    assert f"{fit.fixef['x']:.3e}" in row and "0.0000" not in row
