@@ -8,7 +8,8 @@ from .model.problems import PENALTY_SOURCE
 #: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs 20-60 mean-field
 #: fits, one EP fit per node of its lattice; its cost and its agreement with a long Gibbs run at this size are in
 #: ``benchmarks/RESULTS.md``, section ``accurate_scale``), except a learned penalty with one other variance, which
-#: :func:`default_penalty_from_slopes` keeps accurate where its check allows.
+#: :func:`default_penalty_from_slopes` keeps accurate where its check allows (and which, below, takes the penalty out
+#: of a lattice of three or more dimensions).
 AUTO_ACCURATE_MAX_ROWS = 40_000
 #: ... and up to this many where a single variance hyperparameter is integrated (one random-effect variance and a
 #: fixed penalty, or the learned penalty alone; or a learned penalty integrated from the slopes,
@@ -47,20 +48,31 @@ def default_vb(problem) -> tuple[str, str | None]:
 
 
 def default_penalty_from_slopes(problem) -> bool:
-    """Whether ``vb=None`` (and ``vb="accurate"``), past ``AUTO_ACCURATE_MAX_ROWS`` rows, first tries the accurate fit
-    with the learned penalty's variance integrated from the slopes' posterior
-    (:mod:`bayesvm.engines.linear.penalty_from_slopes`): the learned penalty and one other variance parameter on the
-    dense path, up to ``AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`` rows.  Its EP lattice is then a line over the other
-    parameter, which costs what the one-hyperparameter fit does; it is used only where its check shows that the
-    slopes' posterior barely depends on the penalty (else ``vb=None`` is mean-field VB, ``summary()`` saying why, and
-    ``vb="accurate"`` the lattice over both)."""
+    """Whether ``vb=None`` (and ``vb="accurate"``) first tries the accurate fit with the learned penalty's variance
+    integrated from the slopes' posterior (:mod:`bayesvm.engines.linear.penalty_from_slopes`), whose EP lattice spans
+    the other variance parameters alone (one dimension fewer): the learned penalty on the dense path with
+
+    * one other variance parameter, past ``AUTO_ACCURATE_MAX_ROWS`` rows and up to
+      ``AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER``: its lattice is a line, which costs what the one-hyperparameter fit
+      does (below, the lattice over both, about 150 EP fits, is kept);
+    * two or more other variance parameters (two random-effect terms, a correlated term; at most
+      ``MAX_HYPERPARAMETERS`` in all, the accurate fit's scope), up to ``AUTO_ACCURATE_MAX_ROWS`` rows: each dimension
+      the lattice loses saves several times its EP fits (two crossed intercepts: about a third of the time;
+      ``benchmarks/RESULTS.md``, ``penalty_from_slopes``).
+
+    It is used only where its check shows that the slopes' posterior barely depends on the penalty; else ``vb=None``
+    is the whole lattice where :func:`default_vb` chooses it and mean-field VB past the rows (``summary()`` saying
+    why), and ``vb="accurate"`` the whole lattice."""
+    from .engines.linear.ep import MAX_HYPERPARAMETERS
     from .engines.linear.hyperparameters import Hyperparameters
     from .engines.linear.penalty_from_slopes import penalty_index
 
     if problem.is_sparse or penalty_index(problem) is None:
         return False
     size = Hyperparameters(problem.components).size
-    return size == 2 and AUTO_ACCURATE_MAX_ROWS < problem.n <= AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER
+    if size == 2:
+        return AUTO_ACCURATE_MAX_ROWS < problem.n <= AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER
+    return 2 < size <= MAX_HYPERPARAMETERS and problem.n <= AUTO_ACCURATE_MAX_ROWS
 
 
 def default_selection_vb(model) -> tuple[str, str | None]:

@@ -116,7 +116,8 @@ def bsvm(
         and variance components shrunk).  ``None`` (default): ``"accurate"`` where it applies and the data
         have at most 40,000 rows (10^6 with a single variance hyperparameter, or with a learned penalty and one
         other variance where the penalty's variance can be integrated from the slopes' posterior,
-        :mod:`bayesvm.engines.linear.penalty_from_slopes`) on one large grouping factor or none, otherwise
+        :mod:`bayesvm.engines.linear.penalty_from_slopes`, which below 40,000 rows also takes the penalty out of
+        the lattice over three or more variance parameters) on one large grouping factor or none, otherwise
         ``"meanfield"`` (:func:`bayesvm.engine_defaults.default_vb`; ``summary()`` says which and why).  ``missing="impute"`` (multiple imputation):
         ``"accurate"`` on each completed data set where that would be the default, no random-effect or ``gp()``
         term has a variance to integrate over and there are at most 1,000 rows, else mean-field

@@ -21,13 +21,16 @@ The output is the accurate fit's mixture over the product of the two: every node
 whose ``t`` axis holds cells of :data:`CELL_SD` of ``t``'s conditional SD carries ``phi_r``'s Gaussian with its mean
 carried to ``t_j``, with weight ``w(phi_r) P(t in cell j | y, phi_r)``; the summary, predictions, the PSIS check and
 the saved file read it as any accurate fit.  Only ``phi_r``'s lattice costs EP fits (a line for one random-effect
-variance: nine to 21 nodes in place of a hundred or more).
+variance: nine to 21 nodes in place of a hundred or more; a plane for two terms or a correlated pair, in place of
+several hundred).
 
 The regime is checked, not assumed (:func:`slope_response`): EP at the heaviest node with ``s`` at the
 :data:`CHECK_TAIL` and ``1 - CHECK_TAIL`` points of its conditional gives the response of the means (the chord's
 slope); the mean at ``s0`` must lie within :data:`MAX_CURVATURE` of its SD of that chord and no SD may change by
 more than :data:`MAX_SD_CHANGE` across the range.  Otherwise :func:`fit_penalty_from_slopes` returns None and why,
-and the caller falls back (the default to mean-field VB, ``vb="accurate"`` to the whole lattice), saying why.
+and the caller falls back (the default to mean-field VB, ``vb="accurate"`` to the whole lattice), saying why.  The
+same check is made first, before the lattice, at mean-field VB's values of ``phi_r`` (three EP fits): far outside the
+limits there (:data:`CLEARLY_OUTSIDE`), the lattice is not fitted.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from ...linalg.dense import GaussianPosterior
 from ...model.problems import PENALTY_SOURCE
 from .. import variance_prior
 from .ep import IntegratedResult, fit_accurate
-from .hyper_grid import GivenNodes
+from .hyper_grid import AccurateFitError, GivenNodes
 from .hyperparameters import Hyperparameters
 from .vb import fit_vb
 
@@ -63,12 +66,20 @@ CHECK_TAIL = 0.005
 #: largest relative change of an SD across the conditional's range.
 MAX_CURVATURE = 0.05
 MAX_SD_CHANGE = 0.05
+#: The same check made first at mean-field VB's values of the other variance parameters (three EP fits, before the
+#: lattice's) declines where a number exceeds this many times its limit: out of the regime without paying for the
+#: lattice (mlmRev's guImmun: an SD changes by 14%).  Nearer the limits the lattice is fitted and its heaviest node
+#: decides.
+CLEARLY_OUTSIDE = 2.0
+#: EP fits of the check at the lattice's heaviest node (the two tail points) and of the first look (``s0`` too).
+CHECK_FITS, FIRST_LOOK_FITS = 2, 3
 
 
 @dataclass(frozen=True)
 class PenaltyFromSlopes:
     """How the learned penalty's variance was integrated (:mod:`bayesvm.engines.linear.penalty_from_slopes`): the
-    value ``s0`` the EP lattice was fitted at, the EP fits made (the lattice's and the check's two), and the check's
+    value ``s0`` the EP lattice was fitted at, the EP fits made (the lattice's, the check's two and the first look's
+    three), and the check's
     two numbers (:class:`SlopeResponse`)."""
 
     fitted_at: float
@@ -192,14 +203,26 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> t
     :func:`penalty_index`) and ``""``, or None and why not: the check fails, the other parameters' grid is not a
     lattice, or EP did not converge there.
 
-    ``s0`` is the inverse of mean-field VB's ``E[1 / s]``; the EP lattice over the other variance parameters is
-    :func:`bayesvm.engines.linear.ep.fit_accurate` of the problem with the penalty fixed there (``progress``: its
-    bar); the check's two EP fits are made at the lattice's heaviest node (:func:`slope_response`)."""
+    ``s0`` is the inverse of mean-field VB's ``E[1 / s]``.  The check is made first at mean-field's values of the other
+    variance parameters (:data:`CLEARLY_OUTSIDE`); then the EP lattice over them is
+    :func:`bayesvm.engines.linear.ep.fit_accurate` of the problem with the penalty fixed at ``s0`` (``progress``: its
+    bar), and the check's two EP fits are made at the lattice's heaviest node (:func:`slope_response`), which decides."""
     began = time.perf_counter()
     c = penalty_index(problem)
     comp = problem.components[c]
-    start = 1.0 / float(fit_vb(problem).components[c].expected_precision()[0, 0])
-    reduced = fit_accurate(fixed_penalty_problem(problem, c, start), progress=progress)
+    mean_field = fit_vb(problem)
+    start = 1.0 / float(mean_field.components[c].expected_precision()[0, 0])
+    fixed = fixed_penalty_problem(problem, c, start)
+    others = [post for k, post in enumerate(mean_field.components) if k != c]
+    try:  # (the first look, where EP runs at mean-field's values: a failure there leaves the decision to the lattice)
+        first_look = _response_at(problem, c, Hyperparameters(fixed.components).start(others), start, seed)
+    except AccurateFitError:
+        first_look = None
+    if first_look is not None and (
+        first_look.curvature > CLEARLY_OUTSIDE * MAX_CURVATURE or first_look.sd_change > CLEARLY_OUTSIDE * MAX_SD_CHANGE
+    ):
+        return None, _declined(first_look)
+    reduced = fit_accurate(fixed, progress=progress)
     if not reduced.converged:
         return None, "EP did not converge at every value of the other variance parameters"
     if reduced.design != "lattice" or not reduced.has_component:
@@ -212,7 +235,21 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> t
     heaviest = int(np.argmax(reduced.weights))
     t = fine_grid(comp, squares[heaviest])
     log_cond = [conditional_log_density(comp, sq, t) for sq in squares]
-    node = reduced.nodes[heaviest]
+    at_node = _fit_at_node(problem, c, reduced.nodes[heaviest])
+    response = slope_response(reduced.thetas[heaviest], (t, log_cond[heaviest]), at_node, start)
+    if response.curvature > MAX_CURVATURE or response.sd_change > MAX_SD_CHANGE:
+        return None, _declined(response)
+    looked = 0 if first_look is None else FIRST_LOOK_FITS
+    record = PenaltyFromSlopes(
+        start, reduced.weights.size + CHECK_FITS + looked, response.curvature, response.sd_change
+    )
+    result = _product_mixture(problem, c, reduced, t, log_cond, start, record, response)
+    return replace(result, elapsed=time.perf_counter() - began), ""  # (the whole fit: mean-field, lattice, check)
+
+
+def _fit_at_node(problem, c: int, node: np.ndarray):
+    """``variance -> EP's Gaussian`` at the other variance parameters' values ``node`` with the penalty's variance
+    fixed there (one EP fit, no importance weighting)."""
 
     def fit_at(variance: float):
         fixed = fixed_penalty_problem(problem, c, variance)
@@ -221,15 +258,26 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> t
         given = GivenNodes(node[None], np.ones(1), np.zeros((1, d)), np.eye(d), 1.0, "lattice", node, names)
         return fit_accurate(fixed, importance_weights=False, given=given).thetas[0]
 
-    response = slope_response(reduced.thetas[heaviest], (t, log_cond[heaviest]), fit_at, start)
-    if response.curvature > MAX_CURVATURE or response.sd_change > MAX_SD_CHANGE:
-        return None, (
-            f"the slopes' posterior depends on the learned penalty (across its variance's range a mean leaves the line "
-            f"in 1/sigma_u^2 by {response.curvature:.2f} of its SD, an SD changes by {100 * response.sd_change:.0f}%)"
-        )
-    record = PenaltyFromSlopes(start, reduced.weights.size + 2, response.curvature, response.sd_change)
-    result = _product_mixture(problem, c, reduced, t, log_cond, start, record, response)
-    return replace(result, elapsed=time.perf_counter() - began), ""  # (the whole fit: mean-field, lattice, check)
+    return fit_at
+
+
+def _response_at(problem, c: int, node: np.ndarray, start_variance: float, seed: int) -> SlopeResponse:
+    """:func:`slope_response` at ``node`` (the other variance parameters' values): EP there at ``s0``, the
+    conditional of ``t`` from its slopes, and the two fits at its tail points."""
+    comp = problem.components[c]
+    fit_at = _fit_at_node(problem, c, node)
+    reference = fit_at(start_variance)
+    squares = _slope_squares(reference, comp.index[:, 0], np.random.default_rng(seed))
+    t = fine_grid(comp, squares)
+    return slope_response(reference, (t, conditional_log_density(comp, squares, t)), fit_at, start_variance)
+
+
+def _declined(response: SlopeResponse) -> str:
+    """Why the check declines (the reason ``summary()`` gives after "and there")."""
+    return (
+        f"the slopes' posterior depends on the learned penalty (across its variance's range a mean leaves the line "
+        f"in 1/sigma_u^2 by {response.curvature:.2f} of its SD, an SD changes by {100 * response.sd_change:.0f}%)"
+    )
 
 
 def _product_mixture(problem, c, reduced, t, log_cond, start_variance, record, response) -> IntegratedResult:

@@ -3,10 +3,11 @@ prior and random-effect terms, no selection prior, no imputed predictors.
 
 - VB: the accurate fit (EP for ``theta`` given the variance components, integrated over them:
   :mod:`bayesvm.engines.linear.ep`) where ``vb="accurate"`` asks or the default chooses it
-  (:func:`bayesvm.engine_defaults.default_vb`); past its rows for a learned penalty and one other variance (by default
-  or asked for), the accurate fit with the penalty's variance integrated from the slopes' posterior where that is
-  exact enough (:mod:`bayesvm.engines.linear.penalty_from_slopes`); else mean-field VB (Luts & Ormerod 2014,
-  Alg. 1-2).  The default falls back to mean-field VB where EP fails everywhere, and says so.
+  (:func:`bayesvm.engine_defaults.default_vb`); with a learned penalty past its rows for one other variance, or
+  beside two or more other variance parameters (:func:`bayesvm.engine_defaults.default_penalty_from_slopes`), the
+  accurate fit with the penalty's variance integrated from the slopes' posterior where that is exact enough
+  (:mod:`bayesvm.engines.linear.penalty_from_slopes`); else the whole lattice where the default chooses it, or
+  mean-field VB (Luts & Ormerod 2014, Alg. 1-2).  The default falls back to mean-field VB where EP fails everywhere, and says so.
 - EM / ECME: the posterior mode (Alg. 1's mode; with a fixed penalty, scikit-learn's ``SVC``).
 - Gibbs: the data-augmentation sampler (Polson & Scott 2011; Appendix A) with its mixing moves.
 - SVI: stochastic mean-field VB on minibatches (Wenzel et al. 2017, section 4.5).
@@ -105,7 +106,8 @@ def run_vb(model, request):
             result, declined = None, str(exc)
         if result is not None:
             return engine_run(result, problem)
-        why = f"{why}, and there {declined}" if request.vb is None else why
+        if request.vb is None and chosen != "accurate":  # (where the whole lattice follows, it is the exact route)
+            why = f"{why}, and there {declined}"
     if chosen == "accurate":
         try:
             result = fit_accurate(problem, given=request.nodes, progress=control.progress)

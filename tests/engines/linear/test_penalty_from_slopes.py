@@ -1,5 +1,5 @@
 """The learned penalty's variance integrated from the slopes' posterior: against the whole lattice, its check, and the
-default that takes it past the two-hyperparameter row limit."""
+default that takes it past the two-hyperparameter row limit and out of larger lattices."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from scipy import stats
 import bayesvm
 from bayesvm import engine_defaults
 from bayesvm.engines.linear import penalty_from_slopes as module
+from bayesvm.engines.linear import routes
 from bayesvm.engines.linear.hyper_grid import heaviest_nodes
 from bayesvm.priors import InverseGamma
 from tests.conftest import simulate_grouped
@@ -148,3 +149,28 @@ def test_the_default_keeps_mean_field_where_it_does_not_apply(grouped, monkeypat
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm(FORMULA, grouped, penalty=1.0, progress=False)
     assert not fit.posterior.over_nodes
+
+
+def test_the_default_takes_the_penalty_out_of_a_larger_lattice(monkeypatch):
+    """Two random-effect terms and the learned penalty: below the row limit the default integrates the penalty from
+    the slopes (a 2-D lattice of EP fits in place of a 3-D one) and gives the whole lattice's posterior."""
+    frame = simulate_grouped(n_groups=150, per_group=10, p=3, seed=3)
+    formula = FORMULA + " + (1 | h)"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm(formula, frame, progress=False)
+        monkeypatch.setattr(routes, "default_penalty_from_slopes", lambda problem: False)
+        whole = bayesvm.bsvm(formula, frame, progress=False)
+    hybrid, full = fit.result, whole.result
+    assert hybrid.penalty_from_slopes is not None and full.penalty_from_slopes is None
+    assert hybrid.penalty_from_slopes.ep_nodes < full.weights.size / 2
+    p = fit.problem.D.shape[1]
+    (m_full, s_full), (m_hybrid, s_hybrid) = _fixed_moments(full, p), _fixed_moments(hybrid, p)
+    assert np.max(np.abs(m_hybrid - m_full) / s_full) < 0.15
+    np.testing.assert_allclose(s_hybrid, s_full, rtol=module.MAX_SD_CHANGE)  # (the check's bound on the SDs)
+    c = module.penalty_index(fit.problem)
+    variance = lambda r, k: float(r.variances[:, k] @ r.weights)  # noqa: E731
+    for k in {0, 1, 2} - {c}:
+        assert variance(hybrid, k) == pytest.approx(variance(full, k), rel=0.03)
+    assert variance(hybrid, c) == pytest.approx(variance(full, c), rel=0.1)  # (three slopes: a wide posterior)
+    assert abs(hybrid.log_evidence - full.log_evidence) < 0.1
