@@ -55,8 +55,9 @@ BENCHMARKS = {
     ),
     "penalty_from_slopes": (
         ["benchmarks.penalty_from_slopes"],
-        "the learned penalty's variance integrated from the slopes against the whole lattice, on lme4's Chem97",
-        True,
+        "the learned penalty's variance integrated from the slopes against the whole lattice (one and two other "
+        "variances), on lme4's Chem97 and mlmRev's guImmun",
+        False,
     ),
     "accurate_scale": (
         ["benchmarks.accurate_scale"],

@@ -29,8 +29,8 @@ The regime is checked, not assumed (:func:`slope_response`): EP at the heaviest 
 slope); the mean at ``s0`` must lie within :data:`MAX_CURVATURE` of its SD of that chord and no SD may change by
 more than :data:`MAX_SD_CHANGE` across the range.  Otherwise :func:`fit_penalty_from_slopes` returns None and why,
 and the caller falls back (the default to mean-field VB, ``vb="accurate"`` to the whole lattice), saying why.  The
-same check is made first, before the lattice, at mean-field VB's values of ``phi_r`` (three EP fits): far outside the
-limits there (:data:`CLEARLY_OUTSIDE`), the lattice is not fitted.
+same check is made first, before a lattice of two or more dimensions, at mean-field VB's values of ``phi_r`` (three
+EP fits): far outside the limits there (:data:`CLEARLY_OUTSIDE`), the lattice is not fitted.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ MAX_SD_CHANGE = 0.05
 #: lattice (mlmRev's guImmun: an SD changes by 14%).  Nearer the limits the lattice is fitted and its heaviest node
 #: decides.
 CLEARLY_OUTSIDE = 2.0
+#: The first look is made where the other variance parameters number at least this many (a lattice of a hundred EP
+#: fits or more; a line of nine to 21 costs little more than the look itself).
+FIRST_LOOK_FROM = 2
 #: EP fits of the check at the lattice's heaviest node (the two tail points) and of the first look (``s0`` too).
 CHECK_FITS, FIRST_LOOK_FITS = 2, 3
 
@@ -78,8 +81,8 @@ CHECK_FITS, FIRST_LOOK_FITS = 2, 3
 @dataclass(frozen=True)
 class PenaltyFromSlopes:
     """How the learned penalty's variance was integrated (:mod:`bayesvm.engines.linear.penalty_from_slopes`): the
-    value ``s0`` the EP lattice was fitted at, the EP fits made (the lattice's, the check's two and the first look's
-    three), and the check's
+    value ``s0`` the EP lattice was fitted at, the EP fits made (the lattice's, the check's two and, where made, the
+    first look's three), and the check's
     two numbers (:class:`SlopeResponse`)."""
 
     fitted_at: float
@@ -204,9 +207,10 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> t
     lattice, or EP did not converge there.
 
     ``s0`` is the inverse of mean-field VB's ``E[1 / s]``.  The check is made first at mean-field's values of the other
-    variance parameters (:data:`CLEARLY_OUTSIDE`); then the EP lattice over them is
-    :func:`bayesvm.engines.linear.ep.fit_accurate` of the problem with the penalty fixed at ``s0`` (``progress``: its
-    bar), and the check's two EP fits are made at the lattice's heaviest node (:func:`slope_response`), which decides."""
+    variance parameters where they number :data:`FIRST_LOOK_FROM` or more (:data:`CLEARLY_OUTSIDE`); then the EP
+    lattice over them is :func:`bayesvm.engines.linear.ep.fit_accurate` of the problem with the penalty fixed at
+    ``s0`` (``progress``: its bar), and the check's two EP fits are made at the lattice's heaviest node
+    (:func:`slope_response`), which decides."""
     began = time.perf_counter()
     c = penalty_index(problem)
     comp = problem.components[c]
@@ -214,10 +218,12 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> t
     start = 1.0 / float(mean_field.components[c].expected_precision()[0, 0])
     fixed = fixed_penalty_problem(problem, c, start)
     others = [post for k, post in enumerate(mean_field.components) if k != c]
-    try:  # (the first look, where EP runs at mean-field's values: a failure there leaves the decision to the lattice)
-        first_look = _response_at(problem, c, Hyperparameters(fixed.components).start(others), start, seed)
-    except AccurateFitError:
-        first_look = None
+    first_look, other_parameters = None, Hyperparameters(fixed.components)
+    if other_parameters.size >= FIRST_LOOK_FROM:
+        try:  # (EP at mean-field's values: a failure there leaves the decision to the lattice)
+            first_look = _response_at(problem, c, other_parameters.start(others), start, seed)
+        except AccurateFitError:
+            first_look = None
     if first_look is not None and (
         first_look.curvature > CLEARLY_OUTSIDE * MAX_CURVATURE or first_look.sd_change > CLEARLY_OUTSIDE * MAX_SD_CHANGE
     ):

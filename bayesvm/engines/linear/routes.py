@@ -7,7 +7,8 @@ prior and random-effect terms, no selection prior, no imputed predictors.
   beside two or more other variance parameters (:func:`bayesvm.engine_defaults.default_penalty_from_slopes`), the
   accurate fit with the penalty's variance integrated from the slopes' posterior where that is exact enough
   (:mod:`bayesvm.engines.linear.penalty_from_slopes`); else the whole lattice where the default chooses it, or
-  mean-field VB (Luts & Ormerod 2014, Alg. 1-2).  The default falls back to mean-field VB where EP fails everywhere, and says so.
+  mean-field VB (Luts & Ormerod 2014, Alg. 1-2).  The default falls back to mean-field VB where EP fails everywhere,
+  and says so.
 - EM / ECME: the posterior mode (Alg. 1's mode; with a fixed penalty, scikit-learn's ``SVC``).
 - Gibbs: the data-augmentation sampler (Polson & Scott 2011; Appendix A) with its mixing moves.
 - SVI: stochastic mean-field VB on minibatches (Wenzel et al. 2017, section 4.5).
