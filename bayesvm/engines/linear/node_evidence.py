@@ -44,9 +44,10 @@ from .vb import LOG_2PI, prior_precisions
 #: Draws x groups x (largest group + 1) values processed at a time: about a dozen arrays of this
 #: many doubles are alive at once (~400 MB at 4e6).
 CHUNK_VALUES = 4e6
-#: Draws x rows below which a class's compiled integrals run in the calling thread: handing two halves to the row
-#: threads costs more than small work itself.
-THREADED_FROM_VALUES = 400_000
+#: Draws x rows below which a class's compiled integrals run in the calling thread: a value costs about 80 ns (a few
+#: intervals' ``erfc`` pairs per row), handing a half to a row thread some 50 microseconds, so from this many the
+#: halves pay (each node's 32 importance draws over toenail's 1,852 rows are threaded).
+THREADED_FROM_VALUES = 20_000
 
 
 def integrable_component(problem: VBProblem) -> int | None:
