@@ -82,8 +82,7 @@ CHECK_FITS, FIRST_LOOK_FITS = 2, 3
 class PenaltyFromSlopes:
     """How the learned penalty's variance was integrated (:mod:`bayesvm.engines.linear.penalty_from_slopes`): the
     value ``s0`` the EP lattice was fitted at, the EP fits made (the lattice's, the check's two and, where made, the
-    first look's three), and the check's
-    two numbers (:class:`SlopeResponse`)."""
+    first look's three), and the check's two numbers (:class:`SlopeResponse`)."""
 
     fitted_at: float
     ep_nodes: int
