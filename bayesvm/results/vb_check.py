@@ -24,6 +24,7 @@ from ..engines.joint import LogPrior
 from ..engines.linear.hyperparameters import Hyperparameters
 from ..errors import ApproximationWarning, BayesvmError
 from ..linalg import compiled
+from ..linalg.dense import blas_threads
 from ..linalg.dense_rows import draws_hinge_sums
 from ..linalg.row_threads import COMPILED_SPLIT_ROWS, in_two_parts
 from ..model.problems import PENALTY_SOURCE
@@ -334,7 +335,16 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
     (its Monte Carlo spread shrinks with the tail draws PSIS fits, so that the verdict does not hang on the seed);
     an integer takes exactly that many.  The draws are made in batches of :data:`BATCH_DRAWS`, so the memory of
     the predictor draws stays at ``BATCH_DRAWS x rows``.
-    """
+
+    The check runs with the BLAS threading of the engines (:func:`bayesvm.linalg.dense.blas_threads`): on small dense
+    designs one BLAS thread, whose idle peers would otherwise spin on the cores the compiled level integrals use."""
+    problem = fit.problem
+    with blas_threads(problem.D.shape[1], problem.n):
+        return _checked(fit, draws, seed)
+
+
+def _checked(fit, draws: int | None, seed: int | None) -> VBCheck:
+    """:func:`check_vb` within its BLAS threading."""
     rng = np.random.default_rng(seed)
     first = FIRST_LOOK_DRAWS if draws is None else int(draws)
     imputed = fit.result.z_cov is not None  # (a joint-imputation fit: its missing values integrated out)
