@@ -57,7 +57,7 @@ def default_penalty_from_slopes(problem) -> bool:
       does (below, the lattice over both, about 150 EP fits, is kept);
     * two or more other variance parameters (two random-effect terms, a correlated term; at most
       ``MAX_HYPERPARAMETERS`` in all, the accurate fit's scope), up to ``AUTO_ACCURATE_MAX_ROWS`` rows: each dimension
-      the lattice loses saves several times its EP fits (two crossed intercepts: about a third of the time;
+      the lattice loses saves several times its EP fits (the cost beside the whole lattice's is in
       ``benchmarks/RESULTS.md``, ``penalty_from_slopes``).
 
     It is used only where its check shows that the slopes' posterior barely depends on the penalty; else ``vb=None``
