@@ -164,6 +164,10 @@ class SlopeResponse:
     curvature: float
     sd_change: float
 
+    def outside(self, margin: float = 1.0) -> bool:
+        """Whether a number exceeds ``margin`` times its limit (:data:`MAX_CURVATURE`, :data:`MAX_SD_CHANGE`)."""
+        return self.curvature > margin * MAX_CURVATURE or self.sd_change > margin * MAX_SD_CHANGE
+
 
 def slope_response(reference, conditional, fit_at, start_variance: float) -> SlopeResponse:
     """EP at the heaviest value of the other variance parameters with the penalty at the :data:`CHECK_TAIL` and
@@ -217,15 +221,8 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> t
     start = 1.0 / float(mean_field.components[c].expected_precision()[0, 0])
     fixed = fixed_penalty_problem(problem, c, start)
     others = [post for k, post in enumerate(mean_field.components) if k != c]
-    first_look, other_parameters = None, Hyperparameters(fixed.components)
-    if other_parameters.size >= FIRST_LOOK_FROM:
-        try:  # (EP at mean-field's values: a failure there leaves the decision to the lattice)
-            first_look = _response_at(problem, c, other_parameters.start(others), start, seed)
-        except AccurateFitError:
-            first_look = None
-    if first_look is not None and (
-        first_look.curvature > CLEARLY_OUTSIDE * MAX_CURVATURE or first_look.sd_change > CLEARLY_OUTSIDE * MAX_SD_CHANGE
-    ):
+    first_look = _first_look(problem, c, Hyperparameters(fixed.components), others, start, seed)
+    if first_look is not None and first_look.outside(CLEARLY_OUTSIDE):
         return None, _declined(first_look)
     reduced = fit_accurate(fixed, progress=progress)
     if not reduced.converged:
@@ -242,7 +239,7 @@ def fit_penalty_from_slopes(problem, progress: bool = False, seed: int = 0) -> t
     log_cond = [conditional_log_density(comp, sq, t) for sq in squares]
     at_node = _fit_at_node(problem, c, reduced.nodes[heaviest])
     response = slope_response(reduced.thetas[heaviest], (t, log_cond[heaviest]), at_node, start)
-    if response.curvature > MAX_CURVATURE or response.sd_change > MAX_SD_CHANGE:
+    if response.outside():
         return None, _declined(response)
     looked = 0 if first_look is None else FIRST_LOOK_FITS
     record = PenaltyFromSlopes(
@@ -264,6 +261,17 @@ def _fit_at_node(problem, c: int, node: np.ndarray):
         return fit_accurate(fixed, importance_weights=False, given=given).thetas[0]
 
     return fit_at
+
+
+def _first_look(problem, c: int, other_parameters: Hyperparameters, others, start_variance: float, seed: int):
+    """The check at mean-field VB's values of the other variance parameters (their posteriors ``others``), or None
+    where they number fewer than :data:`FIRST_LOOK_FROM` or EP fails there (the lattice then decides)."""
+    if other_parameters.size < FIRST_LOOK_FROM:
+        return None
+    try:
+        return _response_at(problem, c, other_parameters.start(others), start_variance, seed)
+    except AccurateFitError:
+        return None
 
 
 def _response_at(problem, c: int, node: np.ndarray, start_variance: float, seed: int) -> SlopeResponse:

@@ -34,6 +34,11 @@ def whole_lattice(grouped):
         return bayesvm.bsvm(FORMULA, grouped, vb="accurate", progress=False)
 
 
+def variance(result, k: int) -> float:
+    """The posterior mean of variance parameter ``k`` under an accurate fit's node weights."""
+    return float(result.variances[:, k] @ result.weights)
+
+
 def _fixed_moments(result, p):
     mean, cov = result.fixed_moments(p)
     return mean, np.sqrt(np.diag(cov))
@@ -51,7 +56,6 @@ def test_it_matches_the_whole_lattice(whole_lattice):
     np.testing.assert_allclose(s_hybrid, s_full, rtol=0.03)
     c = module.penalty_index(problem)
     other = 1 - c
-    variance = lambda r, k: float(r.variances[:, k] @ r.weights)  # noqa: E731
     assert variance(hybrid, other) == pytest.approx(variance(full, other), rel=0.02)
     assert abs(hybrid.log_evidence - full.log_evidence) < 0.1
     # the penalty's posterior is spread over its axis, not a point: its variance's SD as the lattice's, roughly
@@ -169,7 +173,6 @@ def test_the_default_takes_the_penalty_out_of_a_larger_lattice(monkeypatch):
     assert np.max(np.abs(m_hybrid - m_full) / s_full) < 0.15
     np.testing.assert_allclose(s_hybrid, s_full, rtol=module.MAX_SD_CHANGE)  # (the check's bound on the SDs)
     c = module.penalty_index(fit.problem)
-    variance = lambda r, k: float(r.variances[:, k] @ r.weights)  # noqa: E731
     for k in {0, 1, 2} - {c}:
         assert variance(hybrid, k) == pytest.approx(variance(full, k), rel=0.03)
     assert variance(hybrid, c) == pytest.approx(variance(full, c), rel=0.1)  # (three slopes: a wide posterior)
