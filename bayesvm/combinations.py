@@ -7,16 +7,10 @@ import numpy as np
 
 from .checks import Checks
 from .errors import BayesvmError
-from .priors import LaplaceZero, Lasso, SpikeSlab
+from .priors import SelectionPrior
 
 #: Most Monte Carlo probes of the probe engine (each is a vector of every coefficient; a few dozen serve).
 MAX_PROBES = 10_000
-#: Engines available for each selection prior.
-PRIOR_METHODS = {
-    LaplaceZero: ("vb", "gibbs", "svi"),
-    SpikeSlab: ("vb", "gibbs", "svi"),
-    Lasso: ("vb", "em", "gibbs", "svi"),
-}
 
 
 def check_checks(checks: object) -> Checks:
@@ -56,14 +50,14 @@ def check_sampling(draws, tune, chains, thin, cores) -> None:
 
 
 def check_prior_method(prior: object, method: str, penalty: object, vb: str) -> None:
-    allowed = PRIOR_METHODS.get(type(prior))
-    if allowed is None:
+    if not isinstance(prior, SelectionPrior):
         raise BayesvmError(
             f"prior must be bayesvm.priors.LaplaceZero, SpikeSlab or Lasso (or None), got {type(prior).__name__}"
         )
+    allowed = prior.methods
     if method not in allowed:
         why = ""
-        if method == "em" and not isinstance(prior, Lasso):
+        if method == "em" and prior.point_mass:
             why = (
                 ": a posterior mode does not exist under a point mass at zero (the density is infinite there, "
                 "so every slope's mode is 0)"

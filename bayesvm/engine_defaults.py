@@ -87,9 +87,9 @@ def default_selection_vb(model) -> tuple[str, str | None]:
     Spike-and-slab and the lasso: mean-field VB (Carbonetto & Stephens' spike-and-slab factors are the closer
     approximation there).
     """
-    from .priors import LaplaceZero
+    from .engines.selection.laws import law_of
 
-    if not isinstance(model.prior, LaplaceZero):
+    if not law_of(model.prior).accurate_by_default:
         return "meanfield", None
     problem = model.problem()
     engine, why = default_vb(problem)

@@ -25,6 +25,7 @@ from .combinations import (
 )
 from .control import Control, check_settings_apply, default_tune, resolve_control
 from .engine_defaults import default_imputation
+from .engines.selection.laws import law_of
 from .errors import BayesvmError, ConvergenceWarning, DataError
 from .formula.bars import parse_formula
 from .formula.design import build_design
@@ -34,7 +35,7 @@ from .kernels import Kernel
 from .model import build_model
 from .outofcore import is_dask_frame
 from .outofcore_fitting import fit_streamed
-from .priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
+from .priors import PriorSet, SelectionPrior
 from .results.crossfit import record_call, register_refit
 from .results.fit import BSVMFit
 from .results.multiclass import MulticlassFit
@@ -51,7 +52,7 @@ def bsvm(
     standardize: bool = True,
     priors: PriorSet | None = None,
     *,
-    prior: LaplaceZero | SpikeSlab | Lasso | None = None,
+    prior: SelectionPrior | None = None,
     unpenalized: list[str] | None = None,
     kernel: Kernel | str | None = None,
     vb: str | None = None,
@@ -272,8 +273,9 @@ def settled_control(control: Control, *, method: str, kernel, prior) -> Control:
     draws = control.draws
     max_iter, tol = control.max_iter, control.tol
     max_iter = None if max_iter is None else as_count(max_iter, "max_iter")
-    if max_iter is None and kernel is None:  # Alg. 3's indicators can creep for a while: more sweeps by default
-        max_iter = {"em": 20000, "svi": 100000}.get(method, 2000 if isinstance(prior, LaplaceZero) else 500)
+    if max_iter is None and kernel is None:  # a slope prior's law says its VB's sweeps
+        sweeps = law_of(prior).vb_sweeps if isinstance(prior, SelectionPrior) else 500
+        max_iter = {"em": 20000, "svi": 100000}.get(method, sweeps)
     if tol is None and kernel is None:
         tol = {"em": 1e-10, "svi": 1e-4}.get(method, 1e-8)
     return replace(

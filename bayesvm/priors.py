@@ -171,8 +171,28 @@ class PriorSet:
 
 
 # ----- shrinkage and selection priors for the penalised slopes --------------------------
+class SelectionPrior:
+    """A prior on the penalised slopes (``bsvm(prior=...)``): a selection prior (a point mass at zero) or a shrinkage
+    prior.
+
+    Records of this kind say their parameters and the facts the face and the model read; the engines find each
+    record's law (its VB, Gibbs, EM and EP steps) in :data:`bayesvm.engines.selection.laws.LAWS`."""
+
+    #: a slope is exactly 0 with positive probability (inclusion probabilities exist)
+    point_mass: ClassVar[bool] = False
+    #: each slope's scale is the prior's times its predictor's SD ``s_k`` (else ``s_k = 1``)
+    scaled_by_predictor_sd: ClassVar[bool] = True
+    #: the ``method`` values that fit it
+    methods: ClassVar[tuple[str, ...]] = ("vb",)
+
+    @property
+    def learns_scale(self) -> bool:
+        """Whether the fit learns a scale of the prior."""
+        return False
+
+
 @dataclass(frozen=True)
-class LaplaceZero:
+class LaplaceZero(SelectionPrior):
     """Laplace-zero prior (Luts & Ormerod 2014, section 3.2; Wand & Ormerod 2011).
 
     Each penalised slope is ``gamma_k v_k`` with ``gamma_k ~ Bernoulli(rho)`` and
@@ -184,8 +204,9 @@ class LaplaceZero:
     rho: float = 0.01
     variance: InverseGamma = field(default_factory=InverseGamma)
 
-    #: a slope is exactly 0 with positive probability (inclusion probabilities exist)
     point_mass: ClassVar[bool] = True
+    scaled_by_predictor_sd: ClassVar[bool] = False
+    methods: ClassVar[tuple[str, ...]] = ("vb", "gibbs", "svi")
 
     @property
     def learns_scale(self) -> bool:
@@ -198,7 +219,7 @@ class LaplaceZero:
 
 
 @dataclass(frozen=True)
-class SpikeSlab:
+class SpikeSlab(SelectionPrior):
     """Spike-and-slab prior (Polson & Scott 2011, section 4.2, eq. 16).
 
     ``gamma_j ~ Bernoulli(pi)``; an included slope is ``N(0, nu^2 s_j^2)`` with ``s_j`` the SD of its
@@ -213,6 +234,7 @@ class SpikeSlab:
     nu: float = 100.0
 
     point_mass: ClassVar[bool] = True
+    methods: ClassVar[tuple[str, ...]] = ("vb", "gibbs", "svi")
 
     @property
     def learns_scale(self) -> bool:
@@ -227,7 +249,7 @@ class SpikeSlab:
 
 
 @dataclass(frozen=True)
-class Lasso:
+class Lasso(SelectionPrior):
     """Lasso (double-exponential, Polson & Scott's ``alpha = 1``) prior: ``p(beta_j) ∝ exp(-|beta_j| / (nu s_j))``.
 
     ``s_j`` is the SD of the predictor (1 after standardisation).  With ``nu=None`` the scale is learned
@@ -244,7 +266,7 @@ class Lasso:
     b: float = 1.0
 
     #: no mass at zero: a posterior has no inclusion probabilities (a mode's zeros are exact, though)
-    point_mass: ClassVar[bool] = False
+    methods: ClassVar[tuple[str, ...]] = ("vb", "em", "gibbs", "svi")
 
     @property
     def learns_scale(self) -> bool:
@@ -256,6 +278,3 @@ class Lasso:
             raise BayesvmError(f"Lasso nu must be positive and finite (or None to learn it), got {self.nu}")
         if not (np.isfinite(self.a) and np.isfinite(self.b) and self.a >= 1 and self.b > 0):
             raise BayesvmError(f"Lasso needs a >= 1 and b > 0 for the Gamma prior on 1/nu, got a={self.a}, b={self.b}")
-
-
-SelectionPrior = LaplaceZero | SpikeSlab | Lasso

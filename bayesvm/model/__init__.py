@@ -18,7 +18,7 @@ from ..formula.design import Design, NewDesign
 from ..formula.frames import MAX_FIXED_COLUMNS
 from ..linalg.dense import BlockedFactor
 from ..memory import check_memory
-from ..priors import LaplaceZero, Lasso, PriorSet, SpikeSlab
+from ..priors import PriorSet, SelectionPrior
 from .class_weights import ClassWeights, resolve_class_weight
 from .problems import ImputationProblem, SelectionProblem, VarianceComponent, VBProblem
 
@@ -101,7 +101,7 @@ class LinearModel:
     dense_terms: tuple[int, ...]
     blocked_terms: tuple[int, ...]
     sparse: bool = False
-    prior: LaplaceZero | SpikeSlab | Lasso | None = None
+    prior: SelectionPrior | None = None
     unpenalized: tuple[str, ...] = ()
     class_weights: ClassWeights | None = None
 
@@ -156,11 +156,11 @@ class LinearModel:
         base = self.problem()
         X = np.asarray(base.D)
         selected = np.flatnonzero(self.penalized)
-        if isinstance(self.prior, LaplaceZero):
-            prior_scale = np.ones(selected.size)
-        else:  # Polson & Scott: scale by each predictor's SD (1 after standardisation)
+        if self.prior.scaled_by_predictor_sd:  # Polson & Scott: scale by each predictor's SD (1 after standardisation)
             sd = X[:, selected].std(axis=0, ddof=1) if self.design.n > 1 else np.ones(selected.size)
             prior_scale = np.where(sd > 0, sd, 1.0)
+        else:
+            prior_scale = np.ones(selected.size)
         return SelectionProblem(
             y=self.design.y,
             X=X,
@@ -307,7 +307,7 @@ class LinearModel:
 
 def validate_selection(design: Design, prior: object, unpenalized: object) -> tuple[object, tuple[str, ...]]:
     """Check the selection prior and the ``unpenalized`` term names against the design."""
-    if prior is not None and not isinstance(prior, (LaplaceZero, SpikeSlab, Lasso)):
+    if prior is not None and not isinstance(prior, SelectionPrior):
         raise BayesvmError(
             f"prior must be bayesvm.priors.LaplaceZero, SpikeSlab or Lasso (or None), got {type(prior).__name__}"
         )

@@ -18,11 +18,11 @@ import numpy as np
 import xarray as xr
 
 from ..arguments import as_count
+from ..engines.selection.laws import law_of
 from ..errors import BayesvmError
 from ..memory import check_memory
 from ..model import gp_index
 from ..model.problems import PENALTY_SOURCE
-from ..priors import LaplaceZero, Lasso
 
 
 def gp_variable(term) -> str:
@@ -176,14 +176,13 @@ def _selection_variables(fit, data_vars: dict, coords: dict) -> None:
     dims = ("chain", "draw")
     names = [fit.model.design.x_names[j] for j in result.selected]
     coords["slope"] = names
-    if not isinstance(prior, Lasso):
+    if prior.point_mass:
         data_vars["include"] = (dims + ("slope",), result.include.astype(np.int8))
         if getattr(result, "include_probability", None) is not None:
             data_vars["include_probability"] = (dims + ("slope",), result.include_probability)
-    if isinstance(prior, LaplaceZero):
-        data_vars["sigma_u"] = (dims, result.scale)
-    elif isinstance(prior, Lasso) and prior.nu is None:
-        data_vars["nu"] = (dims, result.scale)
+    scale_name = law_of(prior).scale_name
+    if scale_name is not None:
+        data_vars[scale_name] = (dims, result.scale)
 
 
 def _imputation_variables(fit, data_vars: dict, coords: dict) -> None:

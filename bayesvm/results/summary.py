@@ -12,10 +12,11 @@ from scipy.special import ndtri
 from ..engines import variance_prior
 from ..engines.linear.ep import accurate_failure
 from ..engines.selection.ep import floored_slopes
+from ..engines.selection.laws import law_of
 from ..errors import BayesvmError
 from ..model.problems import PENALTY_SOURCE
 from ..outofcore import StreamedDesign
-from ..priors import InverseGamma, LaplaceZero, Lasso, SpikeSlab
+from ..priors import InverseGamma
 from .imputation_check import covers as imputation_covers
 from .summary_checks import SELECTION_EP_CAVEAT, checks_section
 from .vb_check import VBCheck, not_run_by_itself
@@ -43,29 +44,6 @@ FORM_TITLES = {
 SELECTION_EP_TITLE = (
     "accurate VB: EP with a site per slope for the selection prior, integrated over the variance parameters and "
     "the prior's scale"
-)
-SELECTION_VB_CAVEAT = (
-    "mean-field VB with q(beta, v){per_data_set} q(sigma_u^2) q(a) q(b) q(gamma); it understates posterior\n"
-    "SDs, and its inclusion probabilities are nearer 0 or 1 than Gibbs's and can disagree on which slopes are in\n"
-    "(AER's CreditCard, Laplace-zero: 'income' 1.00 against Gibbs's 0.05): compare with {remedy}."
-)
-SPIKE_SLAB_VB_TITLE = (
-    "mean-field variational Bayes with a spike-and-Gaussian factor per slope (Carbonetto & Stephens 2012)"
-)
-#: The mean-field family of each selection prior's VB and SVI fits (the title names the engine in front of it).
-SELECTION_VB_FAMILIES = {
-    LaplaceZero: "the factors of Luts & Ormerod 2014, Alg. 3",
-    SpikeSlab: "a spike-and-Gaussian factor per slope (Carbonetto & Stephens 2012)",
-    Lasso: "Park & Casella's (2008) normal scale mixture for the Laplace slopes",
-}
-LASSO_VB_CAVEAT = (
-    "mean-field VB with q(beta, u){per_data_set} q(tau) q(1/nu) q(a) q(variance components); it understates\n"
-    "posterior SDs and shrinks the variance components: compare with {remedy} before relying on the intervals."
-)
-SPIKE_SLAB_VB_CAVEAT = (
-    "mean-field VB with q(beta_free, u){per_data_set} prod_k q(beta_k, gamma_k) q(a) q(variance components); it\n"
-    "understates posterior SDs, ignores correlations between slopes (with correlated predictors it tends to keep\n"
-    "one of a group) and its inclusion probabilities are more extreme than Gibbs's: compare with {remedy}."
 )
 
 
@@ -123,15 +101,15 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
     (:func:`_random_table`) and the facts the text prints (:func:`_call_info`, then the engine's own:
     :func:`_engine_info`)."""
     fixed, diagnostics = fixed_table(fit, level)
-    title, alg, spike_slab_vb = _title(fit)
+    title, reference = _title(fit)
     info = _call_info(fit, title)
     inclusion, prior = fit.inclusion, fit.model.prior
-    if inclusion is not None and not inclusion["p_include"].isna().all():
+    has_inclusion = inclusion is not None and not inclusion["p_include"].isna().all()
+    if has_inclusion:
         info.update(selected=fit.selected, n_penalized=len(inclusion))
-        info["caveat"] = SPIKE_SLAB_VB_CAVEAT if spike_slab_vb else SELECTION_VB_CAVEAT
-    elif isinstance(prior, Lasso):
-        info["caveat"] = LASSO_VB_CAVEAT
-    _engine_info(fit, info, alg, spike_slab_vb, diagnostics)
+    if prior is not None and (has_inclusion or not prior.point_mass):  # (what mean-field VB's factors leave out)
+        info["caveat"] = law_of(prior).vb_caveat
+    _engine_info(fit, info, reference, diagnostics)
     if fit.posterior.approximate:
         info["psis"] = _vb_check(fit)
     elif info["report"] == "pooled":  # multiple imputation: why there is no PSIS check
@@ -214,8 +192,9 @@ def _penalty_text(fit) -> str:
     return text
 
 
-def _title(fit) -> tuple[str, str, bool]:
-    """``(the engine's title, the paper's algorithm it names, whether it is the spike-and-slab VB)``."""
+def _title(fit) -> tuple[str, str]:
+    """``(the engine's title, the mean-field VB it names)``: Luts & Ormerod's algorithm, or the selection prior's own
+    factors (its law's ``vb_reference``)."""
     prior = fit.model.prior
     alg = "3" if prior is not None else ("1" if not fit.problem.components else "2")
     learned = bool(fit.problem.components) or (prior is not None and prior.learns_scale)
@@ -223,17 +202,16 @@ def _title(fit) -> tuple[str, str, bool]:
         title = METHOD_TITLES[fit.method].format(alg=alg, em="ECME" if learned else "EM")
     else:  # an engine added to the table: named by its method and what its output holds
         title = f"the {fit.method!r} engine ({FORM_TITLES[fit.posterior.kind]})"
-    if prior is not None and fit.method == "gibbs":
-        title = SELECTION_GIBBS_TITLES[type(prior)]
-    spike_slab_vb = isinstance(prior, SpikeSlab) and fit.method in ("vb", "svi")
-    if spike_slab_vb:
-        title = SPIKE_SLAB_VB_TITLE
-        alg = "of Carbonetto & Stephens 2012"
-    if prior is not None and fit.method == "svi":
-        title = f"stochastic variational inference (Wenzel et al. 2017, section 4.5) with {SELECTION_VB_FAMILIES[type(prior)]}"
-    elif isinstance(prior, Lasso) and fit.method == "vb":
-        title = f"mean-field variational Bayes with {SELECTION_VB_FAMILIES[Lasso]}"
-    return title, alg, spike_slab_vb
+    if prior is None:
+        return title, f"Alg. {alg}"
+    law = law_of(prior)
+    if fit.method == "gibbs":
+        title = law.gibbs_title
+    elif fit.method == "svi":
+        title = f"stochastic variational inference (Wenzel et al. 2017, section 4.5) with {law.vb_family}"
+    elif fit.method == "vb" and law.vb_named_by_family:
+        title = f"mean-field variational Bayes with {law.vb_family}"
+    return title, law.vb_reference
 
 
 def _call_info(fit, title: str) -> dict:
@@ -277,7 +255,7 @@ def report_kind(result, view) -> str:
     return "stochastic" if result.batch_size is not None else "variational"
 
 
-def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) -> None:
+def _engine_info(fit, info: dict, reference: str, diagnostics) -> None:
     """The engine's own facts, into ``info``: which report (:func:`report_kind`), then multiple imputation's pooled
     fits, the accurate fit's nodes, EM's objective, the chains' settings and diagnostics, SVI's monitor bound, or VB's
     bound and sweeps."""
@@ -290,7 +268,7 @@ def _engine_info(fit, info: dict, alg: str, spike_slab_vb: bool, diagnostics) ->
         engine = {
             "accurate": "accurate VB (EP integrated over the variance parameters)",
             "svi": "stochastic VI (Wenzel et al. 2017, section 4.5)",
-        }.get(kind, f"mean-field VB ({'the factors' if spike_slab_vb else 'Alg.'} {alg})")
+        }.get(kind, f"mean-field VB ({reference})")
         if accurate and prior is not None:
             info["caveat"] = SELECTION_EP_CAVEAT
             info["floored"] = floored_slopes(fit.model, r.fits)
@@ -378,13 +356,6 @@ def _vb_check(fit) -> VBCheck | str:
     return check
 
 
-SELECTION_GIBBS_TITLES = {
-    LaplaceZero: "Gibbs sampling (Luts & Ormerod 2014, Appendix B)",
-    SpikeSlab: "Gibbs sampling (Polson & Scott 2011, section 4.2)",
-    Lasso: "Gibbs sampling (Polson & Scott 2011, section 4.1)",
-}
-
-
 def _documentation_topic(fit) -> str:
     """The shipped vignette closest to this fit (``python -m bayesvm docs NAME``)."""
     if fit.model.design.gp_terms:
@@ -398,25 +369,8 @@ def _documentation_topic(fit) -> str:
 
 def _prior_text(fit) -> str:
     """The selection prior in words, with its learned scale (the engine's ``scale_estimate``)."""
-    prior, estimate = fit.model.prior, fit.result.scale_estimate
     unpen = f"; unpenalized: {', '.join(fit.model.unpenalized)}" if fit.model.unpenalized else ""
-
-    def learned(symbol: str) -> str:
-        return "" if estimate is None else f"{estimate[0].format(s=symbol)} = {estimate[1]:.4g}"
-
-    if isinstance(prior, LaplaceZero):
-        text = f"Laplace-zero, rho = {prior.rho:g}: slope = gamma v, gamma ~ Bernoulli(rho), v ~ Laplace(0, sigma_u)"
-        text += f"; {learned('sigma_u')}" if estimate is not None else ""
-    elif isinstance(prior, SpikeSlab):
-        text = f"spike-and-slab, pi = {prior.pi:g}: included slopes ~ N(0, nu^2 s_j^2), nu = {prior.nu:g}"
-    else:
-        text = "lasso: slopes ~ Laplace(0, nu s_j)"
-        if prior.nu is not None:
-            text += f", nu = {prior.nu:g}"
-        else:
-            text += f"; nu learned (1/nu ~ Gamma({prior.a:g}, {prior.b:g}))"
-            text += f", {learned('nu')}" if estimate is not None else ""
-    return text + unpen
+    return law_of(fit.model.prior).describe(fit.result.scale_estimate) + unpen
 
 
 #: A learned penalty resting on this many slopes or fewer is said to be mostly its prior (one slope is one draw

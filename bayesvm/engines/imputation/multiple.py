@@ -38,20 +38,16 @@ import time
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.special import gammaln
 
 from ...linalg.dense import runs_with_blas_threads
 from ...model.problems import ImputationProblem, SelectionProblem
-from ...priors import Lasso, SpikeSlab
 from ..joint import log_component_prior, log_prior, predictor_draws
 from ..linear.ep import fit_accurate
 from ..linear.svi import fit_linear_svi
 from ..linear.vb import VBResult, coordinate_ascent
 from ..selection.ep import fit_selection_accurate
-from ..selection.lasso_vb import fit_lasso_vb
-from ..selection.spike_slab_vb import fit_spike_slab_vb
+from ..selection.laws import law_of
 from ..selection.svi import fit_selection_svi
-from ..selection.vb import fit_laplace_zero_vb
 from .joint_model import ImputedGibbsDraws, ImputedGibbsResult
 from .normal_model import sample_imputations
 
@@ -206,7 +202,7 @@ def fit_mi_selection_vb(
     prior = selection.prior
     free, sel = selection.unselected, selection.selected
     fits, coefs, gammas, comps, lp, scales = [], [], [], [], [], []
-    fit_one = {SpikeSlab: fit_spike_slab_vb, Lasso: fit_lasso_vb}.get(type(prior), fit_laplace_zero_vb)
+    law = law_of(prior)
     for m in range(imputations):
         completed = replace(selection, X=problem.design(imp.z[m]))
         scale_draws = None
@@ -221,7 +217,7 @@ def fit_mi_selection_vb(
                 options = dict(svi_options or {}, seed=int(rng.integers(2**31)), tol=tol, max_iter=max_iter)
                 fit = fit_selection_svi(completed, **options)
             else:
-                fit = fit_one(completed, tol=tol, max_iter=max_iter)
+                fit = law.mean_field(completed, tol=tol, max_iter=max_iter)
             coef, gamma = fit.sample(rng, draws_per_imputation)
             c = [post.sample(rng, draws_per_imputation) for post in fit.components]
         fits.append(fit)
@@ -233,7 +229,7 @@ def fit_mi_selection_vb(
         total = -2.0 * (hinge if selection.weights is None else hinge * selection.weights).sum(axis=1)
         lam = selection.fixed_precision[free]
         total += 0.5 * np.sum(np.log(lam) - np.log(2.0 * np.pi) - lam * coef[:, free] ** 2, axis=1)
-        slopes, scale = _slope_log_prior(selection, fit, coef[:, sel], gamma.astype(bool), rng, scale_draws)
+        slopes, scale = law.log_prior(selection.prior_scale, fit, coef[:, sel], gamma.astype(bool), rng, scale_draws)
         total += slopes
         if scale is not None:
             scales.append(scale)
@@ -257,37 +253,3 @@ def fit_mi_selection_vb(
         fits=fits, include=pooled(gammas), selected=sel, scale=pooled(scales) if scales else None,
         engine=engine if engine in ("svi", "accurate") else "meanfield",
     )  # fmt: skip
-
-
-def _slope_log_prior(selection: SelectionProblem, fit, slopes: np.ndarray, on: np.ndarray, rng: np.random.Generator,
-                     scale_draws: np.ndarray | None = None):  # fmt: skip
-    """Log prior density of each draw's penalised slopes (``(draws, m)``, exact zeros where ``on`` is False) and
-    the draws of the learned scale: ``sigma_u`` for Laplace-zero, ``nu`` for a lasso with a learned scale (``None``
-    for spike-and-slab and a fixed lasso scale); ``scale_draws`` gives those draws (the accurate fit's nodes) instead
-    of drawing them from the fit's ``q``."""
-    prior, size = selection.prior, slopes.shape[0]
-    if isinstance(prior, Lasso):
-        if prior.nu is not None:
-            kappa = np.full(size, 1.0 / prior.nu)[:, None]
-        elif scale_draws is not None:
-            kappa = 1.0 / scale_draws[:, None]
-        else:
-            kappa = fit.scale_law.sample(rng, size)[:, None]
-        s = selection.prior_scale[None, :]
-        total = np.sum(np.log(kappa / (2.0 * s)) - kappa * np.abs(slopes) / s, axis=1)
-        if prior.nu is not None:
-            return total, None
-        k = kappa[:, 0]  # the Gamma(a, b) prior of kappa = 1 / nu
-        total += prior.a * np.log(prior.b) - gammaln(prior.a) + (prior.a - 1.0) * np.log(k) - prior.b * k
-        return total, 1.0 / k
-    if isinstance(prior, SpikeSlab):
-        sd = prior.nu * selection.prior_scale[None, :]
-        dens = np.log(prior.pi) - 0.5 * np.log(2.0 * np.pi) - np.log(sd) - 0.5 * (slopes / sd) ** 2
-        return np.where(on, dens, np.log1p(-prior.pi)).sum(axis=1), None
-    sigma2 = scale_draws**2 if scale_draws is not None else fit.sigma2_scale / rng.gamma(fit.sigma2_shape, size=size)
-    scale = np.sqrt(sigma2)[:, None] * selection.prior_scale[None, :]
-    total = np.where(on, np.log(prior.rho) - np.log(2.0 * scale) - np.abs(slopes) / scale, 0.0).sum(axis=1)
-    total += (~on).sum(axis=1) * (np.log1p(-prior.rho) if prior.rho < 1 else 0.0)
-    a, b = prior.variance.a, prior.variance.b
-    total += a * np.log(b) - gammaln(a) - (a + 1.0) * np.log(sigma2) - b / sigma2
-    return total, np.sqrt(sigma2)

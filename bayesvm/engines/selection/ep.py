@@ -15,17 +15,9 @@ Given the hyperparameters, the pseudo-posterior is ``N(theta; 0, Lambda^-1) prod
 with the hinge sites ``t_i`` of :mod:`bayesvm.engines.linear.ep`.  EP (Minka 2001) gives every site a Gaussian
 ``exp(-tau f^2 / 2 + nu f)``; a slope's site acts on the projection ``beta_k = e_k' theta``, so the sites are
 rows of ``C = [X; E]`` and the posterior precision is ``C' diag(tau) C + Lambda``: one dense Cholesky
-(:func:`bayesvm.linalg.dense.gaussian_posterior`).  Each slope's tilted distribution ``N(beta; m, v) s(beta)``
-under its cavity ``N(m, v)`` has closed-form moments (derived here):
-
-* a spike-and-slab site is a mixture of the point mass (weight ``(1 - pi) N(m; 0, v)``) and the Gaussian
-  ``N(m S / (v + S), v S / (v + S))`` (weight ``pi N(m; 0, v + S)``);
-* a Laplace site splits at 0: ``N(beta; m, v) e^{-beta / b} = e^{-m/b + v/(2 b^2)} N(beta; m - v/b, v)`` on
-  ``beta > 0`` and ``e^{m/b + v/(2 b^2)} N(beta; m + v/b, v)`` on ``beta < 0``, so its normaliser is
-  ``[e^{-m/b + v/(2b^2)} Phi((m - v/b)/sqrt v) + e^{m/b + v/(2b^2)} Phi(-(m + v/b)/sqrt v)] / (2 b)`` and its moments
-  are those of the two truncated normals;
-* a Laplace-zero site is the point mass (weight ``(1 - rho) N(m; 0, v)``) and that Laplace piece (weight ``rho``
-  times its normaliser).
+(:func:`bayesvm.linalg.dense.gaussian_posterior`).  Each slope's tilted distribution
+``N(beta; m, v) s(beta)`` under its cavity ``N(m, v)`` has closed-form moments, which the prior's law gives
+(:mod:`bayesvm.engines.selection.laws`, derived in :mod:`bayesvm.engines.selection.tilted`).
 
 A tilted variance above the cavity's (the spike and the slab both carrying mass) needs a negative site
 precision; it is kept (the moments then match) unless the sites together make ``q`` improper, after which every
@@ -51,16 +43,17 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaln, log_ndtr, ndtr, ndtri
+from scipy.special import ndtr
 
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
 from ...model.problems import SelectionProblem
-from ...priors import LaplaceZero, Lasso, SpikeSlab
 from ..augmentation import row_terms
 from ..linear.ep import EP_ATTEMPTS, EP_TOL, IntegratedResult
 from ..linear.hinge_sites import cavities, damped_sites, ep_log_evidence, final_cavities, weighted_tilted_moments
 from ..linear.hyper_grid import integrate
 from ..linear.hyperparameters import Hyperparameters
+from .laws import law_of
+from .tilted import SlopeTilted
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 #: Prior precision the selected slopes carry beside their sites (``N(0, 10^8)``, the vague prior of the
@@ -69,113 +62,13 @@ SLOPE_BASE_PRECISION = 1e-8
 
 
 # ----- the slope sites ---------------------------------------------------------------------------------
-@dataclass
-class SlopeTilted:
-    """Moments of each slope's tilted distribution ``N(beta; m, v) s(beta) / Z``."""
-
-    log_z: np.ndarray
-    mean: np.ndarray
-    var: np.ndarray
-    p_include: np.ndarray  # the slab's weight (1 for the lasso)
-    p_positive: np.ndarray  # P(beta > 0)
-    mean_if_included: np.ndarray  # the mean of the slab part
-    cavity_mean: np.ndarray = None
-    cavity_var: np.ndarray = None
-    width: np.ndarray = None
-
-
-def _log_normal(x: np.ndarray, var: np.ndarray) -> np.ndarray:
-    return -0.5 * (LOG_2PI + np.log(var) + x**2 / var)
-
-
-def _laplace_tilted(m: np.ndarray, v: np.ndarray, b: np.ndarray):
-    """``log Z``, mean, variance and ``P(beta > 0)`` of ``N(beta; m, v) exp(-|beta| / b) / (2 b)`` (module
-    docstring: two truncated normals)."""
-    s = np.sqrt(v)
-    mu_p, mu_n = m - v / b, m + v / b  # the pieces' means on beta > 0 and beta < 0
-    a_p, a_n = mu_p / s, -mu_n / s  # standardised distances inside each piece
-    log_wp = -m / b + v / (2.0 * b**2) + log_ndtr(a_p)
-    log_wn = m / b + v / (2.0 * b**2) + log_ndtr(a_n)
-    log_sum = np.logaddexp(log_wp, log_wn)
-    p_pos = np.exp(log_wp - log_sum)
-    lam_p = np.exp(-0.5 * a_p**2 - 0.5 * LOG_2PI - log_ndtr(a_p))  # phi / Phi (inverse Mills ratio)
-    lam_n = np.exp(-0.5 * a_n**2 - 0.5 * LOG_2PI - log_ndtr(a_n))
-    mean_p = mu_p + s * lam_p  # N(mu_p, v) truncated to beta > 0
-    var_p = v * np.clip(1.0 - a_p * lam_p - lam_p**2, 0.0, 1.0)
-    mean_n = mu_n - s * lam_n  # N(mu_n, v) truncated to beta < 0
-    var_n = v * np.clip(1.0 - a_n * lam_n - lam_n**2, 0.0, 1.0)
-    mean = p_pos * mean_p + (1.0 - p_pos) * mean_n
-    second = p_pos * (var_p + mean_p**2) + (1.0 - p_pos) * (var_n + mean_n**2)
-    return log_sum - np.log(2.0 * b), mean, np.maximum(second - mean**2, 0.0), p_pos
-
-
 def slope_tilted(prior, m: np.ndarray, v: np.ndarray, width: np.ndarray) -> SlopeTilted:
-    """Tilted moments of each slope's site under its cavity ``N(m, v)``; ``width`` is the slab variance
-    ``S_k`` (spike-and-slab) or the Laplace scale ``b_k`` (lasso, Laplace-zero)."""
-    tilted = _slope_tilted(prior, m, v, width)
+    """Tilted moments of each slope's site under its cavity ``N(m, v)`` (the prior's law,
+    :mod:`bayesvm.engines.selection.tilted`); ``width`` is the slab variance ``S_k`` (spike-and-slab) or the
+    Laplace scale ``b_k`` (lasso, Laplace-zero)."""
+    tilted = law_of(prior).tilted(m, v, width)
     tilted.cavity_mean, tilted.cavity_var, tilted.width = m, v, width
     return tilted
-
-
-def _slope_tilted(prior, m: np.ndarray, v: np.ndarray, width: np.ndarray) -> SlopeTilted:
-    if isinstance(prior, SpikeSlab):
-        S = width
-        log_w0 = np.log1p(-prior.pi) + _log_normal(m, v)
-        log_w1 = np.log(prior.pi) + _log_normal(m, v + S)
-        log_z = np.logaddexp(log_w0, log_w1)
-        p = np.exp(log_w1 - log_z)
-        slab_mean, slab_var = m * S / (v + S), v * S / (v + S)
-        mean = p * slab_mean
-        var = np.maximum(p * (slab_var + slab_mean**2) - mean**2, 0.0)
-        p_pos = p * np.exp(log_ndtr(slab_mean / np.sqrt(slab_var)))
-        return SlopeTilted(log_z, mean, var, p, p_pos, slab_mean)
-    log_l, mean_l, var_l, pos_l = _laplace_tilted(m, v, width)
-    if isinstance(prior, Lasso):
-        return SlopeTilted(log_l, mean_l, var_l, np.ones_like(m), pos_l, mean_l)
-    rho = prior.rho
-    log_w0 = np.log1p(-rho) + _log_normal(m, v) if rho < 1 else np.full_like(m, -np.inf)
-    log_w1 = np.log(rho) + log_l
-    log_z = np.logaddexp(log_w0, log_w1)
-    p = np.exp(log_w1 - log_z)
-    mean = p * mean_l
-    var = np.maximum(p * (var_l + mean_l**2) - mean**2, 0.0)
-    return SlopeTilted(log_z, mean, var, p, p * pos_l, mean_l)
-
-
-def _laplace_quantile(u: np.ndarray, m: np.ndarray, v: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The inverse CDF of the Laplace site's tilted distribution (two truncated normals, module docstring)."""
-    s = np.sqrt(v)
-    mu_p, mu_n = m - v / b, m + v / b
-    _, _, _, p_pos = _laplace_tilted(m, v, b)
-    w_neg = 1.0 - p_pos
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q_neg = np.clip(u / w_neg, 0.0, 1.0)  # N(mu_n, v) below 0: P(X < x | X < 0) = q
-        x_neg = mu_n + s * ndtri(q_neg * ndtr(-mu_n / s))
-        q_pos = np.clip((u - w_neg) / p_pos, 0.0, 1.0)  # N(mu_p, v) above 0: P(X > x | X > 0) = 1 - q
-        x_pos = mu_p - s * ndtri((1.0 - q_pos) * ndtr(mu_p / s))
-    return np.where(u < w_neg, np.minimum(x_neg, 0.0), np.maximum(x_pos, 0.0))
-
-
-def slope_quantile(prior, tilted: SlopeTilted, u: np.ndarray) -> np.ndarray:
-    """``F^-1(u)`` of each slope's tilted distribution (``u`` broadcasts against the slopes), exactly 0 on the point
-    mass: spike-and-slab ``(1 - p) delta_0 + p N(a, c)``; Laplace-zero ``(1 - p) delta_0 + p`` (the Laplace site's
-    tilted); the lasso's Laplace tilted alone."""
-    m, v, width, p = tilted.cavity_mean, tilted.cavity_var, tilted.width, tilted.p_include
-    if isinstance(prior, Lasso):
-        return _laplace_quantile(u, m, v, width)
-    spike = 1.0 - p
-    if isinstance(prior, SpikeSlab):
-        a, c = m * width / (v + width), v * width / (v + width)
-        below = p * ndtr(-a / np.sqrt(c))  # the slab's mass below 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            low = a + np.sqrt(c) * ndtri(np.clip(u / p, 0.0, 1.0))
-            high = a + np.sqrt(c) * ndtri(np.clip((u - spike) / p, 0.0, 1.0))
-        return np.where(u < below, np.minimum(low, 0.0), np.where(u < below + spike, 0.0, np.maximum(high, 0.0)))
-    below = p * (1.0 - _laplace_tilted(m, v, width)[3])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        low = _laplace_quantile(np.clip(u / p, 0.0, 1.0), m, v, width)
-        high = _laplace_quantile(np.clip((u - spike) / p, 0.0, 1.0), m, v, width)
-    return np.where(u < below, low, np.where(u < below + spike, 0.0, high))
 
 
 @dataclass
@@ -214,7 +107,7 @@ class SlopeMarginals:
             rows = node == k
             mean, sd = thetas[k].mean_d[sel], np.sqrt(thetas[k].variance()[sel])
             u = ndtr((theta_d[np.ix_(rows, sel)] - mean) / sd)
-            out[np.ix_(rows, sel)] = slope_quantile(self.prior, self.tilted[k], u)
+            out[np.ix_(rows, sel)] = law_of(self.prior).quantile(self.tilted[k], u)
         return out
 
 
@@ -222,37 +115,19 @@ class SlopeMarginals:
 def scale_size(prior) -> int:
     """How many hyperparameters the prior's scale adds: ``log sigma_u^2`` (Laplace-zero), ``log nu`` (lasso with
     a learned scale), none otherwise."""
-    return int(isinstance(prior, LaplaceZero) or (isinstance(prior, Lasso) and prior.nu is None))
+    return law_of(prior).scale_size
 
 
 def slope_widths(problem: SelectionProblem, phi_scale: np.ndarray) -> np.ndarray:
     """Per slope: the slab variance ``nu^2 s_k^2`` (spike-and-slab) or the Laplace scale (``nu s_k``; Laplace-zero:
     ``sigma_u``, its ``s_k`` being 1)."""
-    prior, s = problem.prior, problem.prior_scale
-    if isinstance(prior, SpikeSlab):
-        return (prior.nu * s) ** 2
-    if isinstance(prior, LaplaceZero):
-        return np.exp(0.5 * phi_scale[0]) * s
-    nu = prior.nu if prior.nu is not None else float(np.exp(phi_scale[0]))
-    return nu * s
+    return law_of(problem.prior).widths(problem.prior_scale, phi_scale)
 
 
 def scale_log_prior(prior, phi_scale: np.ndarray) -> float:
     """``log p(phi_scale)`` with its Jacobian: ``IG(A_u, B_u)`` of ``sigma_u^2 = e^phi`` (Laplace-zero) or
-    ``Gamma(a, b)`` of ``kappa = 1/nu = e^-phi`` (lasso)."""
-    if not phi_scale.size:
-        return 0.0
-    t = float(phi_scale[0])
-    if isinstance(prior, LaplaceZero):
-        a, b = prior.variance.a, prior.variance.b
-        return a * np.log(b) - gammaln(a) - a * t - b * np.exp(-t)  # (-a - 1) t - b e^-t, plus t from d sigma^2
-    kappa = np.exp(-t)
-    return prior.a * np.log(prior.b) - gammaln(prior.a) + prior.a * np.log(kappa) - prior.b * kappa
-
-
-def scale_value(prior, phi_scale: np.ndarray) -> float:
-    """The scale reported in ``summary()``: ``sigma_u`` (Laplace-zero) or ``nu`` (lasso)."""
-    return float(np.exp(0.5 * phi_scale[0]) if isinstance(prior, LaplaceZero) else np.exp(phi_scale[0]))
+    ``Gamma(a, b)`` of ``kappa = 1/nu = e^-phi`` (lasso); 0 without a learned scale."""
+    return law_of(prior).scale_log_prior(phi_scale) if phi_scale.size else 0.0
 
 
 # ----- EP at fixed hyperparameters ------------------------------------------------------------------------
@@ -390,33 +265,15 @@ def fit_selection_accurate(
         return _fit(problem, n_nodes, span, stop_at_failure)
 
 
-def _start(problem: SelectionProblem):
-    """The mean-field VB fit of the same model: the starting point of the search over ``phi``."""
-    from .lasso_vb import fit_lasso_vb
-    from .spike_slab_vb import fit_spike_slab_vb
-    from .vb import fit_laplace_zero_vb
-
-    fit = {SpikeSlab: fit_spike_slab_vb, Lasso: fit_lasso_vb}.get(type(problem.prior), fit_laplace_zero_vb)
-    warm = fit(problem, tol=1e-6, max_iter=300)
-    if isinstance(problem.prior, LaplaceZero):
-        scale = [np.log(warm.sigma2_scale / warm.sigma2_shape)]
-    elif scale_size(problem.prior):
-        scale = [np.log(warm.scale_law.mean_inverse)]
-    else:
-        scale = []
-    return warm, np.array(scale, dtype=float)
-
-
 def _fit(problem: SelectionProblem, n_nodes: int, span: float, stop_at_failure: bool = False) -> IntegratedResult:
     start = time.perf_counter()
     n, m = problem.X.shape[0], problem.m
     hyper = Hyperparameters(problem.components)
     n_scale = scale_size(problem.prior)
-    warm, phi_scale0 = _start(problem)
+    start_components, phi_scale0 = law_of(problem.prior).start(problem)  # where the search over phi starts
     widths0 = slope_widths(problem, phi_scale0)
     rows_tau, rows_nu = row_terms(problem.y, np.ones(n), problem.weights)  # E[1/a] = 1 (chi = 1)
-    tau0 = np.concatenate([rows_tau, 1.0 / np.maximum(widths0 if isinstance(problem.prior, SpikeSlab)
-                                                      else 2.0 * widths0**2, 1e-8)])  # fmt: skip
+    tau0 = np.concatenate([rows_tau, 1.0 / np.maximum(law_of(problem.prior).prior_variance(widths0), 1e-8)])
     nu0 = np.concatenate([rows_nu, np.zeros(m)])  # and the slopes' prior width
     cache: dict[tuple, SelectionEPState] = {}
     solved: list[tuple[np.ndarray, SelectionEPState]] = []
@@ -472,8 +329,8 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float, stop_at_failure: 
             raise AccurateFitError("accurate VB: expectation propagation did not converge for this selection model")
         return _result(problem, hyper, [state], np.zeros((1, 0)), np.ones(1), np.zeros(1), counter["sweeps"],
                        start, None, state.converged)  # fmt: skip
-    phi0 = np.concatenate([hyper.start(warm.components), phi_scale0])
-    phi0_search = np.concatenate([hyper.start(warm.components, inflate=0.5), phi_scale0])
+    phi0 = np.concatenate([hyper.start(start_components), phi_scale0])
+    phi0_search = np.concatenate([hyper.start(start_components, inflate=0.5), phi_scale0])
     grid = integrate(log_post, phi0, phi0_search, n_nodes, span)
     keep = grid.keep
     states = [evaluate(np.asarray(t, dtype=float)) for t in grid.nodes[keep]]
@@ -493,7 +350,7 @@ def _result(problem, hyper, states, nodes, weights, logp, sweeps, start, grid, c
         mean_if = sum(w * t.p_include * t.mean_if_included for w, t in zip(weights, tilted)) / p_include
     scale = node_scale = None
     if scale_size(problem.prior):
-        node_scale = np.array([scale_value(problem.prior, t[hyper.size :]) for t in nodes])
+        node_scale = np.array([law_of(problem.prior).scale_value(t[hyper.size :]) for t in nodes])
         scale = float(np.dot(weights, node_scale))
     slopes = SlopeMarginals(
         prior=problem.prior,

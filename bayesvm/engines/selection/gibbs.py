@@ -59,7 +59,6 @@ from ...errors import BayesvmError
 from ...linalg.dense import blas_threads, spd_inverse
 from ...memory import check_memory
 from ...model.problems import SelectionProblem, VBProblem
-from ...priors import LaplaceZero, Lasso, SpikeSlab
 from ..inverse_gaussian import draw_inverse_gaussian
 from ..joint import log_component_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
@@ -73,6 +72,7 @@ from ..linear.gibbs import (
 )
 from ..linear.gibbs_rows import weighted_rows
 from .directions import LineMoves
+from .laws import law_of
 from .marginal_pairs import MarginalPairs
 from .model_jumps import JumpReference, ModelJumps, jump_reference
 from .moves import SwapMoves
@@ -356,8 +356,7 @@ def chain_records(
     weights = problem.weights
     if weights is not None:
         collapsed = False
-    step_fn = {LaplaceZero: _LaplaceZeroStep, SpikeSlab: _SpikeSlabStep, Lasso: _LassoStep}[type(problem.prior)]
-    state = step_fn(problem, rng)
+    state = law_of(problem.prior).gibbs_step(problem, rng)
     moves = _selection_moves(problem, tune, swaps, pairs, lines, shears, jumps)
     omega = np.exp(rng.normal(0.0, 0.5, y.size))  # over-dispersed start
     components = problem.components
@@ -472,11 +471,11 @@ def _selection_moves(problem: SelectionProblem, tune: int, swaps: bool, pairs: b
     swaps (several penalised slopes), marginal pairs, line moves (Laplace-zero by default), sheared pairs and, with a
     reference, model jumps; none without indicators."""
     y, X, weights, selected = problem.y, problem.X, problem.weights, problem.selected
-    prior = problem.prior
-    indicators = isinstance(prior, SpikeSlab) or (isinstance(prior, LaplaceZero) and prior.rho < 1)
+    law = law_of(problem.prior)
+    indicators = law.indicators
     free = problem.unselected
     free_precision = problem.fixed_precision[free]
-    lined = lines or (lines is None and isinstance(prior, LaplaceZero))
+    lined = lines or (lines is None and law.lines_by_default)
     return SelectionMoves(
         swaps=SwapMoves(y, X, selected, weights=weights) if swaps and indicators and problem.m > 1 else None,
         pairs=MarginalPairs(y, X, selected, tune, weights) if pairs and indicators else None,
@@ -514,7 +513,7 @@ def _draw_gaussian(precision: np.ndarray, rhs: np.ndarray, rng: np.random.Genera
     return mean + sla.solve_triangular(chol, rng.standard_normal(rhs.size), lower=True, trans="T")
 
 
-class _LaplaceZeroStep:
+class LaplaceZeroStep:
     """Appendix B with the pair ``(gamma_k, v_k)`` drawn jointly (module docstring)."""
 
     def __init__(self, problem: SelectionProblem, rng: np.random.Generator):
@@ -620,7 +619,7 @@ class _LaplaceZeroStep:
         return total + a * np.log(b) - gammaln(a) - (a + 1.0) * np.log(self.sigma2) - b / self.sigma2
 
 
-class _SpikeSlabStep:
+class SpikeSlabStep:
     """Polson & Scott section 4.2 (eq. 16-17)."""
 
     def __init__(self, problem: SelectionProblem, rng: np.random.Generator):
@@ -713,7 +712,7 @@ class _SpikeSlabStep:
         return total + 0.5 * float(np.sum(np.log(lam) - LOG_2PI - lam * coef[sel][on] ** 2))
 
 
-class _LassoStep:
+class LassoStep:
     """Polson & Scott section 4.1 with ``alpha = 1`` (steps 1-4)."""
 
     def __init__(self, problem: SelectionProblem, rng: np.random.Generator):

@@ -153,20 +153,13 @@ def jump_reference(problem) -> JumpReference | None:
     indicators, for more than :data:`JUMP_MAX_SLOPES` slopes, or where the VB fit fails (the sampler then runs
     without the jumps)."""
     from ...errors import BayesvmError
-    from ...priors import LaplaceZero, SpikeSlab
-    from .spike_slab_vb import fit_spike_slab_vb
-    from .vb import fit_laplace_zero_vb
+    from .laws import law_of
 
-    if problem.m > JUMP_MAX_SLOPES:
-        return None
-    if isinstance(problem.prior, LaplaceZero) and problem.prior.rho < 1:
-        fit = fit_laplace_zero_vb
-    elif isinstance(problem.prior, SpikeSlab):
-        fit = fit_spike_slab_vb
-    else:
+    law = law_of(problem.prior)
+    if problem.m > JUMP_MAX_SLOPES or not law.indicators:
         return None
     try:
-        result = fit(problem)
+        result = law.mean_field(problem)
     except (BayesvmError, np.linalg.LinAlgError, FloatingPointError):
         return None
     reference = JumpReference.from_vb(result, problem.selected, problem.unselected)

@@ -21,7 +21,6 @@ import numpy as np
 from ...engine_defaults import default_selection_vb
 from ...errors import ConvergenceWarning
 from ...model import all_dense
-from ...priors import LaplaceZero, Lasso, SpikeSlab
 from ..linear.routes import (
     STREAMED_DENSE,
     engine_run,
@@ -34,6 +33,7 @@ from ..linear.routes import (
     svi_warnings,
 )
 from ..linear.routes import supports_streamed as supports_streamed_linear
+from .laws import law_of
 
 #: The refusal where a selection prior has nothing to select.
 NO_SLOPE = "the selection prior has no slope to act on: every fixed-effect column is unpenalized"
@@ -88,30 +88,15 @@ def run_vb(model, request):
             warned = [] if result.converged else [(accurate_failure(result), ConvergenceWarning)]
             floored = floored_sites_warning(model, [result])
             return engine_run(result, model.problem(), warned=warned + floored)
-    result = _mean_field(model)(problem, tol=request.control.tol, max_iter=request.control.max_iter)
+    result = law_of(model.prior).mean_field(problem, tol=request.control.tol, max_iter=request.control.max_iter)
     return engine_run(result, model.problem(), why, iteration_warnings(result, "VB"))
 
 
-def _mean_field(model):
-    """The prior's mean-field VB."""
-    from .lasso_vb import fit_lasso_vb
-    from .spike_slab_vb import fit_spike_slab_vb
-    from .vb import fit_laplace_zero_vb
-
-    if isinstance(model.prior, SpikeSlab):
-        return fit_spike_slab_vb
-    if isinstance(model.prior, Lasso):
-        return fit_lasso_vb
-    return fit_laplace_zero_vb
-
-
 def run_em(model, request):
-    """The lasso's posterior mode by EM / ECME (the other priors' refusal is :func:`bayesvm.combinations.check_prior_method`'s:
-    no mode exists under a point mass at zero)."""
-    from .lasso_em import fit_lasso_em
-
+    """The prior's posterior mode (the lasso's by EM / ECME); a prior whose record does not list ``"em"`` among its
+    methods is refused before (:func:`bayesvm.combinations.check_prior_method`: no mode exists under a point mass)."""
     control = request.control
-    result = fit_lasso_em(model.selection_problem(), tol=control.tol, max_iter=control.max_iter)
+    result = law_of(model.prior).mode(model.selection_problem(), tol=control.tol, max_iter=control.max_iter)
     return engine_run(result, model.problem(), warned=iteration_warnings(result, "EM"))
 
 
@@ -173,7 +158,7 @@ def _streamed_problem(model):
     lasso's scale from each column's SD over every row (the streamed design's moments, as in memory)."""
     model = all_dense(model, STREAMED_DENSE)
     problem = model.selection_problem()
-    if not isinstance(model.prior, LaplaceZero):
+    if model.prior.scaled_by_predictor_sd:
         sd = model.design.column_moments()[1][problem.selected] / model.scale[problem.selected]
         problem = replace(problem, prior_scale=np.where(sd > 0, sd, 1.0))
     return model, problem

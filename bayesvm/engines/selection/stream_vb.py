@@ -22,8 +22,8 @@ import numpy as np
 from ...linalg.dense import blas_threads
 from ...linalg.row_sums import weighted_gram
 from ...model.problems import SelectionProblem
-from ...priors import SpikeSlab
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
+from .laws import law_of
 from .svi import coordinate_object
 from .vb import SelectionVBResult
 
@@ -121,7 +121,7 @@ def fit_streamed_selection_vb(
     start = time.perf_counter()
     streamed = StreamedSweep(problem, map_partitions)
     with blas_threads(problem.q):
-        if isinstance(problem.prior, SpikeSlab):
+        if law_of(problem.prior).model_search:
             return search(streamed, problem, tol, max_iter, accelerate=False, start=start)
         ascent = ascend(streamed, streamed.initial_state(), tol, max_iter, accelerate=False)
     current = ascent.last

@@ -43,15 +43,13 @@ import numpy as np
 
 from ...linalg.dense import blas_threads
 from ...model.problems import SelectionProblem
-from ...priors import Lasso, SpikeSlab
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
 from ..batches import PartitionBatches
 from ..linear.svi import STEP_DELAY
 from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
-from .lasso_vb import LassoAscent
+from .laws import law_of
 from .message import minibatch_message
-from .spike_slab_vb import SpikeSlabAscent
-from .vb import LaplaceZeroAscent, SelectionVBResult
+from .vb import SelectionVBResult
 
 #: Said in ``stopping`` of a spike-and-slab SVI fit (module docstring).
 NO_MOVES = "no single-slope model moves (the batch fit's; they need full passes over the rows)"
@@ -69,7 +67,7 @@ class SelectionSVIResult(SelectionVBResult):
 
 def coordinate_object(problem: SelectionProblem):
     """The selection prior's coordinate-ascent object (``update``, ``row_moments``, ``fields``)."""
-    return {SpikeSlab: SpikeSlabAscent, Lasso: LassoAscent}.get(type(problem.prior), LaplaceZeroAscent)(problem)
+    return law_of(problem.prior).ascent(problem)
 
 
 def fit_selection_svi(
@@ -133,7 +131,8 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
     estimates: list[float] = []
     checks: list[float] = []
     converged, it = False, 0
-    hold = {"clamp": np.ones(problem.m, dtype=bool)} if isinstance(problem.prior, SpikeSlab) else {}
+    searches = law_of(problem.prior).model_search
+    hold = {"clamp": np.ones(problem.m, dtype=bool)} if searches else {}
     held_for = 0
     for it in range(1, max_iter + 1):
         Xs, ys = batches.next()
@@ -152,7 +151,7 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
                 hold, held_for, checks = {}, it, []  # the slopes released (module docstring)
     if not converged:
         stop.message = f"stopped at max_iter = {max_iter} steps before the window rule was met"
-    if isinstance(problem.prior, SpikeSlab):
+    if searches:
         held = f"every slope held in its slab for the first {held_for} steps" if held_for else "slopes never released"
         stop.message += f"; {held}; {NO_MOVES}"
     return SelectionSVIResult(

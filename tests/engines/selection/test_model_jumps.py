@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bayesvm.engines.selection import model_jumps
-from bayesvm.engines.selection.gibbs import _LaplaceZeroStep, _SpikeSlabStep, sample_selection
+from bayesvm.engines.selection.gibbs import LaplaceZeroStep, SpikeSlabStep, sample_selection
 from bayesvm.engines.selection.model_jumps import JumpReference, ModelJumps, jump_reference
 from bayesvm.priors import InverseGamma, LaplaceZero, SpikeSlab
 
@@ -53,7 +53,7 @@ def test_a_jump_without_the_proposal_density_is_caught(monkeypatch):
     assert not np.all(np.abs(sampled - exact) < 4 * se + 0.01)
 
 
-@pytest.mark.parametrize("step_type", [_SpikeSlabStep, _LaplaceZeroStep], ids=["spike-slab", "laplace-zero"])
+@pytest.mark.parametrize("step_type", [SpikeSlabStep, LaplaceZeroStep], ids=["spike-slab", "laplace-zero"])
 def test_a_chain_with_every_slope_out_jumps_to_the_vb_model(step_type):
     """Three slopes that the data need, a state with all of them out: the first accepted jump puts them in, with the
     indicators and values of the step object set to the proposal's."""
@@ -61,7 +61,7 @@ def test_a_chain_with_every_slope_out_jumps_to_the_vb_model(step_type):
     n = 300
     X = np.column_stack([np.ones(n), rng.standard_normal((n, 3))])
     y = np.where(X[:, 1:] @ np.array([1.5, -1.0, 1.0]) + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
-    prior = SpikeSlab(pi=0.2, nu=2.0) if step_type is _SpikeSlabStep else LaplaceZero(rho=0.2)
+    prior = SpikeSlab(pi=0.2, nu=2.0) if step_type is SpikeSlabStep else LaplaceZero(rho=0.2)
     from bayesvm.model.problems import SelectionProblem
 
     problem = SelectionProblem(y=y, X=X, selected=np.arange(1, 4), fixed_precision=np.array([1e-4, 0, 0, 0]),
