@@ -35,7 +35,6 @@ The lasso has no mass at zero: the fit reports no inclusion probabilities, only 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,9 +46,8 @@ from ...model.problems import SelectionProblem
 from ...priors import Lasso
 from ..augmentation import CHI_FLOOR
 from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
-from ..squarem import ascend
 from .message import MessageSweep
-from .vb import LOG_2PI, SelectionVBResult, component_second
+from .vb import LOG_2PI, SelectionVBResult, component_second, fit_by_ascent
 
 #: Points of the quadrature in ``log kappa`` for ``q(kappa)``, and its half-width in units of the curvature's SD
 KAPPA_GRID = 4001
@@ -118,7 +116,7 @@ def fit_lasso_vb(
     if not isinstance(problem.prior, Lasso):
         raise TypeError("fit_lasso_vb needs a Lasso prior")
     with blas_threads(problem.q):
-        return _fit(problem, tol, max_iter, accelerate)
+        return fit_by_ascent(LassoAscent(problem), problem, tol, max_iter, accelerate)
 
 
 @dataclass
@@ -226,21 +224,3 @@ class LassoAscent(MessageSweep):
         n, m = self.p.y.size, self.p.m
         components = decode_components(x[n + m + 1 :], like[3])
         return np.maximum(np.exp(x[:n]), CHI_FLOOR), np.exp(x[n : n + m]), float(np.exp(x[n + m])), components
-
-
-def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool) -> SelectionVBResult:
-    start = time.perf_counter()
-    ascent_map = LassoAscent(problem)
-    ascent = ascend(ascent_map, ascent_map.initial_state(), tol, max_iter, accelerate)
-    current = ascent.last
-    return SelectionVBResult(
-        mean=current.mean,
-        cov=current.cov,
-        selected=problem.selected,
-        lower_bound=np.asarray(ascent.bounds),
-        converged=ascent.converged,
-        n_iter=ascent.n_sweeps,
-        decreases=ascent.decreases,
-        elapsed=time.perf_counter() - start,
-        **ascent_map.fields(current),
-    )

@@ -25,7 +25,7 @@ from ...model.problems import SelectionProblem
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
 from .laws import law_of
 from .svi import coordinate_object
-from .vb import SelectionVBResult
+from .vb import SelectionVBResult, fit_by_ascent
 
 
 def partition_message(D: np.ndarray, y: np.ndarray, row_moments, factors) -> tuple:
@@ -115,7 +115,6 @@ def fit_streamed_selection_vb(
 ) -> SelectionVBResult:
     """The selection prior's VB (``problem.prior``) with one pass over the partitions per sweep; ``problem`` gives
     the prior and the columns (its rows are not used)."""
-    from ..squarem import ascend
     from .spike_slab_vb import search
 
     start = time.perf_counter()
@@ -123,16 +122,4 @@ def fit_streamed_selection_vb(
     with blas_threads(problem.q):
         if law_of(problem.prior).model_search:
             return search(streamed, problem, tol, max_iter, accelerate=False, start=start)
-        ascent = ascend(streamed, streamed.initial_state(), tol, max_iter, accelerate=False)
-    current = ascent.last
-    return SelectionVBResult(
-        mean=current.mean,
-        cov=current.cov,
-        selected=problem.selected,
-        lower_bound=np.asarray(ascent.bounds),
-        converged=ascent.converged,
-        n_iter=ascent.n_sweeps,
-        decreases=ascent.decreases,
-        elapsed=time.perf_counter() - start,
-        **streamed.fields(current),
-    )
+        return fit_by_ascent(streamed, problem, tol, max_iter, accelerate=False, start=start)

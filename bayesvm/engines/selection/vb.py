@@ -150,7 +150,7 @@ def fit_laplace_zero_vb(
     if not isinstance(problem.prior, LaplaceZero):
         raise TypeError("fit_laplace_zero_vb needs a LaplaceZero prior")
     with blas_threads(problem.q):
-        return _fit(problem, tol, max_iter, accelerate)
+        return fit_by_ascent(LaplaceZeroAscent(problem), problem, tol, max_iter, accelerate)
 
 
 @dataclass
@@ -256,10 +256,13 @@ class LaplaceZeroAscent(MessageSweep):
         return np.maximum(np.exp(x[:n]), CHI_FLOOR), g, np.exp(x[n + m : end]), float(np.exp(x[end])), components
 
 
-def _fit(problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool = True) -> SelectionVBResult:
-    """Coordinate ascent on Alg. 3 in SQUAREM cycles with the monotone safeguard (:mod:`bayesvm.engines.squarem`)."""
-    start = time.perf_counter()
-    alg = LaplaceZeroAscent(problem)
+def fit_by_ascent(
+    alg, problem: SelectionProblem, tol: float, max_iter: int, accelerate: bool = True, start: float | None = None
+) -> SelectionVBResult:
+    """A selection prior's coordinate ascent ``alg`` (Alg. 3's, the lasso's, or either by passes over partitions) in
+    SQUAREM cycles with the monotone safeguard (:mod:`bayesvm.engines.squarem`), as its result; ``start``: when the
+    fit's clock started (now by default)."""
+    start = time.perf_counter() if start is None else start
     ascent = ascend(alg, alg.initial_state(), tol, max_iter, accelerate)
     current = ascent.last
     return SelectionVBResult(
