@@ -41,7 +41,10 @@ def _diagnostics_table(az, posterior) -> pd.DataFrame:
         ("ess_bulk", lambda d: az.ess(d, method="bulk")),
         ("ess_tail", lambda d: az.ess(d, method="tail")),
     ):
-        values = func(posterior[names])
+        if stat == "r_hat" and posterior.sizes["chain"] < 2:  # R-hat compares chains: undefined for one (NaN)
+            values = posterior[names].isel(chain=0, draw=0) * np.nan
+        else:
+            values = func(posterior[names])
         column = {}
         for coef, value in zip(posterior["coef"].values, np.atleast_1d(values["beta"].values)):
             column[str(coef)] = float(value)

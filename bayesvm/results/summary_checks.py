@@ -3,6 +3,8 @@ identifiability, classes), each with what it means and what to do."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..checks.findings import IDENTIFIED_FINDINGS
 from .vb_check import KHAT_GOOD, KHAT_LIMIT
 
@@ -82,10 +84,15 @@ def _convergence_checks(info: dict) -> list[str]:
             return [_verdict("FAIL", "convergence", f"NOT converged: {info['failure']}")]
         return [_verdict("OK", "convergence", "EP converged at every value of the variance parameters")]
     if report == "sampled":
-        summary = f"max R-hat {info['max_rhat']:.3f}, min bulk ESS {info['min_ess']:.0f}"
+        if np.isnan(info["max_rhat"]):  # one chain: R-hat compares chains, so it is not computed
+            summary = f"min bulk ESS {info['min_ess']:.0f}; no R-hat from one chain (chains >= 2 check it)"
+            limits = "every quantity: ESS >= 100"
+        else:
+            summary = f"max R-hat {info['max_rhat']:.3f}, min bulk ESS {info['min_ess']:.0f}"
+            limits = "every quantity: R-hat <= 1.01, ESS >= 100 per chain"
         if info["problems"]:
             return [_verdict("WARNING", "mixing", f"{summary}: {info['problems']}")]
-        return [_verdict("OK", "mixing", f"{summary} (every quantity: R-hat <= 1.01, ESS >= 100 per chain)")]
+        return [_verdict("OK", "mixing", f"{summary} ({limits})")]
     if report == "mode":
         word = "OK" if info["converged"] else "FAIL"
         state = "converged" if info["converged"] else "NOT converged: raise max_iter"

@@ -128,3 +128,19 @@ def test_separation_under_a_learned_penalty_replaces_the_advice_to_run_longer():
             warnings.simplefilter("always")
             fit = bayesvm.bsvm("y ~ x1 + x2", frame, priors=priors, **options)
         assert (separation_tail(fit) is None) == settles, nu
+
+
+def test_one_chain_reports_no_r_hat_and_arviz_stays_quiet(capfd):
+    """R-hat compares chains: with one it is not computed (ArviZ would log a shape warning), and the summary's mixing
+    line says so instead of claiming R-hat <= 1.01."""
+    rng = np.random.default_rng(0)
+    n = 200
+    data = pd.DataFrame({"x1": rng.normal(size=n), "g": rng.integers(0, 15, n).astype(str)})
+    data["y"] = (data.x1 + rng.normal(size=n) > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x1 + (1|g)", data, method="gibbs", draws=200, tune=200, chains=1, seed=1)
+        text = str(fit.summary())
+    assert fit.summary().fixed["r_hat"].isna().all()
+    assert "no R-hat from one chain" in text and "R-hat <= 1.01" not in text
+    assert "Shape validation failed" not in capfd.readouterr().err
