@@ -21,8 +21,8 @@ random numbers across the nodes).  Rows outside the factor (``codes == -1``) con
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from scipy.special import logsumexp
@@ -38,25 +38,30 @@ INNER_DRAWS = 32
 CHUNK_VALUES = 4e6
 #: Standard normals per chunk from which the compiled path splits its outer draws over the two row threads.
 SPLIT_FROM = 100_000
-#: Inner standard normals (per chunk of outer draws) kept between the nodes of a fit, which all use the same ones.
-CACHED_NORMALS = 1_000_000
+#: Inner standard normals kept between the nodes of a fit, which all use the same ones: at most this many doubles
+#: (48 MB) in all, the least recently used chunk of outer draws dropped first.  A fit's evidence estimates cycle through
+#: the same chunks at every node, so the cache must hold all of them (one correlated-slope toenail fit: 32 outer
+#: draws x 294 levels x 256 antithetic pairs x 2 coefficients, 4.8 million).
+CACHED_NORMALS = 6_000_000
+
+_NORMALS: OrderedDict[tuple, np.ndarray] = OrderedDict()
 
 
 def inner_normals(seed: int, first: int, stop: int, shape: tuple[int, int, int]) -> np.ndarray:
     """The inner standard normals of outer draws ``first..stop``, ``(stop - first, J, M / 2, K)``: outer draw ``s``'s
     come from its own stream (``seed``, ``s``), so they do not depend on how the draws are chunked, and every node of
-    the fit gets the same ones (common random numbers).  Small sets are kept (:func:`_cached_normals`)."""
-    if (stop - first) * int(np.prod(shape)) <= CACHED_NORMALS:
-        return _cached_normals(seed, first, stop, shape)
+    the fit gets the same ones (common random numbers).  Kept between calls up to :data:`CACHED_NORMALS` in all."""
+    key = (seed, first, stop, shape)
+    normals = _NORMALS.get(key)
+    if normals is not None:
+        _NORMALS.move_to_end(key)
+        return normals
     normals = np.stack([np.random.default_rng((seed, s)).standard_normal(shape) for s in range(first, stop)])
-    normals.flags.writeable = False  # (as the cached ones: one compiled variant of the loop serves both)
-    return normals
-
-
-@lru_cache(maxsize=4)
-def _cached_normals(seed: int, first: int, stop: int, shape: tuple[int, int, int]) -> np.ndarray:
-    normals = np.stack([np.random.default_rng((seed, s)).standard_normal(shape) for s in range(first, stop)])
-    normals.flags.writeable = False
+    normals.flags.writeable = False  # (a cached chunk is shared: one compiled variant of the loop serves every chunk)
+    if normals.size <= CACHED_NORMALS:
+        _NORMALS[key] = normals
+        while sum(kept.size for kept in _NORMALS.values()) > CACHED_NORMALS:
+            _NORMALS.popitem(last=False)
     return normals
 
 

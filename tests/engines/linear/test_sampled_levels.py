@@ -114,6 +114,22 @@ def test_inner_normals_do_not_depend_on_chunking(monkeypatch):
     assert not whole.flags.writeable  # the cached set is shared between the nodes
 
 
+def test_the_cache_keeps_every_chunk_a_fit_cycles_through(monkeypatch):
+    """A node's estimate runs through its chunks of outer draws in turn, and every node the same ones: all of them stay
+    cached (each node gets the very arrays the first drew) while they fit in :data:`CACHED_NORMALS`, the least recently
+    used going first beyond it."""
+    monkeypatch.setattr(sampled_levels, "_NORMALS", type(sampled_levels._NORMALS)())
+    monkeypatch.setattr(sampled_levels, "CACHED_NORMALS", 8 * 24 * 2)  # eight chunks of two outer draws
+    chunks = [(first, first + 2) for first in range(0, 16, 2)]
+    first_node = [inner_normals(7, a, b, (3, 4, 2)) for a, b in chunks]
+    second_node = [inner_normals(7, a, b, (3, 4, 2)) for a, b in chunks]
+    assert all(x is y for x, y in zip(first_node, second_node))
+    inner_normals(7, 16, 18, (3, 4, 2))  # a ninth chunk: the least recently used one goes
+    assert inner_normals(7, 0, 2, (3, 4, 2)) is not first_node[0]
+    np.testing.assert_array_equal(inner_normals(7, 0, 2, (3, 4, 2)), first_node[0])
+    assert sum(kept.size for kept in sampled_levels._NORMALS.values()) <= sampled_levels.CACHED_NORMALS
+
+
 def test_a_covariance_per_outer_draw(path):
     """``prior_precision`` of shape ``(S, K, K)``: each outer draw uses its own, as if computed alone."""
     rng, y, values, codes, eta = _levels(S=4)
