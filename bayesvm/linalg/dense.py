@@ -22,6 +22,7 @@ Identities used (``G_l = P_l^{-1} P_{l,d}``, ``h_i = G_{l(i)}' z_i``):
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.linalg import lapack
-from threadpoolctl import ThreadpoolController, threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from . import compiled
 from .dense_rows import level_rows_predictor
@@ -47,7 +48,7 @@ _SINGLE_THREADED = [0]
 
 @contextmanager
 def _one_blas_thread():
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _controller().limit(limits=1, user_api="blas"):
         _SINGLE_THREADED[0] += 1
         try:
             yield
@@ -62,9 +63,18 @@ def blas_threads(n_columns: int, n_rows: int = 0) -> AbstractContextManager:
     return nullcontext()
 
 
-@functools.cache
+#: The process's BLAS libraries as :func:`_controller` last found them, and ``len(sys.modules)`` then.
+_CONTROLLER: list = [None, -1]
+
+
 def _controller() -> ThreadpoolController:
-    return ThreadpoolController()
+    """threadpoolctl's view of the loaded BLAS libraries, found once and again only after more modules were imported
+    (one of them may have loaded another BLAS, e.g. CHOLMOD's): finding them scans every loaded shared library, some
+    2-3 ms, which ``threadpool_limits`` would pay at every engine run and every check."""
+    if _CONTROLLER[1] != len(sys.modules):
+        _CONTROLLER[0] = ThreadpoolController()
+        _CONTROLLER[1] = len(sys.modules)
+    return _CONTROLLER[0]
 
 
 def small_lapack(q: int) -> AbstractContextManager:

@@ -121,3 +121,20 @@ def test_a_row_on_the_margin_leaves_the_draw_exact():
     np.testing.assert_allclose(mean, _reference_mean(D, w, r, prior_dd, blocked, prior_b), rtol=1e-6, atol=1e-8)
     theta_d, theta_b = linalg.gaussian_draw(D, w, r, prior_dd, blocked, prior_b, np.random.default_rng(0))
     assert np.all(np.isfinite(theta_d)) and np.all(np.isfinite(theta_b))
+
+
+def test_blas_threads_limits_blas_without_rescanning_the_libraries():
+    """One BLAS thread inside ``blas_threads`` for a small block, the default restored after; the libraries are found
+    once (a scan of every loaded shared library costs milliseconds) and again only after more modules were imported."""
+    from threadpoolctl import threadpool_info
+
+    from bayesvm.linalg import dense
+
+    before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    with dense.blas_threads(10):
+        inside = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+        controller = dense._CONTROLLER[0]
+    assert inside and all(n == 1 for n in inside)
+    assert [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"] == before
+    with dense.blas_threads(10):
+        assert dense._CONTROLLER[0] is controller
