@@ -24,7 +24,6 @@ from ...linalg.row_sums import weighted_gram
 from ...model.problems import SelectionProblem
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
 from .laws import law_of
-from .svi import coordinate_object
 from .vb import SelectionVBResult, fit_by_ascent
 
 
@@ -50,7 +49,7 @@ class StreamedSweep:
 
     def __init__(self, problem: SelectionProblem, map_partitions: Callable):
         self.p = problem
-        self.ascent = coordinate_object(problem)
+        self.ascent = law_of(problem.prior).ascent(problem)
         self.map_partitions = map_partitions
         self.passes = 0
 

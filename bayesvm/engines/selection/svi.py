@@ -65,11 +65,6 @@ class SelectionSVIResult(SelectionVBResult):
     monitor_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
-def coordinate_object(problem: SelectionProblem):
-    """The selection prior's coordinate-ascent object (``update``, ``row_moments``, ``fields``)."""
-    return law_of(problem.prior).ascent(problem)
-
-
 def fit_selection_svi(
     problem: SelectionProblem,
     *,
@@ -94,7 +89,7 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
-    ascent = coordinate_object(problem)
+    ascent = law_of(problem.prior).ascent(problem)
     if batches is None:  # (class weights: responses signed by class and sized by weight, as linear SVI's)
         signed = problem.y if problem.weights is None else problem.y * problem.weights
         batches = PartitionBatches.in_memory(problem.X, signed, batch_size, rng)

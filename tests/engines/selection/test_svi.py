@@ -10,9 +10,10 @@ import pytest
 import bayesvm
 from bayesvm.engines.augmentation import inverse_a_mean
 from bayesvm.engines.selection.lasso_vb import fit_lasso_vb
+from bayesvm.engines.selection.laws import law_of
 from bayesvm.engines.selection.message import minibatch_message
 from bayesvm.engines.selection.spike_slab_vb import fit_spike_slab_vb
-from bayesvm.engines.selection.svi import NO_MOVES, coordinate_object, fit_selection_svi
+from bayesvm.engines.selection.svi import NO_MOVES, fit_selection_svi
 from bayesvm.engines.selection.vb import SelectionVBResult, fit_laplace_zero_vb
 from bayesvm.engines.squarem import ascend
 from bayesvm.priors import LaplaceZero, Lasso, SpikeSlab
@@ -34,7 +35,7 @@ def _frame(seed: int = 0, n: int = 3000, levels: int = 20) -> pd.DataFrame:
 
 
 def ascent_result(problem, ascent) -> SelectionVBResult:
-    fields = coordinate_object(problem).fields(ascent.last)
+    fields = law_of(problem.prior).ascent(problem).fields(ascent.last)
     return SelectionVBResult(mean=ascent.last.mean, cov=ascent.last.cov, selected=problem.selected,
                              lower_bound=np.asarray(ascent.bounds), converged=ascent.converged, n_iter=ascent.n_sweeps,
                              decreases=ascent.decreases, elapsed=0.0, **fields)  # fmt: skip
@@ -81,7 +82,7 @@ def test_svi_reaches_a_batch_optimum(name, random):
     problem = _problem(formula, prior)
     svi = fit_selection_svi(problem, batch_size=300, seed=1)
     assert svi.converged and svi.n_iter < 2000
-    ascent = coordinate_object(problem)
+    ascent = law_of(problem.prior).ascent(problem)
     polished = ascend(ascent, _state(name, problem, svi), 1e-8, 500)
     batch = fit_batch(problem)
     if abs(polished.bounds[-1] - batch.lower_bound[-1]) < 1e-6 * abs(batch.lower_bound[-1]):  # the same optimum
