@@ -38,13 +38,6 @@ from ..engines.linear.node_evidence import (
 )
 
 
-def marginal_log_ratios(
-    fit, rng: np.random.Generator, draws: int
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]:
-    """``(log p - log q, theta_d draws, covariance draws, phi draws)`` of the marginal check."""
-    return marginal_ratios(fit, *marginal_proposal(fit, rng, draws))
-
-
 def marginal_proposal(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``draws`` independent draws ``(theta_d, phi, log q)`` from q's marginal (cheap: the exact ``log p`` at them,
     :func:`marginal_ratios`, is the check's cost)."""
@@ -87,10 +80,10 @@ def _mean_field_marginal(result, hyper: Hyperparameters, rng, draws):
     phi_parts, log_q_phi = [], np.zeros(draws)
     for comp, post in zip(hyper.components, result.components):
         if comp.k == 1:
-            dist = stats.invgamma(a=post.shape, scale=post.scale[0, 0])
-            sigma2 = dist.rvs(size=draws, random_state=rng)
+            # (scipy's distribution called directly: a frozen one costs more to build than a check's draws)
+            sigma2 = stats.invgamma.rvs(post.shape, scale=post.scale[0, 0], size=draws, random_state=rng)
             phi_parts.append(np.log(sigma2)[:, None])
-            log_q_phi += dist.logpdf(sigma2)
+            log_q_phi += stats.invgamma.logpdf(sigma2, post.shape, scale=post.scale[0, 0])
         else:
             dist = stats.invwishart(df=post.shape, scale=post.scale)
             sigma = dist.rvs(size=draws, random_state=rng).reshape(draws, comp.k, comp.k)

@@ -54,6 +54,7 @@ TYPES: dict[str, str] = {
     "DesignError": "bayesvm.errors",
     "DesignRows": "bayesvm.engines.linear.fused_iteration",
     "Diagnostics": "bayesvm.checks.findings",
+    "DrawStream": "bayesvm.results.check_draws",
     "EMResult": "bayesvm.engines.linear.em",
     "EPState": "bayesvm.engines.linear.ep",
     "EliminationLayout": "bayesvm.linalg.schur",

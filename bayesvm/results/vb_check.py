@@ -29,13 +29,13 @@ from ..linalg.dense_rows import draws_hinge_sums
 from ..linalg.row_threads import COMPILED_SPLIT_ROWS, in_two_parts
 from ..model.problems import PENALTY_SOURCE
 from .adaptive_check import AdaptedDraws, adapt, adapted_moments
+from .check_draws import DrawStream, increments
 from .imputation_check import covers as imputation_covers
 from .imputation_check import imputed_log_ratios
 from .marginal_check import (
     cell_draws,
     integrable_component,
     marginal_log_p,
-    marginal_log_ratios,
     marginal_proposal,
     marginal_ratios,
 )
@@ -57,12 +57,12 @@ AUTO_CHECK_MAX_VALUES = 2e7
 FIRST_LOOK_DRAWS = 1000
 SECOND_LOOK_DRAWS = 4000
 BORDER = 0.1
-#: ... evaluating the exact posterior at the first this many of them first; where their k-hat is at least
-#: ``CLEARLY_UNRELIABLE`` the verdict ("unreliable") stands on them (:func:`_first_look`)
-EARLY_LOOK_DRAWS = 250
-CLEARLY_UNRELIABLE = 1.1
-#: Draws from q whose predictors are held in memory at once
-BATCH_DRAWS = 1000
+#: A mean-field fit's first look evaluates the exact posterior at the first of its draws first, look by look: where the
+#: governing k-hat from the first ``draws`` is at least ``threshold`` the verdict ("unreliable") stands on them
+#: (:func:`_first_look`).  A k-hat estimate spreads: for ratios whose true k is 0.7, 1% of 100 draws give 1.21 or more
+#: and 1% of 250 draws 1.15 (Pareto ratios; the accurate fit, whose adaptive step needs the full first look, does not
+#: look early)
+EARLY_LOOKS = ((100, 1.3), (250, 1.2))
 #: Seed of the check run again on a fit that :mod:`bayesvm.results.psis_correction` corrected (not the first check's
 #: seed, whose draws the correction was estimated from)
 RECHECK_SEED = 1
@@ -276,18 +276,18 @@ def _log_q_components(fit, covs: list[np.ndarray]) -> np.ndarray:
     out = np.zeros(covs[0].shape[0] if covs else 0)
     for post, cov in zip(fit.result.components, covs):
         if post.scale.shape == (1, 1):
-            out = out + stats.invgamma(a=post.shape, scale=post.scale[0, 0]).logpdf(cov[:, 0, 0])
+            out = out + stats.invgamma.logpdf(cov[:, 0, 0], post.shape, scale=post.scale[0, 0])
         else:
             out = out + stats.invwishart(df=post.shape, scale=post.scale).logpdf(np.moveaxis(cov, 0, -1))
     return out
 
 
 def _mean_field_proposal(fit, rng, draws):
-    """Draws from the mean-field q and their ``log q``."""
+    """Draws from the mean-field q (the coefficients' Gaussian, then each component's inverse-gamma or inverse-Wishart
+    factor) and their ``log q``."""
     theta = fit.result.theta
     theta_d, theta_b = theta.sample(rng, draws)
-    _, _, comps = fit.posterior.draws(rng, draws)  # the components' draws from q; theta part not reused
-    covs = [c[0] for c in comps]
+    covs = [post.sample(rng, draws) for post in fit.result.components]
     log_q = theta.log_density(theta_d, theta_b)
     if covs:
         log_q = log_q + _log_q_components(fit, covs)
@@ -333,8 +333,10 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
     ``draws=None`` takes :data:`FIRST_LOOK_DRAWS` draws from q and, when the governing k-hat lands within
     :data:`BORDER` of a verdict's threshold (0.5 or 0.7), adds draws to :data:`SECOND_LOOK_DRAWS` for that k-hat
     (its Monte Carlo spread shrinks with the tail draws PSIS fits, so that the verdict does not hang on the seed);
-    an integer takes exactly that many.  The draws are made in batches of :data:`BATCH_DRAWS`, so the memory of
-    the predictor draws stays at ``BATCH_DRAWS x rows``.
+    an integer takes exactly that many.  The draws are made in batches of at most :data:`BATCH_DRAWS`
+    (:class:`bayesvm.results.check_draws.DrawStream`), so the memory of the predictor draws stays at
+    ``BATCH_DRAWS x rows``; a mean-field fit's marginal check draws on a stream of its own (spawned from ``seed``), so
+    that its first look can make its draws a look at a time.
 
     The check runs with the BLAS threading of the engines (:func:`bayesvm.linalg.dense.blas_threads`): on small dense
     designs one BLAS thread, whose idle peers would otherwise spin on the cores the compiled level integrals use."""
@@ -345,24 +347,24 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
 
 def _checked(fit, draws: int | None, seed: int | None) -> VBCheck:
     """:func:`check_vb` within its BLAS threading."""
-    rng = np.random.default_rng(seed)
     first = FIRST_LOOK_DRAWS if draws is None else int(draws)
     imputed = fit.result.z_cov is not None  # (a joint-imputation fit: its missing values integrated out)
-    sample = _imputed_draws if imputed else _joint_draws
     marginal_too = integrable_component(fit.problem) is not None
+    joint, marginal_stream = _streams(fit, seed, marginal_too)
+    sample = (lambda n: _imputed_draws(fit, joint.rng, n)) if imputed else (lambda n: _joint_draws(fit, joint, n))
     if draws is None and not imputed and not (marginal_too and fit.posterior.over_nodes):
-        log_ratios, theta_d, coefficients, marginal = _first_look(fit, rng, marginal_too)
+        log_ratios, theta_d, coefficients, marginal = _first_look(fit, joint, marginal_stream)
     else:
-        log_ratios, theta_d, coefficients = sample(fit, rng, first)
-        marginal = _marginal_draws(fit, rng, first) if marginal_too else None
+        log_ratios, theta_d, coefficients = sample(first)
+        marginal = _marginal_draws(fit, marginal_stream, first) if marginal_too else None
     log_weights, khat = psis(log_ratios)
     marginal_psis = None if marginal is None else psis(marginal[0])
     if draws is None and marginal is None and near_threshold(khat):
-        more = sample(fit, rng, SECOND_LOOK_DRAWS - first)
+        more = sample(SECOND_LOOK_DRAWS - first)
         log_ratios, theta_d = np.concatenate([log_ratios, more[0]]), np.vstack([theta_d, more[1]])
         log_weights, khat = psis(log_ratios)
     elif draws is None and marginal is not None and near_threshold(marginal_psis[1]):
-        marginal = _joined(marginal, _marginal_draws(fit, rng, SECOND_LOOK_DRAWS - first))
+        marginal = _joined(marginal, _marginal_draws(fit, marginal_stream, SECOND_LOOK_DRAWS - first))
         marginal_psis = psis(marginal[0])
     corrected, shift = _weighted(*_fixef_draws(fit, theta_d), log_weights)
     moments = theta_moments(theta_d, normalised_weights(log_weights))
@@ -379,7 +381,7 @@ def _checked(fit, draws: int | None, seed: int | None) -> VBCheck:
         marginal_table = marginal_table if marginal_khat <= KHAT_LIMIT else None
         moments = theta_moments(theta_d, normalised_weights(log_weights))
         if marginal_khat > KHAT_LIMIT and fit.posterior.over_nodes:
-            draws_t = _adapted_draws(fit, rng, theta_d, phi, log_weights, marginal_khat, first)
+            draws_t = _adapted_draws(fit, marginal_stream.rng, theta_d, phi, log_weights, marginal_khat, first)
             # q is far; an adapted proposal whose k-hat is at most 0.7 gives reliable weighted estimates instead
             if draws_t is not None and draws_t.khat <= KHAT_LIMIT:
                 adapted = AdaptedCheck(draws_t.q_khat, draws_t.khat, draws_t.rounds, draws_t.draws, draws_t.ess)
@@ -432,20 +434,28 @@ def near_threshold(khat: float) -> bool:
     return bool(min(abs(khat - KHAT_GOOD), abs(khat - KHAT_LIMIT)) < BORDER)
 
 
-def _batches(draws: int) -> list[int]:
-    """``draws`` split into batches of at most :data:`BATCH_DRAWS`."""
-    full, rest = divmod(int(draws), BATCH_DRAWS)
-    return [BATCH_DRAWS] * full + ([rest] if rest else [])
+def _streams(fit, seed: int | None, marginal_too: bool) -> tuple[DrawStream, DrawStream | None]:
+    """The joint check's draw stream and the marginal check's (None without one).  A mean-field fit's are two streams
+    (the marginal's spawned from ``seed``) split at the early looks' sizes; an accurate fit's share one generator, the
+    marginal draws made after the joint ones, in batches (it does not look early)."""
+    sequence = np.random.SeedSequence(seed)
+    rng = np.random.default_rng(sequence)
+    over_nodes = fit.posterior.over_nodes
+    points = () if over_nodes else tuple(size for size, _ in EARLY_LOOKS)
+    joint = DrawStream(_joint_proposal(fit), fit, rng, points)
+    if not marginal_too:
+        return joint, None
+    marginal_rng = rng if over_nodes else np.random.default_rng(sequence.spawn(1)[0])
+    return joint, DrawStream(marginal_proposal, fit, marginal_rng, points)
 
 
-def _joint_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(log p - log q, fixed-effect draws, number of coefficients)`` of ``draws`` draws from the joint q.
+def _joint_draws(fit, stream: DrawStream, draws: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(log p - log q, fixed-effect draws, number of coefficients)`` of the next ``draws`` draws from the joint q.
 
     ``log p`` is the exact log pseudo-posterior (hinge pseudo-likelihood, eq. (2) of Polson & Scott, times the
     priors) at each draw of every coefficient and variance."""
     ratios, thetas, coefficients = [], [], 0
-    for size in _batches(draws):
-        drawn = _joint_proposal(fit)(fit, rng, size)
+    for drawn in stream.take(draws):
         ratios.append(_joint_ratios(fit, *drawn))
         thetas.append(drawn[0])
         coefficients = _coefficients(drawn)
@@ -493,42 +503,39 @@ def hinge_sums(problem, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
     return np.maximum(0.0, 1.0 - problem.y * f) @ weights
 
 
-def _rows(drawn: tuple, rows: slice) -> tuple:
-    """The draws ``rows`` of a proposal's output (arrays, and lists of arrays, by draw along their first axis)."""
-    return tuple([part[rows] for part in item] if isinstance(item, list) else item[rows] for item in drawn)
-
-
-def _first_look(fit, rng: np.random.Generator, marginal_too: bool):
-    """The first look's :data:`FIRST_LOOK_DRAWS` draws from q, the exact posterior evaluated at the first
-    :data:`EARLY_LOOK_DRAWS` of them first: where k-hat from those is already :data:`CLEARLY_UNRELIABLE`, the verdict
-    stands on them (a k-hat estimate's spread is about 0.2 at 250 draws and 0.15 at 1,000, so a true k of 0.7 gives
-    1.1 from 250 draws about 2% of the time), else the rest are evaluated.  The draws, in their order, are the ones
-    :func:`_joint_draws` and :func:`_marginal_draws` make, so a first look that goes on gives their numbers exactly.
-    Returns ``(log ratios, theta_d, coefficients, marginal)`` as :func:`check_vb` uses them.  Not for an accurate fit
-    with the marginal check, whose k-hat above 0.7 adapts the proposal from the full first look."""
-    joint = _joint_proposal(fit)(fit, rng, FIRST_LOOK_DRAWS)
-    marginal = marginal_proposal(fit, rng, FIRST_LOOK_DRAWS) if marginal_too else None
-    early, rest = slice(0, EARLY_LOOK_DRAWS), slice(EARLY_LOOK_DRAWS, None)
-    ratios = _joint_ratios(fit, *_rows(joint, early))
-    looked = None if marginal is None else marginal_ratios(fit, *_rows(marginal, early))
-    if psis(ratios if looked is None else looked[0])[1] >= CLEARLY_UNRELIABLE:  # (the governing k-hat)
-        return ratios, joint[0][early], _coefficients(joint), looked
-    ratios = np.concatenate([ratios, _joint_ratios(fit, *_rows(joint, rest))])
-    if looked is not None:
-        looked = _joined(looked, marginal_ratios(fit, *_rows(marginal, rest)))
-    return ratios, joint[0], _coefficients(joint), looked
+def _first_look(fit, joint: DrawStream, marginal: DrawStream | None):
+    """The first look's :data:`FIRST_LOOK_DRAWS` draws from q, the exact posterior evaluated look by look
+    (:data:`EARLY_LOOKS`): where the governing k-hat (the marginal check's where there is one) from the draws so far
+    is already at a look's threshold, the verdict stands on them, else the next draws are made and evaluated.  The
+    streams make the draws in the looks' sizes, so a first look that goes on gives the numbers of a check of
+    :data:`FIRST_LOOK_DRAWS` draws exactly.  Returns ``(log ratios, theta_d, coefficients, marginal)`` as
+    :func:`check_vb` uses them.  Not for an accurate fit with the marginal check, whose k-hat above 0.7 adapts the
+    proposal from the full first look."""
+    ratios, thetas, coefficients, looked = [], [], 0, None
+    for size, threshold in EARLY_LOOKS + ((FIRST_LOOK_DRAWS, None),):
+        more = size - joint.made
+        part = _joint_draws(fit, joint, more)
+        ratios.append(part[0])
+        thetas.append(part[1])
+        coefficients = part[2]
+        if marginal is not None:
+            drawn = _marginal_draws(fit, marginal, more)
+            looked = drawn if looked is None else _joined(looked, drawn)
+        if threshold is not None and psis(np.concatenate(ratios) if looked is None else looked[0])[1] >= threshold:
+            break
+    return np.concatenate(ratios), np.vstack(thetas), coefficients, looked
 
 
 def _imputed_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """:func:`bayesvm.results.imputation_check.imputed_log_ratios` in batches of :data:`BATCH_DRAWS`."""
+    """:func:`bayesvm.results.imputation_check.imputed_log_ratios` in batches of at most :data:`BATCH_DRAWS`."""
     problem = fit.model.imputation_problem("joint")  # (the design and its imputation layout, once)
-    parts = [imputed_log_ratios(fit, problem, rng, size, _mean_field_proposal) for size in _batches(draws)]
+    parts = [imputed_log_ratios(fit, problem, rng, size, _mean_field_proposal) for size in increments(0, draws, ())]
     return np.concatenate([p[0] for p in parts]), np.vstack([p[1] for p in parts]), parts[0][2]
 
 
-def _marginal_draws(fit, rng: np.random.Generator, draws: int) -> tuple:
-    """:func:`bayesvm.results.marginal_check.marginal_log_ratios` in batches of :data:`BATCH_DRAWS`."""
-    parts = [marginal_log_ratios(fit, rng, size) for size in _batches(draws)]
+def _marginal_draws(fit, stream: DrawStream, draws: int) -> tuple:
+    """:func:`bayesvm.results.marginal_check.marginal_ratios` at the next ``draws`` draws of the marginal q."""
+    parts = [marginal_ratios(fit, *drawn) for drawn in stream.take(draws)]
     out = parts[0]
     for part in parts[1:]:
         out = _joined(out, part)

@@ -433,24 +433,66 @@ def test_a_borderline_first_look_takes_a_second_look_and_the_verdict_holds_acros
 
 
 def test_a_clearly_unreliable_first_look_stops_early_and_one_that_goes_on_gives_the_full_look_exactly(toenail):
-    """The first look evaluates the exact posterior at its first EARLY_LOOK_DRAWS draws first: a k-hat already at
-    CLEARLY_UNRELIABLE (mean-field toenail: about 2) is the verdict, as 1,000 draws also give it; a first look that
-    goes on is the same draws as the explicit 1,000-draw check, to rounding."""
-    from bayesvm.results.vb_check import CLEARLY_UNRELIABLE, EARLY_LOOK_DRAWS, FIRST_LOOK_DRAWS
+    """The first look evaluates the exact posterior look by look (EARLY_LOOKS): a k-hat already at a look's threshold
+    (mean-field toenail: about 2) is the verdict, as 1,000 draws also give it, and costs a tenth of them; a first look
+    that goes on is the same draws as the explicit 1,000-draw check, to rounding."""
+    from bayesvm.results.vb_check import EARLY_LOOKS, FIRST_LOOK_DRAWS
 
     formula = "outcome ~ visit * treatment + (1 | patientID)"
     far = bayesvm.bsvm(formula, toenail, penalty=None, vb="meanfield", checks=bayesvm.Checks(vb_check="ignore"))
-    early, full = far.check_vb(warn=False), far.check_vb(draws=FIRST_LOOK_DRAWS, warn=False)
-    assert early.draws == EARLY_LOOK_DRAWS and early.marginal_khat >= CLEARLY_UNRELIABLE
-    assert full.draws == FIRST_LOOK_DRAWS and full.marginal_khat > 0.7
-    assert early.verdict == full.verdict and early.verdict.startswith("unreliable")
-    assert early.suspects[0] == full.suspects[0] == "sigma^2 (1 | patientID)"
+    thresholds = dict(EARLY_LOOKS)
+    for seed in range(4):
+        early, full = far.check_vb(seed=seed, warn=False), far.check_vb(draws=FIRST_LOOK_DRAWS, seed=seed, warn=False)
+        assert early.draws in thresholds and early.marginal_khat >= thresholds[early.draws]
+        assert full.draws == FIRST_LOOK_DRAWS and full.marginal_khat > 0.7
+        assert early.verdict == full.verdict and early.verdict.startswith("unreliable")
+        assert early.suspects[0] == full.suspects[0] == "sigma^2 (1 | patientID)"
     data, formula = simulate_logistic(1000, 3, seed=8)  # (k-hat about 0.84: neither early nor a second look)
     near = bayesvm.bsvm(formula, data, vb="meanfield", checks=bayesvm.Checks(vb_check="ignore"))
-    looked, explicit = near.check_vb(warn=False), near.check_vb(draws=FIRST_LOOK_DRAWS, warn=False)
-    assert 0.7 < looked.khat < CLEARLY_UNRELIABLE and looked.draws == FIRST_LOOK_DRAWS
+    looked, explicit = near.check_vb(seed=4, warn=False), near.check_vb(draws=FIRST_LOOK_DRAWS, seed=4, warn=False)
+    assert 0.7 < looked.khat < min(thresholds.values()) and looked.draws == FIRST_LOOK_DRAWS
     np.testing.assert_allclose(looked.khat, explicit.khat, rtol=1e-10)
     assert looked.suspects == explicit.suspects and looked.verdict == explicit.verdict
+
+
+def test_the_marginal_check_of_a_mean_field_fit_looks_early_and_goes_on_to_the_same_draws():
+    """With a random intercept the marginal k-hat governs: a first look that goes on past its early looks (and a
+    second look) gives the explicit check's k-hats and table exactly (the joint and the marginal draws on streams of
+    their own, made in the looks' sizes)."""
+    from bayesvm.results.vb_check import FIRST_LOOK_DRAWS, SECOND_LOOK_DRAWS
+
+    data = simulate_grouped(n_groups=10, per_group=100, seed=1)  # (marginal k-hat 0.5-0.85 across seeds)
+    fit = bayesvm.bsvm("y ~ x1 + x2 + (1 | g)", data, vb="meanfield", checks=bayesvm.Checks(vb_check="ignore"))
+    looks = [fit.check_vb(seed=seed, warn=False) for seed in range(2)]
+    assert [look.draws for look in looks] == [FIRST_LOOK_DRAWS, SECOND_LOOK_DRAWS]
+    for seed, looked in enumerate(looks):
+        explicit = fit.check_vb(draws=looked.draws, seed=seed, warn=False)
+        assert looked.marginal_khat == explicit.marginal_khat  # (a second look adds marginal draws only)
+        assert looked.khat == explicit.khat or looked.draws > FIRST_LOOK_DRAWS
+        assert looked.verdict == explicit.verdict and looked.suspects == explicit.suspects
+        if looked.marginal is not None:  # (reported where the marginal k-hat is at most 0.7)
+            pd.testing.assert_frame_equal(looked.marginal, explicit.marginal)
+
+
+def test_draw_streams_make_their_draws_in_the_same_increments_however_they_are_asked():
+    from bayesvm.results.check_draws import DrawStream, increments
+
+    assert increments(0, 1000, (100, 250)) == [100, 150, 750]
+    assert increments(100, 2500, (100, 250)) == [150, 750, 1000, 600]
+    assert increments(0, 2500, ()) == [1000, 1000, 500]
+
+    def sampler(fit, rng, size):
+        return (rng.standard_normal((size, 3)), [rng.random(size)])
+
+    whole = DrawStream(sampler, None, np.random.default_rng(5), (100, 250))
+    piecewise = DrawStream(sampler, None, np.random.default_rng(5), (100, 250))
+    at_once = whole.take(1200)
+    by_looks = piecewise.take(100) + piecewise.take(150) + piecewise.take(950)
+    np.testing.assert_array_equal(np.vstack([p[0] for p in at_once]), np.vstack([p[0] for p in by_looks]))
+    np.testing.assert_array_equal(
+        np.concatenate([p[1][0] for p in at_once]), np.concatenate([p[1][0] for p in by_looks])
+    )
+    assert whole.made == piecewise.made == 1200
 
 
 @pytest.mark.parametrize("class_weight", [None, "balanced"])

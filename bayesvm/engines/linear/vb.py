@@ -80,7 +80,7 @@ class ComponentPosterior:
         from scipy import stats
 
         if self.scale.shape == (1, 1):
-            var = stats.invgamma(a=self.shape, scale=self.scale[0, 0]).rvs(size=size, random_state=rng)
+            var = stats.invgamma.rvs(self.shape, scale=self.scale[0, 0], size=size, random_state=rng)
             return np.reshape(var, (size, 1, 1))
         sigma = stats.invwishart(df=self.shape, scale=self.scale).rvs(size=size, random_state=rng)
         return np.reshape(sigma, (size,) + self.scale.shape)
