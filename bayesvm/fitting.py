@@ -62,132 +62,74 @@ def bsvm(
     checks: Checks | None = None,
     **engine_options: object,
 ) -> BSVMFit:
-    """Fit a linear Bayesian support vector machine with an lme4-style formula.
+    """Fit a Bayesian support vector machine with an lme4-style formula.
 
     Parameters
     ----------
     formula
-        ``"y ~ fixed terms + (expr | group)"``; the fixed part is formulaic syntax
-        (``*``, ``:``, ``C()``, ``np.log()``), random-effect bars follow lme4.
+        ``"y ~ fixed terms + (expr | group)"``: formulaic syntax (``*``, ``C()``, ``np.log()``), lme4's bars, ``gp()``.
     data
-        The data; never modified.
+        A pandas frame (never modified) or a dask frame (fitted out of core: the guide's *Large data*).
     method
-        ``"vb"`` (default): variational Bayes, the accurate fit (expectation propagation integrated over the
-        variance parameters) where it applies and the papers' mean-field VB (Luts & Ormerod 2014, Alg. 1-3)
-        otherwise, as ``vb`` chooses;
-        ``"gibbs"``: Gibbs sampling (Appendix A; Polson & Scott 2011, section 4);
-        ``"em"``: the posterior mode by EM (fixed penalty) or ECME (learned penalty or random-effect
-        variances; Polson & Scott 2011, section 3); with ``penalty=alpha``, no random effects and
-        ``standardize=False`` it is the classical linear SVM with ``C = 1 / (2 alpha)``.
+        ``"vb"`` (default): variational Bayes, the accurate fit or the papers' mean-field VB as ``vb`` chooses;
+        ``"gibbs"``: Gibbs sampling (Luts & Ormerod 2014, Appendix A; Polson & Scott 2011, section 4); ``"em"``: the
+        posterior mode by EM/ECME (Polson & Scott, section 3; with ``penalty=alpha``, no random effects and
+        ``standardize=False`` the classical linear SVM with ``C = 1 / (2 alpha)``); ``"svi"``: stochastic VB.
     penalty
-        ``"learn"`` (slopes share ``sigma_u^2 ~ IG(A_u, B_u)``, Example 1), a float ``alpha > 0``
-        (slopes ``~ N(0, 1/(4 alpha))``: the SVM objective ``sum hinge + alpha ||beta||^2``,
-        Alg. 1), or ``None`` (also ``"none"``: vague ``N(0, sigma_beta^2)`` on every fixed effect). The
-        intercept is never penalised.
+        ``"learn"`` (default: the slopes share ``sigma_u^2 ~ IG(A_u, B_u)``, Example 1), ``alpha > 0`` (slopes
+        ``~ N(0, 1/(4 alpha))``: the SVM objective ``sum hinge + alpha ||beta||^2``, Alg. 1) or ``None`` /
+        ``"none"`` (vague ``N(0, sigma_beta^2)``).  The intercept is never penalised.
     positive
-        The response value coded +1; default: the second class in categorical or sorted order.  A response of
-        more than two classes is fitted one-vs-rest (a :class:`bayesvm.MulticlassFit`: one fit per class against
-        the rest, probabilities normalised over the classes), or, with ``positive=``, that class against the rest.
+        The response value coded +1 (default: the second class in categorical or sorted order).  More than two
+        classes are fitted one-vs-rest (a :class:`bayesvm.MulticlassFit`), or that class against the rest.
     missing
-        ``"error"`` (default), ``"drop"`` (complete cases on the variables the formula uses) or
-        ``"impute"``: main-effect predictors with missing values (numeric, or a factor's indicator columns) are
-        imputed under a normal model with the other numeric main effects, assuming the values are missing
-        completely at random (MCAR).  ``control.imputation`` chooses the paper's joint model (``"joint"``, Luts &
-        Ormerod 2014 section 3.3, where the SVM pseudo-likelihood also informs the imputations; the default
-        ``"auto"`` with mean-field VB, the better predictor on held-out real data) or multiple imputation
-        (``"mi"``, ``z | y ~ N(mu_y, Sigma)`` sampled exactly; ``method="vb"`` pools the completed-data fits,
-        ``"gibbs"`` draws the imputations inside the chain, :mod:`bayesvm.engines.imputation.multiple`; ``"auto"``
-        with Gibbs, ``vb="accurate"``, ``method="svi"``, a selection prior, the sparse layout or out-of-core data, where
-        the chain runs a pass per step and keeps its draws beside the partitions,
-        :mod:`bayesvm.engines.imputation.stream_mi`).  The response is never imputed: rows where it is
-        missing are dropped under ``"drop"`` and ``"impute"`` (as lme4's ``na.omit`` and bambi do) and counted
-        in ``summary()``; under ``"error"`` they are refused.
+        ``"error"`` (default), ``"drop"`` (complete cases) or ``"impute"`` (predictors under a normal model, missing
+        completely at random: the paper's joint model, section 3.3, or multiple imputation, per ``control.imputation``;
+        the guide's *Missing data*); rows missing the response are then dropped and counted in ``summary()``.
     standardize
-        Centre and scale the numeric fixed-effect columns internally; results are reported
-        on the original scale. With ``False`` the model is the paper's on the columns as given.
+        Centre and scale numeric fixed-effect columns internally (results on the original scale), else as given.
     priors
-        Hyperparameters (:class:`bayesvm.priors.PriorSet`); paper defaults.
-    vb
-        ``"accurate"``: EP for ``(beta, u)`` given the variance components, integrated over them
-        (``bayesvm.engines.linear.ep``; with one random-intercept term the variance values are weighted by
-        importance-sampled evidence, ``bayesvm.engines.linear.node_evidence``): posterior means, SDs and variance
-        components close to a long Gibbs
-        run, for models with up to six variance hyperparameters (a correlated ``k x k`` term counts
-        ``k (k + 1) / 2``).  ``"meanfield"``: the paper's factorisation (Alg. 1-2; fast, but SDs too narrow
-        and variance components shrunk).  ``None`` (default): ``"accurate"`` where it applies and the data
-        have at most 40,000 rows (10^6 with a single variance hyperparameter, or with a learned penalty and one
-        other variance where the penalty's variance can be integrated from the slopes' posterior,
-        :mod:`bayesvm.engines.linear.penalty_from_slopes`, which below 40,000 rows also takes the penalty out of
-        the lattice over three or more variance parameters) on one large grouping factor or none, otherwise
-        ``"meanfield"`` (:func:`bayesvm.engine_defaults.default_vb`; ``summary()`` says which and why).  ``missing="impute"`` (multiple imputation):
-        ``"accurate"`` on each completed data set where that would be the default, no random-effect or ``gp()``
-        term has a variance to integrate over and there are at most 1,000 rows, else mean-field
-        (:func:`bayesvm.engine_defaults.default_mi_vb`).  Selection priors, the joint imputation model, kernels, ``method="svi"`` and
-        out-of-core data use mean-field VB unless ``vb="accurate"`` is asked for (a kernel: EP on its whitened
-        features at the VB fit's hyperparameters).
+        Hyperparameters (:class:`bayesvm.priors.PriorSet`); the papers' defaults.
     prior
-        A selection / shrinkage prior for the penalised slopes instead of ``penalty``:
-        :class:`bayesvm.priors.LaplaceZero` (``method="vb"``: Alg. 3; ``"gibbs"``: Appendix B),
-        :class:`~bayesvm.priors.SpikeSlab` (``"vb"``: Carbonetto & Stephens's
-        factorisation; ``"gibbs"``) or :class:`~bayesvm.priors.Lasso` (``"vb"``: Park & Casella's scale
-        mixture; ``"em"``: EM/ECME; ``"gibbs"``; any of them with ``vb="accurate"``: EP with a site per slope,
-        :mod:`bayesvm.engines.selection.ep`).  ``fit.inclusion`` then gives posterior inclusion
-        probabilities; coefficients and predictions are model averages.  Random-effect terms join as one
-        more Gaussian block with a learned (co)variance (all coefficients in one dense precision, so at most
-        2,000 of them).
+        A selection or shrinkage prior on the penalised slopes instead of ``penalty``:
+        :class:`~bayesvm.priors.LaplaceZero` (Alg. 3, Appendix B), :class:`~bayesvm.priors.SpikeSlab` or
+        :class:`~bayesvm.priors.Lasso`; ``fit.inclusion`` gives inclusion probabilities, coefficients and predictions
+        are model averages (the guide's *Variable selection*).
     unpenalized
-        Formula terms (as formulaic names them, e.g. ``["age", "sex"]``) kept out of the penalty or
-        prior: they get the vague ``N(0, sigma_beta^2)`` like the intercept.
-    class_weight
-        Weigh each row's hinge loss by its class, as scikit-learn's ``class_weight``: ``None`` (default, every row
-        1), ``"balanced"`` (class ``k`` weighs ``n / (2 n_k)``) or a mapping from class, as the data spell it, to a
-        positive weight (a class left out weighs 1).  The pseudo-likelihood becomes
-        ``prod_i exp(-2 omega_i max(0, 1 - y_i f_i))`` (:mod:`bayesvm.model.class_weights`): the decisions (the sign
-        of ``f``) move toward the heavier class; ``predict(kind="prob")`` stays the data's probability (the map is
-        learned on the weighted classes and taken back by Bayes' rule, :mod:`bayesvm.results.calibration`).
-        Mean-field and accurate VB, EM/ECME, Gibbs and SVI, for linear, mixed and kernel models held in memory
-        (imputed predictors and selection priors included); Gibbs is then the paper's sampler without the moves that
-        assume unit weights (a selection prior's indicator moves weigh the rows); with more than two classes,
-        ``"balanced"`` only.
-    seed
-        Seeds the Gibbs chains' ``SeedSequence``, k-means and minibatches of kernel fits, SVI and the
-        probes; ``None`` draws fresh entropy.
+        Formula terms (as formulaic names them, e.g. ``["age", "sex"]``) kept out of the penalty or prior.
     kernel
-        A kernel from :mod:`bayesvm.kernels` (e.g. ``RBF()``, or its name: ``"rbf"``, ``"matern52"``,
-        ``"linear"``) fits the nonlinear Bayesian SVM of Wenzel
-        et al. (2017): ``f ~ GP(0, k)`` on the formula's fixed-effect columns (no intercept column; inputs
-        standardised when ``standardize``).  Hyperparameters marked ``learn`` are learned by maximising the
-        lower bound.  ``method="vb"``: full-batch VB; ``"svi"``: stochastic VI; ``"gibbs"``, ``"em"`` and
-        ``vb="accurate"``: the linear engines on the whitened inducing-point features at a fixed kernel (learned
-        hyperparameters from VB first; :mod:`bayesvm.engines.kernel.features`).  Returns a
-        :class:`~bayesvm.results.kernel_fit.KernelFit`.
+        A kernel of :mod:`bayesvm.kernels` (or its name: ``"rbf"``, ``"matern52"``, ``"linear"``): the nonlinear
+        Bayesian SVM of Wenzel et al. (2017), ``f ~ GP(0, k)`` on the fixed-effect columns, hyperparameters marked
+        ``learn`` learned by the lower bound; returns a :class:`~bayesvm.results.kernel_fit.KernelFit`.
+    vb
+        ``"accurate"``: EP for the coefficients at values of the variance parameters, integrated over them (means,
+        SDs and variance components close to a long Gibbs run; up to six variance hyperparameters);
+        ``"meanfield"``: the papers' factorisation (Alg. 1-3; fast, SDs too narrow, variances shrunk); ``None``
+        (default): the accurate fit where it applies and the data's size allows, else mean-field VB, and
+        ``summary()`` says which and why (:func:`bayesvm.engine_defaults.default_vb`; *Choosing a method*).
+    class_weight
+        As scikit-learn's: ``None`` (every row 1), ``"balanced"`` (class ``k`` weighs ``n / (2 n_k)``) or a mapping
+        from class to weight; each row's hinge loss is weighed, ``prod_i exp(-2 omega_i max(0, 1 - y_i f_i))``,
+        and ``predict(kind="prob")`` stays the data's probability.
+    seed
+        Seeds the Gibbs chains, k-means and minibatches of kernel fits, SVI and the probes; ``None``: fresh entropy.
     control
-        Engine settings (:class:`bayesvm.Control`): iterations and tolerance, Gibbs ``draws`` / ``tune`` /
-        ``chains`` / ``thin`` / ``cores`` / ``progress``, SVI ``batch_size`` / ``learning_rate``, sparse
-        ``probes``, kernel ``inducing`` points, ``imputation`` / ``imputations``.
-    **engine_options
-        The same fields as keywords, e.g. ``bsvm(..., method="gibbs", draws=4000)`` (not both ways).  Two more
-        keys are internal: ``_fold_design`` (:class:`bayesvm.formula.design.FoldDesign`) and ``_fold_nodes``
-        (:class:`bayesvm.engines.linear.hyper_grid.GivenNodes`), which cross-fitting's fold fits pass
-        (:mod:`bayesvm.results.crossfit`); they are not recorded in the fit's call.
+        Engine settings (:class:`bayesvm.Control`: tolerance, Gibbs ``draws`` / ``chains``, ``imputation``, ...).
     checks
-        What to do when an identifiability check fails (:class:`bayesvm.Checks`: separation, aliased
-        columns, random-effect level counts; ``"ignore"``, ``"warn"`` or ``"stop"`` each, as lme4's
-        ``glmerControl``).  Every finding is kept in ``fit.diagnostics`` and printed by ``summary()``.
-        ``vb_check`` is the PSIS check of q that a VB fit ends with (:func:`bayesvm.results.vb_check.check_at_fit_end`): one
-        :class:`bayesvm.ApproximationWarning` when it fails, naming the parameter; on the accurate fit it also corrects
-        the coefficients where its importance weights move them beyond Monte Carlo error
-        (:mod:`bayesvm.results.psis_correction`, listed by ``summary()``).
+        What to do when an identifiability check (separation, aliased columns, level counts) or the end-of-fit PSIS
+        check of a VB fit fails (:class:`bayesvm.Checks`, as lme4's ``glmerControl``); every finding is in
+        ``fit.diagnostics`` and ``summary()`` (the guide's *The checks*).
+    **engine_options
+        ``control``'s fields as keywords (``draws=4000``; not both ways); ``_fold_design`` and ``_fold_nodes`` are
+        cross-fitting's, internal (:mod:`bayesvm.results.crossfit`) and not recorded in the fit's call.
     """
     fold = engine_options.pop("_fold_design", None)  # internal: a cross-fitting fold fit (docstring)
     fold_nodes = engine_options.pop("_fold_nodes", None)
     control = resolve_control(control, engine_options)
     options = {  # the call as given, for cross-fitting (bayesvm.results.crossfit); engine settings as keywords
-        "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive,
-        "missing": missing, "standardize": standardize, "priors": priors, "prior": prior,
-        "unpenalized": unpenalized, "kernel": kernel, "vb": vb, "class_weight": class_weight, "seed": seed,
-        "checks": checks,
-        **control.as_options(),
+        "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive, "missing": missing,
+        "standardize": standardize, "priors": priors, "prior": prior, "unpenalized": unpenalized, "kernel": kernel,
+        "vb": vb, "class_weight": class_weight, "seed": seed, "checks": checks, **control.as_options(),
     }  # fmt: skip
     _check_arguments(method, vb, priors, class_weight, control, streamed=is_dask_frame(data))
     if isinstance(penalty, str) and penalty.lower() == "none":  # as the command line spells it
@@ -198,14 +140,12 @@ def bsvm(
     seed, standardize = as_seed(seed), as_flag(standardize, "standardize")
     options["seed"] = seed
     run = settled_control(control, method=method, kernel=kernel, prior=prior)
-    check_probes(
-        run.probes, method, vb, kernel is not None or prior is not None or missing == "impute" or is_dask_frame(data)
-    )
+    outside_probes = kernel is not None or prior is not None or missing == "impute" or is_dask_frame(data)
+    check_probes(run.probes, method, vb, outside_probes)
     if is_dask_frame(data):
         return _recorded(options, fit_streamed(
-            formula, data, method=method, positive=positive, missing=missing, standardize=standardize,
-            penalty=penalty, priors=priors, seed=seed, prior=prior, vb=vb, kernel=kernel, control=run, nodes=fold_nodes,
-            checks=checks,
+            formula, data, method=method, positive=positive, missing=missing, standardize=standardize, penalty=penalty,
+            priors=priors, seed=seed, prior=prior, vb=vb, kernel=kernel, control=run, nodes=fold_nodes, checks=checks,
         ))  # fmt: skip
     if kernel is not None:
         from .kernel_fitting import fit_kernel  # (kernels load their engines only when asked for)
