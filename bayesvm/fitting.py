@@ -295,7 +295,14 @@ def _one_vs_rest(classes: tuple[str, tuple], options: dict) -> MulticlassFit:
                 f"positive={positive!r} is not a class of response {response!r}; classes are {list(levels)}"
             )
         return against_rest(chosen[0])
-    return MulticlassFit(response=response, classes=levels, fits=tuple(against_rest(label) for label in levels))
+    fits = []
+    for label in levels:  # each fit's warnings said again, naming its class (the user's filters then apply)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fits.append(against_rest(label))
+        for said in caught:
+            warnings.warn(f"class {str(label)!r} against the rest: {said.message}", said.category, stacklevel=3)
+    return MulticlassFit(response=response, classes=levels, fits=tuple(fits))
 
 
 def _recorded(options: dict, fit):

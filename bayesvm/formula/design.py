@@ -299,7 +299,7 @@ class Design:
                 values.append(np.zeros((len(newdata), term.k)))
                 continue
             labels = group_labels(newdata, term.bar.group)
-            codes.append(term.levels.get_indexer(labels))
+            codes.append(level_codes(term.levels, labels))
             values.append(materialize(term.spec, newdata, str(term.bar))[:, list(term.columns)])
             _check_finite(values[-1], term.term_names, "newdata")
         bases = tuple(term.basis(_gp_inputs(newdata, term.spec, "newdata")) for term in self.gp_terms)
@@ -375,11 +375,39 @@ def _clean_name(name: str) -> str:
 
 
 def group_labels(data: pd.DataFrame, factors: tuple[str, ...]) -> pd.Index:
-    parts = [data[name].astype(str).to_numpy(dtype=object) for name in factors]
+    """Each row's level of the grouping factor ``factors`` (``a:b`` joins its parts with ``:``), as text; a
+    floating-point column's whole numbers are written as integers, so that a factor read as ``3.0`` (a column of
+    integers with a missing value becomes float) names the level ``3`` of an integer column."""
+    parts = [_level_text(data[name]) for name in factors]
     labels = parts[0]
     for part in parts[1:]:
         labels = labels + ":" + part
     return pd.Index(labels.astype(str))
+
+
+def _level_text(column: pd.Series) -> np.ndarray:
+    """A grouping column's values as text (:func:`group_labels`)."""
+    text = column.astype(str).to_numpy(dtype=object)
+    if pd.api.types.is_float_dtype(column.dtype):
+        numbers = column.to_numpy(dtype=float, na_value=np.nan)
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(numbers) & (numbers == np.round(numbers)) & (np.abs(numbers) < 2.0**53)
+        text[whole] = numbers[whole].astype(np.int64).astype(str)
+    return text
+
+
+def level_codes(levels: pd.Index, labels: pd.Index) -> np.ndarray:
+    """Each label's position among a fit's ``levels`` (-1: a level the fit never saw).  A fit saved before
+    :func:`group_labels` wrote whole numbers as integers holds float levels (``"3.0"``): those are read as the
+    integers they are."""
+    codes = levels.get_indexer(labels)
+    if (codes < 0).any() and levels.size and all(isinstance(level, str) for level in levels):
+        as_numbers = pd.to_numeric(pd.Series(levels, dtype=object), errors="coerce")
+        if as_numbers.notna().all() and any("." in level for level in levels):
+            rewritten = pd.Index(_level_text(as_numbers.astype(float)))
+            if rewritten.is_unique:
+                codes = rewritten.get_indexer(labels)
+    return codes
 
 
 def sorted_group_levels(labels: pd.Index) -> pd.Index:
@@ -672,7 +700,25 @@ def _random_terms(parsed: ParsedFormula, frame: pd.DataFrame) -> tuple[ReTerm, .
                     values=values[:, list(cols)],
                 )
             )
+    _check_repeated_columns(re_terms)
     return tuple(re_terms)
+
+
+def _check_repeated_columns(re_terms: list[ReTerm]) -> None:
+    """Refuse a column that two random-effect terms give the same grouping factor (``(1 | g) + (1 + x | g)``): each
+    level's two coefficients enter the predictor only through their sum, so the data identify only the sum of the two
+    variances, and each term's reported variance would be the prior's split of it."""
+    seen: dict[tuple[tuple[str, ...], str], ReTerm] = {}
+    for term in re_terms:
+        for name in term.term_names:
+            first = seen.setdefault((term.bar.group, name), term)
+            if first is not term:
+                raise FormulaError(
+                    f"random-effect terms {first.bar} and {term.bar} both give grouping factor "
+                    f"{term.bar.group_name!r} the column {name!r}: the data identify only the sum of the two "
+                    f"variances; write each column once per grouping factor, e.g. (1 + x | {term.bar.group_name}), "
+                    f"or (1 | {term.bar.group_name}) + (0 + x | {term.bar.group_name}) for uncorrelated ones"
+                )
 
 
 def _gp_inputs(frame: pd.DataFrame, spec, what: str) -> np.ndarray:

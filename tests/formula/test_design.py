@@ -182,3 +182,39 @@ def test_a_back_quoted_predictor_with_missing_values_is_imputed_as_its_column():
     data.loc[[2, 7], "dose mg"] = np.nan
     design = build_design(parse_formula("y ~ x + `dose mg`"), data, missing="impute")
     assert design.imputation.variables[0] == "dose mg" and design.imputation.n_missing == {"dose mg": 2}
+
+
+@pytest.mark.parametrize(
+    "bars, first, second",
+    [("(1 | g) + (1 | g)", "(1 | g)", "(1 | g)"), ("(1 | g) + (1 + x | g)", "(1 | g)", "(1 + x | g)")],
+)
+def test_a_column_that_two_terms_give_one_grouping_factor_is_refused_naming_both(frame, bars, first, second):
+    """Two coefficients per level entering the predictor only through their sum: only the sum of the variances is
+    identified, so the fit would report the prior's split of it."""
+    with pytest.raises(FormulaError, match="identify only the sum") as caught:
+        build_design(parse_formula(f"y ~ x + {bars}"), frame)
+    assert f"{first} and {second}" in str(caught.value) and "'(Intercept)'" in str(caught.value)
+
+
+@pytest.mark.parametrize("bars", ["(x || g)", "(1 | g) + (0 + x | g)", "(1 | g) + (1 | h)"])
+def test_terms_with_distinct_columns_or_factors_are_kept(frame, bars):
+    design = build_design(parse_formula(f"y ~ x + {bars}"), frame.assign(h=np.arange(len(frame)) % 3))
+    assert len(design.re_terms) == 2
+
+
+def test_a_float_grouping_column_names_the_levels_of_the_integer_one(frame):
+    """A column of integers with a missing value is read as float: its levels are the same as the integer column's
+    (``3.0`` is level ``3``), for training and for new data; a fit holding float-written levels still finds them."""
+    from bayesvm.formula.design import group_labels, level_codes
+
+    data = pd.DataFrame({"g": [3, 10, -2, 3]})
+    as_float = data.assign(g=data["g"].astype(float))
+    assert list(group_labels(as_float, ("g",))) == list(group_labels(data, ("g",))) == ["3", "10", "-2", "3"]
+    assert list(group_labels(pd.DataFrame({"g": [2.5, np.nan]}), ("g",))) == ["2.5", "nan"]
+    written_as_floats = pd.Index(["-2.0", "3.0", "10.0"])
+    np.testing.assert_array_equal(level_codes(written_as_floats, group_labels(data, ("g",))), [1, 2, 0, 1])
+    np.testing.assert_array_equal(level_codes(pd.Index(["007", "7"]), pd.Index(["7", "8"])), [1, -1])
+    d = design("y ~ x + (1 | g)", frame.assign(g=frame["g"].astype(float)))
+    assert list(d.re_terms[0].levels) == ["1", "2", "10"]
+    new = d.rematerialize(frame.iloc[:2], include_random=True)
+    np.testing.assert_array_equal(new.codes[0], [1, 2])

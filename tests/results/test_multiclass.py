@@ -84,3 +84,15 @@ def test_a_continuous_response_is_refused_and_whole_numbers_are_classes(three):
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm("y ~ x + z", coded, vb="meanfield")
     assert fit.classes == (0.0, 1.0, 2.0)
+
+
+def test_each_class_fits_warnings_name_the_class_and_point_at_the_callers_line():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(300)
+    labels = np.where(np.arange(300) == 0, "c", np.where(rng.random(300) < 1 / (1 + np.exp(-x)), "a", "b"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bayesvm.bsvm("y ~ x", pd.DataFrame({"y": labels, "x": x}))
+    said = [w for w in caught if issubclass(w.category, bayesvm.IdentifiabilityWarning)]
+    assert said and all(str(w.message).startswith("class 'c' against the rest: ") for w in said)
+    assert {w.filename for w in caught} == {__file__}
