@@ -9,7 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from .findings import Checks, Diagnostics, Finding, IdentifiabilityError
-from .levels import level_findings, one_class_levels, random_effect_separation, singular_findings
+from .levels import (
+    fixed_span_findings,
+    level_findings,
+    one_class_levels,
+    random_effect_separation,
+    singular_findings,
+)
 from .predicted_classes import one_class_findings
 from .rank import Aliased, aliased_columns
 from .separation import Separation, detect_separation
@@ -62,6 +68,7 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
         if separation_finding is not None:
             findings.append(separation_finding)
         findings.extend(level_findings(design, checks))
+        findings.extend(fixed_span_findings(design, checks))
         if checks.random_separation != "ignore" and not any(f.action == "stop" for f in findings):
             for finding in random_effect_separation(design.X, design.x_names, design, isolated, checks):
                 action = checks.random_separation if finding.action == "warn" else finding.action

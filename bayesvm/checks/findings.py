@@ -61,8 +61,9 @@ class Checks:
     nlevels
         A grouping factor with fewer than 5 levels (``"warn"``; fewer than 2 is always refused).
     nobs_vs_nlev
-        A random-effect term with at least as many levels as rows (``"stop"``); a majority of
-        single-row levels is warned about unless ``"ignore"``.
+        A random-effect term with at least as many levels as rows, or one the fixed effects can express (a
+        grouping factor that is also a fixed-effect factor): confounded, its variance not identified (``"stop"``); a
+        majority of single-row levels is warned about unless ``"ignore"``.
     nobs_vs_nre
         More random-effect coefficients than rows (``"stop"``).
     random_separation

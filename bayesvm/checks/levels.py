@@ -102,6 +102,50 @@ def level_findings(design, actions) -> list[Finding]:
     return findings
 
 
+#: Random combinations of a term's effects whose predictor is tested against the span of the fixed-effect columns
+SPAN_PROBES = 2
+#: A probe's predictor counts as inside that span when the least-squares residual keeps less than this share of its norm
+SPAN_TOLERANCE = 1e-8
+#: Rows x fixed columns^2 up to which the span is tested (about a second; a fit's every sweep costs as much)
+SPAN_MAX_WORK = 2e9
+
+
+def fixed_span_findings(design, actions) -> list[Finding]:
+    """Random-effect terms whose every effect the fixed effects can also express (``y ~ C(g) + (1 | g)``): each
+    level's random effect and the fixed effects enter the predictor only through their sum, so the term's variance is
+    set by its prior and the split of each level's effect by the two priors.
+
+    Tested for a term only where the fixed part has at least as many columns as the term has coefficients (else it
+    cannot contain them) and up to :data:`SPAN_MAX_WORK`: ``Z b`` for :data:`SPAN_PROBES` random ``b`` is regressed on ``X`` (least squares, the cost
+    of one ``X' X``); a residual below :data:`SPAN_TOLERANCE` of its norm for every probe means the term lies in the
+    span of ``X`` (a term outside it leaves a residual almost surely)."""
+    findings = []
+    X = design.X
+    rng = np.random.default_rng(0)
+    for term in design.re_terms:
+        size = term.n_levels * term.k
+        if X.shape[1] < size or X.shape[0] != design.n or float(design.n) * X.shape[1] ** 2 > SPAN_MAX_WORK:
+            continue
+        effects = rng.standard_normal((term.n_levels, term.k, SPAN_PROBES))
+        inside = term.codes >= 0
+        probes = np.zeros((design.n, SPAN_PROBES))
+        probes[inside] = np.einsum("nk,nks->ns", term.values[inside], effects[term.codes[inside]])
+        residual = probes - X @ np.linalg.lstsq(X, probes, rcond=None)[0]
+        if np.all(np.linalg.norm(residual, axis=0) <= SPAN_TOLERANCE * np.linalg.norm(probes, axis=0)):
+            findings.append(
+                Finding(
+                    "nobs_vs_nlev",
+                    actions.nobs_vs_nlev,
+                    f"{term.bar}: the fixed effects can express every one of its effects (e.g. {term.group!r} is also a "
+                    f"fixed-effect factor), and each level's random effect enters only through its sum with them: its "
+                    f"variance is set by its prior, not the data; remove {term.group!r} from the fixed part or drop "
+                    "the term",
+                    (term.group,),
+                )
+            )
+    return findings
+
+
 def one_class_levels(design, actions) -> list[Finding]:
     """Levels whose rows are all one class, from the per-level class counts alone (out-of-core data, where the
     separation test on ``[X, Z]`` cannot run): their random effects are pushed to the prior's tails and only the levels

@@ -185,3 +185,29 @@ def test_levels_of_one_class_from_the_counts_alone_note_or_warn_by_the_informati
     (finding,) = one_class_levels(design, Checks())
     assert finding.action == "warn" and "determined by its prior" in finding.message
     assert one_class_levels(design, Checks(random_separation="ignore")) == []
+
+
+@pytest.mark.parametrize("formula", ["y ~ x + C(g) + (1 | g)", "y ~ x * C(g) + (1 + x | g)"])
+def test_a_term_the_fixed_effects_can_express_is_refused_and_warned_about_on_request(formula):
+    """A grouping factor that is also a fixed-effect factor: each level's random effect enters only through its sum
+    with the fixed effects, so the term's variance is its prior's (lme4 fits it without a word)."""
+    rng = np.random.default_rng(1)
+    g = rng.integers(0, 12, 240)
+    x = rng.standard_normal(240)
+    data = pd.DataFrame({"y": rng.random(240) < 1 / (1 + np.exp(-x)), "x": x, "g": g})
+    with pytest.raises(IdentifiabilityError, match="the fixed effects can express every one of its effects"):
+        bayesvm.bsvm(formula, data, vb="meanfield")
+    with pytest.warns(IdentifiabilityWarning, match="remove 'g' from the fixed part"):
+        bayesvm.bsvm(formula, data, vb="meanfield", checks=Checks(nobs_vs_nlev="warn", vb_check="ignore"))
+
+
+@pytest.mark.parametrize("formula", ["y ~ x + C(h) + (1 | g)", "y ~ x + C(g) + (0 + x | g)", "y ~ x + g + (1 | g)"])
+def test_a_term_outside_the_fixed_effects_span_is_not_named(formula):
+    rng = np.random.default_rng(1)
+    g = rng.integers(0, 12, 240)
+    x = rng.standard_normal(240)
+    data = pd.DataFrame({"y": rng.random(240) < 1 / (1 + np.exp(-x)), "x": x, "g": g, "h": rng.integers(0, 12, 240)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bayesvm.bsvm(formula, data, vb="meanfield", checks=Checks(vb_check="ignore"))
+    assert not any("can express" in str(w.message) for w in caught)
