@@ -21,6 +21,9 @@ import scipy.linalg
 RANK_TOL = 1e-7
 #: Rows used for the QR; beyond this many the Gram matrix's Cholesky factor gives ``R`` (tolerance squared).
 QR_MAX_ROWS = 200_000
+#: Aliased combinations whose largest coefficients are named (a least-squares fit each); the rest are called
+#: combinations (``summary()`` lists 8 aliased columns by name)
+EXPLAINED_COMBINATIONS = 20
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,9 @@ def aliased_columns(X: np.ndarray, names: tuple[str, ...] | list[str]) -> list[A
     aliased = (np.abs(diag) < RANK_TOL) | zero
     found = []
     intercept = [j for j, name in enumerate(names) if name == "(Intercept)"]
-    for j in np.flatnonzero(aliased):
-        found.append(Aliased(str(names[j]), _reason(X, j, aliased, names, zero[j], intercept)))
+    for count, j in enumerate(np.flatnonzero(aliased)):
+        explain = count < EXPLAINED_COMBINATIONS and n >= p  # (past the rank of a wide design, any column is one)
+        found.append(Aliased(str(names[j]), _reason(X, j, aliased, names, zero[j], intercept, explain)))
     return found
 
 
@@ -76,20 +80,31 @@ def _r_diagonal(scaled: np.ndarray) -> np.ndarray:
     return diag
 
 
-def _reason(X: np.ndarray, j: int, aliased: np.ndarray, names, zero: bool, intercept: list[int]) -> str:
+def _reason(X: np.ndarray, j: int, aliased: np.ndarray, names, zero: bool, intercept: list[int], explain: bool) -> str:
+    """Why column ``j`` is aliased: all zero, constant, a copy or multiple of an earlier kept column (found from one
+    product with the earlier columns: the squared residual of ``x_j`` on ``x_k`` is ``|x_j|^2 - (x_j . x_k)^2 /
+    |x_k|^2``, then confirmed value by value), or a combination of earlier columns, whose largest coefficients are
+    named where ``explain`` (a least-squares fit on every earlier column)."""
     column = X[:, j]
     if zero:
         return "all zero"
     if np.ptp(column) == 0:
         return "constant (the intercept's alias)" if intercept and intercept[0] < j else "constant"
-    earlier = [k for k in range(j) if not aliased[k]]
-    for k in earlier:
-        other = X[:, k]
-        scale = float(column @ other) / float(other @ other) if other @ other > 0 else 0.0
-        if scale != 0 and np.allclose(column, scale * other, rtol=1e-9, atol=0):
-            return f"duplicate of {names[k]!r}" if scale == 1 else f"{scale:.6g} x {names[k]!r}"
-    if not earlier:
+    earlier = np.flatnonzero(~aliased[:j])
+    if not earlier.size:
         return "linearly dependent"
+    others = X[:, earlier]
+    products, squares = column @ others, np.einsum("ij,ij->j", others, others)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        left = float(column @ column) - np.where(squares > 0, products**2 / squares, 0.0)
+    for k in np.flatnonzero(left <= 1e-12 * float(column @ column)):
+        scale = float(products[k] / squares[k]) if squares[k] > 0 else 0.0
+        if scale != 0 and np.allclose(column, scale * others[:, k], rtol=1e-9, atol=0):
+            name = names[earlier[k]]
+            return f"duplicate of {name!r}" if scale == 1 else f"{scale:.6g} x {name!r}"
+    if not explain:
+        return "a linear combination of earlier columns"
+    earlier = list(earlier)
     coef, *_ = np.linalg.lstsq(X[:, earlier], column, rcond=None)
     big = np.argsort(-np.abs(coef))[: min(4, len(coef))]
     terms = " + ".join(f"{coef[i]:.4g} x {names[earlier[i]]!r}" for i in sorted(big) if abs(coef[i]) > 1e-8)

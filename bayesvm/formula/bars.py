@@ -161,9 +161,10 @@ def parse_formula(formula: str, columns=None) -> ParsedFormula:
     if not isinstance(formula, str):
         raise FormulaError(f"formula must be a string such as 'y ~ x + (1 | g)', got {type(formula).__name__}")
     _check_parentheses(formula, formula)
-    if formula.count("~") != 1:
+    tildes = [pos for pos, char in _outside_backticks(formula) if char == "~"]  # (a quoted name may hold one)
+    if len(tildes) != 1:
         raise FormulaError(f"formula {formula!r} must contain exactly one '~' separating response and predictors")
-    lhs, rhs = (side.strip() for side in formula.split("~"))
+    lhs, rhs = formula[: tildes[0]].strip(), formula[tildes[0] + 1 :].strip()
     if not lhs:
         raise FormulaError(f"formula {formula!r} has no response on the left of '~'")
     if not re.fullmatch(_NAME, lhs):
@@ -210,7 +211,7 @@ def parse_formula(formula: str, columns=None) -> ParsedFormula:
     fixed = "".join(pieces)
     fixed = re.sub(r"\+\s*(\+\s*)+", "+ ", fixed)
     fixed = re.sub(r"^\s*\+\s*|\s*\+\s*$", "", fixed).strip()
-    if "|" in fixed:
+    if any(char == "|" for _, char in _outside_backticks(fixed)):
         raise FormulaError(
             f"'|' in {formula!r} is only allowed inside a parenthesised random-effect term such as (1 | g)"
         )
@@ -257,9 +258,9 @@ def _unquoted_names_hint(formula: str, columns) -> str:
 
 
 def _depth_zero_text(inner: str) -> str:
-    """Characters of ``inner`` outside any nested parentheses."""
+    """Characters of ``inner`` outside any nested parentheses and back-quoted names."""
     out, depth = [], 0
-    for char in inner:
+    for _, char in _outside_backticks(inner):
         if char == "(":
             depth += 1
         elif char == ")":

@@ -102,6 +102,12 @@ def expanded_terms(part: str) -> int:
 
 
 def _count_terms(node: ast.AST) -> int:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
+        total = 0  # a sum of many terms (a wide formula, ``y ~ .``) is a deep left chain: walked, not recursed into
+        while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
+            total += _count_terms(node.right)
+            node = node.left
+        return total + _count_terms(node)
     if isinstance(node, ast.BinOp):
         op = type(node.op)
         if op is ast.Pow:
@@ -118,8 +124,6 @@ def _count_terms(node: ast.AST) -> int:
                 return 2**64
             return sum(math.comb(base, i) for i in range(1, min(power, base) + 1))
         left, right = _count_terms(node.left), _count_terms(node.right)
-        if op in (ast.Add, ast.Sub):
-            return left + right
         if op is ast.Mult:
             return left + right + left * right
         if op is ast.MatMult:

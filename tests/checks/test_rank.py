@@ -145,3 +145,17 @@ def test_wide_columns_without_a_proper_prior_are_dropped_and_the_listing_is_capp
     assert len(messages) == 1 and "21 aliased column(s)" in messages[0]
     assert "and 13 more (fit.diagnostics.frame() lists them)" in messages[0] and "'x47'" not in messages[0]
     assert len(fit.fixef) == 40
+
+
+def test_a_wide_design_names_its_columns_past_the_rank_without_a_fit_per_column(monkeypatch):
+    """More columns than rows: every column past the rank is a combination of earlier ones; the reasons come from one
+    product per column (copies and multiples still named), with no least-squares fit per column."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 200))
+    X[:, 150] = 3.0 * X[:, 2]
+    calls = []
+    monkeypatch.setattr(np.linalg, "lstsq", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(AssertionError))
+    found = {a.name: a for a in aliased_columns(X, [f"x{j}" for j in range(200)])}
+    assert len(found) == 140 and calls == []
+    assert found["x150"].reason == "3 x 'x2'"
+    assert all(a.combination for name, a in found.items() if name != "x150")

@@ -85,3 +85,13 @@ def test_a_column_name_with_a_space_written_bare_is_told_to_take_backticks():
     with pytest.raises(FormulaError) as caught:  # no columns known: formulaic's message alone
         parse_formula("y ~ x val + z")
     assert "backticks" not in str(caught.value)
+
+
+def test_a_back_quoted_name_may_hold_a_tilde_or_a_bar():
+    parsed = parse_formula("y ~ `a~b` + `c|d` + (1 | g)")
+    assert parsed.response == "y" and "`a~b`" in parsed.fixed and "`c|d`" in parsed.fixed
+    assert parsed.bars == (Bar("1", ("g",)),)
+    with pytest.raises(FormulaError, match="exactly one '~'"):
+        parse_formula("y ~ x ~ z")
+    with pytest.raises(FormulaError, match="only allowed inside a parenthesised"):
+        parse_formula("y ~ x | g")
