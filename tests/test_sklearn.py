@@ -97,8 +97,8 @@ def test_missing_drop_fits_on_complete_rows_and_refuses_nan_at_predict():
 
 
 def test_missing_impute_fits_every_row_and_predicts_rows_with_nan():
-    # overlapping classes from a logistic model: the blobs separate completely, where every one of the 20 imputations'
-    # accurate fits follows the learned penalty's heavy tail (and the cross-fitted map refits them per fold): 88 s
+    # overlapping classes from a logistic model (blobs that separate completely would leave the imputations' fits
+    # to the separated classes' prior)
     rng = np.random.default_rng(2)
     X = rng.standard_normal((150, 2))
     y = (X @ [3.0, -2.0] + rng.logistic(size=150) > 0).astype(int)

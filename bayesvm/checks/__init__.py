@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..priors import HalfT
 from .findings import Checks, Diagnostics, Finding, IdentifiabilityError
 from .levels import (
     fixed_span_findings,
@@ -192,5 +193,13 @@ def _fixed_separation(model, checks: Checks, kernel: bool) -> tuple[Finding | No
     if kernel or isinstance(model.penalty, float):
         return Finding("separation", "note", f"{head} (a fixed Gaussian penalty keeps them finite: the usual SVM "
                        "on separable data)", culprits), rows  # fmt: skip
+    if isinstance(model.priors.penalty, HalfT):
+        return Finding("separation", checks.separation, f"{head}; the learned penalty's half-t prior on its SD "
+                       f"({_half_t(model.priors.penalty)}) bounds them, so their size is that prior's: compare with a "
+                       "fixed penalty (e.g. penalty=1), or check with method='gibbs'", culprits), rows  # fmt: skip
     return Finding("separation", checks.separation, f"{head}; a learned penalty gives their posterior a heavy upper "
                    "tail: check it with method='gibbs', or fix the penalty (e.g. penalty=1)", culprits), rows  # fmt: skip
+
+
+def _half_t(prior: HalfT) -> str:
+    return f"half-t({prior.nu:g}, {prior.scale:g})"

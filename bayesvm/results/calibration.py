@@ -386,8 +386,11 @@ def _fit_family(
         return _objective_and_gradient(theta, mean, var, new_var, y, prior_sd, knots, center, row_weights)
 
     x0 = center.copy() if start is None else start
-    theta = minimize(objective, x0, method="L-BFGS-B", jac=True).x
-    hessian = _hessian(lambda t: objective(t)[1], theta)
+    with np.errstate(over="ignore", invalid="ignore"):  # (an overflow leaves a non-finite curvature, refused below)
+        theta = minimize(objective, x0, method="L-BFGS-B", jac=True).x
+        hessian = _hessian(lambda t: objective(t)[1], theta)
+    if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(hessian))):
+        return None  # (decision values so large that the probit's curvature overflows: no Laplace evidence either)
     try:
         factor = cho_factor(hessian)
     except np.linalg.LinAlgError:  # flat or saddle at the optimum: no Laplace evidence for this family

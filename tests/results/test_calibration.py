@@ -553,3 +553,19 @@ def test_held_out_rows_with_missing_values_are_left_out_of_a_drop_fits_scores():
     strict = bayesvm.bsvm(formula, data.iloc[:200], vb="meanfield", seed=1)
     with pytest.raises(bayesvm.DataError, match="x1"):
         strict.calibration(held.drop(index=held.index[10]))
+
+
+def test_predictions_too_large_for_the_maps_curvature_fall_back_to_the_prior_map_quietly():
+    """Held-out decision values of 1e15-1e20, a quarter on the wrong side (a separated fit under a vague variance
+    prior): the probit's curvature overflows, so no family has a Laplace evidence and the prior's map is used, without
+    a numpy error or warning."""
+    from bayesvm.results.calibration import fit_calibration_map
+
+    rng = np.random.default_rng(0)
+    y = np.where(rng.random(120) < 0.4, 1.0, -1.0)
+    mean = y * 10 ** rng.uniform(15, 19.8, 120) * np.where(rng.random(120) < 0.25, -1.0, 1.0)
+    var = np.where(rng.random(120) < 0.3, 0.0, 10 ** rng.uniform(18, 22.7, 120))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = fit_calibration_map(pd.DataFrame({"mean": mean, "var": var, "new_var": 0.0, "y": y}), "held-out")
+    assert fitted.n == 0 and "no information in 120 predictions" in fitted.describe()
