@@ -167,7 +167,8 @@ def test_streamed_selection_vb_makes_the_in_memory_plain_sweeps(client, frame, n
     from bayesvm.engines.selection.vb import fit_laplace_zero_vb
 
     prior = SELECTION[name]
-    formula = "y ~ a + b + c + g" + (" + (1 | g)" if name == "laplace-zero" else "")
+    formula = "y ~ a + b + c + g" + (" + (1 | site)" if name == "laplace-zero" else "")
+    frame = frame.assign(site=pd.Categorical(np.arange(len(frame)) % 12))  # (g as a fixed factor: not a group too)
     # (a tolerance of 1e-7: the spike-and-slab's plain ascent takes 263 dask passes at 1e-10, 150 here)
     streamed = bayesvm.bsvm(formula, dd.from_pandas(frame, npartitions=3), prior=prior, tol=1e-7)
     memory = bayesvm.bsvm(formula, frame, prior=prior, tol=1e-10, vb="meanfield")  # (in memory Laplace-zero: EP)
@@ -181,8 +182,11 @@ def test_streamed_selection_vb_makes_the_in_memory_plain_sweeps(client, frame, n
     assert np.all(np.diff(result.lower_bound) >= -1e-8 * np.abs(result.lower_bound[1:]))
     # the plain ascent run to 1e-10 (in memory: cheap) reaches the default's optimum
     converged = engine(memory.model.selection_problem(), tol=1e-10, max_iter=5000, accelerate=False)
-    np.testing.assert_allclose(converged.mean, memory.result.mean, atol=1e-4)
-    np.testing.assert_allclose(converged.include, memory.result.include, atol=1e-4)
+    # (the sites have no effect in these data: the bound is flat along their variance, where the two ascents, each
+    # converged to 1e-10, stop 2.4e-4 apart)
+    apart = 5e-4 if name == "laplace-zero" else 1e-4
+    np.testing.assert_allclose(converged.mean, memory.result.mean, atol=apart)
+    np.testing.assert_allclose(converged.include, memory.result.include, atol=apart)
     np.testing.assert_allclose(streamed.fixef, memory.fixef, atol=5e-3)  # (stopped at 1e-7)
     assert "out-of-core" in str(streamed.summary())
 
