@@ -204,7 +204,7 @@ def _checked_model(formula, data, *, method, penalty, positive, missing, standar
 SEPARATED_PENALTY_PRIOR = HalfT()
 SEPARATED_PRIOR_NOTE = (
     "the default where the classes are separated; the paper's IG(0.01, 0.01) on sigma_u^2, which "
-    "bsvm(..., priors=bayesvm.PriorSet()) keeps, has no finite posterior mean along that direction"
+    "bsvm(..., priors=bayesvm.priors.PriorSet()) keeps, has no finite posterior mean along that direction"
 )
 
 

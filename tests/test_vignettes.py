@@ -189,8 +189,9 @@ def test_data_fight_back_vignette_runs(tmp_path, monkeypatch, capsys, request):
         "so the coefficients of '(Intercept)', 'b' are bounded" in out
         and "penalty=None gives every fixed effect" in out
     )
-    low, median, high = namespace["quantiles"]
+    low, median, high = namespace["quantiles"]  # the paper's IG(0.01, 0.01) kept
     assert 2.2 < low < 2.7 and 4.8 < median < 6.0 and 70 < high < 140  # exact: 2.37 / 5.27 / 101.6
+    assert namespace["default_quantiles"][2] < 30 and "half-t prior on its SD" in out  # the default where separated
     assert "(1 | g): 200 levels on 200 rows" in out and "only 0 of 200 levels have both classes" in out
     assert "525 of its 600 levels have a single row" in out
     assert "'const' (constant (the intercept's alias)); 'x2' (2 x 'x1')" in out
