@@ -199,8 +199,8 @@ def _checked_model(formula, data, *, method, penalty, positive, missing, standar
 #: The learned penalty's prior where the fixed effects separate the classes and the user set no priors: a half-t on
 #: the slopes' SD (the random effects' default, brms's).  Along a separating direction the likelihood stays flat as
 #: the slopes grow, so the posterior of their variance has the prior's tail: the paper's IG(0.01, 0.01) has no finite
-#: mean there (the posterior means run to 1e4-1e8 and their signs stop separating: wine's classes, a tenth to a
-#: third of held-out rows misclassified where a linear SVM misclassifies 1%), the half-t a finite one.
+#: mean there (the slopes' posterior means run away and their signs stop separating held-out rows), the half-t a
+#: finite one.
 SEPARATED_PENALTY_PRIOR = HalfT()
 SEPARATED_PRIOR_NOTE = (
     "the default where the classes are separated; the paper's IG(0.01, 0.01) on sigma_u^2, which "

@@ -116,9 +116,9 @@ def fixed_span_findings(design, actions) -> list[Finding]:
     set by its prior and the split of each level's effect by the two priors.
 
     Tested for a term only where the fixed part has at least as many columns as the term has coefficients (else it
-    cannot contain them) and up to :data:`SPAN_MAX_WORK`: ``Z b`` for :data:`SPAN_PROBES` random ``b`` is regressed on ``X`` (least squares, the cost
-    of one ``X' X``); a residual below :data:`SPAN_TOLERANCE` of its norm for every probe means the term lies in the
-    span of ``X`` (a term outside it leaves a residual almost surely)."""
+    cannot contain them) and up to :data:`SPAN_MAX_WORK`: ``Z b`` for :data:`SPAN_PROBES` random ``b`` is regressed
+    on ``X`` (least squares, the cost of one ``X' X``); a residual below :data:`SPAN_TOLERANCE` of its norm for every
+    probe means the term lies in the span of ``X`` (a term outside it leaves a residual almost surely)."""
     findings = []
     X = design.X
     rng = np.random.default_rng(0)

@@ -397,9 +397,8 @@ def _level_text(column: pd.Series) -> np.ndarray:
 
 
 def level_codes(levels: pd.Index, labels: pd.Index) -> np.ndarray:
-    """Each label's position among a fit's ``levels`` (-1: a level the fit never saw).  A fit saved before
-    :func:`group_labels` wrote whole numbers as integers holds float levels (``"3.0"``): those are read as the
-    integers they are."""
+    """Each label's position among a fit's ``levels`` (-1: a level the fit never saw); levels written as floats
+    (``"3.0"``, as saved files may hold them) match the integers they are (:func:`group_labels`)."""
     codes = levels.get_indexer(labels)
     if (codes < 0).any() and levels.size and all(isinstance(level, str) for level in levels):
         as_numbers = pd.to_numeric(pd.Series(levels, dtype=object), errors="coerce")

@@ -333,9 +333,9 @@ def check_vb(fit, draws: int | None = None, seed: int | None = 0) -> VBCheck:
     ``draws=None`` takes :data:`FIRST_LOOK_DRAWS` draws from q and, when the governing k-hat lands within
     :data:`BORDER` of a verdict's threshold (0.5 or 0.7), adds draws to :data:`SECOND_LOOK_DRAWS` for that k-hat
     (its Monte Carlo spread shrinks with the tail draws PSIS fits, so that the verdict does not hang on the seed);
-    an integer takes exactly that many.  The draws are made in batches of at most :data:`BATCH_DRAWS`
-    (:class:`bayesvm.results.check_draws.DrawStream`), so the memory of the predictor draws stays at
-    ``BATCH_DRAWS x rows``; a mean-field fit's marginal check draws on a stream of its own (spawned from ``seed``), so
+    an integer takes exactly that many.  The draws are made in batches of at most
+    :data:`bayesvm.results.check_draws.BATCH_DRAWS` (:class:`bayesvm.results.check_draws.DrawStream`), so the memory of
+    the predictor draws stays at that many times the rows; a mean-field fit's marginal check draws on a stream of its own (spawned from ``seed``), so
     that its first look can make its draws a look at a time.
 
     The check runs with the BLAS threading of the engines (:func:`bayesvm.linalg.dense.blas_threads`): on small dense
@@ -527,7 +527,8 @@ def _first_look(fit, joint: DrawStream, marginal: DrawStream | None):
 
 
 def _imputed_draws(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """:func:`bayesvm.results.imputation_check.imputed_log_ratios` in batches of at most :data:`BATCH_DRAWS`."""
+    """:func:`bayesvm.results.imputation_check.imputed_log_ratios` in batches of at most
+    :data:`bayesvm.results.check_draws.BATCH_DRAWS`."""
     problem = fit.model.imputation_problem("joint")  # (the design and its imputation layout, once)
     parts = [imputed_log_ratios(fit, problem, rng, size, _mean_field_proposal) for size in increments(0, draws, ())]
     return np.concatenate([p[0] for p in parts]), np.vstack([p[1] for p in parts]), parts[0][2]
