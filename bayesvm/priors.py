@@ -137,7 +137,8 @@ class PriorSet:
         Prior of the slopes' shared variance ``sigma_u^2 = 1 / (4 alpha)`` when ``penalty="learn"`` (a ridge prior
         ``slopes ~ N(0, sigma_u^2)`` with its own variance): the paper's :class:`InverseGamma` ``IG(A_u, B_u)``
         (Example 1; default ``IG(0.01, 0.01)``), :class:`HalfT` on ``sigma_u``, or any :class:`VariancePrior` whose
-        law the engines know.
+        law the engines know.  ``bsvm()`` without ``priors`` puts ``HalfT()`` here where the fixed effects separate
+        the classes (under ``IG(0.01, 0.01)`` the variance's posterior then has no finite mean).
     random
         Prior of the variance of each single-column random-effect term (and ``gp()`` amplitude): :class:`HalfT` on its
         SD (default ``HalfT(3, 2.5)``), :class:`InverseGamma` on the variance (the paper's ``IG(0.01, 0.01)``), or any
