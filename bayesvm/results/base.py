@@ -286,8 +286,9 @@ class Fit(ABC):
         seed
             Seed of the fold assignment and the fold fits (default: the fit's seed, or 0).
         method
-            Without ``newdata``: ``"auto"`` (PSIS-LOO where it serves, else cross-fitting), ``"loo"`` or
-            ``"crossfit"``.
+            Without ``newdata``: ``"auto"`` (PSIS-LOO where it serves: a fit without random effects whose rows'
+            leave-one-out moments rest on enough draws, :data:`bayesvm.results.loo.MAX_THIN_SHARE`; else
+            cross-fitting), ``"loo"`` or ``"crossfit"``.
 
         Returns
         -------
@@ -307,8 +308,9 @@ class Fit(ABC):
             raise BayesvmError(f"PSIS leave-one-out cannot calibrate this fit ({why}); use method='crossfit'")
         if newdata is None and method != "crossfit" and why is None:
             predictions = loo.loo_predictions(self, seed=0 if seed is None else seed, folds=folds)
-            self._calibration = fit_calibration_map(self._with_class_weights(predictions), "PSIS leave-one-out")
-            return self._calibration
+            if method == "loo" or loo.thin_share(predictions) <= loo.MAX_THIN_SHARE:
+                self._calibration = fit_calibration_map(self._with_class_weights(predictions), "PSIS leave-one-out")
+                return self._calibration
         if newdata is None:
             from .crossfit import CrossFitError, cross_fitted_predictions
 

@@ -569,3 +569,28 @@ def test_predictions_too_large_for_the_maps_curvature_fall_back_to_the_prior_map
         warnings.simplefilter("error")
         fitted = fit_calibration_map(pd.DataFrame({"mean": mean, "var": var, "new_var": 0.0, "y": y}), "held-out")
     assert fitted.n == 0 and "no information in 120 predictions" in fitted.describe()
+
+
+def test_leave_one_out_that_rests_on_a_few_draws_gives_way_to_refits():
+    """Separable classes (scikit-learn's wine, class 1 against the rest): most rows' leave-one-out weights fall on
+    the few draws that misclassify them, so their PSIS-LOO means land on the wrong side; the map is learned from
+    cross-fitted refits instead, and the held-out probabilities are sharp.  ``method="loo"`` still gives PSIS-LOO."""
+    from sklearn.datasets import load_wine
+
+    from bayesvm.results import loo
+
+    X, y = load_wine(return_X_y=True, as_frame=True)
+    X = (X - X.mean()) / X.std()
+    X.columns = [f"x{j}" for j in range(X.shape[1])]
+    data = X.assign(y=(y == 1).to_numpy())
+    train, test = data[np.arange(len(data)) % 3 != 0], data[np.arange(len(data)) % 3 == 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ " + " + ".join(X.columns), train)
+        assert loo.thin_share(loo.loo_predictions(fit)) > loo.MAX_THIN_SHARE
+        assert "cross-fitted" in fit.calibrate().describe()
+        held_out = np.asarray(fit.predict(test, kind="prob"), float)
+        truth = test["y"].to_numpy()
+        log_loss = -np.mean(np.where(truth, np.log(held_out), np.log1p(-held_out)))
+        assert log_loss < 0.2, log_loss
+        assert "PSIS leave-one-out" in fit.calibrate(method="loo").describe()
