@@ -21,14 +21,9 @@ BATCH_DRAWS = 1000
 def increments(made: int, size: int, points: tuple[int, ...]) -> list[int]:
     """``size`` draws after ``made`` split at ``points`` and at every multiple of :data:`BATCH_DRAWS`."""
     stop = made + int(size)
-    ends = sorted({p for p in points if made < p < stop} | set(range((made // BATCH_DRAWS + 1) * BATCH_DRAWS, stop,
-                                                                     BATCH_DRAWS)) | {stop})  # fmt: skip
-    out, start = [], made
-    for end in ends:
-        if end > start:
-            out.append(end - start)
-            start = end
-    return out
+    batch_ends = range((made // BATCH_DRAWS + 1) * BATCH_DRAWS, stop, BATCH_DRAWS)
+    ends = sorted({point for point in points if made < point < stop} | set(batch_ends) | {stop})
+    return [end - start for start, end in zip([made, *ends], ends) if end > start]
 
 
 @dataclass
