@@ -79,6 +79,15 @@ class MulticlassFit:
         """One summary: the classes and, for each, its fit's fixed effects, variance components and checks."""
         return MulticlassSummary(self, [fit.summary(level=level, detail=detail) for fit in self.fits])
 
+    def to_inference_data(self, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True) -> dict:
+        """One ArviZ object per class, keyed by the class as text: its fit against the rest
+        (:meth:`bayesvm.results.base.Fit.to_inference_data`; the binary fits share no parameters, so they are
+        not one posterior)."""
+        return {
+            str(label): fit.to_inference_data(draws=draws, seed=seed, log_likelihood=log_likelihood)
+            for label, fit in zip(self.classes, self.fits)
+        }
+
     def save(self, path, key: bytes | str | None = None):
         """Write every class's fit to ``path`` (:mod:`bayesvm.results.storage`)."""
         from .storage import save_fit

@@ -96,3 +96,19 @@ def test_each_class_fits_warnings_name_the_class_and_point_at_the_callers_line()
     said = [w for w in caught if issubclass(w.category, bayesvm.IdentifiabilityWarning)]
     assert said and all(str(w.message).startswith("class 'c' against the rest: ") for w in said)
     assert {w.filename for w in caught} == {__file__}
+
+
+def test_each_class_exports_its_own_arviz_object():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(150)
+    data = pd.DataFrame(
+        {"y": np.where(x > 0.6, "hi", np.where(x < -0.6, "lo", "mid")), "x": x + rng.normal(0, 0.5, 150)}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x", data, vb="meanfield")
+        exported = fit.to_inference_data(draws=50)
+    assert list(exported) == ["hi", "lo", "mid"]
+    for label in fit.classes:
+        assert "posterior" in exported[label].groups()
+        assert exported[label].posterior.sizes["chain"] * exported[label].posterior.sizes["draw"] == 48  # (4 x 12)
