@@ -97,6 +97,17 @@ class MulticlassFit:
     def __repr__(self) -> str:
         return f"<MulticlassFit one-vs-rest over {len(self.classes)} classes: {self.formula!r}>"
 
+    def __getattr__(self, name: str):
+        """A binary fit's attribute that the classes together do not have (``ranef``, ``check_vb``, ...): an error
+        that says where it is, each class's fit against the rest."""
+        fits = self.__dict__.get("fits")
+        if name.startswith("_") or not fits or not hasattr(type(fits[0]), name):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(
+            f"{name!r} belongs to each class's fit against the rest: fit.fits[k].{name} for class k of "
+            f"{list(self.classes)} (in that order)"
+        )
+
 
 @dataclass(frozen=True, eq=False)
 class MulticlassSummary:

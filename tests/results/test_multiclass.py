@@ -112,3 +112,17 @@ def test_each_class_exports_its_own_arviz_object():
     for label in fit.classes:
         assert "posterior" in exported[label].groups()
         assert exported[label].posterior.sizes["chain"] * exported[label].posterior.sizes["draw"] == 48  # (4 x 12)
+
+
+def test_a_binary_fits_attribute_says_where_it_is():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(120)
+    data = pd.DataFrame({"y": np.where(x > 0.6, "hi", np.where(x < -0.6, "lo", "mid")), "x": x + rng.normal(0, 1, 120)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = bayesvm.bsvm("y ~ x", data, vb="meanfield")
+    with pytest.raises(AttributeError, match=r"fit.fits\[k\].check_vb for class k of \['hi', 'lo', 'mid'\]"):
+        fit.check_vb()
+    with pytest.raises(AttributeError, match="has no attribute 'nonesuch'"):
+        fit.nonesuch()
+    assert fit.fits[0].check_vb(warn=False) is not None
