@@ -127,9 +127,10 @@ def bsvm(
     fold_nodes = engine_options.pop("_fold_nodes", None)
     control = resolve_control(control, engine_options)
     options = {  # the call as given, for cross-fitting (bayesvm.results.crossfit); engine settings as keywords
-        "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive, "missing": missing,
-        "standardize": standardize, "priors": priors, "prior": prior, "unpenalized": unpenalized, "kernel": kernel,
-        "vb": vb, "class_weight": class_weight, "seed": seed, "checks": checks, **control.as_options(),
+        "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive,
+        "missing": missing, "standardize": standardize, "priors": priors, "prior": prior, "unpenalized": unpenalized,
+        "kernel": kernel, "vb": vb, "class_weight": class_weight, "seed": seed, "checks": checks,
+        **control.as_options(),
     }  # fmt: skip
     _check_arguments(method, vb, priors, class_weight, control, streamed=is_dask_frame(data))
     if isinstance(penalty, str) and penalty.lower() == "none":  # as the command line spells it

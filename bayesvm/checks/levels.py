@@ -136,8 +136,8 @@ def fixed_span_findings(design, actions) -> list[Finding]:
                 Finding(
                     "nobs_vs_nlev",
                     actions.nobs_vs_nlev,
-                    f"{term.bar}: the fixed effects can express every one of its effects (e.g. {term.group!r} is also a "
-                    f"fixed-effect factor), and each level's random effect enters only through its sum with them: its "
+                    f"{term.bar}: the fixed effects can express every one of its effects (e.g. {term.group!r} is also "
+                    "a fixed-effect factor), and each level's random effect enters only through its sum with them: its "
                     f"variance is set by its prior, not the data; remove {term.group!r} from the fixed part or drop "
                     "the term",
                     (term.group,),

@@ -11,7 +11,8 @@ and the second moment alike, the weights Pareto-smoothed per row (Vehtari, Gelma
 pass of the draws over the rows instead of five refits (:mod:`bayesvm.results.crossfit`).  Where a row carries its
 own random effect the reweighting has to move that effect far (the row is much of its level's data), the weights
 degenerate, and the leave-one-out moments stay near the fit's own: mixed models, and every other model whose rows
-are not exchangeable given the coefficients, keep the refits.
+are not exchangeable given the coefficients, keep the refits.  So does a fit where too many rows' weights fall on a
+few draws (:func:`thin_share`): classes the slopes separate, where the draws that misclassify a row carry it.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def applies(fit) -> str | None:
 def loo_predictions(fit, draws: int = LOO_DRAWS, seed: int = 0, folds: int = 5) -> pd.DataFrame:
     """``mean, var, new_var, y, fold`` of every training row's leave-one-out predictive ``f`` (module docstring), the
     frame :func:`bayesvm.results.calibration.fit_calibration_map` learns from; ``attrs["khat"]`` holds each row's
-    Pareto k-hat and ``attrs["ess"]`` the effective sample size of its smoothed weights (a fraction of the draws).  ``fold``: a stratified assignment of the rows to ``folds`` parts, by which the calibration report
-    scores each part with a map learned from the others (as it does cross-fitted predictions)."""
+    Pareto k-hat and ``attrs["ess"]`` the effective sample size of its smoothed weights (a fraction of the draws).
+    ``fold``: a stratified assignment of the rows to ``folds`` parts, by which the calibration report scores each part
+    with a map learned from the others (as it does cross-fitted predictions)."""
     rng = np.random.default_rng(seed)
     theta_d, _, _ = fit.posterior.draws(rng, draws)
     theta = theta_d.reshape(-1, theta_d.shape[-1])
