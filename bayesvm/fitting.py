@@ -80,21 +80,21 @@ def bsvm(
         ``~ N(0, 1/(4 alpha))``: the SVM objective ``sum hinge + alpha ||beta||^2``, Alg. 1) or ``None`` /
         ``"none"`` (vague ``N(0, sigma_beta^2)``).  The intercept is never penalised.
     positive
-        The response value coded +1 (default: the second class in categorical or sorted order).  More than two
-        classes are fitted one-vs-rest (a :class:`bayesvm.MulticlassFit`), or that class against the rest.
+        The response value coded +1 (default: the second class in categorical or sorted order); more than two classes
+        are fitted one-vs-rest (a :class:`bayesvm.MulticlassFit`), or that class against the rest.
     missing
-        ``"error"`` (default), ``"drop"`` (complete cases) or ``"impute"`` (predictors under a normal model, missing
-        completely at random: the paper's joint model, section 3.3, or multiple imputation, per ``control.imputation``;
-        the guide's *Missing data*); rows missing the response are then dropped and counted in ``summary()``.
+        ``"error"`` (default), ``"drop"`` (complete cases) or ``"impute"`` (predictors missing completely at random, by
+        the paper's joint model, section 3.3, or multiple imputation: the guide's *Missing data*; rows missing the
+        response dropped and counted in ``summary()``).
     standardize
         Centre and scale numeric fixed-effect columns internally (results on the original scale), else as given.
     priors
-        Hyperparameters (:class:`bayesvm.priors.PriorSet`); the papers' defaults.
+        Hyperparameters (:class:`bayesvm.priors.PriorSet`; without it, its defaults, the penalty's half-t where the
+        fixed effects separate the classes).
     prior
-        A selection or shrinkage prior on the penalised slopes instead of ``penalty``:
-        :class:`~bayesvm.priors.LaplaceZero` (Alg. 3, Appendix B), :class:`~bayesvm.priors.SpikeSlab` or
-        :class:`~bayesvm.priors.Lasso`; ``fit.inclusion`` gives inclusion probabilities, coefficients and predictions
-        are model averages (the guide's *Variable selection*).
+        A selection or shrinkage prior on the penalised slopes instead of ``penalty``: :class:`~bayesvm.priors.Lasso`,
+        :class:`~bayesvm.priors.LaplaceZero` (Alg. 3) or :class:`~bayesvm.priors.SpikeSlab`; ``fit.inclusion`` gives
+        inclusion probabilities, coefficients are model averages (the guide's *Variable selection*).
     unpenalized
         Formula terms (as formulaic names them, e.g. ``["age", "sex"]``) kept out of the penalty or prior.
     kernel
@@ -127,10 +127,9 @@ def bsvm(
     fold_nodes = engine_options.pop("_fold_nodes", None)
     control = resolve_control(control, engine_options)
     options = {  # the call as given, for cross-fitting (bayesvm.results.crossfit); engine settings as keywords
-        "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive,
+        "formula": formula, "data": data, "method": method, "penalty": penalty, "positive": positive, "vb": vb,
         "missing": missing, "standardize": standardize, "priors": priors, "prior": prior, "unpenalized": unpenalized,
-        "kernel": kernel, "vb": vb, "class_weight": class_weight, "seed": seed, "checks": checks,
-        **control.as_options(),
+        "kernel": kernel, "class_weight": class_weight, "seed": seed, "checks": checks, **control.as_options(),
     }  # fmt: skip
     _check_arguments(method, vb, priors, class_weight, control, streamed=is_dask_frame(data))
     if isinstance(penalty, str) and penalty.lower() == "none":  # as the command line spells it
