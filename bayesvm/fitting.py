@@ -15,6 +15,7 @@ from .checks import (
     check_identifiability,
     one_class_findings,
     singular_findings,
+    with_penalty_prior,
 )
 from .combinations import (
     check_checks,
@@ -187,9 +188,8 @@ def _checked_model(formula, data, *, method, penalty, positive, missing, standar
     if default_priors and method != "em" and penalty == "learn" and prior is None and _separated(diagnostics):
         model = build_model(design, penalty, replace(priors, penalty=SEPARATED_PENALTY_PRIOR), standardize,
                             unpenalized=unpenalized, class_weight=class_weight)  # fmt: skip
-        diagnostics = check_identifiability(model, checks)
         diagnostics = Diagnostics(tuple(
-            replace(f, message=f"{f.message} ({SEPARATED_PRIOR_NOTE})") if f.check == "separation" else f
+            with_penalty_prior(f, priors.penalty, SEPARATED_PENALTY_PRIOR, SEPARATED_PRIOR_NOTE)
             for f in diagnostics.findings
         ))  # fmt: skip
     diagnostics.enforce(stacklevel=3)  # (the warning names the user's call: enforce, this, bsvm, the caller)

@@ -6,6 +6,8 @@ warns once per ``warn``; ``fit.diagnostics`` keeps every finding and ``summary()
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..priors import HalfT
@@ -33,6 +35,7 @@ __all__ = [
     "detect_separation",
     "one_class_findings",
     "singular_findings",
+    "with_penalty_prior",
 ]
 
 #: The separation test on the fixed effects runs up to this many rows x columns (a linear programme whose cost grows
@@ -193,13 +196,27 @@ def _fixed_separation(model, checks: Checks, kernel: bool) -> tuple[Finding | No
     if kernel or isinstance(model.penalty, float):
         return Finding("separation", "note", f"{head} (a fixed Gaussian penalty keeps them finite: the usual SVM "
                        "on separable data)", culprits), rows  # fmt: skip
-    if isinstance(model.priors.penalty, HalfT):
-        return Finding("separation", checks.separation, f"{head}; the learned penalty's half-t prior on its SD "
-                       f"({_half_t(model.priors.penalty)}) bounds them, so their size is that prior's: compare with a "
-                       "fixed penalty (e.g. penalty=1), or check with method='gibbs'", culprits), rows  # fmt: skip
-    return Finding("separation", checks.separation, f"{head}; a learned penalty gives their posterior a heavy upper "
-                   "tail: check it with method='gibbs', or fix the penalty (e.g. penalty=1)", culprits), rows  # fmt: skip
+    advice = _learned_penalty_advice(model.priors.penalty)
+    return Finding("separation", checks.separation, f"{head}; {advice}", culprits), rows
 
 
-def _half_t(prior: HalfT) -> str:
-    return f"half-t({prior.nu:g}, {prior.scale:g})"
+def _learned_penalty_advice(prior) -> str:
+    """What a separation finding under a learned penalty says of the penalty's prior."""
+    if isinstance(prior, HalfT):
+        return (
+            f"the learned penalty's half-t prior on its SD (half-t({prior.nu:g}, {prior.scale:g})) bounds them, so "
+            "their size is that prior's: compare with a fixed penalty (e.g. penalty=1), or check with method='gibbs'"
+        )
+    return (
+        "a learned penalty gives their posterior a heavy upper tail: check it with method='gibbs', or fix the penalty "
+        "(e.g. penalty=1)"
+    )
+
+
+def with_penalty_prior(finding: Finding, old, new, why: str) -> Finding:
+    """A separation finding made under the learned penalty's prior ``old``, said for the prior ``new`` the fit uses
+    instead, and ``why`` (the other findings do not depend on that prior, so they stand as they are)."""
+    if finding.check != "separation":
+        return finding
+    message = finding.message.replace(_learned_penalty_advice(old), _learned_penalty_advice(new))
+    return replace(finding, message=f"{message} ({why})")

@@ -104,8 +104,7 @@ def _reason(X: np.ndarray, j: int, aliased: np.ndarray, names, zero: bool, inter
             return f"duplicate of {name!r}" if scale == 1 else f"{scale:.6g} x {name!r}"
     if not explain:
         return "a linear combination of earlier columns"
-    earlier = list(earlier)
-    coef, *_ = np.linalg.lstsq(X[:, earlier], column, rcond=None)
+    coef, *_ = np.linalg.lstsq(others, column, rcond=None)
     big = np.argsort(-np.abs(coef))[: min(4, len(coef))]
     terms = " + ".join(f"{coef[i]:.4g} x {names[earlier[i]]!r}" for i in sorted(big) if abs(coef[i]) > 1e-8)
     return f"a linear combination of earlier columns ({terms})"
