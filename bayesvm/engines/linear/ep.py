@@ -479,7 +479,10 @@ def _integrate_ep(problem, rows, n_nodes, span, importance_weights, given, tick)
             log_post(phi)
             return fits.cache[node_key(phi)]
 
-        grid, node_weights = _importance_weighted(grid, evidence, hyper, state_at, many)
+        try:
+            grid, node_weights = _importance_weighted(grid, evidence, hyper, state_at, many)
+        finally:
+            evidence.release()
     nodes, keep, weights, logp = grid.nodes, grid.keep, grid.weights, grid.logp
     states = []
     for t in nodes:  # the cache holds every node; a node's key can differ in the last digit from its first

@@ -38,7 +38,7 @@ from ...model.problems import VBProblem
 from ..augmentation import weighted_predictor
 from ..hinge_levels import LevelLayout, draws_log_integral_sums, pieces, size_classes
 from . import compiled_rows
-from .sampled_levels import INNER_DRAWS, sampled_log_integrals
+from .sampled_levels import INNER_DRAWS, forget_normals, sampled_log_integrals
 from .vb import LOG_2PI, prior_precisions
 
 #: Draws x groups x (largest group + 1) values processed at a time: about a dozen arrays of this
@@ -287,6 +287,12 @@ class NodeEvidence:
         self.seed = seed
         self.levels = "exact" if component is not None else "sampled"
         self.inner = INNER_DRAWS  # inner draws per level (sampled levels), raised where their noise is too large
+
+    def release(self) -> None:
+        """Free what the estimates kept between nodes (the sampled levels' inner normals): called once the nodes
+        are weighted."""
+        if self.levels == "sampled":
+            forget_normals()
 
     def __call__(self, phi: np.ndarray, theta) -> NodeEstimate:
         """The estimate at ``phi`` from the node's Gaussian ``theta`` (its ``theta_d`` marginal is the proposal).

@@ -34,15 +34,20 @@ from . import compiled_rows
 #: Inner draws per level and outer draw.  On the correlated-slope schizophrenia design (44 levels, 2 coefficients
 #: each) the variance components and fixed-effect SDs agree to 1-2% between 16 and 256 inner draws.
 INNER_DRAWS = 32
-#: Outer draws x rows x inner draws computed at a time (a handful of arrays of this many doubles are alive at once).
+#: Outer draws x rows x inner draws computed at a time by the numpy path (a handful of arrays of this many doubles
+#: are alive at once).
 CHUNK_VALUES = 4e6
-#: Standard normals per chunk from which the compiled path splits its outer draws over the two row threads.
+#: Inner normals per chunk of outer draws on the compiled path: chunks of about this size fill
+#: :data:`CACHED_NORMALS` closely where a fit's normals do not all fit.
+NORMALS_PER_CHUNK = 1e6
+#: Standard normals per chunk from which the compiled path splits its outer draws over the two row threads (a chunk
+#: of more than one outer draw holds an even number of them, so the halves are equal).
 SPLIT_FROM = 100_000
 #: Inner standard normals kept between the nodes of a fit, which all use the same ones: at most this many doubles
-#: (48 MB) in all, the least recently used chunk of outer draws dropped first.  A fit's evidence estimates cycle through
-#: the same chunks at every node, so the cache must hold all of them (one correlated-slope toenail fit: 32 outer
-#: draws x 294 levels x 256 antithetic pairs x 2 coefficients, 4.8 million).
-CACHED_NORMALS = 6_000_000
+#: (128 MB) in all, released when the fit's nodes are weighted (:func:`forget_normals`).  A fit's evidence estimates cycle through the same chunks at every node, so a chunk that does not
+#: fit is drawn afresh each time while the chunks kept stay (evicting the least recently used would evict each chunk
+#: just before it is needed again); the chunks of other fits (another seed or shape) go first.
+CACHED_NORMALS = 16_000_000
 
 _NORMALS: OrderedDict[tuple, np.ndarray] = OrderedDict()
 
@@ -56,13 +61,30 @@ def inner_normals(seed: int, first: int, stop: int, shape: tuple[int, int, int])
     if normals is not None:
         _NORMALS.move_to_end(key)
         return normals
-    normals = np.stack([np.random.default_rng((seed, s)).standard_normal(shape) for s in range(first, stop)])
+    normals = np.empty((stop - first, *shape))
+    for s in range(first, stop):  # (written in place: no second copy of the chunk)
+        np.random.default_rng((seed, s)).standard_normal(shape, out=normals[s - first])
     normals.flags.writeable = False  # (a cached chunk is shared: one compiled variant of the loop serves every chunk)
-    if normals.size <= CACHED_NORMALS:
-        _NORMALS[key] = normals
-        while sum(kept.size for kept in _NORMALS.values()) > CACHED_NORMALS:
-            _NORMALS.popitem(last=False)
+    _keep(key, normals)
     return normals
+
+
+def forget_normals() -> None:
+    """Release the cached inner normals (a fit's node weighting is done with them)."""
+    _NORMALS.clear()
+
+
+def _keep(key: tuple, normals: np.ndarray) -> None:
+    """Cache ``normals`` under ``key`` (:data:`CACHED_NORMALS`): the chunks of other fits make room first, least
+    recently used first; a chunk of this fit that finds no room is not kept."""
+    family = (key[0], key[3])
+    kept = sum(chunk.size for chunk in _NORMALS.values())
+    for other in [k for k in _NORMALS if (k[0], k[3]) != family]:
+        if kept + normals.size <= CACHED_NORMALS:
+            break
+        kept -= _NORMALS.pop(other).size
+    if kept + normals.size <= CACHED_NORMALS:
+        _NORMALS[key] = normals
 
 
 @dataclass
@@ -117,8 +139,9 @@ def sampled_log_integrals(
     half = (inner + 1) // 2
     prior_precision = np.ascontiguousarray(np.broadcast_to(prior_precision, (S, K, K)), dtype=float)
     logdet_prior = np.linalg.slogdet(prior_precision)[1]  # (S,)
-    step = max(1, int(CHUNK_VALUES // max(1, int(np.sum(inside)) * 2 * half)))
     if compiled_rows.available():
+        step = max(1, int(NORMALS_PER_CHUNK // max(1, J * half * K)))
+        step = step - step % 2 if step > 1 else 1  # (equal halves for the two row threads)
         order = np.flatnonzero(inside)[np.argsort(codes[inside], kind="stable")]
         level_ptr = np.concatenate([[0], np.cumsum(np.bincount(codes[inside], minlength=J))])
         args = (y, w, np.ascontiguousarray(values, dtype=float), order, level_ptr)
@@ -139,6 +162,7 @@ def sampled_log_integrals(
             noise[part] += level_noise
         return SampledIntegrals(total, noise)
     M = 2 * half
+    step = max(1, int(CHUNK_VALUES // max(1, int(np.sum(inside)) * 2 * half)))
     log_chol = np.sum(np.log(np.diagonal(conditional_chol, axis1=1, axis2=2)), axis=1)  # log |B_j|^(1/2)
     classes = [_padded_class(levels, J, codes, inside, y, w, values, conditional_chol) for levels, _ in
                size_classes(codes[inside], J)]  # fmt: skip
@@ -188,43 +212,70 @@ def _padded_class(levels, J, codes, inside, y, w, values, conditional_chol) -> t
 def _compiled_level_sums(
     y, w, values, order, level_ptr, eta, conditional_mean, chol, prior_precision, logdet_prior, eps, log_sums, noise
 ):
-    """:func:`sampled_log_integrals`'s levels for outer draws ``eta (S, n)``, level by level and inner draw by inner
-    draw (the numpy path's operations; ``order`` lists the rows level by level, ``level_ptr`` where each level's
-    start).  Writes ``sum_j log I_j`` and its noise per outer draw into ``log_sums`` and ``noise``."""
+    """:func:`sampled_log_integrals`'s levels for outer draws ``eta (S, n)``, level by level (``order`` lists the rows
+    level by level, ``level_ptr`` where each level's start).  Writes ``sum_j log I_j`` and its noise per outer draw
+    into ``log_sums`` and ``noise``.
+
+    An antithetic pair ``u = c_j +- v`` (``v = L_j e``) shares all but the sign of its odd terms: with the prior
+    precision ``Lambda``, ``u' Lambda u = c' Lambda c +- 2 v' Lambda c + v' Lambda v`` and a row's predictor is
+    ``(eta_i + z_i' c_j) +- z_i' v``, so the pair costs one ``v``, one quadratic form and one ``z_i' v`` per row; the
+    parts fixed by the outer draw and level (``c' Lambda c``, ``Lambda c``, ``eta_i + z_i' c_j``) are formed once per
+    level.  The same sums as the numpy path's term by term, to rounding."""
     S, J, half, K = eps.shape
     M = 2 * half
     ratio = np.empty(M)
-    u = np.empty(K)
+    v = np.empty(K)
+    precision_c = np.empty(K)
+    width = 0
+    for j in range(J):
+        width = max(width, level_ptr[j + 1] - level_ptr[j])
+    base, level_y, level_w, level_z = np.empty(width), np.empty(width), np.empty(width), np.empty((width, K))
     for s in range(S):
         total, spread = 0.0, 0.0
         for j in range(J):
-            if level_ptr[j + 1] == level_ptr[j]:
+            first_row, rows = level_ptr[j], level_ptr[j + 1] - level_ptr[j]
+            if rows == 0:
                 continue
             log_chol = 0.0
             for k in range(K):
                 log_chol += np.log(chol[j, k, k])
-            for m in range(M):
-                sign = 1.0 if m < half else -1.0
-                e = eps[s, j, m % half]
-                value = 0.5 * logdet_prior[s] + log_chol
+            centre_quadratic = 0.0
+            for k in range(K):
+                precision_c[k] = 0.0
+                for l in range(K):
+                    precision_c[k] += prior_precision[s, k, l] * conditional_mean[s, j, l]
+                centre_quadratic += conditional_mean[s, j, k] * precision_c[k]
+            constant = 0.5 * logdet_prior[s] + log_chol - 0.5 * centre_quadratic
+            for r in range(rows):  # the level's rows gathered once: contiguous for every inner draw
+                i = order[first_row + r]
+                f = eta[s, i]
                 for k in range(K):
-                    u[k] = conditional_mean[s, j, k]
+                    f += values[i, k] * conditional_mean[s, j, k]
+                    level_z[r, k] = values[i, k]
+                base[r], level_y[r], level_w[r] = f, y[i], 2.0 * w[i]
+            for m in range(half):
+                even = constant
+                for k in range(K):
+                    acc = 0.0
                     for l in range(k + 1):
-                        u[k] += chol[j, k, l] * sign * e[l]
-                    value += 0.5 * e[k] * e[k]
+                        acc += chol[j, k, l] * eps[s, j, m, l]
+                    v[k] = acc
+                    even += 0.5 * eps[s, j, m, k] * eps[s, j, m, k]
+                odd = 0.0
                 for k in range(K):
-                    value -= 0.5 * prior_precision[s, k, k] * u[k] * u[k]
+                    odd -= v[k] * precision_c[k]
+                    even -= 0.5 * prior_precision[s, k, k] * v[k] * v[k]
                     for l in range(k):
-                        value -= prior_precision[s, k, l] * u[k] * u[l]
-                for t in range(level_ptr[j], level_ptr[j + 1]):
-                    i = order[t]
-                    f = eta[s, i]
+                        even -= prior_precision[s, k, l] * v[k] * v[l]
+                plus, minus = even + odd, even - odd
+                for r in range(rows):  # (the hinge by max, not a branch: its side is random from draw to draw)
+                    shift = 0.0
                     for k in range(K):
-                        f += values[i, k] * u[k]
-                    margin = 1.0 - y[i] * f
-                    if margin > 0.0:
-                        value -= 2.0 * w[i] * margin
-                ratio[m] = value
+                        shift += level_z[r, k] * v[k]
+                    plus -= level_w[r] * max(1.0 - level_y[r] * (base[r] + shift), 0.0)
+                    minus -= level_w[r] * max(1.0 - level_y[r] * (base[r] - shift), 0.0)
+                ratio[m] = plus
+                ratio[m + half] = minus
             top = ratio.max()
             first, second = 0.0, 0.0
             for m in range(M):

@@ -116,17 +116,22 @@ def test_inner_normals_do_not_depend_on_chunking(monkeypatch):
 
 def test_the_cache_keeps_every_chunk_a_fit_cycles_through(monkeypatch):
     """A node's estimate runs through its chunks of outer draws in turn, and every node the same ones: all of them stay
-    cached (each node gets the very arrays the first drew) while they fit in :data:`CACHED_NORMALS`, the least recently
-    used going first beyond it."""
+    cached (each node gets the very arrays the first drew) while they fit in :data:`CACHED_NORMALS`.  Beyond it a new
+    chunk of the same fit is drawn afresh and the kept ones stay (a cycle would evict each just before its use), while
+    another fit's chunks (another seed or shape) make room for the new fit's."""
     monkeypatch.setattr(sampled_levels, "_NORMALS", type(sampled_levels._NORMALS)())
     monkeypatch.setattr(sampled_levels, "CACHED_NORMALS", 8 * 24 * 2)  # eight chunks of two outer draws
     chunks = [(first, first + 2) for first in range(0, 16, 2)]
     first_node = [inner_normals(7, a, b, (3, 4, 2)) for a, b in chunks]
     second_node = [inner_normals(7, a, b, (3, 4, 2)) for a, b in chunks]
     assert all(x is y for x, y in zip(first_node, second_node))
-    inner_normals(7, 16, 18, (3, 4, 2))  # a ninth chunk: the least recently used one goes
+    ninth = inner_normals(7, 16, 18, (3, 4, 2))  # no room: drawn, not kept
+    assert inner_normals(7, 16, 18, (3, 4, 2)) is not ninth
+    np.testing.assert_array_equal(inner_normals(7, 16, 18, (3, 4, 2)), ninth)
+    assert all(inner_normals(7, a, b, (3, 4, 2)) is kept for (a, b), kept in zip(chunks, first_node))
+    other_fit = inner_normals(8, 0, 2, (3, 4, 2))  # another seed: the oldest chunk of the first fit goes
+    assert inner_normals(8, 0, 2, (3, 4, 2)) is other_fit
     assert inner_normals(7, 0, 2, (3, 4, 2)) is not first_node[0]
-    np.testing.assert_array_equal(inner_normals(7, 0, 2, (3, 4, 2)), first_node[0])
     assert sum(kept.size for kept in sampled_levels._NORMALS.values()) <= sampled_levels.CACHED_NORMALS
 
 
