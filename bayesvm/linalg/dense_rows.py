@@ -63,9 +63,7 @@ def _draws_hinge_sums(D, codes, values, y, weights, theta_d, theta_b, out):
             if j >= 0:
                 for k in range(K):
                     f += values[i, k] * theta_b[s, j, k]
-            margin = 1.0 - y[i] * f
-            if margin > 0.0:
-                total += weights[i] * margin
+            total += weights[i] * max(1.0 - y[i] * f, 0.0)  # (by max, not a branch: a draw's side is random)
         out[s] = total
 
 
