@@ -198,6 +198,9 @@ def test_correlated_slopes_of_few_visits_match_gibbs():
     assert accurate.result.design == "gauss-hermite"
     weights = accurate.result.node_weights
     assert weights.method == "importance" and weights.levels == "sampled", weights
+    from bayesvm.engines.linear import sampled_levels
+
+    assert not sampled_levels._NORMALS  # the inner normals kept between the nodes are released with the fit
     gibbs = _gibbs(formula, data, draws=4000, tune=1000)  # variance means within 2% of 4 x 10,000 draws
     ours, theirs = (next(v.mean for v in fit.variance_components if v.group == "subject") for fit in (accurate, gibbs))
     np.testing.assert_array_less(np.abs(np.diag(ours) / np.diag(theirs) - 1), 0.15)
