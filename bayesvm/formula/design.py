@@ -557,10 +557,29 @@ def _used_variables(parsed: ParsedFormula, data: pd.DataFrame) -> tuple[ParsedFo
             _check_columns(data, {name}, "data")
     parsed = expand_dot(parsed, data.columns, group_vars)
     fixed_vars = required_variables(parsed.fixed, data, "data")
+    _refuse_response_on_the_right(parsed, fixed_vars, bar_vars, group_vars, gp_vars)
     used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars, *gp_vars]))
     _check_columns(data, set(used), "data")
     predictors = list(dict.fromkeys([*fixed_vars, *bar_vars, *gp_vars]))
     return parsed, _Variables(fixed_vars, bar_vars, group_vars, gp_vars, used, predictors)
+
+
+def _refuse_response_on_the_right(parsed: ParsedFormula, fixed, bars, groups, gp) -> None:
+    """The response read again on the right of ``~`` (as a predictor, in a random-effect term, as a grouping factor or
+    in a ``gp()`` term) would predict itself: refused naming where (R's model.matrix drops it with a warning)."""
+    where = [
+        label
+        for label, names in (
+            ("the fixed effects", fixed), ("a random-effect term", bars), ("a grouping factor", groups),
+            ("a gp() term", gp),
+        )
+        if parsed.response in names
+    ]  # fmt: skip
+    if where:
+        raise FormulaError(
+            f"the response {parsed.response!r} also appears on the right of '~' in {parsed.formula!r} (in "
+            f"{' and '.join(where)}): it would predict itself; remove it from the right-hand side"
+        )
 
 
 @dataclass(frozen=True)

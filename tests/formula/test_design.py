@@ -218,3 +218,19 @@ def test_a_float_grouping_column_names_the_levels_of_the_integer_one(frame):
     assert list(d.re_terms[0].levels) == ["1", "2", "10"]
     new = d.rematerialize(frame.iloc[:2], include_random=True)
     np.testing.assert_array_equal(new.codes[0], [1, 2])
+
+
+@pytest.mark.parametrize(
+    "formula, where",
+    [
+        ("y ~ y", "the fixed effects"),
+        ("y ~ x + C(y)", "the fixed effects"),
+        ("y ~ x + (1 | y)", "a grouping factor"),
+        ("y ~ x + (0 + y | g)", "a random-effect term"),
+    ],
+)
+def test_the_response_on_the_right_is_refused_naming_where(frame, formula, where):
+    """R's model.matrix drops a response repeated on the right with a warning; here it is an error naming the place."""
+    with pytest.raises(FormulaError, match=f"response 'y' also appears on the right .*in {where}"):
+        design(formula, frame)
+    assert "y" not in " ".join(design("y ~ .", frame[["y", "x", "f"]]).x_names)  # '.' leaves the response out
