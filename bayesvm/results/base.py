@@ -127,6 +127,12 @@ class Fit(ABC):
     def formula(self) -> str:
         return self.model.design.parsed.formula
 
+    @property
+    def nobs(self) -> int:
+        """The rows the fit used (rows dropped for missing values left out), as statsmodels' ``nobs`` and lme4's
+        ``nobs()``; ``summary()``'s "Number of obs"."""
+        return int(self.model.design.n)
+
     # ----- prediction ----------------------------------------------------------------
     def predict(
         self,

@@ -234,3 +234,12 @@ def test_the_response_on_the_right_is_refused_naming_where(frame, formula, where
     with pytest.raises(FormulaError, match=f"response 'y' also appears on the right .*in {where}"):
         design(formula, frame)
     assert "y" not in " ".join(design("y ~ .", frame[["y", "x", "f"]]).x_names)  # '.' leaves the response out
+
+
+def test_numbers_stored_as_text_hint_writes_the_name_as_a_formula_does(frame):
+    """The hint ``C(name)`` backticks a name that is not a plain identifier, as the formula must."""
+    spaced = frame.rename(columns={"g": "big g"})
+    with pytest.raises(DesignError, match=r"write C\(`big g`\) in the formula"):
+        design("y ~ `big g`", spaced)
+    with pytest.raises(DesignError, match=r"write C\(g\) in the formula"):
+        design("y ~ g", frame)

@@ -225,3 +225,12 @@ def test_summary_prints_a_small_coefficient_in_significant_digits():
         fit = bayesvm.bsvm("y ~ x", pd.DataFrame({"y": y, "x": x}), vb="meanfield", progress=False)
     row = next(line for line in str(fit.summary()).splitlines() if line.startswith("x "))
     assert f"{fit.fixef['x']:.3e}" in row and "0.0000" not in row
+
+
+def test_nobs_counts_the_rows_the_fit_used(fit, grouped):
+    """``fit.nobs`` as statsmodels' and lme4's ``nobs()``: the rows used, those dropped for missing values left out."""
+    assert fit.nobs == len(grouped)
+    holed = grouped.assign(x1=grouped["x1"].where(np.arange(len(grouped)) != 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert bayesvm.bsvm("y ~ x1 + (1 | g)", holed, missing="drop", vb="meanfield").nobs == len(grouped) - 1
