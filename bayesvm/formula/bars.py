@@ -15,6 +15,7 @@ Supported, following lme4 / reformulas:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 
@@ -150,7 +151,9 @@ def quote_dotted_columns(text: str, columns) -> str:
 
 def parse_formula(formula: str, columns=None) -> ParsedFormula:
     """Split ``"y ~ fixed + (expr | g)"`` into response, fixed part and bars; with the data's ``columns``, a dotted
-    column name written without backticks is read as that column (:func:`quote_dotted_columns`).
+    column name written without backticks is read as that column (:func:`quote_dotted_columns`).  The result is
+    immutable and kept for the last :data:`PARSED_KEPT` formulas and column sets (a fit parses its formula more than
+    once).
 
     Raises
     ------
@@ -160,6 +163,16 @@ def parse_formula(formula: str, columns=None) -> ParsedFormula:
     """
     if not isinstance(formula, str):
         raise FormulaError(f"formula must be a string such as 'y ~ x + (1 | g)', got {type(formula).__name__}")
+    return _parsed(formula, None if columns is None else tuple(str(c) for c in columns))
+
+
+#: How many parsed formulas :func:`parse_formula` keeps.
+PARSED_KEPT = 32
+
+
+@functools.lru_cache(maxsize=PARSED_KEPT)
+def _parsed(formula: str, columns: tuple[str, ...] | None) -> ParsedFormula:
+    """:func:`parse_formula` of a string formula and the data's column names."""
     _check_parentheses(formula, formula)
     tildes = [pos for pos, char in _outside_backticks(formula) if char == "~"]  # (a quoted name may hold one)
     if len(tildes) != 1:

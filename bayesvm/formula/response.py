@@ -58,9 +58,9 @@ class ResponseCoding:
 
 
 def sorted_levels(values: pd.Series) -> list:
-    if isinstance(values.dtype, pd.CategoricalDtype):
-        present = set(values.dropna().unique())
-        return [level for level in values.cat.categories if level in present]
+    if isinstance(values.dtype, pd.CategoricalDtype):  # the categories present, in their order (codes -1: missing)
+        present, categories = np.unique(values.cat.codes.to_numpy()), values.cat.categories.tolist()
+        return [categories[int(code)] for code in present[present >= 0]]
     uniques = pd.unique(values.dropna())
     try:
         return sorted(uniques.tolist())
