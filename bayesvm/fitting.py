@@ -27,9 +27,9 @@ from .combinations import (
 from .control import Control, check_settings_apply, default_tune, resolve_control
 from .engine_defaults import default_imputation
 from .engines.selection.laws import law_of
-from .errors import BayesvmError, ConvergenceWarning, DataError
+from .errors import BayesvmError, ConvergenceWarning, DataError, IdentifiabilityWarning
 from .formula.bars import parse_formula
-from .formula.design import build_design
+from .formula.design import build_design, kept_row_labels
 from .formula.frames import as_frame
 from .formula.response import check_not_continuous, sorted_levels
 from .kernels import Kernel
@@ -306,6 +306,7 @@ def _one_vs_rest(classes: tuple[str, tuple], options: dict) -> MulticlassFit:
     options = dict(options)
     formula, data, positive = options.pop("formula"), as_frame(options.pop("data"), "data"), options.pop("positive")
     column = data[response]
+    levels = _classes_kept(formula, data, response, levels, options["missing"])
 
     def against_rest(label):  # the class as text against "(rest)", so that summary() names both
         frame = data.copy()
@@ -329,6 +330,31 @@ def _one_vs_rest(classes: tuple[str, tuple], options: dict) -> MulticlassFit:
         for said in caught:
             warnings.warn(f"class {str(label)!r} against the rest: {said.message}", said.category, stacklevel=3)
     return MulticlassFit(response=response, classes=levels, fits=tuple(fits))
+
+
+def _classes_kept(formula: str, data: pd.DataFrame, response: str, levels: tuple, missing: str) -> tuple:
+    """The classes of ``levels`` with rows left after ``missing`` drops rows (a class whose every row misses a
+    predictor has no fit against the rest: named in one warning); fewer than two left is refused."""
+    if missing == "error":
+        return levels
+    present = set(sorted_levels(data.loc[kept_row_labels(formula, data, missing), response]))
+    gone = [level for level in levels if level not in present]
+    if not gone:
+        return levels
+    kept = tuple(level for level in levels if level in present)
+    said = ", ".join(repr(str(level)) for level in gone)
+    if len(kept) < 2:
+        raise DataError(
+            f"response {response!r}: with missing={missing!r} only {len(kept)} class(es) keep rows ({list(kept)}); "
+            f"every row of {said} misses a value the formula uses"
+        )
+    warnings.warn(
+        f"response {response!r}: every row of class(es) {said} misses a value the formula uses, so with "
+        f"missing={missing!r} they have no fit against the rest and are never predicted; missing='impute' keeps them",
+        IdentifiabilityWarning,
+        stacklevel=4,
+    )
+    return kept
 
 
 def _recorded(options: dict, fit):

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from ..checks.rank import Aliased, aliased_columns
 from ..errors import DataError, DesignError, FormulaError
-from .bars import Bar, ParsedFormula, expand_dot, removed_names
+from .bars import Bar, ParsedFormula, expand_dot, parse_formula, removed_names
 from .frames import (
     MAX_FIXED_COLUMNS,
     as_frame,
@@ -562,6 +562,13 @@ def _used_variables(parsed: ParsedFormula, data: pd.DataFrame) -> tuple[ParsedFo
     _check_columns(data, set(used), "data")
     predictors = list(dict.fromkeys([*fixed_vars, *bar_vars, *gp_vars]))
     return parsed, _Variables(fixed_vars, bar_vars, group_vars, gp_vars, used, predictors)
+
+
+def kept_row_labels(formula: str, data: pd.DataFrame, missing: str) -> pd.Index:
+    """The labels of the rows of ``data`` that a fit of ``formula`` keeps under ``missing`` (``"drop"``: complete
+    rows; ``"impute"``: rows with a response): one fit per class takes its classes from these rows."""
+    parsed, used = _used_variables(parse_formula(formula, data.columns), data)
+    return _kept_rows(parsed, data, used, missing, None).frame.index
 
 
 def _refuse_response_on_the_right(parsed: ParsedFormula, fixed, bars, groups, gp) -> None:

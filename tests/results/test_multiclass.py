@@ -127,3 +127,19 @@ def test_a_binary_fits_attribute_says_where_it_is():
     with pytest.raises(AttributeError, match="has no attribute 'nonesuch'"):
         fit.nonesuch()
     assert fit.fits[0].check_vb(warn=False) is not None
+
+
+def test_a_class_whose_rows_all_miss_a_predictor_is_named_and_left_out_under_drop(three):
+    """``missing="drop"`` takes the classes from the rows it keeps: a class with none left has no fit against the rest
+    (one warning names it); with fewer than two classes left the call is refused."""
+    _, data = three
+    holed = data.copy()
+    gone, other = "low", "mid"
+    holed.loc[holed["y"] == gone, "x"] = np.nan
+    with pytest.warns(bayesvm.errors.IdentifiabilityWarning, match=f"every row of class\\(es\\) '{gone}' misses"):
+        fit = bayesvm.bsvm("y ~ x + z", holed, missing="drop", vb="meanfield")
+    assert gone not in fit.classes and len(fit.fits) == 2
+    assert gone not in set(fit.predict(data))
+    only = holed.assign(z=np.where(holed["y"] == other, np.nan, holed["z"]))
+    with pytest.raises(DataError, match="only 1 class"):
+        bayesvm.bsvm("y ~ x + z", only, missing="drop", vb="meanfield")
