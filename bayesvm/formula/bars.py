@@ -241,6 +241,24 @@ def _parsed(formula: str, columns: tuple[str, ...] | None) -> ParsedFormula:
     )
 
 
+def refuse_response_on_the_right(parsed: ParsedFormula, fixed, bars, groups, gp) -> None:
+    """The response read again on the right of ``~`` (as a predictor, in a random-effect term, as a grouping factor or
+    in a ``gp()`` term) would predict itself: refused naming where (R's model.matrix drops it with a warning)."""
+    where = [
+        label
+        for label, names in (
+            ("the fixed effects", fixed), ("a random-effect term", bars), ("a grouping factor", groups),
+            ("a gp() term", gp),
+        )
+        if parsed.response in names
+    ]  # fmt: skip
+    if where:
+        raise FormulaError(
+            f"the response {parsed.response!r} also appears on the right of '~' in {parsed.formula!r} (in "
+            f"{' and '.join(where)}): it would predict itself; remove it from the right-hand side"
+        )
+
+
 #: A number written in a formula (``0``, ``1``, ``2.5``), outside names and backticks.
 _NUMBER = re.compile(r"(?<![\w.`])(\d+(?:\.\d*)?)(?![\w.`])")
 

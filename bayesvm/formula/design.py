@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from ..checks.rank import Aliased, aliased_columns
 from ..errors import DataError, DesignError, FormulaError
-from .bars import Bar, ParsedFormula, expand_dot, parse_formula, removed_names
+from .bars import Bar, ParsedFormula, expand_dot, parse_formula, refuse_response_on_the_right, removed_names
 from .frames import (
     MAX_FIXED_COLUMNS,
     as_frame,
@@ -557,7 +557,7 @@ def _used_variables(parsed: ParsedFormula, data: pd.DataFrame) -> tuple[ParsedFo
             _check_columns(data, {name}, "data")
     parsed = expand_dot(parsed, data.columns, group_vars)
     fixed_vars = required_variables(parsed.fixed, data, "data")
-    _refuse_response_on_the_right(parsed, fixed_vars, bar_vars, group_vars, gp_vars)
+    refuse_response_on_the_right(parsed, fixed_vars, bar_vars, group_vars, gp_vars)
     used = list(dict.fromkeys([parsed.response, *fixed_vars, *bar_vars, *group_vars, *gp_vars]))
     _check_columns(data, set(used), "data")
     predictors = list(dict.fromkeys([*fixed_vars, *bar_vars, *gp_vars]))
@@ -569,24 +569,6 @@ def kept_row_labels(formula: str, data: pd.DataFrame, missing: str) -> pd.Index:
     rows; ``"impute"``: rows with a response): one fit per class takes its classes from these rows."""
     parsed, used = _used_variables(parse_formula(formula, data.columns), data)
     return _kept_rows(parsed, data, used, missing, None).frame.index
-
-
-def _refuse_response_on_the_right(parsed: ParsedFormula, fixed, bars, groups, gp) -> None:
-    """The response read again on the right of ``~`` (as a predictor, in a random-effect term, as a grouping factor or
-    in a ``gp()`` term) would predict itself: refused naming where (R's model.matrix drops it with a warning)."""
-    where = [
-        label
-        for label, names in (
-            ("the fixed effects", fixed), ("a random-effect term", bars), ("a grouping factor", groups),
-            ("a gp() term", gp),
-        )
-        if parsed.response in names
-    ]  # fmt: skip
-    if where:
-        raise FormulaError(
-            f"the response {parsed.response!r} also appears on the right of '~' in {parsed.formula!r} (in "
-            f"{' and '.join(where)}): it would predict itself; remove it from the right-hand side"
-        )
 
 
 @dataclass(frozen=True)
