@@ -38,6 +38,25 @@ def _problem(formula: str, outside: bool = False):
 )
 def test_compiled_moments_equal_the_general_solve(formula, outside):
     problem, precisions = _problem(formula, outside)
+    _moments_equal_the_general_solve(problem, precisions)
+
+
+def test_blas_moments_equal_the_general_solve(monkeypatch):
+    """A design without a blocked factor and at least ``BLAS_FROM_COLUMNS`` columns takes the BLAS products."""
+    monkeypatch.setattr(ep_moments, "BLAS_FROM_COLUMNS", 3)
+    problem, precisions = _problem("y ~ x1 + x2 * x3")
+    _moments_equal_the_general_solve(problem, precisions)
+    tau = np.full(problem.n, -5.0)  # (negative site precisions: S is indefinite, the sweep is handed back)
+    assert ep_moments.sweep_moments(problem, precisions)(tau, np.zeros(problem.n)) is None
+    start = (np.zeros(problem.n), np.zeros(problem.n))
+    blas_state = ep.run_ep(problem, precisions, *start)
+    monkeypatch.setattr(ep_moments, "sweep_moments", lambda problem, precisions: None)
+    general_state = ep.run_ep(problem, precisions, *start)
+    assert blas_state.n_iter == general_state.n_iter
+    np.testing.assert_allclose(blas_state.log_evidence, general_state.log_evidence, rtol=1e-12)
+
+
+def _moments_equal_the_general_solve(problem, precisions):
     rng = np.random.default_rng(2)
     tau, nu = rng.gamma(2.0, 0.5, problem.n), rng.normal(size=problem.n)
     mean, var = ep._posterior_solver(problem, precisions)(tau, nu)[1]
