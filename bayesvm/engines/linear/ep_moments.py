@@ -14,9 +14,10 @@ once, after the last sweep.  For a dense part ``D`` (``q`` columns) and at most 
 (the last from the blocks of ``P^{-1}``: ``Sigma_dd = S^{-1}``, ``Sigma_bd = -diag(1/p) C S^{-1}``,
 ``Sigma_bb = diag(1/p) + diag(1/p) C S^{-1} C' diag(1/p)``).  Rows outside the factor (``codes < 0``) have
 ``e_i = d_i`` and no level term.  Without a blocked factor and with :data:`BLAS_FROM_COLUMNS` columns or more, the
-two ``O(n q^2)`` sums run as BLAS products instead (:func:`_blas_moments`, numba or not).  Where numba is off, the design is sparse or has a pattern, or the factor has
-several columns, the caller keeps the general solve; where ``S`` is not positive definite the pass says so and the
-caller takes the general solve (with its square-root fallback) for that sweep.
+two ``O(n q^2)`` sums run as BLAS products instead (:func:`_blas_moments`, numba or not).  Where numba is off (with a
+blocked factor or fewer columns), the design is sparse or has a pattern, or the factor has several columns, the
+caller keeps the general solve; where ``S`` is not positive definite the pass says so and the caller takes the
+general solve (with its square-root fallback) for that sweep.
 """
 
 from __future__ import annotations

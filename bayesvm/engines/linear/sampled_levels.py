@@ -44,9 +44,10 @@ NORMALS_PER_CHUNK = 1e6
 #: of more than one outer draw holds an even number of them, so the halves are equal).
 SPLIT_FROM = 100_000
 #: Inner standard normals kept between the nodes of a fit, which all use the same ones: at most this many doubles
-#: (128 MB) in all, released when the fit's nodes are weighted (:func:`forget_normals`).  A fit's evidence estimates cycle through the same chunks at every node, so a chunk that does not
-#: fit is drawn afresh each time while the chunks kept stay (evicting the least recently used would evict each chunk
-#: just before it is needed again); the chunks of other fits (another seed or shape) go first.
+#: (128 MB) in all, released when the fit's nodes are weighted (:func:`forget_normals`).  A fit's evidence estimates
+#: cycle through the same chunks at every node, so a chunk that does not fit is drawn afresh each time while the
+#: chunks kept stay (evicting the least recently used would evict each chunk just before it is needed again); the
+#: chunks of other fits (another seed or shape) go first.
 CACHED_NORMALS = 16_000_000
 
 _NORMALS: OrderedDict[tuple, np.ndarray] = OrderedDict()
