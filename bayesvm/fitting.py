@@ -29,7 +29,7 @@ from .engine_defaults import default_imputation
 from .engines.selection.laws import law_of
 from .errors import BayesvmError, ConvergenceWarning, DataError, IdentifiabilityWarning
 from .formula.bars import parse_formula
-from .formula.design import build_design, kept_row_labels
+from .formula.design import build_design, kept_response
 from .formula.frames import as_frame
 from .formula.response import check_not_continuous, sorted_levels
 from .kernels import Kernel
@@ -337,7 +337,7 @@ def _classes_kept(formula: str, data: pd.DataFrame, response: str, levels: tuple
     predictor has no fit against the rest: named in one warning); fewer than two left is refused."""
     if missing == "error":
         return levels
-    present = set(sorted_levels(data.loc[kept_row_labels(formula, data, missing), response]))
+    present = set(sorted_levels(kept_response(formula, data, missing)))
     gone = [level for level in levels if level not in present]
     if not gone:
         return levels

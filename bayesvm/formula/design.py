@@ -564,11 +564,11 @@ def _used_variables(parsed: ParsedFormula, data: pd.DataFrame) -> tuple[ParsedFo
     return parsed, _Variables(fixed_vars, bar_vars, group_vars, gp_vars, used, predictors)
 
 
-def kept_row_labels(formula: str, data: pd.DataFrame, missing: str) -> pd.Index:
-    """The labels of the rows of ``data`` that a fit of ``formula`` keeps under ``missing`` (``"drop"``: complete
+def kept_response(formula: str, data: pd.DataFrame, missing: str) -> pd.Series:
+    """The response of the rows of ``data`` that a fit of ``formula`` keeps under ``missing`` (``"drop"``: complete
     rows; ``"impute"``: rows with a response): one fit per class takes its classes from these rows."""
     parsed, used = _used_variables(parse_formula(formula, data.columns), data)
-    return _kept_rows(parsed, data, used, missing, None).frame.index
+    return _kept_rows(parsed, data, used, missing, None).frame[parsed.response]
 
 
 @dataclass(frozen=True)
