@@ -389,6 +389,12 @@ class BSVMFit(Fit):
 
         return build_summary(self, as_level(level), as_flag(detail, "detail"))
 
+    def conf_int(self, level: float = 0.95) -> pd.DataFrame:
+        """Credible intervals of the fixed effects at ``level`` (original scale), one row per coefficient and the
+        quantiles as columns: ``summary(level).fixed``'s interval, as statsmodels' ``conf_int()`` and lme4's
+        ``confint()`` give theirs."""
+        return self.summary(level).fixed.iloc[:, 2:4]
+
     def __repr__(self) -> str:
         detail = f", lower bound {self.lower_bound[-1]:.4f}" if self.lower_bound.size else ""
         return f"<BSVMFit {self.method} ({self.posterior.kind}): {self.formula!r}, n={self.model.design.n}{detail}>"

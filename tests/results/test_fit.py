@@ -234,3 +234,12 @@ def test_nobs_counts_the_rows_the_fit_used(fit, grouped):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert bayesvm.bsvm("y ~ x1 + (1 | g)", holed, missing="drop", vb="meanfield").nobs == len(grouped) - 1
+
+
+def test_conf_int_is_the_summarys_interval(fit):
+    """``fit.conf_int(level)`` as statsmodels' ``conf_int()``: the summary's interval columns at that level."""
+    table = fit.conf_int(0.9)
+    assert list(table.columns) == ["5%", "95%"] and list(table.index) == list(fit.fixef.index)
+    assert np.all(table["5%"] < fit.fixef) and np.all(fit.fixef < table["95%"])
+    wider = fit.conf_int()
+    assert np.all(wider["2.5%"] < table["5%"]) and np.all(wider["97.5%"] > table["95%"])
