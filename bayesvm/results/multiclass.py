@@ -43,6 +43,11 @@ class MulticlassFit:
         return self.fits[0].formula
 
     @property
+    def nobs(self) -> int:
+        """The rows the fits used (every class's fit against the rest uses the same rows)."""
+        return self.fits[0].nobs
+
+    @property
     def fixef(self) -> pd.DataFrame:
         """Posterior means of the fixed effects: one column per class (its fit against the rest)."""
         return pd.DataFrame({label: fit.fixef for label, fit in zip(self.classes, self.fits)})

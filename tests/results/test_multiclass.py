@@ -139,6 +139,7 @@ def test_a_class_whose_rows_all_miss_a_predictor_is_named_and_left_out_under_dro
     with pytest.warns(bayesvm.errors.IdentifiabilityWarning, match=f"every row of class\\(es\\) '{gone}' misses"):
         fit = bayesvm.bsvm("y ~ x + z", holed, missing="drop", vb="meanfield")
     assert gone not in fit.classes and len(fit.fits) == 2
+    assert fit.nobs == int((data["y"] != gone).sum()) == fit.fits[1].nobs  # the rows every class's fit used
     assert gone not in set(fit.predict(data))
     only = holed.assign(z=np.where(holed["y"] == other, np.nan, holed["z"]))
     with pytest.raises(DataError, match="only 1 class"):
