@@ -142,7 +142,8 @@ def _separating_columns(result, names) -> str:
     p = len(names)
     if not result.alone:
         together = " together" if len(result.columns) > LISTED_COLUMNS else ""
-        return f"{_listed(result.columns, p)}{together} separate the classes"
+        verb = "separates" if len(result.columns) == 1 else "separate"
+        return f"{_listed(result.columns, p)}{together} {verb} the classes"
     listed = _listed(result.alone, p)
     which = f"{listed} separates" if len(result.alone) == 1 else f"each of {listed} separates"
     return f"{which} the classes by itself" + (" (with the intercept)" if "(Intercept)" in names else "")
