@@ -393,7 +393,8 @@ class BSVMFit(Fit):
         """Credible intervals of the fixed effects at ``level`` (original scale), one row per coefficient and the
         quantiles as columns: ``summary(level).fixed``'s interval, as statsmodels' ``conf_int()`` and lme4's
         ``confint()`` give theirs."""
-        return self.summary(level).fixed.iloc[:, 2:4]
+        table = self.summary(level).fixed
+        return table[[column for column in table.columns if str(column).endswith("%")]]
 
     def __repr__(self) -> str:
         detail = f", lower bound {self.lower_bound[-1]:.4f}" if self.lower_bound.size else ""
