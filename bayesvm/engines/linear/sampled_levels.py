@@ -21,6 +21,7 @@ random numbers across the nodes).  Rows outside the factor (``codes == -1``) con
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -51,6 +52,7 @@ SPLIT_FROM = 100_000
 CACHED_NORMALS = 16_000_000
 
 _NORMALS: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_NORMALS_LOCK = threading.Lock()  # (fits in several threads of one process share the cache)
 
 
 def inner_normals(seed: int, first: int, stop: int, shape: tuple[int, int, int]) -> np.ndarray:
@@ -58,26 +60,29 @@ def inner_normals(seed: int, first: int, stop: int, shape: tuple[int, int, int])
     come from its own stream (``seed``, ``s``), so they do not depend on how the draws are chunked, and every node of
     the fit gets the same ones (common random numbers).  Kept between calls up to :data:`CACHED_NORMALS` in all."""
     key = (seed, first, stop, shape)
-    normals = _NORMALS.get(key)
-    if normals is not None:
-        _NORMALS.move_to_end(key)
-        return normals
+    with _NORMALS_LOCK:
+        normals = _NORMALS.get(key)
+        if normals is not None:
+            _NORMALS.move_to_end(key)
+            return normals
     normals = np.empty((stop - first, *shape))
     for s in range(first, stop):  # (written in place: no second copy of the chunk)
         np.random.default_rng((seed, s)).standard_normal(shape, out=normals[s - first])
     normals.flags.writeable = False  # (a cached chunk is shared: one compiled variant of the loop serves every chunk)
-    _keep(key, normals)
+    with _NORMALS_LOCK:
+        _keep(key, normals)
     return normals
 
 
 def forget_normals() -> None:
     """Release the cached inner normals (a fit's node weighting is done with them)."""
-    _NORMALS.clear()
+    with _NORMALS_LOCK:
+        _NORMALS.clear()
 
 
 def _keep(key: tuple, normals: np.ndarray) -> None:
-    """Cache ``normals`` under ``key`` (:data:`CACHED_NORMALS`): the chunks of other fits make room first, least
-    recently used first; a chunk of this fit that finds no room is not kept."""
+    """Cache ``normals`` under ``key`` (:data:`CACHED_NORMALS`; the caller holds the lock): the chunks of other fits
+    make room first, least recently used first; a chunk of this fit that finds no room is not kept."""
     family = (key[0], key[3])
     kept = sum(chunk.size for chunk in _NORMALS.values())
     for other in [k for k in _NORMALS if (k[0], k[3]) != family]:

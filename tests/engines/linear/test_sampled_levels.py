@@ -144,3 +144,25 @@ def test_a_covariance_per_outer_draw(path):
     for s in range(4):
         alone = sampled_log_integrals(y, eta, values, codes, mean, chol, precisions[s], inner=32, seed=4)
         np.testing.assert_allclose(together.log_integrals[s], alone.log_integrals[s], rtol=1e-12)
+
+
+def test_the_cache_serves_fits_in_several_threads(monkeypatch):
+    """Fits in threads of one process share the cache: chunks asked and released concurrently are always the
+    stream's own normals (no error from a cache changed during another thread's look-up)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(sampled_levels, "_NORMALS", type(sampled_levels._NORMALS)())
+    monkeypatch.setattr(sampled_levels, "CACHED_NORMALS", 5 * 24 * 2)
+    expected = {first: inner_normals(3, first, first + 2, (3, 4, 2)).copy() for first in range(0, 16, 2)}
+
+    def work(worker: int) -> bool:
+        ok = True
+        for turn in range(200):
+            first = 2 * ((worker + turn) % 8)
+            ok &= np.array_equal(inner_normals(3, first, first + 2, (3, 4, 2)), expected[first])
+            if turn % 17 == worker:
+                sampled_levels.forget_normals()
+        return ok
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(4)))
