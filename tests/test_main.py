@@ -172,6 +172,11 @@ def test_hints_use_command_line_syntax_and_each_warning_prints_once(tmp_path, ca
     warning_lines = [line for line in err.splitlines() if line.startswith("warning:")]
     assert len(warning_lines) == len(set(warning_lines)) >= 1
     assert "--method gibbs" in err and "method='gibbs'" not in err
+    assert "--paper-penalty-prior keeps" in err and "PriorSet()" not in err
+    # the flag keeps the paper's IG(0.01, 0.01) on the penalty's variance (its tail leaves convergence to rounding)
+    main(["fit", "y ~ x", data, "--paper-penalty-prior", "--penalty", "learn"])
+    out = capsys.readouterr().out
+    assert "sigma_u^2 ~ IG(0.01, 0.01)" in out and "half-t" not in out.split("Identifiability")[0]
     assert main(["fit", "y ~ x + w", _csv(tmp_path, separated.assign(w=np.nan), "w.csv")]) == 2
     err = capsys.readouterr().err
     assert "--missing" in err and "missing=" not in err
