@@ -138,6 +138,12 @@ def _parse_bar(inner: str, formula: str) -> list[Bar]:
 _DOTTED = re.compile(r"(?<![`\w.])([A-Za-z_.][A-Za-z0-9_.]*\.[A-Za-z0-9_.]*)(?![\w.(`])")
 
 
+def formula_name(name) -> str:
+    """A column's name as a formula writes it: bare where it is a plain name, else in backticks."""
+    name = str(name)
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"`{name}`"
+
+
 def quote_dotted_columns(text: str, columns) -> str:
     """R-style names with dots (``Cl.thickness``, ``Bare.nuclei``, as R's ``write.csv`` exports them) used as
     written: an unquoted dotted name that is exactly one of ``columns`` is put in backticks, which formulaic would
@@ -333,7 +339,7 @@ def expand_dot(parsed: ParsedFormula, columns, grouping_factors) -> ParsedFormul
             f"'.' in {parsed.formula!r} stands for every column except the response and the grouping factors, "
             "and the data have no other column"
         )
-    quoted = " + ".join(n if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) else f"`{n}`" for n in names)
+    quoted = " + ".join(formula_name(n) for n in names)
     return replace(parsed, fixed=DOT.sub(lambda _: f"({quoted})", parsed.fixed))
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..errors import DataError, DesignError, IdentifiabilityWarning
 from ..memory import check_memory
+from .bars import formula_name
 
 #: A fixed-effect factor with more levels than this share of the rows (and at least 50 levels) is warned about.
 MANY_LEVELS_SHARE = 0.2
@@ -156,13 +157,8 @@ def check_text_numbers(frame: pd.DataFrame, columns: list[str], as_factor: set[s
         )
         raise DesignError(
             f"column {name!r} holds numbers {stored}, which would make one dummy column per distinct value: "
-            f"{detail}, or write C({_formula_name(name)}) in the formula if it really is a factor"
+            f"{detail}, or write C({formula_name(name)}) in the formula if it really is a factor"
         )
-
-
-def _formula_name(name) -> str:
-    """``name`` as a formula writes it: in backticks where it is not a plain Python name (a space, a dot, ...)."""
-    return str(name) if str(name).isidentifier() else f"`{name}`"
 
 
 def coerce_like_training(frame: pd.DataFrame, numeric: frozenset[str], what: str) -> pd.DataFrame:
