@@ -94,6 +94,8 @@ class SafeMaterializer(PandasMaterializer):
             categories = state[1].get("categories") if state and isinstance(state[1], dict) else None
             if categories is not None:
                 return max(len(categories), 1)
+            if isinstance(wrapped, pd.Series):  # (counted in its own dtype: no conversion to objects)
+                return max(int(wrapped.nunique(dropna=True)), 1)
             return max(int(pd.Series(np.asarray(wrapped).ravel()).nunique(dropna=True)), 1)
         if isinstance(wrapped, dict):
             return max(len(wrapped), 1)

@@ -562,8 +562,12 @@ def _suspects(shift: pd.DataFrame) -> tuple[str, ...]:
     (mean and spread, both in q's units), for a check whose k-hat exceeds 0.7: the weighted estimates are then
     unreliable, so this only points where to look first (geepack's muscatine: the age polynomial and the intercept,
     which a long Gibbs run puts 2 SDs from q's; spam: usually ``address``, whose q SD is about half of Gibbs's)."""
-    score = shift["shift"].abs() + np.abs(np.log(shift["sd_ratio"].where(shift["sd_ratio"] > 0)))
-    return tuple(str(name) for name in score.dropna().sort_values(ascending=False).index[:SUSPECTS])
+    ratio = shift["sd_ratio"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = np.abs(shift["shift"].to_numpy(dtype=float)) + np.abs(np.log(np.where(ratio > 0, ratio, np.nan)))
+    kept = np.flatnonzero(~np.isnan(score))
+    order = kept[np.argsort(-score[kept], kind="stable")]
+    return tuple(str(shift.index[i]) for i in order[:SUSPECTS])
 
 
 def importance_log_evidence(log_ratios: np.ndarray) -> tuple[float, float]:
