@@ -31,6 +31,22 @@ from ..outofcore import is_dask_frame
 
 PREDICT_KINDS = ("class", "prob", "pseudo", "link")
 NEW_LEVELS = ("integrate", "zero")
+#: R's ``predict(type=)`` values (lme4, glm) and the ``kind`` that gives the same quantity
+R_PREDICT_TYPES = {"response": "prob", "link": "link", "class": "class", "prob": "prob", "probs": "prob"}
+
+
+def checked_kind(kind: object, kinds: tuple[str, ...], r_type: object = None, what: str = "") -> str:
+    """``kind`` if it is one of ``kinds``, else a :class:`~bayesvm.errors.BayesvmError` that names the choices and,
+    for R's spellings (``type="response"``, ``kind="response"``), the ``kind`` that gives the same quantity."""
+    if r_type is not None:
+        same = R_PREDICT_TYPES.get(r_type) if isinstance(r_type, str) else None
+        hint = f": R's type={r_type!r} is kind={same!r}" if same in kinds else f"; kind is one of {kinds}"
+        raise BayesvmError(f"predict() chooses what it predicts by kind=, not R's type={hint}")
+    if kind not in kinds:
+        same = R_PREDICT_TYPES.get(kind) if isinstance(kind, str) else None
+        hint = f" (R's type={kind!r} is kind={same!r})" if same in kinds else ""
+        raise BayesvmError(f"kind must be one of {kinds}{what}, got {kind!r}{hint}")
+    return kind
 
 
 @dataclass(eq=False)
@@ -141,6 +157,8 @@ class Fit(ABC):
         include_random: bool = True,
         new_levels: str = "integrate",
         threshold: float | None = None,
+        *,
+        type: str | None = None,  # noqa: A002 (R's name, refused with the kind that gives the same)
     ) -> pd.Series:
         """Predict new (or the training) rows: a Series on ``newdata``'s index (the training rows' index for
         ``newdata=None``), so that it aligns with the data as statsmodels' and pandas' results do.
@@ -172,9 +190,11 @@ class Fit(ABC):
             With ``kind="class"``: the positive class where the calibrated ``P(y = positive)`` is at least this
             (in (0, 1); scikit-learn's ``FixedThresholdClassifier``), e.g. the data's share of the positive class to
             weigh both classes equally; ``None`` (default) is the sign of ``f``.
+        type
+            R's name for ``kind`` (``predict(fit, type="response")``): refused, naming the ``kind`` that gives the
+            same (``"response"`` is ``"prob"``), so that a call written for R never predicts something else.
         """
-        if kind not in PREDICT_KINDS:
-            raise BayesvmError(f"kind must be one of {PREDICT_KINDS}, got {kind!r}")
+        checked_kind(kind, PREDICT_KINDS, type)
         if new_levels not in NEW_LEVELS:
             raise BayesvmError(f"new_levels must be one of {NEW_LEVELS}, got {new_levels!r}")
         include_random = as_flag(include_random, "include_random")

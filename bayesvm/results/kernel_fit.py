@@ -21,7 +21,7 @@ from ..engines.kernel.vb import KernelVBResult
 from ..errors import BayesvmError, IdentifiabilityWarning
 from ..model.kernel import KernelModel
 from ..model.problems import KernelProblem
-from .base import Fit
+from .base import PREDICT_KINDS, Fit, checked_kind
 from .posterior import VIEWS, PosteriorView
 
 PROBABILITIES = ("pseudo", "probit")
@@ -124,6 +124,8 @@ class KernelFit(Fit):
         new_levels: str = "integrate",
         probability: str | None = None,
         threshold: float | None = None,
+        *,
+        type: str | None = None,  # noqa: A002 (R's name: refused as Fit.predict refuses it)
     ) -> np.ndarray:
         """Predict new (or the training) rows: as :meth:`Fit.predict` (``kind="prob"`` is the calibrated
         probability, ``"pseudo"`` the raw pseudo-likelihood averaged over ``q(f)``).
@@ -136,10 +138,12 @@ class KernelFit(Fit):
         """
         from scipy.stats import norm
 
+        checked_kind(kind, PREDICT_KINDS, type)
         if probability is None or kind not in ("prob", "pseudo"):
             return super().predict(
-                newdata, kind=kind, include_random=include_random, new_levels=new_levels, threshold=threshold
-            )
+                newdata, kind=kind, include_random=include_random, new_levels=new_levels, threshold=threshold,
+                type=type,
+            )  # fmt: skip
         if probability not in PROBABILITIES:
             raise BayesvmError(f"probability must be one of {PROBABILITIES}, got {probability!r}")
         warnings.warn(

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..arguments import as_flag
-from ..errors import BayesvmError
+from .base import checked_kind
 
 #: What :meth:`MulticlassFit.predict` gives.
 MULTICLASS_KINDS = ("class", "prob", "link")
@@ -52,13 +52,19 @@ class MulticlassFit:
         """Posterior means of the fixed effects: one column per class (its fit against the rest)."""
         return pd.DataFrame({label: fit.fixef for label, fit in zip(self.classes, self.fits)})
 
-    def predict(self, newdata: pd.DataFrame | None = None, kind: str = "class", include_random: bool = True):
+    def predict(
+        self,
+        newdata: pd.DataFrame | None = None,
+        kind: str = "class",
+        include_random: bool = True,
+        *,
+        type: str | None = None,  # noqa: A002 (R's name: refused as Fit.predict refuses it)
+    ):
         """``"class"``: the most probable class (a Series; with class weights, the class whose fit against the rest
         has the largest decision value, as liblinear's one-vs-rest decides); ``"prob"``: each class's probability,
         normalised over the classes (a frame, one column per class); ``"link"``: each binary fit's decision value
         ``f`` (a frame)."""
-        if kind not in MULTICLASS_KINDS:
-            raise BayesvmError(f"kind must be one of {MULTICLASS_KINDS} for a fit of several classes, got {kind!r}")
+        checked_kind(kind, MULTICLASS_KINDS, type, " for a fit of several classes")
         include_random = as_flag(include_random, "include_random")
         if kind == "link":
             return self._columns(newdata, "link", include_random)

@@ -67,6 +67,21 @@ def test_unseen_group_level_has_the_population_mean(fit, grouped):
     assert abs(link[0] - population[0]) > 1e-6
 
 
+def test_r_spellings_of_what_to_predict_are_refused_naming_the_kind(fit, grouped):
+    """R's ``predict(fit, type="response")`` (lme4, glm) gets an error naming ``kind="prob"``, never another quantity;
+    ``kind="response"`` names it too, and a kind with no R twin lists the choices."""
+    with pytest.raises(BayesvmError, match=r"not R's type=: R's type='response' is kind='prob'"):
+        fit.predict(grouped, type="response")
+    with pytest.raises(BayesvmError, match=r"type='link' is kind='link'"):
+        fit.predict(grouped, type="link")
+    with pytest.raises(BayesvmError, match=r"kind is one of \('class', 'prob', 'pseudo', 'link'\)"):
+        fit.predict(grouped, type="terms")
+    with pytest.raises(BayesvmError, match=r"got 'response' \(R's type='response' is kind='prob'\)"):
+        fit.predict(grouped, kind="response")
+    with pytest.raises(BayesvmError, match=r"got 'bogus'$"):
+        fit.predict(grouped, kind="bogus")
+
+
 def test_training_prediction_equals_newdata_prediction(fit, grouped):
     np.testing.assert_allclose(fit.predict(kind="prob"), fit.predict(grouped, kind="prob"))
     np.testing.assert_allclose(

@@ -41,6 +41,8 @@ def test_kernel_fit_predicts_banana_well(fit, banana):
     assert np.all((prob > 0) & (prob < 1))
     np.testing.assert_array_equal(fit.predict(test) == "yes", prob > 0.5)
     pseudo = fit.predict(test, kind="pseudo")
+    with pytest.raises(BayesvmError, match="R's type='response' is kind='prob'"):
+        fit.predict(test, kind="prob", probability="probit", type="response")
     np.testing.assert_array_equal(pseudo > 0.5, prob > 0.5)
     interval = fit.predict_interval(test)
     assert np.all(interval["lower"] < interval["mean"]) and np.all(interval["sd"] > 0)

@@ -71,6 +71,8 @@ def test_a_multiclass_fit_refuses_kinds_it_has_not(three):
     fit, data = three
     with pytest.raises(BayesvmError, match="kind must be one of"):
         fit.predict(data, kind="pseudo")
+    with pytest.raises(BayesvmError, match="R's type='response' is kind='prob'"):
+        fit.predict(data, type="response")
 
 
 def test_a_continuous_response_is_refused_and_whole_numbers_are_classes(three):
