@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from .checks.levels import probe_predictors, span_probe_effects, span_products
 from .errors import BayesvmError, DataError
 from .formula.bars import ParsedFormula
 from .formula.design import (
@@ -76,6 +77,9 @@ class StreamedDesign(Design):
     column_sd: np.ndarray | None = None
     #: grouping factor -> ``(rows, rows of the positive class)`` of each of its levels, over every row
     level_classes: dict | None = None
+    #: random-effect term (by position) -> ``(X'X, X'P, diag(P'P))`` over every row for the span check's probes
+    #: (:func:`bayesvm.checks.levels.fixed_span_findings`; only the terms it tests)
+    span_products: dict | None = None
 
     @property
     def n(self) -> int:
@@ -372,6 +376,29 @@ def _prototype_rows(ddf, head: pd.DataFrame, used: list[str], gaps: ImputationGa
     return proto.copy()
 
 
+def _span_products(ddf, design: Design, used: list[str], missing: str, n: int) -> dict:
+    """The span check's cross-products (:func:`bayesvm.checks.levels.span_products`) summed over the partitions, for
+    the terms it tests (few levels beside many fixed columns; none, and no pass over the data, otherwise)."""
+    effects = span_probe_effects(design.re_terms, design.p, n)
+    if not effects:
+        return {}
+    dask = _dask()
+    parts = dask.compute(
+        *[dask.delayed(_partition_span)(part, design, used, missing, effects) for part in ddf.to_delayed()]
+    )
+    return {index: tuple(sum(part[index][j] for part in parts) for j in range(3)) for index in effects}
+
+
+def _partition_span(frame: pd.DataFrame, design: Design, used: list[str], missing: str, effects: dict) -> dict:
+    """One partition's cross-products for each tested term (its rows with a finite fixed-effect row)."""
+    rows, _ = _partition_rows(frame, design, used, missing)
+    finite = np.isfinite(rows.X).all(axis=1)
+    return {
+        index: span_products(rows.X[finite], probe_predictors(rows.codes[index][finite], rows.values[index][finite], b))
+        for index, b in effects.items()
+    }
+
+
 def _level_classes(design: Design, summaries) -> dict:
     """Grouping factor -> ``(rows, rows of the positive class)`` per level (in the terms' level order), added over
     the partitions' counts."""
@@ -550,5 +577,6 @@ def build_streamed(parsed: ParsedFormula, ddf: object, positive: object | None, 
     fields.update(y=y, row_index=pd.RangeIndex(n), n_dropped=bad)
     sd = np.sqrt(np.maximum(total_sq - total**2 / n, 0.0) / (n - 1))
     design = StreamedDesign(**fields, n_rows=n, column_mean=total / n, column_sd=sd,
-                            level_classes=_level_classes(prototype, summaries))  # fmt: skip
+                            level_classes=_level_classes(prototype, summaries),
+                            span_products=_span_products(ddf, prototype, used, missing, n))  # fmt: skip
     return StreamedData(frame=ddf, design=design, used=tuple(used), missing=missing, counts=counts)

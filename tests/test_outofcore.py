@@ -445,3 +445,26 @@ def test_the_arviz_export_of_out_of_core_data_leaves_out_the_rows_log_likelihood
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fit.to_inference_data(draws=200, log_likelihood=False)
+
+
+def test_a_term_the_fixed_effects_can_express_is_found_out_of_core_as_in_memory(client):
+    """``y ~ x + C(g) + (1 | g)`` out of core: the pass over the partitions sums the span check's cross-products, so
+    the term whose every effect the fixed part can express is refused (lme4's nobs_vs_nlev action) and named on
+    request as in memory; the same factor beside another fixed factor is not named."""
+    from bayesvm.checks import Checks, IdentifiabilityError
+
+    rng = np.random.default_rng(1)
+    n = 600
+    frame = pd.DataFrame({"x": rng.standard_normal(n), "g": pd.Categorical(rng.integers(0, 12, n).astype(str)),
+                          "h": pd.Categorical(rng.integers(0, 12, n).astype(str))})  # fmt: skip
+    frame["y"] = (rng.random(n) < 1 / (1 + np.exp(-frame["x"]))).astype(int)
+    ddf = dd.from_pandas(frame, npartitions=3)
+    with pytest.raises(IdentifiabilityError, match="the fixed effects can express every one of its effects"):
+        bayesvm.bsvm("y ~ x + C(g) + (1 | g)", ddf)
+    with pytest.warns(bayesvm.IdentifiabilityWarning, match="remove 'g' from the fixed part"):
+        fit = bayesvm.bsvm("y ~ x + C(g) + (1 | g)", ddf, checks=Checks(nobs_vs_nlev="warn"), max_iter=5)
+    assert "nobs_vs_nlev" in [f.check for f in fit.diagnostics.findings]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bayesvm.bsvm("y ~ x + C(h) + (1 | g)", ddf, max_iter=5)
+    assert not any("can express" in str(w.message) for w in caught)

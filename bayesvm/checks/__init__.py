@@ -91,6 +91,7 @@ def check_identifiability(model, checks: Checks, kernel: bool = False) -> Diagno
                 )
             )
         findings.extend(level_findings(design, checks))
+        findings.extend(fixed_span_findings(design, checks))  # (from the cross-products the data's pass summed)
         if not any(f.action == "stop" for f in findings):
             findings.extend(one_class_levels(design, checks))
     return Diagnostics(tuple(findings))

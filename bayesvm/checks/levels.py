@@ -106,8 +106,53 @@ def level_findings(design, actions) -> list[Finding]:
 SPAN_PROBES = 2
 #: A probe's predictor counts as inside that span when the least-squares residual keeps less than this share of its norm
 SPAN_TOLERANCE = 1e-8
+#: Out of core the span is tested from ``X'X``, ``X'p`` and ``p'p`` summed over the partitions (the normal equations,
+#: whose rounding squares the condition number): a probe counts as inside where the squared residual keeps less than
+#: this share of ``p'p`` (a residual below 1e-4 of the probe's norm)
+SPAN_GRAM_TOLERANCE = 1e-8
 #: Rows x fixed columns^2 up to which the span is tested (about a second; a fit's every sweep costs as much)
 SPAN_MAX_WORK = 2e9
+
+
+def span_probe_effects(terms, p: int, n: int) -> dict[int, np.ndarray]:
+    """Random effects ``b (levels, k, SPAN_PROBES)`` for each random-effect term (by position) whose span is tested:
+    where the ``p`` fixed columns are at least as many as the term's coefficients (else they cannot contain them) and
+    ``n p^2`` stays within :data:`SPAN_MAX_WORK`.  Drawn in term order from one seed, so that every pass over the
+    data (in memory, or each partition out of core) uses the same ones."""
+    rng = np.random.default_rng(0)
+    return {
+        index: rng.standard_normal((term.n_levels, term.k, SPAN_PROBES))
+        for index, term in enumerate(terms)
+        if p >= term.n_levels * term.k and float(n) * p**2 <= SPAN_MAX_WORK
+    }
+
+
+def probe_predictors(codes: np.ndarray, values: np.ndarray, effects: np.ndarray) -> np.ndarray:
+    """Each row's ``z_i' b_{j[i]}`` for the probes' effects ``(levels, k, probes)``: ``(rows, probes)``; rows of no
+    level (code -1) give 0."""
+    inside = codes >= 0
+    probes = np.zeros((codes.size, effects.shape[2]))
+    probes[inside] = np.einsum("nk,nks->ns", values[inside], effects[codes[inside]])
+    return probes
+
+
+def span_products(X: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(X'X, X'P, diag(P'P))`` of some rows: summed over partitions, what :func:`gram_residual_shares` reads."""
+    return X.T @ X, X.T @ probes, np.einsum("ns,ns->s", probes, probes)
+
+
+def gram_residual_shares(xx: np.ndarray, xp: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Each probe's squared least-squares residual on ``X`` as a share of its squared norm, from the cross-products:
+    ``(p'p - p'X (X'X)^+ X'p) / p'p``, with ``X'X`` scaled to unit diagonal and its pseudo-inverse taken over the
+    eigenvalues above ``1e-12`` of the largest (out-of-core designs keep aliased columns).  A probe of no rows gives 1."""
+    scale = np.sqrt(np.diag(xx))
+    scale = np.where(scale > 0, scale, 1.0)
+    values, vectors = np.linalg.eigh(xx / np.outer(scale, scale))
+    kept = values > max(values.max(initial=0.0), 0.0) * 1e-12
+    projected = vectors[:, kept].T @ (xp / scale[:, None])
+    explained = np.sum(projected**2 / values[kept, None], axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(pp > 0, np.maximum(pp - explained, 0.0) / pp, 1.0)
 
 
 def fixed_span_findings(design, actions) -> list[Finding]:
@@ -115,23 +160,26 @@ def fixed_span_findings(design, actions) -> list[Finding]:
     level's random effect and the fixed effects enter the predictor only through their sum, so the term's variance is
     set by its prior and the split of each level's effect by the two priors.
 
-    Tested for a term only where the fixed part has at least as many columns as the term has coefficients (else it
-    cannot contain them) and up to :data:`SPAN_MAX_WORK`: ``Z b`` for :data:`SPAN_PROBES` random ``b`` is regressed
-    on ``X`` (least squares, the cost of one ``X' X``); a residual below :data:`SPAN_TOLERANCE` of its norm for every
-    probe means the term lies in the span of ``X`` (a term outside it leaves a residual almost surely)."""
+    Tested for the terms of :func:`span_probe_effects`: ``Z b`` for :data:`SPAN_PROBES` random ``b`` is regressed on
+    ``X`` (least squares, the cost of one ``X' X``); a residual below :data:`SPAN_TOLERANCE` of its norm for every
+    probe means the term lies in the span of ``X`` (a term outside it leaves a residual almost surely).  Out of core
+    (``design.span_products``: the cross-products the data's pass summed, :func:`span_products`) the residual comes
+    from the normal equations, below :data:`SPAN_GRAM_TOLERANCE` of the squared norm."""
     findings = []
     X = design.X
-    rng = np.random.default_rng(0)
-    for term in design.re_terms:
-        size = term.n_levels * term.k
-        if X.shape[1] < size or X.shape[0] != design.n or float(design.n) * X.shape[1] ** 2 > SPAN_MAX_WORK:
+    in_memory = X.shape[0] == design.n
+    streamed = getattr(design, "span_products", None) or {}
+    for index, effects in span_probe_effects(design.re_terms, X.shape[1], design.n).items():
+        term = design.re_terms[index]
+        if in_memory:
+            probes = probe_predictors(term.codes, term.values, effects)
+            residual = probes - X @ np.linalg.lstsq(X, probes, rcond=None)[0]
+            inside = np.all(np.linalg.norm(residual, axis=0) <= SPAN_TOLERANCE * np.linalg.norm(probes, axis=0))
+        elif index in streamed:
+            inside = np.all(gram_residual_shares(*streamed[index]) <= SPAN_GRAM_TOLERANCE)
+        else:
             continue
-        effects = rng.standard_normal((term.n_levels, term.k, SPAN_PROBES))
-        inside = term.codes >= 0
-        probes = np.zeros((design.n, SPAN_PROBES))
-        probes[inside] = np.einsum("nk,nks->ns", term.values[inside], effects[term.codes[inside]])
-        residual = probes - X @ np.linalg.lstsq(X, probes, rcond=None)[0]
-        if np.all(np.linalg.norm(residual, axis=0) <= SPAN_TOLERANCE * np.linalg.norm(probes, axis=0)):
+        if inside:
             findings.append(
                 Finding(
                     "nobs_vs_nlev",

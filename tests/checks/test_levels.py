@@ -211,3 +211,21 @@ def test_a_term_outside_the_fixed_effects_span_is_not_named(formula):
         warnings.simplefilter("always")
         bayesvm.bsvm(formula, data, vb="meanfield", checks=Checks(vb_check="ignore"))
     assert not any("can express" in str(w.message) for w in caught)
+
+
+def test_the_normal_equations_residual_share_equals_least_squares_even_with_aliased_columns():
+    """Out of core the span check reads ``X'X``, ``X'P`` and ``P'P`` summed over partitions: the residual share they
+    give equals the least-squares one, with an aliased column kept (streamed designs keep them) and a zero probe."""
+    from bayesvm.checks.levels import gram_residual_shares, span_products
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((300, 6)) * [1, 1e3, 1e-3, 1, 1, 1]
+    X[:, 5] = X[:, 0] - 2 * X[:, 3]  # aliased
+    P = np.column_stack([rng.standard_normal(300), X @ rng.standard_normal(6), np.zeros(300)])
+    halves = [span_products(X[:150], P[:150]), span_products(X[150:], P[150:])]
+    summed = tuple(a + b for a, b in zip(*halves))
+    residual = P - X @ np.linalg.lstsq(X, P, rcond=None)[0]
+    expected = np.sum(residual**2, axis=0)[:2] / np.sum(P**2, axis=0)[:2]
+    shares = gram_residual_shares(*summed)
+    np.testing.assert_allclose(shares[:2], expected, atol=1e-12)
+    assert 0.9 < shares[0] < 1 and shares[1] < 1e-14 and shares[2] == 1.0
