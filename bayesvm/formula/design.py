@@ -270,7 +270,10 @@ class Design:
         check_column_kinds(newdata, sorted(needed))
         layout = self.imputation
         imputable = set(layout.source_columns) if layout is not None else set()
-        _check_missing(newdata, sorted(needed - imputable), missing="error", what="newdata")
+        remedy = (
+            "" if imputable else ", or fit with missing='impute', whose predictions integrate missing predictors out"
+        )
+        _check_missing(newdata, sorted(needed - imputable), missing="error", what="newdata", remedy=remedy)
         raw_values = None
         if imputable:  # missing values of imputation variables are integrated out by the fit
             with_missing = newdata[sorted(imputable)].copy()
@@ -346,8 +349,9 @@ def bad_mask(column: pd.Series) -> np.ndarray:
     return mask
 
 
-def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: str) -> np.ndarray:
-    """Rows to keep; raise for missing / non-finite values unless ``missing="drop"``."""
+def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: str, remedy: str = "") -> np.ndarray:
+    """Rows to keep; raise for missing / non-finite values unless ``missing="drop"`` (``remedy``: what else new rows
+    can do, after dropping the incomplete ones)."""
     bad = {name: bad_mask(data[name]) for name in columns}
     counts = {name: int(mask.sum()) for name, mask in bad.items() if mask.any()}
     keep = np.ones(len(data), dtype=bool)
@@ -357,10 +361,11 @@ def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: s
         detail = ", ".join(f"{name!r}: {count}" for name, count in counts.items())
         first = {name: data.index[bad[name]][:3].tolist() for name in counts}
         rows = "; ".join(f"{name!r} rows {idx}" for name, idx in first.items())
+        columns = ", ".join(repr(name) for name in counts)
         hint = (
             " (use missing='drop' to fit on complete cases, or missing='impute' to impute missing predictors)"
             if what == "data"
-            else ""
+            else f"; predict the complete rows (newdata.dropna(subset=[{columns}])){remedy}"
         )
         raise DataError(f"{what} has missing or non-finite values in {detail} (first {rows}){hint}")
     for mask in bad.values():

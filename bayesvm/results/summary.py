@@ -408,7 +408,16 @@ def _imputation_text(design, mode: str | None) -> str | None:
     layout = design.imputation
     if layout is None:
         return None
-    counts = ", ".join(f"{name} {count}" for name, count in layout.n_missing.items())
+    missing, per_source, modelled = layout.n_missing, {}, {}
+    for name, source in zip(layout.variables, layout.source_columns):  # a factor's indicators: one count, one entry
+        if name in missing:
+            per_source.setdefault(source, missing[name])
+        modelled[source] = modelled.get(source, 0) + 1
+    counts = ", ".join(f"{source} {count}" for source, count in per_source.items())
+    variables = [
+        source if name == source else f"{source} (its {modelled[source]} indicator columns)"
+        for name, source in zip(layout.variables, layout.source_columns)
+    ]
     rows = layout.incomplete_rows
     how = (
         "multiple imputation from a normal model given the class"
@@ -418,7 +427,7 @@ def _imputation_text(design, mode: str | None) -> str | None:
     )
     return (
         f" Imputed: {counts} value(s) in {rows} of {design.n} rows, inside the model (fit.imputation_report());\n"
-        f"   {how}; assumes missing completely at random; normal model of {', '.join(layout.variables)}"
+        f"   {how}; assumes missing completely at random; normal model of {', '.join(dict.fromkeys(variables))}"
     )
 
 

@@ -82,6 +82,14 @@ def test_r_spellings_of_what_to_predict_are_refused_naming_the_kind(fit, grouped
         fit.predict(grouped, kind="bogus")
 
 
+def test_new_rows_missing_a_predictor_are_refused_naming_the_column_and_the_remedies(fit, grouped):
+    new = grouped.head(6).copy()
+    new.loc[new.index[[1, 4]], "x1"] = np.nan
+    with pytest.raises(bayesvm.errors.DataError, match=r"newdata has missing or non-finite values in 'x1': 2") as info:
+        fit.predict(new)
+    assert "newdata.dropna(subset=['x1'])" in str(info.value) and "missing='impute'" in str(info.value)
+
+
 def test_training_prediction_equals_newdata_prediction(fit, grouped):
     np.testing.assert_allclose(fit.predict(kind="prob"), fit.predict(grouped, kind="prob"))
     np.testing.assert_allclose(

@@ -169,6 +169,10 @@ def test_missing_categorical_predictors_are_imputed_through_their_indicator_colu
     report = fit.imputation_report().variables
     assert report.loc["smoker[T.yes]", "n_missing"] == data["smoker"].isna().sum()
     assert report.loc["site[T.west]", "n_missing"] == data["site"].isna().sum()
+    text = str(fit.summary())  # a factor's missing values counted once, under the factor's name
+    (imputed,) = [line for line in text.splitlines() if line.startswith(" Imputed:")]
+    assert f"site {data['site'].isna().sum()}" in imputed and "site[T." not in imputed
+    assert "site (its 2 indicator columns)" in text
     assert np.max(np.abs(fit.fixef - full.fixef)) < 0.4  # (full data: smoker 1.21, south 0.73, west 0.25)
     # a row whose factor is missing lies between the same row with either level
     rows = pd.DataFrame({"x": [0.2] * 3, "smoker": pd.Categorical([np.nan, "no", "yes"]), "site": ["north"] * 3})
