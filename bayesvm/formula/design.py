@@ -96,7 +96,7 @@ class ReTerm:
     @property
     def column_names(self) -> list[str]:
         group = self.group
-        return [f"{name}|{group}[{level}]" for level in self.levels for name in self.term_names]
+        return [f"{name}|{group}[{level}]" for level in pd.Index(self.levels).tolist() for name in self.term_names]
 
     def check_shapes(self) -> None:
         """Raise ``ValueError`` unless the term's names, columns, codes and values fit together (a restored file)."""
@@ -388,6 +388,20 @@ def group_labels(data: pd.DataFrame, factors: tuple[str, ...]) -> pd.Index:
     for part in parts[1:]:
         labels = labels + ":" + part
     return pd.Index(labels.astype(str))
+
+
+def group_levels(data: pd.DataFrame, factors: tuple[str, ...]) -> tuple[pd.Index, np.ndarray]:
+    """The sorted levels of the grouping factor ``factors`` (:func:`sorted_group_levels` of :func:`group_labels`) and
+    each row's position among them; a factor of one column writes each distinct value as text once (not each row)."""
+    if len(factors) != 1:
+        labels = group_labels(data, factors)
+        levels = sorted_group_levels(labels)
+        return levels, levels.get_indexer(labels)
+    column = data[factors[0]]
+    raw_codes, uniques = pd.factorize(column, use_na_sentinel=False)
+    text = pd.Index(_level_text(pd.Series(uniques, dtype=column.dtype)).astype(str))
+    levels = sorted_group_levels(text)  # (values written alike, 3 and "3" of an object column, are one level)
+    return levels, levels.get_indexer(text)[raw_codes]
 
 
 def _level_text(column: pd.Series) -> np.ndarray:
@@ -696,9 +710,7 @@ def _random_terms(parsed: ParsedFormula, frame: pd.DataFrame) -> tuple[ReTerm, .
         if values.shape[1] == 0:
             raise FormulaError(f"random-effect term {bar} has no columns")
         _check_finite(values, names)
-        labels = group_labels(frame, bar.group)
-        levels = sorted_group_levels(labels)
-        codes = levels.get_indexer(labels)
+        levels, codes = group_levels(frame, bar.group)
         blocks = [tuple(range(values.shape[1]))] if bar.correlated else [(j,) for j in range(values.shape[1])]
         for cols in blocks:
             re_terms.append(
