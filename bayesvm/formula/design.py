@@ -458,7 +458,8 @@ def _check_unseen_levels(spec, newdata: pd.DataFrame) -> None:
             count = int(values.isin(unseen).sum())
             raise DesignError(
                 f"column {column!r} has level(s) {unseen[:5]} in {count} row(s) of newdata that the fit never saw; "
-                f"known levels: {list(categories)}"
+                f"known levels: {list(categories)}; map them to a known level or predict the other rows (R's "
+                "predict() refuses new factor levels alike)"
             )
 
 
