@@ -39,10 +39,9 @@ from .formula.design import (
     NewDesign,
     bad_mask,
     build_design,
-    group_labels,
     required_variables,
-    sorted_group_levels,
 )
+from .formula.groups import group_labels, sorted_group_levels
 from .formula.imputation import ColumnGaps, ImputationLayout, check_gaps, imputation_layout, is_categorical
 from .formula.response import code_response
 

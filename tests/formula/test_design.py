@@ -205,7 +205,7 @@ def test_terms_with_distinct_columns_or_factors_are_kept(frame, bars):
 def test_a_float_grouping_column_names_the_levels_of_the_integer_one(frame):
     """A column of integers with a missing value is read as float: its levels are the same as the integer column's
     (``3.0`` is level ``3``), for training and for new data; a fit holding float-written levels still finds them."""
-    from bayesvm.formula.design import group_labels, level_codes
+    from bayesvm.formula.groups import group_labels, level_codes
 
     data = pd.DataFrame({"g": [3, 10, -2, 3]})
     as_float = data.assign(g=data["g"].astype(float))
@@ -243,29 +243,3 @@ def test_numbers_stored_as_text_hint_writes_the_name_as_a_formula_does(frame):
         design("y ~ `big g`", spaced)
     with pytest.raises(DesignError, match=r"write C\(g\) in the formula"):
         design("y ~ g", frame)
-
-
-def test_group_levels_equal_the_levels_and_codes_of_the_rows_labels_for_every_kind_of_column():
-    """:func:`group_levels` writes each distinct value as text once; its levels (values, order, dtype) and codes equal
-    those of the rows' labels (:func:`group_labels`, :func:`sorted_group_levels`), values written alike (``1`` and
-    ``"1"`` of an object column) are one level, and a factor of several columns joins its parts."""
-    from bayesvm.formula.design import group_labels, group_levels, sorted_group_levels
-
-    rng = np.random.default_rng(0)
-    n = 300
-    frame = pd.DataFrame({
-        "int": rng.integers(-5, 40, n), "float": rng.integers(0, 40, n).astype(float), "quarter": rng.integers(0, 9, n) / 4,
-        "text": rng.choice(["a", "b", "c10", "c2"], n),
-        "cat": pd.Categorical(rng.choice(["x", "y", "z"], n), categories=["z", "y", "x", "w"]),
-        "flag": rng.random(n) < 0.5, "mixed": pd.Series(rng.choice([1, "1", 1.0, "b", 3], n), dtype=object),
-        "string": pd.Series(rng.choice(["10", "9", "100"], n), dtype="string"),
-        "nullable": pd.Series(rng.integers(0, 5, n), dtype="Int64"), "big": rng.integers(0, 2**60, n),
-        "unicode": rng.choice(["é", "ß", "日本"], n),
-    })  # fmt: skip
-    for factors in [(name,) for name in frame.columns] + [("int", "text"), ("cat", "float")]:
-        labels = group_labels(frame, factors)
-        expected = sorted_group_levels(labels)
-        levels, codes = group_levels(frame, factors)
-        assert levels.equals(expected) and levels.dtype == expected.dtype, factors
-        np.testing.assert_array_equal(codes, expected.get_indexer(labels))
-    assert list(group_levels(frame, ("mixed",))[0]) == ["1", "1.0", "3", "b"]  # (1 and "1" write alike)
