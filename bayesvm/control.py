@@ -137,6 +137,19 @@ def default_tune(tune: int | None, selection: bool) -> int | None:
     return GIBBS_TUNE
 
 
+#: Arguments of glm/glmer and scikit-learn a call of ``bsvm()`` may carry, and what says the same here
+OTHER_PACKAGES_ARGUMENTS = {
+    "weights": "per-row weights are not supported; class_weight= weighs each class's rows",
+    "sample_weight": "per-row weights are not supported; class_weight= weighs each class's rows",
+    "family": "the model is the SVM's hinge pseudo-likelihood, not a GLM family",
+    "subset": "pass the rows to fit, data[mask]",
+    "na_action": "missing='drop' fits the complete rows, missing='impute' imputes",
+    "nAGQ": "vb='accurate', the default where it applies, integrates over the variance parameters",
+    "offset": "an offset, a fixed part of the decision value, is not supported",
+    "C": "penalty=alpha is scikit-learn's C = 1 / (2 alpha); the default learns it",
+}
+
+
 def resolve_control(control: object, options: dict) -> Control:
     """``control`` (or the defaults) with the keyword shorthand ``options`` applied.
 
@@ -154,7 +167,10 @@ def resolve_control(control: object, options: dict) -> Control:
     if unknown:
         hints = {name: difflib.get_close_matches(name, CONTROL_FIELDS, n=1) for name in unknown}
         said = "; ".join(
-            f"{name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") for name, hint in hints.items()
+            f"{name!r}"
+            + (f" ({OTHER_PACKAGES_ARGUMENTS[name]})" if name in OTHER_PACKAGES_ARGUMENTS else "")
+            + (f" (did you mean {hint[0]!r}?)" if hint and name not in OTHER_PACKAGES_ARGUMENTS else "")
+            for name, hint in hints.items()
         )
         raise BayesvmError(
             f"bsvm() got unknown argument(s) {said}; engine settings are the fields of bayesvm.Control: "

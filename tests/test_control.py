@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 
 import numpy as np
@@ -38,6 +39,17 @@ def test_keywords_and_control_give_the_same_fit():
 def test_a_misspelt_setting_is_named_with_the_nearest_field():
     with pytest.raises(BayesvmError, match=r"'draw' \(did you mean 'draws'\?\)"):
         resolve_control(None, {"draw": 10})
+
+
+@pytest.mark.parametrize(
+    "name, said",
+    [("weights", "class_weight= weighs"), ("family", "not a GLM family"), ("subset", "data[mask]"),
+     ("na_action", "missing='drop'"), ("nAGQ", "vb='accurate'"), ("C", "C = 1 / (2 alpha)")],
+)  # fmt: skip
+def test_arguments_of_glmer_and_scikit_learn_are_answered_with_what_says_the_same(name, said):
+    with pytest.raises(BayesvmError, match=rf"'{name}' \(.*{re.escape(said)}") as info:
+        resolve_control(None, {name: 1})
+    assert "did you mean" not in str(info.value)
 
 
 def test_a_setting_given_twice_is_refused_but_the_same_value_is_not():

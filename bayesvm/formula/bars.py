@@ -191,6 +191,8 @@ def _parsed(formula: str, columns: tuple[str, ...] | None) -> ParsedFormula:
             " (one binary outcome per row: for counts of successes and failures, as glm's cbind(s, f) or a "
             "proportion with weights, expand each row into one row per trial, e.g. with np.repeat)"
             if re.match(r"\s*cbind\s*\(", lhs) or "/" in lhs
+            else " (its classes are read from the column as it is: text, categories, booleans or two numbers)"
+            if re.match(r"\s*(as\.)?factor\s*\(|\s*C\s*\(", lhs)
             else ""
         )
         raise FormulaError(f"response {lhs!r} in {formula!r} must be a single column name{aggregated}")

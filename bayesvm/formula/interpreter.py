@@ -116,12 +116,24 @@ class Term:
     tree: ast.Expression
     quoted: dict
 
-    def refuse(self, what: str) -> FormulaError:
+    def refuse(self, what: str, r_spelling: str = "") -> FormulaError:
         return FormulaError(
-            f"formula term {self.text!r} uses {what}, which bayesvm does not evaluate: formula terms may use column "
-            "names, constants, arithmetic, the formula transforms (C, I, center, scale, poly, bs, log, ...) and "
-            "element-wise numpy functions such as np.log or np.sqrt"
+            f"formula term {self.text!r} uses {what}, which bayesvm does not evaluate{r_spelling}: formula terms may "
+            "use column names, constants, arithmetic, the formula transforms (C, I, center, scale, poly, bs, log, "
+            "...) and element-wise numpy functions such as np.log or np.sqrt"
         )
+
+
+#: R's formula functions and what says the same here, named where a formula uses one (an R user's first formula)
+R_CALLS = {
+    "factor": "R's factor(x) is C(x) here",
+    "as.factor": "R's as.factor(x) is C(x) here",
+    "relevel": "R's relevel(x, 'b') is C(x, Treatment('b')) here",
+    "as.numeric": "a numeric column is used as it is",
+    "offset": "an offset, a fixed part of the decision value, is not supported",
+    "ns": "splines::ns(x, df) has no twin here: bs(x, df=...) or a gp(x) term",
+    "s": "mgcv's s(x) is a gp(x) term here",
+}
 
 
 # ----- reading the text -------------------------------------------------------------------------------------------
@@ -311,7 +323,8 @@ def _callee(term: Term, node: ast.Call) -> tuple[str, Transform | None]:
             return f"{owner}.{name}", NUMPY_FUNCTIONS[name]
         if owner == "contr" and name in CONTR:
             return f"contr.{name}", CONTR[name][1]
-    raise term.refuse(f"a call of {_source(func)!r}")
+    name = _source(func)
+    raise term.refuse(f"a call of {name!r}", f" ({R_CALLS[name]})" if name in R_CALLS else "")
 
 
 # ----- which columns a term uses ----------------------------------------------------------------------------------

@@ -53,6 +53,10 @@ def _check_literal(expr: str) -> None:
 DOT = re.compile(r"(?<![\w.`])\.(?![\w.`])")
 
 
+#: R's ``as.factor(`` and ``as.numeric(``, which no Python parser reads (``as`` is a keyword)
+R_DOTTED_CALL = re.compile(r"\bas\.(factor|numeric|integer)\s*\(")
+
+
 def formula_factors(part: str) -> list:
     """Every factor of a formula part, parsed by formulaic (parsing runs no code) and checked (:func:`check_factor`).
 
@@ -76,7 +80,10 @@ def formula_factors(part: str) -> list:
     except RecursionError:
         raise FormulaError(f"formula part {part[:60]!r}... is nested too deeply to parse") from None
     except (MemoryError, ValueError, TypeError, SyntaxError) as exc:
-        raise FormulaError(f"cannot parse formula part {part[:200]!r}: {type(exc).__name__}") from None
+        dotted = R_DOTTED_CALL.search(part)  # (R's as.factor(x): `as` is a Python keyword)
+        hint = f" (R's {dotted.group(0)}x) is C(x) here)" if dotted and dotted.group(1) == "factor" else ""
+        hint = f" (R's {dotted.group(0)}x): the column itself here)" if dotted and not hint else hint
+        raise FormulaError(f"cannot parse formula part {part[:200]!r}: {type(exc).__name__}{hint}") from None
     factors = _factors(formula)
     for factor in factors:
         check_factor(factor)

@@ -22,3 +22,12 @@ def test_powers_and_products_that_explode_are_still_refused():
     with pytest.raises(FormulaError, match="expands to about"):
         check_formula_part("*".join(f"x{i}" for i in range(12)))
     assert expanded_terms(" * ".join(f"x{i}" for i in range(12))) > MAX_TERMS
+
+
+@pytest.mark.parametrize("part, said", [("x + as.factor(g)", "R's as.factor(x) is C(x) here"),
+                                        ("as.numeric(x)", "R's as.numeric(x): the column itself here")])  # fmt: skip
+def test_r_calls_no_python_parser_reads_are_named_with_what_says_the_same(part, said):
+    with pytest.raises(
+        FormulaError, match=r"cannot parse formula part .*" + said.replace("(", r"\(").replace(")", r"\)")
+    ):
+        check_formula_part(part)
