@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from ..model.problems import VarianceComponent, VBProblem
 from . import variance_prior
-from .linear.vb import LOG_2PI
+from .components import LOG_2PI, component_values
 
 
 def log_pseudo_likelihood(y: np.ndarray, f: np.ndarray, weights: np.ndarray | None = None) -> float:
@@ -121,7 +121,3 @@ def predictor_draws(theta_d: np.ndarray, theta_b: np.ndarray, D, codes, values) 
         idx = np.where(seen, codes, 0)
         f = f + np.einsum("nk,snk->sn", z, theta_b[:, idx, :])
     return f
-
-
-def component_values(comp: VarianceComponent, theta_d: np.ndarray, theta_b: np.ndarray) -> np.ndarray:
-    return theta_b[:, comp.index[0]] if comp.blocked else theta_d[comp.index]

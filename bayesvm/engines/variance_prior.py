@@ -62,7 +62,7 @@ class CompiledPrior(NamedTuple):
 class VarianceLaw(Protocol):
     """What an engine asks of a variance prior (one law per prior record; :data:`LAWS`).  ``n_levels`` is ``J``, the
     number of values sharing the variance; ``posterior_type`` the mean-field VB factor's class
-    (:class:`bayesvm.engines.linear.vb.ComponentPosterior`: ``shape``, ``scale`` (1 x 1 rate), ``aux_rate``)."""
+    (:class:`bayesvm.engines.components.ComponentPosterior`: ``shape``, ``scale`` (1 x 1 rate), ``aux_rate``)."""
 
     def initial(self, posterior_type): ...  # q with E[1/sigma^2] = 1
 

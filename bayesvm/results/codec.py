@@ -88,6 +88,9 @@ MOVED_CLASSES = {
     # the accurate fit's hyperparameters, in a module of their own
     "bayesvm.engines.ep:Hyperparameters": "bayesvm.engines.linear.hyperparameters:Hyperparameters",
     "bayesvm.engines.linear.ep:Hyperparameters": "bayesvm.engines.linear.hyperparameters:Hyperparameters",
+    # a variance component's q, beside the rest of the component's interface
+    "bayesvm.engines.vb:ComponentPosterior": "bayesvm.engines.components:ComponentPosterior",
+    "bayesvm.engines.linear.vb:ComponentPosterior": "bayesvm.engines.components:ComponentPosterior",
 }
 MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
 #: Attributes of formulaic's records that are neither dataclass fields, slots nor annotations (their internals):

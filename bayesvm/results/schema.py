@@ -41,7 +41,7 @@ TYPES: dict[str, str] = {
     "ColumnGaps": "bayesvm.formula.imputation",
     "CompiledPrior": "bayesvm.engines.variance_prior",
     "ComponentLaw": "bayesvm.results.new_levels",
-    "ComponentPosterior": "bayesvm.engines.linear.vb",
+    "ComponentPosterior": "bayesvm.engines.components",
     "Constant": "bayesvm.kernels",
     "Control": "bayesvm.control",
     "ConvergenceWarning": "bayesvm.errors",

@@ -10,7 +10,7 @@ from scipy import integrate, stats
 from scipy.special import digamma
 
 from bayesvm.engines import variance_prior
-from bayesvm.engines.linear.vb import ComponentPosterior
+from bayesvm.engines.components import ComponentPosterior
 from bayesvm.priors import HalfT, InverseGamma
 
 HALF_T = SimpleNamespace(name="(1 | g)", prior=HalfT(3.0, 2.5), n_levels=12)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from bayesvm.engines.linear.vb import fit_vb, probe_bound_noise, sparse_prior
+from bayesvm.engines.components import sparse_prior
+from bayesvm.engines.linear.vb import fit_vb, probe_bound_noise
 from bayesvm.linalg import probes as sparse_probes
 from bayesvm.linalg.probes import probe_posterior
 from tests.conftest import simulate_grouped

@@ -52,20 +52,21 @@ from scipy.special import multigammaln
 from ...linalg.dense import blas_threads, gaussian_draw, gaussian_posterior, spd_inverse
 from ...model.problems import ImputationProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
-from ..joint import component_values, log_prior, log_pseudo_likelihood
-from ..linear.collapsed_variance import CollapsedVariance
-from ..linear.gibbs import TUNE, GibbsResult, draw_components, kept_draw_index, run_chains, sparse_coefficient_draw
-from ..linear.gibbs_rows import MARGIN_FLOOR, weighted_rows
-from ..linear.interweave import ScaleMoves
-from ..linear.vb import (
+from ..components import (
     LOG_2PI,
-    VBResult,
+    component_values,
+    draw_components,
     initial_component,
-    lower_bound,
     prior_precisions,
     second_moments,
     update_component,
 )
+from ..joint import log_prior, log_pseudo_likelihood
+from ..linear.collapsed_variance import CollapsedVariance
+from ..linear.gibbs import TUNE, GibbsResult, kept_draw_index, run_chains, sparse_coefficient_draw
+from ..linear.gibbs_rows import MARGIN_FLOOR, weighted_rows
+from ..linear.interweave import ScaleMoves
+from ..linear.vb import VBResult, lower_bound
 from ..overrelax import RELAXATION
 from .normal_model import imputation_step, marginal_moments, missing_patterns, start_state
 

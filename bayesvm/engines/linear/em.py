@@ -40,8 +40,8 @@ from ...model.output import EngineOutput
 from ...model.problems import PENALTY_SOURCE, VarianceComponent, VBProblem, sorted_by_level
 from .. import variance_prior
 from ..augmentation import row_terms
-from ..joint import component_values, log_prior
-from .vb import prior_precisions, sparse_prior
+from ..components import component_values, prior_precisions, sparse_prior
+from ..joint import log_prior
 
 #: Continuation schedule of the floor on |1 - y f| (the last one is the final accuracy).
 MARGIN_FLOORS = tuple(10.0**-k for k in range(2, 11))

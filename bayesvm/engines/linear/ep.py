@@ -70,7 +70,9 @@ from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
 from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
 from ...model.output import EngineOutput
+from ...model.problems import VBProblem, sorted_by_level
 from ..augmentation import row_terms
+from ..components import prior_precisions, sparse_prior
 from ..progress import counter
 from . import ep_moments
 from .hinge_sites import (
@@ -95,14 +97,7 @@ from .hyper_grid import (
 )
 from .hyperparameters import Hyperparameters
 from .node_evidence import MIN_ESS_FRACTION, NodeEvidence, NodeWeights, UnreliableEvidence, node_evidence
-from .vb import (
-    VBProblem,
-    fit_vb,
-    prior_precisions,
-    sorted_by_level,
-    sparse_posterior,
-    sparse_prior,
-)
+from .vb import fit_vb, sparse_posterior
 
 
 class SelectedSlopes(Protocol):

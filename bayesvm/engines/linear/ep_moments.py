@@ -27,8 +27,8 @@ from collections.abc import Callable
 import numpy as np
 import scipy.linalg
 
+from ..components import prior_precisions
 from . import compiled_rows
-from .vb import prior_precisions
 
 
 def _moments(D, codes, v, tau, nu, prior_dd, prior_b, n_levels, mean_f, var_f):

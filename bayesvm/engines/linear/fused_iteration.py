@@ -7,7 +7,7 @@ with its variance, the global rescaling and the fixed-effect coordinate and dire
 (:class:`bayesvm.engines.linear.interweave.ScaleMoves`); the location shift of the random intercept
 (:mod:`bayesvm.engines.linear.location_shift`); the row pass, ``w | theta`` with the next draw's row sums
 (:func:`bayesvm.engines.linear.compiled_rows.row_pass`; step 2); and the variance draws (step 3:
-:func:`bayesvm.engines.linear.gibbs.draw_components`).  Each is a compiled kernel, but the Python between them (about
+:func:`bayesvm.engines.components.draw_components`).  Each is a compiled kernel, but the Python between them (about
 40 small calls: random numbers, small arrays, the variance draws) cost about a third of toenail's iteration.
 
 Where the problem is a dense design (rows that do not split) with one random intercept (a blocked factor of one
@@ -288,7 +288,7 @@ def _fused_steps(theta_d, theta_b, variances, shapes, rates, f, turns, global_ex
 def _coefficient_draw(gram, product, base_precision, penalty_of_column, variances, intercept, blocks, cross, rhs_b,
                       eps_d, eps_b, theta_d, theta_b):  # fmt: skip
     """``theta | w`` (:func:`bayesvm.engines.linear.compiled_rows.intercept_draw`) with the prior precisions built
-    here as ``vb.prior_precisions`` builds them: ``base_precision`` on the diagonal plus ``1 / variances[c]`` on the
+    here as ``components.prior_precisions`` builds them: ``base_precision`` on the diagonal plus ``1 / variances[c]`` on the
     columns of the learned penalty ``c``, and ``1 / variances[intercept]`` for each level; returns False (nothing
     filled) where the Schur complement is not positive definite."""
     q = gram.shape[0]

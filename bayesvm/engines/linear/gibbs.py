@@ -38,9 +38,9 @@ from ...linalg.sparse import SparseCholesky
 from ...memory import check_memory
 from ...model.output import EngineOutput
 from ...model.problems import VBProblem, sorted_by_level
-from .. import variance_prior
 from ..chain_checks import rhat_and_ess
-from ..joint import LogPrior, component_values
+from ..components import component_values, draw_components, prior_precisions, sparse_prior
+from ..joint import LogPrior
 from ..overrelax import RELAXATION
 from ..workers import run_in_processes
 from . import compiled_rows, fused_iteration
@@ -56,7 +56,6 @@ from .gibbs_rows import (
     scaled_by_weights,
 )
 from .interweave import ScaleMoves
-from .vb import prior_precisions, sparse_prior
 
 
 @dataclass
@@ -96,35 +95,6 @@ class GibbsResult(EngineOutput):
     @property
     def draws(self) -> int:
         return self.theta_d.shape[1]
-
-
-def draw_components(
-    components,
-    values: list[np.ndarray],
-    rng: np.random.Generator,
-    aux: list,
-    current: list[np.ndarray] | None = None,
-    relaxation: float = 0.0,
-) -> list[np.ndarray]:
-    """One Gibbs draw of every variance component given its coefficients ``values[c]`` (``J x k``): IW, IG, or
-    the half-t through its auxiliary variable, kept in ``aux[c]`` between draws (updated in place;
-    :mod:`bayesvm.engines.variance_prior`).  With ``relaxation > 0`` and the ``current`` components, the variance of
-    each random-effect term (not an inverse-Wishart matrix, not the learned penalty) takes the over-relaxed step of
-    its inverse gamma instead (:mod:`bayesvm.engines.overrelax`)."""
-    from scipy import stats
-
-    out = []
-    for c, (comp, u) in enumerate(zip(components, values)):
-        if comp.is_wishart:
-            scale = comp.prior_scale + u.T @ u
-            out.append(
-                np.atleast_2d(stats.invwishart(df=comp.prior_df + comp.n_levels, scale=scale).rvs(random_state=rng))
-            )
-            continue
-        now = None if current is None or comp.source < 0 else float(current[c][0, 0])
-        variance, aux[c] = variance_prior.draw(comp, float(np.sum(u**2)), rng, aux[c], now, relaxation)
-        out.append(np.array([[variance]]))
-    return out
 
 
 def _run_chain(

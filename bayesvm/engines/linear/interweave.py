@@ -73,7 +73,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import variance_prior
-from ..joint import component_values
+from ..components import component_values
 from . import compiled_rows
 
 #: The learned penalty's rescaling runs on every ``PENALTY_EVERY``-th call of :class:`ScaleMoves` (module docstring).

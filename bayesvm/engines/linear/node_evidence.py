@@ -36,10 +36,10 @@ from scipy.special import logsumexp
 from ...linalg.row_threads import row_pool
 from ...model.problems import VBProblem
 from ..augmentation import weighted_predictor
+from ..components import LOG_2PI, prior_precisions
 from ..hinge_levels import LevelLayout, draws_log_integral_sums, pieces, size_classes
 from . import compiled_rows
 from .sampled_levels import INNER_DRAWS, forget_normals, sampled_log_integrals
-from .vb import LOG_2PI, prior_precisions
 
 #: Draws x groups x (largest group + 1) values processed at a time: about a dozen arrays of this
 #: many doubles are alive at once (~400 MB at 4e6).

@@ -40,11 +40,12 @@ from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_from_natur
 from ...linalg.row_sums import RowStatistics, weighted_gram_and_product
 from ...model.problems import VBProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
+from ..components import prior_precisions
 from .ep import EPState, check_scope, integrate_ep, prior_log_det
 from .hinge_sites import extrapolated_sites, final_cavities, site_log_evidence, tilted_moments, updated_sites
 from .node_evidence import draws_log_integrals, node_evidence
 from .stream_vb import added_by_level, fit_streamed_vb, own_levels, weighted_level_sums
-from .vb import VBResult, prior_precisions
+from .vb import VBResult
 
 #: Converged nodes whose sites stay on the workers as warm starts for their neighbours (each costs two doubles per
 #: row): the nearest of the last few is as good a start as the nearest of all.

@@ -35,19 +35,17 @@ from ...linalg.dense import (
     gaussian_from_statistics,
 )
 from ...linalg.row_sums import LevelSums, RowStatistics, row_statistics
+from ...model.problems import VBProblem
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
-from .vb import (
-    ABSOLUTE_TOL,
-    VBProblem,
-    VBResult,
+from ..components import (
     decode_components,
     encode_components,
     initial_component,
-    lower_bound,
     prior_precisions,
     second_moments,
     update_component,
 )
+from .vb import ABSOLUTE_TOL, VBResult, lower_bound
 
 
 def row_weights(y: np.ndarray, mean_f: np.ndarray, var_f: np.ndarray) -> tuple[np.ndarray, float]:
@@ -138,7 +136,7 @@ class StreamedSweeps:
     """One pass over the partitions per sweep (module docstring): :meth:`sweep` maps a state to the next and returns
     the bound of the state it started from (the pass computes its data term from the rows); :meth:`encode` and
     :meth:`decode` map a state to an unconstrained vector and back for SQUAREM (the row sums as they are: ``q(theta)``'s
-    natural parameters are linear in them; the components as :func:`bayesvm.engines.linear.vb.encode_components`)."""
+    natural parameters are linear in them; the components as :func:`bayesvm.engines.components.encode_components`)."""
 
     def __init__(self, problem: VBProblem, map_partitions):
         self.problem, self.map_partitions = problem, map_partitions

@@ -16,7 +16,7 @@ first minibatch alone set ``q``, its levels' random effects ``n/s`` times over-i
 prior, and the variance components then took tens of thousands of steps to recover from that start).
 
 The start is Alg. 2's: ``E[1/a_i] = 1`` and every variance component at ``E[precision] = I``
-(:func:`~bayesvm.engines.linear.vb.initial_component`), as in batch VB, so the first targets use ``w = 1``.  The
+(:func:`~bayesvm.engines.components.initial_component`), as in batch VB, so the first targets use ``w = 1``.  The
 ``q(a_i)`` optimal under the prior ``q(theta)`` is no start: the intercept's vague prior (variance
 ``sigma_beta^2 = 10^8``) gives every row ``chi_i ~ 10^8``, ``w_i ~ 10^-4``, so the first step put the intercept in
 the thousands (toenail: 6,196), the learned penalty and the random-effect variance then ran to ``10^-6`` and ``10^6``
@@ -43,15 +43,9 @@ from ...linalg.dense import gaussian_from_natural, runs_with_blas_threads
 from ...model.problems import VBProblem
 from ..augmentation import data_lower_bound, row_terms, update_chi
 from ..batches import PartitionBatches
+from ..components import initial_component, prior_precisions, second_moments, update_component
 from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
-from .vb import (
-    VBResult,
-    initial_component,
-    lower_bound,
-    prior_precisions,
-    second_moments,
-    update_component,
-)
+from .vb import VBResult, lower_bound
 
 #: Delay ``tau`` of the Robbins-Monro step ``(t + tau)^-kappa`` (module docstring).
 STEP_DELAY = 20.0

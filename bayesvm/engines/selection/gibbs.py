@@ -59,17 +59,11 @@ from ...errors import BayesvmError
 from ...linalg.dense import blas_threads, spd_inverse
 from ...memory import check_memory
 from ...model.problems import SelectionProblem, VBProblem
+from ..components import draw_components
 from ..inverse_gaussian import draw_inverse_gaussian
 from ..joint import log_component_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
-from ..linear.gibbs import (
-    MARGIN_FLOOR,
-    GibbsResult,
-    draw_components,
-    kept_draw_index,
-    run_chains,
-    run_until_converged,
-)
+from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, kept_draw_index, run_chains, run_until_converged
 from ..linear.gibbs_rows import weighted_rows
 from .directions import LineMoves
 from .laws import law_of

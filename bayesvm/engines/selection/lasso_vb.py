@@ -45,7 +45,7 @@ from ...linalg.dense import blas_threads
 from ...model.problems import SelectionProblem
 from ...priors import Lasso
 from ..augmentation import CHI_FLOOR
-from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
+from ..components import component_bound, decode_components, encode_components, initial_component, update_component
 from .message import MessageSweep
 from .vb import LOG_2PI, SelectionVBResult, component_second, fit_by_ascent
 

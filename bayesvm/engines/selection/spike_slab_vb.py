@@ -20,7 +20,7 @@ Given ``w_i = E[1/a_i]``, the expected augmented log-likelihood is ``theta' r - 
 * for each ``k`` in turn (Carbonetto & Stephens eq. 8-10 with ``G`` in place of ``X'X / sigma^2``):
   ``s_k^2 = 1 / (G_kk + tau_k)``, ``mu_k = s_k^2 (r_k - G_kF m_F - sum_{j != k} G_kj b_j)``,
   ``logit alpha_k = logit pi + log(tau_k s_k^2) / 2 + mu_k^2 / (2 s_k^2)``;
-* ``q(Sigma_c)``: Alg. 2 step 4 from ``E[u u']`` (:func:`bayesvm.engines.linear.vb.update_component`);
+* ``q(Sigma_c)``: Alg. 2 step 4 from ``E[u u']`` (:func:`bayesvm.engines.components.update_component`);
 * ``q(a_i) = GIG(1/2, 1, chi_i)``, ``chi_i = (1 - y_i E f_i)^2 + Var f_i``, ``E f = X_F m_F + X_S b``,
   ``Var f_i = x_iF' P_F^{-1} x_iF + sum_k x_ik^2 (alpha_k (s_k^2 + mu_k^2) - b_k^2)``.
 
@@ -39,7 +39,7 @@ to the trace its bounds from the first that beats the optimum it leaves, so the 
 
 Lower bound: the data term of :func:`bayesvm.engines.augmentation.data_lower_bound`, the fixed normal priors
 ``sum [log lambda_j - log 2 pi - lambda_j E theta_j^2] / 2``, the entropy of ``q(theta_F)``, each random-effect
-term's :func:`~bayesvm.engines.linear.vb.component_bound`, and per slope (their eq. 11 with the Bernoulli terms)
+term's :func:`~bayesvm.engines.components.component_bound`, and per slope (their eq. 11 with the Bernoulli terms)
 ``alpha log(pi / alpha) + (1 - alpha) log((1 - pi) / (1 - alpha))
 + alpha [1 + log(tau s^2) - tau (s^2 + mu^2)] / 2``.  It never decreases and equals a Monte Carlo estimate
 written with scipy's densities (``tests/engines/selection/test_spike_slab_vb.py``).
@@ -58,7 +58,7 @@ from ...linalg.dense import blas_threads
 from ...model.problems import SelectionProblem
 from ...priors import SpikeSlab
 from ..augmentation import CHI_FLOOR, inverse_a_mean, row_terms, update_chi
-from ..linear.vb import component_bound, decode_components, encode_components, initial_component, update_component
+from ..components import component_bound, decode_components, encode_components, initial_component, update_component
 from ..squarem import ascend, squarem_ascent
 from .message import MessageSweep
 from .vb import LOG_2PI, SelectionVBResult, component_second

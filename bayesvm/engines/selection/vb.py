@@ -32,8 +32,8 @@ Every ``E[log b_k]``, ``E[1/b_k]`` and ``E[log sigma^2]`` cancels between ``log 
 
 **Random effects**: the columns of each random-effect term join ``theta`` as one more block, with
 ``g = 1`` and prior precision ``E[Sigma^{-1}]`` of its ``q(Sigma)`` (inverse gamma, half-t or inverse
-Wishart: :func:`bayesvm.engines.linear.vb.update_component`, Alg. 2 step 4).  They enter ``P`` beside the slopes,
-are updated after step 3 from ``E[u_j u_j']`` and add :func:`bayesvm.engines.linear.vb.component_bound` to the bound;
+Wishart: :func:`bayesvm.engines.components.update_component`, Alg. 2 step 4).  They enter ``P`` beside the slopes,
+are updated after step 3 from ``E[u_j u_j']`` and add :func:`bayesvm.engines.components.component_bound` to the bound;
 nothing else in Alg. 3 changes, because the indicators act on the slopes alone.
 """
 
@@ -52,7 +52,7 @@ from ...model.output import EngineOutput
 from ...model.problems import SelectionProblem, VarianceComponent
 from ...priors import LaplaceZero
 from ..augmentation import CHI_FLOOR
-from ..linear.vb import (
+from ..components import (
     ComponentPosterior,
     component_bound,
     decode_components,

@@ -190,7 +190,7 @@ def test_schur_complement_matches_dense_solve():
     result2 = fit_vb(problem, max_iter=5)
     chi_prev = result.chi
     weights = 1 / np.sqrt(chi_prev)
-    from bayesvm.engines.linear.vb import prior_precisions
+    from bayesvm.engines.components import prior_precisions
 
     prior_dd, prior_b = prior_precisions(problem, [c.expected_precision() for c in result.components])
     prior = np.zeros((C.shape[1], C.shape[1]))
@@ -252,7 +252,7 @@ def test_nested_and_crossed_posteriors_equal_the_dense_solve(formula, path, monk
     """One sweep's q(theta) on every structured path equals the dense inverse of the full precision."""
     import scipy.sparse as sp
 
-    from bayesvm.engines.linear.vb import prior_precisions, sparse_prior
+    from bayesvm.engines.components import prior_precisions, sparse_prior
 
     data = simulate_grouped(n_groups=9, per_group=6, p=2, seed=11, slope_sd=0.3)
     sparse_solver(monkeypatch, path)

@@ -13,7 +13,7 @@ from scipy import integrate
 from scipy.special import ndtr, ndtri
 
 import bayesvm
-from bayesvm.engines.linear.vb import initial_component
+from bayesvm.engines.components import initial_component
 from bayesvm.engines.selection.laws import LAWS, law_of
 from bayesvm.engines.selection.tilted import SlopeTilted, log_normal
 from bayesvm.errors import BayesvmError
