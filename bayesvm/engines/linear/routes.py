@@ -84,6 +84,26 @@ def supports_vb(model, request) -> str | None:
     return None
 
 
+def say_if_compiling(accurate: bool) -> None:
+    """Say once, on standard error, that this fit compiles its row loops for this machine (the first fit after
+    install: seconds, where later processes load them from numba's disk cache): the mean-field rows and the end-of-fit
+    check's level integrals, and EP's tilted moments for the accurate fit."""
+    from ...engines import hinge_levels
+    from ...linalg import compiled, dense_rows
+    from . import compiled_rows, hinge_sites
+
+    if not compiled_rows.available():
+        return
+    used = [dense_rows.level_rows_predictor, hinge_levels.draws_log_integral_sums]
+    used += [hinge_sites.tilted_rows] if accurate else []
+    if not all(compiled.on_disk(function) for function in used):
+        compiled.say_once(
+            "vb",
+            "compiling the fit's row loops for this machine; this happens once (numba keeps the compiled code on disk "
+            "for later fits)",
+        )
+
+
 def run_vb(model, request):
     """The accurate fit or mean-field VB (module docstring)."""
     from .ep import accurate_failure, fit_accurate
@@ -96,6 +116,7 @@ def run_vb(model, request):
         seed = 0 if request.seed is None else int(request.seed)
         problem = replace(problem, probes=int(control.probes), probe_seed=seed)
     chosen, why = (request.vb, None) if request.vb is not None or control.probes is not None else default_vb(problem)
+    say_if_compiling(accurate=chosen == "accurate" or request.vb is None)
     if request.nodes is not None:  # cross-fitting's fold fit of an accurate fit: EP at the full fit's nodes
         chosen, why = "accurate", None
     elif request.vb in (None, "accurate") and control.probes is None and default_penalty_from_slopes(problem):
