@@ -158,7 +158,7 @@ class Fit(ABC):
         new_levels: str = "integrate",
         threshold: float | None = None,
         *,
-        type: str | None = None,  # noqa: A002 (R's name, refused with the kind that gives the same)
+        type: str | None = None,  # (R's name, refused with the kind that gives the same)
     ) -> pd.Series:
         """Predict new (or the training) rows: a Series on ``newdata``'s index (the training rows' index for
         ``newdata=None``), so that it aligns with the data as statsmodels' and pandas' results do.

@@ -125,7 +125,7 @@ class KernelFit(Fit):
         probability: str | None = None,
         threshold: float | None = None,
         *,
-        type: str | None = None,  # noqa: A002 (R's name: refused as Fit.predict refuses it)
+        type: str | None = None,  # (R's name: refused as Fit.predict refuses it)
     ) -> np.ndarray:
         """Predict new (or the training) rows: as :meth:`Fit.predict` (``kind="prob"`` is the calibrated
         probability, ``"pseudo"`` the raw pseudo-likelihood averaged over ``q(f)``).

@@ -58,7 +58,7 @@ class MulticlassFit:
         kind: str = "class",
         include_random: bool = True,
         *,
-        type: str | None = None,  # noqa: A002 (R's name: refused as Fit.predict refuses it)
+        type: str | None = None,  # (R's name: refused as Fit.predict refuses it)
     ):
         """``"class"``: the most probable class (a Series; with class weights, the class whose fit against the rest
         has the largest decision value, as liblinear's one-vs-rest decides); ``"prob"``: each class's probability,

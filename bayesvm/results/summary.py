@@ -415,7 +415,9 @@ def _imputation_text(design, mode: str | None) -> str | None:
         modelled[source] = modelled.get(source, 0) + 1
     counts = ", ".join(f"{source} {count}" for source, count in per_source.items())
     variables = [
-        source if name == source else f"{source} (its {modelled[source]} indicator columns)"
+        source
+        if name == source
+        else f"{source} (its {modelled[source]} indicator column{'s' * (modelled[source] > 1)})"
         for name, source in zip(layout.variables, layout.source_columns)
     ]
     rows = layout.incomplete_rows
