@@ -8,7 +8,7 @@ The engines ask it, through the functions here, for:
 
 * its **prior precision** given ``Sigma``: ``Sigma^{-1}`` on each level's coefficients, added to the fixed effects'
   diagonal (:func:`prior_precisions` dense, :func:`sparse_prior` sparse; the ``blockdiag`` of Alg. 2 step 2);
-* its **coefficients at draws** (:func:`component_values`: Gibbs's and EM's variance steps, the joint log prior);
+* its **coefficients at one draw** (:func:`component_values`: Gibbs's and EM's variance steps, the joint log prior);
 * mean-field VB's **coordinate step** of ``q(Sigma)`` from ``S = sum_j E[u_j u_j']`` (:func:`second_moments`,
   :func:`update_component`: ``q(sigma^2) = IG(A + J/2, B + S/2)``, Alg. 2 step 4, or
   ``q(Sigma) = IW(nu + J, Psi + S)``), its start (:func:`initial_component`) and its **lower-bound term**
