@@ -150,6 +150,14 @@ OTHER_PACKAGES_ARGUMENTS = {
 }
 
 
+def _unknown_argument_hint(name: str) -> str:
+    """What says the same as another package's argument, else the nearest field's name, else nothing."""
+    if name in OTHER_PACKAGES_ARGUMENTS:
+        return f" ({OTHER_PACKAGES_ARGUMENTS[name]})"
+    nearest = difflib.get_close_matches(name, CONTROL_FIELDS, n=1)
+    return f" (did you mean {nearest[0]!r}?)" if nearest else ""
+
+
 def resolve_control(control: object, options: dict) -> Control:
     """``control`` (or the defaults) with the keyword shorthand ``options`` applied.
 
@@ -165,13 +173,7 @@ def resolve_control(control: object, options: dict) -> Control:
         raise BayesvmError(f"control must be a bayesvm.Control(...) (or None), got {type(control).__name__}")
     unknown = [name for name in options if name not in CONTROL_FIELDS]
     if unknown:
-        hints = {name: difflib.get_close_matches(name, CONTROL_FIELDS, n=1) for name in unknown}
-        said = "; ".join(
-            f"{name!r}"
-            + (f" ({OTHER_PACKAGES_ARGUMENTS[name]})" if name in OTHER_PACKAGES_ARGUMENTS else "")
-            + (f" (did you mean {hint[0]!r}?)" if hint and name not in OTHER_PACKAGES_ARGUMENTS else "")
-            for name, hint in hints.items()
-        )
+        said = "; ".join(f"{name!r}{_unknown_argument_hint(name)}" for name in unknown)
         raise BayesvmError(
             f"bsvm() got unknown argument(s) {said}; engine settings are the fields of bayesvm.Control: "
             f"{', '.join(CONTROL_FIELDS)}"

@@ -124,12 +124,15 @@ class Term:
         )
 
 
-#: R's formula functions and what says the same here, named where a formula uses one (an R user's first formula)
+#: R's formula functions and what says the same here, named where a formula uses one (an R user's first formula);
+#: ``as.*`` never reach a call (``as`` is a Python keyword): :func:`bayesvm.formula.restricted.formula_factors` names
+#: them where the formula fails to parse
 R_CALLS = {
     "factor": "R's factor(x) is C(x) here",
     "as.factor": "R's as.factor(x) is C(x) here",
     "relevel": "R's relevel(x, 'b') is C(x, Treatment('b')) here",
-    "as.numeric": "a numeric column is used as it is",
+    "as.numeric": "R's as.numeric(x): the column itself here",
+    "as.integer": "R's as.integer(x): the column itself here",
     "offset": "an offset, a fixed part of the decision value, is not supported",
     "ns": "splines::ns(x, df) has no twin here: bs(x, df=...) or a gp(x) term",
     "s": "mgcv's s(x) is a gp(x) term here",

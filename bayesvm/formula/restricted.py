@@ -17,7 +17,7 @@ import formulaic
 from formulaic.errors import FormulaicError
 
 from ..errors import FormulaError
-from .interpreter import check_term, term_variables
+from .interpreter import R_CALLS, check_term, term_variables
 
 #: Longest formula part formulaic is given to parse (``y ~ .`` on a wide frame writes every column).
 MAX_FORMULA_LENGTH = 2_000_000
@@ -54,7 +54,7 @@ DOT = re.compile(r"(?<![\w.`])\.(?![\w.`])")
 
 
 #: R's ``as.factor(`` and ``as.numeric(``, which no Python parser reads (``as`` is a keyword)
-R_DOTTED_CALL = re.compile(r"\bas\.(factor|numeric|integer)\s*\(")
+R_DOTTED_CALL = re.compile(r"\b(as\.(?:factor|numeric|integer))\s*\(")
 
 
 def formula_factors(part: str) -> list:
@@ -81,8 +81,7 @@ def formula_factors(part: str) -> list:
         raise FormulaError(f"formula part {part[:60]!r}... is nested too deeply to parse") from None
     except (MemoryError, ValueError, TypeError, SyntaxError) as exc:
         dotted = R_DOTTED_CALL.search(part)  # (R's as.factor(x): `as` is a Python keyword)
-        hint = f" (R's {dotted.group(0)}x) is C(x) here)" if dotted and dotted.group(1) == "factor" else ""
-        hint = f" (R's {dotted.group(0)}x): the column itself here)" if dotted and not hint else hint
+        hint = f" ({R_CALLS[dotted.group(1)]})" if dotted else ""
         raise FormulaError(f"cannot parse formula part {part[:200]!r}: {type(exc).__name__}{hint}") from None
     factors = _factors(formula)
     for factor in factors:
