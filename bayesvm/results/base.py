@@ -99,6 +99,10 @@ class Fit(ABC):
         """``(mean, var, law, rows, extra)``: the posterior mean and variance of ``f`` at the rows, the law of the
         variance that unseen group levels add (``None`` when there is none), and what :meth:`_pseudo` needs."""
 
+    def _link_mean(self, newdata, include_random: bool) -> np.ndarray:
+        """The posterior mean of ``f`` at the rows alone (classes and ``kind="link"`` need nothing else)."""
+        return self._predictive(newdata, include_random, "zero")[0]
+
     @abstractmethod
     def _inference_groups(self, draws: int, seed: int | None, log_likelihood: bool) -> dict:
         """The ArviZ groups that depend on the model: ``posterior`` and, if asked, ``log_likelihood``."""
@@ -211,18 +215,18 @@ class Fit(ABC):
                 ),
                 meta=(kind, dtype),
             )
+        if threshold is None and kind in ("link", "class"):  # the mean of f alone
+            mean = self._link_mean(newdata, include_random)
+            values = mean if kind == "link" else self.model.design.response.decode(np.where(mean > 0, 1.0, -1.0))
+            return pd.Series(values, index=self._row_labels(newdata), name=kind)
         mean, var, law, rows, extra = self._predictive(newdata, include_random, new_levels)
         if threshold is not None:
             from .calibration import calibrated_probability
 
             probability = calibrated_probability(self.calibration_map(), mean, var, law)
             values = self.model.design.response.decode(np.where(probability >= threshold, 1.0, -1.0))
-        elif kind == "link":
-            values = mean
         elif kind == "pseudo":
             values = self._pseudo(mean, var, law, rows, extra)
-        elif kind == "class":
-            values = self.model.design.response.decode(np.where(mean > 0, 1.0, -1.0))
         else:
             from .calibration import calibrated_probability
 

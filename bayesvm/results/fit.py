@@ -343,10 +343,14 @@ class BSVMFit(Fit):
         laws = [self.posterior.component_law(component_of[t]) if mask.any() else None for t, mask in enumerate(unseen)]
         return new_level_variance(laws, list(unseen), list(z))
 
+    def _link_mean(self, newdata, include_random: bool) -> np.ndarray:
+        """The posterior mean of ``f`` at the rows, without their variances."""
+        return self.posterior.link_mean(*self._rows(newdata, include_random)[0])
+
     def _predictive(self, newdata, include_random: bool, new_levels: str):
         """Posterior ``(mean, var)`` of ``f`` (imputation variance included), the new-level law and the rows."""
         rows, extra, new = self._rows(newdata, include_random)
-        mean, var = self.posterior.link(*rows)
+        mean, var = self.posterior.link(*rows, training=newdata is None and include_random)
         if extra is not None:
             var = var + extra
         law = self._new_level_law(new) if new_levels == "integrate" else None

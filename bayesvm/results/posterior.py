@@ -77,6 +77,12 @@ class PosteriorView:
     approximate = False
     over_nodes = False
 
+    def link_mean(self, D, codes, values) -> np.ndarray:
+        """Posterior mean of ``f`` alone (what classes and the fit's own checks need): ``f`` is linear in the
+        coefficients, so it is ``f`` at their posterior mean, without the variances :meth:`link` computes."""
+        mean_d, mean_b = self.means()
+        return predictor_draws(mean_d[None], mean_b[None], D, codes, values)[0]
+
 
 class VariationalPosterior(PosteriorView):
     """Posterior summaries from a VB fit."""
@@ -117,12 +123,14 @@ class VariationalPosterior(PosteriorView):
         post = self.result.components[c]
         return ComponentLaw("inverse_wishart", shape=float(post.shape), scale=np.asarray(post.scale, dtype=float))
 
-    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+    def link(self, D, codes, values, training: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of ``f`` (over the rows' and levels' nonzero columns where the dense part is
-        wide and mostly zero, as the fit's own sweeps: :func:`prediction_pattern`)."""
+        wide and mostly zero, as the fit's own sweeps: :func:`prediction_pattern`).  ``training``: ``D`` is the fit's
+        own design, whose rows' variances a sparse ``q`` gives from the entries of its precision's pattern (new rows
+        need solves)."""
         if isinstance(self.theta, GaussianPosterior):
             return self.theta.predictor(D, codes, values, prediction_pattern(D, codes, [self.theta]))
-        return self.theta.predictor(D, codes, values)
+        return self.theta.predictor(D, codes, values, training=training)
 
     def probability(self, D, codes, values) -> np.ndarray:
         mean, var = self.link(D, codes, values)
@@ -213,7 +221,7 @@ class SampledPosterior(PosteriorView):
             parts.append(reduce(predictor_draws(theta_d, theta_b, D[rows], sub_codes, sub_values)))
         return parts
 
-    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+    def link(self, D, codes, values, training: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance (``ddof=1``) of ``f`` over the draws, row by row: from the draws' covariances where that
         is the cheaper way (:meth:`_link_from_covariances`), else from each draw's ``f``."""
         theta_d, theta_b = self._flat()
@@ -308,7 +316,7 @@ class ModePosterior(PosteriorView):
         """The mode of component ``c`` as a point mass."""
         return discrete_law(np.asarray(self.result.components[c], dtype=float)[None], np.ones(1))
 
-    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+    def link(self, D, codes, values, training: bool = False) -> tuple[np.ndarray, np.ndarray]:
         f = predictor_draws(self.result.theta_d[None], self.result.theta_b[None], D, codes, values)[0]
         return f, np.zeros_like(f)
 
@@ -373,7 +381,7 @@ class MixturePosterior(PosteriorView):
         """The hyperparameter nodes' values of component ``c`` with their weights."""
         return discrete_law(self.result.covariances[c], self.result.weights)
 
-    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+    def link(self, D, codes, values, training: bool = False) -> tuple[np.ndarray, np.ndarray]:
         pattern = prediction_pattern(D, codes, self.result.thetas)
         parts = [(w, *th.predictor(D, codes, values, pattern)) for w, th in self._pairs()]
         mean = sum(w * m for w, m, _ in parts)
@@ -441,7 +449,12 @@ class SelectionPosterior(PosteriorView):
         post = self.result.components[c]
         return ComponentLaw("inverse_wishart", shape=float(post.shape), scale=np.asarray(post.scale, dtype=float))
 
-    def link(self, D, codes, values) -> tuple[np.ndarray, np.ndarray]:
+    def link_mean(self, D, codes, values) -> np.ndarray:
+        D = D.toarray() if sp.issparse(D) else D
+        mean_c = self.result.coef_mean
+        return D[:, : mean_c.size] @ mean_c
+
+    def link(self, D, codes, values, training: bool = False) -> tuple[np.ndarray, np.ndarray]:
         D = D.toarray() if sp.issparse(D) else D
         mean_c = self.result.coef_mean
         q = mean_c.size

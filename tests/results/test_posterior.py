@@ -117,3 +117,52 @@ def test_sampled_link_from_covariances_equals_the_draws(formula, chunk, monkeypa
     expected = np.concatenate(sampled._per_row(D, codes, values, lambda draws: draws.mean(axis=0)))
     monkeypatch.setattr(type(sampled), "_per_row", lambda *args: pytest.fail("f formed draw by draw"))
     np.testing.assert_allclose(np.asarray(fit.predict(kind="link")), expected, rtol=1e-10, atol=1e-12)
+
+
+def _crossed(seed: int = 3, n: int = 600, levels: int = 60) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    a, b, x = rng.integers(0, levels, n), rng.integers(0, levels, n), rng.standard_normal(n)
+    eta = 0.3 + 0.8 * x + rng.normal(0, 1, levels)[a] + rng.normal(0, 0.7, levels)[b]
+    return pd.DataFrame({
+        "y": (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int), "x": x,
+        "a": "a" + pd.Series(a).astype(str), "b": "b" + pd.Series(b).astype(str),
+    })  # fmt: skip
+
+
+def test_a_sparse_fit_predicts_its_training_rows_from_its_pattern_as_by_solves(monkeypatch):
+    """Two crossed factors on the sparse path: the training rows' variances of ``f`` from the precision's pattern
+    (no solves) equal those of the same rows passed as new data (solves), and the mean of ``f`` alone (classes,
+    ``kind="link"``, the fit's own one-class check) equals the mean the variances come with."""
+    from bayesvm import model
+
+    monkeypatch.setattr(model, "SPARSE_FROM_COLUMNS", 10)  # two factors of 60 levels take the sparse path
+    monkeypatch.setattr(model, "MAX_DENSE_WORK", 0.0)
+    data = _crossed()
+    fit = bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data, vb="meanfield", seed=1)
+    assert fit.problem.is_sparse
+    by_solves = fit.predict_interval(data)
+    theta = type(fit.posterior.theta)
+    monkeypatch.setattr(theta, "solve", lambda *args: pytest.fail("the training rows need no solve"))
+    from_pattern = fit.predict_interval()
+    link = fit.predict(data, kind="link")  # (the mean alone needs none either)
+    monkeypatch.undo()
+    np.testing.assert_allclose(from_pattern["sd"], by_solves["sd"], rtol=1e-10)
+    np.testing.assert_allclose(fit.predict(kind="link"), by_solves["mean"], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(link, by_solves["mean"], rtol=1e-12, atol=1e-12)
+    population = fit.predict_interval(include_random=False)  # not the training design: solves
+    np.testing.assert_allclose(population["sd"], fit.predict_interval(data, include_random=False)["sd"], rtol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["vb", "gibbs", "em"])
+def test_the_mean_of_f_alone_equals_the_mean_its_variance_comes_with(method):
+    """``predict(kind="link")`` and the classes take ``f`` at the coefficients' posterior mean (``f`` is linear in
+    them); it equals the mean of :meth:`link` for each view, new levels and population-level rows included."""
+    data = _crossed(n=300, levels=12)
+    options = {"gibbs": {"chains": 2, "draws": 200, "tune": 100}}.get(method, {})
+    fit = bayesvm.bsvm("y ~ x + (1 | a)", data, method=method, seed=2, **options)
+    new = data.iloc[:40].assign(a=["new"] * 20 + list(data["a"].iloc[20:40]))
+    for rows, include in ((None, True), (new, True), (new, False)):
+        expected = fit.predict_interval(rows, include_random=include)["mean"]
+        np.testing.assert_allclose(fit.predict(rows, kind="link", include_random=include), expected, atol=1e-10)
+        classes = fit.predict(rows, include_random=include)
+        assert (classes == fit.model.design.response.decode(np.where(expected > 0, 1.0, -1.0))).all()
