@@ -361,9 +361,10 @@ def _fold_failure(k: int, folds: int, exc: Exception) -> CrossFitError:
 
 
 def _training_decision_values(fit, rows: pd.DataFrame) -> np.ndarray | None:
-    """A fit's posterior means of ``f`` on its own training rows (``None`` where it cannot predict them)."""
+    """A fit's posterior means of ``f`` on its own training rows (``None`` where it cannot predict them): the means
+    alone, without the rows' variances."""
     try:
-        return np.asarray(fit.link_moments(rows)[0], dtype=float)
+        return fit.predict(rows, kind="link").to_numpy(dtype=float)
     except BayesvmError:
         return None
 
