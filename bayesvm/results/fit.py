@@ -365,7 +365,8 @@ class BSVMFit(Fit):
             return np.clip(
                 sum(w * gaussian_average_probability(mean, var + values[:, j]) for j, w in enumerate(weights)), 0.0, 1.0
             )
-        if extra is not None and np.any(extra > 0):  # f integrates the missing predictors: Gaussian in f
+        # a Gaussian q(f), or f with the missing predictors integrated out: Gaussian in f
+        if self.posterior.gaussian_link or (extra is not None and np.any(extra > 0)):
             return gaussian_average_probability(mean, var)
         return self.posterior.probability(*rows)
 

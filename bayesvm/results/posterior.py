@@ -69,6 +69,9 @@ class PosteriorView:
     over_nodes
         Gaussians over nodes of the variance parameters with their weights (the accurate fit): its marginal in the
         variance parameters is a mixture over the nodes' cells.
+    gaussian_link
+        The posterior of each row's ``f`` is the normal of :meth:`link`'s mean and variance, so averages over it
+        (the pseudo-likelihood) need nothing more.
     """
 
     kind = ""
@@ -76,6 +79,7 @@ class PosteriorView:
     point = False
     approximate = False
     over_nodes = False
+    gaussian_link = False
 
     def link_mean(self, D, codes, values) -> np.ndarray:
         """Posterior mean of ``f`` alone (what classes and the fit's own checks need): ``f`` is linear in the
@@ -89,6 +93,7 @@ class VariationalPosterior(PosteriorView):
 
     kind = "variational"
     approximate = True
+    gaussian_link = True
     result: VBResult
     theta: object
 
@@ -411,6 +416,7 @@ class SelectionPosterior(PosteriorView):
 
     kind = "variational"
     approximate = True
+    gaussian_link = True
     result: SelectionVBResult
 
     def __init__(self, result: SelectionVBResult):

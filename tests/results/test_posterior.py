@@ -166,3 +166,13 @@ def test_the_mean_of_f_alone_equals_the_mean_its_variance_comes_with(method):
         np.testing.assert_allclose(fit.predict(rows, kind="link", include_random=include), expected, atol=1e-10)
         classes = fit.predict(rows, include_random=include)
         assert (classes == fit.model.design.response.decode(np.where(expected > 0, 1.0, -1.0))).all()
+
+
+def test_the_pseudo_likelihood_of_a_gaussian_q_reuses_the_rows_moments(monkeypatch):
+    """Mean-field VB's ``q(f)`` is the normal of ``link``'s moments: ``kind="pseudo"`` averages over it without a
+    second pass over the rows, and gives what the view's own ``probability`` gives."""
+    data = _crossed(n=300, levels=12)
+    fit = bayesvm.bsvm("y ~ x + (1 | a)", data, vb="meanfield", seed=2)
+    expected = fit.posterior.probability(fit.problem.D, fit.problem.blocked.codes, fit.problem.blocked.values)
+    monkeypatch.setattr(type(fit.posterior), "probability", lambda *args: pytest.fail("a second pass"))
+    np.testing.assert_allclose(fit.predict(kind="pseudo"), expected, rtol=1e-12)
