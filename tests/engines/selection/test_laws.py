@@ -3,66 +3,32 @@ line, and the engines run it through the same interface as the shipped priors.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import integrate
-from scipy.special import ndtr, ndtri
 
 import bayesvm
-from bayesvm.engines.components import initial_component
 from bayesvm.engines.selection.laws import LAWS, law_of
-from bayesvm.engines.selection.tilted import SlopeTilted, log_normal
 from bayesvm.errors import BayesvmError
-from bayesvm.priors import LaplaceZero, Lasso, SelectionPrior, SpikeSlab
+from bayesvm.priors import LaplaceZero, Lasso, SpikeSlab
 
 
-@dataclass(frozen=True)
-class Ridge(SelectionPrior):
-    """A toy shrinkage prior: every slope ``N(0, variance)`` on the standardised scale."""
+def _documented_prior() -> dict:
+    """The example slope prior of the engines' reference page (docs/reference/engines.md), executed as written: the
+    record and its law in one module."""
+    import pathlib
+    import re
 
-    variance: float = 1.0
+    page = pathlib.Path(__file__).resolve().parents[3] / "docs" / "reference" / "engines.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    module = next(block for block in blocks if "class RidgeLaw" in block)
+    namespace: dict = {}
+    exec(compile(module, str(page), "exec"), namespace)
+    return namespace
 
-    scaled_by_predictor_sd: ClassVar[bool] = False
-    methods: ClassVar[tuple[str, ...]] = ("vb",)
 
-
-class RidgeLaw:
-    """What the accurate fit (EP with a site per slope) and ``summary()`` ask of the toy prior."""
-
-    indicators = lines_by_default = model_search = accurate_by_default = False
-    scale_size, vb_sweeps, scale_name = 0, 500, None
-    gibbs_title = vb_caveat = ""
-    vb_family, vb_named_by_family, vb_reference = "a Gaussian q", False, "a Gaussian q"
-
-    def __init__(self, prior: Ridge):
-        self.prior = prior
-
-    def start(self, problem):
-        return [initial_component(c) for c in problem.components], np.zeros(0)
-
-    def widths(self, prior_scale, phi_scale):
-        return np.full(prior_scale.size, self.prior.variance)
-
-    def prior_variance(self, widths):
-        return widths
-
-    def scale_log_prior(self, phi_scale):
-        return 0.0
-
-    def tilted(self, m, v, width):
-        """``N(beta; m, v) N(beta; 0, S)``: a Gaussian with normaliser ``N(m; 0, v + S)``."""
-        mean, var = m * width / (v + width), v * width / (v + width)
-        return SlopeTilted(log_normal(m, v + width), mean, var, np.ones_like(m), ndtr(mean / np.sqrt(var)), mean)
-
-    def quantile(self, tilted, u):
-        return tilted.mean + np.sqrt(tilted.var) * ndtri(u)
-
-    def describe(self, estimate):
-        return f"ridge: slopes ~ N(0, {self.prior.variance:g})"
+Ridge, RidgeLaw = (_documented_prior()[name] for name in ("Ridge", "RidgeLaw"))
 
 
 @pytest.fixture
