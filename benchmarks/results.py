@@ -66,6 +66,12 @@ BENCHMARKS = {
         False,
     ),
     "scale": (["benchmarks.scale"], "speed at scale against floors and peers", False),
+    "crossed": (
+        ["benchmarks.crossed"],
+        "two large crossed grouping factors (lme4's InstEval; simulated): the default fit, its checks and first "
+        "probability beside it, against glmer",
+        False,
+    ),
     "learned_penalty": (
         ["benchmarks.scale", "--learned-penalty"],
         "learned-penalty VB at 10^6 x 50 against LinearSVC tuned by 5-fold CV over 10 values of C",

@@ -114,3 +114,11 @@ def test_class_weights_benchmark_short_run():
     table = run(names=("acath",), folds=2).set_index("method")
     assert table.loc["bsvm balanced", "balanced error"] < table.loc["bsvm", "balanced error"] - 0.05
     assert table.loc["bsvm balanced", "log loss"] < table.loc["LR balanced", "log loss"]
+
+
+def test_crossed_benchmark_small(capsys):
+    from benchmarks.crossed import simulated
+
+    simulated(n=2000, levels=60)
+    out = capsys.readouterr().out
+    assert "one-class check by itself" in out and "predict_interval() of the training rows" in out
