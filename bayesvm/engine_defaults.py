@@ -36,7 +36,11 @@ def default_vb(problem) -> tuple[str, str | None]:
     from .engines.linear.hyperparameters import Hyperparameters
 
     if problem.is_sparse:
-        return "meanfield", "several large grouping factors (sparse path)"
+        return "meanfield", (
+            "several large grouping factors (sparse path), where the accurate fit is a sparse EP fit at each node of "
+            "its lattice over the variance parameters (hundreds of nodes with three of them): many times this fit's "
+            "time"
+        )
     size = Hyperparameters(problem.components).size
     if size <= 1 and problem.n > AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER:
         return "meanfield", f"more than {AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER:,} rows"
