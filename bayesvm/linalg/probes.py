@@ -98,6 +98,14 @@ class SchurOperator:
     """``S = P_RR - P_RA G`` as an operator, with the block-Jacobi preconditioner ``M``: ``S_FF`` (dense,
     Cholesky) on the columns ``F`` of ``dense_block``, the diagonal of ``S`` on the others (``single``)."""
 
+    P_RR: sp.csr_matrix  # P_RR = D' W D + the prior's R x R part
+    gain_m: sp.csr_matrix  # G on the pattern
+    cross_t: sp.csr_matrix  # P_RA
+    diag: np.ndarray  # diag(S)
+    F: np.ndarray  # the preconditioner's dense columns
+    single: np.ndarray  # the others
+    chol_F: tuple  # Cholesky of S_FF (scipy's cho_factor); absent where F is empty
+
     def __init__(self, layout: EliminationLayout, w: np.ndarray, term: TermElimination, dense_block: np.ndarray):
         lay = layout
         d = lay.C_rest
