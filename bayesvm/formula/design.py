@@ -350,6 +350,27 @@ def bad_mask(column: pd.Series) -> np.ndarray:
     return mask
 
 
+def _infinities(data: pd.DataFrame, columns) -> str:
+    """A sentence naming the columns whose bad values include infinities (which pandas' ``dropna`` keeps and
+    ``missing="impute"`` refuses), or ""."""
+    infinite = {}
+    for name in columns:
+        column = data[name]
+        if pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
+            count = int(np.isinf(column.to_numpy(dtype=float, na_value=np.nan)).sum())
+            if count:
+                infinite[name] = count
+    if not infinite:
+        return ""
+    detail = ", ".join(f"{name!r}: {count}" for name, count in infinite.items())
+    first = next(iter(infinite))
+    return (
+        f". Of these, {detail} are infinite (often a log of zero or a division by zero upstream): pandas' dropna() "
+        f"keeps them and missing='impute' refuses them; replace them first, e.g. data[{first!r}].replace([np.inf, "
+        "-np.inf], np.nan), or fix the transformation"
+    )
+
+
 def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: str, remedy: str = "") -> np.ndarray:
     """Rows to keep; raise for missing / non-finite values unless ``missing="drop"`` (``remedy``: what else new rows
     can do, after dropping the incomplete ones)."""
@@ -368,7 +389,9 @@ def _check_missing(data: pd.DataFrame, columns: list[str], missing: str, what: s
             if what == "data"
             else f"; predict the complete rows (newdata.dropna(subset=[{columns}])){remedy}"
         )
-        raise DataError(f"{what} has missing or non-finite values in {detail} (first {rows}){hint}")
+        raise DataError(
+            f"{what} has missing or non-finite values in {detail} (first {rows}){hint}{_infinities(data, counts)}"
+        )
     for mask in bad.values():
         keep &= ~mask
     if not keep.any():

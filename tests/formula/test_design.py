@@ -243,3 +243,14 @@ def test_numbers_stored_as_text_hint_writes_the_name_as_a_formula_does(frame):
         design("y ~ `big g`", spaced)
     with pytest.raises(DesignError, match=r"write C\(g\) in the formula"):
         design("y ~ g", frame)
+
+
+def test_infinite_values_are_named_apart_from_missing_ones(frame):
+    """An infinity is refused with the missing values, and named apart: pandas' dropna() keeps it and imputation
+    refuses it, so the message says to replace it."""
+    data = frame.assign(x=[0.5, np.inf, -np.inf, 2.0, np.nan, 1.5])
+    with pytest.raises(DataError, match=r"'x': 3 .*Of these, 'x': 2 are infinite.*replace\(\[np\.inf, -np\.inf\]"):
+        design("y ~ x", data)
+    with pytest.raises(DataError) as only_missing:
+        design("y ~ x", frame.assign(x=[0.5, 1.0, np.nan, 2.0, 0.0, 1.5]))
+    assert "infinite" not in str(only_missing.value)
