@@ -16,13 +16,14 @@ with a line saying so.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from benchmarks.r_data import run_rscript
 
 FORMULAS = {
     "birthwt": ("low ~ age + lwt + race + smoke + ptl + ht + ui + ftv", "low"),
@@ -42,9 +43,7 @@ def load(name: str, folder: Path) -> pd.DataFrame | None:
         "library(MASS); d <- birthwt; d$race <- factor(d$race, labels = c('white', 'black', 'other')); "
         f"write.csv(d, '{path}', row.names = FALSE)"
     )
-    try:
-        subprocess.run(["Rscript", "-e", script], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
+    if not run_rscript(script):
         return None
     return pd.read_csv(path).drop(columns=["bwt"])
 

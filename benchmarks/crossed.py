@@ -23,9 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from sklearn.metrics import log_loss
 
 import bayesvm
 from bayesvm.checks.predicted_classes import one_class_findings
+from benchmarks.r_data import run_rscript
 
 INSTEVAL_FORMULA = "good ~ service + C(studage) + C(lectage) + (1 | s) + (1 | d)"
 GLMER = """
@@ -48,11 +50,6 @@ def _timed(function) -> tuple[float, object]:
     return time.perf_counter() - start, value
 
 
-def _log_loss(y: np.ndarray, p: np.ndarray) -> float:
-    p = np.clip(p, 1e-12, 1 - 1e-12)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
-
-
 def _insteval(folder: Path) -> pd.DataFrame | None:
     """lme4's InstEval with the response ``good`` (a rating of 4 or 5), or None without Rscript or lme4."""
     path = folder / "insteval.csv"
@@ -60,9 +57,7 @@ def _insteval(folder: Path) -> pd.DataFrame | None:
         "d <- lme4::InstEval; d$good <- as.integer(d$y >= 4); "
         f"write.csv(d[, c('s', 'd', 'studage', 'lectage', 'service', 'good')], '{path}', row.names = FALSE)"
     )
-    try:
-        subprocess.run(["Rscript", "-e", script], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
+    if not run_rscript(script):
         return None
     return pd.read_csv(path).astype({"s": str, "d": str, "studage": str, "lectage": str})
 
@@ -109,7 +104,7 @@ def insteval() -> None:
     print(f"    engine alone:                               {fit.elapsed:7.1f} s")
     print(f"    one-class check by itself:                  {check:7.2f} s (check / engine {check / fit.elapsed:.3f})")
     print(f"    first predict(kind='prob') of the test rows: {first_prob:6.1f} s (5 fold fits for the map)")
-    print(f"    held-out log loss:                          {_log_loss(y, prob.to_numpy()):7.4f}")
+    print(f"    held-out log loss:                          {log_loss(y, prob.to_numpy()):7.4f}")
     for name, (seconds, loss) in peers.items():
         print(f"  glmer {name:<9}: {seconds:7.1f} s, held-out log loss {loss:.4f}")
 

@@ -24,7 +24,6 @@ with a line saying so.
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 import time
 import warnings
@@ -35,6 +34,7 @@ import pandas as pd
 
 import bayesvm
 from bayesvm.engines.linear.ep import fit_accurate
+from benchmarks.r_data import run_rscript
 
 CHAINS, TUNE, DRAWS = 4, 1000, 10000
 
@@ -59,11 +59,7 @@ def from_r(name: str, folder: Path) -> pd.DataFrame | None:
     """An R package's data set with its complete rows, or None where Rscript or the package is unavailable."""
     script, _ = R_SOURCES[name]
     path = folder / f"{name}.csv"
-    try:
-        subprocess.run(
-            ["Rscript", "-e", f"{script}; write.csv(d, '{path}', row.names = FALSE)"], check=True, capture_output=True
-        )
-    except (OSError, subprocess.CalledProcessError):
+    if not run_rscript(f"{script}; write.csv(d, '{path}', row.names = FALSE)"):
         return None
     frame = pd.read_csv(path).dropna()
     group = "subject" if "subject" in frame else "id"

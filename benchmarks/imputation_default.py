@@ -16,7 +16,6 @@ source is unavailable is skipped with a line saying so.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import tempfile
 import time
 import warnings
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from benchmarks.r_data import run_rscript
 
 R_EXPORT = {
     "housevotes84": "library(mlbench); data(HouseVotes84); write.csv(HouseVotes84, '{path}', row.names=FALSE)",
@@ -40,9 +41,7 @@ def load(name: str, folder: Path) -> tuple[pd.DataFrame, str, str] | None:
         frame = load_acath()[["sigdz", "sex", "age", "cad.dur", "choleste"]]
         return frame.rename(columns={"cad.dur": "cad_dur"}), "sigdz", None
     path = folder / f"{name}.csv"
-    try:
-        subprocess.run(["Rscript", "-e", R_EXPORT[name].format(path=path)], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
+    if not run_rscript(R_EXPORT[name].format(path=path)):
         return None
     frame = pd.read_csv(path)
     if name == "housevotes84":

@@ -20,7 +20,6 @@ Needs ``Rscript`` with mlmRev (Debian: ``r-cran-mlmrev``); prints that it skippe
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 import time
 import warnings
@@ -32,6 +31,7 @@ import pandas as pd
 import bayesvm
 from bayesvm.engines.linear.ep import fit_accurate
 from bayesvm.engines.linear.penalty_from_slopes import fit_penalty_from_slopes, penalty_index
+from benchmarks.r_data import run_rscript
 
 CHEM97 = "passed ~ gcsecnt + gender + age + (1 | school)"
 GUIMMUN = "immun ~ kid2p + mom25p + ord + ethn + momEd + husEd + momWork + rural + pcInd81 + (1 | mom) + (1 | comm)"
@@ -41,9 +41,7 @@ def mlmrev(name: str, folder: Path) -> pd.DataFrame | None:
     """A data set of mlmRev as a frame (its factors as strings), or None where Rscript or mlmRev is unavailable."""
     path = folder / f"{name}.csv"
     script = f"library(mlmRev); write.csv({name}, '{path}', row.names = FALSE)"
-    try:
-        subprocess.run(["Rscript", "-e", script], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
+    if not run_rscript(script):
         return None
     return pd.read_csv(path, dtype={"school": str, "lea": str, "mom": str, "comm": str})
 
