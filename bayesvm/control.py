@@ -124,7 +124,7 @@ def check_settings_apply(control: Control, method: str, vb: object) -> None:
 def default_tune(tune: int | None, selection: bool) -> int | None:
     """``tune`` as given, or the default burn-in when it is ``None``: the selection sampler's
     (:data:`bayesvm.engines.selection.gibbs.TUNE`) for a prior with inclusion indicators, else the other samplers'
-    (:data:`bayesvm.engines.linear.gibbs.TUNE`).  Each sampler owns its default; they are imported here only when a
+    (:data:`bayesvm.engines.gibbs_driver.TUNE`).  Each sampler owns its default; they are imported here only when a
     Gibbs fit runs.  A given value is returned unchanged for the caller to check."""
     if tune is not None:
         return tune
@@ -132,7 +132,7 @@ def default_tune(tune: int | None, selection: bool) -> int | None:
         from .engines.selection.gibbs import TUNE as SELECTION_TUNE
 
         return SELECTION_TUNE
-    from .engines.linear.gibbs import TUNE as GIBBS_TUNE
+    from .engines.gibbs_driver import TUNE as GIBBS_TUNE
 
     return GIBBS_TUNE
 

@@ -392,7 +392,7 @@ def _warn_mcmc(fit: BSVMFit) -> None:
     message = sampled_fit_problems(fit, mcmc_diagnostics(fit))
     stopping = fit.result.stopping or ""
     if stopping.startswith("stopped at the cap"):  # draws="auto" ran out before its targets: say so once
-        from .engines.linear.gibbs import AUTO_ESS, AUTO_RHAT
+        from .engines.gibbs_driver import AUTO_ESS, AUTO_RHAT
 
         cap = f"draws='auto' {stopping}, short of R-hat <= {AUTO_RHAT} and bulk ESS >= {AUTO_ESS} for every quantity"
         message = f"{cap}; {message}" if message else cap

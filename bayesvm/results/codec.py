@@ -91,6 +91,9 @@ MOVED_CLASSES = {
     # a variance component's q, beside the rest of the component's interface
     "bayesvm.engines.vb:ComponentPosterior": "bayesvm.engines.components:ComponentPosterior",
     "bayesvm.engines.linear.vb:ComponentPosterior": "bayesvm.engines.components:ComponentPosterior",
+    # the draws of every Gibbs engine, beside the driver that assembles them
+    "bayesvm.engines.gibbs:GibbsResult": "bayesvm.engines.gibbs_driver:GibbsResult",
+    "bayesvm.engines.linear.gibbs:GibbsResult": "bayesvm.engines.gibbs_driver:GibbsResult",
 }
 MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
 #: Attributes of formulaic's records that are neither dataclass fields, slots nor annotations (their internals):

@@ -12,8 +12,8 @@ import scipy.sparse as sp
 
 from ..arguments import as_flag, as_level
 from ..checks.findings import Diagnostics
+from ..engines.gibbs_driver import GibbsResult
 from ..engines.linear.em import EMResult
-from ..engines.linear.gibbs import GibbsResult
 from ..engines.linear.vb import VBResult
 from ..errors import ApproximationWarning, BayesvmError
 from ..model import LinearModel, gp_index

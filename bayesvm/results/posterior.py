@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ..engines.gibbs_driver import GibbsResult
 from ..engines.joint import predictor_draws
 from ..engines.linear.em import EMResult
 from ..engines.linear.ep import IntegratedResult
-from ..engines.linear.gibbs import GibbsResult
 from ..engines.linear.vb import VBResult
 from ..engines.selection.vb import SelectionVBResult
 from ..linalg import compiled

@@ -72,7 +72,7 @@ TYPES: dict[str, str] = {
     "FormulaError": "bayesvm.errors",
     "FusedIteration": "bayesvm.engines.linear.fused_iteration",
     "GaussianPosterior": "bayesvm.linalg.dense",
-    "GibbsResult": "bayesvm.engines.linear.gibbs",
+    "GibbsResult": "bayesvm.engines.gibbs_driver",
     "GivenNodes": "bayesvm.engines.linear.hyper_grid",
     "GpSpec": "bayesvm.formula.gp_terms",
     "GpTerm": "bayesvm.formula.gp_terms",

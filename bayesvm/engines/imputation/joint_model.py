@@ -61,9 +61,10 @@ from ..components import (
     second_moments,
     update_component,
 )
+from ..gibbs_driver import TUNE, GibbsResult, kept_draw_index, run_chains
 from ..joint import log_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
-from ..linear.gibbs import TUNE, GibbsResult, kept_draw_index, run_chains, sparse_coefficient_draw
+from ..linear.gibbs import sparse_coefficient_draw
 from ..linear.gibbs_rows import MARGIN_FLOOR, weighted_rows
 from ..linear.interweave import ScaleMoves
 from ..linear.vb import VBResult, lower_bound

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,13 +34,11 @@ from ...linalg.row_sums import RowStatistics, row_statistics
 from ...linalg.schur import schur_sparse_draw
 from ...linalg.sparse import SparseCholesky
 from ...memory import check_memory
-from ...model.output import EngineOutput
 from ...model.problems import VBProblem, sorted_by_level
-from ..chain_checks import rhat_and_ess
 from ..components import component_values, draw_components, prior_precisions, sparse_prior
+from ..gibbs_driver import TUNE, GibbsResult, gibbs_result, run_chains, run_until_converged
 from ..joint import LogPrior
 from ..overrelax import RELAXATION
-from ..workers import run_in_processes
 from . import compiled_rows, fused_iteration
 from .collapsed_variance import CollapsedVariance
 from .fused_iteration import BATCH, FusedIteration
@@ -56,45 +52,6 @@ from .gibbs_rows import (
     scaled_by_weights,
 )
 from .interweave import ScaleMoves
-
-
-@dataclass
-class GibbsResult(EngineOutput):
-    """Stored draws (after tuning and thinning).
-
-    Attributes
-    ----------
-    theta_d
-        ``(chains, draws, q)``.
-    theta_b
-        ``(chains, draws, J, K)`` (``J = K = 0`` without a blocked factor).
-    components
-        One ``(chains, draws, k, k)`` array per variance component (variance or covariance matrix).
-    log_posterior
-        ``(chains, draws)``: log pseudo-posterior ``-2 sum_i (1 - y_i f_i)_+ + log prior`` with every
-        constant of the prior.
-    """
-
-    #: The output's form (the engine-output contract :mod:`bayesvm.results` reads): draws (chains x draws).
-    posterior_form: ClassVar[str] = "sampled"
-
-    theta_d: np.ndarray
-    theta_b: np.ndarray
-    components: list[np.ndarray]
-    log_posterior: np.ndarray
-    elapsed: float
-    tune: int
-    thin: int
-    seed: int | None
-    stopping: str | None = None  # draws="auto": why sampling stopped
-
-    @property
-    def chains(self) -> int:
-        return self.theta_d.shape[0]
-
-    @property
-    def draws(self) -> int:
-        return self.theta_d.shape[1]
 
 
 def _run_chain(
@@ -354,13 +311,6 @@ def _batch_draws(batch, step: int, tune: int, thin: int, collapsed: CollapsedVar
             yield batch.draws_d[i].copy(), batch.draws_b[i].reshape(J, 1).copy(), covs, float(batch.loglik[i])
 
 
-#: ``draws="auto"``: draws per chain between checks, the targets (every monitored quantity) and the caps.
-AUTO_BATCH = 250
-AUTO_RHAT, AUTO_ESS = 1.01, 400
-AUTO_MAX_DRAWS = 20_000
-AUTO_MAX_SECONDS = 600.0
-
-
 def _default_monitor(problem: VBProblem):
     """The quantities ``draws="auto"`` watches when the caller names none: the coefficients outside every
     variance component (the fixed effects) and the SDs of every component."""
@@ -409,90 +359,6 @@ def sample_until_converged(
     return [stack_draws(kept, problem) for kept in records], reason
 
 
-def run_until_converged(
-    streams: list, watched, progress: bool, max_draws: int | None = None, max_seconds: float | None = None
-) -> tuple[list[list], str]:
-    """``draws="auto"`` for any sampler: take ``AUTO_BATCH`` draws from each chain's generator in turn (the chains
-    side by side in this process) until every quantity ``watched(records)`` returns (``(chains, draws, m)``) has
-    R-hat <= ``AUTO_RHAT`` and bulk ESS >= ``AUTO_ESS``, or ``max_draws`` per chain or ``max_seconds`` are reached
-    (default ``AUTO_MAX_DRAWS``, ``AUTO_MAX_SECONDS``); returns each chain's kept records and the stopping reason.
-    The progress bar (on a terminal) shows the largest R-hat and the smallest ESS as it goes."""
-    max_draws = AUTO_MAX_DRAWS if max_draws is None else max_draws
-    max_seconds = AUTO_MAX_SECONDS if max_seconds is None else max_seconds
-    chains = len(streams)
-    records: list[list] = [[] for _ in streams]
-    bar = None
-    if progress and sys.stderr.isatty():
-        from tqdm.auto import tqdm
-
-        bar = tqdm(desc=f"Gibbs ({chains} chains, until R-hat <= {AUTO_RHAT} and ESS >= {AUTO_ESS})", leave=False)
-    start = time.perf_counter()
-    try:
-        while True:
-            for stream, kept in zip(streams, records):
-                kept.extend(next(stream) for _ in range(AUTO_BATCH))
-            n = len(records[0])
-            rhat, ess = rhat_and_ess(watched(records))
-            if bar is not None:
-                bar.update(AUTO_BATCH * chains)
-                bar.set_postfix({"draws/chain": n, "max R-hat": f"{rhat:.3f}", "min ESS": f"{ess:.0f}"})
-            elapsed = time.perf_counter() - start
-            if rhat <= AUTO_RHAT and ess >= AUTO_ESS:
-                reason = f"converged after {n} draws per chain: max R-hat {rhat:.3f}, min bulk ESS {ess:.0f}"
-                break
-            if n >= max_draws or elapsed >= max_seconds:
-                cap = f"{max_draws} draws per chain" if n >= max_draws else f"{max_seconds:.0f} s"
-                reason = (
-                    f"stopped at the cap of {cap} ({n} draws per chain): max R-hat {rhat:.3f}, min bulk ESS {ess:.0f}"
-                )
-                break
-    finally:
-        for stream in streams:
-            stream.close()
-        if bar is not None:
-            bar.close()
-    return records, reason
-
-
-def run_chains(
-    chain, problem, draws: int, tune: int, thin: int, chains: int, seed, cores: int, progress: bool, warm_up=None
-):
-    """``chain(problem, draws, tune, thin, seed_sequence, show)`` for each of ``chains`` independent seeds
-    spawned from ``SeedSequence(seed)``: in ``min(cores, chains)`` processes at a time when ``cores > 1`` (the
-    same draws as serially; :func:`bayesvm.engines.workers.run_in_processes`: on Ctrl-C or SIGTERM the workers end
-    too), with a tqdm bar on a terminal.  Shared by every Gibbs engine.
-
-    ``warm_up()``, where given, runs in this process before the workers are forked (not where they would be
-    spawned): what it loads (numba's compiled functions, from its disk cache on first use) every worker then
-    inherits instead of loading it again.
-    """
-    seeds = np.random.SeedSequence(seed).spawn(chains)
-    show = progress and sys.stderr.isatty()
-    if cores <= 1 or chains <= 1:
-        return [chain(problem, draws, tune, thin, s, show) for s in seeds]
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=chains, desc=f"Gibbs ({chains} chains)", leave=False)
-    try:
-        return run_in_processes(
-            [(chain, (problem, draws, tune, thin, s, False)) for s in seeds],
-            cores,
-            "Gibbs chain",
-            warm_up=warm_up,
-            on_result=None if bar is None else lambda index: bar.update(),
-        )
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-TUNE = 1000
-"""Default burn-in of this sampler, the imputation sampler's and ``bsvm``'s for every Gibbs fit but the selection
-priors' (:data:`bayesvm.engines.selection.gibbs.TUNE`; :func:`bayesvm.control.default_tune`)."""
-
-
 def sample_gibbs(
     problem: VBProblem,
     draws: int = 1000,
@@ -510,14 +376,14 @@ def sample_gibbs(
 
     ``draws="auto"`` samples until every quantity of ``monitor`` (default: the fixed effects and the
     components' SDs) has R-hat <= 1.01 and bulk ESS >= 400, in batches, the chains side by side in this
-    process, up to ``AUTO_MAX_DRAWS`` draws per chain or ``AUTO_MAX_SECONDS`` (:func:`sample_until_converged`).
+    process, up to :data:`bayesvm.engines.gibbs_driver.AUTO_MAX_DRAWS` draws per chain or ``AUTO_MAX_SECONDS`` (:func:`sample_until_converged`).
     """
     start = time.perf_counter()
     if draws == "auto":
         runs, stopping = sample_until_converged(
             problem, tune, thin, chains, seed, progress, monitor=monitor, interweave=_interweave
         )
-        return _gibbs_result(runs, problem, start, tune, thin, seed, stopping)
+        return gibbs_result(runs, len(problem.components), start, tune, thin, seed, stopping)
     size = problem.D.shape[1] + (0 if problem.blocked is None else problem.blocked.n_levels * problem.blocked.K)
     size += sum(c.k * c.k for c in problem.components)
     check_memory(
@@ -531,7 +397,7 @@ def sample_gibbs(
     runs = run_chains(chain, problem, draws, tune, thin, chains, seed, cores, progress, warm_up)
     if not whole and _interweave:
         _compile_whole_iterations_in_background(problem)
-    return _gibbs_result(runs, problem, start, tune, thin, seed)
+    return gibbs_result(runs, len(problem.components), start, tune, thin, seed)
 
 
 def _whole_iterations_at_hand() -> bool:
@@ -559,12 +425,6 @@ _decided: list[bool] = []
 _background: list = []
 
 
-def kept_draw_index(tune: int, draws: int, thin: int) -> np.ndarray:
-    """Per iteration of a chain of ``tune + draws * thin``: the index of the stored draw, or -1 (tuning, thinning)."""
-    kept = np.arange(tune + draws * thin) - tune
-    return np.where((kept >= 0) & (kept % thin == 0), kept // thin, -1)
-
-
 def _compile_whole_iterations_in_background(problem: VBProblem) -> None:
     """Compile the whole iterations for later processes, once per process: a detached, low-priority interpreter
     (:mod:`bayesvm.engines.linear.compile_ahead`) makes two throwaway iterations of a chain with them on a small
@@ -572,7 +432,6 @@ def _compile_whole_iterations_in_background(problem: VBProblem) -> None:
     only one runs at a time on a machine.  A short-lived launcher starts it and exits at once, so this process holds
     no child it would have to wait for (or be warned about at exit)."""
     import subprocess
-    import sys
 
     if _background:
         return
@@ -598,17 +457,3 @@ def _load_compiled(chain, problem: VBProblem) -> None:
     that numba loads the compiled functions the chains call into this process before the chains' workers fork from
     it; otherwise each worker loads them again."""
     chain(problem, 2, 0, 1, np.random.SeedSequence(0), False)
-
-
-def _gibbs_result(runs, problem, start, tune, thin, seed, stopping=None) -> GibbsResult:
-    return GibbsResult(
-        theta_d=np.stack([r["theta_d"] for r in runs]),
-        theta_b=np.stack([r["theta_b"] for r in runs]),
-        components=[np.stack([r["components"][c] for r in runs]) for c in range(len(problem.components))],
-        log_posterior=np.stack([r["log_posterior"] for r in runs]),
-        elapsed=time.perf_counter() - start,
-        tune=tune,
-        thin=thin,
-        seed=seed,
-        stopping=stopping,
-    )

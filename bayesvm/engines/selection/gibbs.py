@@ -60,11 +60,11 @@ from ...linalg.dense import blas_threads, spd_inverse
 from ...memory import check_memory
 from ...model.problems import SelectionProblem, VBProblem
 from ..components import draw_components
+from ..gibbs_driver import GibbsResult, kept_draw_index, run_chains, run_until_converged
 from ..inverse_gaussian import draw_inverse_gaussian
 from ..joint import log_component_prior, log_pseudo_likelihood
 from ..linear.collapsed_variance import CollapsedVariance
-from ..linear.gibbs import MARGIN_FLOOR, GibbsResult, kept_draw_index, run_chains, run_until_converged
-from ..linear.gibbs_rows import weighted_rows
+from ..linear.gibbs_rows import MARGIN_FLOOR, weighted_rows
 from .directions import LineMoves
 from .laws import law_of
 from .marginal_pairs import MarginalPairs
@@ -129,7 +129,7 @@ def sample_selection(
     coefficients outside the random-effect terms, the inclusion probabilities' draws (each ``P(gamma_k = 1 | rest)``
     where the pair updates run, else the indicators) and the components' SDs) has R-hat
     <= 1.01 and bulk ESS >= 400, in batches, the chains side by side in this process
-    (:func:`bayesvm.engines.linear.gibbs.run_until_converged`; not with ``imputation``).
+    (:func:`bayesvm.engines.gibbs_driver.run_until_converged`; not with ``imputation``).
 
     ``swaps=False`` leaves out the swap moves of :mod:`bayesvm.engines.selection.moves`, ``pairs=False`` the
     updates of :mod:`bayesvm.engines.selection.marginal_pairs`, ``exchanges=False`` its exchanges and ``lines=False``
@@ -220,7 +220,7 @@ def _default_monitor(problem: SelectionProblem):
 def sample_selection_until_converged(
     problem: SelectionProblem, tune: int, thin: int, chains: int, seed, progress: bool, monitor=None, moves=None
 ) -> tuple[list[dict], str]:
-    """``draws="auto"``: :func:`bayesvm.engines.linear.gibbs.run_until_converged` on this sampler's chains
+    """``draws="auto"``: :func:`bayesvm.engines.gibbs_driver.run_until_converged` on this sampler's chains
     (:func:`chain_records`, with the ``moves`` switches of :func:`sample_selection`), watching
     ``monitor(coef, include, components)``; returns the chains' dicts and the stopping reason."""
     monitor = monitor or _default_monitor(problem)

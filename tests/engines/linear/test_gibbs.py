@@ -203,7 +203,7 @@ def _dying_chain(problem, draws, tune, thin, seed, show):
 
 def test_a_chain_worker_failure_is_raised_in_the_parent():
     """A chain's exception reaches the caller; a worker that dies without a result is named, not waited on."""
-    from bayesvm.engines.linear.gibbs import run_chains
+    from bayesvm.engines.gibbs_driver import run_chains
 
     assert run_chains(_failing_chain, None, 5, 0, 1, 1, 0, 2, False) == [{"draws": 5}]
     with pytest.raises(ValueError, match="chain 2 failed"):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import bayesvm
-from bayesvm.engines.linear import gibbs
+from bayesvm.engines import gibbs_driver
 from bayesvm.engines.selection.gibbs import sample_selection
 from bayesvm.priors import LaplaceZero, SpikeSlab
 from bayesvm.results.diagnostics import mcmc_diagnostics
@@ -31,13 +31,13 @@ FORMULA = "y ~ a + b + c + d + (1 | g)"
 def test_auto_draws_continue_the_fixed_runs_chains(prior, monkeypatch):
     """The batches continue the same chains: the first draws equal a fixed-length run's with the same seed (two
     batches: the second continues the first)."""
-    monkeypatch.setattr(gibbs, "AUTO_MAX_DRAWS", 2 * gibbs.AUTO_BATCH)
-    monkeypatch.setattr(gibbs, "AUTO_ESS", 10**9)  # (stop at the cap)
+    monkeypatch.setattr(gibbs_driver, "AUTO_MAX_DRAWS", 2 * gibbs_driver.AUTO_BATCH)
+    monkeypatch.setattr(gibbs_driver, "AUTO_ESS", 10**9)  # (stop at the cap)
     model = bayesvm.bsvm(FORMULA, _data(), prior=prior, method="vb", vb="meanfield").model
     problem = model.selection_problem()
     auto = sample_selection(problem, draws="auto", tune=100, chains=2, seed=4, progress=False)
-    fixed = sample_selection(problem, draws=2 * gibbs.AUTO_BATCH, tune=100, chains=2, seed=4, progress=False)
-    assert auto.draws == 2 * gibbs.AUTO_BATCH and auto.stopping.startswith("stopped at the cap")
+    fixed = sample_selection(problem, draws=2 * gibbs_driver.AUTO_BATCH, tune=100, chains=2, seed=4, progress=False)
+    assert auto.draws == 2 * gibbs_driver.AUTO_BATCH and auto.stopping.startswith("stopped at the cap")
     np.testing.assert_array_equal(auto.theta_d, fixed.theta_d)
     np.testing.assert_array_equal(auto.include, fixed.include)
     np.testing.assert_array_equal(auto.components[0], fixed.components[0])
@@ -65,24 +65,24 @@ def test_auto_stops_when_every_reported_quantity_has_converged():
         fit = bayesvm.bsvm(FORMULA, _data(), prior=LaplaceZero(rho=0.5), method="gibbs", draws="auto", tune=300,
                            seed=1, progress=False)  # fmt: skip
     result = fit.result
-    assert result.stopping.startswith("converged after") and result.draws % gibbs.AUTO_BATCH == 0
+    assert result.stopping.startswith("converged after") and result.draws % gibbs_driver.AUTO_BATCH == 0
     table = mcmc_diagnostics(fit)  # the summary's own diagnostics agree with the stopping rule
-    assert table["r_hat"].max() <= gibbs.AUTO_RHAT and table["ess_bulk"].min() >= gibbs.AUTO_ESS
+    assert table["r_hat"].max() <= gibbs_driver.AUTO_RHAT and table["ess_bulk"].min() >= gibbs_driver.AUTO_ESS
     import arviz as az
 
     indicators = az.convert_to_dataset({"include": result.include.astype(float)})
     rhat = np.asarray(az.rhat(indicators)["include"].values, dtype=float)
     ess = np.asarray(az.ess(indicators, method="bulk")["include"].values, dtype=float)
     moving = np.isfinite(rhat)  # (an indicator that never moves in any chain has no R-hat)
-    assert np.all(rhat[moving] <= gibbs.AUTO_RHAT) and np.all(ess[moving] >= gibbs.AUTO_ESS)
+    assert np.all(rhat[moving] <= gibbs_driver.AUTO_RHAT) and np.all(ess[moving] >= gibbs_driver.AUTO_ESS)
     assert 0.05 < fit.inclusion.loc["c", "p_include"] < 0.95  # a null slope: the indicator moves and is watched
     assert "draws='auto': converged after" in str(fit.summary())
 
 
 def test_auto_stops_at_the_cap_and_says_so(monkeypatch):
-    monkeypatch.setattr(gibbs, "AUTO_MAX_DRAWS", gibbs.AUTO_BATCH)
-    monkeypatch.setattr(gibbs, "AUTO_ESS", 10**9)  # unreachable
+    monkeypatch.setattr(gibbs_driver, "AUTO_MAX_DRAWS", gibbs_driver.AUTO_BATCH)
+    monkeypatch.setattr(gibbs_driver, "AUTO_ESS", 10**9)  # unreachable
     with pytest.warns(bayesvm.ConvergenceWarning, match="draws='auto' stopped at the cap of 250 draws per chain"):
         fit = bayesvm.bsvm(FORMULA, _data(), prior=SpikeSlab(), method="gibbs", draws="auto", tune=50, seed=1,
                            progress=False)  # fmt: skip
-    assert fit.result.draws == gibbs.AUTO_BATCH and fit.inclusion["p_include"].notna().all()
+    assert fit.result.draws == gibbs_driver.AUTO_BATCH and fit.inclusion["p_include"].notna().all()
