@@ -234,8 +234,9 @@ WINDOWED_FROM = 16
 NEGLIGIBLE_LOG = 37.5
 #: :func:`_sorted_kinks` sorts a level by insertion up to this many rows (quadratic, but no allocation).
 INSERTION_ROWS = 32
-#: :func:`_log_interval` takes ``Phi`` directly above this standardised end (``Phi(-21) ~ 1e-98``).
-_DIRECT_ABOVE = -21.0
+#: :func:`_interval_term` takes ``Phi`` directly above this standardised end (``Phi(-30) ~ 5e-198``, a normal double):
+#: below it ``log Phi`` is :func:`log_ndtr_scalar`'s series, cheaper than ``erfc`` there.
+_DIRECT_ABOVE = _SERIES_BELOW
 
 
 def log_ndtr_scalar(x: float) -> float:
@@ -268,13 +269,15 @@ def _log_interval_in_logs(a, c, lo, hi, sigma2, sd):
     return a + 0.5 * c * c * sigma2 + big + diff
 
 
-def _log_interval(a, c, lo, hi, sigma2, sd):
-    """``log`` of one interval's term of ``I_j`` (module docstring): by two ``erfc`` and one ``log`` where that is as
-    exact (the interval mirrored into the lower half, ``Phi(beta) - Phi(alpha)`` above ``1e-98`` and at least a
-    quarter of ``Phi(beta)``: at most two bits lost to the difference), else in logs (:func:`_log_interval_in_logs`,
-    twice the cost)."""
+def _interval_term(a, c, lo, hi, sigma2, sd):
+    """One interval's term of ``I_j`` (module docstring) as ``(log_scale, factor)``, the term being
+    ``exp(log_scale) * factor``: ``exp(a + c^2 sigma2 / 2) (Phi(beta) - Phi(alpha))`` by two ``erfc`` where that is as
+    exact (the interval mirrored into the lower half, ``Phi(beta) - Phi(alpha)`` above ``Phi(-30)`` and at least a
+    quarter of ``Phi(beta)``: at most two bits lost to the difference), else ``(log term, 1)`` in logs
+    (:func:`_log_interval_in_logs`, twice the cost); ``(-inf, 1)`` for an empty interval.  Kept apart so that a level's
+    sum takes no ``log`` per term (:func:`_level_log_integral`)."""
     if hi <= lo:
-        return -np.inf
+        return -np.inf, 1.0
     centre = c * sigma2
     alpha, beta = (lo - centre) / sd, (hi - centre) / sd
     if alpha > 0.0:  # Phi(beta) - Phi(alpha) = Phi(-alpha) - Phi(-beta)
@@ -283,8 +286,14 @@ def _log_interval(a, c, lo, hi, sigma2, sd):
         upper = 0.5 * math.erfc(-beta * _SQRT_HALF)
         difference = upper - 0.5 * math.erfc(-alpha * _SQRT_HALF)
         if difference >= 0.25 * upper:
-            return a + 0.5 * c * c * sigma2 + np.log(difference)
-    return _log_interval_in_logs(a, c, lo, hi, sigma2, sd)
+            return a + 0.5 * c * c * sigma2, difference
+    return _log_interval_in_logs(a, c, lo, hi, sigma2, sd), 1.0
+
+
+def _log_interval(a, c, lo, hi, sigma2, sd):
+    """``log`` of one interval's term of ``I_j`` (:func:`_interval_term`)."""
+    log_scale, factor = _interval_term(a, c, lo, hi, sigma2, sd)
+    return log_scale + np.log(factor)
 
 
 def _interval_bound(a, c, lo, hi, sigma2, sd):
@@ -317,15 +326,29 @@ def _log_integral_sum(a, c, lo, hi, sigma2):
 
 
 def _level_log_integral(a, c, lo, hi, count, sigma2, sd):
-    """``log I_j`` of one level from its first ``count`` intervals: a log-sum-exp of :func:`_log_interval`; 0 where
-    every term is ``-inf``.  Above :data:`WINDOWED_FROM` intervals, only those around the integrand's mode
+    """``log I_j`` of one level from its first ``count`` intervals: the sum of the terms of :func:`_interval_term` kept
+    as ``exp(largest) * acc`` (:func:`_scaled_sum_step`: one ``exp`` per term and one ``log`` per level); 0 where every
+    term is 0.  Above :data:`WINDOWED_FROM` intervals, only those around the integrand's mode
     (:func:`_windowed_log_integral`)."""
     if count > WINDOWED_FROM:
         return _windowed_log_integral(a, c, lo, hi, count, sigma2, sd)
     largest, acc = -np.inf, 0.0
     for q in range(count):
-        largest, acc = _log_sum_step(largest, acc, _log_interval(a[q], c[q], lo[q], hi[q], sigma2, sd))
+        log_scale, factor = _interval_term(a[q], c[q], lo[q], hi[q], sigma2, sd)
+        largest, acc = _scaled_sum_step(largest, acc, log_scale, factor)
     return largest + np.log(acc) if largest > -np.inf else 0.0
+
+
+def _scaled_sum_step(largest, acc, log_scale, factor):
+    """One term ``exp(log_scale) * factor`` (``0 < factor <= 1``) of a streaming sum ``exp(largest) * acc``; a term of
+    ``log_scale = -inf`` adds nothing.  ``largest`` is the largest ``log_scale`` so far, so nothing overflows; a term
+    whose ``exp(log_scale - largest)`` underflows is below ``e^-700`` of the largest scale's term, whose factor is at
+    least ``Phi(-30) / 4`` (about ``e^-455``)."""
+    if log_scale == -np.inf:
+        return largest, acc
+    if log_scale > largest:
+        return log_scale, acc * np.exp(largest - log_scale) + factor
+    return largest, acc + np.exp(log_scale - largest) * factor
 
 
 def _windowed_log_integral(a, c, lo, hi, count, sigma2, sd):
@@ -531,7 +554,9 @@ def _compiled_level_draws_in_place(y, f, values, codes, effects, slope, rows, si
 if compiled_rows.numba is not None:
     log_ndtr_compiled = compiled_rows.compile_nogil(log_ndtr_scalar)
     _log_interval_in_logs = compiled_rows.compile_nogil(_log_interval_in_logs)
+    _interval_term = compiled_rows.compile_nogil(_interval_term)
     _log_interval = compiled_rows.compile_nogil(_log_interval)
+    _scaled_sum_step = compiled_rows.compile_nogil(_scaled_sum_step)
     _log_sum_step = compiled_rows.compile_nogil(_log_sum_step)
     _sorted_kinks = compiled_rows.compile_nogil(_sorted_kinks, inline=True)
     _interval_bound = compiled_rows.compile_nogil(_interval_bound, inline=True)

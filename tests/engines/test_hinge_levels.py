@@ -201,3 +201,23 @@ def test_interval_bounds_are_upper_bounds_of_the_terms():
         if lo < c * sigma2 < hi:
             near.append(bound - term)
     assert np.median(near) < 3.0
+
+
+@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
+def test_a_level_summed_in_scaled_terms_equals_the_log_sum_of_its_terms():
+    """A small level's ``log I_j`` is the sum of its terms kept as ``exp(largest) * acc`` (no ``log`` per term): the
+    log-sum-exp of the terms in logs, on intervals in the middle and far in both tails (where a term's scale is
+    hundreds of nats above its value), with empty intervals and terms of very different sizes."""
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        count = int(rng.integers(1, hinge_levels.WINDOWED_FROM + 1))
+        kinks = np.sort(rng.normal(0.0, rng.choice([0.1, 3.0, 60.0]), count - 1))
+        lo, hi = np.concatenate([[-np.inf], kinks]), np.concatenate([kinks, [np.inf]])
+        a, c = rng.normal(0.0, 30.0, count), rng.normal(0.0, 8.0, count)
+        sigma2 = float(10.0 ** rng.uniform(-3, 3))
+        sd = np.sqrt(sigma2)
+        terms = np.array(
+            [hinge_levels._log_interval_in_logs(a[q], c[q], lo[q], hi[q], sigma2, sd) for q in range(count)]
+        )
+        got = hinge_levels._level_log_integral(a, c, lo, hi, count, sigma2, sd)
+        assert got == pytest.approx(logsumexp(terms), rel=1e-12, abs=1e-10)
