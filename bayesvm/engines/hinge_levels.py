@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import log_ndtr, logsumexp, ndtri_exp
+from scipy.special import erfcx, log_ndtr, logsumexp, ndtri_exp
 
 from .linear import compiled_rows
 
@@ -45,6 +45,30 @@ def log_diff_ndtr(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         x = np.minimum(small - big, 0.0)
         out[keep] = big + np.where(x > -0.6931, np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
     return out
+
+
+def anchored_log_terms(a, c, lo, hi, var, alpha, beta) -> np.ndarray:
+    """``log`` of the terms of intervals on one side of their vertex ``c var`` (``alpha > 0`` or ``beta <= 0``), written
+    at the interval's ends: with ``e(x) = a + c x - x^2 / (2 var)`` (the log of the integrand, less its normaliser)
+    ``exp(a + c^2 var / 2) Phi(t) = exp(e(x)) erfcx(-t / sqrt 2) / 2`` at ``t = (x - c var) / sd``, so an interval left
+    of the vertex has the term ``[exp(e(hi)) erfcx(-beta / sqrt 2) - exp(e(lo)) erfcx(-alpha / sqrt 2)] / 2`` and one
+    right of it ``[exp(e(lo)) erfcx(alpha / sqrt 2) - exp(e(hi)) erfcx(beta / sqrt 2)] / 2``.  Every exponent is the
+    size of the integrand's log, where ``a + c^2 var / 2`` and ``log Phi`` apart can be of order ``(c sd)^2`` and cancel
+    (a level of rows with slopes of 2,000 under ``var = 10^6``: digits lost to 10^-3); ``e(far) - e(near)`` is taken as
+    ``(far - near) (c - (far + near) / (2 var))``, whatever the size of each; an infinite far end adds 0."""
+    right = alpha > 0
+    near, far = np.where(right, lo, hi), np.where(right, hi, lo)
+    t_near = np.where(right, alpha, -beta) * _SQRT_HALF
+    finite = np.isfinite(far)
+    far = np.where(finite, far, 0.0)
+    t_far = np.where(finite, np.where(right, beta, -alpha), 0.0) * _SQRT_HALF
+    e_near = a + c * near - 0.5 * near * near / var
+    log_x_near = np.log(erfcx(t_near))
+    log_r = (far - near) * (c - 0.5 * (far + near) / var) + np.log(erfcx(t_far)) - log_x_near  # (e(far) - e(near))
+    log_r = np.where(finite, np.minimum(log_r, 0.0), -np.inf)
+    with np.errstate(divide="ignore"):
+        tail = np.where(log_r > -0.6931, np.log(-np.expm1(log_r)), np.log1p(-np.exp(log_r)))
+    return e_near + _LOG_HALF + log_x_near + tail
 
 
 def size_classes(codes: np.ndarray, n_levels: int):
@@ -93,13 +117,17 @@ class Pieces:
 
     def log_terms(self, sigma2: np.ndarray) -> np.ndarray:
         """``log`` of each interval's term of ``I_j`` at ``sigma2`` (``(S,)``), shape ``(S, J, K + 1)``."""
-        var = np.asarray(sigma2, dtype=float).reshape(-1, 1, 1)
+        var = np.broadcast_to(np.asarray(sigma2, dtype=float).reshape(-1, 1, 1), self.a.shape)
         sd = np.sqrt(var)
         centre = self.c * var
-        with np.errstate(invalid="ignore"):
-            return (
-                self.a + 0.5 * self.c * self.c * var + log_diff_ndtr((self.lo - centre) / sd, (self.hi - centre) / sd)
+        with np.errstate(invalid="ignore", over="ignore"):
+            alpha, beta = (self.lo - centre) / sd, (self.hi - centre) / sd
+            out = self.a + 0.5 * self.c * self.c * var + log_diff_ndtr(alpha, beta)
+            side = (self.hi > self.lo) & ((alpha > 0) | (beta <= 0))  # the interval on one side of the vertex
+            out[side] = anchored_log_terms(
+                self.a[side], self.c[side], self.lo[side], self.hi[side], var[side], alpha[side], beta[side]
             )
+        return out
 
     def log_integrals(self, sigma2: np.ndarray) -> np.ndarray:
         """``log I_j``, shape ``(S, J)``."""
@@ -226,6 +254,7 @@ def draw_level_effects_in_place(
 _SERIES_BELOW = -30.0
 _HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
 _SQRT_HALF = float(np.sqrt(0.5))
+_LOG_HALF = float(np.log(0.5))
 #: Above this many intervals a level's sum runs from its mode outwards (:func:`_windowed_log_integral`); up to it, every
 #: interval is added (a level of a few rows under a wide prior: every term counts).
 WINDOWED_FROM = 16
@@ -273,9 +302,10 @@ def _interval_term(a, c, lo, hi, sigma2, sd):
     """One interval's term of ``I_j`` (module docstring) as ``(log_scale, factor)``, the term being
     ``exp(log_scale) * factor``: ``exp(a + c^2 sigma2 / 2) (Phi(beta) - Phi(alpha))`` by two ``erfc`` where that is as
     exact (the interval mirrored into the lower half, ``Phi(beta) - Phi(alpha)`` above ``Phi(-30)`` and at least a
-    quarter of ``Phi(beta)``: at most two bits lost to the difference), else ``(log term, 1)`` in logs
-    (:func:`_log_interval_in_logs`, twice the cost); ``(-inf, 1)`` for an empty interval.  Kept apart so that a level's
-    sum takes no ``log`` per term (:func:`_level_log_integral`)."""
+    quarter of ``Phi(beta)``: at most two bits lost to the difference), else ``(log term, 1)``: written at the
+    interval's ends where it lies on one side of its vertex ``c sigma2`` (:func:`_log_interval_anchored`, exact however
+    far the vertex), in logs where it holds it (:func:`_log_interval_in_logs`); ``(-inf, 1)`` for an empty interval.
+    Kept apart so that a level's sum takes no ``log`` per term (:func:`_level_log_integral`)."""
     if hi <= lo:
         return -np.inf, 1.0
     centre = c * sigma2
@@ -287,7 +317,27 @@ def _interval_term(a, c, lo, hi, sigma2, sd):
         difference = upper - 0.5 * math.erfc(-alpha * _SQRT_HALF)
         if difference >= 0.25 * upper:
             return a + 0.5 * c * c * sigma2, difference
-    return _log_interval_in_logs(a, c, lo, hi, sigma2, sd), 1.0
+    if alpha < 0.0 < beta:  # (mirrored: the interval holds the vertex; its logs are of order one)
+        return _log_interval_in_logs(a, c, lo, hi, sigma2, sd), 1.0
+    return _log_interval_anchored(a, c, lo, hi, sigma2, sd), 1.0
+
+
+def _log_interval_anchored(a, c, lo, hi, sigma2, sd):
+    """:func:`anchored_log_terms` of one interval on one side of its vertex (scipy's ``erfcx``)."""
+    centre = c * sigma2
+    alpha, beta = (lo - centre) / sd, (hi - centre) / sd
+    if alpha > 0.0:
+        near, far, t_near, t_far = lo, hi, alpha * _SQRT_HALF, beta * _SQRT_HALF
+    else:
+        near, far, t_near, t_far = hi, lo, -beta * _SQRT_HALF, -alpha * _SQRT_HALF
+    e_near = a + c * near - 0.5 * near * near / sigma2
+    log_x_near = np.log(_special_erfcx(t_near, 0))
+    if not (-np.inf < far < np.inf):
+        return e_near + _LOG_HALF + log_x_near
+    drop = (far - near) * (c - 0.5 * (far + near) / sigma2)  # e(far) - e(near), without their cancellation
+    log_r = min(drop + np.log(_special_erfcx(t_far, 0)) - log_x_near, 0.0)
+    tail = np.log(-np.expm1(log_r)) if log_r > -0.6931 else np.log1p(-np.exp(log_r))
+    return e_near + _LOG_HALF + log_x_near + tail
 
 
 def _log_interval(a, c, lo, hi, sigma2, sd):
@@ -554,6 +604,8 @@ def _compiled_level_draws_in_place(y, f, values, codes, effects, slope, rows, si
 if compiled_rows.numba is not None:
     log_ndtr_compiled = compiled_rows.compile_nogil(log_ndtr_scalar)
     _log_interval_in_logs = compiled_rows.compile_nogil(_log_interval_in_logs)
+    _special_erfcx = compiled_rows.scipy_special("erfcx")
+    _log_interval_anchored = compiled_rows.compile_nogil(_log_interval_anchored)
     _interval_term = compiled_rows.compile_nogil(_interval_term)
     _log_interval = compiled_rows.compile_nogil(_log_interval)
     _scaled_sum_step = compiled_rows.compile_nogil(_scaled_sum_step)

@@ -6,7 +6,7 @@ from scipy import stats
 from scipy.special import log_ndtr, logsumexp
 
 from bayesvm.engines import hinge_levels
-from bayesvm.engines.hinge_levels import LevelLayout, draw_levels, log_diff_ndtr, pieces, truncated_normal
+from bayesvm.engines.hinge_levels import LevelLayout, draw_levels, pieces, truncated_normal
 from bayesvm.engines.linear import compiled_rows
 
 
@@ -158,28 +158,44 @@ def test_level_effects_are_the_draws_of_the_intervals(levels, sigma2, numba_swit
         np.testing.assert_allclose(moved, f - v * effects[codes] + v * new[codes], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
-def test_direct_interval_terms_match_the_terms_in_logs():
-    """``_log_interval`` (``Phi`` taken directly where that keeps the digits) against ``_log_interval_in_logs`` on
-    intervals in the middle, in both tails, narrow and wide, and against :func:`log_diff_ndtr`."""
+def _reference_log_term(a, c, lo, hi, sigma2):
+    """``log(exp(a + c^2 sigma2 / 2) (Phi(beta) - Phi(alpha)))`` to 60 digits (mpmath), ``-inf`` for an empty interval."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 60
+    if not hi > lo:
+        return -np.inf
+    sd, centre = mp.sqrt(mp.mpf(sigma2)), mp.mpf(c) * mp.mpf(sigma2)
+    alpha = (mp.mpf(lo) - centre) / sd if np.isfinite(lo) else -mp.inf
+    beta = (mp.mpf(hi) - centre) / sd if np.isfinite(hi) else mp.inf
+    mass = mp.ncdf(-alpha) - mp.ncdf(-beta) if alpha > 0 else mp.ncdf(beta) - mp.ncdf(alpha)
+    return float(mp.mpf(a) + mp.mpf(c) ** 2 * mp.mpf(sigma2) / 2 + mp.log(mass))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_interval_terms_match_a_60_digit_reference(compiled):
+    """Every interval's term (``Phi`` taken directly where that keeps the digits, else written at the interval's ends
+    or in logs), compiled and numpy, against mpmath's on intervals in the middle, in both tails, narrow and wide: to
+    1e-13 for intervals of at least 1e-3 SD, 1e-10 from 1e-6, 1e-7 below (there the log of ``erfcx`` at the two ends,
+    nearly equal, is differenced: the term is then at most the integrand's value times the width)."""
+    if compiled and not compiled_rows.available():
+        pytest.skip("numba is not installed")
     rng = np.random.default_rng(5)
-    ends = np.concatenate([rng.normal(0.0, 3.0, 3000), rng.normal(0.0, 30.0, 3000), [-np.inf, np.inf, 0.0]])
-    widths = np.concatenate([rng.exponential(1.0, 3000), 10.0 ** rng.uniform(-9, 1, 3000), [1.0, 1.0, 0.0]])
-    for lo, width in zip(ends, widths):
-        hi = lo + width if np.isfinite(lo) else (np.inf if lo > 0 else 0.5)
-        direct = hinge_levels._log_interval(0.3, 0.7, lo, hi, 2.0, np.sqrt(2.0))
-        in_logs = hinge_levels._log_interval_in_logs(0.3, 0.7, lo, hi, 2.0, np.sqrt(2.0))
-        reference = (
-            0.3
-            + 0.5 * 0.49 * 2.0
-            + log_diff_ndtr(np.array([(lo - 1.4) / np.sqrt(2.0)]), np.array([(hi - 1.4) / np.sqrt(2.0)]))[0]
-        )
-        if np.isneginf(reference):
-            assert np.isneginf(direct) and np.isneginf(in_logs)
+    ends = np.concatenate([rng.normal(0.0, 3.0, 600), rng.normal(0.0, 30.0, 600), [-np.inf, np.inf, 0.0]])
+    widths = np.concatenate([rng.exponential(1.0, 600), 10.0 ** rng.uniform(-9, 1, 600), [1.0, 1.0, 0.0]])
+    his = np.where(np.isfinite(ends), ends + widths, np.where(ends > 0, np.inf, 0.5))
+    if compiled:
+        got = np.array([hinge_levels._log_interval(0.3, 0.7, lo, hi, 2.0, np.sqrt(2.0)) for lo, hi in zip(ends, his)])
+    else:
+        part = hinge_levels.Pieces(a=np.full((1, 1, ends.size), 0.3), c=np.full((1, 1, ends.size), 0.7),
+                                   lo=ends[None, None], hi=his[None, None])  # fmt: skip
+        got = part.log_terms(np.array([2.0]))[0, 0]
+    for lo, hi, term in zip(ends, his, got):
+        expected = _reference_log_term(0.3, 0.7, lo, hi, 2.0)
+        if np.isneginf(expected):
+            assert np.isneginf(term)
             continue
-        assert direct == pytest.approx(in_logs, rel=1e-12, abs=1e-12)
-        if hi - lo > 1e-4:  # (narrower ones far out lose up to 1e-6 to the difference of two log Phi, in both)
-            assert direct == pytest.approx(reference, rel=1e-10, abs=1e-10)
+        tolerance = 1e-13 if hi - lo >= 1e-3 * np.sqrt(2.0) else 1e-10 if hi - lo >= 1e-6 * np.sqrt(2.0) else 1e-7
+        assert term == pytest.approx(expected, rel=tolerance, abs=tolerance)
 
 
 @pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
@@ -221,3 +237,36 @@ def test_a_level_summed_in_scaled_terms_equals_the_log_sum_of_its_terms():
         )
         got = hinge_levels._level_log_integral(a, c, lo, hi, count, sigma2, sd)
         assert got == pytest.approx(logsumexp(terms), rel=1e-12, abs=1e-10)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_intervals_far_from_their_vertex_keep_their_digits(compiled, monkeypatch):
+    """Rows of slopes near 2,000 under ``sigma2 = 10^6`` put an interval's vertex ``c sigma2`` millions of SDs away:
+    ``a + c^2 sigma2 / 2`` and ``log Phi`` are each about 10^13 and cancel, which lost digits to 10^-3 in ``log I_j``.
+    Written at the interval's ends (:func:`bayesvm.engines.hinge_levels.anchored_log_terms`) both paths match
+    quadrature of the integrand between its kinks to 1e-10."""
+    from scipy.integrate import quad
+
+    if compiled and not compiled_rows.available():
+        pytest.skip("numba is not installed")
+    if not compiled:
+        monkeypatch.setenv(compiled_rows.ENVIRONMENT_SWITCH, "0")
+    margins = np.array([1.32086852, 1.27921689, 1.15658991, 0.59859424, 0.32378874, 2.38692299, 0.13643937, 0.85780753])
+    slopes = np.array([0.943864, 1.190966, -1.387113, -0.994078, -0.714974, -1688.08034, 2099.54260, 1.885042])
+    sigma2 = 973322.8
+    y = np.ones(slopes.size)
+    part = pieces(LevelLayout(y, slopes, np.zeros(slopes.size, dtype=int), 1), (1.0 - margins)[None, :])
+    got = part.log_integral_sum(sigma2)
+
+    def log_integrand(u):
+        return -2.0 * np.maximum(0.0, margins - slopes * u).sum() - 0.5 * u * u / sigma2
+
+    kinks = np.sort(margins / slopes)
+    peak = max(log_integrand(k) for k in kinks)
+    ends = np.concatenate([[-np.inf], kinks, [np.inf]])
+    total = sum(
+        quad(lambda u: np.exp(log_integrand(u) - peak), lo, hi, epsabs=0.0, epsrel=1e-13, limit=200)[0]
+        for lo, hi in zip(ends[:-1], ends[1:])
+    )
+    expected = peak + np.log(total) - 0.5 * np.log(2.0 * np.pi * sigma2)
+    assert got == pytest.approx(expected, abs=1e-10)
