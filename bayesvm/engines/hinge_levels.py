@@ -53,8 +53,8 @@ def anchored_log_terms(a, c, lo, hi, var, alpha, beta) -> np.ndarray:
     ``exp(a + c^2 var / 2) Phi(t) = exp(e(x)) erfcx(-t / sqrt 2) / 2`` at ``t = (x - c var) / sd``, so an interval left
     of the vertex has the term ``[exp(e(hi)) erfcx(-beta / sqrt 2) - exp(e(lo)) erfcx(-alpha / sqrt 2)] / 2`` and one
     right of it ``[exp(e(lo)) erfcx(alpha / sqrt 2) - exp(e(hi)) erfcx(beta / sqrt 2)] / 2``.  Every exponent is the
-    size of the integrand's log, where ``a + c^2 var / 2`` and ``log Phi`` apart can be of order ``(c sd)^2`` and cancel
-    (a level of rows with slopes of 2,000 under ``var = 10^6``: digits lost to 10^-3); ``e(far) - e(near)`` is taken as
+    size of the integrand's log, where ``a + c^2 var / 2`` and ``log Phi`` apart are of order ``(c sd)^2`` and cancel
+    (slopes of 2,000 under ``var = 10^6``: two numbers near 10^13 for a term near 1); ``e(far) - e(near)`` is taken as
     ``(far - near) (c - (far + near) / (2 var))``, whatever the size of each; an infinite far end adds 0."""
     right = alpha > 0
     near, far = np.where(right, lo, hi), np.where(right, hi, lo)
