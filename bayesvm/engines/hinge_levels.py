@@ -310,22 +310,20 @@ def _interval_term(a, c, lo, hi, sigma2, sd):
         return -np.inf, 1.0
     centre = c * sigma2
     alpha, beta = (lo - centre) / sd, (hi - centre) / sd
-    if alpha > 0.0:  # Phi(beta) - Phi(alpha) = Phi(-alpha) - Phi(-beta)
-        alpha, beta = -beta, -alpha
-    if beta > _DIRECT_ABOVE:
-        upper = 0.5 * math.erfc(-beta * _SQRT_HALF)
-        difference = upper - 0.5 * math.erfc(-alpha * _SQRT_HALF)
+    low, high = (-beta, -alpha) if alpha > 0.0 else (alpha, beta)  # Phi(beta) - Phi(alpha) = Phi(-alpha) - Phi(-beta)
+    if high > _DIRECT_ABOVE:
+        upper = 0.5 * math.erfc(-high * _SQRT_HALF)
+        difference = upper - 0.5 * math.erfc(-low * _SQRT_HALF)
         if difference >= 0.25 * upper:
             return a + 0.5 * c * c * sigma2, difference
-    if alpha < 0.0 < beta:  # (mirrored: the interval holds the vertex; its logs are of order one)
+    if alpha < 0.0 < beta:  # the interval holds the vertex: its logs are of order one
         return _log_interval_in_logs(a, c, lo, hi, sigma2, sd), 1.0
-    return _log_interval_anchored(a, c, lo, hi, sigma2, sd), 1.0
+    return _log_interval_anchored(a, c, lo, hi, sigma2, alpha, beta), 1.0
 
 
-def _log_interval_anchored(a, c, lo, hi, sigma2, sd):
-    """:func:`anchored_log_terms` of one interval on one side of its vertex (scipy's ``erfcx``)."""
-    centre = c * sigma2
-    alpha, beta = (lo - centre) / sd, (hi - centre) / sd
+def _log_interval_anchored(a, c, lo, hi, sigma2, alpha, beta):
+    """:func:`anchored_log_terms` of one interval on one side of its vertex, ``alpha`` and ``beta`` its standardised
+    ends (scipy's ``erfcx``)."""
     if alpha > 0.0:
         near, far, t_near, t_far = lo, hi, alpha * _SQRT_HALF, beta * _SQRT_HALF
     else:
