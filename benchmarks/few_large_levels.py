@@ -3,7 +3,7 @@
 Fair's affairs survey (statsmodels' ``fair`` data set, 6,366 wives; response: any affair) with a random intercept per
 husband's occupation: 6 levels of tens to thousands of rows.  The accurate fit weights its nodes by the levels integrated out
 in closed form and the PSIS check at its end integrates them again at every draw, so both pay for the largest levels'
-sorted kinks (:mod:`bayesvm.engines.hinge_levels`).  Prints the whole ``bsvm()`` call, the engine alone, a second
+thousands of kinks per draw (:mod:`bayesvm.engines.hinge_levels`).  Prints the whole ``bsvm()`` call, the engine alone, a second
 PSIS check run by itself (``fit.check_vb()``) beside the engine's time, and statsmodels'
 ``BinomialBayesMixedGLM.fit_vb`` on the same formula (a logistic GLMM: the cost of a variational mixed-model fit is
 compared, not the estimates), each the median of 3 in one process.

@@ -447,10 +447,9 @@ def _log_sum_step(largest, acc, value):
     return largest, acc + np.exp(value - largest)
 
 
-def _sorted_kinks(y, eta, slope, rows, kinks, slopes):
-    """One level's active rows' kinks ``b_i = (1 - y_i eta_i) / s_i`` and slopes ``s_i``, sorted by kink into
-    ``kinks`` and ``slopes``; returns how many.  By insertion up to :data:`INSERTION_ROWS` rows, else by
-    ``argsort`` (a level of thousands of rows: Fair's occupations)."""
+def _active_kinks(y, eta, slope, rows, kinks, slopes):
+    """One level's active rows' kinks ``b_i = (1 - y_i eta_i) / s_i`` and slopes ``s_i`` (rows with ``s_i != 0``) in
+    row order into ``kinks`` and ``slopes``; returns how many."""
     m = 0
     for k in range(slope.size):
         if slope[k] != 0.0:
@@ -458,6 +457,13 @@ def _sorted_kinks(y, eta, slope, rows, kinks, slopes):
             kinks[m] = (1.0 - y[i] * eta[i]) / slope[k]
             slopes[m] = slope[k]
             m += 1
+    return m
+
+
+def _sorted_kinks(y, eta, slope, rows, kinks, slopes):
+    """:func:`_active_kinks` sorted by kink; returns how many.  By insertion up to :data:`INSERTION_ROWS` rows, else by
+    ``argsort``."""
+    m = _active_kinks(y, eta, slope, rows, kinks, slopes)
     if m > INSERTION_ROWS:
         order = np.argsort(kinks[:m])
         kinks[:m] = kinks[:m][order]
@@ -473,6 +479,135 @@ def _sorted_kinks(y, eta, slope, rows, kinks, slopes):
         kinks[pos] = bk
         slopes[pos] = sk
     return m
+
+
+def _mode_split(kinks, slopes, m, inverse):
+    """Reorders a level's unsorted kinks (``kinks[:m]``, ``slopes`` alongside) so that the first ``top`` lie below the
+    integrand's mode ``u*`` and the rest at or above it; returns ``top``, the mode's interval's index in sorted order.
+
+    The exponent's derivative right of a point ``p``, ``g'(p+) = c(p+) - p / sigma2`` with ``c(p+) = 2 (sum of the
+    positive slopes of kinks above p + sum of the negative slopes of kinks at or below p)``, decreases in ``p`` (each
+    hinge is concave), so ``u* > p`` exactly where ``g'(p+) > 0``.  Quickselect on that test: each round splits the
+    undecided kinks three ways around a median-of-three pivot, gathering the slope sums as it goes, and keeps the side
+    holding ``u*``; expected ``O(m)`` where sorting costs ``O(m log m)``.  Ties of the pivot go to the side they lie
+    on (above ``u*`` when ``u* <= p``), so every round removes at least the pivot."""
+    first, last = 0, m
+    negative_left, positive_right = 0.0, 0.0  # slope sums of the kinks decided to lie below / above u*
+    while first < last:
+        x0, x1, x2 = kinks[first], kinks[(first + last) // 2], kinks[last - 1]
+        pivot = max(min(x0, x1), min(max(x0, x1), x2))
+        below, i, above = first, first, last  # [first, below) < pivot, [below, i) == pivot, [above, last) > pivot
+        negative_below, negative_at, positive_at, positive_above = 0.0, 0.0, 0.0, 0.0
+        while i < above:
+            b, s = kinks[i], slopes[i]
+            if b < pivot:
+                if s < 0.0:
+                    negative_below += s
+                kinks[i], slopes[i] = kinks[below], slopes[below]
+                kinks[below], slopes[below] = b, s
+                below += 1
+                i += 1
+            elif b > pivot:
+                if s > 0.0:
+                    positive_above += s
+                above -= 1
+                kinks[i], slopes[i] = kinks[above], slopes[above]
+                kinks[above], slopes[above] = b, s
+            else:
+                if s < 0.0:
+                    negative_at += s
+                else:
+                    positive_at += s
+                i += 1
+        right_slope = 2.0 * (negative_left + negative_below + negative_at + positive_above + positive_right)
+        if right_slope - pivot * inverse > 0.0:  # u* > pivot
+            negative_left += negative_below + negative_at
+            first = above
+        else:  # u* <= pivot: the pivot and its ties lie at or above u*
+            positive_right += positive_at + positive_above
+            last = below
+    return first
+
+
+def _sift_down(keys, values, start, size, i, sign):
+    """Restores the heap ``keys[start:start + size]`` (``values`` alongside) below position ``i``: the smallest of
+    ``sign * key`` at the root (``sign = 1``: a min-heap, ``-1``: a max-heap)."""
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            return
+        if child + 1 < size and sign * keys[start + child + 1] < sign * keys[start + child]:
+            child += 1
+        if sign * keys[start + child] >= sign * keys[start + i]:
+            return
+        a, b = start + i, start + child
+        keys[a], keys[b] = keys[b], keys[a]
+        values[a], values[b] = values[b], values[a]
+        i = child
+
+
+def _heapify(keys, values, start, size, sign):
+    """``keys[start:start + size]`` made a heap (:func:`_sift_down`) in ``O(size)``."""
+    for i in range(size // 2 - 1, -1, -1):
+        _sift_down(keys, values, start, size, i, sign)
+
+
+def _heap_pop(keys, values, start, size, sign):
+    """The root of a heap of ``size`` (:func:`_sift_down`) as ``(key, value)``; the first ``size - 1`` places are the
+    heap without it."""
+    key, value = keys[start], values[start]
+    last = start + size - 1
+    keys[start], values[start] = keys[last], values[last]
+    _sift_down(keys, values, start, size - 1, 0, sign)
+    return key, value
+
+
+def _log_integral_from_mode(kinks, slopes, m, sigma2, sd):
+    """``log I_j`` of a level from its unsorted active kinks (``kinks[:m]``, ``slopes``; reordered): the sum of
+    :func:`_windowed_log_integral` without sorting every kink.
+
+    The kinks are split at the mode (:func:`_mode_split`); the mode's interval's ``a`` and ``c`` are the sums of the
+    module docstring over the active rows (positive slopes above, negative below); the kinks below are then taken in
+    decreasing order from a max-heap and those above in increasing order from a min-heap, each crossing updating
+    ``a`` and ``c`` by the crossed hinge (``+-2 s b`` and ``-+2 s``), and each side stops by
+    :func:`_windowed_log_integral`'s tangent bound.  Only the crossed kinks are ordered: ``O(m + w log m)`` for a
+    window of ``w`` kinks where sorting costs ``O(m log m)``."""
+    inverse = 1.0 / sigma2
+    normaliser = _HALF_LOG_2PI + np.log(sd)
+    top = _mode_split(kinks, slopes, m, inverse)
+    a, c = 0.0, 0.0
+    for k in range(m):
+        s = slopes[k]
+        if (s < 0.0) == (k < top):  # active on the mode's interval: a negative slope below it, a positive one above
+            a -= 2.0 * s * kinks[k]
+            c += 2.0 * s
+    n_below, n_above = top, m - top
+    _heapify(kinks, slopes, 0, n_below, -1.0)
+    _heapify(kinks, slopes, top, n_above, 1.0)
+    lo = kinks[0] if n_below > 0 else -np.inf
+    hi = kinks[top] if n_above > 0 else np.inf
+    largest, acc = _log_sum_step(-np.inf, 0.0, _log_interval(a, c, lo, hi, sigma2, sd))
+    a_mode, c_mode = a, c
+    while n_above > 0:  # rightwards: the rest lies beyond the crossed kink x, where g' < 0
+        x, s = _heap_pop(kinks, slopes, top, n_above, 1.0)
+        n_above -= 1
+        a, c = (a + 2.0 * s * x, c - 2.0 * s) if s > 0.0 else (a - 2.0 * s * x, c + 2.0 * s)
+        slope = c - x * inverse
+        if slope < 0.0 and a + c * x - 0.5 * x * x * inverse - np.log(-slope) - normaliser < largest - NEGLIGIBLE_LOG:
+            break
+        hi = kinks[top] if n_above > 0 else np.inf
+        largest, acc = _log_sum_step(largest, acc, _log_interval(a, c, x, hi, sigma2, sd))
+    a, c = a_mode, c_mode
+    while n_below > 0:  # leftwards: the rest lies below the crossed kink x, where g' > 0
+        x, s = _heap_pop(kinks, slopes, 0, n_below, -1.0)
+        n_below -= 1
+        a, c = (a - 2.0 * s * x, c + 2.0 * s) if s > 0.0 else (a + 2.0 * s * x, c - 2.0 * s)
+        slope = c - x * inverse
+        if slope > 0.0 and a + c * x - 0.5 * x * x * inverse - np.log(slope) - normaliser < largest - NEGLIGIBLE_LOG:
+            break
+        lo = kinks[0] if n_below > 0 else -np.inf
+        largest, acc = _log_sum_step(largest, acc, _log_interval(a, c, lo, x, sigma2, sd))
+    return largest + np.log(acc) if largest > -np.inf else 0.0
 
 
 def _level_intervals(y, eta, slope, rows, kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi):
@@ -501,7 +636,8 @@ def _level_intervals(y, eta, slope, rows, kinks, slopes, suffix_s, suffix_sb, a,
 def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
     """``sum_j log I_j`` for every draw ``s`` of ``eta (S, n)`` and ``sigma2 (S,)`` straight from a
     :class:`LevelLayout`'s ``slope`` and ``rows`` (``(J, K)``): per level its intervals (:func:`_level_intervals`) and
-    their log-sum-exp (:func:`_level_log_integral`).  Rows with ``s_i = 0`` are left to the caller (as in the numpy
+    their log-sum-exp (:func:`_level_log_integral`), or, for a level of more than :data:`INSERTION_ROWS` active rows,
+    the intervals around its mode without sorting the rest (:func:`_log_integral_from_mode`).  Rows with ``s_i = 0`` are left to the caller (as in the numpy
     path)."""
     S = eta.shape[0]
     J, K = slope.shape
@@ -512,6 +648,11 @@ def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
         sd = np.sqrt(var)
         total = 0.0
         for j in range(J):
+            if K > INSERTION_ROWS:
+                m = _active_kinks(y, eta[t], slope[j], rows[j], kinks, slopes)
+                if m > INSERTION_ROWS:
+                    total += _log_integral_from_mode(kinks, slopes, m, var, sd)
+                    continue
             count = _level_intervals(y, eta[t], slope[j], rows[j], kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi)
             total += _level_log_integral(a, c, lo, hi, count, var, sd)
         out[t] = total
@@ -608,7 +749,13 @@ if compiled_rows.numba is not None:
     _log_interval = compiled_rows.compile_nogil(_log_interval)
     _scaled_sum_step = compiled_rows.compile_nogil(_scaled_sum_step)
     _log_sum_step = compiled_rows.compile_nogil(_log_sum_step)
+    _active_kinks = compiled_rows.compile_nogil(_active_kinks, inline=True)
     _sorted_kinks = compiled_rows.compile_nogil(_sorted_kinks, inline=True)
+    _mode_split = compiled_rows.compile_nogil(_mode_split, inline=True)
+    _sift_down = compiled_rows.compile_nogil(_sift_down, inline=True)
+    _heapify = compiled_rows.compile_nogil(_heapify, inline=True)
+    _heap_pop = compiled_rows.compile_nogil(_heap_pop, inline=True)
+    _log_integral_from_mode = compiled_rows.compile_nogil(_log_integral_from_mode, inline=True)
     _interval_bound = compiled_rows.compile_nogil(_interval_bound, inline=True)
     _windowed_log_integral = compiled_rows.compile_nogil(_windowed_log_integral, inline=True)
     _level_log_integral = compiled_rows.compile_nogil(_level_log_integral, inline=True)

@@ -92,6 +92,65 @@ def test_large_levels_summed_from_their_mode_match_numpy(sigma2, monkeypatch):
 
 
 @pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
+@pytest.mark.parametrize("sigma2", [1e-8, 1e-3, 0.7, 40.0, 1e6])
+def test_large_levels_integrated_from_their_mode_unsorted_match_numpy(sigma2):
+    """Per draw, levels of more than ``INSERTION_ROWS`` rows are split at their mode and only the kinks crossed are
+    ordered (:func:`bayesvm.engines.hinge_levels._log_integral_from_mode`): the same ``sum_j log I_j`` as the numpy
+    path's every interval, with tied kinks (a rounded predictor), slopes of one sign, kinks far out in the tails and a
+    level whose kinks all coincide."""
+    rng = np.random.default_rng(7)
+    for case in range(8):
+        n, J = int(rng.integers(300, 2500)), int(rng.integers(1, 4))
+        y, v = rng.choice([-1.0, 1.0], n), rng.normal(1.0, 0.5, n)
+        v = np.abs(v) if case % 4 == 0 else v * (rng.choice([-1.0, 1.0], n) if case % 4 == 1 else 1.0)
+        v[:3] = 0.0
+        codes = rng.integers(0, J, n)
+        eta = np.round(rng.normal(0.0, 1.0, (3, n)), 1) if case % 2 else rng.normal(0.0, 1.0, (3, n))
+        eta[:, :30] *= 50.0 if case == 3 else 1.0
+        eta[:, codes == 0] = 0.3 if case == 5 else eta[:, codes == 0]
+        layout = LevelLayout(y, v, codes, J)
+        variances = np.full(3, sigma2)
+        got = hinge_levels.draws_log_integral_sums(layout.y, eta, layout.slope, layout.rows, variances)
+        expected = pieces(layout, eta).log_integrals(variances).sum(axis=1)
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
+def test_the_mode_split_puts_the_mode_between_its_two_sides():
+    """:func:`bayesvm.engines.hinge_levels._mode_split` leaves the kinks below the mode first: the exponent rises just
+    above the largest of them and falls just below the smallest of the rest, and ``top`` is the mode's interval of
+    the sorted kinks (the first whose right end has ``g' <= 0``); the heaps then give each side in order."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        m = int(rng.integers(1, 400))
+        kinks = np.round(rng.normal(0.0, rng.choice([0.01, 1.0, 30.0]), m), int(rng.integers(0, 4)))
+        slopes = rng.normal(0.0, 1.0, m)
+        slopes[slopes == 0.0] = 1.0
+        inverse = float(10.0 ** rng.uniform(-4, 4))
+
+        def right_slope(p, kinks=kinks, slopes=slopes, inverse=inverse):  # g'(p+)
+            positive, negative = slopes[(kinks > p) & (slopes > 0)], slopes[(kinks <= p) & (slopes < 0)]
+            return 2.0 * (positive.sum() + negative.sum()) - p * inverse
+
+        order = np.argsort(kinks, kind="stable")
+        expected = next((q for q in range(m) if right_slope(kinks[order][q]) <= 0.0), m)
+        work_kinks, work_slopes = kinks.copy(), slopes.copy()
+        top = hinge_levels._mode_split(work_kinks, work_slopes, m, inverse)
+        assert top == expected
+        assert sorted(zip(work_kinks, work_slopes)) == sorted(zip(kinks, slopes))  # a permutation, pairs kept
+        below, above = work_kinks[:top].copy(), work_kinks[top:].copy()
+        assert top == 0 or right_slope(below.max()) > 0.0
+        assert top == m or right_slope(above.min()) <= 0.0
+        hinge_levels._heapify(work_kinks, work_slopes, 0, top, -1.0)
+        hinge_levels._heapify(work_kinks, work_slopes, top, m - top, 1.0)
+        popped_below = [hinge_levels._heap_pop(work_kinks, work_slopes, 0, size, -1.0)[0] for size in range(top, 0, -1)]
+        popped_above = [
+            hinge_levels._heap_pop(work_kinks, work_slopes, top, size, 1.0)[0] for size in range(m - top, 0, -1)
+        ]
+        assert popped_below == sorted(below, reverse=True) and popped_above == sorted(above)
+
+
+@pytest.mark.skipif(not compiled_rows.available(), reason="numba is not installed")
 def test_compiled_log_ndtr_matches_scipy():
     x = np.concatenate([np.linspace(-80, 40, 6001), [-np.inf, np.inf, 0.0, -30.0, -29.999, -30.001]])
     got = np.array([hinge_levels.log_ndtr_compiled(value) for value in x])

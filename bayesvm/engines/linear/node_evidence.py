@@ -104,8 +104,8 @@ def group_log_integrals(y: np.ndarray, eta: np.ndarray, v: np.ndarray, codes: np
     The levels are taken in classes of similar size (``classes``, :func:`level_classes` of the same rows, formed here
     when None); within a class :mod:`bayesvm.engines.hinge_levels` computes each ``I_j``: compiled where numba is
     installed (level by level, without the padded ``(S, J, K + 1)`` arrays; a level's kinks sorted by insertion up to
-    a few dozen rows and by numba's ``argsort`` beyond), else by numpy in chunks of draws; the two agree to rounding
-    (tested).  A level without rows contributes ``log 1``.
+    a few dozen rows, beyond that split at the integrand's mode and ordered only where the sum reaches), else by numpy
+    in chunks of draws; the two agree to rounding (tested).  A level without rows contributes ``log 1``.
     """
     # (np.take gathers the class's columns in C order: a boolean mask over the second axis gives a transposed layout
     # that the compiled kernel would copy again)
