@@ -14,7 +14,7 @@ AUTO_ACCURATE_MAX_ROWS = 40_000
 #: ... and up to this many where a single variance hyperparameter is integrated (one random-effect variance and a
 #: fixed penalty, or the learned penalty alone; or a learned penalty integrated from the slopes,
 #: :func:`default_penalty_from_slopes`): its lattice is a line, about 25 EP fits (9 nodes for a variance of 1,000
-#: levels or more, :func:`bayesvm.engines.linear.hyper_grid.line_nodes`) where two hyperparameters take about 150.
+#: levels or more, :func:`bayesvm.engines.hyper_grid.line_nodes`) where two hyperparameters take about 150.
 #: Its cost at this size, and how far mean-field VB's variance and fixed effects lie from it, are in
 #: ``benchmarks/RESULTS.md``, section ``accurate_scale``.
 AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER = 1_000_000
@@ -32,8 +32,8 @@ def default_vb(problem) -> tuple[str, str | None]:
     ``AUTO_ACCURATE_MAX_ROWS`` rows (``AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`` with a single variance
     hyperparameter).
     """
+    from .engines.hyperparameters import Hyperparameters
     from .engines.linear.ep import MAX_HYPERPARAMETERS
-    from .engines.linear.hyperparameters import Hyperparameters
 
     if problem.is_sparse:
         return "meanfield", (
@@ -67,8 +67,8 @@ def default_penalty_from_slopes(problem) -> bool:
     It is used only where its check shows that the slopes' posterior barely depends on the penalty; else ``vb=None``
     is the whole lattice where :func:`default_vb` chooses it and mean-field VB past the rows (``summary()`` saying
     why), and ``vb="accurate"`` the whole lattice."""
+    from .engines.hyperparameters import Hyperparameters
     from .engines.linear.ep import MAX_HYPERPARAMETERS
-    from .engines.linear.hyperparameters import Hyperparameters
     from .engines.linear.penalty_from_slopes import penalty_index
 
     if problem.is_sparse or penalty_index(problem) is None:

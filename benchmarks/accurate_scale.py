@@ -5,8 +5,8 @@ scale), in one process:
 
 * :data:`ONE_HYPERPARAMETER_ROWS` rows (a tenth as many levels) with a fixed prior on the slopes (``penalty=None``:
   one variance hyperparameter): the default (accurate) fit on its line of
-  :data:`bayesvm.engines.linear.hyper_grid.WIDE_LINE_NODES` nodes, the accurate fit on
-  the line of :data:`bayesvm.engines.linear.hyper_grid.LINE_NODES`, mean-field VB and Gibbs (4 chains x (1,000 tuning
+  :data:`bayesvm.engines.hyper_grid.WIDE_LINE_NODES` nodes, the accurate fit on
+  the line of :data:`bayesvm.engines.hyper_grid.LINE_NODES`, mean-field VB and Gibbs (4 chains x (1,000 tuning
   + 2,000 draws)): the variance's posterior mean over Gibbs's, the largest ``|mean - Gibbs's|`` of a fixed effect in
   Gibbs SDs, the fixed effects' SDs over Gibbs's, seconds;
 * :data:`bayesvm.engine_defaults.AUTO_ACCURATE_MAX_ROWS` rows (a tenth as many levels) with the learned penalty (two
@@ -31,7 +31,7 @@ import pandas as pd
 
 import bayesvm
 from bayesvm.engine_defaults import AUTO_ACCURATE_MAX_ROWS, AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER
-from bayesvm.engines.linear import hyper_grid
+from bayesvm.engines import hyper_grid
 
 FORMULA = "y ~ x1 + x2 + x3 + (1 | g)"
 #: Rows of the learned-penalty case past the two-hyperparameter limit (the penalty's variance from the slopes'
@@ -66,7 +66,7 @@ def timed(**options):
 
 @contextlib.contextmanager
 def fine_line():
-    """The one-hyperparameter line of :data:`bayesvm.engines.linear.hyper_grid.LINE_NODES` nodes whatever the levels."""
+    """The one-hyperparameter line of :data:`bayesvm.engines.hyper_grid.LINE_NODES` nodes whatever the levels."""
     wide = hyper_grid.WIDE_LINE_FROM_LEVELS
     hyper_grid.WIDE_LINE_FROM_LEVELS = np.inf
     try:

@@ -123,8 +123,8 @@ def test_multiple_imputation_defaults_to_the_accurate_fit_without_random_effects
 
 def test_multiple_imputation_default_falls_back_to_mean_field_where_ep_fails(monkeypatch):
     """If EP fails on a completed data set, the default says so and pools mean-field fits; ``vb="accurate"`` raises."""
+    from bayesvm.engines.hyper_grid import AccurateFitError
     from bayesvm.engines.imputation import multiple
-    from bayesvm.engines.linear.hyper_grid import AccurateFitError
     from tests.engines.imputation.test_joint_model import simulate
 
     def failing(problem):
@@ -152,7 +152,7 @@ def test_laplace_zero_defaults_to_ep_with_few_slopes(monkeypatch):
     """``prior=LaplaceZero()`` with ``vb=None``: EP with a site per slope up to 12 penalised slopes (mean-field VB was
     off by up to 0.99 in an inclusion probability on public data, ``engine_defaults.default_selection_vb``); mean-field
     beyond, and for spike-and-slab, with the summary saying why; a failed EP falls back to mean-field and says so."""
-    from bayesvm.engines.linear.hyper_grid import AccurateFitError
+    from bayesvm.engines.hyper_grid import AccurateFitError
     from bayesvm.priors import LaplaceZero, SpikeSlab
 
     few, many = _sparse_signal(5), _sparse_signal(14)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import erfcx, log_ndtr, logsumexp, ndtri_exp
 
-from .linear import compiled_rows
+from ..linalg import compiled
 
 
 def log_diff_ndtr(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -144,7 +144,7 @@ class Pieces:
     def log_integral_sum(self, sigma2: float) -> float:
         """``sum_j log I_j`` at one ``sigma2`` for one draw (``S = 1``): compiled where numba is installed
         (:func:`_log_integral_sum`), else by numpy; the two agree to rounding (tested)."""
-        if compiled_rows.available():
+        if compiled.available():
             return float(log_integral_sum(self.a[0], self.c[0], self.lo[0], self.hi[0], float(sigma2)))
         return float(np.sum(self.log_integrals(np.array([sigma2]))))
 
@@ -177,7 +177,7 @@ def level_pieces(layout: LevelLayout, eta: np.ndarray) -> Pieces:
     """:func:`pieces` of one draw's predictor ``eta`` (``(n,)``): each level's intervals built in one compiled pass
     where numba is installed (:func:`_level_intervals`, the same intervals to rounding; an empty slot past a level's
     last interval has ``lo = hi = inf``), else by :func:`pieces`."""
-    if not compiled_rows.available():
+    if not compiled.available():
         return pieces(layout, eta[None, :])
     J, K = layout.shape
     a, c, lo, hi = (np.empty((1, J, K + 1)) for _ in range(4))
@@ -216,7 +216,7 @@ def draw_level_effects(layout: LevelLayout, eta: np.ndarray, sigma2: float, rng:
     :func:`draw_levels` on ``pieces(layout, eta)`` with the same random numbers (the same draw to rounding), but
     without building the intervals of every level: where numba is installed each level's intervals are built, scored,
     chosen and drawn from in one compiled pass (:func:`_compiled_level_draws`)."""
-    if not compiled_rows.available():
+    if not compiled.available():
         return draw_levels(pieces(layout, eta[None, :]), sigma2, rng)
     J, K = layout.shape
     exponentials = rng.exponential(size=(J, K + 1))  # the Gumbels of draw_levels, -log of these
@@ -234,7 +234,7 @@ def draw_level_effects_in_place(
     (``effects`` the current draws), and ``f`` is moved to the new effects in place (``rest + values * new[codes]``),
     in the same compiled call where numba is installed (the same arithmetic as the numpy path, which it stays without
     numba).  Returns the new effects."""
-    rest = f - values * effects[codes] if not compiled_rows.available() else None
+    rest = f - values * effects[codes] if not compiled.available() else None
     if rest is not None:
         new = draw_level_effects(layout, rest, sigma2, rng)
         f[:] = rest + values * new[codes]
@@ -740,36 +740,36 @@ def _compiled_level_draws_in_place(y, f, values, codes, effects, slope, rows, si
         f[i] = rest[i] + values[i] * out[codes[i]]
 
 
-if compiled_rows.numba is not None:
-    log_ndtr_compiled = compiled_rows.compile_nogil(log_ndtr_scalar)
-    _log_interval_in_logs = compiled_rows.compile_nogil(_log_interval_in_logs)
-    _special_erfcx = compiled_rows.scipy_special("erfcx")
-    _log_interval_anchored = compiled_rows.compile_nogil(_log_interval_anchored)
-    _interval_term = compiled_rows.compile_nogil(_interval_term)
-    _log_interval = compiled_rows.compile_nogil(_log_interval)
-    _scaled_sum_step = compiled_rows.compile_nogil(_scaled_sum_step)
-    _log_sum_step = compiled_rows.compile_nogil(_log_sum_step)
-    _active_kinks = compiled_rows.compile_nogil(_active_kinks, inline=True)
-    _sorted_kinks = compiled_rows.compile_nogil(_sorted_kinks, inline=True)
-    _mode_split = compiled_rows.compile_nogil(_mode_split, inline=True)
-    _sift_down = compiled_rows.compile_nogil(_sift_down, inline=True)
-    _heapify = compiled_rows.compile_nogil(_heapify, inline=True)
-    _heap_pop = compiled_rows.compile_nogil(_heap_pop, inline=True)
-    _log_integral_from_mode = compiled_rows.compile_nogil(_log_integral_from_mode, inline=True)
-    _interval_bound = compiled_rows.compile_nogil(_interval_bound, inline=True)
-    _windowed_log_integral = compiled_rows.compile_nogil(_windowed_log_integral, inline=True)
-    _level_log_integral = compiled_rows.compile_nogil(_level_log_integral, inline=True)
-    _level_intervals = compiled_rows.compile_nogil(_level_intervals, inline=True)
-    _interval_buffers = compiled_rows.compile_nogil(_interval_buffers, inline=True)
-    log_integral_sum = compiled_rows.compile_nogil(_log_integral_sum)
-    draws_log_integral_sums = compiled_rows.compile_nogil(_draws_log_integral_sums)
-    _special_log_ndtr = compiled_rows.scipy_special("log_ndtr")
-    _special_ndtri_exp = compiled_rows.scipy_special("ndtri_exp")
-    _truncated_normal_scalar = compiled_rows.compile_nogil(_truncated_normal_scalar, inline=True)
-    compiled_level_draws = compiled_rows.compile_nogil(_compiled_level_draws)
-    _compiled_level_draws = compiled_rows.compile_nogil(_compiled_level_draws, inline=True)
-    compiled_level_draws_in_place = compiled_rows.compile_nogil(_compiled_level_draws_in_place)
-    compiled_pieces = compiled_rows.compile_nogil(_compiled_pieces)
-else:  # never called: callers check compiled_rows.available()
+if compiled.numba is not None:
+    log_ndtr_compiled = compiled.compile_nogil(log_ndtr_scalar)
+    _log_interval_in_logs = compiled.compile_nogil(_log_interval_in_logs)
+    _special_erfcx = compiled.scipy_special("erfcx")
+    _log_interval_anchored = compiled.compile_nogil(_log_interval_anchored)
+    _interval_term = compiled.compile_nogil(_interval_term)
+    _log_interval = compiled.compile_nogil(_log_interval)
+    _scaled_sum_step = compiled.compile_nogil(_scaled_sum_step)
+    _log_sum_step = compiled.compile_nogil(_log_sum_step)
+    _active_kinks = compiled.compile_nogil(_active_kinks, inline=True)
+    _sorted_kinks = compiled.compile_nogil(_sorted_kinks, inline=True)
+    _mode_split = compiled.compile_nogil(_mode_split, inline=True)
+    _sift_down = compiled.compile_nogil(_sift_down, inline=True)
+    _heapify = compiled.compile_nogil(_heapify, inline=True)
+    _heap_pop = compiled.compile_nogil(_heap_pop, inline=True)
+    _log_integral_from_mode = compiled.compile_nogil(_log_integral_from_mode, inline=True)
+    _interval_bound = compiled.compile_nogil(_interval_bound, inline=True)
+    _windowed_log_integral = compiled.compile_nogil(_windowed_log_integral, inline=True)
+    _level_log_integral = compiled.compile_nogil(_level_log_integral, inline=True)
+    _level_intervals = compiled.compile_nogil(_level_intervals, inline=True)
+    _interval_buffers = compiled.compile_nogil(_interval_buffers, inline=True)
+    log_integral_sum = compiled.compile_nogil(_log_integral_sum)
+    draws_log_integral_sums = compiled.compile_nogil(_draws_log_integral_sums)
+    _special_log_ndtr = compiled.scipy_special("log_ndtr")
+    _special_ndtri_exp = compiled.scipy_special("ndtri_exp")
+    _truncated_normal_scalar = compiled.compile_nogil(_truncated_normal_scalar, inline=True)
+    compiled_level_draws = compiled.compile_nogil(_compiled_level_draws)
+    _compiled_level_draws = compiled.compile_nogil(_compiled_level_draws, inline=True)
+    compiled_level_draws_in_place = compiled.compile_nogil(_compiled_level_draws_in_place)
+    compiled_pieces = compiled.compile_nogil(_compiled_pieces)
+else:  # never called: callers check compiled.available()
     log_ndtr_compiled = log_integral_sum = draws_log_integral_sums = compiled_level_draws = None
     compiled_level_draws_in_place = compiled_pieces = None

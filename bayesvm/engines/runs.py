@@ -19,7 +19,7 @@ class FitRequest:
     ``minibatches(transform, size)`` their minibatches); None for in-memory data.  ``family``: the family a face fits
     where the model's blocks do not tell it (``pcvm()``'s model is a kernel expansion like a kernel SVM's); None to
     read it from the model.  ``nodes``: values of the variance parameters for the accurate fit to use instead of
-    integrating over them (:class:`bayesvm.engines.linear.hyper_grid.GivenNodes`: cross-fitting's fold fits reuse the
+    integrating over them (:class:`bayesvm.engines.hyper_grid.GivenNodes`: cross-fitting's fold fits reuse the
     full fit's); None to integrate."""
 
     method: str

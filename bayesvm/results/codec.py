@@ -65,6 +65,9 @@ MOVED_MODULES = {
     "bayesvm.engines.kernel_svi": "bayesvm.engines.kernel.svi",
     "bayesvm.engines.pcvm": "bayesvm.engines.kernel.pcvm",
     "bayesvm.engines.pcvm_em": "bayesvm.engines.kernel.pcvm_em",
+    # the accurate fit's search over the hyperparameters, shared by the linear and selection engines
+    "bayesvm.engines.linear.hyper_grid": "bayesvm.engines.hyper_grid",
+    "bayesvm.engines.linear.hyperparameters": "bayesvm.engines.hyperparameters",
 }
 #: Classes that moved to another module of a different name (engine inputs now in the model layer): old
 #: ``module:qualname`` -> new ``module:qualname``
@@ -86,8 +89,8 @@ MOVED_CLASSES = {
         "bayesvm.engines.imputation.segments:ImputedSelectionGibbsResult"
     ),
     # the accurate fit's hyperparameters, in a module of their own
-    "bayesvm.engines.ep:Hyperparameters": "bayesvm.engines.linear.hyperparameters:Hyperparameters",
-    "bayesvm.engines.linear.ep:Hyperparameters": "bayesvm.engines.linear.hyperparameters:Hyperparameters",
+    "bayesvm.engines.ep:Hyperparameters": "bayesvm.engines.hyperparameters:Hyperparameters",
+    "bayesvm.engines.linear.ep:Hyperparameters": "bayesvm.engines.hyperparameters:Hyperparameters",
     # a variance component's q, beside the rest of the component's interface
     "bayesvm.engines.vb:ComponentPosterior": "bayesvm.engines.components:ComponentPosterior",
     "bayesvm.engines.linear.vb:ComponentPosterior": "bayesvm.engines.components:ComponentPosterior",

@@ -293,14 +293,14 @@ def cross_fitted_predictions(fit, folds: int = DEFAULT_FOLDS, seed: int | None =
 
 def variance_nodes(fit):
     """The values of the variance parameters an accurate fit's folds are fitted at: the full fit's heaviest nodes
-    (:func:`bayesvm.engines.linear.hyper_grid.heaviest_nodes`, 99.9% of the weight; for a fit that integrated the
+    (:func:`bayesvm.engines.hyper_grid.heaviest_nodes`, 99.9% of the weight; for a fit that integrated the
     learned penalty from the slopes, the other parameters' values with the penalty at its fitted value,
     :func:`bayesvm.engines.linear.penalty_from_slopes.given_at_fitted_penalty`), or None for other fits.
 
     The variance parameters are learned once, from every row; each fold refits the coefficients on its own rows at
     them.  Searching and weighting a fold's own nodes costs several times the EP fits at these, for a posterior of
     a few variance parameters that four fifths of the rows barely move."""
-    from ..engines.linear.hyper_grid import heaviest_nodes
+    from ..engines.hyper_grid import heaviest_nodes
     from ..engines.linear.penalty_from_slopes import given_at_fitted_penalty
 
     result = getattr(fit, "result", None)

@@ -8,7 +8,7 @@ missing values ``z_{i,M}`` are ``N(m_i, S_M)`` given its observed ones (the cond
 
     int exp(-2 max(0, 1 - y_i f_i)) N(z_{i,M}; m_i, S_M) dz_{i,M} = E exp(-2 max(0, 1 - y_i f_i)),
 
-is the normaliser of a tilted Gaussian in one dimension (:func:`bayesvm.engines.linear.hinge_sites.tilted_moments`), times
+is the normaliser of a tilted Gaussian in one dimension (:func:`bayesvm.engines.hinge_sites.tilted_moments`), times
 ``N(z_{i,O}; mu_O, Sigma_OO)``.  The check's target is then
 
     log p(y, z_obs, theta, components, mu, Sigma) = sum_i [log Z_i + log N(z_{i,O}; mu_O, Sigma_OO)]
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engines.hinge_sites import weighted_tilted_moments
 from ..engines.joint import LogPrior
-from ..engines.linear.hinge_sites import weighted_tilted_moments
 from ..model.problems import ImputationProblem
 
 LOG_2PI = float(np.log(2.0 * np.pi))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engines.linear.hyperparameters import Hyperparameters
+from ..engines.hyperparameters import Hyperparameters
 from ..engines.linear.node_evidence import (
     draws_log_integrals,
     fixed_marginal,

@@ -14,7 +14,7 @@ import importlib
 
 #: Stable type name -> the module that defines the class (one line per storable type).
 TYPES: dict[str, str] = {
-    "AccurateFitError": "bayesvm.engines.linear.hyper_grid",
+    "AccurateFitError": "bayesvm.engines.hyper_grid",
     "Adam": "bayesvm.engines.kernel.svi",
     "AdaptedCheck": "bayesvm.results.vb_check",
     "AdaptedDraws": "bayesvm.results.adaptive_check",
@@ -73,13 +73,13 @@ TYPES: dict[str, str] = {
     "FusedIteration": "bayesvm.engines.linear.fused_iteration",
     "GaussianPosterior": "bayesvm.linalg.dense",
     "GibbsResult": "bayesvm.engines.gibbs_driver",
-    "GivenNodes": "bayesvm.engines.linear.hyper_grid",
+    "GivenNodes": "bayesvm.engines.hyper_grid",
     "GpSpec": "bayesvm.formula.gp_terms",
     "GpTerm": "bayesvm.formula.gp_terms",
     "HalfT": "bayesvm.priors",
     "HalfTLaw": "bayesvm.engines.variance_prior",
-    "HyperGrid": "bayesvm.engines.linear.hyper_grid",
-    "Hyperparameters": "bayesvm.engines.linear.hyperparameters",
+    "HyperGrid": "bayesvm.engines.hyper_grid",
+    "Hyperparameters": "bayesvm.engines.hyperparameters",
     "IdentifiabilityError": "bayesvm.checks.findings",
     "IdentifiabilityWarning": "bayesvm.errors",
     "ImputationDraws": "bayesvm.engines.imputation.normal_model",

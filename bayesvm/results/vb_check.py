@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ..checks.findings import IDENTIFIED_FINDINGS
+from ..engines.hyperparameters import Hyperparameters
 from ..engines.joint import LogPrior
-from ..engines.linear.hyperparameters import Hyperparameters
 from ..errors import ApproximationWarning, BayesvmError
 from ..linalg import compiled
 from ..linalg.dense import blas_threads

@@ -7,7 +7,7 @@ evidence and the exact marginals that samplers and evidence estimates are tested
 
 import numpy as np
 
-from bayesvm.engines.linear.hyperparameters import Hyperparameters
+from bayesvm.engines.hyperparameters import Hyperparameters
 from bayesvm.engines.linear.node_evidence import group_log_integrals
 
 

@@ -275,7 +275,7 @@ def test_an_accurate_fits_folds_refit_the_coefficients_at_its_heaviest_variance_
     import bayesvm
     import bayesvm.engines.linear.ep as ep
     import bayesvm.results.crossfit as crossfit
-    from bayesvm.engines.linear.hyper_grid import GIVEN_MASS
+    from bayesvm.engines.hyper_grid import GIVEN_MASS
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

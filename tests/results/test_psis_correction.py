@@ -9,7 +9,7 @@ import pytest
 from scipy.special import logsumexp
 
 import bayesvm
-from bayesvm.engines.linear.hyperparameters import Hyperparameters
+from bayesvm.engines.hyperparameters import Hyperparameters
 from bayesvm.engines.linear.node_evidence import group_log_integrals
 from bayesvm.results.psis_correction import correction_map, theta_moments
 

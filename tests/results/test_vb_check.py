@@ -326,7 +326,7 @@ def test_inverse_wishart_prior_has_every_constant():
     from scipy import stats
 
     fit = bayesvm.bsvm("y ~ x + (1 + x | g)", _correlated_data(), vb="meanfield")
-    from bayesvm.engines.linear.hyperparameters import Hyperparameters
+    from bayesvm.engines.hyperparameters import Hyperparameters
 
     hyper = Hyperparameters(fit.problem.components)
     comp = next(c for c in fit.problem.components if c.is_wishart)

@@ -100,7 +100,7 @@ def _fit(problem, result, design, **kwargs):
 def run_multiple_vb(model, request):
     """Multiple imputation pooled over mean-field or accurate VB fits (the default's choice; it falls back to
     mean-field VB where EP fails everywhere on a completed data set, and says so)."""
-    from ..linear.hyper_grid import AccurateFitError
+    from ..hyper_grid import AccurateFitError
     from .multiple import fit_mi_vb
 
     control = request.control

@@ -39,14 +39,14 @@ intercepts, slopes) the hyperparameters ``phi`` are integrated in the eigen-dire
 Hessian of ``log p(phi | y)`` at its mode ``phi*`` (``phi = phi* + A z``, ``A A' = H^{-1}``):
 
 * up to three hyperparameters on a lattice in ``z`` (21 points for one, 9 where it is the variance of a term with
-  1,000 levels or more: :func:`bayesvm.engines.linear.hyper_grid.line_nodes`; 7 a side for two, 5 for three), each
+  1,000 levels or more: :func:`bayesvm.engines.hyper_grid.line_nodes`; 7 a side for two, 5 for three), each
   node weighted by ``p(phi | y)`` (a Riemann sum: accurate for smooth integrands);
 * four to six on the 3-point Gauss-Hermite product rule in ``z`` (81 to 729 nodes), each node
   weighted by ``omega_GH(z) p(phi | y) / N(z; 0, I)``, exact when ``p(phi | y)`` is Gaussian in ``phi``
   and otherwise a corrected Gaussian quadrature as in INLA's grid and CCD strategies.  Where the nodes are
   reweighted by importance-sampled evidence (step 3) and their weighted mean of ``z`` moves off the rule's centre,
   the rule is re-centred on the weighted moments and evaluated again
-  (:func:`bayesvm.engines.linear.hyper_grid.recentred_rule`): three points a side cannot follow a weight that grows
+  (:func:`bayesvm.engines.hyper_grid.recentred_rule`): three points a side cannot follow a weight that grows
   towards one edge (simulated correlated slopes: variances 10% low without it).
 
 A single-column component has ``phi = log sigma^2``.  A correlated ``k x k`` term
@@ -73,16 +73,14 @@ from ...model.output import EngineOutput
 from ...model.problems import VBProblem, sorted_by_level
 from ..augmentation import row_terms
 from ..components import prior_precisions, sparse_prior
-from ..progress import counter
-from . import ep_moments
-from .hinge_sites import (
+from ..hinge_sites import (
     ep_log_evidence,
     extrapolated_sites,
     final_cavities,
     updated_sites,
     weighted_tilted_moments,
 )
-from .hyper_grid import (
+from ..hyper_grid import (
     MAX_EXTENSION_STEPS,
     MAX_LATTICE_NODES,
     TAIL_MASS,
@@ -95,7 +93,9 @@ from .hyper_grid import (
     recentred_rule,
     weighted_grid,
 )
-from .hyperparameters import Hyperparameters
+from ..hyperparameters import Hyperparameters
+from ..progress import counter
+from . import ep_moments
 from .node_evidence import MIN_ESS_FRACTION, NodeEvidence, NodeWeights, UnreliableEvidence, node_evidence
 from .vb import fit_vb, sparse_posterior
 
@@ -332,9 +332,9 @@ def fit_accurate(
 
     With ``importance_weights`` (the default) the nodes are weighted by importance-sampled ``p(y | phi)`` where a
     random-intercept term integrates out in closed form (step 3 of the module docstring), else by EP's.  ``given``
-    nodes of the same components (:class:`bayesvm.engines.linear.hyper_grid.GivenNodes`) replace the search and
+    nodes of the same components (:class:`bayesvm.engines.hyper_grid.GivenNodes`) replace the search and
     the weighting: EP at each, with the given weights.  ``n_nodes``: the nodes of a one-hyperparameter line (None:
-    :func:`bayesvm.engines.linear.hyper_grid.line_nodes` of the components).  ``progress``: count the nodes fitted on
+    :func:`bayesvm.engines.hyper_grid.line_nodes` of the components).  ``progress``: count the nodes fitted on
     a bar that appears once the fit has lasted a few seconds (:func:`bayesvm.engines.progress.counter`).
     """
     check_scope(problem)
@@ -377,7 +377,7 @@ class SiteRows(Protocol):
 
     def extrapolated(self, requests: list[tuple[list, np.ndarray]]) -> list:
         """For each ``(sites, c)`` of ``requests``, ``sites[0] + sum_k c_k (sites[k] - sites[0])``, the precisions at
-        least 0 (:func:`bayesvm.engines.linear.hinge_sites.extrapolated_sites` of every row; out of core all in one
+        least 0 (:func:`bayesvm.engines.hinge_sites.extrapolated_sites` of every row; out of core all in one
         pass)."""
         ...
 
@@ -431,7 +431,7 @@ def integrate_ep(
     progress: bool = False,
 ) -> IntegratedResult:
     """The accurate fit of the module docstring on ``rows``; ``problem`` gives the prior and the components
-    (``n_nodes`` None: :func:`bayesvm.engines.linear.hyper_grid.line_nodes` of them; ``progress``: the nodes fitted
+    (``n_nodes`` None: :func:`bayesvm.engines.hyper_grid.line_nodes` of them; ``progress``: the nodes fitted
     counted on a bar, :func:`bayesvm.engines.progress.counter`)."""
     with counter(progress, "accurate VB: EP at values of the variance parameters", "nodes") as tick:
         return _integrate_ep(problem, rows, n_nodes, span, importance_weights, given, tick)
@@ -650,7 +650,7 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
     grown where the new weights put mass near its edge; EP's grid where the importance weights are unreliable.
 
     ``state_at(phi)`` is the EP fit at ``phi`` (cached); ``fit_many(phis)``, where given, makes the EP fits of several
-    new nodes at once first (:func:`bayesvm.engines.linear.hyper_grid.integrate`'s ``many``).  Returns
+    new nodes at once first (:func:`bayesvm.engines.hyper_grid.integrate`'s ``many``).  Returns
     ``(grid, NodeWeights)``.
     """
     evaluated: list[tuple[np.ndarray, float]] = []  # (phi, effective sample size fraction) of every estimate
@@ -711,7 +711,7 @@ def _importance_weighted(grid: HyperGrid, evidence: NodeEvidence, hyper: Hyperpa
 
 
 #: At most this many re-centrings of a Gauss-Hermite rule on the importance-weighted moments
-#: (:func:`bayesvm.engines.linear.hyper_grid.recentred_rule`); each costs one EP fit and one evidence estimate per node.
+#: (:func:`bayesvm.engines.hyper_grid.recentred_rule`); each costs one EP fit and one evidence estimate per node.
 RECENTRINGS = 2
 
 

@@ -44,9 +44,9 @@ from scipy.special import logsumexp
 from ...linalg.dense import GaussianPosterior
 from ...model.problems import PENALTY_SOURCE
 from .. import variance_prior
+from ..hyper_grid import AccurateFitError, GivenNodes
+from ..hyperparameters import Hyperparameters
 from .ep import IntegratedResult, fit_accurate
-from .hyper_grid import AccurateFitError, GivenNodes
-from .hyperparameters import Hyperparameters
 from .vb import fit_vb
 
 #: Each cell of the lattice's penalty axis spans this many conditional SDs of ``t = log s``.
@@ -358,7 +358,7 @@ def _product_mixture(problem, c, reduced, t, log_cond, start_variance, record, r
 
 
 def given_at_fitted_penalty(result, given: GivenNodes) -> GivenNodes:
-    """Cross-fitting's nodes (:func:`bayesvm.engines.linear.hyper_grid.heaviest_nodes`) of a fit made here: the
+    """Cross-fitting's nodes (:func:`bayesvm.engines.hyper_grid.heaviest_nodes`) of a fit made here: the
     distinct values of the other variance parameters, each with its total weight, the penalty at ``s0`` (the fold
     fits then make one EP fit per value, as the full fit did; calibration reads the decision values, which the
     penalty's spread barely moves in this regime)."""

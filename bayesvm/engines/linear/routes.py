@@ -90,7 +90,8 @@ def say_if_compiling(accurate: bool) -> None:
     check's level integrals, and EP's tilted moments for the accurate fit."""
     from ...engines import hinge_levels
     from ...linalg import compiled, dense_rows
-    from . import compiled_rows, hinge_sites
+    from .. import hinge_sites
+    from . import compiled_rows
 
     if not compiled_rows.available():
         return
@@ -106,8 +107,8 @@ def say_if_compiling(accurate: bool) -> None:
 
 def run_vb(model, request):
     """The accurate fit or mean-field VB (module docstring)."""
+    from ..hyper_grid import AccurateFitError
     from .ep import accurate_failure, fit_accurate
-    from .hyper_grid import AccurateFitError
     from .vb import fit_vb
 
     control = request.control

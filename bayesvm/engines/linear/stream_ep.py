@@ -9,16 +9,16 @@ partition, given the broadcast ``q(theta)``,
 1. computes its rows' predictor moments ``mu_i = E[f_i]``, ``s_i = Var(f_i)`` (the blocked factor's levels through
    the broadcast per-level gains and block inverses, as :mod:`bayesvm.engines.linear.stream_vb`),
 2. the cavities ``N(m_i, v_i)`` (``1/v_i = 1/s_i - tau_i``, ``m_i/v_i = mu_i/s_i - nu_i``), the tilted moments of
-   the hinge site (closed form, :func:`bayesvm.engines.linear.hinge_sites.tilted_moments`) and the damped sites that match
-   them (:func:`bayesvm.engines.linear.hinge_sites.damped_sites`; the three in one pass over the rows,
-   :func:`bayesvm.engines.linear.hinge_sites.updated_sites`),
+   the hinge site (closed form, :func:`bayesvm.engines.hinge_sites.tilted_moments`) and the damped sites that match
+   them (:func:`bayesvm.engines.hinge_sites.damped_sites`; the three in one pass over the rows,
+   :func:`bayesvm.engines.hinge_sites.updated_sites`),
 3. and returns the sums of its new sites: ``D' diag(tau) D``, ``D' nu`` and, per level of the blocked factor,
    ``sum tau z z'``, ``sum tau z d'`` and ``sum z nu``, from which the driver solves the next ``q(theta)`` with
    precision ``C' diag(tau) C + Lambda`` by the elimination the in-memory fit uses
    (:func:`bayesvm.linalg.dense.gaussian_from_statistics`).
 
 These are exactly the in-memory sweeps, up to the order of the additions.  The last pass returns each partition's
-terms of EP's ``log Z`` (Rasmussen & Williams 2006, eq. 3.65; :func:`bayesvm.engines.linear.hinge_sites.site_log_evidence`),
+terms of EP's ``log Z`` (Rasmussen & Williams 2006, eq. 3.65; :func:`bayesvm.engines.hinge_sites.site_log_evidence`),
 which are sums over rows.  Memory: ``O(n)`` on the workers per node kept as a warm start (:data:`KEPT_SITES` of
 them), ``O(J K p)`` on the driver.
 
@@ -41,8 +41,8 @@ from ...linalg.row_sums import RowStatistics, weighted_gram_and_product
 from ...model.problems import VBProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
 from ..components import prior_precisions
+from ..hinge_sites import extrapolated_sites, final_cavities, site_log_evidence, tilted_moments, updated_sites
 from .ep import EPState, check_scope, integrate_ep, prior_log_det
-from .hinge_sites import extrapolated_sites, final_cavities, site_log_evidence, tilted_moments, updated_sites
 from .node_evidence import draws_log_integrals, node_evidence
 from .stream_vb import added_by_level, fit_streamed_vb, own_levels, weighted_level_sums
 from .vb import VBResult
@@ -114,7 +114,7 @@ def ep_sweep(rows, y: np.ndarray, sites: PartitionSites, theta: GaussianPosterio
 
 def extrapolated_partition_sites(rows, y: np.ndarray, sites: list, coefficients: list) -> tuple[list, list]:
     """A partition's sites at several new nodes, each extrapolated from its sites at converged nodes
-    (``sites[b]``, ``coefficients[b]``; :func:`bayesvm.engines.linear.hinge_sites.extrapolated_sites`): ``(the new
+    (``sites[b]``, ``coefficients[b]``; :func:`bayesvm.engines.hinge_sites.extrapolated_sites`): ``(the new
     sites, their sums)``."""
     new = [extrapolated_sites([(s.tau, s.nu) for s in mine], c) for mine, c in zip(sites, coefficients)]
     return [PartitionSites(tau, nu) for tau, nu in new], [_site_sums(rows, tau, nu) for tau, nu in new]
@@ -132,7 +132,7 @@ def evidence_terms_many(rows, y: np.ndarray, sites: list, thetas: list) -> list[
 
 
 def evidence_terms(rows, y: np.ndarray, sites: PartitionSites, theta: GaussianPosterior) -> float:
-    """The partition's terms of EP's ``log Z`` at convergence (:func:`bayesvm.engines.linear.hinge_sites.site_log_evidence`)."""
+    """The partition's terms of EP's ``log Z`` at convergence (:func:`bayesvm.engines.hinge_sites.site_log_evidence`)."""
     if y.size == 0:
         return 0.0
     mean_f, var_f = _moments(rows, theta)

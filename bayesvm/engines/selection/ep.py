@@ -33,7 +33,7 @@ to relative ``kappa beta^2 / 2`` over the slopes' range.
 
 The hyperparameters ``phi`` -- each random-effect term's (:class:`bayesvm.engines.linear.ep.Hyperparameters`),
 ``log sigma_u^2`` for Laplace-zero (prior ``IG(A_u, B_u)``), ``log nu`` for a lasso with a learned scale
-(``1/nu ~ Gamma(a, b)``) -- are integrated on the lattice of :func:`bayesvm.engines.linear.hyper_grid.integrate`
+(``1/nu ~ Gamma(a, b)``) -- are integrated on the lattice of :func:`bayesvm.engines.hyper_grid.integrate`
 (spike-and-slab and a fixed lasso scale have none of their own).
 """
 
@@ -48,10 +48,10 @@ from scipy.special import ndtr
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
 from ...model.problems import SelectionProblem
 from ..augmentation import row_terms
+from ..hinge_sites import cavities, damped_sites, ep_log_evidence, final_cavities, weighted_tilted_moments
+from ..hyper_grid import integrate
+from ..hyperparameters import Hyperparameters
 from ..linear.ep import EP_ATTEMPTS, EP_TOL, IntegratedResult
-from ..linear.hinge_sites import cavities, damped_sites, ep_log_evidence, final_cavities, weighted_tilted_moments
-from ..linear.hyper_grid import integrate
-from ..linear.hyperparameters import Hyperparameters
 from .laws import law_of
 from .tilted import SlopeTilted
 
@@ -300,7 +300,7 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float, stop_at_failure: 
                 cache[key] = state
                 return state
         if stop_at_failure:
-            from ..linear.hyper_grid import AccurateFitError
+            from ..hyper_grid import AccurateFitError
 
             damping, sweeps = EP_ATTEMPTS[-1]
             raise AccurateFitError(
@@ -324,7 +324,7 @@ def _fit(problem: SelectionProblem, n_nodes: int, span: float, stop_at_failure: 
     if d == 0:
         state = evaluate(np.zeros(0))
         if state.theta is None:
-            from ..linear.hyper_grid import AccurateFitError
+            from ..hyper_grid import AccurateFitError
 
             raise AccurateFitError("accurate VB: expectation propagation did not converge for this selection model")
         return _result(problem, hyper, [state], np.zeros((1, 0)), np.ones(1), np.zeros(1), counter["sweeps"],

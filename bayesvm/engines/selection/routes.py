@@ -69,8 +69,8 @@ def reported_selection_quantities(model):
 
 def run_vb(model, request):
     """EP with a site per slope, or the prior's mean-field VB (module docstring)."""
+    from ..hyper_grid import AccurateFitError
     from ..linear.ep import accurate_failure
-    from ..linear.hyper_grid import AccurateFitError
     from .ep import fit_selection_accurate
 
     problem = model.selection_problem()

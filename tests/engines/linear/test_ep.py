@@ -142,7 +142,7 @@ def _correlated_slopes(seed=3, m=60, per=12):
 
 
 def test_log_cholesky_jacobian_matches_finite_differences():
-    from bayesvm.engines.linear.hyperparameters import Hyperparameters
+    from bayesvm.engines.hyperparameters import Hyperparameters
     from bayesvm.model.problems import VarianceComponent
 
     comps = (
@@ -218,7 +218,7 @@ def test_correlated_slopes_of_few_visits_match_gibbs():
 def test_recentred_rule_follows_the_reweighted_moments():
     """A 3-point Gauss-Hermite rule whose reweighted posterior sits off its centre is moved onto its moments; one
     that is centred stays."""
-    from bayesvm.engines.linear.hyper_grid import HyperGrid, lattice_design, recentred_rule
+    from bayesvm.engines.hyper_grid import HyperGrid, lattice_design, recentred_rule
 
     design, lattice, log_rule, step = lattice_design(4, 21, 4.0)
     axes = np.diag([0.5, 1.0, 2.0, 1.0])
@@ -351,7 +351,7 @@ def test_quasi_separation_heavy_tail_is_integrated_not_dropped():
 def test_lattice_extension_stays_on_the_lattice_and_follows_a_one_sided_tail(d, rate, monkeypatch):
     """The extension's nodes are the base lattice's (multiples of its step: a Riemann sum of one lattice), the
     frontier follows a heavy tail in one direction only, and the mass and mean match a full-ball extension."""
-    from bayesvm.engines.linear import hyper_grid
+    from bayesvm.engines import hyper_grid
 
     def log_post_z(z):  # Gaussian except a slow exponential tail towards negative z_1 (a variance near zero)
         z = np.atleast_2d(z)
@@ -389,7 +389,7 @@ def test_one_hyperparameter_lattice_stops_extending_a_side_where_ep_failed():
     """One hyperparameter with a heavy tail on one side and EP failing beyond a point on the other (a 13-row
     Laplace-zero fit, a column at scale 1e8: 28 failed nodes, 55 s): the failed side is not extended, the tail is
     still followed on the other."""
-    from bayesvm.engines.linear import hyper_grid
+    from bayesvm.engines import hyper_grid
 
     _, lattice, _, step = hyper_grid.lattice_design(1, 21, 4.0)
     edge = float(lattice[:, 0].min())
@@ -414,7 +414,7 @@ def test_one_hyperparameter_lattice_stops_extending_a_side_where_ep_failed():
 def test_lattice_follows_two_variances_towards_zero_within_its_node_limit():
     """Two random intercepts with variances near zero and a learned penalty (the posterior of ``log sigma^2`` has an
     exponential tail towards zero under the half-t prior): the tails were cut off at the earlier 300 nodes."""
-    from bayesvm.engines.linear import hyper_grid
+    from bayesvm.engines import hyper_grid
 
     def log_post_z(z):
         z = np.atleast_2d(z)
@@ -430,7 +430,7 @@ def test_a_variance_of_many_levels_is_integrated_on_a_wider_line_with_the_same_a
     """One variance shared by WIDE_LINE_FROM_LEVELS levels or more is integrated on WIDE_LINE_NODES nodes (a spacing of
     one posterior SD) instead of LINE_NODES (0.4): the same means, SDs and variance as the fine line to within a
     few thousandths of an SD; fewer levels, or two hyperparameters, keep the rules they had."""
-    from bayesvm.engines.linear import hyper_grid
+    from bayesvm.engines import hyper_grid
 
     data = simulate_grouped(n_groups=1200, per_group=3, p=2, seed=3)
     model = build_model(build_design(parse_formula("y ~ x1 + x2 + (1 | g)"), data), None, PriorSet(), False)
@@ -457,8 +457,8 @@ def test_a_new_node_starts_from_sites_extrapolated_from_its_converged_neighbours
     extrapolated linearly from the nearest converged fits are closer to EP's converged sites there than the nearest
     fit's, EP from them reaches the same fixed point in fewer sweeps; a node outside EXTRAPOLATION_REACH, too few
     converged fits, or a neighbour whose sites were released give None."""
+    from bayesvm.engines.hyperparameters import Hyperparameters
     from bayesvm.engines.linear.ep import EP_ATTEMPTS, NodeFits, RowsInMemory, sorted_by_level
-    from bayesvm.engines.linear.hyperparameters import Hyperparameters
     from bayesvm.engines.linear.vb import fit_vb
 
     data = simulate_grouped(n_groups=40, per_group=6, p=2, seed=5)

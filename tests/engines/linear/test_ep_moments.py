@@ -9,8 +9,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from bayesvm.engines.hyperparameters import Hyperparameters
 from bayesvm.engines.linear import ep, ep_moments
-from bayesvm.engines.linear.hyperparameters import Hyperparameters
 from bayesvm.formula import build_design, parse_formula
 from bayesvm.linalg import compiled
 from bayesvm.model import build_model

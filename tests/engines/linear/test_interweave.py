@@ -194,7 +194,7 @@ def test_fused_moves_equal_the_three_moves(formula, prior):
 def _log_joint_slope_grid(problem, b0, b1, phi):
     """``log p(y, beta_0, beta_1, phi)`` up to a constant on a grid, for ``y ~ x + (1 | g)`` with a fixed penalty: the
     random intercepts integrated out exactly (:func:`bayesvm.engines.linear.node_evidence.group_log_integrals`)."""
-    from bayesvm.engines.linear.hyperparameters import Hyperparameters
+    from bayesvm.engines.hyperparameters import Hyperparameters
     from bayesvm.engines.linear.node_evidence import group_log_integrals
 
     hyper, blocked, lam = Hyperparameters(problem.components), problem.blocked, problem.fixed_precision

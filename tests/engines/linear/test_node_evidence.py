@@ -8,9 +8,9 @@ import pytest
 from scipy.special import logsumexp
 
 import bayesvm
+from bayesvm.engines.hyperparameters import Hyperparameters
 from bayesvm.engines.linear import ep
 from bayesvm.engines.linear.ep import fit_accurate
-from bayesvm.engines.linear.hyperparameters import Hyperparameters
 from tests.engines.intercept_quadrature import log_joint_grid
 
 pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)

@@ -11,9 +11,9 @@ from scipy import stats
 
 import bayesvm
 from bayesvm import engine_defaults
+from bayesvm.engines.hyper_grid import heaviest_nodes
 from bayesvm.engines.linear import penalty_from_slopes as module
 from bayesvm.engines.linear import routes
-from bayesvm.engines.linear.hyper_grid import heaviest_nodes
 from bayesvm.priors import InverseGamma
 from tests.conftest import simulate_grouped
 

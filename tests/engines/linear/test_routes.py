@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bayesvm.engines.linear import compiled_rows, hinge_sites, routes
+from bayesvm.engines import hinge_sites
+from bayesvm.engines.linear import compiled_rows, routes
 from bayesvm.linalg import compiled
 
 

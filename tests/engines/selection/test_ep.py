@@ -171,8 +171,8 @@ def test_the_default_path_stops_at_the_first_node_where_ep_fails(monkeypatch):
     """``stop_at_failure`` (the default ``vb``, which falls back to mean-field VB on any failure) raises at the first
     failed node, after that node's attempts; without it the search goes on to other nodes (and here, with EP failing
     everywhere, ends with no converged node)."""
+    from bayesvm.engines.hyper_grid import AccurateFitError
     from bayesvm.engines.linear.ep import EP_ATTEMPTS
-    from bayesvm.engines.linear.hyper_grid import AccurateFitError
 
     problem = _two_coefficients(LaplaceZero(0.3))
     real, calls = selection_ep.run_selection_ep, []

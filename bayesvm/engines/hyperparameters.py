@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import multigammaln
 
-from ...model.problems import VarianceComponent
-from .. import variance_prior
-from ..components import ComponentPosterior
+from ..model.problems import VarianceComponent
+from . import variance_prior
+from .components import ComponentPosterior
 
 
 class Hyperparameters:

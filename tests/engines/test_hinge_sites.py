@@ -1,4 +1,4 @@
-"""EP's algebra for one hinge site (:mod:`bayesvm.engines.linear.hinge_sites`): the tilted moments against quadrature,
+"""EP's algebra for one hinge site (:mod:`bayesvm.engines.hinge_sites`): the tilted moments against quadrature,
 and the compiled pass over the rows against numpy."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bayesvm.engines.linear import compiled_rows, hinge_sites
-from bayesvm.engines.linear.hinge_sites import tilted_moments
+from bayesvm.engines import hinge_sites
+from bayesvm.engines.hinge_sites import tilted_moments
+from bayesvm.engines.linear import compiled_rows
 from bayesvm.linalg import row_threads
 
 pytestmark = pytest.mark.once  # version-independent numerical checks (pyproject.toml markers)

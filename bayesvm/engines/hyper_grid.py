@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 from scipy.special import logsumexp
 
-from ...errors import BayesvmError
+from ..errors import BayesvmError
 
 
 class AccurateFitError(BayesvmError):

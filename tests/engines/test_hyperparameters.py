@@ -5,7 +5,7 @@ components together; the one-draw maps are the same maps of a single draw."""
 import numpy as np
 from scipy import stats
 
-from bayesvm.engines.linear.hyperparameters import Hyperparameters
+from bayesvm.engines.hyperparameters import Hyperparameters
 from bayesvm.model.problems import VarianceComponent
 from bayesvm.priors import HalfT, InverseGamma
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_ndtr
 
-from ...linalg.row_threads import in_row_halves
-from ..hinge_levels import log_ndtr_compiled
-from . import compiled_rows
+from ..linalg import compiled
+from ..linalg.row_threads import in_row_halves
+from .hinge_levels import log_ndtr_compiled
 
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -25,7 +25,7 @@ def tilted_moments(y: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndar
     row threads on many rows (:func:`bayesvm.linalg.row_threads.in_row_halves`: a third of an EP sweep on 200,000 rows),
     else by numpy.
     """
-    if compiled_rows.available():
+    if compiled.available():
         y, m, v = (np.ascontiguousarray(x, dtype=float) for x in (y, m, v))
         log_z, mean, var = np.empty(m.size), np.empty(m.size), np.empty(m.size)
         in_row_halves(m.size, lambda rows: tilted_rows(y[rows], m[rows], v[rows], log_z[rows], mean[rows], var[rows]))
@@ -93,10 +93,10 @@ def _tilted_rows(y, m, v, log_z, mean, var):
         log_z[i], mean[i], var[i] = _tilted_row(y[i], m[i], v[i])
 
 
-if compiled_rows.numba is not None:
-    _tilted_row = compiled_rows.compile_nogil(_tilted_row, inline=True)
-    tilted_rows = compiled_rows.compile_nogil(_tilted_rows)
-else:  # never called: tilted_moments checks compiled_rows.available()
+if compiled.numba is not None:
+    _tilted_row = compiled.compile_nogil(_tilted_row, inline=True)
+    tilted_rows = compiled.compile_nogil(_tilted_rows)
+else:  # never called: tilted_moments checks compiled.available()
     tilted_rows = None
 
 
@@ -126,7 +126,7 @@ def updated_sites(y, mean_f, var_f, tau, nu, weights, damping: float) -> tuple[n
     Where numba is installed by one compiled pass over the rows (:func:`_site_rows`, the same operations row by
     row, without the dozen row-length temporaries of the three steps), in two halves on the row threads on many
     rows; else by the three numpy steps."""
-    if not compiled_rows.available():
+    if not compiled.available():
         ok, m, v = cavities(mean_f, var_f, tau, nu)
         _, t_mean, t_var = weighted_tilted_moments(y, m, v, weights)
         return damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping)
@@ -165,9 +165,9 @@ def _site_rows(y, mean_f, var_f, tau, nu, omega, weighted, damping, new_tau, new
         new_nu[i] = (1 - damping) * nu[i] + damping * matched_nu
 
 
-if compiled_rows.numba is not None:
-    site_rows = compiled_rows.compile_nogil(_site_rows)
-else:  # never called: updated_sites checks compiled_rows.available()
+if compiled.numba is not None:
+    site_rows = compiled.compile_nogil(_site_rows)
+else:  # never called: updated_sites checks compiled.available()
     site_rows = None
 
 

@@ -1,11 +1,11 @@
-"""The accurate fit's search and axes over the variance parameters (:mod:`bayesvm.engines.linear.hyper_grid`)."""
+"""The accurate fit's search and axes over the variance parameters (:mod:`bayesvm.engines.hyper_grid`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bayesvm.engines.linear import hyper_grid
+from bayesvm.engines import hyper_grid
 
 
 def counted(function):
