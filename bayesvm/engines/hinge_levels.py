@@ -688,7 +688,7 @@ def _compiled_level_draws(y, eta, slope, rows, sigma2, exponentials, uniforms, o
 
     The exact terms (two ``erfc`` each) are computed best bound (:func:`_interval_bound`) first and only while a bound
     can still win: once the best term plus its Gumbel exceeds every other interval's bound plus its Gumbel, that
-    interval is the maximum (the same choice as evaluating all, at half the cost on toenail)."""
+    interval is the maximum (the same choice as evaluating every term)."""
     J, K = slope.shape
     sd = np.sqrt(sigma2)
     kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi, key = _interval_buffers(K)

@@ -69,8 +69,8 @@ _CONTROLLER: list = [None, -1]
 
 def _controller() -> ThreadpoolController:
     """threadpoolctl's view of the loaded BLAS libraries, found once and again only after more modules were imported
-    (one of them may have loaded another BLAS, e.g. CHOLMOD's): finding them scans every loaded shared library, some
-    2-3 ms, which ``threadpool_limits`` would pay at every engine run and every check."""
+    (one of them may have loaded another BLAS, e.g. CHOLMOD's): finding them scans every loaded shared library, which
+    ``threadpool_limits`` would otherwise pay at every engine run and every check."""
     if _CONTROLLER[1] != len(sys.modules):
         _CONTROLLER[0] = ThreadpoolController()
         _CONTROLLER[1] = len(sys.modules)

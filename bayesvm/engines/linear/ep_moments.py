@@ -127,9 +127,8 @@ if compiled_rows.numba is not None:
 #: From this many dense columns, and without a blocked factor, the pass runs its two ``O(n q^2)`` parts
 #: (``D' diag(tau) D`` and each row's ``d_i' S^{-1} d_i``) as BLAS products on the whole design
 #: (:func:`_blas_moments`); below, the compiled row loop, whose scalar triangles beat a BLAS call's overhead on a
-#: handful of columns (2,000 rows, one BLAS thread: 24 columns 0.41 ms either way, 60 columns 2.4 ms by the loop and
-#: 1.3 ms by BLAS).  With a blocked factor the level sums' gathers cost the saving back (60 columns: 2.5 ms by the
-#: loop, 2.6 ms by products), so the loop stays.
+#: handful of columns (the two break even about here).  With a blocked factor the level sums' gathers cost BLAS's
+#: saving back, so the loop stays.
 BLAS_FROM_COLUMNS = 24
 
 

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..linear import compiled_rows
+from ...linalg import compiled
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -321,19 +321,19 @@ def _line_pair(a, b, precision, log_constant, log_odds, center, half_width, cuto
     return True, t, half_width
 
 
-if compiled_rows.numba is not None:
-    _log_ndtr = compiled_rows.compile_nogil(_log_ndtr)
-    _log_ndtr_difference = compiled_rows.compile_nogil(_log_ndtr_difference)
-    _segment_log_mass = compiled_rows.compile_nogil(_segment_log_mass)
-    pair_window = compiled_rows.compile_nogil(_pair_window)
-    _lower_inverse_log_ndtr = compiled_rows.compile_nogil(_lower_inverse_log_ndtr)
-    _inverse_log_ndtr = compiled_rows.compile_nogil(_inverse_log_ndtr)
-    _segment_draw = compiled_rows.compile_nogil(_segment_draw)
+if compiled.numba is not None:
+    _log_ndtr = compiled.compile_nogil(_log_ndtr)
+    _log_ndtr_difference = compiled.compile_nogil(_log_ndtr_difference)
+    _segment_log_mass = compiled.compile_nogil(_segment_log_mass)
+    pair_window = compiled.compile_nogil(_pair_window)
+    _lower_inverse_log_ndtr = compiled.compile_nogil(_lower_inverse_log_ndtr)
+    _inverse_log_ndtr = compiled.compile_nogil(_inverse_log_ndtr)
+    _segment_draw = compiled.compile_nogil(_segment_draw)
     _pair_window = pair_window
-    _evidence = compiled_rows.compile_nogil(_evidence)
-    _draw_value = compiled_rows.compile_nogil(_draw_value)
-    pair_sweep = compiled_rows.compile_nogil(_pair_sweep)
-    exchange_sweep = compiled_rows.compile_nogil(_exchange_sweep)
-    line_pair = compiled_rows.compile_nogil(_line_pair)
-else:  # never called: callers check compiled_rows.available()
+    _evidence = compiled.compile_nogil(_evidence)
+    _draw_value = compiled.compile_nogil(_draw_value)
+    pair_sweep = compiled.compile_nogil(_pair_sweep)
+    exchange_sweep = compiled.compile_nogil(_exchange_sweep)
+    line_pair = compiled.compile_nogil(_line_pair)
+else:  # never called: callers check compiled.available()
     pair_window = pair_sweep = exchange_sweep = line_pair = None

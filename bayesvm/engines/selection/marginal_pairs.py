@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit, log_ndtr, ndtri_exp
 
-from ..linear import compiled_rows
+from ...linalg import compiled
 from . import compiled_pairs
 from .moves import swap_weights, weighted_lines
 
@@ -390,7 +390,7 @@ class MarginalPairs:
         include = np.zeros(m, dtype=np.int64)
         value = np.zeros(m)
         probability = np.zeros(m)
-        if compiled_rows.available():
+        if compiled.available():
             compiled_pairs.pair_sweep(
                 margin, self.col_ptr, self.row_idx, self.yx, sel.astype(np.int64), coef, order, precision, inv_scale,
                 log_constant, log_odds, self.widths, uniforms, include, value, probability, TAIL_CUTOFF,
@@ -450,7 +450,7 @@ class MarginalPairs:
         gamma = np.asarray(step.gamma, dtype=np.int64).copy()
         include = np.full(m, -1, dtype=np.int64)
         value = np.zeros(m)
-        if compiled_rows.available():
+        if compiled.available():
             compiled_pairs.exchange_sweep(
                 margin, self.col_ptr, self.row_idx, self.yx, sel.astype(np.int64), coef, gamma, pairs, precision,
                 inv_scale, log_constant, log_odds, self.widths, uniforms, include, value, TAIL_CUTOFF, WINDOW_SHRINK,

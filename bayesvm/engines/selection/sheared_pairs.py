@@ -69,7 +69,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from ..linear import compiled_rows
+from ...linalg import compiled
 from . import compiled_pairs
 from .directions import MIN_TUNE, WEAK_PRIOR
 from .marginal_pairs import (
@@ -273,7 +273,7 @@ class ShearedPairs:
         if not weak:
             quad, gauss_linear = quad + free_quad, gauss_linear + free_linear
         own = 0.5 * (np.log(precision[j]) - LOG_2PI) if precision[j] > 0.0 else float(np.log(0.5 * inv_scale[j]))
-        if compiled_rows.available():
+        if compiled.available():
             new_in, t_new, used = compiled_pairs.line_pair(
                 a_all, b_all, quad, own, log_odds[j], t_now, half_width, TAIL_CUTOFF, gauss_linear + laplace_linear,
                 uniforms[:3],
