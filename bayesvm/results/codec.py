@@ -97,6 +97,10 @@ MOVED_CLASSES = {
     # the draws of every Gibbs engine, beside the driver that assembles them
     "bayesvm.engines.gibbs:GibbsResult": "bayesvm.engines.gibbs_driver:GibbsResult",
     "bayesvm.engines.linear.gibbs:GibbsResult": "bayesvm.engines.gibbs_driver:GibbsResult",
+    # each selection prior's Gibbs step, in a module of its own that the laws table imports
+    "bayesvm.engines.selection.gibbs:LaplaceZeroStep": "bayesvm.engines.selection.gibbs_steps:LaplaceZeroStep",
+    "bayesvm.engines.selection.gibbs:SpikeSlabStep": "bayesvm.engines.selection.gibbs_steps:SpikeSlabStep",
+    "bayesvm.engines.selection.gibbs:LassoStep": "bayesvm.engines.selection.gibbs_steps:LassoStep",
 }
 MOVED_MODULES["bayesvm.kernel_model"] = "bayesvm.model.kernel"
 #: Attributes of formulaic's records that are neither dataclass fields, slots nor annotations (their internals):

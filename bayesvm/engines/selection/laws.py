@@ -28,6 +28,7 @@ from scipy.special import gammaln
 
 from ...errors import BayesvmError
 from ...priors import LaplaceZero, Lasso, SpikeSlab
+from .gibbs_steps import LaplaceZeroStep, LassoStep, SpikeSlabStep
 from .tilted import (
     SlopeTilted,
     laplace_quantile,
@@ -144,8 +145,6 @@ class LaplaceZeroLaw:
         return fit_laplace_zero_vb(problem, **options)
 
     def gibbs_step(self, problem, rng):
-        from .gibbs import LaplaceZeroStep
-
         return LaplaceZeroStep(problem, rng)
 
     def mode(self, problem, **options):
@@ -234,8 +233,6 @@ class SpikeSlabLaw:
         return fit_spike_slab_vb(problem, **options)
 
     def gibbs_step(self, problem, rng):
-        from .gibbs import SpikeSlabStep
-
         return SpikeSlabStep(problem, rng)
 
     def mode(self, problem, **options):
@@ -316,8 +313,6 @@ class LassoLaw:
         return fit_lasso_vb(problem, **options)
 
     def gibbs_step(self, problem, rng):
-        from .gibbs import LassoStep
-
         return LassoStep(problem, rng)
 
     def mode(self, problem, **options):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from bayesvm.engines.selection import model_jumps
-from bayesvm.engines.selection.gibbs import LaplaceZeroStep, SpikeSlabStep, sample_selection
+from bayesvm.engines.selection.gibbs import sample_selection
+from bayesvm.engines.selection.gibbs_steps import LaplaceZeroStep, SpikeSlabStep
 from bayesvm.engines.selection.model_jumps import JumpReference, ModelJumps, jump_reference
 from bayesvm.priors import InverseGamma, LaplaceZero, SpikeSlab
 
