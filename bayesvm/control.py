@@ -51,7 +51,7 @@ class Control:
         ``inducing_method`` [``"kmeans"``] or ``"random"``; ``learn_inducing`` [False] optimise them.
     ``missing="impute"``
         ``imputation`` [``"auto"``: the joint model where it applies, else multiple imputation,
-        :func:`bayesvm.engine_defaults.default_imputation`], ``"joint"`` (the paper's joint model, Luts & Ormerod 2014
+        :func:`bayesvm.engines.defaults.default_imputation`], ``"joint"`` (the paper's joint model, Luts & Ormerod 2014
         section 3.3) or ``"mi"`` (multiple imputation, pooled); ``imputations`` [20] completed data sets for ``"mi"``.
     """
 

@@ -25,7 +25,7 @@ from .combinations import (
     check_probes,
 )
 from .control import Control, check_settings_apply, default_tune, resolve_control
-from .engine_defaults import default_imputation
+from .engines.defaults import default_imputation
 from .engines.selection.laws import law_of
 from .errors import BayesvmError, ConvergenceWarning, DataError, IdentifiabilityWarning
 from .formula.bars import parse_formula
@@ -107,7 +107,7 @@ def bsvm(
         SDs and variance components close to a long Gibbs run; up to six variance hyperparameters);
         ``"meanfield"``: the papers' factorisation (Alg. 1-3; fast, SDs too narrow, variances shrunk); ``None``
         (default): the accurate fit where it applies and the data's size allows, else mean-field VB, and
-        ``summary()`` says which and why (:func:`bayesvm.engine_defaults.default_vb`; *Choosing a method*).
+        ``summary()`` says which and why (:func:`bayesvm.engines.defaults.default_vb`; *Choosing a method*).
     class_weight
         As scikit-learn's: ``None`` (every row 1), ``"balanced"`` (class ``k`` weighs ``n / (2 n_k)``) or a mapping
         from class to weight; each row's hinge loss is weighed, ``prod_i exp(-2 omega_i max(0, 1 - y_i f_i))``,

@@ -9,12 +9,12 @@ scale), in one process:
   the line of :data:`bayesvm.engines.hyper_grid.LINE_NODES`, mean-field VB and Gibbs (4 chains x (1,000 tuning
   + 2,000 draws)): the variance's posterior mean over Gibbs's, the largest ``|mean - Gibbs's|`` of a fixed effect in
   Gibbs SDs, the fixed effects' SDs over Gibbs's, seconds;
-* :data:`bayesvm.engine_defaults.AUTO_ACCURATE_MAX_ROWS` rows (a tenth as many levels) with the learned penalty (two
+* :data:`bayesvm.engines.defaults.AUTO_ACCURATE_MAX_ROWS` rows (a tenth as many levels) with the learned penalty (two
   variance hyperparameters, the largest default accurate fit on their lattice): the default against mean-field VB and
   Gibbs as above, the learned penalty's variance over Gibbs's beside the random intercept's;
 * three times as many rows with the learned penalty: the default, now the accurate fit with the penalty's variance
   integrated from the slopes' posterior (:mod:`bayesvm.engines.linear.penalty_from_slopes`), against the same;
-* 10^6 rows and 10^5 levels (:data:`bayesvm.engine_defaults.AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`, the largest
+* 10^6 rows and 10^5 levels (:data:`bayesvm.engines.defaults.AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`, the largest
   default accurate fit): the default with the learned penalty (its variance from the slopes) and with
   ``penalty=None``, each against mean-field VB, timed, and how far mean-field's variance and fixed effects lie from
   the accurate fit's.
@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 import bayesvm
-from bayesvm.engine_defaults import AUTO_ACCURATE_MAX_ROWS, AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER
 from bayesvm.engines import hyper_grid
+from bayesvm.engines.defaults import AUTO_ACCURATE_MAX_ROWS, AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER
 
 FORMULA = "y ~ x1 + x2 + x3 + (1 | g)"
 #: Rows of the learned-penalty case past the two-hyperparameter limit (the penalty's variance from the slopes'

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 import bayesvm
-from bayesvm import engine_defaults, fitting
+from bayesvm import fitting
+from bayesvm.engines import defaults
 from bayesvm.errors import BayesvmError
 from bayesvm.model import build_model
 
@@ -115,9 +116,9 @@ def test_multiple_imputation_defaults_to_the_accurate_fit_without_random_effects
     assert grouped.result.engine == "meanfield" and "random-effect or gp() terms" in grouped.vb_note
     assert "Mean-field VB by default here (multiple imputation with random-effect" in str(grouped.summary())
     assert asked.result.engine == "meanfield" and asked.vb_note is None
-    assert engine_defaults.default_mi_vb(plain.problem) == ("accurate", None)
-    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MI_MAX_ROWS", 100)  # (120 rows)
-    engine, why = engine_defaults.default_mi_vb(plain.problem)
+    assert defaults.default_mi_vb(plain.problem) == ("accurate", None)
+    monkeypatch.setattr(defaults, "AUTO_ACCURATE_MI_MAX_ROWS", 100)  # (120 rows)
+    engine, why = defaults.default_mi_vb(plain.problem)
     assert engine == "meanfield" and "more than 100 rows" in why
 
 
@@ -150,7 +151,7 @@ def _sparse_signal(p, n=300, seed=8):
 
 def test_laplace_zero_defaults_to_ep_with_few_slopes(monkeypatch):
     """``prior=LaplaceZero()`` with ``vb=None``: EP with a site per slope up to 12 penalised slopes (mean-field VB was
-    off by up to 0.99 in an inclusion probability on public data, ``engine_defaults.default_selection_vb``); mean-field
+    off by up to 0.99 in an inclusion probability on public data, ``defaults.default_selection_vb``); mean-field
     beyond, and for spike-and-slab, with the summary saying why; a failed EP falls back to mean-field and says so."""
     from bayesvm.engines.hyper_grid import AccurateFitError
     from bayesvm.priors import LaplaceZero, SpikeSlab
@@ -225,8 +226,8 @@ def test_the_fits_warnings_name_the_users_call():
 def test_the_default_is_the_accurate_fit_on_more_rows_with_one_variance_hyperparameter(monkeypatch):
     """The accurate fit's cost is rows times its EP fits, about 40 for one variance hyperparameter and 150 for two, so
     the default keeps it on more rows where it integrates a single one (a random intercept with a fixed penalty)."""
-    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS", 50)  # (the 120 rows below: above both)
-    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER", 200)
+    monkeypatch.setattr(defaults, "AUTO_ACCURATE_MAX_ROWS", 50)  # (the 120 rows below: above both)
+    monkeypatch.setattr(defaults, "AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER", 200)
     rng = np.random.default_rng(4)
     n = 120
     g = rng.integers(0, 12, n)
@@ -244,5 +245,5 @@ def test_the_default_is_the_accurate_fit_on_more_rows_with_one_variance_hyperpar
         "more than 50 rows with 2 variance hyperparameters, and there the slopes' posterior depends on the learned "
         "penalty (across its variance's range a mean leaves the line in 1/sigma_u^2 by"
     )
-    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER", 100)
+    monkeypatch.setattr(defaults, "AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER", 100)
     assert bayesvm.bsvm("y ~ x + (1 | g)", data, penalty=None, checks=checks).vb_note == "more than 100 rows"

@@ -602,7 +602,7 @@ def _fit_line(info: dict) -> str:
 
 
 def _vb_note_line(info: dict) -> str:
-    """Why the default fit is mean-field VB here (:func:`bayesvm.engine_defaults.default_vb`, ``default_mi_vb``), if it
+    """Why the default fit is mean-field VB here (:func:`bayesvm.engines.defaults.default_vb`, ``default_mi_vb``), if it
     is."""
     if not info.get("vb_note"):
         return ""

@@ -2,7 +2,7 @@
 
 - Multiple imputation (``imputation="mi"``): one fit per completed data set, pooled
   (:mod:`bayesvm.engines.imputation.multiple`): mean-field or accurate VB (the default's choice:
-  :func:`bayesvm.engine_defaults.default_mi_vb`), or SVI.
+  :func:`bayesvm.engines.defaults.default_mi_vb`), or SVI.
 - The joint model (``imputation="joint"``; Luts & Ormerod 2014, section 3.3): VB (Alg. 4).
 - Gibbs for either (Appendix C, the imputed values drawn with the coefficients).
 - A selection prior with imputed columns: the selection sampler with imputation segments, or a selection fit per
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...engine_defaults import default_mi_vb
 from ...errors import ConvergenceWarning, ImputationWarning
 from ...model import MAX_DENSE_COLUMNS, all_dense
+from ..defaults import default_mi_vb
 from ..linear.routes import (
     STREAMED_MEANFIELD,
     engine_run,

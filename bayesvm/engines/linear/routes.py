@@ -3,8 +3,8 @@ prior and random-effect terms, no selection prior, no imputed predictors.
 
 - VB: the accurate fit (EP for ``theta`` given the variance components, integrated over them:
   :mod:`bayesvm.engines.linear.ep`) where ``vb="accurate"`` asks or the default chooses it
-  (:func:`bayesvm.engine_defaults.default_vb`); with a learned penalty past its rows for one other variance, or
-  beside two or more other variance parameters (:func:`bayesvm.engine_defaults.default_penalty_from_slopes`), the
+  (:func:`bayesvm.engines.defaults.default_vb`); with a learned penalty past its rows for one other variance, or
+  beside two or more other variance parameters (:func:`bayesvm.engines.defaults.default_penalty_from_slopes`), the
   accurate fit with the penalty's variance integrated from the slopes' posterior where that is exact enough
   (:mod:`bayesvm.engines.linear.penalty_from_slopes`); else the whole lattice where the default chooses it, or
   mean-field VB (Luts & Ormerod 2014, Alg. 1-2).  The default falls back to mean-field VB where EP fails everywhere,
@@ -29,9 +29,9 @@ import numpy as np
 
 from ...arguments import iteration_defaults
 from ...combinations import check_sampling
-from ...engine_defaults import default_penalty_from_slopes, default_vb
 from ...errors import ConvergenceWarning, ScaleWarning
 from ...model import all_dense
+from ..defaults import default_penalty_from_slopes, default_vb
 from ..runs import EngineRun
 
 #: ``warnings.warn``'s stack level for a warning a helper of a route's run says before its engine starts: the helper

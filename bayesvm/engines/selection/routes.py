@@ -1,7 +1,7 @@
 """The routes of the selection family (:mod:`bayesvm.engines.registry`): a selection prior on the slopes.
 
 - VB: EP with a site per slope (:mod:`bayesvm.engines.selection.ep`) where ``vb="accurate"`` asks or the default chooses
-  it (:func:`bayesvm.engine_defaults.default_selection_vb`; the default falls back to mean-field VB where EP fails or
+  it (:func:`bayesvm.engines.defaults.default_selection_vb`; the default falls back to mean-field VB where EP fails or
   does not converge, and says so), else the prior's mean-field VB (Laplace-zero: Luts & Ormerod 2014, Alg. 3;
   spike-and-slab: Carbonetto & Stephens' factors; the lasso: its scale-mixture VB).
 - EM / ECME: the lasso's posterior mode.
@@ -18,9 +18,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...engine_defaults import default_selection_vb
 from ...errors import ConvergenceWarning
 from ...model import all_dense
+from ..defaults import default_selection_vb
 from ..linear.routes import (
     STREAMED_DENSE,
     engine_run,

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 import bayesvm
-from bayesvm import engine_defaults
+from bayesvm.engines import defaults
 from bayesvm.engines.hyper_grid import heaviest_nodes
 from bayesvm.engines.linear import penalty_from_slopes as module
 from bayesvm.engines.linear import routes
@@ -103,7 +103,7 @@ def test_the_check_refuses_slopes_that_the_penalty_moves():
 def test_the_default_takes_it_past_the_row_limit_and_says_so(grouped, monkeypatch):
     """Past the two-hyperparameter row limit the default is this accurate fit, not mean-field VB; the summary names
     it, the calibration's folds refit at the other variance's values only, and the saved fit keeps it."""
-    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS", 1000)
+    monkeypatch.setattr(defaults, "AUTO_ACCURATE_MAX_ROWS", 1000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm(FORMULA, grouped, progress=False)
@@ -125,7 +125,7 @@ def test_the_exact_posterior_agrees_by_importance_sampling(grouped, monkeypatch)
     """The PSIS check against the exact posterior (the random intercepts integrated out in closed form, the penalty's
     variance drawn over its cells): k-hat at most 0.5, and no reported mean (fixed effects, both variances) moved by a
     tenth of its SD."""
-    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS", 1000)
+    monkeypatch.setattr(defaults, "AUTO_ACCURATE_MAX_ROWS", 1000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm(FORMULA, grouped, progress=False)
@@ -138,7 +138,7 @@ def test_the_exact_posterior_agrees_by_importance_sampling(grouped, monkeypatch)
 
 def test_asking_for_the_accurate_fit_past_the_limit_takes_it_too(grouped, monkeypatch):
     """``vb="accurate"`` past the row limit gets the same fit (the whole lattice only where the check refuses)."""
-    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS", 1000)
+    monkeypatch.setattr(defaults, "AUTO_ACCURATE_MAX_ROWS", 1000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm(FORMULA, grouped, vb="accurate", progress=False)
@@ -148,7 +148,7 @@ def test_asking_for_the_accurate_fit_past_the_limit_takes_it_too(grouped, monkey
 def test_the_default_keeps_mean_field_where_it_does_not_apply(grouped, monkeypatch):
     """With the penalty fixed there is one variance and nothing to integrate from the slopes; past the row limit the
     default stays mean-field VB with its reason."""
-    monkeypatch.setattr(engine_defaults, "AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER", 1000)
+    monkeypatch.setattr(defaults, "AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER", 1000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = bayesvm.bsvm(FORMULA, grouped, penalty=1.0, progress=False)

@@ -3,7 +3,7 @@ elsewhere, each choice with the reason ``summary()`` prints."""
 
 from __future__ import annotations
 
-from .model.problems import PENALTY_SOURCE
+from ..model.problems import PENALTY_SOURCE
 
 #: ``vb=None`` fits the accurate VB up to this many rows; beyond, mean-field (the accurate fit costs 20-60 mean-field
 #: fits, one EP fit per node of its lattice; its cost and its agreement with a long Gibbs run at this size are in
@@ -32,8 +32,8 @@ def default_vb(problem) -> tuple[str, str | None]:
     ``AUTO_ACCURATE_MAX_ROWS`` rows (``AUTO_ACCURATE_MAX_ROWS_ONE_HYPERPARAMETER`` with a single variance
     hyperparameter).
     """
-    from .engines.hyperparameters import Hyperparameters
-    from .engines.linear.ep import MAX_HYPERPARAMETERS
+    from .hyperparameters import Hyperparameters
+    from .linear.ep import MAX_HYPERPARAMETERS
 
     if problem.is_sparse:
         return "meanfield", (
@@ -67,9 +67,9 @@ def default_penalty_from_slopes(problem) -> bool:
     It is used only where its check shows that the slopes' posterior barely depends on the penalty; else ``vb=None``
     is the whole lattice where :func:`default_vb` chooses it and mean-field VB past the rows (``summary()`` saying
     why), and ``vb="accurate"`` the whole lattice."""
-    from .engines.hyperparameters import Hyperparameters
-    from .engines.linear.ep import MAX_HYPERPARAMETERS
-    from .engines.linear.penalty_from_slopes import penalty_index
+    from .hyperparameters import Hyperparameters
+    from .linear.ep import MAX_HYPERPARAMETERS
+    from .linear.penalty_from_slopes import penalty_index
 
     if problem.is_sparse or penalty_index(problem) is None:
         return False
@@ -91,7 +91,7 @@ def default_selection_vb(model) -> tuple[str, str | None]:
     Spike-and-slab and the lasso: mean-field VB (Carbonetto & Stephens' spike-and-slab factors are the closer
     approximation there).
     """
-    from .engines.selection.laws import law_of
+    from .selection.laws import law_of
 
     if not law_of(model.prior).accurate_by_default:
         return "meanfield", None
