@@ -637,8 +637,8 @@ def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
     """``sum_j log I_j`` for every draw ``s`` of ``eta (S, n)`` and ``sigma2 (S,)`` straight from a
     :class:`LevelLayout`'s ``slope`` and ``rows`` (``(J, K)``): per level its intervals (:func:`_level_intervals`) and
     their log-sum-exp (:func:`_level_log_integral`), or, for a level of more than :data:`INSERTION_ROWS` active rows,
-    the intervals around its mode without sorting the rest (:func:`_log_integral_from_mode`).  Rows with ``s_i = 0`` are left to the caller (as in the numpy
-    path)."""
+    the intervals around its mode without sorting the rest (:func:`_log_integral_from_mode`).  Rows with ``s_i = 0``
+    are left to the caller (as in the numpy path)."""
     S = eta.shape[0]
     J, K = slope.shape
     out = np.zeros(S)
