@@ -201,7 +201,17 @@ def test_an_untouched_rewrite_loads(em_file, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["accurate-vb", "gibbs", "laplace-zero-vb", "impute-mi-vb", "impute-joint-vb", "kernel-vb", "pcvm"]
+    "name",
+    [
+        "accurate-vb",
+        "gibbs",
+        "spike-slab-gibbs",
+        "laplace-zero-vb",
+        "impute-mi-vb",
+        "impute-joint-vb",
+        "kernel-vb",
+        "pcvm",
+    ],
 )
 def test_files_from_the_flat_engine_layout_load(name, tmp_path):
     """Fits saved before the engines were split by family name classes such as ``bayesvm.engines.vb:VBResult``
