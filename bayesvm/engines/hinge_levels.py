@@ -261,7 +261,7 @@ WINDOWED_FROM = 16
 #: :func:`_windowed_log_integral` stops where the rest is below ``e^-NEGLIGIBLE_LOG`` of the sum so far: less than half
 #: a unit in the last place of the sum's mantissa.
 NEGLIGIBLE_LOG = 37.5
-#: :func:`_sorted_kinks` sorts a level by insertion up to this many rows (quadratic, but no allocation).
+#: :func:`_sort_kinks` sorts a level by insertion up to this many rows (quadratic, but no allocation).
 INSERTION_ROWS = 32
 #: :func:`_interval_term` takes ``Phi`` directly above this standardised end (``Phi(-30) ~ 5e-198``, a normal double):
 #: below it ``log Phi`` is :func:`log_ndtr_scalar`'s series, cheaper than ``erfc`` there.
@@ -460,10 +460,9 @@ def _active_kinks(y, eta, slope, rows, kinks, slopes):
     return m
 
 
-def _sorted_kinks(y, eta, slope, rows, kinks, slopes):
-    """:func:`_active_kinks` sorted by kink; returns how many.  By insertion up to :data:`INSERTION_ROWS` rows, else by
-    ``argsort``."""
-    m = _active_kinks(y, eta, slope, rows, kinks, slopes)
+def _sort_kinks(kinks, slopes, m):
+    """``kinks[:m]`` sorted in place (``slopes`` alongside); returns ``m``.  By insertion up to :data:`INSERTION_ROWS`
+    kinks, else by ``argsort``."""
     if m > INSERTION_ROWS:
         order = np.argsort(kinks[:m])
         kinks[:m] = kinks[:m][order]
@@ -612,10 +611,17 @@ def _log_integral_from_mode(kinks, slopes, m, sigma2, sd):
 
 def _level_intervals(y, eta, slope, rows, kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi):
     """One level's intervals as :func:`pieces` builds them, from its rows of a :class:`LevelLayout` (``slope``,
-    ``rows``: the level's row of each) and the rest of the predictor ``eta``: the active rows' kinks sorted
-    (:func:`_sorted_kinks`), interval ``q`` between the ``q``-th and ``(q + 1)``-th (positive slopes at or after
-    ``q`` and negative ones before it act), written to ``a``, ``c``, ``lo``, ``hi``; returns how many (kinks + 1)."""
-    m = _sorted_kinks(y, eta, slope, rows, kinks, slopes)
+    ``rows``: the level's row of each) and the rest of the predictor ``eta``: :func:`_kink_intervals` of its active
+    rows' kinks (:func:`_active_kinks`); returns how many (kinks + 1)."""
+    m = _active_kinks(y, eta, slope, rows, kinks, slopes)
+    return _kink_intervals(kinks, slopes, m, suffix_s, suffix_sb, a, c, lo, hi)
+
+
+def _kink_intervals(kinks, slopes, m, suffix_s, suffix_sb, a, c, lo, hi):
+    """The intervals of a level's ``m`` active kinks (``kinks``, ``slopes``; sorted here, :func:`_sort_kinks`):
+    interval ``q`` between the ``q``-th and ``(q + 1)``-th (positive slopes at or after ``q`` and negative ones before
+    it act), written to ``a``, ``c``, ``lo``, ``hi``; returns how many (``m + 1``)."""
+    _sort_kinks(kinks, slopes, m)
     suffix_s[m] = 0.0
     suffix_sb[m] = 0.0
     for k in range(m - 1, -1, -1):
@@ -648,13 +654,12 @@ def _draws_log_integral_sums(y, eta, slope, rows, sigma2):
         sd = np.sqrt(var)
         total = 0.0
         for j in range(J):
-            if K > INSERTION_ROWS:
-                m = _active_kinks(y, eta[t], slope[j], rows[j], kinks, slopes)
-                if m > INSERTION_ROWS:
-                    total += _log_integral_from_mode(kinks, slopes, m, var, sd)
-                    continue
-            count = _level_intervals(y, eta[t], slope[j], rows[j], kinks, slopes, suffix_s, suffix_sb, a, c, lo, hi)
-            total += _level_log_integral(a, c, lo, hi, count, var, sd)
+            m = _active_kinks(y, eta[t], slope[j], rows[j], kinks, slopes)
+            if m > INSERTION_ROWS:
+                total += _log_integral_from_mode(kinks, slopes, m, var, sd)
+            else:
+                count = _kink_intervals(kinks, slopes, m, suffix_s, suffix_sb, a, c, lo, hi)
+                total += _level_log_integral(a, c, lo, hi, count, var, sd)
         out[t] = total
     return out
 
@@ -750,7 +755,7 @@ if compiled.numba is not None:
     _scaled_sum_step = compiled.compile_nogil(_scaled_sum_step)
     _log_sum_step = compiled.compile_nogil(_log_sum_step)
     _active_kinks = compiled.compile_nogil(_active_kinks, inline=True)
-    _sorted_kinks = compiled.compile_nogil(_sorted_kinks, inline=True)
+    _sort_kinks = compiled.compile_nogil(_sort_kinks, inline=True)
     _mode_split = compiled.compile_nogil(_mode_split, inline=True)
     _sift_down = compiled.compile_nogil(_sift_down, inline=True)
     _heapify = compiled.compile_nogil(_heapify, inline=True)
@@ -759,6 +764,7 @@ if compiled.numba is not None:
     _interval_bound = compiled.compile_nogil(_interval_bound, inline=True)
     _windowed_log_integral = compiled.compile_nogil(_windowed_log_integral, inline=True)
     _level_log_integral = compiled.compile_nogil(_level_log_integral, inline=True)
+    _kink_intervals = compiled.compile_nogil(_kink_intervals, inline=True)
     _level_intervals = compiled.compile_nogil(_level_intervals, inline=True)
     _interval_buffers = compiled.compile_nogil(_interval_buffers, inline=True)
     log_integral_sum = compiled.compile_nogil(_log_integral_sum)
