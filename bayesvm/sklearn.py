@@ -234,7 +234,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         ``calibration_folds`` folds."""
         columns = []
         for fit in self._fits():
-            if fit._calibration is None:
+            if fit.learned_calibration is None:
                 fit.calibrate(folds=self.calibration_folds)
             columns.append(fit.predict(frame, kind="prob").to_numpy())
         return np.column_stack(columns)

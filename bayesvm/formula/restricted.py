@@ -166,5 +166,4 @@ def _factors(formula) -> list:
     """Every factor of a formulaic formula, whatever its structure (simple, multi-part or two-sided)."""
     if isinstance(formula, formulaic.formula.SimpleFormula):
         return [factor for term in formula for factor in term.factors]
-    parts = formula._flatten() if hasattr(formula, "_flatten") else list(formula)
-    return [factor for part in parts for factor in _factors(part)]
+    return [factor for part in formula for factor in _factors(part)]  # a structured formula iterates its parts

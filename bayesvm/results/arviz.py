@@ -357,5 +357,5 @@ def fit_to_datasets(fit, draws: int = 1000, seed: int | None = 0, log_likelihood
 
     VB fits get ``draws`` draws from q; Gibbs fits use their stored draws (``draws`` ignored).
     """
-    groups = fit._inference_groups(as_count(draws, "draws"), seed, log_likelihood)
+    groups = fit.inference_groups(as_count(draws, "draws"), seed, log_likelihood)
     return {**groups, **shared_groups(fit, groups["posterior"])}

@@ -8,7 +8,7 @@ its report, probability changes, convergence facts, saving and the ArviZ export.
 
 * :meth:`Fit._make_posterior`: the posterior summaries of its engine outputs;
 * :meth:`Fit._predictive`: the posterior mean and variance of ``f`` at the rows asked for;
-* :meth:`Fit._inference_groups`: the posterior (and log-likelihood) groups of the ArviZ export;
+* :meth:`Fit.inference_groups`: the posterior (and log-likelihood) groups of the ArviZ export;
 * :meth:`Fit.summary` and ``__repr__``.
 
 What only one view has (coefficients and random effects; a kernel's hyperparameters) is defined only there: a
@@ -104,7 +104,7 @@ class Fit(ABC):
         return self._predictive(newdata, include_random, "zero")[0]
 
     @abstractmethod
-    def _inference_groups(self, draws: int, seed: int | None, log_likelihood: bool) -> dict:
+    def inference_groups(self, draws: int, seed: int | None, log_likelihood: bool) -> dict:
         """The ArviZ groups that depend on the model: ``posterior`` and, if asked, ``log_likelihood``."""
 
     @abstractmethod
@@ -291,6 +291,11 @@ class Fit(ABC):
         return as_frame(newdata, "newdata").index
 
     # ----- calibration ---------------------------------------------------------------
+    @property
+    def learned_calibration(self):
+        """The probability map if it has been learned (:meth:`calibrate`), else ``None``; learns nothing."""
+        return self._calibration
+
     def calibration_map(self):
         """The probability map (:class:`bayesvm.results.calibration.CalibrationMap`), learned on first use by
         :meth:`calibrate` with its defaults."""

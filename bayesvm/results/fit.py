@@ -107,6 +107,16 @@ class BSVMFit(Fit):
             warnings.warn(message, ApproximationWarning, stacklevel=2)
         return self._vb_check
 
+    @property
+    def last_vb_check(self):
+        """The PSIS check :meth:`check_vb` kept (a ``VBCheck``), why the end-of-fit check could not run (a string),
+        or ``None`` where neither has happened."""
+        return self._vb_check
+
+    def note_vb_check_failure(self, reason: str) -> None:
+        """Keep why the end-of-fit PSIS check could not run, for ``summary()`` to print in its place."""
+        self._vb_check = reason
+
     def _make_posterior(self):
         return posterior_view(self.result)
 
@@ -405,7 +415,7 @@ class BSVMFit(Fit):
         detail = f", lower bound {self.lower_bound[-1]:.4f}" if self.lower_bound.size else ""
         return f"<BSVMFit {self.method} ({self.posterior.kind}): {self.formula!r}, n={self.model.design.n}{detail}>"
 
-    def _inference_groups(self, draws: int, seed: int | None, log_likelihood: bool) -> dict:
+    def inference_groups(self, draws: int, seed: int | None, log_likelihood: bool) -> dict:
         from .arviz import linear_groups
 
         return linear_groups(self, draws, seed, log_likelihood)

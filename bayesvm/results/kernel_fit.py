@@ -75,7 +75,7 @@ class KernelFit(Fit):
         Z = self.result.locations * self.model.scale + self.model.center
         return pd.DataFrame(Z, columns=self.model.input_names)
 
-    def _inference_groups(self, draws: int, seed: int | None, log_likelihood: bool) -> dict:
+    def inference_groups(self, draws: int, seed: int | None, log_likelihood: bool) -> dict:
         from .arviz import kernel_groups
 
         return kernel_groups(self, draws, seed, log_likelihood)

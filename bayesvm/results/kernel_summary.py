@@ -101,7 +101,7 @@ def kernel_summary(fit) -> Summary:
         "stopping": r.stopping,
         "batch_size": r.batch_size,
         "decreases": list(r.decreases),
-        "calibration": None if fit._calibration is None else fit._calibration.describe(),
+        "calibration": None if fit.learned_calibration is None else fit.learned_calibration.describe(),
         "reach": fit.reach_problem(),
     }
     info.update(model="kernel", hyperparameters=fit.hyperparameters)
@@ -189,7 +189,7 @@ def pcvm_summary(fit) -> Summary:
         "converged": bool(r.converged),
         "elapsed": r.elapsed,
         "loo_error": r.loo_error,
-        "calibration": None if fit._calibration is None else fit._calibration.describe(),
+        "calibration": None if fit.learned_calibration is None else fit.learned_calibration.describe(),
     }
     fixed = pd.DataFrame({"mean": [float(r.mean[0])], "sd": [bias_sd]}, index=pd.Index(["bias"]))
     return Summary(fixed=fixed, random=pd.DataFrame(), info=info, render=render_pcvm)

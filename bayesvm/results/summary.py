@@ -117,7 +117,7 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
     info["vb_note"] = fit.vb_note
     info["identifiability"] = [(f.check, f.action, f.message) for f in fit.diagnostics.findings]
     info["out_of_core"] = isinstance(getattr(fit.model, "design", None), StreamedDesign)
-    info["calibration"] = None if fit._calibration is None else fit._calibration.describe()
+    info["calibration"] = None if fit.learned_calibration is None else fit.learned_calibration.describe()
     info["docs"] = _documentation_topic(fit)
     info["detail"] = detail
     return Summary(fixed=fixed, random=_random_table(fit), info=info)
@@ -344,7 +344,7 @@ def _engine_info(fit, info: dict, reference: str, diagnostics) -> None:
 
 def _vb_check(fit) -> VBCheck | str:
     """The fit's PSIS check (run now if affordable and not run at the end of the fit), or why there is none."""
-    check = fit._vb_check
+    check = fit.last_vb_check
     if check is None:
         reason = not_run_by_itself(fit)
         if reason is not None:

@@ -236,7 +236,7 @@ def check_at_fit_end(fit, action: str = "warn") -> None:
                 # the verdict is about what is reported: the corrected q, with fresh draws
                 check = fit.check_vb(seed=RECHECK_SEED, warn=False)
     except BayesvmError as exc:
-        fit._vb_check = f"no PSIS check: {exc}"
+        fit.note_vb_check_failure(f"no PSIS check: {exc}")
         return
     message = check_warning(check)
     if message is not None:  # (named at the user's call: this, the fit's post-fit checks, bsvm, the caller)

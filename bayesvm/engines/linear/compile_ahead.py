@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +58,7 @@ def main() -> None:
     except (OSError, AttributeError):
         pass
     try:
-        gibbs._load_compiled(partial(gibbs._run_chain, whole=True), simulated_problem())
+        gibbs.load_whole_iterations(simulated_problem())
     finally:
         lock.unlink(missing_ok=True)
 

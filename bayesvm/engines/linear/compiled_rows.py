@@ -418,7 +418,7 @@ def _slice_end(a, b, c0, c3, level, t, total, slope, steps):
     return t
 
 
-def _overrelaxed_line(a, b, c0, c3, exponential, width, steps):
+def overrelaxed_line(a, b, c0, c3, exponential, width, steps):
     """One over-relaxed slice update from ``t = 0`` of the concave line density
     ``g(t) = -2 sum_i max(0, a_i - t b_i) + c0 t^2 + c3 t`` (Neal 2003, section 6): the slice at the level
     ``g(0) - exponential`` is an interval ``[L, R]`` around 0 (``g`` is concave), and ``L + R``, the reflection of 0
@@ -461,7 +461,7 @@ def _direction_sweep(
 ):  # fmt: skip
     """The direction moves of :meth:`bayesvm.engines.linear.interweave.ScaleMoves.direction_moves` in one compiled
     loop: along direction ``k`` (``directions[:, k]`` over the coefficients ``columns``; ``direction_x[k]`` its
-    row values and ``direction_slope[k]`` those times ``y``, contiguous rows) the over-relaxed step ``t`` of :func:`_overrelaxed_line`
+    row values and ``direction_slope[k]`` those times ``y``, contiguous rows) the over-relaxed step ``t`` of :func:`overrelaxed_line`
     with ``c0 = -a / 2``, ``c3 = -b``, ``a = v' Lambda v`` and ``b = v' Lambda theta`` (the normal prior along the line),
     on the level's exponential ``exponentials[k]``, its ends' searches started by :func:`line_start` from the line's
     ``scales[k]``; ``theta``, ``f``, ``margin = y f`` and ``scales`` (:func:`line_scale`) are updated in place."""
@@ -476,7 +476,7 @@ def _direction_sweep(
         for i in range(n):
             base[i] = 1.0 - margin[i]
         start = line_start(scales[k], exponentials[k])
-        step, half_width = _overrelaxed_line(base, direction_slope[k], -0.5 * a, -b, exponentials[k], start, steps)
+        step, half_width = overrelaxed_line(base, direction_slope[k], -0.5 * a, -b, exponentials[k], start, steps)
         scales[k] = line_scale(scales[k], half_width, exponentials[k])
         for j in range(columns.size):
             theta[columns[j]] += step * directions[j, k]
@@ -574,13 +574,13 @@ if numba is not None:
     line_scale = compile_nogil(line_scale, inline=True)
     _piece_root = compile_nogil(_piece_root, inline=True)
     _slice_end = compile_nogil(_slice_end)
-    _overrelaxed_line = compile_nogil(_overrelaxed_line)
+    overrelaxed_line = compile_nogil(overrelaxed_line)
     direction_sweep = compile_nogil(_direction_sweep)
     coordinate_sweep = compile_nogil(_coordinate_sweep)
     global_and_fixed_moves = compile_nogil(_global_and_fixed_moves)
 else:  # never called: callers check available()
     hinge_slice = coordinate_sweep = direction_sweep = global_and_fixed_moves = None
-    _line_sums = _line_sums_numpy  # (the direction moves' numpy path runs _overrelaxed_line: its passes by numpy)
+    _line_sums = _line_sums_numpy  # (the direction moves' numpy path runs overrelaxed_line: its passes by numpy)
     _line_start_sums = _line_start_sums_numpy
 
 

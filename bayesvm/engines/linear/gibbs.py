@@ -451,6 +451,12 @@ def _compile_whole_iterations_in_background(problem: VBProblem) -> None:
 LAUNCH_SECONDS = 30.0
 
 
+def load_whole_iterations(problem: VBProblem) -> None:
+    """Load (compiling on the first call after install) the compiled chain with whole iterations that ``problem``'s
+    structure runs, by two throwaway iterations (:func:`_load_compiled`); the compile-ahead process calls it."""
+    _load_compiled(partial(_run_chain, whole=True), problem)
+
+
 def _load_compiled(chain, problem: VBProblem) -> None:
     """Two throwaway iterations of ``chain`` (its own seed; no chain's random numbers; the second, with no collapsed
     step due, runs the compiled whole iterations of ``fused_iteration`` where the problem has their structure), so

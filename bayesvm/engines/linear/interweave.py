@@ -57,7 +57,7 @@ conditional is narrow along the line the others hold fixed.  After the coordinat
 along each eigenvector ``v_k`` of ``X_F' X_F``, fixed once from the design: ``theta_F + t v_k`` with ``t`` from
 ``exp(-2 sum_i (1 - y_i (f_i + t x_i' v_k))_+ - (theta_F + t v_k)' Lambda (theta_F + t v_k) / 2)`` by over-relaxed
 slice sampling (Neal 2003, section 6: this density is log-concave, so its slice is an interval ``[L, R]`` and ``t = L +
-R`` reflects the current point through its middle; :func:`bayesvm.engines.linear.compiled_rows._overrelaxed_line`
+R`` reflects the current point through its middle; :func:`bayesvm.engines.linear.compiled_rows.overrelaxed_line`
 finds ``L`` and ``R`` exactly, as roots of the density's quadratic pieces, from first points near them set by a running
 scale of each line, :func:`bayesvm.engines.linear.compiled_rows.line_start`, which changes only the passes it takes).  The reflection suppresses the random walk of
 successive updates along a line.  A fixed direction makes each update a Gibbs step of the conditional along that line
@@ -369,7 +369,7 @@ class ScaleMoves:
 
     def direction_moves(self, theta_d, theta_b, covs, aux, f, rng):
         """The fixed-effect coefficients along each fixed direction, ``w`` integrated out, by over-relaxed slice
-        sampling (module docstring; :func:`bayesvm.engines.linear.compiled_rows._overrelaxed_line`)."""
+        sampling (module docstring; :func:`bayesvm.engines.linear.compiled_rows.overrelaxed_line`)."""
         if self.directions.shape[1] == 0:
             return theta_d, theta_b, covs, f
         theta_d, f = theta_d.copy(), f.copy()
@@ -385,7 +385,7 @@ class ScaleMoves:
         for k in range(self.directions.shape[1]):
             v, x, slope = self.directions[:, k], self.direction_x[k], self.direction_slope[k]
             scale, exponential = float(self.direction_scales[k]), float(exponentials[k])
-            step, half_width = compiled_rows._overrelaxed_line(
+            step, half_width = compiled_rows.overrelaxed_line(
                 1.0 - margin, slope, -0.5 * float(v @ (lam * v)), -float(v @ (lam * theta_d[columns])),
                 exponential, compiled_rows.line_start(scale, exponential), SLICE_STEPS,
             )  # fmt: skip

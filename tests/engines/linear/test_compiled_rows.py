@@ -182,12 +182,12 @@ def test_sparse_rows_only_for_wide_mostly_zero_parts():
 
 
 @pytest.mark.parametrize("kernel", ["compiled", "python", "numpy"])
-def test_overrelaxed_line_keeps_the_line_density(kernel, monkeypatch):
-    """The over-relaxed slice update of a direction move (``compiled_rows._overrelaxed_line``, compiled, its Python
+def testoverrelaxed_line_keeps_the_line_density(kernel, monkeypatch):
+    """The over-relaxed slice update of a direction move (``compiled_rows.overrelaxed_line``, compiled, its Python
     source, and that source with numpy's passes over the rows as where numba is not installed) keeps the concave line density ``-2 sum (a_i - t b_i)_+ + c0 t^2 + c3 t``: draws from the density (inverse
     CDF on a fine grid) stay so distributed after a step, the step is an involution given its level (from ``x`` to
     ``x'`` and back), and it moves to the far side of the slice (the draws' lag-1 correlation is negative)."""
-    step = compiled_rows._overrelaxed_line
+    step = compiled_rows.overrelaxed_line
     if kernel != "compiled":
         step = getattr(step, "py_func", step)
     if kernel == "numpy":
