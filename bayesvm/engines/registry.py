@@ -40,7 +40,7 @@ class Route:
 
 ROUTES: dict[tuple[str, str], Route] = {
     ("linear", "vb"): Route(linear_routes.run_vb, linear_routes.supports_vb),
-    ("linear", "em"): Route(linear_routes.run_em),
+    ("linear", "em"): Route(linear_routes.run_em, linear_routes.supports_em),
     ("linear", "gibbs"): Route(linear_routes.run_gibbs),
     ("linear", "svi"): Route(linear_routes.run_svi, linear_routes.supports_svi),
     ("selection", "vb"): Route(selection_routes.run_vb, selection_routes.supports),

@@ -235,22 +235,30 @@ class LinearModel:
         values = tuple(term.values for term in d.re_terms)
         D = self.dense_matrix(d.X, codes, values, d.gp_bases)
         precision = np.zeros(D.shape[1])
-        components: list[VarianceComponent] = []
-        vague = 1.0 / self.priors.fixed_variance
-        precision[: d.p] = vague
+        precision[: d.p] = 1.0 / self.priors.fixed_variance
         if isinstance(self.penalty, float):
             precision[: d.p][self.penalized] = 4.0 * self.penalty  # Alg. 1: beta ~ N(0, 1/(4 alpha))
-        elif self.penalty == "learn" and self.penalized.any() and self.prior is None:
+        elif self._learns_penalty():
+            precision[np.flatnonzero(self.penalized)] = 0.0  # (their variance is the "penalty" component's)
+        return VBProblem(
+            y=d.y,
+            D=D,
+            fixed_precision=precision,
+            components=self.variance_components(),
+            blocked=self.blocked_factor(codes, values),
+            weights=self.row_weights,
+        )
+
+    def variance_components(self) -> tuple[VarianceComponent, ...]:
+        """The learned variances in ``theta``'s layout, as :meth:`problem` gives them, without forming the design
+        matrix: the learned penalty's (Example 1: the slopes share ``sigma_u^2``), each random-effect term's and each
+        ``gp()`` term's amplitude.  What an engine's ``supports()`` asks before any engine runs."""
+        d = self.design
+        components: list[VarianceComponent] = []
+        if self._learns_penalty():
             slopes = np.flatnonzero(self.penalized)
-            precision[slopes] = 0.0
             components.append(
-                VarianceComponent(
-                    name="penalty",
-                    index=slopes[:, None],
-                    blocked=False,
-                    n_levels=slopes.size,
-                    prior=self.priors.penalty,
-                )
+                VarianceComponent("penalty", slopes[:, None], False, slopes.size, prior=self.priors.penalty)
             )
         dense_offsets, blocked_offsets = self.dense_offsets(), self.blocked_offsets()
         for t, term in enumerate(d.re_terms):
@@ -261,14 +269,11 @@ class LinearModel:
             components.append(self._component(t, index, t in blocked_offsets, term.n_levels, term.k))
         for i, (term, start) in enumerate(zip(d.gp_terms, self.gp_offsets())):
             components.append(self._gp_component(i, (start + np.arange(term.n_basis))[:, None]))
-        return VBProblem(
-            y=d.y,
-            D=D,
-            fixed_precision=precision,
-            components=tuple(components),
-            blocked=self.blocked_factor(codes, values),
-            weights=self.row_weights,
-        )
+        return tuple(components)
+
+    def _learns_penalty(self) -> bool:
+        """Whether the slopes' variance is learned (``penalty="learn"``, slopes to act on, no selection prior)."""
+        return isinstance(self.penalty, str) and self.penalty == "learn" and self.penalized.any() and self.prior is None
 
     def _component(self, t: int, index: np.ndarray, blocked: bool, n_levels: int, k: int) -> VarianceComponent:
         name = self.design.re_terms[t].label

@@ -92,20 +92,29 @@ def component_mode(comp: VarianceComponent, u: np.ndarray) -> np.ndarray:
     return np.array([[variance_prior.mode(comp, float(np.sum(u**2)))]])
 
 
-def check_modal_priors(problem: VBProblem) -> None:
-    """Refuse a prior whose joint posterior mode is degenerate (its law's ``modal_refusal``: a half-t's positive
-    density at sigma = 0), naming the components."""
-    refused = [(c, variance_prior.modal_refusal(c)) for c in problem.components if not c.is_wishart]
+def modal_refusal(components) -> str | None:
+    """Why EM cannot take these variance components (``None`` where it can): a prior whose joint posterior mode is
+    degenerate (its law's ``modal_refusal``: a half-t's positive density at sigma = 0), naming the components."""
+    refused = [(c, variance_prior.modal_refusal(c)) for c in components if not c.is_wishart]
     refused = [(comp, reason) for comp, reason in refused if reason is not None]
-    if refused:
-        fields = sorted({"penalty" if comp.source == PENALTY_SOURCE else "random" for comp, _ in refused})
-        where = ", ".join(f"{name}=InverseGamma(...)" for name in fields)
-        raise BayesvmError(
-            f"method='em' cannot use the prior of {[comp.name for comp, _ in refused]}: {refused[0][1]}, where the "
-            "joint posterior mode of the coefficients and their variance collapses (sigma -> 0, every coefficient 0). "
-            f"Use an InverseGamma prior, which vanishes at 0 (PriorSet({where}), as method='em' chooses by default), or "
-            "method='vb' / 'gibbs', which integrate instead of maximising"
-        )
+    if not refused:
+        return None
+    fields = sorted({"penalty" if comp.source == PENALTY_SOURCE else "random" for comp, _ in refused})
+    where = ", ".join(f"{name}=InverseGamma(...)" for name in fields)
+    return (
+        f"method='em' cannot use the prior of {[comp.name for comp, _ in refused]}: {refused[0][1]}, where the "
+        "joint posterior mode of the coefficients and their variance collapses (sigma -> 0, every coefficient 0). "
+        f"Use an InverseGamma prior, which vanishes at 0 (PriorSet({where}), as method='em' chooses by default), or "
+        "method='vb' / 'gibbs', which integrate instead of maximising"
+    )
+
+
+def check_modal_priors(problem: VBProblem) -> None:
+    """Raise :func:`modal_refusal`'s reason (the route's ``supports()`` gives it before a fit; this guards a direct
+    call of :func:`fit_em`)."""
+    reason = modal_refusal(problem.components)
+    if reason is not None:
+        raise BayesvmError(reason)
 
 
 def smoothed_log_likelihood(margin: np.ndarray, eps: float, weights: np.ndarray | None = None) -> float:

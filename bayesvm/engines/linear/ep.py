@@ -309,15 +309,25 @@ EP_TOL = 1e-5
 MAX_HYPERPARAMETERS = 6
 
 
+def scope_refusal(components) -> str | None:
+    """Why the accurate fit cannot take these variance components (``None`` where it can): more variance
+    hyperparameters than it integrates (:data:`MAX_HYPERPARAMETERS`)."""
+    size = Hyperparameters(components).size
+    if size <= MAX_HYPERPARAMETERS:
+        return None
+    return (
+        f"vb='accurate' integrates at most {MAX_HYPERPARAMETERS} variance hyperparameters (a correlated k x k "
+        f"term has k (k + 1) / 2); this model has {size}. Use vb='meanfield', method='gibbs', or write "
+        "correlated terms as (1 + x || g)"
+    )
+
+
 def check_scope(problem: VBProblem) -> None:
-    """Refuse a model with more variance hyperparameters than the accurate fit integrates."""
-    size = Hyperparameters(problem.components).size
-    if size > MAX_HYPERPARAMETERS:
-        raise BayesvmError(
-            f"vb='accurate' integrates at most {MAX_HYPERPARAMETERS} variance hyperparameters (a correlated k x k "
-            f"term has k (k + 1) / 2); this model has {size}. Use vb='meanfield', method='gibbs', or write "
-            "correlated terms as (1 + x || g)"
-        )
+    """Raise :func:`scope_refusal`'s reason (the routes' ``supports()`` give it before a fit; this guards a direct
+    call of :func:`fit_accurate`)."""
+    reason = scope_refusal(problem.components)
+    if reason is not None:
+        raise BayesvmError(reason)
 
 
 def fit_accurate(

@@ -67,8 +67,14 @@ def vb_warnings(result, tol, max_iter) -> list[tuple[str, type[Warning]]]:
 
 
 def supports_vb(model, request) -> str | None:
-    """Probes estimate mean-field VB's variance terms on the sparse path (:mod:`bayesvm.linalg.probes`): the accurate
-    fit has none to estimate, and a dense layout is solved exactly at little cost."""
+    """The accurate fit integrates at most six variance hyperparameters (:func:`bayesvm.engines.linear.ep.scope_refusal`;
+    ``vb=None`` chooses mean-field VB beyond).  Probes estimate mean-field VB's variance terms on the sparse path
+    (:mod:`bayesvm.linalg.probes`): the accurate fit has none to estimate, and a dense layout is solved exactly at
+    little cost."""
+    if request.vb == "accurate":
+        reason = accurate_refusal(model)
+        if reason is not None:
+            return reason
     if request.control.probes is None:
         return None
     if request.vb == "accurate":
@@ -82,6 +88,21 @@ def supports_vb(model, request) -> str | None:
             "largest); this model is solved exactly at little cost, so leave probes=None"
         )
     return None
+
+
+def accurate_refusal(model) -> str | None:
+    """Why the accurate fit cannot take ``model``'s variance components, before any engine runs."""
+    from .ep import scope_refusal
+
+    return scope_refusal(model.variance_components())
+
+
+def supports_em(model, request) -> str | None:
+    """EM maximises, so each variance component's prior must vanish at 0 (:func:`bayesvm.engines.linear.em.modal_refusal`
+    names the components whose prior does not)."""
+    from .em import modal_refusal
+
+    return modal_refusal(model.variance_components())
 
 
 def say_if_compiling(accurate: bool) -> None:
@@ -251,6 +272,10 @@ def supports_streamed(model, request) -> str | None:
     largest grouping factor level by level and every other random-effect term as dense columns."""
     if request.method == "svi":
         return supports_svi(model, request)
+    if request.method == "vb" and request.vb == "accurate" and model.prior is None:
+        reason = accurate_refusal(model)
+        if reason is not None:
+            return reason
     if request.method == "vb" and model.prior is None and model.sparse:
         return streamed_refusal(model)
     return None
