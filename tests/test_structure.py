@@ -91,3 +91,38 @@ def test_modules_and_functions_stay_small():
             if count > 20 or length > 120:
                 large.append(f"{path.relative_to(PACKAGE)}:{node.name}: {count} parameters, {length} lines")
     assert large == []
+
+
+#: Private members read through a name other than ``self`` / ``cls`` that are allowed: ``os._exit`` (documented
+#: public API: a forked worker leaves without running the parent's exit handlers) and numba's dispatcher cache, whose
+#: index file tells whether compiled code is on disk (numba has no public call for it; guarded by AttributeError).
+ALLOWED_PRIVATE_READS = {("os", "_exit"), ("function", "_cache")}
+
+
+def test_nothing_reads_another_objects_private_members():
+    """``x._name`` only on ``self`` / ``cls``: a module or result asks another through its public members."""
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value.id}.{node.attr}"
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.attr.startswith("_") and not node.attr.startswith("__")
+        and node.value.id not in ("self", "cls") and (node.value.id, node.attr) not in ALLOWED_PRIVATE_READS
+    ]  # fmt: skip
+    assert offenders == []
+
+
+def test_nothing_compares_type_names():
+    """Dispatch by type or by a declared capability, never by ``type(x).__name__`` compared with a string."""
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(
+            isinstance(side, ast.Attribute) and side.attr == "__name__" and isinstance(side.value, ast.Call)
+            and isinstance(side.value.func, ast.Name) and side.value.func.id == "type"
+            for side in (node.left, *node.comparators)
+        )
+    ]  # fmt: skip
+    assert offenders == []
