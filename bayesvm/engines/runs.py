@@ -1,11 +1,16 @@
 """The records an engine route takes and gives (:mod:`bayesvm.engines.registry`): what the caller asked
-(:class:`FitRequest`) and what the engine made of it (:class:`EngineRun`).  Inert: no fitting here."""
+(:class:`FitRequest`) and what the engine made of it (:class:`EngineRun`), and the words of the warnings every
+iterative engine's run calls for (one wording whichever family ran).  Inert: no fitting here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..control import Control
+from ..errors import ConvergenceWarning
+
+#: A warning a route's run calls for: ``(message, category)``, said once by the face that built the fit.
+Warned = tuple[str, type[Warning]]
 
 
 @dataclass(frozen=True)
@@ -41,5 +46,26 @@ class EngineRun:
     result: object
     problem: object
     vb_note: str | None = None
-    warnings: list[tuple[str, type[Warning]]] = field(default_factory=list)
+    warnings: list[Warned] = field(default_factory=list)
     model: object = None
+
+
+def sweeps_stopped(what: str, max_iter: int, tol: float, where: str = "") -> Warned:
+    """A coordinate ascent (VB) that used its ``max_iter`` sweeps without its change falling below ``tol``."""
+    message = f"{what} stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}{where}; increase max_iter"
+    return message, ConvergenceWarning
+
+
+def iterations_stopped(what: str, n_iter: int) -> Warned:
+    """An iterative engine (EM / ECME, a selection prior's VB) that stopped after ``n_iter`` iterations unconverged."""
+    return f"{what} stopped after {n_iter} iterations without converging; increase max_iter", ConvergenceWarning
+
+
+def bound_decreased(decreases, unit: str = "sweep") -> Warned:
+    """A lower bound that decreased at the listed sweeps: coordinate ascent never lowers it in exact arithmetic (each
+    step maximises the bound in one factor), so a decrease is numerical trouble."""
+    return (
+        f"the lower bound decreased at {unit}(s) {list(decreases[:10])}: numerical trouble (coordinate ascent never "
+        "lowers it in exact arithmetic); check the data's scaling",
+        RuntimeWarning,
+    )

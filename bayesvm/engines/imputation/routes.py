@@ -30,6 +30,7 @@ from ..linear.routes import (
 )
 from ..linear.routes import supports_streamed as streamed_support
 from ..linear.routes import supports_svi as stochastic_refusal
+from ..runs import bound_decreased, sweeps_stopped
 from ..selection.routes import floored_sites_warning
 from ..selection.routes import supports as selection_refusal
 
@@ -123,12 +124,10 @@ def _pooled_warnings(result, accurate: bool, control) -> list[tuple[str, type[Wa
     """What a pooled VB fit calls for: a completed data set whose fit did not converge."""
     if result.converged:
         return []
-    what = (
-        "accurate VB (EP) did not converge"
-        if accurate
-        else f"VB stopped after max_iter={control.max_iter} sweeps without meeting tol={control.tol:g}"
-    )
-    return [(f"{what} on at least one completed data set", ConvergenceWarning)]
+    where = " on at least one completed data set"
+    if accurate:
+        return [(f"accurate VB (EP) did not converge{where}", ConvergenceWarning)]
+    return [sweeps_stopped("VB", control.max_iter, control.tol, where)]
 
 
 def run_gibbs(model, request):
@@ -151,10 +150,9 @@ def run_joint_vb(model, request):
     result = fit_impute_vb(problem, tol=control.tol, max_iter=control.max_iter)
     warned = []
     if not result.converged:
-        stopped = f"VB stopped after max_iter={control.max_iter} sweeps without meeting tol={control.tol:g}"
-        warned.append((stopped, ConvergenceWarning))
+        warned.append(sweeps_stopped("VB", control.max_iter, control.tol))
     if result.decreases:
-        warned.append((f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning))
+        warned.append(bound_decreased(result.decreases))
     pulled = joint_pull_message(model, problem.base, result.theta)
     if pulled is not None:
         warned.append((pulled, ImputationWarning))

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ...errors import ConvergenceWarning
-from ..runs import EngineRun
+from ..runs import EngineRun, bound_decreased, iterations_stopped
 
 #: Training rows (evenly spaced) whose decision values a kernel Gibbs fit reports R-hat and ESS for
 CHECKED_ROWS = 25
@@ -101,7 +101,7 @@ def _vb_warnings(result) -> list[tuple[str, type[Warning]]]:
         )
         out.append((message, ConvergenceWarning))
     if result.decreases:
-        out.append((f"the lower bound decreased at iteration(s) {result.decreases[:10]}", RuntimeWarning))
+        out.append(bound_decreased(result.decreases, "iteration"))
     return out
 
 
@@ -152,7 +152,7 @@ def _features_fit(problem, kernel, locations, engine: str, request, source: str,
         mean, cov = linear.theta_d[:m], np.zeros((m, m))  # a mode: v has no spread
         converged, n_iter = bool(linear.converged), int(linear.n_iter)
         if not converged:
-            warned.append((f"EM stopped after {n_iter} iterations without converging", ConvergenceWarning))
+            warned.append(iterations_stopped("EM", n_iter))
     else:
         linear = fit_accurate(features)
         mean, cov = linear.fixed_moments(m)

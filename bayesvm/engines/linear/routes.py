@@ -32,7 +32,7 @@ from ...combinations import check_sampling
 from ...errors import ConvergenceWarning, ScaleWarning
 from ...model import all_dense
 from ..defaults import default_penalty_from_slopes, default_vb
-from ..runs import EngineRun
+from ..runs import EngineRun, bound_decreased, iterations_stopped, sweeps_stopped
 
 #: ``warnings.warn``'s stack level for a warning a helper of a route's run says before its engine starts: the helper
 #: (1), the route's ``run_*`` (2), the driver (3), ``bsvm()`` (4), the user's call (5).
@@ -47,23 +47,9 @@ def engine_run(result, problem, vb_note=None, warned=(), model=None) -> EngineRu
 def vb_warnings(result, tol, max_iter) -> list[tuple[str, type[Warning]]]:
     """What a mean-field VB result calls for: a run that stopped at ``max_iter``, and a lower bound that decreased
     (numerical trouble: the bound of Alg. 1-2 never decreases in exact arithmetic)."""
-    out = []
-    if not result.converged:
-        out.append(
-            (
-                f"VB stopped after max_iter={max_iter} sweeps without meeting tol={tol:g}; increase max_iter",
-                ConvergenceWarning,
-            )
-        )
-    if result.decreases:
-        out.append(
-            (
-                f"the lower bound decreased at sweep(s) {result.decreases[:10]}: numerical trouble, check the data "
-                "scaling",
-                RuntimeWarning,
-            )
-        )
-    return out
+    return ([] if result.converged else [sweeps_stopped("VB", max_iter, tol)]) + (
+        [bound_decreased(result.decreases)] if result.decreases else []
+    )
 
 
 def supports_vb(model, request) -> str | None:
@@ -193,8 +179,7 @@ def run_em(model, request):
     control = request.control
     problem = model.problem()
     result = fit_em(problem, tol=control.tol, max_iter=control.max_iter)
-    stopped = [] if result.converged else [(f"EM stopped after {result.n_iter} iterations without converging",
-                                            ConvergenceWarning)]  # fmt: skip
+    stopped = [] if result.converged else [iterations_stopped("EM", result.n_iter)]
     return engine_run(result, problem, warned=stopped)
 
 

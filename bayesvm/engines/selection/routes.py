@@ -33,6 +33,7 @@ from ..linear.routes import (
     svi_warnings,
 )
 from ..linear.routes import supports_streamed as supports_streamed_linear
+from ..runs import bound_decreased, iterations_stopped, sweeps_stopped
 from .laws import law_of
 
 #: The refusal where a selection prior has nothing to select.
@@ -88,8 +89,12 @@ def run_vb(model, request):
             warned = [] if result.converged else [(accurate_failure(result), ConvergenceWarning)]
             floored = floored_sites_warning(model, [result])
             return engine_run(result, model.problem(), warned=warned + floored)
-    result = law_of(model.prior).mean_field(problem, tol=request.control.tol, max_iter=request.control.max_iter)
-    return engine_run(result, model.problem(), why, iteration_warnings(result, "VB"))
+    control = request.control
+    result = law_of(model.prior).mean_field(problem, tol=control.tol, max_iter=control.max_iter)
+    # (max_iter bounds each coordinate ascent: a model search runs several, so result.n_iter may exceed it)
+    stopped = [] if result.converged else [sweeps_stopped("VB", control.max_iter, control.tol)]
+    decreased = [bound_decreased(result.decreases)] if getattr(result, "decreases", None) else []
+    return engine_run(result, model.problem(), why, stopped + decreased)
 
 
 def run_em(model, request):
@@ -103,11 +108,9 @@ def run_em(model, request):
 def iteration_warnings(result, what: str) -> list[tuple[str, type[Warning]]]:
     """What an iterative selection fit's result calls for: a run that stopped before converging, a lower bound that
     decreased."""
-    out = []
-    if not result.converged:
-        out.append((f"{what} stopped after {result.n_iter} iterations without converging", ConvergenceWarning))
+    out = [] if result.converged else [iterations_stopped(what, result.n_iter)]
     if getattr(result, "decreases", None):
-        out.append((f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning))
+        out.append(bound_decreased(result.decreases))
     return out
 
 
@@ -172,7 +175,7 @@ def run_streamed_vb(model, request):
     model, problem = _streamed_problem(model)
     sweep = request.rows.sweep(streamed_rows(model))
     result = fit_streamed_selection_vb(problem, sweep, tol=control.tol, max_iter=control.max_iter)
-    decreased = [(f"the lower bound decreased at sweep(s) {result.decreases[:10]}", RuntimeWarning)]
+    decreased = [bound_decreased(result.decreases)]
     warned = streamed_warnings(result) + (decreased if result.decreases else [])
     return engine_run(result, model.problem(), warned=warned, model=model)
 
