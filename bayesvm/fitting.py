@@ -159,16 +159,21 @@ def bsvm(
     model, diagnostics, checks = _checked_model(
         formula, data, method=method, penalty=penalty, positive=positive, missing=missing, standardize=standardize,
         priors=priors, prior=prior, unpenalized=unpenalized, vb=vb, class_weight=class_weight, checks=checks, fold=fold,
+        request_of=lambda model: _request(model, method, vb, seed, run, fold_nodes),
     )  # fmt: skip
-    fit = _fit_linear(model, data, method=method, vb=vb, seed=seed, control=run, nodes=fold_nodes)
+    fit = _fit_linear(model, data, _request(model, method, vb, seed, run, fold_nodes))
     _checked_after_fit(fit, diagnostics, checks)
     return _recorded(options, fit)
 
 
 def _checked_model(formula, data, *, method, penalty, positive, missing, standardize, priors, prior, unpenalized, vb,
-                   class_weight, checks, fold):  # fmt: skip
-    """formula -> design -> model, and the identifiability checks before any engine runs (a finding the user asked to
-    stop on raises); returns ``(model, diagnostics, checks)`` with the default priors and checks filled in."""
+                   class_weight, checks, fold, request_of):  # fmt: skip
+    """formula -> design -> model, the engine table's refusal of the model (``request_of(model)``: what the call asks,
+    :func:`bayesvm.engines.registry.route_for`) before the checks' passes over the rows, and the identifiability
+    checks before any engine runs (a finding the user asked to stop on raises); returns ``(model, diagnostics,
+    checks)`` with the default priors and checks filled in."""
+    from .engines.registry import route_for
+
     # posterior modes need a boundary-avoiding variance prior (as blme uses): the default half-t has positive density
     # at sigma = 0, where the joint mode of the random effects and their variance collapses
     default_priors = priors is None
@@ -184,6 +189,7 @@ def _checked_model(formula, data, *, method, penalty, positive, missing, standar
     model = build_model(
         design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized, class_weight=class_weight
     )
+    route_for(model, request_of(model))  # (a combination no engine fits is refused before the checks run)
     diagnostics = check_identifiability(model, checks)
     if default_priors and method != "em" and penalty == "learn" and prior is None and _separated(diagnostics):
         model = build_model(design, penalty, replace(priors, penalty=SEPARATED_PENALTY_PRIOR), standardize,
@@ -364,25 +370,32 @@ def _recorded(options: dict, fit):
     return fit
 
 
-def _fit_linear(model, data, *, method: str, vb: str | None, seed, control: Control, nodes=None) -> BSVMFit:
-    """The engine for a linear model (``bsvm`` without a kernel, in-memory data): the route of the registry's table
-    (:mod:`bayesvm.engines.registry`) for the model's family and ``method``, its warnings said once, one fit built;
-    ``nodes``: a fold fit's variance-parameter nodes (:class:`bayesvm.engines.runs.FitRequest`)."""
-    from .engines.registry import route_for
+def _request(model, method: str, vb: str | None, seed, control: Control, nodes=None):
+    """What the call asks of the engine (:class:`bayesvm.engines.runs.FitRequest`), the imputation model resolved where
+    the model imputes (``imputation="auto"``: :func:`bayesvm.engines.defaults.default_imputation`); ``nodes``: a fold
+    fit's variance-parameter nodes."""
     from .engines.runs import FitRequest
 
     if model.design.imputation is not None:
         check_imputation_arguments(control.imputation, control.imputations)
         if control.imputation == "auto":
             control = replace(control, imputation=default_imputation(model, method, vb))
-    request = FitRequest(method, vb, seed, control, nodes=nodes)
+    return FitRequest(method, vb, seed, control, nodes=nodes)
+
+
+def _fit_linear(model, data, request) -> BSVMFit:
+    """The engine for a linear model (``bsvm`` without a kernel, in-memory data): the route of the registry's table
+    (:mod:`bayesvm.engines.registry`) for the model's family and the request's method, its warnings said once, one fit
+    built."""
+    from .engines.registry import route_for
+
     run = route_for(model, request).run(model, request)
     for message, category in run.warnings:
         warnings.warn(message, category, stacklevel=3)
-    tolerance = {} if method == "gibbs" else {"tol": control.tol}  # (a sampler has none)
+    tolerance = {} if request.method == "gibbs" else {"tol": request.control.tol}  # (a sampler has none)
     return BSVMFit(
-        model=model if run.model is None else run.model, problem=run.problem, method=method, result=run.result,
-        data_name=data_name(data), vb_note=run.vb_note, **tolerance,
+        model=model if run.model is None else run.model, problem=run.problem, method=request.method,
+        result=run.result, data_name=data_name(data), vb_note=run.vb_note, **tolerance,
     )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 import bayesvm
+from bayesvm import fitting
 from bayesvm.control import Control
 from bayesvm.engines import hinge_sites
 from bayesvm.engines.linear import compiled_rows, routes
@@ -100,8 +101,10 @@ def test_the_accurate_fit_past_its_scope_is_refused_by_its_route(monkeypatch):
     data = _frame()
     formula = "y ~ x1 + x2 + (1 + x1 + x2 | g)"
     monkeypatch.setattr(ep, "fit_accurate", lambda *a, **k: pytest.fail("the engine ran"))
-    with pytest.raises(BayesvmError, match="at most 6 variance hyperparameters .* this model has 7"):
-        bayesvm.bsvm(formula, data, vb="accurate")
+    with monkeypatch.context() as before_checks:  # (refused before the identifiability checks' passes over the rows)
+        before_checks.setattr(fitting, "check_identifiability", lambda *a, **k: pytest.fail("the checks ran"))
+        with pytest.raises(BayesvmError, match="at most 6 variance hyperparameters .* this model has 7"):
+            bayesvm.bsvm(formula, data, vb="accurate")
     assert routes.supports_vb(_model(formula, data), FitRequest("vb", None, 0, Control())) is None
     dd = pytest.importorskip("dask.dataframe")
     from bayesvm.engines.linear import stream_ep
