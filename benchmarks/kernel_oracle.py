@@ -19,6 +19,7 @@ hyperparameters' but the hinge pseudo-likelihood's.  Two criteria from the train
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 
 import numpy as np
@@ -99,7 +100,11 @@ def run(sets=("german", "breast_cancer", "titanic"), splits: int = 2) -> pd.Data
                     "GPC": log_loss(y_test, peers["GaussianProcessClassifier"][0]),
                 }
             )
-            print(pd.DataFrame(rows[-1:]).to_string(index=False, header=len(rows) == 1, float_format="{:.4f}".format))
+            # (each split as it finishes, on standard error: standard output holds the final table alone)
+            print(
+                pd.DataFrame(rows[-1:]).to_string(index=False, header=False, float_format="{:.4f}".format),
+                file=sys.stderr,
+            )
     table = pd.DataFrame(rows)
     table["oracle - GPC"] = table["oracle"] - table["GPC"]
     return table

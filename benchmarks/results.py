@@ -129,7 +129,7 @@ def run(name: str) -> str:
     out = subprocess.run([sys.executable, "-m", *arguments], cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     status = "" if out.returncode == 0 else f" (FAILED with exit code {out.returncode})"
-    body = out.stdout.strip() or out.stderr.strip()[-2000:]
+    body = out.stdout.strip("\n") or out.stderr.strip()[-2000:]
     stamp = datetime.datetime.now().strftime("%Y-%m-%d")
     return (
         f"## {name}: {purpose}\n\n`python -m {' '.join(arguments)}`: run {stamp}, {seconds:.0f} s{status}\n\n"
