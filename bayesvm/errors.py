@@ -11,6 +11,13 @@ class BayesvmError(ValueError):
     """Base class for errors caused by the user's input."""
 
 
+def refuse(reason: str | None) -> None:
+    """Raise :class:`BayesvmError` with ``reason`` where there is one: an engine called directly refuses what its
+    route's ``supports()`` refuses (:mod:`bayesvm.engines.registry`)."""
+    if reason is not None:
+        raise BayesvmError(reason)
+
+
 class FormulaError(BayesvmError):
     """The formula cannot be parsed or refers to something that does not exist."""
 

@@ -32,7 +32,7 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from ...errors import BayesvmError
+from ...errors import refuse
 from ...linalg.dense import blas_threads, gaussian_mean, spd_inverse
 from ...linalg.schur import schur_sparse_mean
 from ...linalg.sparse import SparseCholesky
@@ -109,14 +109,6 @@ def modal_refusal(components) -> str | None:
     )
 
 
-def check_modal_priors(problem: VBProblem) -> None:
-    """Raise :func:`modal_refusal`'s reason (the route's ``supports()`` gives it before a fit; this guards a direct
-    call of :func:`fit_em`)."""
-    reason = modal_refusal(problem.components)
-    if reason is not None:
-        raise BayesvmError(reason)
-
-
 def smoothed_log_likelihood(margin: np.ndarray, eps: float, weights: np.ndarray | None = None) -> float:
     """``-sum_i omega_i (H_eps(m_i) + m_i)``: the hinge term of the objective EM increases at floor ``eps``
     (``omega_i`` the rows' class weights, 1 without them)."""
@@ -187,7 +179,7 @@ class FloorContinuation:
 
 def fit_em(problem: VBProblem, tol: float = 1e-10, max_iter: int = 20000) -> EMResult:
     """See :func:`_fit_em`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
-    check_modal_priors(problem)
+    refuse(modal_refusal(problem.components))  # (the route refuses first: supports_em)
     with blas_threads(problem.D.shape[1], problem.n):
         return _fit_em(problem, tol, max_iter)
 

@@ -65,7 +65,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from ...errors import BayesvmError
+from ...errors import refuse
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_posterior
 from ...linalg.schur import SchurSparsePosterior
 from ...linalg.sparse import SparseGaussianPosterior
@@ -322,14 +322,6 @@ def scope_refusal(components) -> str | None:
     )
 
 
-def check_scope(problem: VBProblem) -> None:
-    """Raise :func:`scope_refusal`'s reason (the routes' ``supports()`` give it before a fit; this guards a direct
-    call of :func:`fit_accurate`)."""
-    reason = scope_refusal(problem.components)
-    if reason is not None:
-        raise BayesvmError(reason)
-
-
 def fit_accurate(
     problem: VBProblem,
     n_nodes: int | None = None,
@@ -347,7 +339,7 @@ def fit_accurate(
     :func:`bayesvm.engines.hyper_grid.line_nodes` of the components).  ``progress``: count the nodes fitted on
     a bar that appears once the fit has lasted a few seconds (:func:`bayesvm.engines.progress.counter`).
     """
-    check_scope(problem)
+    refuse(scope_refusal(problem.components))  # (the routes refuse first: supports_vb)
     if problem.is_sparse:  # SuperLU is single-threaded; the elimination's dense complement is not
         width = problem.elimination.q if problem.elimination is not None else 1
     else:

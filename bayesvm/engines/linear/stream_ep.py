@@ -36,13 +36,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import refuse
 from ...linalg.dense import GaussianPosterior, blas_threads, gaussian_from_natural, gaussian_from_statistics
 from ...linalg.row_sums import RowStatistics, weighted_gram_and_product
 from ...model.problems import VBProblem
 from ..augmentation import inverse_a_mean, row_terms, update_chi
 from ..components import prior_precisions
 from ..hinge_sites import extrapolated_sites, final_cavities, site_log_evidence, tilted_moments, updated_sites
-from .ep import EPState, check_scope, integrate_ep, prior_log_det
+from .ep import EPState, integrate_ep, prior_log_det, scope_refusal
 from .node_evidence import draws_log_integrals, node_evidence
 from .stream_vb import added_by_level, fit_streamed_vb, own_levels, weighted_level_sums
 from .vb import VBResult
@@ -268,7 +269,7 @@ def fit_streamed_accurate(
     """The accurate fit of out-of-core rows (module docstring); ``tol`` and ``max_iter`` are the mean-field start's;
     ``given``: the variance-parameter nodes of a full fit (a cross-fitting fold's refit); ``progress``: the nodes
     fitted counted on a bar (:func:`bayesvm.engines.progress.counter`)."""
-    check_scope(problem)
+    refuse(scope_refusal(problem.components))  # (the route refuses first: supports_streamed)
     with blas_threads(problem.D.shape[1]):
         rows = StreamedRows(problem, passes, n, tol, max_iter)
         return integrate_ep(problem, rows, None, 4.0, True, given, progress)

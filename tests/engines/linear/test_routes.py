@@ -86,11 +86,11 @@ def test_em_is_refused_by_its_route_before_any_engine_runs(monkeypatch):
     reason = routes.supports_em(model, request)
     assert "method='em' cannot use the prior of ['(1 | g)']: a half-t prior" in reason
     assert routes.supports_em(_model("y ~ x1 + x2 + (1 | g)", data, priors=PriorSet.paper()), request) is None
+    with pytest.raises(BayesvmError, match="cannot use the prior"):  # (a direct call of the engine refuses too)
+        em.fit_em(model.problem())
     monkeypatch.setattr(em, "fit_em", lambda *a, **k: pytest.fail("the engine ran"))
     with pytest.raises(BayesvmError, match=r"cannot use the prior of \['\(1 \| g\)'\]"):
         bayesvm.bsvm("y ~ x1 + x2 + (1 | g)", data, method="em", priors=PriorSet())
-    with pytest.raises(BayesvmError, match="cannot use the prior"):  # (a direct call of the engine refuses too)
-        em.check_modal_priors(model.problem())
 
 
 def test_the_accurate_fit_past_its_scope_is_refused_by_its_route(monkeypatch):
