@@ -155,24 +155,25 @@ def bsvm(
             formula, data, method=method, positive=positive, missing=missing, standardize=standardize, seed=seed,
             kernel=kernel, penalty=penalty, prior=prior, vb=vb, control=run, fold=fold, class_weight=class_weight,
         ))  # fmt: skip
-    check_iterations(run.max_iter, run.tol)
-    model, diagnostics, checks = _checked_model(
+    model, diagnostics, checks, request = _checked_model(
         formula, data, method=method, penalty=penalty, positive=positive, missing=missing, standardize=standardize,
         priors=priors, prior=prior, unpenalized=unpenalized, vb=vb, class_weight=class_weight, checks=checks, fold=fold,
-        request_of=lambda model: _request(model, method, vb, seed, run, fold_nodes),
+        seed=seed, control=run, nodes=fold_nodes,
     )  # fmt: skip
-    fit = _fit_linear(model, data, _request(model, method, vb, seed, run, fold_nodes))
+    fit = _fit_linear(model, data, request)
     _checked_after_fit(fit, diagnostics, checks)
     return _recorded(options, fit)
 
 
 def _checked_model(formula, data, *, method, penalty, positive, missing, standardize, priors, prior, unpenalized, vb,
-                   class_weight, checks, fold, request_of):  # fmt: skip
-    """formula -> design -> model, the engine table's refusal of the model (``request_of(model)``: what the call asks,
-    :func:`bayesvm.engines.registry.route_for`) before the checks' passes over the rows, and the identifiability
-    checks before any engine runs (a finding the user asked to stop on raises); returns ``(model, diagnostics,
-    checks)`` with the default priors and checks filled in."""
+                   class_weight, checks, fold, seed, control, nodes):  # fmt: skip
+    """formula -> design -> model, the engine table's refusal of the model (:func:`bayesvm.engines.registry.route_for`
+    of what the call asks, :func:`_request`) before the checks' passes over the rows, and the identifiability checks
+    before any engine runs (a finding the user asked to stop on raises); returns ``(model, diagnostics, checks,
+    request)`` with the default priors and checks filled in (``nodes``: a fold fit's variance-parameter nodes)."""
     from .engines.registry import route_for
+
+    check_iterations(control.max_iter, control.tol)
 
     # posterior modes need a boundary-avoiding variance prior (as blme uses): the default half-t has positive density
     # at sigma = 0, where the joint mode of the random effects and their variance collapses
@@ -189,7 +190,7 @@ def _checked_model(formula, data, *, method, penalty, positive, missing, standar
     model = build_model(
         design, penalty, priors, standardize, prior=prior, unpenalized=unpenalized, class_weight=class_weight
     )
-    route_for(model, request_of(model))  # (a combination no engine fits is refused before the checks run)
+    route_for(model, _request(model, method, vb, seed, control, nodes))  # (refused before the checks run)
     diagnostics = check_identifiability(model, checks)
     if default_priors and method != "em" and penalty == "learn" and prior is None and _separated(diagnostics):
         model = build_model(design, penalty, replace(priors, penalty=SEPARATED_PENALTY_PRIOR), standardize,
@@ -199,7 +200,7 @@ def _checked_model(formula, data, *, method, penalty, positive, missing, standar
             for f in diagnostics.findings
         ))  # fmt: skip
     diagnostics.enforce(stacklevel=3)  # (the warning names the user's call: enforce, this, bsvm, the caller)
-    return model, diagnostics, checks
+    return model, diagnostics, checks, _request(model, method, vb, seed, control, nodes)
 
 
 #: The learned penalty's prior where the fixed effects separate the classes and the user set no priors: a half-t on
