@@ -65,3 +65,18 @@ class PartitionBatches:
         X, y = self.load(k)
         rows = rng.choice(y.size, min(size, y.size), replace=False)
         return X[rows], y[rows]
+
+
+def engine_batches(X: np.ndarray, y: np.ndarray, weights, size: int, rng, batches=None) -> PartitionBatches:
+    """The minibatches an SVI engine draws: ``batches(rng)`` over the partitions of out-of-core data where given, else
+    the in-memory rows ``X`` with each response signed by its class and sized by its class weight, ``y_i omega_i``
+    (``weights`` None: ``y_i``), so that :func:`row_classes` recovers both from a minibatch."""
+    if batches is not None:
+        return batches(rng)
+    return PartitionBatches.in_memory(X, y if weights is None else y * weights, size, rng)
+
+
+def row_classes(signed: np.ndarray, weighted: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(y, omega)`` of minibatch rows from their signed responses (:func:`engine_batches`; ``omega`` None without
+    class weights)."""
+    return (np.sign(signed), np.abs(signed)) if weighted else (signed, None)

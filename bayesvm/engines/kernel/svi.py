@@ -28,7 +28,7 @@ from scipy import linalg
 
 from ...linalg.dense import runs_with_blas_threads
 from ..augmentation import data_lower_bound, update_chi
-from ..batches import PartitionBatches
+from ..batches import engine_batches, row_classes
 from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
 from .vb import (
     KernelProblem,
@@ -100,16 +100,11 @@ def fit_svi(
     kernel = problem.kernel
     Z = np.array(locations, dtype=float)
     rule = validate_learning_rate(learning_rate)
-    if batches is None:  # (responses signed by class and sized by class weight: docstring)
-        signed = problem.y if problem.weights is None else problem.y * problem.weights
-        batches = PartitionBatches.in_memory(problem.X, signed, batch_size, rng)
-    else:
-        batches = batches(rng)
+    batches = engine_batches(problem.X, problem.y, problem.weights, batch_size, rng, batches)  # (docstring)
     weighted = problem.weights is not None
 
     def classes(signed):
-        """``(y, omega)`` of rows from their signed responses (``omega`` None without class weights)."""
-        return (np.sign(signed), np.abs(signed)) if weighted else (signed, None)
+        return row_classes(signed, weighted)
 
     n = batches.n
     jitter = absolute_jitter(kernel, problem.X) if jitter is None else jitter

@@ -42,7 +42,7 @@ from ...errors import BayesvmError
 from ...linalg.dense import gaussian_from_natural, runs_with_blas_threads
 from ...model.problems import VBProblem
 from ..augmentation import data_lower_bound, row_terms, update_chi
-from ..batches import PartitionBatches
+from ..batches import engine_batches, row_classes
 from ..components import initial_component, prior_precisions, second_moments, update_component
 from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
 from .vb import VBResult, lower_bound
@@ -87,11 +87,7 @@ def fit_linear_svi(
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
-    if batches is None:  # (responses signed by class and sized by class weight: module docstring)
-        signed = problem.y if problem.weights is None else problem.y * problem.weights
-        batches = PartitionBatches.in_memory(problem.D, signed, batch_size, rng)
-    else:
-        batches = batches(rng)
+    batches = engine_batches(problem.D, problem.y, problem.weights, batch_size, rng, batches)  # (module docstring)
     n, p = batches.n, problem.D.shape[1]
     components = [initial_component(c) for c in problem.components]  # Alg. 2's start (module docstring)
 
@@ -107,8 +103,7 @@ def fit_linear_svi(
     checks: list[float] = []
 
     def classes(signed):
-        """``(y, omega)`` of the rows from their signed responses (``omega`` None without class weights)."""
-        return (signed, None) if problem.weights is None else (np.sign(signed), np.abs(signed))
+        return row_classes(signed, problem.weights is not None)
 
     def local(Ds, signed):
         """``E f_i``, ``E(1 - y_i f_i)^2`` and the optimal ``chi_i`` of the rows under the current ``q(theta)``."""

@@ -44,7 +44,7 @@ import numpy as np
 from ...linalg.dense import blas_threads
 from ...model.problems import SelectionProblem
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
-from ..batches import PartitionBatches
+from ..batches import engine_batches, row_classes
 from ..linear.svi import STEP_DELAY
 from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
 from .laws import law_of
@@ -90,17 +90,12 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
     ascent = law_of(problem.prior).ascent(problem)
-    if batches is None:  # (class weights: responses signed by class and sized by weight, as linear SVI's)
-        signed = problem.y if problem.weights is None else problem.y * problem.weights
-        batches = PartitionBatches.in_memory(problem.X, signed, batch_size, rng)
-    else:
-        batches = batches(rng)
+    batches = engine_batches(problem.X, problem.y, problem.weights, batch_size, rng, batches)
     n = batches.n
     X_check, y_check = batches.monitor_rows(monitor, rng)
 
     def classes(signed):
-        """``(y, omega)`` of rows from their signed responses (``omega`` None without class weights)."""
-        return (signed, None) if problem.weights is None else (np.sign(signed), np.abs(signed))
+        return row_classes(signed, problem.weights is not None)
 
     steps, stop = StepSize(rule, warmup, delay=STEP_DELAY), WindowRule(tol)
     rest = ascent.initial_state()[1:]
