@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .summary import Summary
+from .summary import Summary, data_facts
 
 ENGINE_TITLES = {
     "batch": "batch VB with the full kernel (Wenzel et al. 2017, section 4.1)",
@@ -66,7 +66,6 @@ RUN_LINES = {
 def kernel_summary(fit) -> Summary:
     """The :class:`Summary` of a :class:`~bayesvm.results.kernel_fit.KernelFit`."""
     r, model, design = fit.result, fit.model, fit.model.design
-    response = design.response
     info = {
         "title": ENGINE_TITLES[r.engine].format(
             M=len(r.locations),
@@ -74,13 +73,7 @@ def kernel_summary(fit) -> Summary:
             if r.batch_locations
             else f"{len(r.locations)} inducing locations",
         ),
-        "formula": fit.formula,
-        "data": fit.data_name,
-        "response": response.name,
-        "positive": response.positive,
-        "negative": response.negative,
-        "n_positive": int((design.y > 0).sum()),
-        "n_obs": design.n,
+        **data_facts(fit),
         "n_dropped": dict(design.n_dropped),
         "class_weights": getattr(model, "class_weights", None),  # (fits saved before class weights have none)
         "inputs": model.input_names,
@@ -167,19 +160,12 @@ PCVM_TITLES = {
 
 def pcvm_summary(fit) -> Summary:
     """The :class:`Summary` of a :class:`~bayesvm.results.pcvm_fit.PCVMFit`: the bias as its fixed row."""
-    r, design = fit.result, fit.model.design
-    response = design.response
+    r = fit.result
     bias_sd = float(np.sqrt(r.cov[0, 0]))
     info = {
         "model": "pcvm",
         "approximation": r.approximation,
-        "formula": fit.formula,
-        "data": fit.data_name,
-        "response": response.name,
-        "positive": response.positive,
-        "negative": response.negative,
-        "n_positive": int((design.y > 0).sum()),
-        "n_obs": design.n,
+        **data_facts(fit),
         "inputs": fit.model.input_names,
         "kernel": r.kernel,
         "n_relevance": int(r.active.size),

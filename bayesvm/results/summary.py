@@ -214,13 +214,12 @@ def _title(fit) -> tuple[str, str]:
     return title, law.vb_reference
 
 
-def _call_info(fit, title: str) -> dict:
-    """The facts of the call and its data the summary prints whatever the engine."""
+def data_facts(fit) -> dict:
+    """What every summary (linear, kernel, PCVM) says of the formula and its rows: the formula, the data's name, the
+    response and which class is coded +1, and the counts."""
     design = fit.model.design
     response = design.response
     return {
-        "method": fit.method,
-        "title": title,
         "formula": fit.formula,
         "data": fit.data_name,
         "response": response.name,
@@ -228,6 +227,16 @@ def _call_info(fit, title: str) -> dict:
         "negative": response.negative,
         "n_positive": int((design.y > 0).sum()),
         "n_obs": design.n,
+    }
+
+
+def _call_info(fit, title: str) -> dict:
+    """The facts of the call and its data the summary prints whatever the engine."""
+    design = fit.model.design
+    return {
+        "method": fit.method,
+        "title": title,
+        **data_facts(fit),
         "n_dropped": dict(design.n_dropped),
         "class_weights": _class_weight_text(fit.model),
         "imputed": _imputation_text(design, getattr(fit.result, "imputation_mode", None)),
