@@ -160,9 +160,7 @@ def bsvm(
         priors=priors, prior=prior, unpenalized=unpenalized, vb=vb, class_weight=class_weight, checks=checks, fold=fold,
         seed=seed, control=run, nodes=fold_nodes,
     )  # fmt: skip
-    fit = _fit_linear(model, data, request)
-    _checked_after_fit(fit, diagnostics, checks)
-    return _recorded(options, fit)
+    return _checked_after_fit(_fit_linear(model, data, request), diagnostics, checks, options)
 
 
 def _checked_model(formula, data, *, method, penalty, positive, missing, standardize, priors, prior, unpenalized, vb,
@@ -261,19 +259,22 @@ def settled_control(control: Control, *, method: str, kernel, prior) -> Control:
     )  # fmt: skip
 
 
-def _checked_after_fit(fit, diagnostics: Diagnostics, checks: Checks) -> None:
-    """The checks that read the fitted model: variance components at their boundary, decisions that call one class,
-    the samplers' mixing and the VB fit's PSIS check; their findings join the fit's diagnostics."""
+def _checked_after_fit(fit, diagnostics: Diagnostics, checks: Checks, options: dict) -> BSVMFit:
+    """The fit to return, built once from the engine's: the checks that read the fitted model (variance components at
+    their boundary, decisions that call one class, the samplers' mixing, the VB fit's PSIS check, which may correct
+    the accurate fit's fixed effects) run on the engine's fit, and their findings, the PSIS check and the record of
+    the call (:func:`_record`) go into the one returned."""
     if checks.singular != "ignore":
         singular = singular_findings(fit.variance_components, "warn")
         Diagnostics(tuple(singular)).enforce(stacklevel=3)
         diagnostics = diagnostics.with_findings(singular)
     one_class = one_class_findings(fit, checks.one_class)
     Diagnostics(tuple(one_class)).enforce(stacklevel=3)
-    fit.diagnostics = diagnostics.with_findings(one_class)
+    fit = replace(fit, diagnostics=diagnostics.with_findings(one_class))  # (the PSIS check reads the findings)
     if fit.method == "gibbs":  # (after the identifiability findings, which can be why the chains cannot settle)
         _warn_mcmc(fit)
-    check_at_fit_end(fit, checks.vb_check)
+    fit, kept = check_at_fit_end(fit, checks.vb_check)
+    return replace(fit, end_of_fit_check=kept, call=_record(options, fit))
 
 
 register_refit("bsvm", bsvm)  # cross-fitting (results/crossfit.py) refits through it
@@ -364,11 +365,15 @@ def _classes_kept(formula: str, data: pd.DataFrame, response: str, levels: tuple
     return kept
 
 
-def _recorded(options: dict, fit):
-    """``fit`` with the record of its call (:class:`bayesvm.results.crossfit.FitCall`) for cross-fitting."""
+def _record(options: dict, fit):
+    """The record of the call that made ``fit`` (:class:`bayesvm.results.crossfit.FitCall`), for cross-fitting."""
     design = fit.model.design
-    fit.call = record_call("bsvm", options["formula"], options["data"], options, design.row_index, design.parsed.fixed)
-    return fit
+    return record_call("bsvm", options["formula"], options["data"], options, design.row_index, design.parsed.fixed)
+
+
+def _recorded(options: dict, fit):
+    """``fit`` built again with the record of its call (:func:`_record`)."""
+    return replace(fit, call=_record(options, fit))
 
 
 def _request(model, method: str, vb: str | None, seed, control: Control, nodes=None):

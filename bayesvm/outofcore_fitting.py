@@ -62,8 +62,7 @@ def fit_streamed(formula, data, *, method, positive, missing, standardize, penal
     model = model if run.model is None else run.model
     Fit = KernelFit if kernel is not None else BSVMFit
     note = {} if kernel is not None else {"vb_note": run.vb_note}
-    fit = Fit(model=model, problem=run.problem, method=method, result=run.result, data_name=data_name(data), tol=tol,
-              **note)  # fmt: skip
     if diagnostics is not None:
-        fit.diagnostics = diagnostics
-    return fit
+        note["diagnostics"] = diagnostics
+    return Fit(model=model, problem=run.problem, method=method, result=run.result, data_name=data_name(data), tol=tol,
+               **note)  # fmt: skip

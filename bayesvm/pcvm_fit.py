@@ -95,10 +95,10 @@ def pcvm(
     model = build_kernel_model(design, RBF() if kernel is None else kernel, standardize, "all", "kmeans", 0)
     request = FitRequest(method, None, seed, Control(max_iter=max_iter), family="pcvm")
     run = route_for(model, request).run(model, request)
-    fit = PCVMFit(model=model, problem=run.problem, method=method, result=run.result, data_name=data_name(data))
     options["seed"] = seed
-    fit.call = record_call("pcvm", formula, data, options, design.row_index, design.parsed.fixed)
-    return fit
+    call = record_call("pcvm", formula, data, options, design.row_index, design.parsed.fixed)
+    return PCVMFit(model=model, problem=run.problem, method=method, result=run.result, data_name=data_name(data),
+                   call=call)  # fmt: skip
 
 
 register_refit("pcvm", pcvm)  # cross-fitting (results/crossfit.py) refits through it

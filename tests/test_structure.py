@@ -126,3 +126,19 @@ def test_nothing_compares_type_names():
         )
     ]  # fmt: skip
     assert offenders == []
+
+
+def test_fits_and_results_are_never_changed_after_they_are_built():
+    """A fit (and an engine's result) is built once with everything it holds: nothing assigns to an attribute of a
+    name ``fit``, ``*_fit``, ``result`` or ``*_result`` from outside (a post-fit step builds a new one with
+    ``dataclasses.replace``), so what a user holds never changes under them."""
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}: {target.value.id}.{target.attr}"
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+        and (target.value.id in ("fit", "result") or target.value.id.endswith(("_fit", "_result")))
+    ]  # fmt: skip
+    assert offenders == []

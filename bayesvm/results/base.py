@@ -73,12 +73,14 @@ class Fit(ABC):
     result: object
     data_name: str = "data"
     tol: float = 1e-8
+    #: how the fit was made (:class:`bayesvm.results.crossfit.FitCall`), given by ``bsvm()`` / ``pcvm()`` when they
+    #: build the fit (None: a fit built directly)
+    call: object = field(default=None, kw_only=True, repr=False, compare=False)
     #: the posterior summaries of ``result`` (:meth:`_make_posterior`), made when the fit is built
     posterior: object = field(init=False, repr=False, compare=False, default=None)
 
     # defaults for fits restored from files written before these attributes existed
     _calibration = None
-    call = None
     #: what :meth:`log_likelihood` is (the ArviZ export's ``log_likelihood`` group says it)
     likelihood_note = "normalised hinge pseudo-likelihood, not a true likelihood"
 
@@ -86,8 +88,6 @@ class Fit(ABC):
         self.posterior = self._make_posterior()
         #: the probability map, learned on first use (:meth:`calibrate`)
         self._calibration = None
-        #: how the fit was made (:class:`bayesvm.results.crossfit.FitCall`), set by ``bsvm()`` / ``pcvm()``
-        self.call = None
 
     # ----- what a view supplies -------------------------------------------------------
     @abstractmethod
@@ -481,14 +481,14 @@ class Fit(ABC):
         if call is None or call.data is None or isinstance(call.data, pd.DataFrame):
             return save_fit(self, path, key)
         # out-of-core data are a lazy graph, not data: the file keeps the call without them (a loaded fit keeps
-        # its learned probability map; re-calibrating it needs held-out rows)
+        # its learned probability map; re-calibrating it needs held-out rows).  A shallow copy carries the learned
+        # map and leaves this fit as it is.
+        import copy
         from dataclasses import replace
 
-        self.call = replace(call, data=None)
-        try:
-            return save_fit(self, path, key)
-        finally:
-            self.call = call
+        stored = copy.copy(self)
+        stored.call = replace(call, data=None)
+        return save_fit(stored, path, key)
 
     def to_inference_data(self, draws: int = 1000, seed: int | None = 0, log_likelihood: bool = True):
         """ArviZ object (:mod:`bayesvm.results.arviz`): ``posterior`` (VB: ``draws`` draws from q; Gibbs: the

@@ -4,7 +4,7 @@ selection and imputation), on the shared :class:`~bayesvm.results.base.Fit`."""
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -58,16 +58,19 @@ class BSVMFit(Fit):
     tol: float = 1e-8
     #: why the default ``vb=None`` chose another engine than the accurate fit for this fit (``None`` otherwise)
     vb_note: str | None = None
+    #: findings of the checks run before and after the engine (:mod:`bayesvm.checks`), given when the fit is built
+    diagnostics: Diagnostics = field(default=Diagnostics(), kw_only=True, repr=False, compare=False)
+    #: the PSIS check run at the fit's end (a ``VBCheck``), why it could not run (a string), or None where it was not
+    #: run (:func:`bayesvm.results.vb_check.check_at_fit_end`)
+    end_of_fit_check: object = field(default=None, kw_only=True, repr=False, compare=False)
 
     # defaults for fits restored from files written before these attributes existed
     _vb_check = None
-    diagnostics = Diagnostics()
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        #: the last check the user ran (:meth:`check_vb`), kept for ``summary()``
         self._vb_check = None
-        #: findings of the identifiability checks run before the engine (:mod:`bayesvm.checks`)
-        self.diagnostics = Diagnostics()
 
     def check_vb(self, draws: int | None = None, seed: int | None = 0, warn: bool = True):
         """PSIS check of a VB fit against the exact pseudo-posterior (see :mod:`bayesvm.results.vb_check`).
@@ -109,13 +112,9 @@ class BSVMFit(Fit):
 
     @property
     def last_vb_check(self):
-        """The PSIS check :meth:`check_vb` kept (a ``VBCheck``), why the end-of-fit check could not run (a string),
-        or ``None`` where neither has happened."""
-        return self._vb_check
-
-    def note_vb_check_failure(self, reason: str) -> None:
-        """Keep why the end-of-fit PSIS check could not run, for ``summary()`` to print in its place."""
-        self._vb_check = reason
+        """The last PSIS check :meth:`check_vb` kept (a ``VBCheck``), else the end-of-fit check
+        (:attr:`end_of_fit_check`: a ``VBCheck``, or why it could not run), or ``None`` where neither ran."""
+        return self.end_of_fit_check if self._vb_check is None else self._vb_check
 
     def _make_posterior(self):
         return posterior_view(self.result)

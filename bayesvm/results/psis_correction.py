@@ -44,7 +44,7 @@ Gibbs's but its intercept 0.19 Gibbs SDs off (EP's: 0.02).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -149,10 +149,11 @@ def correction_map(moments: ThetaMoments) -> tuple[np.ndarray, np.ndarray, np.nd
     return moves_mean | moves_sd, shift, ratio
 
 
-def correct_fixed(fit, moments: ThetaMoments, khat: float, draws: int, source: str = "") -> FixedCorrection | None:
-    """Carry every node of an accurate fit by the correction map (module docstring), in place; None (and nothing
-    changed) where no fixed effect differs beyond Monte Carlo error, the ESS is below :data:`MIN_ESS` or a node is
-    not on the dense path.
+def correct_fixed(fit, moments: ThetaMoments, khat: float, draws: int, source: str = ""):
+    """The fit with every node of its accurate result carried by the correction map (module docstring): a new fit
+    whose result holds the moved nodes and the :class:`FixedCorrection` (``fit`` and its result stay as they are);
+    None where no fixed effect differs beyond Monte Carlo error, the ESS is below :data:`MIN_ESS` or a node is not on
+    the dense path.
 
     Only the fixed effects (the first ``p`` model columns) are tested and moved: ``f -> c_f + s_f + A (f - c_f)``.
     Every other dense coefficient (a ``gp()`` term's basis, a term not integrated out) keeps its conditional given
@@ -179,8 +180,9 @@ def correct_fixed(fit, moments: ThetaMoments, khat: float, draws: int, source: s
             return None
         matrix[p:, :p] = regression @ (np.diag(ratio) - np.eye(p))
         shift[p:] = regression @ shift_fixed
-    result.thetas = [t.moved(center, shift, matrix) for t in result.thetas]
-    after, after_sd = _reported(fit)
+    moved_nodes = replace(result, thetas=[t.moved(center, shift, matrix) for t in result.thetas])
+    corrected_fit = replace(fit, result=moved_nodes)
+    after, after_sd = _reported(corrected_fit)
     with np.errstate(divide="ignore", invalid="ignore"):
         moved = np.where(before_sd > 0, (after - before) / before_sd, 0.0)
         scaled = np.where(before_sd > 0, after_sd / before_sd, 1.0)
@@ -190,8 +192,7 @@ def correct_fixed(fit, moments: ThetaMoments, khat: float, draws: int, source: s
         names=tuple(n for n, c in zip(names, changed) if c), shift=moved[changed], sd_ratio=scaled[changed],
         khat=float(khat), draws=int(draws), ess=moments.ess, source=source,
     )  # fmt: skip
-    result.fixed_correction = record
-    return record
+    return replace(corrected_fit, result=replace(moved_nodes, fixed_correction=record))
 
 
 def mixture_moments(result) -> tuple[np.ndarray, np.ndarray]:

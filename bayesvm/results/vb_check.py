@@ -198,8 +198,11 @@ def not_run_by_itself(fit) -> str | None:
     return None
 
 
-def check_at_fit_end(fit, action: str = "warn") -> None:
-    """Run the check at the end of a VB fit (``bsvm()`` calls it) and warn once when it fails.
+def check_at_fit_end(fit, action: str = "warn"):
+    """Run the check at the end of a VB fit (``bsvm()`` calls it) and warn once when it fails; returns ``(fit, kept)``:
+    the fit to report (where the check's weights correct the accurate fit's fixed effects,
+    :func:`bayesvm.results.psis_correction.correct_fixed`, a new fit with the moved nodes) and what its
+    ``end_of_fit_check`` keeps (the check, why it could not run, or None where it was not run).
 
     A user who reads ``fit.fixef`` or predicts without printing the summary must still hear when q is off (R's geepack
     ``muscatine``, ``obese ~ gender + age + I(age**2) + (1 | id)`` on 9,856 rows, has k-hat 1.5 and an intercept 2
@@ -207,7 +210,7 @@ def check_at_fit_end(fit, action: str = "warn") -> None:
     end of every VB fit it covers (:func:`not_run_by_itself`) and warns (:class:`bayesvm.errors.ApproximationWarning`,
     :func:`check_warning`) when k-hat exceeds 0.7 or the importance weights move a reported mean by half of q's SD or
     more, naming the parameter.
-    The result is kept, so ``summary()`` prints the same verdict without running it again.  Not run where the verdict
+    The check is kept, so ``summary()`` prints the same verdict without running it again.  Not run where the verdict
     would mislead: after an identifiability finding that leaves the posterior shaped by the prior (``summary()`` says
     so instead), or an accurate fit that did not converge (its own warning says so).  A check that cannot run (q's
     covariance refuses a Cholesky factor) never breaks the fit: ``summary()`` says why there is none.
@@ -221,26 +224,26 @@ def check_at_fit_end(fit, action: str = "warn") -> None:
         ``summary()``.
     """
     if action == "ignore" or not fit.posterior.approximate:
-        return
+        return fit, None
     if not_run_by_itself(fit) is not None:
-        return
+        return fit, None
     if fit.posterior.over_nodes and not fit.result.converged:
-        return
+        return fit, None
     if any(f.check not in IDENTIFIED_FINDINGS and f.action in ("warn", "stop") for f in fit.diagnostics.findings):
-        return
+        return fit, None
     try:
         check = fit.check_vb(warn=False)
         if fit.posterior.over_nodes and check.marginal_khat is not None and check.theta_moments is not None:
             source = "" if check.adapted is None else check.adapted.describe()
-            if correct_fixed(fit, check.theta_moments, check.governing_khat, check.draws, source) is not None:
-                # the verdict is about what is reported: the corrected q, with fresh draws
-                check = fit.check_vb(seed=RECHECK_SEED, warn=False)
+            corrected = correct_fixed(fit, check.theta_moments, check.governing_khat, check.draws, source)
+            if corrected is not None:  # the verdict is about what is reported: the corrected q, with fresh draws
+                fit, check = corrected, corrected.check_vb(seed=RECHECK_SEED, warn=False)
     except BayesvmError as exc:
-        fit.note_vb_check_failure(f"no PSIS check: {exc}")
-        return
+        return fit, f"no PSIS check: {exc}"
     message = check_warning(check)
     if message is not None:  # (named at the user's call: this, the fit's post-fit checks, bsvm, the caller)
         warnings.warn(message, ApproximationWarning, stacklevel=4)
+    return fit, check
 
 
 def check_warning(check: VBCheck) -> str | None:

@@ -266,3 +266,21 @@ def test_conf_int_is_the_summarys_interval(fit):
     assert np.all(table["5%"] < fit.fixef) and np.all(fit.fixef < table["95%"])
     wider = fit.conf_int()
     assert np.all(wider["2.5%"] < table["5%"]) and np.all(wider["97.5%"] > table["95%"])
+
+
+def test_reading_predicting_and_saving_leave_the_fit_as_bsvm_built_it(grouped, tmp_path):
+    """The fit ``bsvm()`` returns holds its checks' findings, its PSIS check and its call from the start; summaries,
+    predictions, draws and saving (out-of-core calls included, which save without their lazy data) change none of
+    its fields, only the memos of what was computed on request (the probability map, the last check)."""
+    from dataclasses import fields
+
+    fit = bayesvm.bsvm("y ~ x1 + x2 + (1 | g)", grouped)
+    assert fit.call is not None and fit.end_of_fit_check is not None and fit.last_vb_check is fit.end_of_fit_check
+    before = {f.name: getattr(fit, f.name) for f in fields(fit)}
+    str(fit.summary())
+    fit.predict(grouped.head(5), kind="prob")
+    fit.predict_interval(grouped.head(5))
+    fit.to_inference_data(draws=50)
+    fit.save(tmp_path / "fit.bsvm")
+    assert all(getattr(fit, name) is value for name, value in before.items())
+    assert fit.learned_calibration is not None

@@ -63,7 +63,7 @@ def test_joint_imputation_fits_are_checked_and_the_advice_names_the_same_model()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit = bayesvm.bsvm("y ~ a + b + c", data, missing="impute")
-    check = fit._vb_check
+    check = fit.last_vb_check
     assert check is not None and not isinstance(check, str)
     assert check.detail == "imputed values integrated out exactly"
     text = str(fit.summary())

@@ -73,6 +73,24 @@ def test_corrected_fit_matches_quadrature(fits):
     assert raw.result.fixed_correction is None  # vb_check="ignore": no check, so nothing corrected
 
 
+def test_the_correction_builds_a_new_fit_and_leaves_the_one_it_read(fits):
+    """``correct_fixed`` returns a new fit whose result holds the moved nodes; the fit it read (EP's nodes) keeps its
+    result, nodes and coefficients exactly: what ``bsvm()`` returns is built once and nothing changes it later."""
+    from bayesvm.results.psis_correction import correct_fixed
+
+    raw, _ = fits
+    check = raw.check_vb(warn=False)
+    thetas, means = list(raw.result.thetas), [t.mean_d.copy() for t in raw.result.thetas]
+    fixef = raw.fixef.to_numpy().copy()
+    moved = correct_fixed(raw, check.theta_moments, check.governing_khat, check.draws)
+    assert moved is not None and moved is not raw and moved.result is not raw.result
+    assert moved.result.fixed_correction is not None and raw.result.fixed_correction is None
+    assert all(a is b for a, b in zip(raw.result.thetas, thetas))
+    assert all(np.array_equal(t.mean_d, m) for t, m in zip(raw.result.thetas, means))
+    np.testing.assert_array_equal(raw.fixef.to_numpy(), fixef)
+    assert np.max(np.abs(moved.fixef.to_numpy() - fixef)) > 1e-3
+
+
 def test_predictions_read_the_corrected_nodes(fits):
     """``predict`` reads the moved nodes: the fixed part of the link is the corrected coefficients', not EP's."""
     raw, corrected = fits

@@ -1,4 +1,5 @@
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -93,7 +94,7 @@ def test_the_fit_runs_the_check_warns_once_naming_the_parameter_and_summary_prin
     # the importance-sampled node weights put the patient variance where the exact marginal posterior has it (13.4;
     # EP's weights: 11.7, Gibbs 13.5): the check passes the fit without a word
     assert not [w for w in caught if issubclass(w.category, ApproximationWarning)]
-    assert fit._vb_check.marginal_khat < 0.5 and fit._vb_check.moved is None
+    assert fit.last_vb_check.marginal_khat < 0.5 and fit.last_vb_check.moved is None
     verdict = next(line for line in str(fit.summary()).splitlines() if "fixed effects and variance components:" in line)
     assert verdict.split()[0] == "OK"
     # EP's own node weights (the fit before importance-sampled weights) are what the check is there to catch
@@ -103,10 +104,10 @@ def test_the_fit_runs_the_check_warns_once_naming_the_parameter_and_summary_prin
         fit = bayesvm.bsvm(formula, data, penalty=None)
     told = [w for w in caught if issubclass(w.category, ApproximationWarning)]
     assert len(told) == 1 and "'sigma^2 (1 | patientID)'" in str(told[0].message)
-    check = fit._vb_check
+    check = fit.last_vb_check
     assert check is not None and check.draws == 1000
     text = str(fit.summary())
-    assert fit._vb_check is check  # not run again
+    assert fit.last_vb_check is check  # not run again
     assert check is not None and check.marginal_khat < 0.5 < 0.7 < check.khat
     lines = text.splitlines()
     verdict = next(line for line in lines if "fixed effects and variance components:" in line)
@@ -121,13 +122,13 @@ def test_the_fit_runs_the_check_warns_once_naming_the_parameter_and_summary_prin
     with pytest.warns(ApproximationWarning, match=r"k-hat \(fixed effects and variance components\) = .* > 0.7"):
         meanfield = bayesvm.bsvm(formula, data, penalty=None, vb="meanfield")
     text = str(meanfield.summary())
-    assert meanfield._vb_check.marginal_khat > 0.7
+    assert meanfield.last_vb_check.marginal_khat > 0.7
     verdict = next(line for line in text.splitlines() if "fixed effects and variance components:" in line)
-    assert verdict.split()[0] == "FAIL" and f"k-hat = {meanfield._vb_check.marginal_khat:.2f} > 0.7" in verdict
+    assert verdict.split()[0] == "FAIL" and f"k-hat = {meanfield.last_vb_check.marginal_khat:.2f} > 0.7" in verdict
     assert "unreliable" in verdict
     # a failed check points where q and its weighted draws disagree most: mean-field VB shrinks the patient variance
     # about threefold (4.1 against Gibbs's 13.5, the vignette), the largest of its errors
-    suspects = meanfield._vb_check.suspects
+    suspects = meanfield.last_vb_check.suspects
     assert len(suspects) == 3 and "sigma^2 (1 | patientID)" in suspects
     assert "disagree most on " + ", ".join(repr(n) for n in suspects) in verdict
 
@@ -139,8 +140,8 @@ def test_checks_vb_check_ignore_leaves_the_check_to_summary(toenail):
             "outcome ~ visit * treatment + (1 | patientID)", toenail, penalty=None,
             checks=bayesvm.Checks(vb_check="ignore"),
         )  # fmt: skip
-    assert fit._vb_check is None
-    assert "fixed effects and variance components:" in str(fit.summary()) and fit._vb_check is not None
+    assert fit.last_vb_check is None
+    assert "fixed effects and variance components:" in str(fit.summary()) and fit.last_vb_check is not None
 
 
 def test_no_check_at_the_end_of_a_fit_the_identifiability_checks_distrust():
@@ -156,7 +157,7 @@ def test_no_check_at_the_end_of_a_fit_the_identifiability_checks_distrust():
         fit = bayesvm.bsvm("y ~ x + z", frame)
     assert any("'x'" in str(w.message) for w in caught)
     assert not any(issubclass(w.category, ApproximationWarning) for w in caught)
-    assert fit._vb_check is None and "no verdict" in str(fit.summary())
+    assert fit.last_vb_check is None and "no verdict" in str(fit.summary())
 
 
 def _quadrature_log_integrals(y, eta, v, codes, sigma2, n_levels, u) -> np.ndarray:
@@ -381,7 +382,7 @@ def test_random_effects_the_check_cannot_integrate_out_get_a_caution_not_a_failu
     assert check.marginal_khat is None and check.joint_only == 2 + 2 * 12
     failed = VBCheck(khat=0.9, draws=1000, fixef=None, joint_only=check.joint_only)
     assert check_warning(failed) is None and failed.verdict.startswith("not judged")
-    fit._vb_check = failed
+    fit = replace(fit, end_of_fit_check=failed)  # (a fit whose end-of-fit check failed so)
     line = next(line for line in str(fit.summary()).splitlines() if "coefficients jointly" in line)
     assert line.split()[0] == "CAUTION" and "all 26 coefficients jointly: k-hat = 0.90 > 0.7" in line
     plain = VBCheck(khat=0.9, draws=1000, fixef=None, suspects=("x",))
@@ -399,7 +400,7 @@ def test_a_check_that_cannot_factorise_q_never_breaks_the_fit(monkeypatch):
     y = (rng.random(300) < 1 / (1 + np.exp(-(x + rng.normal(0, 1, 30)[g])))).astype(int)
     data = pd.DataFrame({"x": x * 1e6, "g": g, "y": y})
     fit = bayesvm.bsvm("y ~ x + (1 | g)", data, standardize=False)
-    assert fit._vb_check.marginal_khat < 0.7
+    assert fit.last_vb_check.marginal_khat < 0.7
 
     def refuse(*args, **kwargs):
         raise np.linalg.LinAlgError("Matrix is not positive definite")
@@ -408,7 +409,7 @@ def test_a_check_that_cannot_factorise_q_never_breaks_the_fit(monkeypatch):
 
     monkeypatch.setattr(vb_check, "check_vb", refuse)
     fit = bayesvm.bsvm("y ~ x + (1 | g)", data, standardize=False)
-    assert isinstance(fit._vb_check, str) and "standardize=True" in fit._vb_check
+    assert isinstance(fit.last_vb_check, str) and "standardize=True" in fit.last_vb_check
     assert "no PSIS check: the PSIS check could not factorise" in str(fit.summary())
     with pytest.raises(bayesvm.BayesvmError, match="could not factorise"):
         fit.check_vb()
