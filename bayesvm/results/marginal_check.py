@@ -38,6 +38,27 @@ from ..engines.linear.node_evidence import (
 )
 
 
+def integration_note(problem) -> str:
+    """How the marginal check treats the random effects of ``problem``, for ``summary()``: the term integrated out
+    exactly, and the coefficients of any other random-effect term (a crossed or second factor), which are drawn from
+    q with the fixed effects, so that the check's k-hat is then partly a joint one over them."""
+    skip = integrable_component(problem)
+    if skip is None:
+        return ""
+    exact = f"random effects of {problem.components[skip].name} integrated out exactly"
+    others = [
+        f"the {comp.index.size} of {comp.name}"
+        for j, comp in enumerate(problem.components)
+        if j != skip and not comp.blocked and comp.source >= 0  # (random-effect terms: not the penalty, not gp())
+    ]
+    if not others:
+        return exact
+    return (
+        f"{exact}; {' and '.join(others)} drawn with the fixed effects, so k-hat is partly a joint one over them "
+        "(strict in high dimension)"
+    )
+
+
 def marginal_proposal(fit, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``draws`` independent draws ``(theta_d, phi, log q)`` from q's marginal (cheap: the exact ``log p`` at them,
     :func:`marginal_ratios`, is the check's cost)."""

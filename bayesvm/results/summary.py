@@ -18,6 +18,7 @@ from ..model.problems import PENALTY_SOURCE
 from ..outofcore import StreamedDesign
 from ..priors import InverseGamma
 from .imputation_check import covers as imputation_covers
+from .marginal_check import integration_note
 from .summary_checks import SELECTION_EP_CAVEAT, checks_section
 from .vb_check import VBCheck, not_run_by_itself
 
@@ -112,6 +113,8 @@ def build_summary(fit, level: float = 0.95, detail: bool = False) -> Summary:
     _engine_info(fit, info, reference, diagnostics)
     if fit.posterior.approximate:
         info["psis"] = _vb_check(fit)
+        if isinstance(info["psis"], VBCheck) and info["psis"].marginal_khat is not None:
+            info["integration"] = integration_note(fit.problem)
     elif info["report"] == "pooled":  # multiple imputation: why there is no PSIS check
         info["psis"] = imputation_covers(fit)
     info["vb_note"] = fit.vb_note

@@ -200,7 +200,7 @@ def _approximation_checks(info: dict) -> list[str]:
     if check.adapted is not None and check.moved is None:
         out.append(_adapted_verdict(check.adapted))
     else:
-        detail = "random effects integrated out exactly"
+        detail = info.get("integration") or "random effects integrated out exactly"
         if check.adapted is not None:
             detail += f"; {check.adapted.describe()}"
         out.append(

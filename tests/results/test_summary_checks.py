@@ -87,3 +87,29 @@ def test_the_mean_field_caveat_names_the_pooled_fits(grouped):
     assert "mean-field VB with q(beta, u) per data set q(a)" in text
     assert "compare with method='gibbs' before relying" in text
     assert "Approximation:" not in text and "{" not in text
+
+
+def test_the_marginal_check_says_which_random_effects_it_integrates_exactly():
+    """With two crossed factors the marginal check integrates the blocked factor's effects exactly and draws the other
+    factor's from q with the fixed effects: the check's line names both (its k-hat is then partly a joint one), where
+    with one factor it says that factor's effects are integrated out exactly."""
+    import pandas as pd
+
+    from bayesvm.results.marginal_check import integration_note
+
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 40, 400), rng.integers(0, 12, 400)
+    x = rng.standard_normal(400)
+    f = x + rng.normal(0, 1.0, 40)[a] + rng.normal(0, 0.7, 12)[b]
+    data = pd.DataFrame({"y": np.where(f + rng.standard_normal(400) > 0, "p", "n"), "x": x, "a": a, "b": b})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        crossed = bayesvm.bsvm("y ~ x + (1 | a) + (1 | b)", data, penalty=None)
+        single = bayesvm.bsvm("y ~ x + (1 | a)", data, penalty=None)
+    note = integration_note(crossed.problem)
+    assert note.startswith("random effects of (1 | a) integrated out exactly; the 12 of (1 | b) drawn with the fixed")
+    line = next(s for s in str(crossed.summary()).splitlines() if "fixed effects and variance components" in s)
+    assert "the 12 of (1 | b) drawn with the fixed effects" in line
+    assert integration_note(single.problem) == "random effects of (1 | a) integrated out exactly"
+    line = next(s for s in str(single.summary()).splitlines() if "fixed effects and variance components" in s)
+    assert "random effects of (1 | a) integrated out exactly)" in line
