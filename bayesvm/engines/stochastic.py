@@ -17,11 +17,18 @@ Step sizes (``learning_rate``):
 Stopping rule (:class:`WindowRule`): minibatch estimates of the bound are too noisy to stop on, so each engine
 evaluates the bound on a fixed monitor set every ``window`` steps, and stops when the mean of the last three checks
 differs from the mean of the three before by less than ``tol`` relative.
+
+One driver (:func:`stochastic_ascent`) runs every stochastic engine: each step draws a minibatch, records the bound's
+estimate on it, moves q's natural parameters ``lambda <- (1 - rho) lambda + rho lambda_hat`` towards the minibatch's
+target ``lambda_hat`` (Hoffman et al. 2013, eq. 19; Wenzel et al. 2017, Alg. 1) and lets the engine update the rest
+(:class:`StochasticState`); the driver owns the step sizes, the monitor checks, the stopping rule and the traces.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -106,3 +113,77 @@ class WindowRule:
 def natural_vector(precision: np.ndarray, eta: np.ndarray) -> np.ndarray:
     upper = np.triu_indices(eta.size)
     return np.concatenate([eta, precision[upper]])
+
+
+class StochasticState(Protocol):
+    """One stochastic engine's state as :func:`stochastic_ascent` asks it."""
+
+    def natural(self) -> np.ndarray:
+        """q's natural parameters as one vector (:func:`natural_vector`)."""
+        ...
+
+    def estimate(self, batch: tuple[np.ndarray, np.ndarray]) -> tuple[float, tuple[np.ndarray, np.ndarray]]:
+        """For a minibatch ``(rows, signed responses)``: the whole bound estimated from it under the current q, and
+        the natural parameters ``(precision, eta)`` q would take from it alone (the noisy target)."""
+        ...
+
+    def move(self, rho: float, target: tuple[np.ndarray, np.ndarray], step: int) -> None:
+        """q's natural parameters a step ``rho`` towards ``target``, then the engine's own updates at ``step``."""
+        ...
+
+    def monitor(self, step: int) -> float:
+        """The whole bound on the monitor rows (the stopping rule's input)."""
+        ...
+
+    def settled(self, step: int) -> bool:
+        """Whether the stopping rule being met ends the run; False: the engine moved to its next phase, and the
+        monitor checks start again."""
+        ...
+
+
+@dataclass(frozen=True)
+class StochasticRun:
+    """What :func:`stochastic_ascent` records: the minibatch estimates of the bound (noisy, not monotone), the monitor
+    checks since the last phase began, whether the stopping rule ended the run, the steps taken and why it stopped."""
+
+    estimates: np.ndarray
+    checks: np.ndarray
+    converged: bool
+    n_iter: int
+    stopping: str
+
+
+def stochastic_ascent(
+    state: StochasticState,
+    next_batch: Callable[[], tuple[np.ndarray, np.ndarray]],
+    steps: StepSize,
+    stop: WindowRule,
+    *,
+    max_iter: int,
+    window: int,
+) -> StochasticRun:
+    """Run ``state`` (module docstring) for at most ``max_iter`` steps of minibatches ``next_batch()``; the adaptive
+    step size is first primed on ``steps.warmup`` minibatches at the initial q (Ranganath et al. 2013's warm start)."""
+    if steps.rule == "adaptive":
+        primes = []
+        for _ in range(steps.warmup):
+            target = state.estimate(next_batch())[1]
+            primes.append(natural_vector(*target) - state.natural())
+        steps.prime(primes)
+    estimates: list[float] = []
+    checks: list[float] = []
+    converged, it = False, 0
+    for it in range(1, max_iter + 1):
+        estimate, target = state.estimate(next_batch())
+        estimates.append(estimate)
+        state.move(steps(natural_vector(*target) - state.natural()), target, it)
+        if it % window == 0:
+            checks.append(state.monitor(it))
+            if stop.done(checks):
+                if state.settled(it):
+                    converged = True
+                    break
+                checks = []
+    if not converged:
+        stop.message = f"stopped at max_iter = {max_iter} steps before the window rule was met"
+    return StochasticRun(np.array(estimates), np.array(checks), converged, it, stop.message)

@@ -22,6 +22,7 @@ deterministic function of ``q``.  The per-step minibatch estimates are kept as `
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import linalg
@@ -29,7 +30,7 @@ from scipy import linalg
 from ...linalg.dense import runs_with_blas_threads
 from ..augmentation import data_lower_bound, update_chi
 from ..batches import engine_batches, row_classes
-from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
+from ..stochastic import StepSize, WindowRule, natural_vector, stochastic_ascent, validate_learning_rate
 from .vb import (
     KernelProblem,
     KernelVBResult,
@@ -97,82 +98,106 @@ def fit_svi(
     """
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    kernel = problem.kernel
-    Z = np.array(locations, dtype=float)
     rule = validate_learning_rate(learning_rate)
     batches = engine_batches(problem.X, problem.y, problem.weights, batch_size, rng, batches)  # (docstring)
-    weighted = problem.weights is not None
+    jitter = absolute_jitter(problem.kernel, problem.X) if jitter is None else jitter
+    sizes = problem.kernel.log_params().size
+    schedule = HyperSchedule(Adam(sizes, hyper_rate), hyper_every, warmup) if learn and sizes > 0 else None
+    state = KernelStochasticState(
+        problem, np.array(locations, dtype=float), jitter, batches.n, batches.monitor_rows(monitor, rng), schedule,
+        callback=callback, started=t0,
+    )  # fmt: skip
+    run = stochastic_ascent(state, batches.next, StepSize(rule, warmup), WindowRule(tol), max_iter=max_iter,
+                            window=window)  # fmt: skip
+    return KernelVBResult(
+        kernel=state.kernel, locations=state.Z, jitter=jitter, mean=state.q.mean.copy(), cov=state.q.cov.copy(),
+        chi=None, lower_bound=run.estimates, converged=run.converged, n_iter=run.n_iter,
+        elapsed=time.perf_counter() - t0, engine="svi", hyper_trace=np.array(state.trace), stopping=run.stopping,
+        batch_size=batches.size, monitor_bounds=run.checks,
+    )  # fmt: skip
 
-    def classes(signed):
-        return row_classes(signed, weighted)
 
-    n = batches.n
-    jitter = absolute_jitter(kernel, problem.X) if jitter is None else jitter
-    learning = learn and kernel.log_params().size > 0
-    q = Whitened.prior(len(Z))
-    Lm, _ = projection(kernel, Z, Z[:1], jitter)
-    steps = StepSize(rule, warmup)
-    adam = Adam(kernel.log_params().size, hyper_rate)
-    stop = WindowRule(tol)
-    estimates: list[float] = []
-    checks: list[float] = []
-    X_check, y_check = batches.monitor_rows(monitor, rng)
-    trace = [kernel.log_params()]
+@dataclass(frozen=True)
+class HyperSchedule:
+    """When and how the kernel's hyperparameters move during SVI: an Adam step (:class:`Adam`) every ``every`` steps
+    after the first ``after``."""
 
-    def minibatch():
-        Xs, signed = batches.next()
-        ys, ws = classes(signed)
-        A = linalg.solve_triangular(Lm, kernel.matrix(Z, Xs), lower=True)
-        mean_f, e = margin_moments(ys, A, kernel.diag(Xs), q)
+    adam: Adam
+    every: int
+    after: int
+
+
+class KernelStochasticState:
+    """Inducing-point SVI's state for :func:`bayesvm.engines.stochastic.stochastic_ascent` (Wenzel et al. 2017,
+    Alg. 1): the whitened ``q(v)`` of the inducing values at locations ``Z`` by its natural parameters, the kernel
+    (its hyperparameters moved by ``schedule``, None: held) and their trace; ``n`` rows in all, ``monitor_rows`` the
+    monitor set; ``callback(step, seconds, snapshot)`` at every monitor check (seconds since ``started``)."""
+
+    def __init__(self, problem, Z, jitter, n, monitor_rows, schedule: HyperSchedule | None, *, callback=None,
+                 started: float = 0.0) -> None:  # fmt: skip
+        self.problem, self.Z, self.jitter, self.n, self.monitor_rows = problem, Z, jitter, n, monitor_rows
+        self.kernel, self.schedule, self.callback, self.started = problem.kernel, schedule, callback, started
+        self.q = Whitened.prior(len(Z))
+        self.Lm, _ = projection(self.kernel, Z, Z[:1], jitter)
+        self.trace = [self.kernel.log_params()]
+        self.checks: list[float] = []  # (the monitor bounds so far, for the callback's snapshot)
+        self.last = None  # the last minibatch's (rows, classes, weights, chi, scale), for the hyperparameters' step
+
+    def classes(self, signed):
+        return row_classes(signed, self.problem.weights is not None)
+
+    def natural(self) -> np.ndarray:
+        return natural_vector(self.q.precision, self.q.eta)
+
+    def estimate(self, batch):
+        """The bound's estimate on the minibatch (its data term scaled by ``n/s``, minus the whitened KL) and its
+        natural target (eq. 14 of Wenzel et al. in the whitened parameters), at ``chi`` optimal under the current q."""
+        Xs, signed = batch
+        ys, ws = self.classes(signed)
+        A = linalg.solve_triangular(self.Lm, self.kernel.matrix(self.Z, Xs), lower=True)
+        mean_f, e = margin_moments(ys, A, self.kernel.diag(Xs), self.q)
         chi = update_chi(e)
-        scale = n / ys.size
-        estimate = scale * data_lower_bound(ys, mean_f, e, chi, ws) - gaussian_kl_whitened(q.mean, q.cov_chol)
-        return Xs, ys, ws, A, chi, scale, estimate
+        scale = self.n / ys.size
+        estimate = scale * data_lower_bound(ys, mean_f, e, chi, ws) - gaussian_kl_whitened(self.q.mean, self.q.cov_chol)
+        self.last = (Xs, ys, ws, chi, scale)
+        return estimate, natural_target(ys, A, chi, scale, ws)
 
-    if rule == "adaptive":  # warm start of the adaptive rate at the initial q
-        primes = []
-        for _ in range(warmup):
-            Xs, ys, ws, A, chi, scale, _ = minibatch()
-            target = natural_target(ys, A, chi, scale, ws)
-            primes.append(natural_vector(*target) - natural_vector(q.precision, q.eta))
-        steps.prime(primes)
-    converged, it = False, 0
-    for it in range(1, max_iter + 1):
-        Xs, ys, ws, A, chi, scale, estimate = minibatch()
-        estimates.append(estimate)
-        precision_hat, eta_hat = natural_target(ys, A, chi, scale, ws)
-        rho = steps(natural_vector(precision_hat, eta_hat) - natural_vector(q.precision, q.eta))
+    def move(self, rho: float, target, step: int) -> None:
+        """The natural step; every ``schedule.every`` steps after ``schedule.after`` an Adam step of the kernel's
+        hyperparameters by eq. (12) with ``q(u)`` held fixed (Wenzel's A.3), the same ``q(u)`` then re-expressed
+        whitened."""
+        precision_hat, eta_hat = target
+        q = self.q
         q.precision = (1.0 - rho) * q.precision + rho * precision_hat
         q.eta = (1.0 - rho) * q.eta + rho * eta_hat
         q.refresh()
-        if learning and it > warmup and it % hyper_every == 0:
-            # eq. (12) with q(u) held fixed (Wenzel's A.3): step h, then re-express the same q(u) whitened
-            grad = hyper_objective(kernel, Z, Xs, ys, jitter, q, chi, scale=scale, fixed="u", weights=ws)[1]
-            mean_u, cov_u = Lm @ q.mean, Lm @ q.cov @ Lm.T
-            kernel = kernel.with_log_params(kernel.log_params() + adam.step(grad))
-            Lm, _ = projection(kernel, Z, Z[:1], jitter)
-            q.precision, q.eta = _whitened_natural(Lm, mean_u, cov_u)
-            q.refresh()
-            trace.append(kernel.log_params())
-        if it % window == 0:
-            A = linalg.solve_triangular(Lm, kernel.matrix(Z, X_check), lower=True)
-            y_seen, w_seen = classes(y_check)
-            mean_f, e = margin_moments(y_seen, A, kernel.diag(X_check), q)
-            data = data_lower_bound(y_seen, mean_f, e, update_chi(e), w_seen) * n / y_seen.size
-            checks.append(data - gaussian_kl_whitened(q.mean, q.cov_chol))
-            if callback is not None:  # e.g. a benchmark's held-out error along the run
-                callback(it, time.perf_counter() - t0, KernelVBResult(
-                    kernel=kernel, locations=Z, jitter=jitter, mean=q.mean.copy(), cov=q.cov.copy(), chi=None,
-                    lower_bound=np.array(checks), converged=False, n_iter=it, elapsed=time.perf_counter() - t0,
-                    engine="svi"))  # fmt: skip
-            if stop.done(checks):
-                converged = True
-                break
-    if not converged:
-        stop.message = f"stopped at max_iter = {max_iter} steps before the window rule was met"
-    return KernelVBResult(
-        kernel=kernel, locations=Z, jitter=jitter, mean=q.mean.copy(), cov=q.cov.copy(), chi=None,
-        lower_bound=np.array(estimates), converged=converged, n_iter=it, elapsed=time.perf_counter() - t0,
-        engine="svi", hyper_trace=np.array(trace), stopping=stop.message, batch_size=batches.size,
-        monitor_bounds=np.array(checks),
-    )  # fmt: skip
+        schedule = self.schedule
+        if schedule is None or step <= schedule.after or step % schedule.every:
+            return
+        Xs, ys, ws, chi, scale = self.last
+        Z, jitter = self.Z, self.jitter
+        grad = hyper_objective(self.kernel, Z, Xs, ys, jitter, q, chi, scale=scale, fixed="u", weights=ws)[1]
+        mean_u, cov_u = self.Lm @ q.mean, self.Lm @ q.cov @ self.Lm.T
+        self.kernel = self.kernel.with_log_params(self.kernel.log_params() + schedule.adam.step(grad))
+        self.Lm, _ = projection(self.kernel, Z, Z[:1], jitter)
+        q.precision, q.eta = _whitened_natural(self.Lm, mean_u, cov_u)
+        q.refresh()
+        self.trace.append(self.kernel.log_params())
+
+    def monitor(self, step: int) -> float:
+        X_check, y_check = self.monitor_rows
+        A = linalg.solve_triangular(self.Lm, self.kernel.matrix(self.Z, X_check), lower=True)
+        y_seen, w_seen = self.classes(y_check)
+        mean_f, e = margin_moments(y_seen, A, self.kernel.diag(X_check), self.q)
+        data = data_lower_bound(y_seen, mean_f, e, update_chi(e), w_seen) * self.n / y_seen.size
+        self.checks.append(data - gaussian_kl_whitened(self.q.mean, self.q.cov_chol))
+        if self.callback is not None:  # e.g. a benchmark's held-out error along the run
+            seconds = time.perf_counter() - self.started
+            self.callback(step, seconds, KernelVBResult(
+                kernel=self.kernel, locations=self.Z, jitter=self.jitter, mean=self.q.mean.copy(),
+                cov=self.q.cov.copy(), chi=None, lower_bound=np.array(self.checks), converged=False, n_iter=step,
+                elapsed=seconds, engine="svi"))  # fmt: skip
+        return self.checks[-1]
+
+    def settled(self, step: int) -> bool:
+        return True

@@ -44,7 +44,7 @@ from ...model.problems import VBProblem
 from ..augmentation import data_lower_bound, row_terms, update_chi
 from ..batches import engine_batches, row_classes
 from ..components import initial_component, prior_precisions, second_moments, update_component
-from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
+from ..stochastic import StepSize, WindowRule, natural_vector, stochastic_ascent, validate_learning_rate
 from .vb import VBResult, lower_bound
 
 #: Delay ``tau`` of the Robbins-Monro step ``(t + tau)^-kappa`` (module docstring).
@@ -88,78 +88,84 @@ def fit_linear_svi(
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
     batches = engine_batches(problem.D, problem.y, problem.weights, batch_size, rng, batches)  # (module docstring)
-    n, p = batches.n, problem.D.shape[1]
-    components = [initial_component(c) for c in problem.components]  # Alg. 2's start (module docstring)
-
-    def prior_precision(components) -> np.ndarray:
-        """``diag(lambda) + blockdiag(E[Sigma_c^{-1}])``: the fixed priors and every variance component's."""
-        return prior_precisions(problem, [post.expected_precision() for post in components])[0]
-
-    precision, eta = prior_precision(components), np.zeros(p)
-    theta = gaussian_from_natural(precision, eta)
+    state = LinearStochasticState(problem, batches.n, batches.monitor_rows(monitor, rng))
     steps, stop = StepSize(rule, warmup, delay=STEP_DELAY), WindowRule(tol)
-    D_check, y_check = batches.monitor_rows(monitor, rng)
-    estimates: list[float] = []
-    checks: list[float] = []
+    run = stochastic_ascent(state, batches.next, steps, stop, max_iter=max_iter, window=window)
+    chi = state.local(problem.D, problem.y)[2] if problem.D.shape[0] == batches.n else np.zeros(0)
+    return SVIResult(
+        theta=state.theta, components=state.components, chi=chi, lower_bound=run.estimates, converged=run.converged,
+        n_iter=run.n_iter, elapsed=time.perf_counter() - t0, stopping=run.stopping, batch_size=batches.size,
+        monitor_bounds=run.checks,
+    )  # fmt: skip
 
-    def classes(signed):
-        return row_classes(signed, problem.weights is not None)
 
-    def local(Ds, signed):
+class LinearStochasticState:
+    """The linear engine's state for :func:`bayesvm.engines.stochastic.stochastic_ascent` (module docstring): ``q(theta)``
+    by its natural parameters ``(precision, eta)`` and each variance component's ``q``, for ``n`` rows in all;
+    ``monitor_rows`` are the monitor set's ``(rows, signed responses)``."""
+
+    def __init__(self, problem: VBProblem, n: int, monitor_rows: tuple[np.ndarray, np.ndarray]) -> None:
+        self.problem, self.n, self.monitor_rows = problem, n, monitor_rows
+        self.components = [initial_component(c) for c in problem.components]  # Alg. 2's start (module docstring)
+        self.precision, self.eta = self.prior_precision(), np.zeros(problem.D.shape[1])
+        self.theta = gaussian_from_natural(self.precision, self.eta)
+        # before the first step, E[1/a_i] = 1 (Alg. 2's start), not the optimum under the prior q(theta)
+        self.started = False
+
+    def prior_precision(self) -> np.ndarray:
+        """``diag(lambda) + blockdiag(E[Sigma_c^{-1}])``: the fixed priors and every variance component's."""
+        return prior_precisions(self.problem, [post.expected_precision() for post in self.components])[0]
+
+    def classes(self, signed):
+        return row_classes(signed, self.problem.weights is not None)
+
+    def local(self, Ds, signed):
         """``E f_i``, ``E(1 - y_i f_i)^2`` and the optimal ``chi_i`` of the rows under the current ``q(theta)``."""
-        mean_f, var_f = theta.predictor(Ds, None, None)  # BLAS products (not an einsum over i, j, k)
-        e = (1.0 - classes(signed)[0] * mean_f) ** 2 + var_f
+        mean_f, var_f = self.theta.predictor(Ds, None, None)  # BLAS products (not an einsum over i, j, k)
+        e = (1.0 - self.classes(signed)[0] * mean_f) ** 2 + var_f
         return mean_f, e, update_chi(e)
 
-    def bound(Ds, signed, scale, rows=None):
-        mean_f, e, chi = local(Ds, signed) if rows is None else rows
-        ys, weights = classes(signed)
-        seconds = [second_moments(c, theta) for c in problem.components]
-        whole = lower_bound(problem, ys, theta, mean_f, e, chi, components, seconds, weights)
-        return whole + (scale - 1.0) * data_lower_bound(ys, mean_f, e, chi, weights)
+    def bound(self, Ds, signed, rows=None) -> float:
+        """The whole bound (Alg. 2's) with the data term estimated from the rows ``Ds`` (scaled by ``n`` over their
+        number)."""
+        mean_f, e, chi = self.local(Ds, signed) if rows is None else rows
+        ys, weights = self.classes(signed)
+        seconds = [second_moments(c, self.theta) for c in self.problem.components]
+        whole = lower_bound(self.problem, ys, self.theta, mean_f, e, chi, self.components, seconds, weights)
+        return whole + (self.n / signed.size - 1.0) * data_lower_bound(ys, mean_f, e, chi, weights)
 
-    started = False  # before the first step, E[1/a_i] = 1 (Alg. 2's start), not the optimum under the prior q(theta)
+    def natural(self) -> np.ndarray:
+        return natural_vector(self.precision, self.eta)
 
-    def target(Ds, signed, rows=None):
-        w = 1.0 / np.sqrt((local(Ds, signed) if rows is None else rows)[2]) if started else np.ones(signed.size)
-        ys, weights = classes(signed)
+    def estimate(self, batch):
+        """The bound's estimate and the target of the module docstring (eq. 14, sums scaled by ``n/s``), both under
+        the ``q(theta)`` before the step."""
+        Ds, signed = batch
+        rows = self.local(Ds, signed)
+        w = 1.0 / np.sqrt(rows[2]) if self.started else np.ones(signed.size)
+        ys, weights = self.classes(signed)
         w, rhs = row_terms(ys, w, weights)
-        scale = n / signed.size
-        return prior_precision(components) + scale * (Ds * w[:, None]).T @ Ds, scale * Ds.T @ rhs
+        scale = self.n / signed.size
+        target = self.prior_precision() + scale * (Ds * w[:, None]).T @ Ds, scale * Ds.T @ rhs
+        return self.bound(Ds, signed, rows), target
 
-    if rule == "adaptive":
-        primes = []
-        for _ in range(warmup):
-            P_hat, eta_hat = target(*batches.next())
-            primes.append(natural_vector(P_hat, eta_hat) - natural_vector(precision, eta))
-        steps.prime(primes)
-    converged, it = False, 0
-    for it in range(1, max_iter + 1):
-        Ds, ys = batches.next()
-        rows = local(Ds, ys)  # under the q(theta) before the step: the bound's estimate and the target share it
-        estimates.append(bound(Ds, ys, n / ys.size, rows))
-        P_hat, eta_hat = target(Ds, ys, rows)
-        rho = steps(natural_vector(P_hat, eta_hat) - natural_vector(precision, eta))
-        precision = (1.0 - rho) * precision + rho * P_hat
-        eta = (1.0 - rho) * eta + rho * eta_hat
-        theta, started = gaussian_from_natural(precision, eta), True
-        # each q(Sigma_c) given q(theta): exact (Alg. 2 step 4); the prior part of the precision follows it
-        old = prior_precision(components)
-        components = [
-            update_component(c, second_moments(c, theta), post) for c, post in zip(problem.components, components)
+    def move(self, rho: float, target, step: int) -> None:
+        """The natural step, then each ``q(Sigma_c)`` given ``q(theta)``: exact (Alg. 2 step 4); the prior part of the
+        precision follows it."""
+        precision_hat, eta_hat = target
+        self.precision = (1.0 - rho) * self.precision + rho * precision_hat
+        self.eta = (1.0 - rho) * self.eta + rho * eta_hat
+        self.theta, self.started = gaussian_from_natural(self.precision, self.eta), True
+        old = self.prior_precision()
+        self.components = [
+            update_component(c, second_moments(c, self.theta), post)
+            for c, post in zip(self.problem.components, self.components)
         ]
-        precision = precision + prior_precision(components) - old
-        theta = gaussian_from_natural(precision, eta)
-        if it % window == 0:
-            checks.append(bound(D_check, y_check, n / y_check.size))
-            if stop.done(checks):
-                converged = True
-                break
-    if not converged:
-        stop.message = f"stopped at max_iter = {max_iter} steps before the window rule was met"
-    chi = local(problem.D, problem.y)[2] if problem.D.shape[0] == batches.n else np.zeros(0)
-    return SVIResult(
-        theta=theta, components=components, chi=chi, lower_bound=np.array(estimates), converged=converged,
-        n_iter=it, elapsed=time.perf_counter() - t0, stopping=stop.message, batch_size=batches.size,
-        monitor_bounds=np.array(checks),
-    )  # fmt: skip
+        self.precision = self.precision + self.prior_precision() - old
+        self.theta = gaussian_from_natural(self.precision, self.eta)
+
+    def monitor(self, step: int) -> float:
+        return self.bound(*self.monitor_rows)
+
+    def settled(self, step: int) -> bool:
+        return True

@@ -46,7 +46,7 @@ from ...model.problems import SelectionProblem
 from ..augmentation import data_lower_bound, inverse_a_mean, update_chi
 from ..batches import engine_batches, row_classes
 from ..linear.svi import STEP_DELAY
-from ..stochastic import StepSize, WindowRule, natural_vector, validate_learning_rate
+from ..stochastic import StepSize, WindowRule, natural_vector, stochastic_ascent, validate_learning_rate
 from .laws import law_of
 from .message import minibatch_message
 from .vb import SelectionVBResult
@@ -89,63 +89,78 @@ def _fit(problem, batch_size, max_iter, tol, window, monitor, learning_rate, war
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     rule = validate_learning_rate(learning_rate)
-    ascent = law_of(problem.prior).ascent(problem)
     batches = engine_batches(problem.X, problem.y, problem.weights, batch_size, rng, batches)
-    n = batches.n
-    X_check, y_check = batches.monitor_rows(monitor, rng)
-
-    def classes(signed):
-        return row_classes(signed, problem.weights is not None)
-
+    monitor_rows = batches.monitor_rows(monitor, rng)
+    state = SelectionStochasticState(problem, batches.n, monitor_rows, batches.next())
     steps, stop = StepSize(rule, warmup, delay=STEP_DELAY), WindowRule(tol)
-    rest = ascent.initial_state()[1:]
-
-    def bound(factors, X, signed) -> float:
-        """The whole bound with the data term estimated from the rows ``X`` (each ``chi_i`` at its optimum)."""
-        y, weights = classes(signed)
-        f_mean, expected_sq = ascent.row_moments(factors, X, y)
-        data = data_lower_bound(y, f_mean, expected_sq, update_chi(expected_sq), weights)
-        return factors.prior_bound + (n / y.size) * data
-
-    def estimate(factors, X, signed) -> tuple[np.ndarray, np.ndarray]:
-        """The minibatch's message at ``chi`` optimal under ``factors`` (``w = 1`` before the first update)."""
-        y, weights = classes(signed)
-        w = np.ones(y.size) if factors is None else inverse_a_mean(update_chi(ascent.row_moments(factors, X, y)[1]))
-        return minibatch_message(X, y, w, n / y.size, weights)
-
-    gram, r = estimate(None, *batches.next())  # the batch start's message, E[1/a] = 1, estimated
-    factors = ascent.update(gram, r, *rest)
-    if rule == "adaptive":
-        steps.prime([natural_vector(*estimate(factors, *batches.next())) - natural_vector(gram, r)
-                     for _ in range(warmup)])  # fmt: skip
-    estimates: list[float] = []
-    checks: list[float] = []
-    converged, it = False, 0
-    searches = law_of(problem.prior).model_search
-    hold = {"clamp": np.ones(problem.m, dtype=bool)} if searches else {}
-    held_for = 0
-    for it in range(1, max_iter + 1):
-        Xs, ys = batches.next()
-        estimates.append(bound(factors, Xs, ys))
-        gram_hat, r_hat = estimate(factors, Xs, ys)
-        rho = steps(natural_vector(gram_hat, r_hat) - natural_vector(gram, r))
-        gram = (1.0 - rho) * gram + rho * gram_hat
-        r = (1.0 - rho) * r + rho * r_hat
-        factors = ascent.update(gram, r, *factors.rest, **hold)
-        if it % window == 0:
-            checks.append(bound(factors, X_check, y_check))
-            if stop.done(checks):
-                if not hold:
-                    converged = True
-                    break
-                hold, held_for, checks = {}, it, []  # the slopes released (module docstring)
-    if not converged:
-        stop.message = f"stopped at max_iter = {max_iter} steps before the window rule was met"
-    if searches:
-        held = f"every slope held in its slab for the first {held_for} steps" if held_for else "slopes never released"
-        stop.message += f"; {held}; {NO_MOVES}"
+    run = stochastic_ascent(state, batches.next, steps, stop, max_iter=max_iter, window=window)
+    stopping = run.stopping
+    if state.searches:
+        held = (
+            f"every slope held in its slab for the first {state.held_for} steps" if state.held_for
+            else "slopes never released"
+        )  # fmt: skip
+        stopping += f"; {held}; {NO_MOVES}"
     return SelectionSVIResult(
-        mean=factors.mean, cov=factors.cov, selected=problem.selected, lower_bound=np.array(estimates),
-        converged=converged, n_iter=it, decreases=[], elapsed=time.perf_counter() - t0,
-        **ascent.fields(factors), stopping=stop.message, batch_size=batches.size, monitor_bounds=np.array(checks),
+        mean=state.factors.mean, cov=state.factors.cov, selected=problem.selected, lower_bound=run.estimates,
+        converged=run.converged, n_iter=run.n_iter, decreases=[], elapsed=time.perf_counter() - t0,
+        **state.ascent.fields(state.factors), stopping=stopping, batch_size=batches.size, monitor_bounds=run.checks,
     )  # fmt: skip
+
+
+class SelectionStochasticState:
+    """The selection prior's SVI state for :func:`bayesvm.engines.stochastic.stochastic_ascent` (module docstring):
+    the natural parameters ``(gram, r)`` of the slopes' message and the prior's factors given them, for ``n`` rows in
+    all.  The start is the message of ``first`` (a minibatch at ``E[1/a] = 1``).  Under a prior that searches models
+    every slope is held in its slab until the stopping rule is first met (:meth:`settled` releases them)."""
+
+    def __init__(self, problem, n: int, monitor_rows, first) -> None:
+        self.problem, self.n, self.monitor_rows = problem, n, monitor_rows
+        self.ascent = law_of(problem.prior).ascent(problem)
+        rest = self.ascent.initial_state()[1:]
+        self.gram, self.r = self.message(None, *first)  # the batch start's message, E[1/a] = 1, estimated
+        self.factors = self.ascent.update(self.gram, self.r, *rest)
+        self.searches = law_of(problem.prior).model_search
+        self.hold = {"clamp": np.ones(problem.m, dtype=bool)} if self.searches else {}
+        self.held_for = 0
+
+    def classes(self, signed):
+        return row_classes(signed, self.problem.weights is not None)
+
+    def bound(self, X, signed) -> float:
+        """The whole bound with the data term estimated from the rows ``X`` (each ``chi_i`` at its optimum)."""
+        y, weights = self.classes(signed)
+        f_mean, expected_sq = self.ascent.row_moments(self.factors, X, y)
+        data = data_lower_bound(y, f_mean, expected_sq, update_chi(expected_sq), weights)
+        return self.factors.prior_bound + (self.n / y.size) * data
+
+    def message(self, factors, X, signed) -> tuple[np.ndarray, np.ndarray]:
+        """The minibatch's message at ``chi`` optimal under ``factors`` (``w = 1`` before the first update)."""
+        y, weights = self.classes(signed)
+        w = (
+            np.ones(y.size)
+            if factors is None
+            else inverse_a_mean(update_chi(self.ascent.row_moments(factors, X, y)[1]))
+        )
+        return minibatch_message(X, y, w, self.n / y.size, weights)
+
+    def natural(self) -> np.ndarray:
+        return natural_vector(self.gram, self.r)
+
+    def estimate(self, batch):
+        return self.bound(*batch), self.message(self.factors, *batch)
+
+    def move(self, rho: float, target, step: int) -> None:
+        gram_hat, r_hat = target
+        self.gram = (1.0 - rho) * self.gram + rho * gram_hat
+        self.r = (1.0 - rho) * self.r + rho * r_hat
+        self.factors = self.ascent.update(self.gram, self.r, *self.factors.rest, **self.hold)
+
+    def monitor(self, step: int) -> float:
+        return self.bound(*self.monitor_rows)
+
+    def settled(self, step: int) -> bool:
+        if not self.hold:
+            return True
+        self.hold, self.held_for = {}, step  # the slopes released (module docstring)
+        return False
