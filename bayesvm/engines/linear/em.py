@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -177,6 +177,51 @@ class FloorContinuation:
         return _stalled(self.objective, self.stages)
 
 
+class MarginAscent(Protocol):
+    """One modal engine's state as :func:`continued_ascent` asks it (EM here, the lasso's EM in
+    :mod:`bayesvm.engines.selection.lasso_em`)."""
+
+    def propose(self, eps: float) -> tuple[object, float]:
+        """The M- and CM-steps at the current E-step weights, and the objective there (the hinge smoothed within
+        ``eps``, plus the log prior)."""
+        ...
+
+    def accept(self, proposal, eps: float) -> tuple[float, float] | None:
+        """Take ``proposal`` and its E-step weights (floored at ``eps``); ``(change, scale)``: the largest change of a
+        coefficient from the mode before and ``1 +`` the largest coefficient (None at the first iteration)."""
+        ...
+
+    def snapshot(self) -> object:
+        """The state to keep at the end of a stage."""
+        ...
+
+    def restore(self, snapshot) -> int:
+        """Back to ``snapshot``; returns how many rows lie on or inside the margin there."""
+        ...
+
+    def reweight(self, eps: float) -> None:
+        """The E-step weights of the current mode at a new floor ``eps``."""
+        ...
+
+
+def continued_ascent(state: MarginAscent, floors: FloorContinuation, tol: float, max_iter: int) -> bool:
+    """The MM ascent of ``state`` through the floors of ``floors`` (module docstring), at most ``max_iter`` iterations
+    in all: a stage ends when no coefficient changes by more than ``tol`` times ``1 + max |theta|`` or its ascent is at
+    rounding level (:data:`STALL_RTOL`); where a stage's ascent breaks down (:data:`BREAKDOWN_RTOL`) the state goes
+    back to the last finished stage.  Returns whether the continuation ended (its last floor, or a breakdown)."""
+    for _ in range(max_iter):
+        proposal, objective = state.propose(floors.eps)
+        if floors.record(objective):
+            floors.stopped(state.restore(floors.finished))
+            return True
+        moved = state.accept(proposal, floors.eps)
+        if moved is not None and (moved[0] < tol * moved[1] or floors.stalled()):
+            if floors.finish_stage(state.snapshot()):
+                return True
+            state.reweight(floors.eps)
+    return False
+
+
 def fit_em(problem: VBProblem, tol: float = 1e-10, max_iter: int = 20000) -> EMResult:
     """See :func:`_fit_em`; runs with the BLAS threading of :func:`linalg.blas_threads`."""
     refuse(modal_refusal(problem.components))  # (the route refuses first: supports_em)
@@ -192,16 +237,40 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
     """
     start = time.perf_counter()
     order, problem = sorted_by_level(problem)
-    y, D, blocked = problem.y, problem.D, problem.blocked
-    inverse = np.ones(y.size)  # E[1/a_i | theta], eq. 14 (floored)
-    covs = [np.eye(c.k) for c in problem.components]
-    floors = FloorContinuation()
-    theta_d = theta_b = None
-    converged = False
-    for _ in range(max_iter):
-        eps = floors.eps
-        precisions = [spd_inverse(c) for c in covs]
-        omega, rhs = row_terms(y, inverse, problem.weights)  # (class weights: each row's terms times omega_i)
+    state, floors = ModalState(problem), FloorContinuation()
+    converged = continued_ascent(state, floors, tol, max_iter)
+    margin = state.margin if order is None else state.margin[np.argsort(order)]
+    return EMResult(
+        theta_d=state.theta_d,
+        theta_b=state.theta_b,
+        components=state.covs,
+        objective=np.asarray(floors.objective),
+        stage=np.asarray(floors.stages),
+        support=margin >= -SUPPORT_TOL,
+        margin=margin,
+        converged=converged,
+        n_iter=len(floors.objective),
+        elapsed=time.perf_counter() - start,
+        floor_note=floors.note,
+    )
+
+
+class ModalState:
+    """EM / ECME's state for :func:`continued_ascent` (module docstring): the mode ``(theta_d, theta_b)``, the
+    components' covariances, the margins ``1 - y f`` and the E-step weights ``E[1/a_i | theta]`` (eq. 14, floored;
+    1 at the start)."""
+
+    def __init__(self, problem: VBProblem) -> None:
+        self.problem = problem
+        self.inverse = np.ones(problem.y.size)
+        self.covs = [np.eye(c.k) for c in problem.components]
+        self.theta_d = self.theta_b = self.margin = None
+
+    def propose(self, eps: float):
+        """The M-step (weighted least squares through the problem's structure) and each component's CM-step."""
+        problem, y, D, blocked = self.problem, self.problem.y, self.problem.D, self.problem.blocked
+        precisions = [spd_inverse(c) for c in self.covs]
+        omega, rhs = row_terms(y, self.inverse, problem.weights)  # (class weights: each row's terms times omega_i)
         if problem.is_sparse:
             prior, new_b = sparse_prior(problem, precisions), np.zeros((0, 0))
             if problem.elimination is not None:  # crossed factors: dense Schur complement
@@ -217,36 +286,26 @@ def _fit_em(problem: VBProblem, tol: float, max_iter: int) -> EMResult:
             f = f + np.sum(blocked.values * new_b[blocked.codes], axis=1)
         new_margin = 1.0 - y * f
         hinge = smoothed_log_likelihood(new_margin, eps, problem.weights)
-        if floors.record(hinge + log_prior(problem, new_d, new_b, new_covs)):
-            theta_d, theta_b, covs, margin = floors.finished  # the ascent broke down (BREAKDOWN_RTOL)
-            floors.stopped(int(np.sum(margin >= -SUPPORT_TOL)))
-            converged = True
-            break
-        covs, margin = new_covs, new_margin
-        inverse = 1.0 / np.maximum(np.abs(margin), eps)  # E-step, eq. 14 (floored)
-        done = False
-        if theta_d is not None:
-            change = max(np.max(np.abs(new_d - theta_d), initial=0.0), np.max(np.abs(new_b - theta_b), initial=0.0))
-            scale = 1.0 + max(np.max(np.abs(new_d), initial=0.0), np.max(np.abs(new_b), initial=0.0))
-            done = change < tol * scale or floors.stalled()
-        theta_d, theta_b = new_d, new_b
-        if done:
-            if floors.finish_stage((theta_d, theta_b, covs, margin)):
-                converged = True
-                break
-            inverse = 1.0 / np.maximum(np.abs(margin), floors.eps)
-    if order is not None:
-        margin = margin[np.argsort(order)]
-    return EMResult(
-        theta_d=theta_d,
-        theta_b=theta_b,
-        components=covs,
-        objective=np.asarray(floors.objective),
-        stage=np.asarray(floors.stages),
-        support=margin >= -SUPPORT_TOL,
-        margin=margin,
-        converged=converged,
-        n_iter=len(floors.objective),
-        elapsed=time.perf_counter() - start,
-        floor_note=floors.note,
-    )
+        return (new_d, new_b, new_covs, new_margin), hinge + log_prior(problem, new_d, new_b, new_covs)
+
+    def accept(self, proposal, eps: float):
+        new_d, new_b, self.covs, self.margin = proposal
+        self.inverse = 1.0 / np.maximum(np.abs(self.margin), eps)  # E-step, eq. 14 (floored)
+        moved = None
+        if self.theta_d is not None:
+            change = max(
+                np.max(np.abs(new_d - self.theta_d), initial=0.0), np.max(np.abs(new_b - self.theta_b), initial=0.0)
+            )
+            moved = change, 1.0 + max(np.max(np.abs(new_d), initial=0.0), np.max(np.abs(new_b), initial=0.0))
+        self.theta_d, self.theta_b = new_d, new_b
+        return moved
+
+    def snapshot(self):
+        return self.theta_d, self.theta_b, self.covs, self.margin
+
+    def restore(self, snapshot) -> int:
+        self.theta_d, self.theta_b, self.covs, self.margin = snapshot
+        return int(np.sum(self.margin >= -SUPPORT_TOL))
+
+    def reweight(self, eps: float) -> None:
+        self.inverse = 1.0 / np.maximum(np.abs(self.margin), eps)

@@ -40,7 +40,14 @@ from ...model.problems import SelectionProblem
 from ...priors import Lasso
 from ..augmentation import row_terms
 from ..joint import log_component_prior
-from ..linear.em import MARGIN_FLOORS, SUPPORT_TOL, FloorContinuation, component_mode, smoothed_log_likelihood
+from ..linear.em import (
+    MARGIN_FLOORS,
+    SUPPORT_TOL,
+    FloorContinuation,
+    component_mode,
+    continued_ascent,
+    smoothed_log_likelihood,
+)
 from .vb import LOG_2PI
 
 #: Slopes below ``ZERO_TOL (1 + max |beta|)`` at convergence are reported as exactly 0: MM approaches the
@@ -117,56 +124,16 @@ def _objective(problem: SelectionProblem, margin, beta, nu, eps, covs) -> float:
 
 def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
     start = time.perf_counter()
-    y, X, sel, s = problem.y, problem.X, problem.selected, problem.prior_scale
-    prior = problem.prior
-    q, m = problem.q, problem.m
-    nu = 1.0 if prior.nu is None else float(prior.nu)
-    inverse = np.ones(y.size)  # E[1/a_i | beta] (eq. 14, floored)
-    # start from the ridge-type solution with unit weights (beta = 0 would be a fixed point of plain EM)
-    penalty_weight = np.ones(m)
-    covs = [np.eye(c.k) for c in problem.components]  # random-effect terms: CM-step after each M-step
-    beta = None
-    floors = FloorContinuation()
-    converged = False
-    for _ in range(max_iter):
-        eps = floors.eps
-        lam = problem.fixed_precision.copy()
-        lam[sel] = penalty_weight / (nu * s)
-        omega, rhs = row_terms(y, inverse, problem.weights)  # (class weights: each row's terms times omega_i)
-        precision = problem.weighted_gram(omega)
-        precision[np.diag_indices(q)] += lam
-        problem.add_component_precisions(precision, [spd_inverse(c) for c in covs])
-        new = sla.cho_solve(sla.cho_factor(precision, lower=True), X.T @ rhs)  # M-step
-        new_nu = nu
-        if prior.nu is None:  # CME step
-            new_nu = (prior.b + float(np.sum(_huber(new[sel], eps) / s))) / (prior.a + m - 1.0)
-        new_covs = [component_mode(c, new[c.index]) for c in problem.components]  # CM-steps (as engines.linear.em)
-        new_margin = 1.0 - y * (X @ new)
-        if floors.record(_objective(problem, new_margin, new, new_nu, eps, new_covs)):
-            beta, nu, covs, margin = floors.finished  # the ascent broke down (linear.em.BREAKDOWN_RTOL)
-            floors.stopped(int(np.sum(margin >= -SUPPORT_TOL)))
-            converged = True
-            break
-        nu, covs, margin = new_nu, new_covs, new_margin
-        inverse = 1.0 / np.maximum(np.abs(margin), eps)  # E-step, hinge
-        penalty_weight = 1.0 / np.maximum(np.abs(new[sel]), eps)  # E-step, E[1/tau_j] / (nu s_j)
-        done = beta is not None and (
-            np.max(np.abs(new - beta)) < tol * (1.0 + np.max(np.abs(new))) or floors.stalled()
-        )  # (at rounding level: linear.em.STALL_RTOL)
-        beta = new
-        if done:
-            if floors.finish_stage((beta, nu, covs, margin)):
-                converged = True
-                break
-            inverse = 1.0 / np.maximum(np.abs(margin), floors.eps)
-            penalty_weight = 1.0 / np.maximum(np.abs(beta[sel]), floors.eps)
+    state, floors = LassoModalState(problem), FloorContinuation()
+    converged = continued_ascent(state, floors, tol, max_iter)
+    sel, margin = problem.selected, state.margin
     floor = MARGIN_FLOORS[floors.stage - 1] if floors.note else floors.eps  # (the floor the kept mode solves)
-    coef = beta.copy()
+    coef = state.beta.copy()
     zero = np.abs(coef[sel]) < max(floor, ZERO_TOL * (1.0 + np.max(np.abs(coef))))
     coef[sel[zero]] = 0.0
     return LassoEMResult(
         coef=coef,
-        nu=nu,
+        nu=state.nu,
         objective=np.asarray(floors.objective),
         stage=np.asarray(floors.stages),
         support=margin >= -SUPPORT_TOL,
@@ -175,6 +142,61 @@ def _fit(problem: SelectionProblem, tol: float, max_iter: int) -> LassoEMResult:
         converged=converged,
         n_iter=len(floors.objective),
         elapsed=time.perf_counter() - start,
-        covariances=covs,
+        covariances=state.covs,
         floor_note=floors.note,
     )
+
+
+class LassoModalState:
+    """The lasso's EM state for :func:`bayesvm.engines.linear.em.continued_ascent` (module docstring): the mode
+    ``beta``, the Laplace scale ``nu`` (learned by its CME step where the prior leaves it free), the random-effect
+    terms' covariances, the margins and both E-steps' weights; the start is the ridge-type solution with unit weights
+    (``beta = 0`` would be a fixed point of plain EM)."""
+
+    def __init__(self, problem: SelectionProblem) -> None:
+        self.problem = problem
+        self.nu = 1.0 if problem.prior.nu is None else float(problem.prior.nu)
+        self.inverse = np.ones(problem.y.size)  # E[1/a_i | beta] (eq. 14, floored)
+        self.penalty_weight = np.ones(problem.m)
+        self.covs = [np.eye(c.k) for c in problem.components]  # random-effect terms: CM-step after each M-step
+        self.beta = self.margin = None
+
+    def propose(self, eps: float):
+        """The M-step (weighted ridge with the slopes' E-step precisions), the CME step of ``nu`` and the components'
+        CM-steps."""
+        problem, prior = self.problem, self.problem.prior
+        y, X, sel, s, q = problem.y, problem.X, problem.selected, problem.prior_scale, problem.q
+        lam = problem.fixed_precision.copy()
+        lam[sel] = self.penalty_weight / (self.nu * s)
+        omega, rhs = row_terms(y, self.inverse, problem.weights)  # (class weights: each row's terms times omega_i)
+        precision = problem.weighted_gram(omega)
+        precision[np.diag_indices(q)] += lam
+        problem.add_component_precisions(precision, [spd_inverse(c) for c in self.covs])
+        new = sla.cho_solve(sla.cho_factor(precision, lower=True), X.T @ rhs)  # M-step
+        new_nu = self.nu
+        if prior.nu is None:  # CME step
+            new_nu = (prior.b + float(np.sum(_huber(new[sel], eps) / s))) / (prior.a + problem.m - 1.0)
+        new_covs = [component_mode(c, new[c.index]) for c in problem.components]  # CM-steps (as engines.linear.em)
+        new_margin = 1.0 - y * (X @ new)
+        objective = _objective(problem, new_margin, new, new_nu, eps, new_covs)
+        return (new, new_nu, new_covs, new_margin), objective
+
+    def accept(self, proposal, eps: float):
+        new, self.nu, self.covs, self.margin = proposal
+        self.inverse = 1.0 / np.maximum(np.abs(self.margin), eps)  # E-step, hinge
+        self.penalty_weight = 1.0 / np.maximum(np.abs(new[self.problem.selected]), eps)  # E-step, E[1/tau_j] / (nu s_j)
+        # (at rounding level: linear.em.STALL_RTOL)
+        moved = None if self.beta is None else (np.max(np.abs(new - self.beta)), 1.0 + np.max(np.abs(new)))
+        self.beta = new
+        return moved
+
+    def snapshot(self):
+        return self.beta, self.nu, self.covs, self.margin
+
+    def restore(self, snapshot) -> int:
+        self.beta, self.nu, self.covs, self.margin = snapshot
+        return int(np.sum(self.margin >= -SUPPORT_TOL))
+
+    def reweight(self, eps: float) -> None:
+        self.inverse = 1.0 / np.maximum(np.abs(self.margin), eps)
+        self.penalty_weight = 1.0 / np.maximum(np.abs(self.beta[self.problem.selected]), eps)

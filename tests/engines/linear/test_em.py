@@ -125,3 +125,52 @@ def test_continuation_stops_where_the_ascent_breaks_down():
     assert "OK       convergence: converged; the margin floor stopped" in summary
     kept = result.objective[result.stage == broken - 1][-1]  # the criterion is the kept mode's objective
     assert f"log posterior at the mode {kept:.2f}" in summary
+
+
+class _ToyAscent:
+    """A state for ``continued_ascent`` whose proposals approach 1 geometrically (``x <- x + (1 - x) / 2``) with an
+    objective ``-(1 - x)^2``, each new floor moving it back by 0.001; ``drop_at``: the iteration whose objective
+    falls (a breakdown)."""
+
+    def __init__(self, drop_at=None):
+        self.x, self.previous, self.iteration, self.drop_at = 0.0, None, 0, drop_at
+        self.reweighted, self.restored = [], None
+
+    def propose(self, eps):
+        self.iteration += 1
+        new = self.x + 0.5 * (1.0 - self.x)
+        value = -((1.0 - new) ** 2) - (1.0 if self.iteration == self.drop_at else 0.0)
+        return new, value
+
+    def accept(self, proposal, eps):
+        moved = None if self.previous is None else (abs(proposal - self.previous), 1.0 + abs(proposal))
+        self.x = self.previous = proposal
+        return moved
+
+    def snapshot(self):
+        return self.x
+
+    def restore(self, snapshot):
+        self.x, self.restored = snapshot, snapshot
+        return 3
+
+    def reweight(self, eps):  # (a new floor moves the mode a little: the next stage takes several iterations)
+        self.reweighted.append(eps)
+        self.x -= 1e-3
+
+
+def test_the_continuation_driver_walks_every_floor_and_goes_back_on_a_breakdown():
+    """``continued_ascent``: each stage ends when the change falls below ``tol`` times the scale, the next floor's
+    weights are set, and the run ends at the last floor; an objective that drops after a finished stage returns the
+    state to that stage's end and says so; ``max_iter`` ends it unfinished."""
+    from bayesvm.engines.linear.em import MARGIN_FLOORS, FloorContinuation, continued_ascent
+
+    toy, floors = _ToyAscent(), FloorContinuation()
+    assert continued_ascent(toy, floors, 1e-6, 10_000)
+    assert floors.stage == len(MARGIN_FLOORS) - 1 and toy.reweighted == list(MARGIN_FLOORS[1:])
+    assert len(floors.objective) == len(floors.stages) and floors.note == ""
+    broken, floors = _ToyAscent(drop_at=25), FloorContinuation()
+    assert continued_ascent(broken, floors, 1e-6, 10_000)
+    assert broken.restored is not None and "rows on or inside the margin" in floors.note
+    assert "3 rows" in floors.note
+    assert not continued_ascent(_ToyAscent(), FloorContinuation(), 1e-6, 5)
