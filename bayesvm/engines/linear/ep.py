@@ -94,6 +94,7 @@ from ..hyper_grid import (
     weighted_grid,
 )
 from ..hyperparameters import Hyperparameters
+from ..parallel_ep import parallel_sweeps
 from ..progress import counter
 from . import ep_moments
 from .node_evidence import MIN_ESS_FRACTION, NodeEvidence, NodeWeights, UnreliableEvidence, node_evidence
@@ -159,21 +160,15 @@ def run_ep(
     y = problem.y
     posterior = _posterior_solver(problem, precisions)
     moments = ep_moments.sweep_moments(problem, precisions)
-    tau, nu = tau.copy(), nu.copy()
-    previous = None
-    sweeps = 0
-    converged = False
-    for _ in range(max_iter):
-        sweeps += 1
+
+    def sweep(tau, nu):
         found = None if moments is None else moments(tau, nu)
         mean_f, var_f = posterior(tau, nu)[1] if found is None else found
         if not np.all(np.isfinite(mean_f)):
-            break  # diverged: not converged, and no more sweeps can bring it back
-        tau, nu = updated_sites(y, mean_f, var_f, tau, nu, problem.weights, damping)
-        if previous is not None and np.max(np.abs(mean_f - previous)) < tol * (1.0 + np.max(np.abs(mean_f))):
-            converged = True
-            break
-        previous = mean_f
+            return None
+        return mean_f, *updated_sites(y, mean_f, var_f, tau, nu, problem.weights, damping)
+
+    tau, nu, sweeps, converged = parallel_sweeps(sweep, tau.copy(), nu.copy(), max_iter, tol)
     theta, (mean_f, var_f) = posterior(tau, nu)
     m, v = final_cavities(mean_f, var_f, tau, nu)
     log_z, _, _ = weighted_tilted_moments(y, m, v, problem.weights)

@@ -52,6 +52,7 @@ from ..hinge_sites import cavities, damped_sites, ep_log_evidence, final_cavitie
 from ..hyper_grid import integrate
 from ..hyperparameters import Hyperparameters
 from ..linear.ep import EP_ATTEMPTS, EP_TOL, IntegratedResult
+from ..parallel_ep import parallel_sweeps
 from .laws import law_of
 from .tilted import SlopeTilted
 
@@ -184,7 +185,6 @@ def run_selection_ep(
         theta = gaussian_posterior(C, tau, nu, Lambda, None, None)
         return theta, theta.predictor(C, None, None)
 
-    previous, converged, sweeps = None, False, 0
     floor = -np.inf  # the slope sites' precision floor: 0 once a negative one made q improper
 
     def solve_proper(tau, nu):
@@ -198,8 +198,7 @@ def run_selection_ep(
             tau = np.concatenate([tau[:n], np.maximum(tau[n:], 0.0)])
             return tau, solve(tau, nu)
 
-    for _ in range(max_iter):
-        sweeps += 1
+    def sweep(tau, nu):
         tau, (theta, (mean_f, var_f)) = solve_proper(tau, nu)
         ok, m, v = cavities(mean_f, var_f, tau, nu)
         _, row_mean, row_var = weighted_tilted_moments(y, m[:n], v[:n], problem.weights)
@@ -208,11 +207,9 @@ def run_selection_ep(
         t_var = np.maximum(np.concatenate([row_var, slopes.var]), 1e-300)
         # a hinge site is log-concave (its floor 0 is only rounding); a slope site's precision may be negative
         site_floor = np.concatenate([np.zeros(n), np.full(m.size - n, floor)])
-        tau, nu = damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping, site_floor)
-        if previous is not None and np.max(np.abs(mean_f - previous)) < tol * (1.0 + np.max(np.abs(mean_f))):
-            converged = True
-            break
-        previous = mean_f
+        return mean_f, *damped_sites(tau, nu, ok, m, v, t_mean, t_var, damping, site_floor)
+
+    tau, nu, sweeps, converged = parallel_sweeps(sweep, tau, nu, max_iter, tol)
     tau, (theta, (mean_f, var_f)) = solve_proper(tau, nu)
     m, v = final_cavities(mean_f, var_f, tau, nu)
     log_z_rows, _, _ = weighted_tilted_moments(y, m[:n], v[:n], problem.weights)
