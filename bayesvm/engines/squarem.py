@@ -104,3 +104,9 @@ def ascend(coordinates, state: tuple, tol: float, max_iter: int, accelerate: boo
         max_iter,
         accelerate,
     )
+
+
+def plain_ascent(sweep: Callable[[tuple], Any], state: tuple, tol: float, max_iter: int) -> Ascent:
+    """:func:`squarem_ascent` without the SQUAREM cycles, for an engine whose state has no unconstrained encoding:
+    the same stopping rule, bound trace and record of decreases."""
+    return squarem_ascent(sweep, None, None, state, tol, max_iter, accelerate=False)

@@ -101,6 +101,7 @@ TYPES: dict[str, str] = {
     "InverseGamma": "bayesvm.priors",
     "InverseGammaLaw": "bayesvm.engines.variance_prior",
     "InverseWishart": "bayesvm.priors",
+    "JointSweep": "bayesvm.engines.imputation.joint_model",
     "JumpReference": "bayesvm.engines.selection.model_jumps",
     "Kernel": "bayesvm.kernels",
     "KernelFit": "bayesvm.results.kernel_fit",

@@ -69,6 +69,7 @@ from ..linear.gibbs_rows import MARGIN_FLOOR, weighted_rows
 from ..linear.interweave import ScaleMoves
 from ..linear.vb import VBResult, lower_bound
 from ..overrelax import RELAXATION
+from ..squarem import plain_ascent
 from .normal_model import imputation_step, marginal_moments, missing_patterns, start_state
 
 
@@ -115,98 +116,110 @@ def fit_impute_vb(problem: ImputationProblem, tol: float = 1e-8, max_iter: int =
 def _fit_vb(problem: ImputationProblem, tol: float, max_iter: int) -> ImputedVBResult:
     start = time.perf_counter()
     order, prob = problem.sorted()
-    base = prob.base
-    y, blocked = base.y, base.blocked
     n, V = prob.z.shape
-    K, gamma = prob.columns, prob.gamma
-    codes = None if blocked is None else blocked.codes
-    values = None if blocked is None else blocked.values
-    patterns = missing_patterns(prob.missing)
-    mis_rows = np.flatnonzero(prob.missing.any(axis=1))
-    # state
-    z = prob.z.copy()  # means (observed values where observed)
-    z_cov = np.zeros((n, V, V))
-    chi = np.ones(n)
-    components = [initial_component(c) for c in base.components]
-    sigma_df = prob.df + n
-    psi_q = prob.scale + np.cov(z, rowvar=False).reshape(V, V) * n
-    mu_mean, mu_cov = z.mean(axis=0), np.eye(V) / n
-    bounds: list[float] = []
-    decreases: list[int] = []
-    converged = False
-    for it in range(max_iter):
-        w, rhs = row_terms(y, inverse_a_mean(chi), base.weights)  # (class weights: each row's terms times omega_i)
-        lam = sigma_df * np.linalg.inv(psi_q)
-        # q(theta): rows at E[z]; precision + sum_i w_i Cov(c_i)
-        D = prob.design(z)
-        prior_dd, prior_b = prior_precisions(base, [c.expected_precision() for c in components])
-        extra = np.einsum("i,ijk->jk", w[mis_rows], z_cov[mis_rows]) * np.outer(gamma, gamma)
-        prior_dd[np.ix_(K, K)] += extra
-        theta = gaussian_posterior(D, w, rhs, prior_dd, blocked, prior_b)
-        # q(z_{i,M})
-        Eb = gamma * theta.mean_d[K]
-        Ebb = np.outer(gamma, gamma) * (theta.cov_d[np.ix_(K, K)] + np.outer(theta.mean_d[K], theta.mean_d[K]))
-        if mis_rows.size:
-            D0 = D[mis_rows].copy()
-            D0[:, K] = prob.alpha
-            mean_r = D0 @ theta.mean_d
-            resid = D0
-            if codes is not None and theta.mean_b.size:
-                zb, lvl = values[mis_rows], codes[mis_rows]
-                mean_r = mean_r + np.sum(zb * theta.mean_b[lvl], axis=1)
-                resid = D0 - np.einsum("nk,nkq->nq", zb, theta.gains.take(lvl))
-            cov_rb = (resid @ theta.cov_d[:, K]) * gamma
-            Erb_all = np.zeros((n, V))
-            Erb_all[mis_rows] = mean_r[:, None] * Eb[None] + cov_rb
-            h = lam @ mu_mean
-            for rows, mis in patterns:
-                P, lin = _conditional(lam, h, Ebb, Eb, Erb_all[rows], w, rhs, z, rows, mis)
-                cov = np.linalg.inv(P)
-                z[np.ix_(rows, mis)] = np.einsum("nij,nj->ni", cov, lin)
-                block = np.zeros((rows.size, V, V))
-                block[:, mis[:, None] & mis[None, :]] = cov.reshape(rows.size, -1)
-                z_cov[rows] = block
-        # q(a)
-        D = prob.design(z)
-        mean_f, var_f = theta.predictor(D, codes, values)
-        var_f = var_f + np.einsum("jk,ijk->i", Ebb, z_cov)
-        expected_sq = (1.0 - y * mean_f) ** 2 + var_f
-        chi = update_chi(expected_sq)
-        # q(mu), q(Sigma)
-        mu_cov = np.linalg.inv(np.eye(V) / prob.mean_variance + n * lam)
-        mu_mean = mu_cov @ lam @ z.sum(axis=0)
-        dev = z - mu_mean
-        psi_q = prob.scale + dev.T @ dev + z_cov.sum(axis=0) + n * mu_cov
-        # variance components
-        seconds = [second_moments(c, theta) for c in base.components]
-        components = [update_component(c, s, p) for c, s, p in zip(base.components, seconds, components)]
-        bound = _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov, mu_mean, mu_cov, psi_q)
-        if bounds and bound < bounds[-1] - 1e-8 * abs(bound):
-            decreases.append(it)
-        bounds.append(bound)
-        if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) < tol * abs(bounds[-1]):
-            converged = True
-            break
+    # the start: observed values where observed, E[1/a_i] = 1, the imputation model at the observed moments
+    z = prob.z.copy()
+    state = (
+        z, np.zeros((n, V, V)), np.ones(n), [initial_component(c) for c in prob.base.components], z.mean(axis=0),
+        prob.scale + np.cov(z, rowvar=False).reshape(V, V) * n,
+    )  # fmt: skip
+    ascent = plain_ascent(partial(_sweep, prob, missing_patterns(prob.missing)), state, tol, max_iter)
+    last = ascent.last
+    z, z_cov, chi, components, mu_mean, psi_q = last.state
+    D = last.design
     if order is not None:
         back = np.argsort(order)
         z, z_cov, chi, D = z[back], z_cov[back], chi[back], D[back]
     return ImputedVBResult(
-        theta=theta,
+        theta=last.theta,
         components=components,
         chi=chi,
-        lower_bound=np.asarray(bounds),
-        converged=converged,
-        n_iter=len(bounds),
+        lower_bound=np.asarray(ascent.bounds),
+        converged=ascent.converged,
+        n_iter=len(ascent.bounds),
         elapsed=time.perf_counter() - start,
-        decreases=decreases,
+        decreases=ascent.decreases,
         z_mean=z,
         z_cov=z_cov,
         mu_mean=mu_mean,
-        mu_cov=mu_cov,
-        sigma_df=sigma_df,
+        mu_cov=last.mu_cov,
+        sigma_df=prob.df + n,
         sigma_scale=psi_q,
         design=D,
     )
+
+
+@dataclass(frozen=True)
+class JointSweep:
+    """One sweep of the joint-imputation VB (module docstring): the state it leaves ``(E z, Cov z, chi, q(components),
+    E mu, Psi_q)``, the bound there, and ``q(theta)``, ``Cov(mu)`` and the design rows at ``E z`` it formed."""
+
+    state: tuple
+    bound: float
+    theta: object
+    mu_cov: np.ndarray
+    design: np.ndarray
+
+
+def _sweep(prob, patterns, state: tuple) -> JointSweep:
+    """Every factor's update once, in the module docstring's order (Alg. 4, generalised)."""
+    z, z_cov, chi, components, mu_mean, psi_q = state
+    z, z_cov = z.copy(), z_cov.copy()
+    base = prob.base
+    y, blocked = base.y, base.blocked
+    n, V = z.shape
+    K, gamma = prob.columns, prob.gamma
+    codes = None if blocked is None else blocked.codes
+    values = None if blocked is None else blocked.values
+    mis_rows = np.flatnonzero(prob.missing.any(axis=1))
+    sigma_df = prob.df + n
+    w, rhs = row_terms(y, inverse_a_mean(chi), base.weights)  # (class weights: each row's terms times omega_i)
+    lam = sigma_df * np.linalg.inv(psi_q)
+    # q(theta): rows at E[z]; precision + sum_i w_i Cov(c_i)
+    D = prob.design(z)
+    prior_dd, prior_b = prior_precisions(base, [c.expected_precision() for c in components])
+    extra = np.einsum("i,ijk->jk", w[mis_rows], z_cov[mis_rows]) * np.outer(gamma, gamma)
+    prior_dd[np.ix_(K, K)] += extra
+    theta = gaussian_posterior(D, w, rhs, prior_dd, blocked, prior_b)
+    # q(z_{i,M})
+    Eb = gamma * theta.mean_d[K]
+    Ebb = np.outer(gamma, gamma) * (theta.cov_d[np.ix_(K, K)] + np.outer(theta.mean_d[K], theta.mean_d[K]))
+    if mis_rows.size:
+        D0 = D[mis_rows].copy()
+        D0[:, K] = prob.alpha
+        mean_r = D0 @ theta.mean_d
+        resid = D0
+        if codes is not None and theta.mean_b.size:
+            zb, lvl = values[mis_rows], codes[mis_rows]
+            mean_r = mean_r + np.sum(zb * theta.mean_b[lvl], axis=1)
+            resid = D0 - np.einsum("nk,nkq->nq", zb, theta.gains.take(lvl))
+        cov_rb = (resid @ theta.cov_d[:, K]) * gamma
+        Erb_all = np.zeros((n, V))
+        Erb_all[mis_rows] = mean_r[:, None] * Eb[None] + cov_rb
+        h = lam @ mu_mean
+        for rows, mis in patterns:
+            P, lin = _conditional(lam, h, Ebb, Eb, Erb_all[rows], w, rhs, z, rows, mis)
+            cov = np.linalg.inv(P)
+            z[np.ix_(rows, mis)] = np.einsum("nij,nj->ni", cov, lin)
+            block = np.zeros((rows.size, V, V))
+            block[:, mis[:, None] & mis[None, :]] = cov.reshape(rows.size, -1)
+            z_cov[rows] = block
+    # q(a)
+    D = prob.design(z)
+    mean_f, var_f = theta.predictor(D, codes, values)
+    var_f = var_f + np.einsum("jk,ijk->i", Ebb, z_cov)
+    expected_sq = (1.0 - y * mean_f) ** 2 + var_f
+    chi = update_chi(expected_sq)
+    # q(mu), q(Sigma)
+    mu_cov = np.linalg.inv(np.eye(V) / prob.mean_variance + n * lam)
+    mu_mean = mu_cov @ lam @ z.sum(axis=0)
+    dev = z - mu_mean
+    psi_q = prob.scale + dev.T @ dev + z_cov.sum(axis=0) + n * mu_cov
+    # variance components
+    seconds = [second_moments(c, theta) for c in base.components]
+    components = [update_component(c, s, p) for c, s, p in zip(base.components, seconds, components)]
+    bound = _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov, mu_mean, mu_cov, psi_q)
+    return JointSweep((z, z_cov, chi, components, mu_mean, psi_q), bound, theta, mu_cov, D)
 
 
 def _bound(prob, theta, mean_f, expected_sq, chi, components, seconds, z, z_cov, mu_mean, mu_cov, psi_q) -> float:
