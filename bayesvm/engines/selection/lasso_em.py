@@ -185,7 +185,6 @@ class LassoModalState:
         new, self.nu, self.covs, self.margin = proposal
         self.inverse = 1.0 / np.maximum(np.abs(self.margin), eps)  # E-step, hinge
         self.penalty_weight = 1.0 / np.maximum(np.abs(new[self.problem.selected]), eps)  # E-step, E[1/tau_j] / (nu s_j)
-        # (at rounding level: linear.em.STALL_RTOL)
         moved = None if self.beta is None else (np.max(np.abs(new - self.beta)), 1.0 + np.max(np.abs(new)))
         self.beta = new
         return moved
