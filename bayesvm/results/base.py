@@ -65,6 +65,9 @@ class Fit(ABC):
         The engine's output (:class:`bayesvm.model.output.EngineOutput`).
     data_name
         How the data were referred to (for ``summary()``).
+    call
+        How the fit was made (:class:`bayesvm.results.crossfit.FitCall`: the formula, data and options), for
+        cross-fitting and refits; None for a fit built directly.
     """
 
     model: object

@@ -36,6 +36,9 @@ class VarianceEstimate:
 class BSVMFit(Fit):
     """A fitted linear or mixed Bayesian SVM (``bsvm()`` without ``kernel=``).
 
+    A fit is built once with everything below; nothing changes it afterwards (the probability map and the last
+    :meth:`check_vb` are kept as they are computed on request).
+
     Attributes
     ----------
     model
@@ -48,6 +51,13 @@ class BSVMFit(Fit):
         The engine's raw output.
     data_name
         How the data were referred to (for ``summary()``).
+    vb_note
+        Why the default ``vb=None`` chose another engine than the accurate fit (None otherwise).
+    diagnostics
+        Every finding of the checks run before and after the engine (:class:`bayesvm.checks.findings.Diagnostics`).
+    end_of_fit_check
+        The PSIS check run at the fit's end, why it could not run, or None (:meth:`check_vb` runs one on request;
+        :attr:`last_vb_check` is the latest).
     """
 
     model: LinearModel
