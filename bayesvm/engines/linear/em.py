@@ -195,8 +195,11 @@ class MarginAscent(Protocol):
         """The state to keep at the end of a stage."""
         ...
 
-    def restore(self, snapshot) -> int:
-        """Back to ``snapshot``; returns how many rows lie on or inside the margin there."""
+    #: the margins ``1 - y f`` at the current mode
+    margin: np.ndarray
+
+    def restore(self, snapshot) -> None:
+        """Back to ``snapshot``."""
         ...
 
     def reweight(self, eps: float) -> None:
@@ -212,7 +215,8 @@ def continued_ascent(state: MarginAscent, floors: FloorContinuation, tol: float,
     for _ in range(max_iter):
         proposal, objective = state.propose(floors.eps)
         if floors.record(objective):
-            floors.stopped(state.restore(floors.finished))
+            state.restore(floors.finished)
+            floors.stopped(int(np.sum(state.margin >= -SUPPORT_TOL)))
             return True
         moved = state.accept(proposal, floors.eps)
         if moved is not None and (moved[0] < tol * moved[1] or floors.stalled()):
@@ -303,9 +307,8 @@ class ModalState:
     def snapshot(self):
         return self.theta_d, self.theta_b, self.covs, self.margin
 
-    def restore(self, snapshot) -> int:
+    def restore(self, snapshot) -> None:
         self.theta_d, self.theta_b, self.covs, self.margin = snapshot
-        return int(np.sum(self.margin >= -SUPPORT_TOL))
 
     def reweight(self, eps: float) -> None:
         self.inverse = 1.0 / np.maximum(np.abs(self.margin), eps)

@@ -192,9 +192,8 @@ class LassoModalState:
     def snapshot(self):
         return self.beta, self.nu, self.covs, self.margin
 
-    def restore(self, snapshot) -> int:
+    def restore(self, snapshot) -> None:
         self.beta, self.nu, self.covs, self.margin = snapshot
-        return int(np.sum(self.margin >= -SUPPORT_TOL))
 
     def reweight(self, eps: float) -> None:
         self.inverse = 1.0 / np.maximum(np.abs(self.margin), eps)
